@@ -1,0 +1,151 @@
+"""The cattrs converter that turns events into JSON-ready values and back.
+
+Built with :func:`cattrs.preconf.orjson.make_converter` (never cattrs' global converter)
+and tuned for events. Formats, all exact on round-trip:
+
+=====================  ==================================================================
+Python type            JSON
+=====================  ==================================================================
+``str``/``bool``       string / ``true``, ``false``; structuring is strict: no coercion
+``int``                number (signed or unsigned 64-bit range: orjson's limit)
+``float``              number (shortest repr); NaN and ±inf are refused on encode
+``decimal.Decimal``    string, ``str(d)`` (``"12.50"``, ``"1E+2"``): digits and exponent kept
+``datetime``           string, ``isoformat()``: ``2024-05-01T12:00:00.000123+02:00``; the
+                       UTC offset is kept to the microsecond (a ``ZoneInfo`` comes back as
+                       the equivalent fixed offset); a naive datetime stays naive
+``date``               string, ``2024-05-01``
+``uuid.UUID``          string, canonical hyphenated lower case
+``enum.Enum``          the member's value
+``bytes``              string, base85 (orjson preconf)
+attrs class            object, one key per field (attribute name; private ``_x`` → ``x``)
+``tuple``/``list``     array (a tuple comes back as a tuple)
+``dict[str, V]``       object
+``X | None``           ``null`` or X
+=====================  ==================================================================
+
+Structuring is strict about primitive JSON types (``"5"`` is not an ``int``; ``1.5`` is
+not an ``int``; an ``int`` is accepted for a ``float``), so wrong field types are errors,
+never silent coercions.
+
+Two converters exist per codec: the fast one (``detailed_validation=False``) decodes;
+when it fails, the same data is structured again by a detailed one only to render a
+readable message (:func:`describe_structure_error`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any, NoReturn
+from uuid import UUID
+
+import cattrs
+from cattrs.v import format_exception
+from cattrs.preconf.orjson import OrjsonConverter
+from cattrs.preconf.orjson import make_converter as _make_orjson_converter
+
+__all__ = ["OrjsonConverter", "describe_structure_error", "make_converter"]
+
+
+def _wrong_type(value: object, expected: str) -> NoReturn:
+    raise TypeError(f"expected {expected}, got {type(value).__name__}")
+
+
+def _structure_str(value: Any, _: type) -> str:
+    if value.__class__ is str:
+        return value  # type: ignore[no-any-return]
+    _wrong_type(value, "a string")
+
+
+def _structure_int(value: Any, _: type) -> int:
+    if value.__class__ is int:
+        return value  # type: ignore[no-any-return]
+    _wrong_type(value, "an integer")
+
+
+def _structure_float(value: Any, _: type) -> float:
+    cls = value.__class__
+    if cls is float:
+        return value  # type: ignore[no-any-return]
+    if cls is int:
+        return float(value)
+    _wrong_type(value, "a number")
+
+
+def _structure_bool(value: Any, _: type) -> bool:
+    if value.__class__ is bool:
+        return value  # type: ignore[no-any-return]
+    _wrong_type(value, "a boolean")
+
+
+def _unstructure_float(value: float) -> float:
+    if value - value != 0.0:  # NaN or ±inf: orjson would silently write null
+        raise ValueError(f"cannot encode non-finite float {value!r} as JSON")
+    return value
+
+
+def _structure_decimal(value: Any, _: type) -> Decimal:
+    cls = value.__class__
+    if cls is str or cls is int:
+        try:
+            return Decimal(value)
+        except InvalidOperation:
+            raise ValueError(f"not a decimal number: {value!r}") from None
+    _wrong_type(value, "a decimal string")
+
+
+def _structure_uuid(value: Any, _: type) -> UUID:
+    if value.__class__ is str:
+        return UUID(value)
+    _wrong_type(value, "a UUID string")
+
+
+def _structure_datetime(value: Any, _: type) -> datetime:
+    if value.__class__ is str:
+        return datetime.fromisoformat(value)
+    _wrong_type(value, "an ISO 8601 string")
+
+
+def make_converter(*, detailed_validation: bool = False) -> OrjsonConverter:
+    """A new converter configured as the module docstring describes.
+
+    Structure and unstructure functions for attrs classes are generated (cattrs ``gen``)
+    and cached per class on first use; extra keys in input objects are ignored.
+    """
+    converter = _make_orjson_converter(
+        detailed_validation=detailed_validation, forbid_extra_keys=False
+    )
+    converter.register_structure_hook(str, _structure_str)
+    converter.register_structure_hook(int, _structure_int)
+    converter.register_structure_hook(float, _structure_float)
+    converter.register_structure_hook(bool, _structure_bool)
+    converter.register_unstructure_hook(float, _unstructure_float)
+    converter.register_unstructure_hook(Decimal, str)
+    converter.register_structure_hook(Decimal, _structure_decimal)
+    converter.register_structure_hook(UUID, _structure_uuid)
+    converter.register_unstructure_hook(datetime, datetime.isoformat)
+    converter.register_structure_hook(datetime, _structure_datetime)
+    return converter
+
+
+def _format_exception(exc: BaseException, type_: type | None) -> str:
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    expected = "" if type_ is None else getattr(type_, "__name__", repr(type_))
+    if isinstance(exc, TypeError) and str(exc).startswith("expected "):
+        return str(exc)  # raised by this module's strict hooks
+    if isinstance(exc, (TypeError, ValueError, ArithmeticError)) and expected:
+        return f"invalid value for {expected} ({exc})" if str(exc) else f"expected {expected}"
+    return format_exception(exc, type_)
+
+
+def describe_structure_error(exc: BaseException, *, root: str = "$") -> str:
+    """Render a structuring failure as ``"<what> @ <path>; …"`` (via ``transform_error``).
+
+    ``exc`` should come from a converter made with ``detailed_validation=True``, so every
+    failing field is listed with its path, e.g.
+    ``"expected an integer, got str @ data.quantity; required field missing @ data.sku"``.
+    """
+    if isinstance(exc, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(exc, root, _format_exception))
+    return f"{_format_exception(exc, None)} @ {root}"

@@ -1,0 +1,248 @@
+"""The one error hierarchy of eventlane.
+
+Every error the framework raises on purpose is a :class:`FrameworkError`. Errors carry the
+coordinates of what went wrong as fields (``topic``, ``partition``, ``offset``, ``path``,
+``position``), and subclass a builtin where one fits, so ``except ValueError`` still works for
+callers that do not know eventlane::
+
+    FrameworkError
+    ├── ConfigError (ValueError)                bad argument, bad config key or value
+    ├── LogError
+    │   ├── InvalidTopicError (ValueError)      topic name breaks Kafka's naming rule
+    │   ├── TopicExistsError (FileExistsError)
+    │   ├── UnknownTopicError (LookupError)
+    │   ├── UnknownPartitionError (LookupError)
+    │   ├── RecordTooLargeError (ValueError)
+    │   ├── InvalidRecordError (ValueError)     e.g. a keyless record on a compacted topic
+    │   ├── OffsetOutOfRangeError (IndexError)  below the low-water mark / above the LEO
+    │   ├── CorruptRecordError                  CRC mismatch or malformed batch in durable data
+    │   └── PreconditionFailedError             a conditional append's check refused the write
+    ├── ConsumerError
+    │   ├── CommitFailedError                   stale generation, evicted member, unowned partition
+    │   ├── RebalanceInProgressError
+    │   └── NoOffsetForPartitionError           auto_offset_reset="error" with no position
+    ├── DomainError
+    │   ├── ConcurrencyError                    expected version != actual version
+    │   └── AggregateNotFoundError (LookupError)
+    ├── AggregateError                          a bug in an aggregate class, not a rejected command
+    │   ├── MissingApplyError (TypeError)       an event type with no @applies method
+    │   └── StateMutationError (AttributeError) state assigned outside an apply method
+    ├── SerializationError (ValueError)         carries type_name and version when known
+    │   ├── UnknownEventTypeError
+    │   ├── UpcastError
+    │   └── StaleSnapshotError                  snapshot schema version != the aggregate's
+    ├── ProjectionError
+    └── ReplayError
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class FrameworkError(Exception):
+    """Base class of every error eventlane raises on purpose.
+
+    ``topic``, ``partition``, ``offset``, ``path`` and ``position`` name where the error
+    happened, when known; ``str(error)`` includes them.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        path: str | Path | None = None,
+        position: int | None = None,
+    ) -> None:
+        self.message = message
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.path = None if path is None else str(path)
+        self.position = position
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = [
+            f"{name}={value}"
+            for name, value in (
+                ("topic", self.topic),
+                ("partition", self.partition),
+                ("offset", self.offset),
+                ("file", self.path),
+                ("position", self.position),
+            )
+            if value is not None
+        ]
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+
+class ConfigError(FrameworkError, ValueError):
+    """A bad argument or configuration value; nothing was created or changed."""
+
+
+class LogError(FrameworkError):
+    """An error of the log layer."""
+
+
+class InvalidTopicError(LogError, ValueError):
+    """A topic name breaks Kafka's rule: ``[a-zA-Z0-9._-]{1,249}``, not ``.`` or ``..``."""
+
+
+class TopicExistsError(LogError, FileExistsError):
+    """``create_topic`` on a name that already exists."""
+
+
+class UnknownTopicError(LogError, LookupError):
+    """The topic does not exist."""
+
+
+class UnknownPartitionError(LogError, LookupError):
+    """The partition number is outside ``[0, partitions)``."""
+
+
+class RecordTooLargeError(LogError, ValueError):
+    """A record's encoded size exceeds the topic's ``max_record_bytes``."""
+
+
+class InvalidRecordError(LogError, ValueError):
+    """A record the topic cannot accept (e.g. a null key on a compacted topic)."""
+
+
+class OffsetOutOfRangeError(LogError, IndexError):
+    """A fetch offset below the low-water mark or above the log end offset."""
+
+    def __init__(
+        self, message: str, *, topic: str, partition: int, offset: int, lwm: int, leo: int
+    ) -> None:
+        self.lwm = lwm
+        self.leo = leo
+        super().__init__(message, topic=topic, partition=partition, offset=offset)
+
+
+class CorruptRecordError(LogError):
+    """Durable data failed its CRC or is malformed. Never silently skipped or truncated."""
+
+
+class PreconditionFailedError(LogError):
+    """A conditional append's precondition refused the write; nothing was appended."""
+
+
+class ConsumerError(FrameworkError):
+    """An error of the consumer layer."""
+
+
+class CommitFailedError(ConsumerError):
+    """A commit was rejected: stale generation, evicted member, or a partition not owned."""
+
+
+class RebalanceInProgressError(ConsumerError):
+    """The group is rebalancing; re-poll to get the new assignment."""
+
+
+class NoOffsetForPartitionError(ConsumerError):
+    """No committed offset and ``auto_offset_reset="error"``."""
+
+
+class DomainError(FrameworkError):
+    """A command broke a domain invariant. User aggregates subclass this."""
+
+
+class ConcurrencyError(DomainError):
+    """Optimistic concurrency: the aggregate's stored version is not the expected one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected: int,
+        actual: int,
+        topic: str | None = None,
+        partition: int | None = None,
+    ) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"{message}: expected version {expected}, actual {actual}",
+            topic=topic,
+            partition=partition,
+        )
+
+
+class AggregateNotFoundError(DomainError, LookupError):
+    """No events are stored for the aggregate id."""
+
+
+class AggregateError(FrameworkError):
+    """An aggregate class or instance was misused: a bug to fix, not a command to reject."""
+
+
+class MissingApplyError(AggregateError, TypeError):
+    """An aggregate was given an event type that none of its ``@applies`` methods handles."""
+
+
+class StateMutationError(AggregateError, AttributeError):
+    """An aggregate's state was assigned outside an apply method (or ``init_state``)."""
+
+
+class SerializationError(FrameworkError, ValueError):
+    """An event could not be encoded or decoded.
+
+    ``type_name`` and ``version`` name the event type and schema version involved, when
+    known; ``str(error)`` includes them next to the record's coordinates.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        type_name: str | None = None,
+        version: int | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        path: str | Path | None = None,
+        position: int | None = None,
+    ) -> None:
+        self.type_name = type_name
+        self.version = version
+        super().__init__(
+            message, topic=topic, partition=partition, offset=offset, path=path, position=position
+        )
+
+    def _render(self) -> str:
+        rendered = super()._render()
+        what = ", ".join(
+            f"{name}={value}"
+            for name, value in (("type", self.type_name), ("version", self.version))
+            if value is not None
+        )
+        if not what:
+            return rendered
+        if rendered == self.message:
+            return f"{self.message} ({what})"
+        # rendered is "<message> (<coordinates>)": put type and version first.
+        return f"{self.message} ({what}, {rendered[len(self.message) + 2 :]}"
+
+
+class UnknownEventTypeError(SerializationError):
+    """An event type name or schema version with no registered class or upcaster."""
+
+
+class UpcastError(SerializationError):
+    """An upcaster chain is invalid or failed."""
+
+
+class StaleSnapshotError(SerializationError):
+    """A snapshot was written under another ``snapshot_version``: ignore it and rebuild."""
+
+
+class ProjectionError(FrameworkError):
+    """A projector or its read model failed."""
+
+
+class ReplayError(FrameworkError):
+    """A rebuild of a projection failed."""

@@ -1,0 +1,265 @@
+"""Compaction by key: keep at least the last record of every key, never move an offset.
+
+The cleaner works on the *cleanable* range of a partition: the closed segments before the
+active one, cut short at the first segment holding a record younger than
+``min_compaction_lag_ms``. Two passes:
+
+1. build a map ``key -> last offset`` over the cleanable range (memory bounded by the number
+   of distinct keys: keys longer than 16 bytes are stored as a 16-byte BLAKE2b digest);
+2. copy each group of consecutive segments (grouped so a cleaned group fits
+   ``segment_bytes``) into ``<base>.log.cleaned`` keeping a record iff it is the last one of
+   its key, and dropping a tombstone once it is older than ``delete_retention_ms``. Batches
+   are re-framed with their original base offset and ``last_offset_delta``, so offsets are
+   preserved and gaps appear.
+
+Swapping cleaned files in is crash-safe and never blocks readers or writers for more than a
+rename: the cleaned files are fsynced, a ``cleaner-journal`` naming every replacement is
+written durably, the state's layout is made odd (readers pause opening files), the files are
+renamed over the old ones and the replaced segments unlinked, the layout is made even again,
+and the journal is removed. Recovery replays an existing journal (:func:`finish_interrupted_swap`)
+and deletes ``.cleaned`` files that no journal names. Readers that already opened an old
+segment keep reading it (the old inode lives until closed); its records are a superset of
+the cleaned ones at the same offsets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import orjson
+import structlog
+
+from framework.log.batch import HEADER_SIZE, decode_records, encode_batch
+from framework.log.partition import fsync_dir, write_atomic
+from framework.log.record import Record
+from framework.log.retention import cleaner_lock
+from framework.log.segment import (
+    OFFSET_ENTRY,
+    TIME_ENTRY,
+    index_path,
+    log_path,
+    scan_batches,
+    timeindex_path,
+)
+
+if TYPE_CHECKING:
+    from framework.log.partition import Partition
+
+log = structlog.get_logger("eventlane.log")
+
+JOURNAL = "cleaner-journal"
+CLEANED = ".cleaned"
+
+
+class CompactionReport(NamedTuple):
+    topic: str
+    partition: int
+    segments_before: int
+    segments_after: int
+    records_scanned: int
+    records_kept: int
+    bytes_before: int
+    bytes_after: int
+    seconds: float
+
+
+def key_id(key: bytes) -> bytes:
+    """The map key for a record key: itself up to 16 bytes, else a 16-byte digest."""
+    return key if len(key) <= 16 else hashlib.blake2b(key, digest_size=16).digest()
+
+
+def plan_groups(segments: Sequence[tuple[int, int]], max_bytes: int) -> list[list[int]]:
+    """Group consecutive ``(base, size)`` segments so each group's total fits ``max_bytes``.
+
+    Sizes are pre-cleaning sizes, so a cleaned group always fits.
+
+    >>> plan_groups([(0, 40), (10, 40), (20, 40), (30, 90)], 100)
+    [[0, 10], [20], [30]]
+    >>> plan_groups([], 100)
+    []
+    """
+    groups: list[list[int]] = []
+    size = 0
+    for base, seg_size in segments:
+        if groups and size + seg_size <= max_bytes:
+            groups[-1].append(base)
+            size += seg_size
+        else:
+            groups.append([base])
+            size = seg_size
+    return groups
+
+
+def finish_interrupted_swap(directory: Path) -> None:
+    """Complete a swap whose journal was written before a crash (idempotent)."""
+    journal = directory / JOURNAL
+    if not journal.exists():
+        return
+    groups = orjson.loads(journal.read_bytes())
+    for group in groups:
+        _apply_group(directory, group["base"], group["replaces"])
+    fsync_dir(directory)
+    journal.unlink()
+    fsync_dir(directory)
+
+
+def _apply_group(directory: Path, base: int, replaces: Sequence[int]) -> None:
+    for path in (log_path(directory, base), index_path(directory, base),
+                 timeindex_path(directory, base)):
+        cleaned = path.with_name(path.name + CLEANED)
+        if cleaned.exists():
+            cleaned.replace(path)
+    for old in replaces:
+        if old == base:
+            continue
+        for path in (log_path(directory, old), index_path(directory, old),
+                     timeindex_path(directory, old)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def _iter_records(partition: Partition, base: int, end_offset: int
+                  ) -> list[tuple[int, int, int, int, list[Record]]]:
+    """``(position, base_offset, last_offset_delta, timestamp_type, records)`` per batch."""
+    path = log_path(partition.dir, base)
+    out = []
+    with open(path, "rb") as f:
+        data = f.read()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for ref in scan_batches(fd, path, 0, len(data), topic=partition.topic,
+                                partition=partition.partition):
+            h = ref.header
+            if h.base_offset >= end_offset:
+                break
+            records = decode_records(data, ref.position + HEADER_SIZE, ref.position + h.size,
+                                     h.base_offset, h.base_timestamp, h.timestamp_type,
+                                     partition.topic, partition.partition, 0, Record)
+            out.append((ref.position, h.base_offset, h.last_offset_delta, h.timestamp_type,
+                        records))
+    finally:
+        os.close(fd)
+    return out
+
+
+def compact_partition(partition: Partition) -> CompactionReport:
+    """Compact the cleanable range of ``partition`` (no-op unless its policy compacts)."""
+    started = time.perf_counter()
+    cfg = partition.config
+    if not cfg.compact:
+        return CompactionReport(partition.topic, partition.partition, 0, 0, 0, 0, 0, 0, 0.0)
+    with cleaner_lock(partition):
+        return _compact_locked(partition, started)
+
+
+def _compact_locked(partition: Partition, started: float) -> CompactionReport:
+    cfg = partition.config
+    now = partition.clock()
+    snap = partition.offsets()
+    bases = [s.base for s in partition.segments() if s.base < snap.active_base]
+    cleanable: list[tuple[int, int]] = []
+    for base, nxt in zip(bases, [*bases[1:], snap.active_base], strict=True):
+        if cfg.min_compaction_lag_ms > 0 and (
+            partition.segment_max_timestamp(base, nxt) > now - cfg.min_compaction_lag_ms
+        ):
+            break
+        cleanable.append((base, log_path(partition.dir, base).stat().st_size))
+    if not cleanable:
+        return CompactionReport(partition.topic, partition.partition, 0, 0, 0, 0, 0, 0,
+                                time.perf_counter() - started)
+    end_offset = snap.active_base
+    # Pass 1: last offset of every key in the cleanable range.
+    last: dict[bytes, int] = {}
+    scanned = 0
+    for base, _ in cleanable:
+        for _pos, _bo, _lod, _tt, records in _iter_records(partition, base, end_offset):
+            scanned += len(records)
+            for r in records:
+                if r.key is not None:
+                    last[key_id(r.key)] = r.offset
+    # Pass 2: write cleaned groups.
+    horizon = now - cfg.delete_retention_ms
+    groups = plan_groups(cleanable, cfg.segment_bytes)
+    kept_total = 0
+    bytes_after = 0
+    for group in groups:
+        kept_total_group, size = _write_cleaned(partition, group, end_offset, last, horizon)
+        kept_total += kept_total_group
+        bytes_after += size
+    # Swap: journal, odd layout, renames, even layout, remove journal.
+    journal = [{"base": g[0], "replaces": g} for g in groups]
+    write_atomic(partition.dir / JOURNAL, orjson.dumps(journal))
+    with partition.locked() as locked_snap:
+        partition.state.write(locked_snap._replace(layout=locked_snap.layout + 1))
+        try:
+            for group in groups:
+                _apply_group(partition.dir, group[0], group)
+            fsync_dir(partition.dir)
+        finally:
+            after = partition.state.read()
+            partition.state.write(after._replace(layout=after.layout + 1))
+    (partition.dir / JOURNAL).unlink()
+    fsync_dir(partition.dir)
+    report = CompactionReport(
+        partition.topic, partition.partition, len(cleanable), len(groups), scanned, kept_total,
+        sum(size for _, size in cleanable), bytes_after, time.perf_counter() - started)
+    log.info("partition compacted", topic=partition.topic, partition=partition.partition,
+             scanned=scanned, kept=kept_total, segments=len(groups))
+    return report
+
+
+def _write_cleaned(partition: Partition, group: list[int], end_offset: int,
+                   last: dict[bytes, int], horizon: int) -> tuple[int, int]:
+    base = group[0]
+    out_log = log_path(partition.dir, base).with_name(log_path(partition.dir, base).name + CLEANED)
+    out_index = index_path(partition.dir, base)
+    out_index = out_index.with_name(out_index.name + CLEANED)
+    out_time = timeindex_path(partition.dir, base)
+    out_time = out_time.with_name(out_time.name + CLEANED)
+    kept_count = 0
+    position = 0
+    last_indexed = -(1 << 62)
+    running_max = -1
+    index_entries: list[bytes] = []
+    time_entries: list[bytes] = []
+    with open(out_log, "wb") as f:
+        for seg in group:
+            for _pos, base_offset, last_delta, ts_type, records in _iter_records(
+                partition, seg, end_offset
+            ):
+                kept = [
+                    r for r in records
+                    if r.key is not None and last.get(key_id(r.key)) == r.offset
+                    and not (r.value is None and r.timestamp < horizon)
+                ]
+                if not kept:
+                    continue
+                raw = encode_batch(
+                    base_offset,
+                    [(r.key, r.value, r.headers, r.timestamp) for r in kept],
+                    timestamp_type=ts_type,
+                    offset_deltas=[r.offset - base_offset for r in kept],
+                    last_offset_delta=last_delta,
+                )
+                if position == 0 or position - last_indexed >= partition.config.index_interval_bytes:
+                    index_entries.append(OFFSET_ENTRY.pack(base_offset - base, position))
+                    time_entries.append(TIME_ENTRY.pack(running_max, base_offset - base))
+                    last_indexed = position
+                running_max = max(running_max, max(r.timestamp for r in kept))
+                f.write(raw)
+                position += len(raw)
+                kept_count += len(kept)
+        f.flush()
+        os.fsync(f.fileno())
+    for path, entries in ((out_index, index_entries), (out_time, time_entries)):
+        with open(path, "wb") as f:
+            f.write(b"".join(entries))
+            f.flush()
+            os.fsync(f.fileno())
+    return kept_count, position

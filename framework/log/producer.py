@@ -1,0 +1,184 @@
+"""The producer: picks a partition for each record and appends, acknowledging durably.
+
+Partitioning follows Kafka's default partitioner so a topic can move to Kafka keeping its
+key → partition placement: an explicit partition wins; a keyed record goes to
+``(murmur2(key) & 0x7fffffff) % partitions``; keyless records are spread across partitions.
+
+Two ways to send:
+
+* :meth:`Producer.send_batch` appends many records at once and returns their metadata once
+  durable: one write and one fsync per partition touched. This is the throughput API.
+* :meth:`Producer.send` returns a :class:`~concurrent.futures.Future`, like Kafka's producer.
+  A background sender thread appends whatever has accumulated (waiting up to ``linger_ms``
+  for more), so concurrent sends share one fsync: *group commit*. ``send(...).result()`` in
+  a loop gives one fsync per record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
+
+import structlog
+
+from framework.errors import ConfigError, InvalidRecordError
+from framework.log.partitioner import KeylessSpreader, partition_for_key
+from framework.log.port import Log
+from framework.log.record import Header, ProducerRecord, RecordMetadata
+
+log = structlog.get_logger("eventlane.producer")
+
+
+class Producer:
+    """Sends records to topics of a :class:`~framework.log.port.Log`. Thread-safe."""
+
+    def __init__(self, log_: Log, *, linger_ms: float = 0.0) -> None:
+        if linger_ms < 0:
+            raise ConfigError(f"linger_ms must be >= 0, got {linger_ms}")
+        self.log = log_
+        self.linger_ms = linger_ms
+        self._spreaders: dict[str, KeylessSpreader] = {}
+        self._pending: dict[tuple[str, int], list[tuple[ProducerRecord,
+                                                         Future[RecordMetadata]]]] = (
+            defaultdict(list))
+        self._cond = threading.Condition()
+        self._sender: threading.Thread | None = None
+        self._closed = False
+        self._inflight = 0
+
+    # ------------------------------------------------------------------ partitioning
+    def partition_for(self, topic: str, key: bytes | None, partition: int | None = None) -> int:
+        """The partition a record goes to (explicit, by key, or spread for keyless)."""
+        count = self.log.partition_count(topic)
+        if partition is not None:
+            if not isinstance(partition, int) or not 0 <= partition < count:
+                raise InvalidRecordError(
+                    f"partition {partition!r} does not exist (topic has {count})", topic=topic)
+            return partition
+        if key is not None:
+            return partition_for_key(key, count)
+        spreader = self._spreaders.get(topic)
+        if spreader is None or spreader.num_partitions != count:
+            spreader = self._spreaders[topic] = KeylessSpreader(count)
+        return spreader.next_partition()
+
+    # ------------------------------------------------------------------ batch API
+    def send_batch(
+        self,
+        topic: str,
+        records: Iterable[ProducerRecord],
+        *,
+        partition: int | None = None,
+    ) -> list[RecordMetadata]:
+        """Append ``records`` (partitioned per record) and return their metadata, in order."""
+        by_partition: dict[int, list[int]] = defaultdict(list)
+        items = list(records)
+        for i, r in enumerate(items):
+            _check_record(topic, r)
+            by_partition[self.partition_for(topic, r.key, partition)].append(i)
+        out: list[RecordMetadata | None] = [None] * len(items)
+        for p, indexes in by_partition.items():
+            chunk = items if len(by_partition) == 1 else [items[i] for i in indexes]
+            result = self.log.append(topic, p, chunk)
+            for n, (i, ts) in enumerate(zip(indexes, result.timestamps, strict=True)):
+                out[i] = RecordMetadata(topic, p, result.base_offset + n, ts)
+        return out  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ future API
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[Header] = (),
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> Future[RecordMetadata]:
+        """Queue one record; the future resolves to its metadata once it is durable."""
+        record = ProducerRecord(key, value, tuple(headers), timestamp)
+        _check_record(topic, record)
+        target = self.partition_for(topic, key, partition)
+        future: Future[RecordMetadata] = Future()
+        with self._cond:
+            if self._closed:
+                raise InvalidRecordError("producer is closed", topic=topic)
+            self._pending[(topic, target)].append((record, future))
+            if self._sender is None:
+                self._sender = threading.Thread(target=self._run, name="eventlane-producer",
+                                                daemon=True)
+                self._sender.start()
+            self._cond.notify_all()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending and self._closed:
+                    return
+                if self.linger_ms:
+                    self._cond.wait(self.linger_ms / 1000)
+                batch, self._pending = self._pending, defaultdict(list)
+                self._inflight += 1
+            try:
+                for (topic, p), entries in batch.items():
+                    try:
+                        result = self.log.append(topic, p, [r for r, _ in entries])
+                    except Exception as exc:  # delivered to every waiting future
+                        for _, fut in entries:
+                            fut.set_exception(exc)
+                        continue
+                    for n, ((_, fut), ts) in enumerate(zip(entries, result.timestamps,
+                                                           strict=True)):
+                        fut.set_result(RecordMetadata(topic, p, result.base_offset + n, ts))
+            finally:
+                with self._cond:
+                    self._inflight -= 1
+                    self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every record sent so far is durable (or ``timeout`` seconds pass)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._pending or self._inflight:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError("flush timed out")
+                self._cond.wait(remaining)
+
+    def close(self) -> None:
+        """Flush and stop the sender thread."""
+        self.flush()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._sender is not None:
+            self._sender.join()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_record(topic: str, record: ProducerRecord) -> None:
+    key, value, headers, ts = record
+    if key is not None and not isinstance(key, bytes):
+        raise InvalidRecordError(f"key must be bytes or None, not {type(key).__name__}",
+                                 topic=topic)
+    if value is not None and not isinstance(value, bytes):
+        raise InvalidRecordError(f"value must be bytes or None, not {type(value).__name__}",
+                                 topic=topic)
+    if ts is not None and (not isinstance(ts, int) or ts < 0):
+        raise InvalidRecordError(f"timestamp must be ms >= 0, got {ts!r}", topic=topic)
+    for header in headers:
+        if (not isinstance(header, tuple) or len(header) != 2 or not isinstance(header[0], str)
+                or not (header[1] is None or isinstance(header[1], bytes))):
+            raise InvalidRecordError(f"bad header {header!r}: expected (str, bytes | None)",
+                                     topic=topic)

@@ -1,0 +1,207 @@
+"""Segment files: a partition's log split into pieces named by their base offset.
+
+A partition directory holds, for each segment with base offset ``B`` (zero-padded to 20
+digits, as Kafka does)::
+
+    B.log        concatenated record batches (format: :mod:`framework.log.batch`)
+    B.index      sparse offset index: big-endian (uint32 offset - B, uint32 file position)
+                 entries, one for the first batch of the segment and then one for the first
+                 batch starting at least ``index_interval_bytes`` after the previous entry
+    B.timeindex  time index: big-endian (int64 largest timestamp of the segment's records
+                 *before* the batch, uint32 offset - B) entries, written with each offset
+                 index entry; the timestamps never decrease, so a bisect finds where records
+                 at or after a time can start
+
+The indexes are derived data: they are never fsynced on their own account, recovery rebuilds
+them from the ``.log`` file, and a reader that finds an entry past the valid end ignores it.
+Only the last segment (the *active* one) is ever appended to.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from framework.errors import CorruptRecordError
+from framework.log.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    batch_crc_ok,
+    check_header,
+    parse_header,
+)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+OFFSET_ENTRY = struct.Struct(">II")
+TIME_ENTRY = struct.Struct(">qI")
+SCAN_CHUNK = 1 << 20
+_BIG_ENDIAN_HOST = array("I", [1]).tobytes()[0] == 0
+
+
+def segment_stem(base: int) -> str:
+    return f"{base:020d}"
+
+
+def log_path(directory: Path, base: int) -> Path:
+    return directory / (segment_stem(base) + LOG_SUFFIX)
+
+
+def index_path(directory: Path, base: int) -> Path:
+    return directory / (segment_stem(base) + INDEX_SUFFIX)
+
+
+def timeindex_path(directory: Path, base: int) -> Path:
+    return directory / (segment_stem(base) + TIMEINDEX_SUFFIX)
+
+
+def list_segment_bases(directory: Path) -> list[int]:
+    """Base offsets of the ``*.log`` segments in ``directory``, ascending."""
+    bases = []
+    for name in os.listdir(directory):
+        if name.endswith(LOG_SUFFIX) and len(name) == 20 + len(LOG_SUFFIX):
+            stem = name[:20]
+            if stem.isdigit():
+                bases.append(int(stem))
+    bases.sort()
+    return bases
+
+
+def _u32_array(raw: bytes) -> array[int]:
+    values = array("I")
+    values.frombytes(raw[: len(raw) - len(raw) % 4])
+    if not _BIG_ENDIAN_HOST:
+        values.byteswap()
+    return values
+
+
+class OffsetIndex:
+    """An in-memory copy of a segment's ``.index``, extendable as the file grows.
+
+    ``lookup(relative)`` returns the file position of the last indexed batch whose relative
+    base offset is ``<= relative`` (0 when none is), where a scan for that offset can start.
+    """
+
+    __slots__ = ("_loaded_bytes", "offsets", "path", "positions")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offsets: array[int] = array("I")
+        self.positions: array[int] = array("I")
+        self._loaded_bytes = 0
+        self.refresh()
+
+    def refresh(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._loaded_bytes)
+                raw = f.read()
+        except FileNotFoundError:
+            return
+        raw = raw[: len(raw) - len(raw) % OFFSET_ENTRY.size]
+        if not raw:
+            return
+        pairs = _u32_array(raw)
+        self.offsets.extend(pairs[0::2])
+        self.positions.extend(pairs[1::2])
+        self._loaded_bytes += len(raw)
+
+    def lookup(self, relative: int, limit: int) -> int:
+        """Start position for ``relative``, ignoring entries at or past ``limit`` bytes."""
+        import bisect
+
+        i = bisect.bisect_right(self.offsets, relative) - 1
+        while i >= 0 and self.positions[i] >= limit:
+            i -= 1
+        return 0 if i < 0 else self.positions[i]
+
+
+class TimeIndex:
+    """An in-memory copy of a segment's ``.timeindex`` (see the module docstring)."""
+
+    __slots__ = ("offsets", "timestamps")
+
+    def __init__(self, path: Path) -> None:
+        self.timestamps: list[int] = []
+        self.offsets: list[int] = []
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return
+        for ts, rel in TIME_ENTRY.iter_unpack(raw[: len(raw) - len(raw) % TIME_ENTRY.size]):
+            self.timestamps.append(ts)
+            self.offsets.append(rel)
+
+    def start_for(self, timestamp: int) -> int:
+        """Relative offset from which records with ``ts >= timestamp`` may start (0 if none)."""
+        import bisect
+
+        i = bisect.bisect_left(self.timestamps, timestamp) - 1
+        return 0 if i < 0 else self.offsets[i]
+
+
+class BatchRef(NamedTuple):
+    """A batch found by a scan: its header and where it starts in the segment file."""
+
+    position: int
+    header: BatchHeader
+
+
+def corrupt(message: str, path: Path, position: int, offset: int | None, topic: str,
+            partition: int) -> CorruptRecordError:
+    return CorruptRecordError(
+        message, topic=topic, partition=partition, offset=offset, path=path, position=position
+    )
+
+
+def scan_batches(
+    fd: int,
+    path: Path,
+    start: int,
+    end: int,
+    *,
+    topic: str,
+    partition: int,
+    verify_crc: bool = True,
+    expect_after: int = -1,
+) -> Iterator[BatchRef]:
+    """Yield the batches in ``[start, end)`` of an open segment, checking each one.
+
+    Raises :class:`CorruptRecordError` naming the file, byte position and offset of the
+    first batch that is malformed, fails its CRC, or does not come after ``expect_after``
+    (offsets must strictly increase). A batch that runs past ``end`` is reported as
+    malformed too: callers pass the end of the data they know to be complete.
+    """
+    pos = start
+    buf = b""
+    buf_start = start
+    while pos < end:
+        rel = pos - buf_start
+        if rel + HEADER_SIZE > len(buf):
+            buf = os.pread(fd, max(SCAN_CHUNK, HEADER_SIZE), pos)
+            buf_start, rel = pos, 0
+            if len(buf) < HEADER_SIZE:
+                raise corrupt("truncated batch header", path, pos, None, topic, partition)
+        header = parse_header(buf, rel)
+        problem = check_header(header)
+        if problem is None and pos + header.size > end:
+            problem = f"batch of {header.size} bytes runs past the end of the data ({end})"
+        if problem is None and header.base_offset <= expect_after:
+            problem = f"offset {header.base_offset} does not follow {expect_after}"
+        if problem is not None:
+            raise corrupt(problem, path, pos, header.base_offset, topic, partition)
+        if rel + header.size > len(buf):
+            buf = os.pread(fd, max(SCAN_CHUNK, header.size), pos)
+            buf_start, rel = pos, 0
+            if len(buf) < header.size:
+                raise corrupt("truncated batch", path, pos, header.base_offset, topic, partition)
+        if verify_crc and not batch_crc_ok(buf, rel, header):
+            raise corrupt("CRC32C mismatch", path, pos, header.base_offset, topic, partition)
+        yield BatchRef(pos, header)
+        expect_after = header.last_offset
+        pos += header.size

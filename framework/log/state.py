@@ -1,0 +1,198 @@
+"""Shared, memory-mapped state: a partition's offsets, and the data directory's wake-up word.
+
+Every process that opens a partition maps the same ``state`` file, so appends made by one
+process are seen by readers in others without a system call. File format of
+``<partition dir>/state`` (128 bytes, little-endian)::
+
+     0  uint32  seq                 seqlock: odd while a writer updates the fields below
+     4  uint32  magic               0x314C5345 ("ESL1")
+     8  int64   lwm                 low-water mark (log start offset)
+    16  int64   hwm                 high-water mark: records below it are durable and readable
+    24  int64   leo                 log end offset: the next offset to assign
+    32  int64   active_base         base offset of the active (last) segment
+    40  int64   active_size         bytes of complete batches in the active segment
+    48  int64   layout              bumped whenever the segment list changes (roll, retention,
+                                    compaction swap, truncation): readers reload their file list
+    56  int64   active_max_ts       largest timestamp in the active segment (-1: none)
+    64  int64   last_index_pos      file position of the active segment's last index entry
+    72  int64   active_created_ms   when the active segment was created (segment_ms roll)
+    80  uint64  boot                hash of the boot id that wrote the state (unclean reboot check)
+
+Writers update fields only while holding the partition's append lock, inside a seqlock
+(``seq`` odd → even); readers retry until they see the same even ``seq`` before and after.
+The state is a cache of what the segment files say: it is never fsynced, and after a reboot
+(``boot`` differs) or if it is missing, recovery rebuilds it from the files.
+
+``<data>/.notify`` holds one uint32 that every append increments; waiting readers sleep on it
+with a Linux futex (a shared-mapping futex works across processes) and are woken by the
+appender, so a consumer at the high-water mark neither spins nor sleeps past an append. On
+systems without futexes the wait degrades to short sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import mmap
+import os
+import platform
+import struct
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+STATE_SIZE = 128
+MAGIC = 0x314C5345
+_SEQ = struct.Struct("<I")
+_FIELDS = struct.Struct("<qqqqqqqqqQ")
+_FIELDS_AT = 8
+_MAGIC_AT = 4
+
+
+def _boot_hash() -> int:
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = str(round(time.time() - time.monotonic(), -1))
+    return int.from_bytes(hashlib.blake2b(boot.encode(), digest_size=8).digest(), "little")
+
+
+BOOT = _boot_hash()
+
+
+class Snapshot(NamedTuple):
+    """A consistent copy of a partition's state fields."""
+
+    lwm: int
+    hwm: int
+    leo: int
+    active_base: int
+    active_size: int
+    layout: int
+    active_max_ts: int
+    last_index_pos: int
+    active_created_ms: int
+    boot: int
+
+
+class PartitionState:
+    """The mapped ``state`` file of one partition (see the module docstring for the format)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < STATE_SIZE:
+                os.ftruncate(fd, STATE_SIZE)
+            self._map = mmap.mmap(fd, STATE_SIZE)
+        finally:
+            os.close(fd)
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the file holds a state written on this boot."""
+        (magic,) = _SEQ.unpack_from(self._map, _MAGIC_AT)
+        return magic == MAGIC and self.read().boot == BOOT
+
+    def read(self) -> Snapshot:
+        m = self._map
+        unpack_seq = _SEQ.unpack_from
+        while True:
+            (before,) = unpack_seq(m, 0)
+            if before & 1:
+                time.sleep(0)
+                continue
+            fields = _FIELDS.unpack_from(m, _FIELDS_AT)
+            (after,) = unpack_seq(m, 0)
+            if before == after:
+                return Snapshot(*fields)
+
+    def hwm(self) -> int:
+        return self.read().hwm
+
+    def write(self, snapshot: Snapshot) -> None:
+        """Publish ``snapshot``. Caller holds the partition's append lock."""
+        m = self._map
+        (seq,) = _SEQ.unpack_from(m, 0)
+        _SEQ.pack_into(m, 0, (seq + 1) & 0xFFFFFFFF | 1)
+        _FIELDS.pack_into(m, _FIELDS_AT, *snapshot)
+        _SEQ.pack_into(m, _MAGIC_AT, MAGIC)
+        _SEQ.pack_into(m, 0, (seq + 2) & 0xFFFFFFFE)
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError, ValueError):
+            self._map.close()
+
+
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(
+    platform.machine().lower()
+)
+_FUTEX_WAIT = 0
+_FUTEX_WAKE = 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _load_syscall() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    if _SYS_FUTEX is None or platform.system() != "Linux":
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    fn = libc.syscall
+    fn.restype = ctypes.c_long
+    return fn
+
+
+_syscall = _load_syscall()
+
+
+class Notifier:
+    """The data directory's wake-up word (``<data>/.notify``): bump after append, wait for it."""
+
+    def __init__(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < 64:
+                os.ftruncate(fd, 64)
+            self._map = mmap.mmap(fd, 64)
+        finally:
+            os.close(fd)
+        self._word = ctypes.c_uint32.from_buffer(self._map, 0)
+        self._addr = ctypes.addressof(self._word)
+
+    def value(self) -> int:
+        return int(self._word.value)
+
+    def bump(self) -> None:
+        """Signal that something was appended; wakes every waiter in every process."""
+        self._word.value = (self._word.value + 1) & 0xFFFFFFFF
+        if _syscall is not None:
+            _syscall(_SYS_FUTEX, ctypes.c_void_p(self._addr), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+
+    def wait(self, seen: int, timeout: float) -> None:
+        """Sleep until the word differs from ``seen`` or ``timeout`` seconds pass.
+
+        May return early (spurious wake-ups); callers re-check what they wait for.
+        """
+        if timeout <= 0:
+            return
+        if _syscall is None:
+            deadline = time.monotonic() + timeout
+            while self._word.value == seen and time.monotonic() < deadline:
+                time.sleep(min(0.001, timeout))
+            return
+        ts = _Timespec(int(timeout), int((timeout % 1) * 1e9))
+        _syscall(
+            _SYS_FUTEX, ctypes.c_void_p(self._addr), _FUTEX_WAIT, ctypes.c_uint32(seen),
+            ctypes.byref(ts), None, 0,
+        )
+
+    def close(self) -> None:
+        del self._word
+        with contextlib.suppress(BufferError, ValueError):
+            self._map.close()

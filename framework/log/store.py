@@ -1,0 +1,364 @@
+"""``LogStore``: the embedded, file-based implementation of the log port.
+
+Data directory layout (default ``./eventlane-data``, or ``$EVENTLANE_DATA``)::
+
+    <data>/.notify                      wake-up word shared by all processes (:mod:`.state`)
+    <data>/topics/<topic>/topic.json    {"name", "partitions", "config": {...}, "created_ms"}
+    <data>/topics/<topic>/<partition>/  one directory per partition (:mod:`.partition`)
+
+Any number of processes may open the same data directory at once: appends to a partition
+are serialized by its file lock, and readers see them as soon as they are durable.
+Topic creation and deletion are atomic renames of a whole topic directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import orjson
+import structlog
+
+from framework.errors import (
+    ConfigError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from framework.log.config import TopicConfig
+from framework.log.names import topic_dir, validate_topic_name
+from framework.log.partition import (
+    AppendResult,
+    Clock,
+    Cursor,
+    Partition,
+    Precondition,
+    RecordTuple,
+    fsync_dir,
+    wall_clock_ms,
+    write_atomic,
+)
+from framework.log.record import Record
+from framework.log.state import Notifier
+
+log = structlog.get_logger("eventlane.log")
+
+DEFAULT_DATA_DIR = "eventlane-data"
+MAX_PARTITIONS = 10_000
+_META_TTL_S = 0.5
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("EVENTLANE_DATA") or DEFAULT_DATA_DIR)
+
+
+class PartitionOffsets(NamedTuple):
+    """The three marks of a partition: ``lwm <= hwm <= leo``."""
+
+    lwm: int
+    hwm: int
+    leo: int
+
+
+class PartitionDescription(NamedTuple):
+    partition: int
+    lwm: int
+    hwm: int
+    leo: int
+    segments: int
+    bytes: int
+
+
+class TopicDescription(NamedTuple):
+    name: str
+    partitions: int
+    config: TopicConfig
+    partition_details: tuple[PartitionDescription, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON shape of ``eventlane topics describe --json``."""
+        return {
+            "name": self.name,
+            "partitions": [p._asdict() for p in self.partition_details],
+            "config": self.config.to_dict(),
+        }
+
+
+class _TopicMeta(NamedTuple):
+    partitions: int
+    config: TopicConfig
+    checked: float
+    mtime_ns: int
+
+
+class LogStore:
+    """The embedded log: topics of partitions of segment files in one data directory."""
+
+    def __init__(self, path: str | Path | None = None, *, clock: Clock = wall_clock_ms) -> None:
+        self.path = Path(path) if path is not None else default_data_dir()
+        self.topics_root = self.path / "topics"
+        self.topics_root.mkdir(parents=True, exist_ok=True)
+        self.clock = clock
+        self.notifier = Notifier(self.path / ".notify")
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._meta: dict[str, _TopicMeta] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: TopicConfig | Mapping[str, object] | None = None,
+        *,
+        exist_ok: bool = False,
+    ) -> TopicDescription:
+        """Create a topic atomically; a bad name or config creates nothing."""
+        validate_topic_name(name)
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or not (
+            1 <= partitions <= MAX_PARTITIONS
+        ):
+            raise ConfigError(
+                f"partitions must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}",
+                topic=name)
+        cfg = config if isinstance(config, TopicConfig) else TopicConfig.from_mapping(config or {})
+        final = topic_dir(self.topics_root, name)
+        if final.exists():
+            if exist_ok:
+                return self.describe_topic(name)
+            raise TopicExistsError(f"topic {name!r} already exists", topic=name)
+        staging = self.topics_root / f".creating-{uuid.uuid4().hex}"
+        staging.mkdir()
+        try:
+            for p in range(partitions):
+                (staging / str(p)).mkdir()
+            self._write_meta(staging, name, partitions, cfg)
+            fsync_dir(staging)
+            try:
+                os.rename(staging, final)
+            except OSError as exc:
+                if exist_ok and final.exists():
+                    return self.describe_topic(name)
+                raise TopicExistsError(f"topic {name!r} already exists", topic=name) from exc
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        fsync_dir(self.topics_root)
+        log.info("topic created", topic=name, partitions=partitions,
+                 cleanup_policy=cfg.cleanup_policy)
+        return self.describe_topic(name)
+
+    def _write_meta(self, directory: Path, name: str, partitions: int, cfg: TopicConfig) -> None:
+        body = {"name": name, "partitions": partitions, "config": cfg.to_dict(),
+                "created_ms": self.clock()}
+        write_atomic(directory / "topic.json", orjson.dumps(body, option=orjson.OPT_INDENT_2))
+
+    def list_topics(self) -> list[str]:
+        return sorted(
+            entry.name for entry in self.topics_root.iterdir()
+            if not entry.name.startswith(".") and (entry / "topic.json").exists()
+        )
+
+    def topic_exists(self, name: str) -> bool:
+        validate_topic_name(name)
+        return (topic_dir(self.topics_root, name) / "topic.json").exists()
+
+    def _topic_meta(self, name: str, *, fresh: bool = False) -> _TopicMeta:
+        now = time.monotonic()
+        meta = self._meta.get(name)
+        if meta is not None and not fresh and now - meta.checked < _META_TTL_S:
+            return meta
+        path = topic_dir(self.topics_root, name) / "topic.json"
+        try:
+            st = path.stat()
+            if meta is not None and st.st_mtime_ns == meta.mtime_ns:
+                meta = meta._replace(checked=now)
+            else:
+                body = orjson.loads(path.read_bytes())
+                meta = _TopicMeta(int(body["partitions"]),
+                                  TopicConfig.from_mapping(body["config"]), now, st.st_mtime_ns)
+        except FileNotFoundError:
+            self._meta.pop(name, None)
+            raise UnknownTopicError(f"topic {name!r} does not exist", topic=name) from None
+        self._meta[name] = meta
+        return meta
+
+    def partition_count(self, name: str) -> int:
+        return self._topic_meta(name).partitions
+
+    def topic_config(self, name: str) -> TopicConfig:
+        return self._topic_meta(name).config
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        meta = self._topic_meta(name, fresh=True)
+        details = []
+        for p in range(meta.partitions):
+            part = self.partition(name, p)
+            marks = part.offsets()
+            segs = part.segments()
+            details.append(PartitionDescription(p, marks.lwm, marks.hwm, marks.leo, len(segs),
+                                                sum(s.size for s in segs)))
+        return TopicDescription(name, meta.partitions, meta.config, tuple(details))
+
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        config: Mapping[str, object] | None = None,
+    ) -> TopicDescription:
+        """Change config values, or increase the partition count (never decrease it).
+
+        More partitions change key → partition placement for new records; a warning is
+        logged, as Kafka warns.
+        """
+        meta = self._topic_meta(name, fresh=True)
+        cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
+        count = meta.partitions
+        if partitions is not None:
+            if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
+                raise ConfigError(f"partitions must be an integer <= {MAX_PARTITIONS}",
+                                  topic=name)
+            if partitions < meta.partitions:
+                raise ConfigError(
+                    f"cannot decrease partitions of {name!r} from {meta.partitions} to"
+                    f" {partitions}: records would be lost", topic=name)
+            if partitions > meta.partitions:
+                log.warning("partition count increased: new records with the same key may land"
+                            " in a different partition than older ones", topic=name,
+                            old=meta.partitions, new=partitions)
+                for p in range(meta.partitions, partitions):
+                    (topic_dir(self.topics_root, name) / str(p)).mkdir(exist_ok=True)
+                count = partitions
+        self._write_meta(topic_dir(self.topics_root, name), name, count, cfg)
+        with self._lock:
+            for (topic, _), part in self._partitions.items():
+                if topic == name:
+                    part.config = cfg
+        self._meta.pop(name, None)
+        return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and all its records (an atomic rename, then removal)."""
+        directory = topic_dir(self.topics_root, name)
+        if not (directory / "topic.json").exists():
+            raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)
+        with self._lock:
+            for key in [k for k in self._partitions if k[0] == name]:
+                self._partitions.pop(key).close()
+        trash = self.topics_root / f".deleted-{uuid.uuid4().hex}"
+        os.rename(directory, trash)
+        fsync_dir(self.topics_root)
+        shutil.rmtree(trash, ignore_errors=True)
+        self._meta.pop(name, None)
+        log.info("topic deleted", topic=name)
+
+    # ------------------------------------------------------------------ partitions
+    def partition(self, topic: str, partition: int) -> Partition:
+        """The open partition object (opened, and recovered if needed, on first use)."""
+        part = self._partitions.get((topic, partition))
+        if part is not None:
+            return part
+        meta = self._topic_meta(topic)
+        if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
+            meta = self._topic_meta(topic, fresh=True)
+            if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
+                raise UnknownPartitionError(
+                    f"partition {partition!r} does not exist (topic has {meta.partitions})",
+                    topic=topic, partition=partition if isinstance(partition, int) else None)
+        with self._lock:
+            part = self._partitions.get((topic, partition))
+            if part is None:
+                part = Partition(topic_dir(self.topics_root, topic) / str(partition), topic,
+                                 partition, meta.config, self.notifier, self.clock)
+                self._partitions[(topic, partition)] = part
+        return part
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        precondition: Precondition | None = None,
+        atomic: bool = False,
+    ) -> AppendResult:
+        return self.partition(topic, partition).append(
+            records, precondition=precondition, atomic=atomic)
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = 1 << 20,
+        cursor: Cursor | None = None,
+        upto: int | None = None,
+    ) -> tuple[list[Record], Cursor | None]:
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise ConfigError(f"offset must be an integer, got {offset!r}", topic=topic,
+                              partition=partition)
+        return self.partition(topic, partition).read(
+            offset, max_bytes=max_bytes, cursor=cursor, upto=upto)
+
+    def offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        snap = self.partition(topic, partition).offsets()
+        return PartitionOffsets(snap.lwm, snap.hwm, snap.leo)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
+        return self.partition(topic, partition).offset_for_time(timestamp)
+
+    def wait_seq(self) -> int:
+        """The current wake-up sequence; pass it to :meth:`wait` after checking for data."""
+        return self.notifier.value()
+
+    def wait(self, seen: int, timeout: float) -> None:
+        """Sleep until anything is appended anywhere after ``seen`` was read, or timeout."""
+        self.notifier.wait(seen, timeout)
+
+    # ------------------------------------------------------------------ maintenance
+    def compact(self, topic: str) -> list[object]:
+        from framework.log.cleaner import compact_partition
+
+        return [compact_partition(self.partition(topic, p)) for p in
+                range(self.partition_count(topic))]
+
+    def cleanup(self, topic: str) -> list[object]:
+        from framework.log.retention import apply_retention
+
+        return [apply_retention(self.partition(topic, p)) for p in
+                range(self.partition_count(topic))]
+
+    def verify(self, topic: str | None = None) -> list[Exception]:
+        """Check every batch of ``topic`` (or of all topics); return the problems found."""
+        problems: list[Exception] = []
+        for name in [topic] if topic is not None else self.list_topics():
+            for p in range(self._topic_meta(name, fresh=True).partitions):
+                problems.extend(self.partition(name, p).verify())
+        return problems
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            for part in self._partitions.values():
+                with contextlib.suppress(OSError):
+                    part.close()
+            self._partitions.clear()
+        self.notifier.close()
+
+    def __enter__(self) -> LogStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

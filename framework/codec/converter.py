@@ -40,9 +40,9 @@ from typing import Any, NoReturn
 from uuid import UUID
 
 import cattrs
-from cattrs.v import format_exception
 from cattrs.preconf.orjson import OrjsonConverter
 from cattrs.preconf.orjson import make_converter as _make_orjson_converter
+from cattrs.v import format_exception
 
 __all__ = ["OrjsonConverter", "describe_structure_error", "make_converter"]
 
@@ -53,13 +53,13 @@ def _wrong_type(value: object, expected: str) -> NoReturn:
 
 def _structure_str(value: Any, _: type) -> str:
     if value.__class__ is str:
-        return value  # type: ignore[no-any-return]
+        return value
     _wrong_type(value, "a string")
 
 
 def _structure_int(value: Any, _: type) -> int:
     if value.__class__ is int:
-        return value  # type: ignore[no-any-return]
+        return value
     _wrong_type(value, "an integer")
 
 
@@ -74,7 +74,7 @@ def _structure_float(value: Any, _: type) -> float:
 
 def _structure_bool(value: Any, _: type) -> bool:
     if value.__class__ is bool:
-        return value  # type: ignore[no-any-return]
+        return value
     _wrong_type(value, "a boolean")
 
 

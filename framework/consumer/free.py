@@ -49,7 +49,8 @@ class Consumer:
         if auto_offset_reset not in OFFSET_RESETS:
             raise ConfigError(
                 f"auto_offset_reset must be one of {', '.join(OFFSET_RESETS)}, got"
-                f" {auto_offset_reset!r}")
+                f" {auto_offset_reset!r}"
+            )
         if max_poll_records < 1:
             raise ConfigError(f"max_poll_records must be >= 1, got {max_poll_records}")
         self.log = log_
@@ -68,8 +69,11 @@ class Consumer:
         for tp in wanted:
             count = self.log.partition_count(tp.topic)
             if not 0 <= tp.partition < count:
-                raise ConfigError(f"partition {tp.partition} does not exist (topic has"
-                                  f" {count})", topic=tp.topic, partition=tp.partition)
+                raise ConfigError(
+                    f"partition {tp.partition} does not exist (topic has {count})",
+                    topic=tp.topic,
+                    partition=tp.partition,
+                )
         self._positions = {tp: self._positions.get(tp) for tp in wanted}
         self._cursors = {tp: self._cursors.get(tp) for tp in wanted}
         self._buffers = {tp: self._buffers.get(tp, []) for tp in wanted}
@@ -80,8 +84,9 @@ class Consumer:
     def _check(self, tp: TopicPartition | tuple[str, int]) -> TopicPartition:
         tp = TopicPartition(*tp)
         if tp not in self._positions:
-            raise ConfigError("partition is not assigned to this consumer", topic=tp.topic,
-                              partition=tp.partition)
+            raise ConfigError(
+                "partition is not assigned to this consumer", topic=tp.topic, partition=tp.partition
+            )
         return tp
 
     # ------------------------------------------------------------------ positions
@@ -89,8 +94,11 @@ class Consumer:
         """Set the next offset to read. Validated at the next poll against the LWM/LEO."""
         tp = self._check(tp)
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise ConfigError(f"offset must be an integer >= 0, got {offset!r}",
-                              topic=tp.topic, partition=tp.partition)
+            raise ConfigError(
+                f"offset must be an integer >= 0, got {offset!r}",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
         self._positions[tp] = offset
         self._cursors[tp] = None
         self._buffers[tp] = []
@@ -122,11 +130,17 @@ class Consumer:
             raise error
         else:
             raise NoOffsetForPartitionError(
-                "no position and auto_offset_reset='error'", topic=tp.topic,
-                partition=tp.partition)
+                "no position and auto_offset_reset='error'", topic=tp.topic, partition=tp.partition
+            )
         if error is not None:
-            log.warning("offset out of range; reset", topic=tp.topic, partition=tp.partition,
-                        offset=error.offset, reset_to=pos, policy=self.auto_offset_reset)
+            log.warning(
+                "offset out of range; reset",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=error.offset,
+                reset_to=pos,
+                policy=self.auto_offset_reset,
+            )
         self._positions[tp] = pos
         self._cursors[tp] = None
         return pos
@@ -136,8 +150,8 @@ class Consumer:
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the earliest offset whose timestamp is >= the given one."""
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
-        for tp, ts in timestamps.items():
-            tp = TopicPartition(*tp)
+        for given, ts in timestamps.items():
+            tp = TopicPartition(*given)
             offset = self.log.offset_for_time(tp.topic, tp.partition, ts)
             if offset is None:
                 out[tp] = None
@@ -155,13 +169,18 @@ class Consumer:
         if pos is None:
             pos = self._reset(tp, None)
         try:
-            records, cursor = self.log.read(tp.topic, tp.partition, pos,
-                                            max_bytes=self.fetch_max_bytes,
-                                            cursor=self._cursors[tp])
+            records, cursor = self.log.read(
+                tp.topic,
+                tp.partition,
+                pos,
+                max_bytes=self.fetch_max_bytes,
+                cursor=self._cursors[tp],
+            )
         except OffsetOutOfRangeError as err:
             pos = self._reset(tp, err)
-            records, cursor = self.log.read(tp.topic, tp.partition, pos,
-                                            max_bytes=self.fetch_max_bytes)
+            records, cursor = self.log.read(
+                tp.topic, tp.partition, pos, max_bytes=self.fetch_max_bytes
+            )
         self._cursors[tp] = cursor
         if records:
             self._positions[tp] = records[-1].offset + 1
@@ -189,7 +208,7 @@ class Consumer:
                     continue
                 take = records[: limit - len(out)]
                 out.extend(take)
-                self._buffers[tp] = records[len(take):]
+                self._buffers[tp] = records[len(take) :]
                 if len(out) >= limit:
                     self._next = (self._next + i + 1) % n
                     break

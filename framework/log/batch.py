@@ -64,10 +64,17 @@ crc32c = _crc32c.crc32c
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    EncodeFn = Callable[[Sequence[tuple[bytes | None, bytes | None, tuple[Header, ...], int]], int,
-                         Sequence[int] | None], bytes]
-    DecodeFn = Callable[[bytes | memoryview, int, int, int, int, int, str, int, int, type],
-                        list[Record]]
+    EncodeFn = Callable[
+        [
+            Sequence[tuple[bytes | None, bytes | None, tuple[Header, ...], int]],
+            int,
+            Sequence[int] | None,
+        ],
+        bytes,
+    ]
+    DecodeFn = Callable[
+        [bytes | memoryview, int, int, int, int, int, str, int, int, type], list[Record]
+    ]
 
 
 class BatchHeader(NamedTuple):

@@ -36,7 +36,7 @@ import orjson
 import structlog
 
 from framework.log.batch import HEADER_SIZE, decode_records, encode_batch
-from framework.log.partition import fsync_dir, write_atomic
+from framework.log.files import fsync_dir, write_atomic
 from framework.log.record import Record
 from framework.log.retention import cleaner_lock
 from framework.log.segment import (
@@ -110,22 +110,29 @@ def finish_interrupted_swap(directory: Path) -> None:
 
 
 def _apply_group(directory: Path, base: int, replaces: Sequence[int]) -> None:
-    for path in (log_path(directory, base), index_path(directory, base),
-                 timeindex_path(directory, base)):
+    for path in (
+        log_path(directory, base),
+        index_path(directory, base),
+        timeindex_path(directory, base),
+    ):
         cleaned = path.with_name(path.name + CLEANED)
         if cleaned.exists():
             cleaned.replace(path)
     for old in replaces:
         if old == base:
             continue
-        for path in (log_path(directory, old), index_path(directory, old),
-                     timeindex_path(directory, old)):
+        for path in (
+            log_path(directory, old),
+            index_path(directory, old),
+            timeindex_path(directory, old),
+        ):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
 
-def _iter_records(partition: Partition, base: int, end_offset: int
-                  ) -> list[tuple[int, int, int, int, list[Record]]]:
+def _iter_records(
+    partition: Partition, base: int, end_offset: int
+) -> list[tuple[int, int, int, int, list[Record]]]:
     """``(position, base_offset, last_offset_delta, timestamp_type, records)`` per batch."""
     path = log_path(partition.dir, base)
     out = []
@@ -133,16 +140,27 @@ def _iter_records(partition: Partition, base: int, end_offset: int
         data = f.read()
     fd = os.open(path, os.O_RDONLY)
     try:
-        for ref in scan_batches(fd, path, 0, len(data), topic=partition.topic,
-                                partition=partition.partition):
+        for ref in scan_batches(
+            fd, path, 0, len(data), topic=partition.topic, partition=partition.partition
+        ):
             h = ref.header
             if h.base_offset >= end_offset:
                 break
-            records = decode_records(data, ref.position + HEADER_SIZE, ref.position + h.size,
-                                     h.base_offset, h.base_timestamp, h.timestamp_type,
-                                     partition.topic, partition.partition, 0, Record)
-            out.append((ref.position, h.base_offset, h.last_offset_delta, h.timestamp_type,
-                        records))
+            records = decode_records(
+                data,
+                ref.position + HEADER_SIZE,
+                ref.position + h.size,
+                h.base_offset,
+                h.base_timestamp,
+                h.timestamp_type,
+                partition.topic,
+                partition.partition,
+                0,
+                Record,
+            )
+            out.append(
+                (ref.position, h.base_offset, h.last_offset_delta, h.timestamp_type, records)
+            )
     finally:
         os.close(fd)
     return out
@@ -171,8 +189,9 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
             break
         cleanable.append((base, log_path(partition.dir, base).stat().st_size))
     if not cleanable:
-        return CompactionReport(partition.topic, partition.partition, 0, 0, 0, 0, 0, 0,
-                                time.perf_counter() - started)
+        return CompactionReport(
+            partition.topic, partition.partition, 0, 0, 0, 0, 0, 0, time.perf_counter() - started
+        )
     end_offset = snap.active_base
     # Pass 1: last offset of every key in the cleanable range.
     last: dict[bytes, int] = {}
@@ -207,15 +226,30 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
     (partition.dir / JOURNAL).unlink()
     fsync_dir(partition.dir)
     report = CompactionReport(
-        partition.topic, partition.partition, len(cleanable), len(groups), scanned, kept_total,
-        sum(size for _, size in cleanable), bytes_after, time.perf_counter() - started)
-    log.info("partition compacted", topic=partition.topic, partition=partition.partition,
-             scanned=scanned, kept=kept_total, segments=len(groups))
+        partition.topic,
+        partition.partition,
+        len(cleanable),
+        len(groups),
+        scanned,
+        kept_total,
+        sum(size for _, size in cleanable),
+        bytes_after,
+        time.perf_counter() - started,
+    )
+    log.info(
+        "partition compacted",
+        topic=partition.topic,
+        partition=partition.partition,
+        scanned=scanned,
+        kept=kept_total,
+        segments=len(groups),
+    )
     return report
 
 
-def _write_cleaned(partition: Partition, group: list[int], end_offset: int,
-                   last: dict[bytes, int], horizon: int) -> tuple[int, int]:
+def _write_cleaned(
+    partition: Partition, group: list[int], end_offset: int, last: dict[bytes, int], horizon: int
+) -> tuple[int, int]:
     base = group[0]
     out_log = log_path(partition.dir, base).with_name(log_path(partition.dir, base).name + CLEANED)
     out_index = index_path(partition.dir, base)
@@ -234,8 +268,10 @@ def _write_cleaned(partition: Partition, group: list[int], end_offset: int,
                 partition, seg, end_offset
             ):
                 kept = [
-                    r for r in records
-                    if r.key is not None and last.get(key_id(r.key)) == r.offset
+                    r
+                    for r in records
+                    if r.key is not None
+                    and last.get(key_id(r.key)) == r.offset
                     and not (r.value is None and r.timestamp < horizon)
                 ]
                 if not kept:
@@ -247,11 +283,14 @@ def _write_cleaned(partition: Partition, group: list[int], end_offset: int,
                     offset_deltas=[r.offset - base_offset for r in kept],
                     last_offset_delta=last_delta,
                 )
-                if position == 0 or position - last_indexed >= partition.config.index_interval_bytes:
+                if (
+                    position == 0
+                    or position - last_indexed >= partition.config.index_interval_bytes
+                ):
                     index_entries.append(OFFSET_ENTRY.pack(base_offset - base, position))
                     time_entries.append(TIME_ENTRY.pack(running_max, base_offset - base))
                     last_indexed = position
-                running_max = max(running_max, max(r.timestamp for r in kept))
+                running_max = max(running_max, *(r.timestamp for r in kept))
                 f.write(raw)
                 position += len(raw)
                 kept_count += len(kept)

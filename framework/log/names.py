@@ -22,10 +22,10 @@ def validate_topic_name(name: object) -> str:
 
     >>> validate_topic_name("orders.v1")
     'orders.v1'
-    >>> validate_topic_name("../etc")
+    >>> validate_topic_name("../etc")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    framework.errors.InvalidTopicError: topic name '../etc' is illegal: only ASCII letters, digits, '.', '_' and '-' are allowed (topic=../etc)
+    framework.errors.InvalidTopicError: topic name '../etc' is illegal: ...
     """
     if not isinstance(name, str):
         raise InvalidTopicError(f"topic name must be a string, not {type(name).__name__}")

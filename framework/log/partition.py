@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import fcntl
+import itertools
 import os
 import threading
 import time
@@ -50,7 +51,9 @@ from framework.log.batch import (
     encode_batch,
     parse_header,
 )
+from framework.log.cleaner import finish_interrupted_swap
 from framework.log.config import TopicConfig
+from framework.log.files import fsync_dir, read_int_file, write_atomic
 from framework.log.record import Header, Record
 from framework.log.segment import (
     OFFSET_ENTRY,
@@ -64,7 +67,7 @@ from framework.log.segment import (
     scan_batches,
     timeindex_path,
 )
-from framework.log.state import Notifier, PartitionState, Snapshot
+from framework.log.state import BOOT, Notifier, PartitionState, Snapshot
 
 log = structlog.get_logger("eventlane.log")
 
@@ -76,32 +79,6 @@ Clock = Callable[[], int]
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` durably: write a temp file, fsync, rename, fsync dir."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-    fsync_dir(path.parent)
-
-
-def read_int_file(path: Path, default: int) -> int:
-    try:
-        return int(path.read_text().strip() or default)
-    except FileNotFoundError:
-        return default
 
 
 class _LayoutChangedError(Exception):
@@ -195,8 +172,11 @@ class Partition:
         size = os.fstat(self._w_fd).st_size
         if size != snap.active_size:
             if size < snap.active_size:
-                self._log.warning("active segment shorter than its state; recovering",
-                                  size=size, expected=snap.active_size)
+                self._log.warning(
+                    "active segment shorter than its state; recovering",
+                    size=size,
+                    expected=snap.active_size,
+                )
                 return self._recover_locked()
             self._truncate_tail_locked(snap, size)
         return snap
@@ -221,8 +201,10 @@ class Partition:
     def _truncate_tail_locked(self, snap: Snapshot, size: int) -> None:
         """Drop bytes an appender wrote but never acknowledged (it died mid-append)."""
         self._log.warning(
-            "truncating unacknowledged tail", file=str(log_path(self.dir, snap.active_base)),
-            position=snap.active_size, bytes=size - snap.active_size,
+            "truncating unacknowledged tail",
+            file=str(log_path(self.dir, snap.active_base)),
+            position=snap.active_size,
+            bytes=size - snap.active_size,
         )
         os.ftruncate(self._w_fd, snap.active_size)
         self._trim_indexes(snap.active_base, snap.active_size)
@@ -244,8 +226,6 @@ class Partition:
     # ------------------------------------------------------------------ recovery
     def _recover_locked(self) -> Snapshot:
         """Rebuild the state from the files after an unclean stop (see the class docstring)."""
-        from framework.log.cleaner import finish_interrupted_swap
-
         self._close_writer()
         previous = self.state.read() if self._state_has_magic() else None
         finish_interrupted_swap(self.dir)
@@ -254,10 +234,10 @@ class Partition:
                 leftover.unlink()
         bases = list_segment_bases(self.dir)
         lwm = read_int_file(self.dir / "log-start-offset", bases[0] if bases else 0)
-        for base, nxt in zip(bases, bases[1:], strict=False):
+        for base, nxt in itertools.pairwise(bases):
             if nxt <= lwm:
                 self._delete_segment_files(base)
-        bases = [b for b in list_segment_bases(self.dir)]
+        bases = list(list_segment_bases(self.dir))
         if not bases:
             bases = [lwm]
             log_path(self.dir, lwm).touch()
@@ -283,10 +263,20 @@ class Partition:
                 last_indexed = -(1 << 62)
                 valid = 0
                 try:
-                    for ref in scan_batches(fd, path, 0, size, topic=self.topic,
-                                            partition=self.partition, expect_after=expect_after):
+                    for ref in scan_batches(
+                        fd,
+                        path,
+                        0,
+                        size,
+                        topic=self.topic,
+                        partition=self.partition,
+                        expect_after=expect_after,
+                    ):
                         h = ref.header
-                        if ref.position == 0 or ref.position - last_indexed >= self.config.index_interval_bytes:
+                        if (
+                            ref.position == 0
+                            or ref.position - last_indexed >= self.config.index_interval_bytes
+                        ):
                             entries.append((h.base_offset - base, ref.position, seg_max))
                             last_indexed = ref.position
                         seg_max = max(seg_max, h.max_timestamp)
@@ -295,9 +285,13 @@ class Partition:
                 except CorruptRecordError as err:
                     if not last or (err.offset is not None and 0 <= err.offset < durable):
                         raise
-                    self._log.warning("truncating torn tail found by recovery",
-                                      file=str(path), position=valid, bytes=size - valid,
-                                      reason=err.message)
+                    self._log.warning(
+                        "truncating torn tail found by recovery",
+                        file=str(path),
+                        position=valid,
+                        bytes=size - valid,
+                        reason=err.message,
+                    )
                     os.ftruncate(fd, valid)
                     os.fsync(fd)
                 self._write_indexes(base, entries)
@@ -315,9 +309,16 @@ class Partition:
         created = int(os.stat(log_path(self.dir, active)).st_mtime * 1000)
         layout = ((previous.layout | 1) + 1) if previous is not None else 2
         snap = Snapshot(
-            lwm=lwm, hwm=leo, leo=leo, active_base=active, active_size=active_size,
-            layout=layout, active_max_ts=max_ts, last_index_pos=last_index_pos,
-            active_created_ms=created if active_size else self.clock(), boot=_boot(),
+            lwm=lwm,
+            hwm=leo,
+            leo=leo,
+            active_base=active,
+            active_size=active_size,
+            layout=layout,
+            active_max_ts=max_ts,
+            last_index_pos=last_index_pos,
+            active_created_ms=created if active_size else self.clock(),
+            boot=BOOT,
         )
         self.state.write(snap)
         self._open_writer(snap)
@@ -325,10 +326,7 @@ class Partition:
         return snap
 
     def _state_has_magic(self) -> bool:
-        from framework.log.state import _MAGIC_AT, _SEQ, MAGIC
-
-        (magic,) = _SEQ.unpack_from(self.state._map, _MAGIC_AT)
-        return bool(magic == MAGIC)
+        return self.state.has_magic()
 
     def _write_indexes(self, base: int, entries: Sequence[tuple[int, int, int]]) -> None:
         index = b"".join(OFFSET_ENTRY.pack(rel, pos) for rel, pos, _ in entries)
@@ -337,8 +335,11 @@ class Partition:
         timeindex_path(self.dir, base).write_bytes(times)
 
     def _delete_segment_files(self, base: int) -> None:
-        for path in (log_path(self.dir, base), index_path(self.dir, base),
-                     timeindex_path(self.dir, base)):
+        for path in (
+            log_path(self.dir, base),
+            index_path(self.dir, base),
+            timeindex_path(self.dir, base),
+        ):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
@@ -358,14 +359,18 @@ class Partition:
         ``precondition(leo)`` runs under the append lock before anything is written.
         """
         if not records:
-            raise InvalidRecordError("nothing to append", topic=self.topic,
-                                     partition=self.partition)
+            raise InvalidRecordError(
+                "nothing to append", topic=self.topic, partition=self.partition
+            )
         cfg = self.config
         batches = self._split(records)
         if atomic and len(batches) > 1:
             raise RecordTooLargeError(
                 f"an atomic append of {len(records)} records exceeds one batch "
-                f"({MAX_BATCH_BYTES} bytes)", topic=self.topic, partition=self.partition)
+                f"({MAX_BATCH_BYTES} bytes)",
+                topic=self.topic,
+                partition=self.partition,
+            )
         with self.locked() as snap:
             if precondition is not None:
                 precondition(snap.leo)
@@ -385,8 +390,7 @@ class Partition:
             ts_type = 1 if cfg.log_append_time else 0
             for chunk in batches:
                 resolved = [
-                    (r[0], r[1], r[2], now if (ts_type or r[3] is None) else r[3])
-                    for r in chunk
+                    (r[0], r[1], r[2], now if (ts_type or r[3] is None) else r[3]) for r in chunk
                 ]
                 raw = encode_batch(leo, resolved, timestamp_type=ts_type)
                 if size > 0 and (
@@ -398,9 +402,18 @@ class Partition:
                     active_base, size, max_ts, last_index_pos, created = leo, 0, -1, 0, now
                     layout += 2
                     pending_start = 0
-                    self.state.write(snap._replace(
-                        leo=leo, hwm=leo, active_base=leo, active_size=0, layout=layout,
-                        active_max_ts=-1, last_index_pos=0, active_created_ms=now))
+                    self.state.write(
+                        snap._replace(
+                            leo=leo,
+                            hwm=leo,
+                            active_base=leo,
+                            active_size=0,
+                            layout=layout,
+                            active_max_ts=-1,
+                            last_index_pos=0,
+                            active_created_ms=now,
+                        )
+                    )
                     self._open_writer(self.state.read())
                 if size == 0 or size - last_index_pos >= cfg.index_interval_bytes:
                     index_entries.append(OFFSET_ENTRY.pack(leo - active_base, size))
@@ -408,17 +421,27 @@ class Partition:
                     last_index_pos = size
                 pending.append(raw)
                 size += len(raw)
-                batch_max = max(r[3] for r in resolved)  # type: ignore[type-var]
-                max_ts = max(max_ts, batch_max)
-                timestamps.extend(r[3] for r in resolved)  # type: ignore[misc]
+                stamps = [r[3] for r in resolved]
+                max_ts = max(max_ts, *stamps)
+                timestamps.extend(stamps)
                 leo += len(chunk)
             self._write_pending(pending_start, pending, index_entries, time_entries)
             if cfg.flush_policy == "always":
                 os.fdatasync(self._w_fd)
-            self.state.write(Snapshot(
-                lwm=snap.lwm, hwm=leo, leo=leo, active_base=active_base, active_size=size,
-                layout=layout, active_max_ts=max_ts, last_index_pos=last_index_pos,
-                active_created_ms=created, boot=snap.boot))
+            self.state.write(
+                Snapshot(
+                    lwm=snap.lwm,
+                    hwm=leo,
+                    leo=leo,
+                    active_base=active_base,
+                    active_size=size,
+                    layout=layout,
+                    active_max_ts=max_ts,
+                    last_index_pos=last_index_pos,
+                    active_created_ms=created,
+                    boot=snap.boot,
+                )
+            )
         self.notifier.bump()
         return AppendResult(leo - len(records), leo - 1, timestamps)
 
@@ -430,19 +453,25 @@ class Partition:
         acc = 0
         for i, r in enumerate(records):
             key, value, headers = r[0], r[1], r[2]
-            size = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (
-                len(value) if value is not None else 0)
+            size = (
+                RECORD_OVERHEAD
+                + (len(key) if key is not None else 0)
+                + (len(value) if value is not None else 0)
+            )
             if headers:
-                size += sum(8 + len(n) * 4 + (len(v) if v is not None else 0)
-                            for n, v in headers)
+                size += sum(8 + len(n) * 4 + (len(v) if v is not None else 0) for n, v in headers)
             if size > limit:
                 raise RecordTooLargeError(
                     f"record {i} is {size} bytes; max_record_bytes is {limit}",
-                    topic=self.topic, partition=self.partition)
+                    topic=self.topic,
+                    partition=self.partition,
+                )
             if compact and key is None:
                 raise InvalidRecordError(
                     f"record {i} has no key; a compacted topic needs a key on every record",
-                    topic=self.topic, partition=self.partition)
+                    topic=self.topic,
+                    partition=self.partition,
+                )
             if acc + size > MAX_BATCH_BYTES and i > start:
                 batches.append(records[start:i])
                 start, acc = i, 0
@@ -450,8 +479,13 @@ class Partition:
         batches.append(records[start:])
         return batches
 
-    def _write_pending(self, start: int, pending: list[bytes], index_entries: list[bytes],
-                       time_entries: list[bytes]) -> None:
+    def _write_pending(
+        self,
+        start: int,
+        pending: list[bytes],
+        index_entries: list[bytes],
+        time_entries: list[bytes],
+    ) -> None:
         if not pending:
             return
         data = pending[0] if len(pending) == 1 else b"".join(pending)
@@ -470,8 +504,11 @@ class Partition:
         os.fsync(self._w_fd)
         os.fsync(self._w_index_fd)
         os.fsync(self._w_time_fd)
-        for path in (log_path(self.dir, new_base), index_path(self.dir, new_base),
-                     timeindex_path(self.dir, new_base)):
+        for path in (
+            log_path(self.dir, new_base),
+            index_path(self.dir, new_base),
+            timeindex_path(self.dir, new_base),
+        ):
             path.touch()
         fsync_dir(self.dir)
         write_atomic(self.dir / "recovery-point", str(new_base).encode())
@@ -484,9 +521,16 @@ class Partition:
                 return
             self._roll_locked(snap.leo)
             now = self.clock()
-            self.state.write(snap._replace(
-                active_base=snap.leo, active_size=0, layout=snap.layout + 2, active_max_ts=-1,
-                last_index_pos=0, active_created_ms=now))
+            self.state.write(
+                snap._replace(
+                    active_base=snap.leo,
+                    active_size=0,
+                    layout=snap.layout + 2,
+                    active_max_ts=-1,
+                    last_index_pos=0,
+                    active_created_ms=now,
+                )
+            )
             self._open_writer(self.state.read())
 
     # ------------------------------------------------------------------ read
@@ -556,16 +600,25 @@ class Partition:
                 except (FileNotFoundError, _LayoutChangedError):
                     self._r_layout = -1  # segments changed under us: reload and retry
                     cursor = None
-        raise CorruptRecordError("segment layout kept changing during a read",
-                                 topic=self.topic, partition=self.partition, offset=offset)
+        raise CorruptRecordError(
+            "segment layout kept changing during a read",
+            topic=self.topic,
+            partition=self.partition,
+            offset=offset,
+        )
 
-    def _read_locked(self, offset: int, max_bytes: int, cursor: Cursor | None, snap: Snapshot,
-                     upto: int | None) -> tuple[list[Record], Cursor | None]:
+    def _read_locked(
+        self, offset: int, max_bytes: int, cursor: Cursor | None, snap: Snapshot, upto: int | None
+    ) -> tuple[list[Record], Cursor | None]:
         if offset < snap.lwm or offset > snap.leo:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range [{snap.lwm}, {snap.leo}]",
-                topic=self.topic, partition=self.partition, offset=offset, lwm=snap.lwm,
-                leo=snap.leo)
+                topic=self.topic,
+                partition=self.partition,
+                offset=offset,
+                lwm=snap.lwm,
+                leo=snap.leo,
+            )
         end_offset = snap.hwm if upto is None else min(upto, snap.hwm)
         if offset >= end_offset:
             return [], cursor
@@ -592,8 +645,14 @@ class Partition:
                     break
                 problem = check_header(h)
                 if problem is not None:
-                    raise corrupt(problem, log_path(self.dir, base), position + rel,
-                                  h.base_offset, topic, partition)
+                    raise corrupt(
+                        problem,
+                        log_path(self.dir, base),
+                        position + rel,
+                        h.base_offset,
+                        topic,
+                        partition,
+                    )
                 if rel + h.size > len(buf):
                     if out:
                         break
@@ -601,20 +660,46 @@ class Partition:
                     position += rel
                     rel = 0
                     if len(buf) < h.size:
-                        raise corrupt("truncated batch", log_path(self.dir, base), position,
-                                      h.base_offset, topic, partition)
+                        raise corrupt(
+                            "truncated batch",
+                            log_path(self.dir, base),
+                            position,
+                            h.base_offset,
+                            topic,
+                            partition,
+                        )
                 if h.next_offset > offset:
                     if not batch_crc_ok(buf, rel, h):
-                        raise corrupt("CRC32C mismatch", log_path(self.dir, base),
-                                      position + rel, h.base_offset, topic, partition)
+                        raise corrupt(
+                            "CRC32C mismatch",
+                            log_path(self.dir, base),
+                            position + rel,
+                            h.base_offset,
+                            topic,
+                            partition,
+                        )
                     try:
                         records = decode_records(
-                            buf, rel + HEADER_SIZE, rel + h.size, h.base_offset,
-                            h.base_timestamp, h.timestamp_type, topic, partition, offset,
-                            Record)
+                            buf,
+                            rel + HEADER_SIZE,
+                            rel + h.size,
+                            h.base_offset,
+                            h.base_timestamp,
+                            h.timestamp_type,
+                            topic,
+                            partition,
+                            offset,
+                            Record,
+                        )
                     except ValueError as exc:
-                        raise corrupt(f"malformed record: {exc}", log_path(self.dir, base),
-                                      position + rel, h.base_offset, topic, partition) from None
+                        raise corrupt(
+                            f"malformed record: {exc}",
+                            log_path(self.dir, base),
+                            position + rel,
+                            h.base_offset,
+                            topic,
+                            partition,
+                        ) from None
                     out.extend(records)
                     offset = h.next_offset
                 rel += h.size
@@ -623,8 +708,14 @@ class Partition:
                     done = True
                     break
             if rel == 0 and not done and buf and not out and len(buf) < HEADER_SIZE:
-                raise corrupt("truncated batch header", log_path(self.dir, base), position,
-                              None, topic, partition)
+                raise corrupt(
+                    "truncated batch header",
+                    log_path(self.dir, base),
+                    position,
+                    None,
+                    topic,
+                    partition,
+                )
             position += rel
             if out and (done or used >= max_bytes or rel + HEADER_SIZE > len(buf)):
                 if position >= path_limit and base != snap.active_base:
@@ -690,8 +781,9 @@ class Partition:
         fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
-            for ref in scan_batches(fd, path, start, size, topic=self.topic,
-                                    partition=self.partition, verify_crc=False):
+            for ref in scan_batches(
+                fd, path, start, size, topic=self.topic, partition=self.partition, verify_crc=False
+            ):
                 if ref.header.base_offset >= end:
                     break
                 best = max(best, ref.header.max_timestamp)
@@ -712,8 +804,15 @@ class Partition:
                 continue
             try:
                 end = snap.active_size if base == snap.active_base else os.fstat(fd).st_size
-                for ref in scan_batches(fd, path, 0, end, topic=self.topic,
-                                        partition=self.partition, expect_after=expect_after):
+                for ref in scan_batches(
+                    fd,
+                    path,
+                    0,
+                    end,
+                    topic=self.topic,
+                    partition=self.partition,
+                    expect_after=expect_after,
+                ):
                     expect_after = ref.header.last_offset
             except CorruptRecordError as err:
                 problems.append(err)
@@ -732,9 +831,3 @@ class Partition:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
             self.state.close()
-
-
-def _boot() -> int:
-    from framework.log.state import BOOT
-
-    return BOOT

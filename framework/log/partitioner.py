@@ -108,7 +108,14 @@ def _py_partition_for_key(key: bytes, num_partitions: int) -> int:
 
 def _py_partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> list[int]:
     _check_partitions(num_partitions)
-    return [_py_partition_for_key(key, num_partitions) for key in keys]
+    out: list[int] = []
+    for index, key in enumerate(keys):
+        if key is None:
+            raise TypeError(f"key {index} is None: a keyless record has no key partition")
+        if not isinstance(key, bytes | bytearray | memoryview):
+            raise TypeError(f"key {index} must be bytes, not {type(key).__name__}")
+        out.append((murmur2_py(key) & 0x7FFFFFFF) % num_partitions)
+    return out
 
 
 def _load_native() -> ModuleType | None:

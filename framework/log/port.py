@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from framework.log.cleaner import CompactionReport
     from framework.log.config import TopicConfig
     from framework.log.partition import AppendResult, Cursor, Precondition, RecordTuple
     from framework.log.record import Record
+    from framework.log.retention import RetentionReport
     from framework.log.store import PartitionOffsets, TopicDescription
 
 
@@ -33,25 +35,48 @@ class Log(Protocol):
     path: Path
 
     # topics
-    def create_topic(self, name: str, partitions: int = 1,
-                     config: TopicConfig | Mapping[str, object] | None = None, *,
-                     exist_ok: bool = False) -> TopicDescription: ...
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: TopicConfig | Mapping[str, object] | None = None,
+        *,
+        exist_ok: bool = False,
+    ) -> TopicDescription: ...
     def list_topics(self) -> list[str]: ...
     def topic_exists(self, name: str) -> bool: ...
     def describe_topic(self, name: str) -> TopicDescription: ...
-    def alter_topic(self, name: str, *, partitions: int | None = None,
-                    config: Mapping[str, object] | None = None) -> TopicDescription: ...
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        config: Mapping[str, object] | None = None,
+    ) -> TopicDescription: ...
     def delete_topic(self, name: str) -> None: ...
     def partition_count(self, name: str) -> int: ...
     def topic_config(self, name: str) -> TopicConfig: ...
 
     # records
-    def append(self, topic: str, partition: int, records: Sequence[RecordTuple], *,
-               precondition: Precondition | None = None,
-               atomic: bool = False) -> AppendResult: ...
-    def read(self, topic: str, partition: int, offset: int, *, max_bytes: int = ...,
-             cursor: Cursor | None = None,
-             upto: int | None = None) -> tuple[list[Record], Cursor | None]: ...
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        precondition: Precondition | None = None,
+        atomic: bool = False,
+    ) -> AppendResult: ...
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = ...,
+        cursor: Cursor | None = None,
+        upto: int | None = None,
+    ) -> tuple[list[Record], Cursor | None]: ...
     def offsets(self, topic: str, partition: int) -> PartitionOffsets: ...
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None: ...
 
@@ -60,7 +85,7 @@ class Log(Protocol):
     def wait(self, seen: int, timeout: float) -> None: ...
 
     # maintenance
-    def compact(self, topic: str) -> list[object]: ...
-    def cleanup(self, topic: str) -> list[object]: ...
+    def compact(self, topic: str) -> list[CompactionReport]: ...
+    def cleanup(self, topic: str) -> list[RetentionReport]: ...
     def verify(self, topic: str | None = None) -> list[Exception]: ...
     def close(self) -> None: ...

@@ -41,9 +41,9 @@ class Producer:
         self.log = log_
         self.linger_ms = linger_ms
         self._spreaders: dict[str, KeylessSpreader] = {}
-        self._pending: dict[tuple[str, int], list[tuple[ProducerRecord,
-                                                         Future[RecordMetadata]]]] = (
-            defaultdict(list))
+        self._pending: dict[
+            tuple[str, int], list[tuple[ProducerRecord, Future[RecordMetadata]]]
+        ] = defaultdict(list)
         self._cond = threading.Condition()
         self._sender: threading.Thread | None = None
         self._closed = False
@@ -56,7 +56,8 @@ class Producer:
         if partition is not None:
             if not isinstance(partition, int) or not 0 <= partition < count:
                 raise InvalidRecordError(
-                    f"partition {partition!r} does not exist (topic has {count})", topic=topic)
+                    f"partition {partition!r} does not exist (topic has {count})", topic=topic
+                )
             return partition
         if key is not None:
             return partition_for_key(key, count)
@@ -108,8 +109,9 @@ class Producer:
                 raise InvalidRecordError("producer is closed", topic=topic)
             self._pending[(topic, target)].append((record, future))
             if self._sender is None:
-                self._sender = threading.Thread(target=self._run, name="eventlane-producer",
-                                                daemon=True)
+                self._sender = threading.Thread(
+                    target=self._run, name="eventlane-producer", daemon=True
+                )
                 self._sender.start()
             self._cond.notify_all()
         return future
@@ -133,8 +135,9 @@ class Producer:
                         for _, fut in entries:
                             fut.set_exception(exc)
                         continue
-                    for n, ((_, fut), ts) in enumerate(zip(entries, result.timestamps,
-                                                           strict=True)):
+                    for n, ((_, fut), ts) in enumerate(
+                        zip(entries, result.timestamps, strict=True)
+                    ):
                         fut.set_result(RecordMetadata(topic, p, result.base_offset + n, ts))
             finally:
                 with self._cond:
@@ -170,15 +173,22 @@ class Producer:
 def _check_record(topic: str, record: ProducerRecord) -> None:
     key, value, headers, ts = record
     if key is not None and not isinstance(key, bytes):
-        raise InvalidRecordError(f"key must be bytes or None, not {type(key).__name__}",
-                                 topic=topic)
+        raise InvalidRecordError(
+            f"key must be bytes or None, not {type(key).__name__}", topic=topic
+        )
     if value is not None and not isinstance(value, bytes):
-        raise InvalidRecordError(f"value must be bytes or None, not {type(value).__name__}",
-                                 topic=topic)
+        raise InvalidRecordError(
+            f"value must be bytes or None, not {type(value).__name__}", topic=topic
+        )
     if ts is not None and (not isinstance(ts, int) or ts < 0):
         raise InvalidRecordError(f"timestamp must be ms >= 0, got {ts!r}", topic=topic)
     for header in headers:
-        if (not isinstance(header, tuple) or len(header) != 2 or not isinstance(header[0], str)
-                or not (header[1] is None or isinstance(header[1], bytes))):
-            raise InvalidRecordError(f"bad header {header!r}: expected (str, bytes | None)",
-                                     topic=topic)
+        if (
+            not isinstance(header, tuple)
+            or len(header) != 2
+            or not isinstance(header[0], str)
+            or not (header[1] is None or isinstance(header[1], bytes))
+        ):
+            raise InvalidRecordError(
+                f"bad header {header!r}: expected (str, bytes | None)", topic=topic
+            )

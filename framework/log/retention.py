@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import structlog
 
-from framework.log.partition import write_atomic
+from framework.log.files import write_atomic
 from framework.log.segment import index_path, log_path, timeindex_path
 
 if TYPE_CHECKING:
@@ -69,6 +69,8 @@ def plan_retention(
     >>> plan_retention(segs, active, now=10 * day, retention_ms=7 * day, retention_bytes=-1)
     1
     >>> plan_retention(segs, active, now=10 * day, retention_ms=-1, retention_bytes=150)
+    1
+    >>> plan_retention(segs, active, now=10 * day, retention_ms=-1, retention_bytes=50)
     2
     >>> skewed = [ClosedSegment(0, 100, 99 * day, 1 * day)]   # record dated far in the future
     >>> plan_retention(skewed, active, now=10 * day, retention_ms=7 * day, retention_bytes=-1)
@@ -101,15 +103,22 @@ def cleaner_lock(partition: Partition) -> Iterator[None]:
         os.close(fd)
 
 
-def _closed_segments(partition: Partition, bases: list[int], active_base: int
-                     ) -> list[ClosedSegment]:
+def _closed_segments(
+    partition: Partition, bases: list[int], active_base: int
+) -> list[ClosedSegment]:
     out = []
     for base, nxt in zip(bases, [*bases[1:], active_base], strict=True):
         if base >= active_base:
             break
         st = log_path(partition.dir, base).stat()
-        out.append(ClosedSegment(base, st.st_size, partition.segment_max_timestamp(base, nxt),
-                                 int(st.st_mtime * 1000)))
+        out.append(
+            ClosedSegment(
+                base,
+                st.st_size,
+                partition.segment_max_timestamp(base, nxt),
+                int(st.st_mtime * 1000),
+            )
+        )
     return out
 
 
@@ -119,38 +128,68 @@ def apply_retention(partition: Partition) -> RetentionReport:
     cfg = partition.config
     snap = partition.offsets()
     if not cfg.delete or (cfg.retention_ms < 0 and cfg.retention_bytes < 0):
-        return RetentionReport(partition.topic, partition.partition, snap.lwm, snap.lwm, 0, 0,
-                               0, 0.0)
+        return RetentionReport(
+            partition.topic, partition.partition, snap.lwm, snap.lwm, 0, 0, 0, 0.0
+        )
     now = partition.clock()
     with cleaner_lock(partition):
         snap = partition.offsets()
-        if (cfg.retention_ms >= 0 and snap.active_size > 0
-                and 0 <= snap.active_max_ts < now - cfg.retention_ms):
+        if (
+            cfg.retention_ms >= 0
+            and snap.active_size > 0
+            and 0 <= snap.active_max_ts < now - cfg.retention_ms
+        ):
             partition.roll()  # the whole active segment expired: close it so it can go
             snap = partition.offsets()
         bases = [s.base for s in partition.segments()]
         closed = _closed_segments(partition, bases, snap.active_base)
         active = ClosedSegment(snap.active_base, snap.active_size, snap.active_max_ts, now)
-        count = plan_retention(closed, active, now=now, retention_ms=cfg.retention_ms,
-                               retention_bytes=cfg.retention_bytes)
+        count = plan_retention(
+            closed,
+            active,
+            now=now,
+            retention_ms=cfg.retention_ms,
+            retention_bytes=cfg.retention_bytes,
+        )
         if count == 0:
-            return RetentionReport(partition.topic, partition.partition, snap.lwm, snap.lwm,
-                                   0, 0, 0, time.perf_counter() - started)
+            return RetentionReport(
+                partition.topic,
+                partition.partition,
+                snap.lwm,
+                snap.lwm,
+                0,
+                0,
+                0,
+                time.perf_counter() - started,
+            )
         doomed = closed[:count]
         new_lwm = closed[count].base if count < len(closed) else snap.active_base
         with partition.locked() as snap:
             write_atomic(partition.dir / "log-start-offset", str(new_lwm).encode())
-            partition.state.write(snap._replace(lwm=max(snap.lwm, new_lwm),
-                                                layout=snap.layout + 2))
+            partition.state.write(snap._replace(lwm=max(snap.lwm, new_lwm), layout=snap.layout + 2))
         for seg in doomed:
-            for path in (log_path(partition.dir, seg.base), index_path(partition.dir, seg.base),
-                         timeindex_path(partition.dir, seg.base)):
+            for path in (
+                log_path(partition.dir, seg.base),
+                index_path(partition.dir, seg.base),
+                timeindex_path(partition.dir, seg.base),
+            ):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
     report = RetentionReport(
-        partition.topic, partition.partition, snap.lwm, new_lwm, count,
-        sum(s.size for s in doomed), new_lwm - max(snap.lwm, doomed[0].base),
-        time.perf_counter() - started)
-    log.info("retention applied", topic=partition.topic, partition=partition.partition,
-             lwm=new_lwm, segments=count)
+        partition.topic,
+        partition.partition,
+        snap.lwm,
+        new_lwm,
+        count,
+        sum(s.size for s in doomed),
+        new_lwm - max(snap.lwm, doomed[0].base),
+        time.perf_counter() - started,
+    )
+    log.info(
+        "retention applied",
+        topic=partition.topic,
+        partition=partition.partition,
+        lwm=new_lwm,
+        segments=count,
+    )
     return report

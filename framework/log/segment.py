@@ -19,6 +19,7 @@ Only the last segment (the *active* one) is ever appended to.
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from array import array
@@ -113,8 +114,6 @@ class OffsetIndex:
 
     def lookup(self, relative: int, limit: int) -> int:
         """Start position for ``relative``, ignoring entries at or past ``limit`` bytes."""
-        import bisect
-
         i = bisect.bisect_right(self.offsets, relative) - 1
         while i >= 0 and self.positions[i] >= limit:
             i -= 1
@@ -139,8 +138,6 @@ class TimeIndex:
 
     def start_for(self, timestamp: int) -> int:
         """Relative offset from which records with ``ts >= timestamp`` may start (0 if none)."""
-        import bisect
-
         i = bisect.bisect_left(self.timestamps, timestamp) - 1
         return 0 if i < 0 else self.offsets[i]
 
@@ -152,8 +149,9 @@ class BatchRef(NamedTuple):
     header: BatchHeader
 
 
-def corrupt(message: str, path: Path, position: int, offset: int | None, topic: str,
-            partition: int) -> CorruptRecordError:
+def corrupt(
+    message: str, path: Path, position: int, offset: int | None, topic: str, partition: int
+) -> CorruptRecordError:
     return CorruptRecordError(
         message, topic=topic, partition=partition, offset=offset, path=path, position=position
     )

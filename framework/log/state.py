@@ -89,6 +89,11 @@ class PartitionState:
         finally:
             os.close(fd)
 
+    def has_magic(self) -> bool:
+        """Whether the file was ever written by a writer (on any boot)."""
+        (magic,) = _SEQ.unpack_from(self._map, _MAGIC_AT)
+        return bool(magic == MAGIC)
+
     @property
     def initialized(self) -> bool:
         """Whether the file holds a state written on this boot."""
@@ -172,7 +177,9 @@ class Notifier:
         """Signal that something was appended; wakes every waiter in every process."""
         self._word.value = (self._word.value + 1) & 0xFFFFFFFF
         if _syscall is not None:
-            _syscall(_SYS_FUTEX, ctypes.c_void_p(self._addr), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+            _syscall(
+                _SYS_FUTEX, ctypes.c_void_p(self._addr), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0
+            )
 
     def wait(self, seen: int, timeout: float) -> None:
         """Sleep until the word differs from ``seen`` or ``timeout`` seconds pass.
@@ -188,8 +195,13 @@ class Notifier:
             return
         ts = _Timespec(int(timeout), int((timeout % 1) * 1e9))
         _syscall(
-            _SYS_FUTEX, ctypes.c_void_p(self._addr), _FUTEX_WAIT, ctypes.c_uint32(seen),
-            ctypes.byref(ts), None, 0,
+            _SYS_FUTEX,
+            ctypes.c_void_p(self._addr),
+            _FUTEX_WAIT,
+            ctypes.c_uint32(seen),
+            ctypes.byref(ts),
+            None,
+            0,
         )
 
     def close(self) -> None:

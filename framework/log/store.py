@@ -32,7 +32,9 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from framework.log.cleaner import CompactionReport, compact_partition
 from framework.log.config import TopicConfig
+from framework.log.files import fsync_dir, write_atomic
 from framework.log.names import topic_dir, validate_topic_name
 from framework.log.partition import (
     AppendResult,
@@ -41,11 +43,10 @@ from framework.log.partition import (
     Partition,
     Precondition,
     RecordTuple,
-    fsync_dir,
     wall_clock_ms,
-    write_atomic,
 )
 from framework.log.record import Record
+from framework.log.retention import RetentionReport, apply_retention
 from framework.log.state import Notifier
 
 log = structlog.get_logger("eventlane.log")
@@ -123,12 +124,15 @@ class LogStore:
     ) -> TopicDescription:
         """Create a topic atomically; a bad name or config creates nothing."""
         validate_topic_name(name)
-        if not isinstance(partitions, int) or isinstance(partitions, bool) or not (
-            1 <= partitions <= MAX_PARTITIONS
+        if (
+            not isinstance(partitions, int)
+            or isinstance(partitions, bool)
+            or not (1 <= partitions <= MAX_PARTITIONS)
         ):
             raise ConfigError(
                 f"partitions must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}",
-                topic=name)
+                topic=name,
+            )
         cfg = config if isinstance(config, TopicConfig) else TopicConfig.from_mapping(config or {})
         final = topic_dir(self.topics_root, name)
         if final.exists():
@@ -152,18 +156,24 @@ class LogStore:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
         fsync_dir(self.topics_root)
-        log.info("topic created", topic=name, partitions=partitions,
-                 cleanup_policy=cfg.cleanup_policy)
+        log.info(
+            "topic created", topic=name, partitions=partitions, cleanup_policy=cfg.cleanup_policy
+        )
         return self.describe_topic(name)
 
     def _write_meta(self, directory: Path, name: str, partitions: int, cfg: TopicConfig) -> None:
-        body = {"name": name, "partitions": partitions, "config": cfg.to_dict(),
-                "created_ms": self.clock()}
+        body = {
+            "name": name,
+            "partitions": partitions,
+            "config": cfg.to_dict(),
+            "created_ms": self.clock(),
+        }
         write_atomic(directory / "topic.json", orjson.dumps(body, option=orjson.OPT_INDENT_2))
 
     def list_topics(self) -> list[str]:
         return sorted(
-            entry.name for entry in self.topics_root.iterdir()
+            entry.name
+            for entry in self.topics_root.iterdir()
             if not entry.name.startswith(".") and (entry / "topic.json").exists()
         )
 
@@ -183,8 +193,12 @@ class LogStore:
                 meta = meta._replace(checked=now)
             else:
                 body = orjson.loads(path.read_bytes())
-                meta = _TopicMeta(int(body["partitions"]),
-                                  TopicConfig.from_mapping(body["config"]), now, st.st_mtime_ns)
+                meta = _TopicMeta(
+                    int(body["partitions"]),
+                    TopicConfig.from_mapping(body["config"]),
+                    now,
+                    st.st_mtime_ns,
+                )
         except FileNotFoundError:
             self._meta.pop(name, None)
             raise UnknownTopicError(f"topic {name!r} does not exist", topic=name) from None
@@ -204,8 +218,11 @@ class LogStore:
             part = self.partition(name, p)
             marks = part.offsets()
             segs = part.segments()
-            details.append(PartitionDescription(p, marks.lwm, marks.hwm, marks.leo, len(segs),
-                                                sum(s.size for s in segs)))
+            details.append(
+                PartitionDescription(
+                    p, marks.lwm, marks.hwm, marks.leo, len(segs), sum(s.size for s in segs)
+                )
+            )
         return TopicDescription(name, meta.partitions, meta.config, tuple(details))
 
     def alter_topic(
@@ -225,16 +242,21 @@ class LogStore:
         count = meta.partitions
         if partitions is not None:
             if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
-                raise ConfigError(f"partitions must be an integer <= {MAX_PARTITIONS}",
-                                  topic=name)
+                raise ConfigError(f"partitions must be an integer <= {MAX_PARTITIONS}", topic=name)
             if partitions < meta.partitions:
                 raise ConfigError(
                     f"cannot decrease partitions of {name!r} from {meta.partitions} to"
-                    f" {partitions}: records would be lost", topic=name)
+                    f" {partitions}: records would be lost",
+                    topic=name,
+                )
             if partitions > meta.partitions:
-                log.warning("partition count increased: new records with the same key may land"
-                            " in a different partition than older ones", topic=name,
-                            old=meta.partitions, new=partitions)
+                log.warning(
+                    "partition count increased: new records with the same key may land"
+                    " in a different partition than older ones",
+                    topic=name,
+                    old=meta.partitions,
+                    new=partitions,
+                )
                 for p in range(meta.partitions, partitions):
                     (topic_dir(self.topics_root, name) / str(p)).mkdir(exist_ok=True)
                 count = partitions
@@ -273,12 +295,20 @@ class LogStore:
             if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
                 raise UnknownPartitionError(
                     f"partition {partition!r} does not exist (topic has {meta.partitions})",
-                    topic=topic, partition=partition if isinstance(partition, int) else None)
+                    topic=topic,
+                    partition=partition if isinstance(partition, int) else None,
+                )
         with self._lock:
             part = self._partitions.get((topic, partition))
             if part is None:
-                part = Partition(topic_dir(self.topics_root, topic) / str(partition), topic,
-                                 partition, meta.config, self.notifier, self.clock)
+                part = Partition(
+                    topic_dir(self.topics_root, topic) / str(partition),
+                    topic,
+                    partition,
+                    meta.config,
+                    self.notifier,
+                    self.clock,
+                )
                 self._partitions[(topic, partition)] = part
         return part
 
@@ -292,7 +322,8 @@ class LogStore:
         atomic: bool = False,
     ) -> AppendResult:
         return self.partition(topic, partition).append(
-            records, precondition=precondition, atomic=atomic)
+            records, precondition=precondition, atomic=atomic
+        )
 
     def read(
         self,
@@ -305,10 +336,12 @@ class LogStore:
         upto: int | None = None,
     ) -> tuple[list[Record], Cursor | None]:
         if not isinstance(offset, int) or isinstance(offset, bool):
-            raise ConfigError(f"offset must be an integer, got {offset!r}", topic=topic,
-                              partition=partition)
+            raise ConfigError(
+                f"offset must be an integer, got {offset!r}", topic=topic, partition=partition
+            )
         return self.partition(topic, partition).read(
-            offset, max_bytes=max_bytes, cursor=cursor, upto=upto)
+            offset, max_bytes=max_bytes, cursor=cursor, upto=upto
+        )
 
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         snap = self.partition(topic, partition).offsets()
@@ -326,17 +359,15 @@ class LogStore:
         self.notifier.wait(seen, timeout)
 
     # ------------------------------------------------------------------ maintenance
-    def compact(self, topic: str) -> list[object]:
-        from framework.log.cleaner import compact_partition
+    def compact(self, topic: str) -> list[CompactionReport]:
+        return [
+            compact_partition(self.partition(topic, p)) for p in range(self.partition_count(topic))
+        ]
 
-        return [compact_partition(self.partition(topic, p)) for p in
-                range(self.partition_count(topic))]
-
-    def cleanup(self, topic: str) -> list[object]:
-        from framework.log.retention import apply_retention
-
-        return [apply_retention(self.partition(topic, p)) for p in
-                range(self.partition_count(topic))]
+    def cleanup(self, topic: str) -> list[RetentionReport]:
+        return [
+            apply_retention(self.partition(topic, p)) for p in range(self.partition_count(topic))
+        ]
 
     def verify(self, topic: str | None = None) -> list[Exception]:
         """Check every batch of ``topic`` (or of all topics); return the problems found."""

@@ -175,12 +175,16 @@ def test_bad_keys_raise_type_error() -> None:
         partition_for_key(None, 3)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         partitioner._py_partition_for_key(None, 3)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="key 1"):
-        partitions_for_keys([b"a", "b"], 3)  # type: ignore[list-item]
-    with pytest.raises(TypeError, match="key 0 is None"):
-        partitions_for_keys([None], 3)  # type: ignore[list-item]
-    with pytest.raises(TypeError):
-        murmur2("text")  # type: ignore[arg-type]
+    for batch_form in (partitions_for_keys, partitioner._py_partitions_for_keys):
+        with pytest.raises(TypeError, match="key 1 must be bytes, not str"):
+            batch_form([b"a", "b"], 3)  # type: ignore[list-item]
+        with pytest.raises(TypeError, match="key 0 is None"):
+            batch_form([None], 3)  # type: ignore[list-item]
+    for hash_fn in (murmur2, murmur2_py):
+        with pytest.raises(TypeError):
+            hash_fn("text")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            hash_fn(None)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- keyless

@@ -1,0 +1,128 @@
+"""The event envelope and its record layout.
+
+An :class:`Envelope` wraps a pure domain event with what the store knows about it. On the
+log, one envelope is one record (see ``docs/events.md`` for the full description):
+
+* **key**: the aggregate id, UTF-8;
+* **headers**, in this order (values UTF-8):
+
+  ====================  ===============================================================
+  ``event-type``        stored type name, e.g. ``OrderPlaced``
+  ``event-version``     stored schema version, decimal, e.g. ``2``
+  ``event-id``          event id, canonical UUID string
+  ``correlation-id``    only when the envelope has one
+  ``causation-id``      only when the envelope has one
+  ====================  ===============================================================
+
+* **value**: one JSON object, readable alone (by Spark, by humans), keys in this order::
+
+    {"type": "OrderPlaced", "version": 2, "aggregate_id": "order-1",
+     "aggregate_version": 3, "event_id": "6f1c…", "timestamp": "2024-05-01T12:00:00.123456+00:00",
+     "correlation_id": null, "causation_id": null, "data": {…the event's fields…}}
+
+The value is authoritative; the headers copy the routing fields so consumers can filter
+records without parsing JSON. A decoder accepts a record without headers or key (a value
+alone); when they are present they must agree with the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Generic, NamedTuple, TypeVar
+from uuid import UUID, uuid4
+
+from attrs import Factory, field, frozen, validators
+
+from framework.domain import DomainEvent, EventType, event_type_of
+
+__all__ = [
+    "HEADER_CAUSATION_ID",
+    "HEADER_CORRELATION_ID",
+    "HEADER_EVENT_ID",
+    "HEADER_TYPE",
+    "HEADER_VERSION",
+    "EncodedRecord",
+    "Envelope",
+    "event_type_from_headers",
+]
+
+HEADER_TYPE = "event-type"
+HEADER_VERSION = "event-version"
+HEADER_EVENT_ID = "event-id"
+HEADER_CORRELATION_ID = "correlation-id"
+HEADER_CAUSATION_ID = "causation-id"
+
+E = TypeVar("E", bound=DomainEvent)
+
+
+def _utc(timestamp: datetime) -> datetime:
+    if not isinstance(timestamp, datetime) or timestamp.tzinfo is None:
+        raise ValueError(f"envelope timestamp must be a timezone-aware datetime: {timestamp!r}")
+    return timestamp if timestamp.tzinfo is UTC else timestamp.astimezone(UTC)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _declared_name(self: Envelope[DomainEvent]) -> str:
+    return event_type_of(type(self.event)).name
+
+
+def _declared_version(self: Envelope[DomainEvent]) -> int:
+    return event_type_of(type(self.event)).version
+
+
+@frozen
+class Envelope(Generic[E]):
+    """A domain event plus its store metadata.
+
+    Invariants: ``aggregate_version >= 1`` (the event's position in its aggregate's
+    history); ``timestamp`` is timezone-aware and normalised to UTC (microseconds kept);
+    ``type_name``/``schema_version`` describe ``event`` (default: its class's
+    ``@event`` declaration). A decoded envelope holds the *current* class and version even
+    when the record stored an older version or an aliased name.
+    """
+
+    event: E
+    aggregate_id: str = field(validator=validators.min_len(1))
+    aggregate_version: int = field(validator=validators.ge(1))
+    event_id: UUID = field(factory=uuid4)
+    timestamp: datetime = field(factory=_now, converter=_utc)
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    type_name: str = field(default=Factory(_declared_name, takes_self=True))
+    schema_version: int = field(default=Factory(_declared_version, takes_self=True))
+
+
+class EncodedRecord(NamedTuple):
+    """A log record to append: ``(key, value, headers)`` (an envelope or a snapshot)."""
+
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+def event_type_from_headers(headers: Sequence[tuple[str, bytes]]) -> EventType | None:
+    """The *stored* (type name, version) from a record's headers, without parsing JSON.
+
+    ``None`` when either header is missing or malformed. Useful to skip records a
+    consumer does not handle; aliases and upcasting are not applied.
+
+    >>> event_type_from_headers([("event-type", b"OrderPlaced"), ("event-version", b"2")])
+    EventType(name='OrderPlaced', version=2)
+    """
+    name: str | None = None
+    version: int | None = None
+    for key, raw in headers:
+        if key == HEADER_TYPE:
+            try:
+                name = raw.decode()
+            except UnicodeDecodeError:
+                return None
+        elif key == HEADER_VERSION and raw.isdigit():
+            version = int(raw)
+    if name is None or version is None:
+        return None
+    return EventType(name, version)

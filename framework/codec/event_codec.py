@@ -1,0 +1,389 @@
+"""Encode envelopes to log records and decode records back, upcasting old versions.
+
+The record layout is described in :mod:`framework.codec.envelope` and ``docs/events.md``.
+
+Speed: per event class and per stored (name, version), the generated cattrs functions,
+the upcaster chain and the header bytes are looked up once and cached; a decode is one
+``orjson.loads``, a few type checks and one call of the generated structure function.
+
+Errors: nothing raw escapes. Bad JSON, a missing or mistyped envelope field, a field of the
+event with the wrong type, a key or header disagreeing with the value: all raise
+:class:`~framework.errors.SerializationError` with the type name and version when known and
+the ``topic``/``partition``/``offset`` the caller passed in. An unknown type or version
+raises :class:`~framework.errors.UnknownEventTypeError`; a failing upcaster
+:class:`~framework.errors.UpcastError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import orjson
+from attrs import frozen
+
+from framework.codec.converter import OrjsonConverter, describe_structure_error, make_converter
+from framework.codec.envelope import (
+    HEADER_CAUSATION_ID,
+    HEADER_CORRELATION_ID,
+    HEADER_EVENT_ID,
+    HEADER_TYPE,
+    HEADER_VERSION,
+    EncodedRecord,
+    Envelope,
+)
+from framework.codec.registry import EventRegistry
+from framework.codec.upcasting import UpcastChain
+from framework.domain import DomainEvent
+from framework.errors import SerializationError
+
+__all__ = ["EventCodec"]
+
+_STR = str
+_INT = int
+
+
+@frozen
+class _Writer:
+    name: str
+    version: int
+    name_bytes: bytes
+    version_bytes: bytes
+    unstructure: Callable[[Any], Any]
+
+
+@frozen
+class _Reader:
+    cls: type[DomainEvent]
+    name: str  # current
+    version: int  # current
+    stored_name_bytes: bytes
+    stored_version_bytes: bytes
+    chain: UpcastChain | None
+    structure: Callable[[Any, type], Any]
+
+
+class EventCodec:
+    """Encodes :class:`Envelope` objects to records and decodes them, via a registry.
+
+    ``configure`` is called with each converter the codec builds (a fast one and a
+    detailed one for error messages), to register hooks for the user's own value types.
+    """
+
+    def __init__(
+        self,
+        registry: EventRegistry,
+        *,
+        configure: Callable[[OrjsonConverter], None] | None = None,
+    ) -> None:
+        self._registry = registry
+        self._converter = make_converter()
+        self._detailed = make_converter(detailed_validation=True)
+        if configure is not None:
+            configure(self._converter)
+            configure(self._detailed)
+        self._writers: dict[type[DomainEvent], _Writer] = {}
+        self._readers: dict[tuple[str, int], _Reader] = {}
+        self._generation = -1
+
+    @property
+    def registry(self) -> EventRegistry:
+        """The registry the codec reads types, aliases and upcasters from."""
+        return self._registry
+
+    @property
+    def converter(self) -> OrjsonConverter:
+        """The (fast) converter used for event data."""
+        return self._converter
+
+    def _sync(self) -> None:
+        if self._generation != self._registry.generation:
+            self._registry.validate()
+            self._writers.clear()
+            self._readers.clear()
+            self._generation = self._registry.generation
+
+    # -- encode ---------------------------------------------------------------------------
+
+    def _writer(self, cls: type[DomainEvent]) -> _Writer:
+        declared = self._registry.type_of(cls)
+        writer = _Writer(
+            name=declared.name,
+            version=declared.version,
+            name_bytes=declared.name.encode(),
+            version_bytes=str(declared.version).encode(),
+            unstructure=self._converter.get_unstructure_hook(cls),
+        )
+        self._writers[cls] = writer
+        return writer
+
+    def encode(self, envelope: Envelope[Any]) -> EncodedRecord:
+        """The record for ``envelope``: ``(key, value, headers)``.
+
+        The event's class must be registered, and ``envelope.type_name``/``schema_version``
+        must be its current declaration.
+        """
+        self._sync()
+        event = envelope.event
+        writer = self._writers.get(type(event)) or self._writer(type(event))
+        if envelope.type_name != writer.name or envelope.schema_version != writer.version:
+            raise SerializationError(
+                f"envelope says {envelope.type_name!r} version {envelope.schema_version} but "
+                f"its event is a {type(event).__qualname__}, registered as {writer.name!r} "
+                f"version {writer.version}",
+                type_name=envelope.type_name,
+                version=envelope.schema_version,
+            )
+        try:
+            value = orjson.dumps(
+                {
+                    "type": writer.name,
+                    "version": writer.version,
+                    "aggregate_id": envelope.aggregate_id,
+                    "aggregate_version": envelope.aggregate_version,
+                    "event_id": envelope.event_id,
+                    "timestamp": envelope.timestamp,
+                    "correlation_id": envelope.correlation_id,
+                    "causation_id": envelope.causation_id,
+                    "data": writer.unstructure(event),
+                }
+            )
+        except Exception as exc:
+            raise SerializationError(
+                f"cannot encode {type(event).__qualname__} as JSON: {exc}",
+                type_name=writer.name,
+                version=writer.version,
+            ) from exc
+        headers = [
+            (HEADER_TYPE, writer.name_bytes),
+            (HEADER_VERSION, writer.version_bytes),
+            (HEADER_EVENT_ID, str(envelope.event_id).encode()),
+        ]
+        if envelope.correlation_id is not None:
+            headers.append((HEADER_CORRELATION_ID, envelope.correlation_id.encode()))
+        if envelope.causation_id is not None:
+            headers.append((HEADER_CAUSATION_ID, envelope.causation_id.encode()))
+        return EncodedRecord(envelope.aggregate_id.encode(), value, headers)
+
+    # -- decode ---------------------------------------------------------------------------
+
+    def _reader(
+        self, name: str, version: int, topic: str | None, partition: int | None, offset: int | None
+    ) -> _Reader:
+        resolution = self._registry.resolve(
+            name, version, topic=topic, partition=partition, offset=offset
+        )
+        reader = _Reader(
+            cls=resolution.cls,
+            name=resolution.event_type.name,
+            version=resolution.event_type.version,
+            stored_name_bytes=name.encode(),
+            stored_version_bytes=str(version).encode(),
+            chain=resolution.chain,
+            structure=self._converter.get_structure_hook(resolution.cls),
+        )
+        self._readers[(name, version)] = reader
+        return reader
+
+    def decode(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> Envelope[DomainEvent]:
+        """The envelope stored in a record, its event upcast to the current class.
+
+        ``key`` and ``headers`` may be omitted (a value read alone); when given they must
+        agree with the value. ``topic``/``partition``/``offset`` only label errors.
+        """
+        self._sync()
+        try:
+            doc = orjson.loads(value)  # type: ignore[arg-type]
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            what = "a tombstone (null value)" if value is None else f"not valid JSON ({exc})"
+            raise SerializationError(
+                f"event record value is {what}", topic=topic, partition=partition, offset=offset
+            ) from None
+        if type(doc) is not dict:
+            raise SerializationError(
+                f"event record value is a JSON {type(doc).__name__}, expected an object",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            )
+        name = doc.get("type")
+        version = doc.get("version")
+        if type(name) is not _STR or type(version) is not _INT:
+            raise SerializationError(
+                'event record value lacks a string "type" and an integer "version"',
+                type_name=name if type(name) is _STR else None,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            )
+        reader = self._readers.get((name, version)) or self._reader(
+            name, version, topic, partition, offset
+        )
+        try:
+            aggregate_id = doc["aggregate_id"]
+            aggregate_version = doc["aggregate_version"]
+            event_id = doc["event_id"]
+            timestamp = doc["timestamp"]
+            correlation_id = doc["correlation_id"]
+            causation_id = doc["causation_id"]
+            data = doc["data"]
+        except KeyError as exc:
+            raise SerializationError(
+                f"event record value lacks the envelope field {exc}",
+                type_name=name,
+                version=version,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            ) from None
+        if (
+            type(aggregate_id) is not _STR
+            or type(aggregate_version) is not _INT
+            or type(event_id) is not _STR
+            or type(timestamp) is not _STR
+            or (correlation_id is not None and type(correlation_id) is not _STR)
+            or (causation_id is not None and type(causation_id) is not _STR)
+            or type(data) is not dict
+        ):
+            raise self._envelope_error(doc, name, version, topic, partition, offset)
+        if key is not None and key != aggregate_id.encode():
+            raise SerializationError(
+                f"record key {key!r} differs from the value's aggregate_id {aggregate_id!r}",
+                type_name=name,
+                version=version,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            )
+        if headers:
+            self._check_headers(headers, reader, name, version, topic, partition, offset)
+        if reader.chain is not None:
+            data = reader.chain(data, topic=topic, partition=partition, offset=offset)
+        try:
+            event = reader.structure(data, reader.cls)
+        except Exception as exc:
+            raise self._structure_error(exc, reader, data, topic, partition, offset) from None
+        try:
+            return Envelope(
+                event,
+                aggregate_id,
+                aggregate_version,
+                UUID(event_id),
+                datetime.fromisoformat(timestamp),
+                correlation_id,
+                causation_id,
+                reader.name,
+                reader.version,
+            )
+        except (ValueError, TypeError) as exc:
+            raise SerializationError(
+                f"bad envelope field in event record value: {exc}",
+                type_name=name,
+                version=version,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            ) from None
+
+    def _check_headers(
+        self,
+        headers: Sequence[tuple[str, bytes]],
+        reader: _Reader,
+        name: str,
+        version: int,
+        topic: str | None,
+        partition: int | None,
+        offset: int | None,
+    ) -> None:
+        for header, raw in headers:
+            if (header == HEADER_TYPE and raw != reader.stored_name_bytes) or (
+                header == HEADER_VERSION and raw != reader.stored_version_bytes
+            ):
+                raise SerializationError(
+                    f"record header {header}={raw!r} disagrees with the value's "
+                    f"type {name!r} version {version}",
+                    type_name=name,
+                    version=version,
+                    topic=topic,
+                    partition=partition,
+                    offset=offset,
+                )
+
+    @staticmethod
+    def _envelope_error(
+        doc: dict[str, Any],
+        name: str,
+        version: int,
+        topic: str | None,
+        partition: int | None,
+        offset: int | None,
+    ) -> SerializationError:
+        expected = {
+            "aggregate_id": "a string",
+            "aggregate_version": "an integer",
+            "event_id": "a UUID string",
+            "timestamp": "an ISO 8601 string",
+            "correlation_id": "a string or null",
+            "causation_id": "a string or null",
+            "data": "an object",
+        }
+        wrong = [
+            f"{field} must be {what}, got {type(doc[field]).__name__}"
+            for field, what in expected.items()
+            if not _has_type(doc[field], field)
+        ]
+        return SerializationError(
+            f"bad envelope in event record value: {'; '.join(wrong)}",
+            type_name=name,
+            version=version,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )
+
+    def _structure_error(
+        self,
+        exc: Exception,
+        reader: _Reader,
+        data: dict[str, Any],
+        topic: str | None,
+        partition: int | None,
+        offset: int | None,
+    ) -> SerializationError:
+        try:
+            self._detailed.structure(data, reader.cls)
+        except Exception as detailed:
+            exc = detailed
+        upcast = (
+            "" if reader.chain is None else f" (upcast from version {reader.chain.from_version})"
+        )
+        return SerializationError(
+            f"cannot decode {reader.name}{upcast} into {reader.cls.__qualname__}: "
+            f"{describe_structure_error(exc, root='data')}",
+            type_name=reader.name,
+            version=reader.version,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )
+
+
+def _has_type(value: object, field: str) -> bool:
+    if field in ("correlation_id", "causation_id"):
+        return value is None or type(value) is str
+    if field == "aggregate_version":
+        return type(value) is int
+    if field == "data":
+        return type(value) is dict
+    return type(value) is str

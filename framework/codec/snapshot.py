@@ -1,0 +1,178 @@
+"""Snapshot records for the compacted ``<topic>.snapshots`` topic.
+
+Layout of one snapshot record:
+
+* **key**: the aggregate id, UTF-8 (compaction keeps the latest snapshot per aggregate);
+* **headers**: ``snapshot-version`` (the aggregate class's ``snapshot_version`` when it was
+  taken) and ``aggregate-version``, both decimal;
+* **value**: a JSON object, keys in this order::
+
+    {"aggregate_id": "order-1", "aggregate_version": 100, "snapshot_version": 1,
+     "state": {…one key per state attribute, encoded like event fields…}}
+
+The state attributes and their types come from :meth:`Aggregate.state_fields`; they are
+encoded with the same converter rules as events (``framework.codec.converter``).
+
+A snapshot whose ``snapshot_version`` is not the class's current one raises
+:class:`~framework.errors.StaleSnapshotError` *before* its state is read: the store ignores
+it and rebuilds from events. Any other defect raises
+:class:`~framework.errors.SerializationError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import orjson
+
+from framework.codec.converter import OrjsonConverter, describe_structure_error, make_converter
+from framework.codec.envelope import EncodedRecord
+from framework.domain import Aggregate, Snapshot
+from framework.errors import SerializationError, StaleSnapshotError
+
+__all__ = ["HEADER_AGGREGATE_VERSION", "HEADER_SNAPSHOT_VERSION", "SnapshotCodec"]
+
+HEADER_SNAPSHOT_VERSION = "snapshot-version"
+HEADER_AGGREGATE_VERSION = "aggregate-version"
+
+
+class SnapshotCodec:
+    """Encodes and decodes :class:`~framework.domain.Snapshot` records per aggregate class.
+
+    ``configure`` registers hooks for the user's own value types, as for
+    :class:`~framework.codec.EventCodec`.
+    """
+
+    def __init__(self, *, configure: Callable[[OrjsonConverter], None] | None = None) -> None:
+        self._converter = make_converter()
+        self._detailed = make_converter(detailed_validation=True)
+        if configure is not None:
+            configure(self._converter)
+            configure(self._detailed)
+        self._state_classes: dict[type[Aggregate], type] = {}
+
+    def _state_class(self, aggregate_cls: type[Aggregate]) -> type:
+        state_cls = self._state_classes.get(aggregate_cls)
+        if state_cls is None:
+            state_cls = attrs.make_class(
+                f"{aggregate_cls.__qualname__}State",
+                {
+                    name: attrs.field(type=hint)
+                    for name, hint in aggregate_cls.state_fields().items()
+                },
+                frozen=True,
+            )
+            self._state_classes[aggregate_cls] = state_cls
+        return state_cls
+
+    def encode(self, aggregate_cls: type[Aggregate], snapshot: Snapshot) -> EncodedRecord:
+        """The record for ``snapshot`` of an ``aggregate_cls`` aggregate."""
+        state_cls = self._state_class(aggregate_cls)
+        try:
+            state = self._converter.unstructure(state_cls(**snapshot.state), state_cls)
+            value = orjson.dumps(
+                {
+                    "aggregate_id": snapshot.aggregate_id,
+                    "aggregate_version": snapshot.aggregate_version,
+                    "snapshot_version": snapshot.snapshot_version,
+                    "state": state,
+                }
+            )
+        except Exception as exc:
+            raise SerializationError(
+                f"cannot encode snapshot of {aggregate_cls.__qualname__} "
+                f"{snapshot.aggregate_id!r}: {exc}",
+                version=snapshot.snapshot_version,
+            ) from exc
+        headers = [
+            (HEADER_SNAPSHOT_VERSION, str(snapshot.snapshot_version).encode()),
+            (HEADER_AGGREGATE_VERSION, str(snapshot.aggregate_version).encode()),
+        ]
+        return EncodedRecord(snapshot.aggregate_id.encode(), value, headers)
+
+    def decode(
+        self,
+        aggregate_cls: type[Aggregate],
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> Snapshot:
+        """The snapshot stored in a record.
+
+        Raises :class:`~framework.errors.StaleSnapshotError` when it was taken under another
+        ``snapshot_version`` than ``aggregate_cls.snapshot_version``.
+        """
+        where: dict[str, Any] = {"topic": topic, "partition": partition, "offset": offset}
+        name = aggregate_cls.__qualname__
+        try:
+            doc = orjson.loads(value)  # type: ignore[arg-type]
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise SerializationError(
+                f"snapshot record of {name} is not valid JSON ({exc})", **where
+            ) from None
+        if not (
+            type(doc) is dict
+            and type(doc.get("aggregate_id")) is str
+            and type(doc.get("aggregate_version")) is int
+            and type(doc.get("snapshot_version")) is int
+            and type(doc.get("state")) is dict
+        ):
+            raise SerializationError(
+                f"snapshot record of {name} lacks aggregate_id, aggregate_version, "
+                "snapshot_version or state",
+                **where,
+            )
+        version: int = doc["snapshot_version"]
+        if version != aggregate_cls.snapshot_version:
+            raise StaleSnapshotError(
+                f"snapshot of {name} {doc['aggregate_id']!r} has schema version {version}, "
+                f"the class has {aggregate_cls.snapshot_version}: ignore it and rebuild",
+                version=version,
+                **where,
+            )
+        if key is not None and key != doc["aggregate_id"].encode():
+            raise SerializationError(
+                f"snapshot record key {key!r} differs from its aggregate_id "
+                f"{doc['aggregate_id']!r}",
+                version=version,
+                **where,
+            )
+        for header, raw in headers:
+            if header == HEADER_SNAPSHOT_VERSION and raw != str(version).encode():
+                raise SerializationError(
+                    f"snapshot record header {header}={raw!r} disagrees with its value",
+                    version=version,
+                    **where,
+                )
+        state_cls = self._state_class(aggregate_cls)
+        try:
+            state: Any = self._converter.structure(doc["state"], state_cls)
+        except Exception as exc:
+            error: BaseException = exc
+            try:
+                self._detailed.structure(doc["state"], state_cls)
+            except Exception as detailed:
+                error = detailed
+            raise SerializationError(
+                f"cannot decode snapshot state of {name}: "
+                f"{describe_structure_error(error, root='state')}",
+                version=version,
+                **where,
+            ) from None
+        try:
+            return Snapshot(
+                aggregate_id=doc["aggregate_id"],
+                aggregate_version=doc["aggregate_version"],
+                snapshot_version=version,
+                state=attrs.asdict(state, recurse=False),
+            )
+        except ValueError as exc:
+            raise SerializationError(
+                f"bad snapshot record of {name}: {exc}", version=version, **where
+            ) from None

@@ -1,0 +1,34 @@
+"""Durable file primitives shared by the log's modules."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory, making renames and creations inside it durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` durably: write a temp file, fsync, rename, fsync dir."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    fsync_dir(path.parent)
+
+
+def read_int_file(path: Path, default: int) -> int:
+    """The integer stored as text in ``path``, or ``default`` if the file does not exist."""
+    try:
+        return int(path.read_text().strip() or default)
+    except FileNotFoundError:
+        return default

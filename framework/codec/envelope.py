@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Generic, NamedTuple, TypeVar
 from uuid import UUID, uuid4
 
-from attrs import Factory, field, frozen, validators
+from attrs import Factory, field, frozen
 
 from framework.domain import DomainEvent, EventType, event_type_of
 
@@ -86,14 +86,24 @@ class Envelope(Generic[E]):
     """
 
     event: E
-    aggregate_id: str = field(validator=validators.min_len(1))
-    aggregate_version: int = field(validator=validators.ge(1))
+    aggregate_id: str
+    aggregate_version: int
     event_id: UUID = field(factory=uuid4)
-    timestamp: datetime = field(factory=_now, converter=_utc)
+    timestamp: datetime = field(factory=_now)
     correlation_id: str | None = None
     causation_id: str | None = None
     type_name: str = field(default=Factory(_declared_name, takes_self=True))
     schema_version: int = field(default=Factory(_declared_version, takes_self=True))
+
+    def __attrs_post_init__(self) -> None:
+        # One hook instead of per-field validators: envelopes are built on every decode.
+        if not self.aggregate_id:
+            raise ValueError("envelope aggregate_id must be a non-empty string")
+        if self.aggregate_version < 1:
+            raise ValueError(f"envelope aggregate_version must be >= 1: {self.aggregate_version}")
+        timestamp = self.timestamp
+        if type(timestamp) is not datetime or timestamp.tzinfo is not UTC:
+            object.__setattr__(self, "timestamp", _utc(timestamp))
 
 
 class EncodedRecord(NamedTuple):

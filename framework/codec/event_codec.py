@@ -19,12 +19,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
 import orjson
 from attrs import frozen
 
-from framework.codec.converter import OrjsonConverter, describe_structure_error, make_converter
+from framework.codec.converter import (
+    OrjsonConverter,
+    describe_structure_error,
+    make_converter,
+    parse_uuid,
+)
 from framework.codec.envelope import (
     HEADER_CAUSATION_ID,
     HEADER_CORRELATION_ID,
@@ -279,7 +283,7 @@ class EventCodec:
                 event,
                 aggregate_id,
                 aggregate_version,
-                UUID(event_id),
+                parse_uuid(event_id),
                 datetime.fromisoformat(timestamp),
                 correlation_id,
                 causation_id,

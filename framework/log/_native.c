@@ -184,20 +184,20 @@ native_partitions_for_keys(PyObject *module, PyObject *const *args, Py_ssize_t n
     if (parse_num_partitions(args[1], &n) < 0) {
         return NULL;
     }
-    /* A tuple snapshot: nothing below runs Python code, but a list could still be changed
-     * by another thread's code between our calls if we released the GIL (we don't). */
-    seq = PySequence_Tuple(args[0]);
+    /* A list or tuple is used in place (nothing below runs Python code, so it cannot
+     * change under us); any other iterable is copied into a list first. */
+    seq = PySequence_Fast(args[0], "keys must be a sequence of bytes");
     if (seq == NULL) {
         return NULL;
     }
-    count = PyTuple_GET_SIZE(seq);
+    count = PySequence_Fast_GET_SIZE(seq);
     out = PyList_New(count);
     if (out == NULL) {
         Py_DECREF(seq);
         return NULL;
     }
     for (i = 0; i < count; i++) {
-        PyObject *key = PyTuple_GET_ITEM(seq, i);
+        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
         PyObject *p;
         uint32_t h;
         if (PyBytes_CheckExact(key)) {

@@ -182,7 +182,8 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
     snap = partition.offsets()
     bases = [s.base for s in partition.segments() if s.base < snap.active_base]
     cleanable: list[tuple[int, int]] = []
-    for base, nxt in zip(bases, [*bases[1:], snap.active_base], strict=True):
+    # no closed segment: bases is empty and the second list still holds the active base
+    for base, nxt in zip(bases, [*bases[1:], snap.active_base], strict=False):
         if cfg.min_compaction_lag_ms > 0 and (
             partition.segment_max_timestamp(base, nxt) > now - cfg.min_compaction_lag_ms
         ):

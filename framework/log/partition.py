@@ -113,6 +113,11 @@ RecordTuple = tuple[bytes | None, bytes | None, tuple[Header, ...], int | None]
 Precondition = Callable[[int], None]
 """Called with the log end offset under the append lock; raise to refuse the append."""
 
+AppendHook = Callable[["AppendResult"], None]
+"""Called under the append lock once an append is durable and published (derived data such as
+a key index is updated here, so no other appender can interleave). Its errors are logged,
+never raised: the append has already happened."""
+
 
 class Partition:
     """A partition opened by this process; safe for use from several threads and processes."""
@@ -349,6 +354,7 @@ class Partition:
         records: Sequence[RecordTuple],
         *,
         precondition: Precondition | None = None,
+        on_appended: AppendHook | None = None,
         atomic: bool = False,
     ) -> AppendResult:
         """Append ``records`` in order and return their offsets once they are durable.
@@ -356,7 +362,8 @@ class Partition:
         The records are framed into batches of at most ~1 MiB, written with one ``write``
         and (``flush_policy="always"``) one fsync, then published by moving the HWM. With
         ``atomic=True`` they must fit one batch, which a crash can never split.
-        ``precondition(leo)`` runs under the append lock before anything is written.
+        ``precondition(leo)`` runs under the append lock before anything is written, and
+        ``on_appended(result)`` under the same lock once the records are published.
         """
         if not records:
             raise InvalidRecordError(
@@ -442,8 +449,15 @@ class Partition:
                     boot=snap.boot,
                 )
             )
+            result = AppendResult(leo - len(records), leo - 1, timestamps)
+            if on_appended is not None:
+                try:
+                    on_appended(result)
+                except Exception:
+                    self._log.exception("append hook failed (the append itself succeeded)",
+                                        offset=result.base_offset)
         self.notifier.bump()
-        return AppendResult(leo - len(records), leo - 1, timestamps)
+        return result
 
     def _split(self, records: Sequence[RecordTuple]) -> list[Sequence[RecordTuple]]:
         limit = self.config.max_record_bytes

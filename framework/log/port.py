@@ -16,7 +16,13 @@ if TYPE_CHECKING:
 
     from framework.log.cleaner import CompactionReport
     from framework.log.config import TopicConfig
-    from framework.log.partition import AppendResult, Cursor, Precondition, RecordTuple
+    from framework.log.partition import (
+        AppendHook,
+        AppendResult,
+        Cursor,
+        Precondition,
+        RecordTuple,
+    )
     from framework.log.record import Record
     from framework.log.retention import RetentionReport
     from framework.log.store import PartitionOffsets, TopicDescription
@@ -65,6 +71,7 @@ class Log(Protocol):
         records: Sequence[RecordTuple],
         *,
         precondition: Precondition | None = None,
+        on_appended: AppendHook | None = None,
         atomic: bool = False,
     ) -> AppendResult: ...
     def read(

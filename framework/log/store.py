@@ -37,6 +37,7 @@ from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, write_atomic
 from framework.log.names import topic_dir, validate_topic_name
 from framework.log.partition import (
+    AppendHook,
     AppendResult,
     Clock,
     Cursor,
@@ -319,10 +320,11 @@ class LogStore:
         records: Sequence[RecordTuple],
         *,
         precondition: Precondition | None = None,
+        on_appended: AppendHook | None = None,
         atomic: bool = False,
     ) -> AppendResult:
         return self.partition(topic, partition).append(
-            records, precondition=precondition, atomic=atomic
+            records, precondition=precondition, on_appended=on_appended, atomic=atomic
         )
 
     def read(

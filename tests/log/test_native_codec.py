@@ -88,9 +88,7 @@ def _expected_records(
     return out
 
 
-def _decode_both(
-    native: ModuleType, buf: Any, start: int, end: int, *rest: Any
-) -> tuple[Any, Any]:
+def _decode_both(native: ModuleType, buf: Any, start: int, end: int, *rest: Any) -> tuple[Any, Any]:
     """(python result or exception, native result or exception)."""
     results: list[Any] = []
     for fn in (_py_decode_records, native.decode_records):
@@ -168,7 +166,9 @@ def test_extreme_integers_round_trip(native: ModuleType) -> None:
     deltas = [-(2**31), 0, 2**31 - 1]
     expected = _py_encode_records(records, base_ts, deltas)
     assert native.encode_records(records, base_ts, deltas) == expected
-    decoded = native.decode_records(expected, 0, len(expected), 2**40, base_ts, 1, "t", 0, 0, Record)
+    decoded = native.decode_records(
+        expected, 0, len(expected), 2**40, base_ts, 1, "t", 0, 0, Record
+    )
     assert decoded == _py_decode_records(expected, 0, len(expected), 2**40, base_ts, 1, "t", 0, 0)
     assert [r.offset for r in decoded] == [2**40 - 2**31, 2**40, 2**40 + 2**31 - 1]
     assert [r.timestamp for r in decoded] == [INT64_MAX, INT64_MIN + 5, 0]

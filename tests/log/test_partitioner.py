@@ -144,9 +144,9 @@ def test_bytes_like_keys_hash_as_their_bytes() -> None:
         assert murmur2(form) == expected
         assert murmur2_py(form) == expected
         assert partition_for_key(form, 7) == _py_partition(data, 7)
-    assert partitions_for_keys([bytearray(data), memoryview(data)], 7) == [
-        _py_partition(data, 7)
-    ] * 2
+    assert (
+        partitions_for_keys([bytearray(data), memoryview(data)], 7) == [_py_partition(data, 7)] * 2
+    )
 
 
 def test_to_positive_is_a_mask_not_abs() -> None:
@@ -219,7 +219,7 @@ def test_keyless_spreader_threads_share_the_rotation() -> None:
         t.start()
     for t in threads:
         t.join()
-    assert Counter(seen) == {p: 500 for p in range(8)}
+    assert Counter(seen) == dict.fromkeys(range(8), 500)
 
 
 def test_single_partition_topic() -> None:

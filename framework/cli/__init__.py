@@ -1,0 +1,91 @@
+"""The ``eventlane`` command line: admin, produce/consume and maintenance of the log.
+
+The CLI is the top layer: it may import every layer and nothing imports it. Each subcommand
+module defines a click command or group and is registered here with one
+``main.add_command(...)`` line.
+
+Error contract: every :class:`~framework.errors.FrameworkError` (and an ``OSError`` such as a
+permission problem) reaching the root is printed as one ``Error: ...`` line on standard error,
+naming what was wrong (topic, partition, offset, file, position), with exit status 1 and no
+traceback (set ``EVENTLANE_LOG_LEVEL=debug`` to get the traceback). A bad argument caught
+while parsing exits with status 2, click's usage error. Logging is configured once at start
+(:func:`framework.observability.configure_logging`; warnings and above by default), on
+standard error, so standard output carries only the command's result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from framework.cli.context import DATA_HELP, AppContext
+from framework.cli.demo import demo
+from framework.cli.maintenance import cleanup, compact, dump, verify
+from framework.cli.records import consume, produce
+from framework.cli.topics import topics
+from framework.errors import FrameworkError
+from framework.log.store import DEFAULT_DATA_DIR
+from framework.observability import configure_logging, log_level_name
+
+__all__ = ["main"]
+
+
+class _RootGroup(click.Group):
+    """The root group: turns framework errors into a clean message and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FrameworkError as err:
+            if log_level_name() == "debug":
+                raise
+            raise click.ClickException(str(err)) from None
+        except BrokenPipeError:
+            raise  # handled by the command that writes (consumers piped into `head`)
+        except OSError as err:
+            if log_level_name() == "debug":
+                raise
+            where = f": {err.filename}" if err.filename else ""
+            raise click.ClickException(f"{err.strerror or err}{where}") from None
+
+
+@click.group(cls=_RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--data",
+    type=click.Path(path_type=Path),
+    envvar="EVENTLANE_DATA",
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    metavar="DIR",
+    help=DATA_HELP,
+)
+@click.version_option(package_name="eventlane", prog_name="eventlane")
+@click.pass_context
+def main(ctx: click.Context, data: Path) -> None:
+    """eventlane: an embedded, partitioned, append-only log with Kafka's semantics.
+
+    Topics are split into partitions; records are appended with a key (which picks the
+    partition exactly as Kafka does), read back by offset, retained by time or size, and
+    compacted by key. See docs/cli.md for every command with examples.
+    """
+    try:
+        configure_logging()
+    except FrameworkError as err:
+        raise click.ClickException(str(err)) from None
+    state = AppContext(data)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+# One line per subcommand module.
+
+main.add_command(topics)
+main.add_command(produce)
+main.add_command(consume)
+main.add_command(compact)
+main.add_command(cleanup)
+main.add_command(dump)
+main.add_command(verify)
+main.add_command(demo)

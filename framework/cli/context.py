@@ -1,0 +1,177 @@
+"""What every ``eventlane`` command shares: the data directory, the open log, argument types.
+
+The data directory comes from, in order of precedence: ``--data DIR`` given after the
+subcommand, ``--data DIR`` given before it (``eventlane --data DIR topics list``), the
+``EVENTLANE_DATA`` environment variable, then ``./eventlane-data``.
+
+Commands that only read never create a data directory: pointing them at a directory that
+holds no log is an error naming the path (the usual mistake is a wrong ``--data``). Argument
+types validate before anything is opened, so a bad topic name, offset, partition or config
+key is refused with nothing created on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from framework.errors import ConfigError, FrameworkError
+from framework.log.names import validate_topic_name
+from framework.log.store import DEFAULT_DATA_DIR, MAX_PARTITIONS, LogStore
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class AppContext:
+    """Per-invocation state: the chosen data directory and the log, opened on first use."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self._log: LogStore | None = None
+
+    def open_log(self, *, create: bool = False) -> LogStore:
+        """The log in :attr:`data`; ``create=False`` refuses a directory that holds none."""
+        if self._log is not None:
+            return self._log
+        if self.data.exists() and not self.data.is_dir():
+            raise ConfigError(f"data directory {str(self.data)!r} is not a directory")
+        if not create and not (self.data / "topics").is_dir():
+            raise ConfigError(
+                f"no eventlane data in {str(self.data)!r}: create a topic first, or point"
+                " --data / EVENTLANE_DATA at an existing data directory"
+            )
+        self._log = LogStore(self.data)
+        return self._log
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def app(ctx: click.Context | None = None) -> AppContext:
+    """The :class:`AppContext` of the running command."""
+    ctx = ctx or click.get_current_context()
+    obj = ctx.find_object(AppContext)
+    if obj is None:  # a subcommand invoked on its own (tests, embedding): make one
+        root = ctx.find_root()
+        obj = AppContext(Path(DEFAULT_DATA_DIR))
+        root.obj = obj
+        root.call_on_close(obj.close)
+    return obj
+
+
+def _set_data(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        app(ctx).data = value
+
+
+DATA_HELP = "Data directory of the log [env EVENTLANE_DATA; default ./eventlane-data]."
+
+
+def data_option(f: F) -> F:
+    """``--data DIR`` on a subcommand (overrides the root option and the environment)."""
+    return click.option(
+        "--data",
+        type=click.Path(path_type=Path),
+        expose_value=False,
+        callback=_set_data,
+        metavar="DIR",
+        help=DATA_HELP,
+    )(f)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(
+        f
+    )
+
+
+class TopicNameType(click.ParamType):
+    """A topic name checked against Kafka's rule before anything is opened."""
+
+    name = "topic"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return validate_topic_name(value)
+        except FrameworkError as err:
+            self.fail(str(err), param, ctx)
+
+
+TOPIC = TopicNameType()
+PARTITIONS = click.IntRange(1, MAX_PARTITIONS)
+PARTITION = click.IntRange(0, MAX_PARTITIONS - 1)
+
+
+class ConfigPairType(click.ParamType):
+    """``key=value``, as in ``--config retention.ms=-1``."""
+
+    name = "key=value"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, str]:
+        if isinstance(value, tuple):
+            return value
+        key, sep, text = str(value).partition("=")
+        if not sep or not key.strip():
+            self.fail(f"expected key=value, got {value!r}", param, ctx)
+        return key.strip(), text.strip()
+
+
+CONFIG_PAIR = ConfigPairType()
+
+
+def config_mapping(pairs: tuple[tuple[str, str], ...]) -> dict[str, object]:
+    """``--config`` pairs as a mapping; a key given twice is an error."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        norm = key.replace(".", "_").replace("-", "_")
+        if norm in out:
+            raise ConfigError(f"config key {key!r} given twice")
+        out[norm] = value
+    return out
+
+
+OFFSET_WORDS = ("earliest", "latest")
+
+
+class OffsetType(click.ParamType):
+    """``earliest``, ``latest``, or an offset ``N >= 0``."""
+
+    name = "offset"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "earliest|latest|N"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str | int:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        text = str(value).strip().lower()
+        if text in OFFSET_WORDS:
+            return text
+        if text.isdigit():
+            return int(text)
+        self.fail(
+            f"offset must be 'earliest', 'latest' or an integer >= 0, got {value!r}", param, ctx
+        )
+
+
+OFFSET = OffsetType()
+
+
+def stdout_console() -> Console:
+    """A rich console on standard output (tables, reports)."""
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    """A rich console on standard error (progress bars, warnings, notes)."""
+    return Console(stderr=True, highlight=False)

@@ -86,12 +86,10 @@ def data_option(f: F) -> F:
 
 
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(
-        f
-    )
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(f)
 
 
-class TopicNameType(click.ParamType):
+class TopicNameType(click.ParamType):  # type: ignore[type-arg]
     """A topic name checked against Kafka's rule before anything is opened."""
 
     name = "topic"
@@ -100,7 +98,7 @@ class TopicNameType(click.ParamType):
         try:
             return validate_topic_name(value)
         except FrameworkError as err:
-            self.fail(str(err), param, ctx)
+            return self.fail(str(err), param, ctx)
 
 
 TOPIC = TopicNameType()
@@ -108,7 +106,7 @@ PARTITIONS = click.IntRange(1, MAX_PARTITIONS)
 PARTITION = click.IntRange(0, MAX_PARTITIONS - 1)
 
 
-class ConfigPairType(click.ParamType):
+class ConfigPairType(click.ParamType):  # type: ignore[type-arg]
     """``key=value``, as in ``--config retention.ms=-1``."""
 
     name = "key=value"
@@ -141,7 +139,7 @@ def config_mapping(pairs: tuple[tuple[str, str], ...]) -> dict[str, object]:
 OFFSET_WORDS = ("earliest", "latest")
 
 
-class OffsetType(click.ParamType):
+class OffsetType(click.ParamType):  # type: ignore[type-arg]
     """``earliest``, ``latest``, or an offset ``N >= 0``."""
 
     name = "offset"
@@ -159,7 +157,7 @@ class OffsetType(click.ParamType):
             return text
         if text.isdigit():
             return int(text)
-        self.fail(
+        return self.fail(
             f"offset must be 'earliest', 'latest' or an integer >= 0, got {value!r}", param, ctx
         )
 

@@ -46,10 +46,21 @@ def topics() -> None:
 @click.option(
     "--partitions", type=PARTITIONS, default=1, show_default=True, help="Number of partitions."
 )
-@click.option("--compact", is_flag=True, help="cleanup_policy=compact: keep the last record per key.")
-@click.option("--retention-ms", type=int, metavar="MS", help="Delete segments older than MS (-1: never).")
-@click.option("--retention-bytes", type=int, metavar="B", help="Keep at most about B bytes per partition (-1: no limit).")
-@click.option("--segment-bytes", type=int, metavar="B", help="Roll to a new segment file after B bytes.")
+@click.option(
+    "--compact", is_flag=True, help="cleanup_policy=compact: keep the last record per key."
+)
+@click.option(
+    "--retention-ms", type=int, metavar="MS", help="Delete segments older than MS (-1: never)."
+)
+@click.option(
+    "--retention-bytes",
+    type=int,
+    metavar="B",
+    help="Keep at most about B bytes per partition (-1: no limit).",
+)
+@click.option(
+    "--segment-bytes", type=int, metavar="B", help="Roll to a new segment file after B bytes."
+)
 @click.option(
     "--config",
     "configs",
@@ -146,7 +157,9 @@ def describe(name: str, as_json: bool) -> None:
     type=PARTITIONS,
     help="New partition count (increase only; changes key placement for new records).",
 )
-@click.option("--config", "configs", type=CONFIG_PAIR, multiple=True, help="Config to change (repeatable).")
+@click.option(
+    "--config", "configs", type=CONFIG_PAIR, multiple=True, help="Config to change (repeatable)."
+)
 @data_option
 def alter(name: str, partitions: int | None, configs: tuple[tuple[str, str], ...]) -> None:
     """Change NAME's config, or increase its partition count."""

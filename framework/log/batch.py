@@ -170,12 +170,12 @@ def _py_decode_records(
             raise ValueError("record header runs past the batch end")
         length, delta, ts_delta, klen = unpack_head(buf, pos)
         rec_end = pos + 4 + length
-        if length < 20 or rec_end > end:
-            raise ValueError(f"record length {length} runs past the batch end")
+        if length < 24 or rec_end > end:
+            raise ValueError(f"record length {length} runs past the batch end or is too small")
         p = pos + 20
         if klen == _NULL:
             key = None
-        elif 0 <= klen <= rec_end - p:
+        elif 0 <= klen <= rec_end - p - 8:
             key = bytes(mv[p : p + klen])
             p += klen
         else:
@@ -184,20 +184,24 @@ def _py_decode_records(
         p += 4
         if vlen == _NULL:
             value = None
-        elif 0 <= vlen <= rec_end - p:
+        elif 0 <= vlen <= rec_end - p - 4:
             value = bytes(mv[p : p + vlen])
             p += vlen
         else:
             raise ValueError(f"bad value length {vlen}")
+        if rec_end - p < 4:
+            raise ValueError("record too short for its header count")
         (hcount,) = unpack_int(buf, p)
         p += 4
         if hcount < 0 or hcount > length:
             raise ValueError(f"bad header count {hcount}")
         headers: list[Header] = []
         for _ in range(hcount):
+            if rec_end - p < 8:
+                raise ValueError("header runs past the record end")
             (nlen,) = unpack_int(buf, p)
             p += 4
-            if nlen < 0 or p + nlen > rec_end:
+            if nlen < 0 or p + nlen + 4 > rec_end:
                 raise ValueError(f"bad header name length {nlen}")
             name = bytes(mv[p : p + nlen]).decode()
             p += nlen

@@ -399,7 +399,15 @@ class Partition:
                 resolved = [
                     (r[0], r[1], r[2], now if (ts_type or r[3] is None) else r[3]) for r in chunk
                 ]
-                raw = encode_batch(leo, resolved, timestamp_type=ts_type)
+                try:
+                    raw = encode_batch(leo, resolved, timestamp_type=ts_type)
+                except (TypeError, ValueError, OverflowError) as exc:
+                    raise InvalidRecordError(
+                        f"cannot encode record: {exc}",
+                        topic=self.topic,
+                        partition=self.partition,
+                        offset=leo,
+                    ) from None
                 if size > 0 and (
                     size + len(raw) > cfg.segment_bytes or now - created >= cfg.segment_ms
                 ):
@@ -454,8 +462,10 @@ class Partition:
                 try:
                     on_appended(result)
                 except Exception:
-                    self._log.exception("append hook failed (the append itself succeeded)",
-                                        offset=result.base_offset)
+                    self._log.exception(
+                        "append hook failed (the append itself succeeded)",
+                        offset=result.base_offset,
+                    )
         self.notifier.bump()
         return result
 
@@ -466,14 +476,24 @@ class Partition:
         start = 0
         acc = 0
         for i, r in enumerate(records):
-            key, value, headers = r[0], r[1], r[2]
-            size = (
-                RECORD_OVERHEAD
-                + (len(key) if key is not None else 0)
-                + (len(value) if value is not None else 0)
-            )
-            if headers:
-                size += sum(8 + len(n) * 4 + (len(v) if v is not None else 0) for n, v in headers)
+            try:
+                key, value, headers = r[0], r[1], r[2]
+                size = (
+                    RECORD_OVERHEAD
+                    + (len(key) if key is not None else 0)
+                    + (len(value) if value is not None else 0)
+                )
+                if headers:
+                    size += sum(
+                        8 + len(n) * 4 + (len(v) if v is not None else 0) for n, v in headers
+                    )
+            except (TypeError, ValueError, IndexError) as exc:
+                raise InvalidRecordError(
+                    f"record {i} is not (key: bytes|None, value: bytes|None, headers, "
+                    f"timestamp): {exc}",
+                    topic=self.topic,
+                    partition=self.partition,
+                ) from None
             if size > limit:
                 raise RecordTooLargeError(
                     f"record {i} is {size} bytes; max_record_bytes is {limit}",

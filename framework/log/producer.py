@@ -25,7 +25,7 @@ from concurrent.futures import Future
 import structlog
 
 from framework.errors import ConfigError, InvalidRecordError
-from framework.log.partitioner import KeylessSpreader, partition_for_key
+from framework.log.partitioner import KeylessSpreader, partition_for_key, partitions_for_keys
 from framework.log.port import Log
 from framework.log.record import Header, ProducerRecord, RecordMetadata
 
@@ -74,18 +74,39 @@ class Producer:
         *,
         partition: int | None = None,
     ) -> list[RecordMetadata]:
-        """Append ``records`` (partitioned per record) and return their metadata, in order."""
+        """Append ``records`` and return their metadata, in order, once durable.
+
+        Keyed records go to their key's partition; the keyless records of one call stick to
+        one partition (Kafka's sticky partitioning), the next call moves on. Record fields
+        are type-checked by the encoder, which names the offending record.
+        """
+        items = records if isinstance(records, list) else list(records)
+        if not items:
+            return []
+        count = self.log.partition_count(topic)
+        if partition is not None:
+            targets = [self.partition_for(topic, None, partition)] * len(items)
+        else:
+            keys = [r[0] for r in items]
+            if None not in keys:
+                targets = partitions_for_keys(keys, count)  # type: ignore[arg-type]
+            else:
+                sticky = self.partition_for(topic, None)
+                targets = [sticky if k is None else partition_for_key(k, count) for k in keys]
         by_partition: dict[int, list[int]] = defaultdict(list)
-        items = list(records)
-        for i, r in enumerate(items):
-            _check_record(topic, r)
-            by_partition[self.partition_for(topic, r.key, partition)].append(i)
+        first = targets[0]
+        if all(t == first for t in targets):
+            by_partition[first] = list(range(len(items)))
+        else:
+            for i, t in enumerate(targets):
+                by_partition[t].append(i)
         out: list[RecordMetadata | None] = [None] * len(items)
         for p, indexes in by_partition.items():
-            chunk = items if len(by_partition) == 1 else [items[i] for i in indexes]
+            chunk = items if len(indexes) == len(items) else [items[i] for i in indexes]
             result = self.log.append(topic, p, chunk)
+            base = result.base_offset
             for n, (i, ts) in enumerate(zip(indexes, result.timestamps, strict=True)):
-                out[i] = RecordMetadata(topic, p, result.base_offset + n, ts)
+                out[i] = RecordMetadata(topic, p, base + n, ts)
         return out  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ future API

@@ -41,19 +41,19 @@ from framework.log import LogStore
 from framework.log.record import Record
 
 T0 = 1_700_000_000_000
-SEGMENT_BYTES = 520
+SEGMENT_BYTES = 360
 INDEX_INTERVAL = 90
 BATCH_HEADER = 43
 
 TOPICS: dict[str, dict[str, object]] = {
     # delete policy, CreateTime, time and size retention, keyless records allowed
-    "del": {"cleanup_policy": "delete", "retention_ms": 60_000, "retention_bytes": 1300},
+    "del": {"cleanup_policy": "delete", "retention_ms": 45_000, "retention_bytes": 700},
     # compaction with a min lag and a tombstone retention
-    "cmp": {"cleanup_policy": "compact", "min_compaction_lag_ms": 20_000,
+    "cmp": {"cleanup_policy": "compact", "min_compaction_lag_ms": 10_000,
             "delete_retention_ms": 30_000, "retention_ms": -1},
     # the log sets timestamps; both compaction and time retention
     "lat": {"cleanup_policy": "compact,delete", "timestamp_type": "LogAppendTime",
-            "retention_ms": 90_000, "delete_retention_ms": 10_000},
+            "retention_ms": 70_000, "delete_retention_ms": 10_000},
 }
 for _cfg in TOPICS.values():
     _cfg.update(segment_bytes=SEGMENT_BYTES, index_interval_bytes=INDEX_INTERVAL,
@@ -221,7 +221,7 @@ class ModelLog:
 
 KEYS = [b"a", b"b", b"c", b"", b"k" * 20, b"k" * 21]
 keys = st.sampled_from(KEYS)
-values = st.none() | st.binary(max_size=40)
+values = st.none() | st.binary(max_size=30)
 header_lists = st.lists(
     st.tuples(st.sampled_from(["h", "trace-id", "ü"]), st.none() | st.binary(max_size=8)),
     max_size=2,
@@ -272,6 +272,17 @@ class LogMachine(RuleBasedStateMachine):
     @rule(topic=st.sampled_from(sorted(TOPICS)),
           specs=st.lists(record_specs, min_size=1, max_size=5))
     def append(self, topic: str, specs: list[tuple[Any, ...]]) -> None:
+        self._append(topic, specs)
+
+    @rule(topic=st.sampled_from(sorted(TOPICS)),
+          calls=st.lists(st.lists(record_specs, min_size=1, max_size=3), min_size=2,
+                         max_size=8))
+    def append_several(self, topic: str, calls: list[list[tuple[Any, ...]]]) -> None:
+        """Several appends in a row (single records and small batches): fills segments."""
+        for specs in calls:
+            self._append(topic, specs)
+
+    def _append(self, topic: str, specs: list[tuple[Any, ...]]) -> None:
         model = self.models[topic]
         records = []
         for key, value, headers, delta in specs:
@@ -295,7 +306,7 @@ class LogMachine(RuleBasedStateMachine):
         assert self.store.offsets(topic, 0) == before
 
     # -------------------------------------------------------------------- time and maintenance
-    @rule(ms=st.integers(min_value=0, max_value=40_000))
+    @rule(ms=st.integers(min_value=0, max_value=25_000))
     def advance_clock(self, ms: int) -> None:
         self.now += ms
 
@@ -365,6 +376,8 @@ class LogMachine(RuleBasedStateMachine):
             torn = raw[:cut]
         with path.open("ab") as f:
             f.write(torn)
+        from hypothesis import event
+        event(f"torn {kind} {then}")
         if then == "carry_on":
             self.dirty_tail.add(topic)
         else:
@@ -461,8 +474,8 @@ class LogMachine(RuleBasedStateMachine):
 
 SOAK = os.environ.get("HYPOTHESIS_PROFILE") == "soak"
 LogMachine.TestCase.settings = settings(
-    max_examples=1500 if SOAK else 45,
-    stateful_step_count=120 if SOAK else 40,
+    max_examples=1500 if SOAK else 30,
+    stateful_step_count=120 if SOAK else 60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -1,0 +1,395 @@
+"""``eventlane compact``, ``cleanup``, ``dump`` and ``verify``: the log's maintenance tools.
+
+* ``compact TOPIC`` runs the cleaner on every partition (:mod:`framework.log.cleaner`).
+* ``cleanup TOPIC`` applies retention to every partition (:mod:`framework.log.retention`).
+* ``dump FILE`` prints a segment's batches and records, or an index's entries, like Kafka's
+  ``kafka-dump-log``; it reads the file directly and needs no data directory. Exit status 1
+  when a batch fails its CRC or is malformed (the output says where).
+* ``verify [TOPIC]`` checks every batch of every segment (framing, CRC32C, offset order).
+  Exit status 1 when anything is corrupt, with one line per bad spot naming the topic,
+  partition, file, byte position and offset.
+
+These commands work on the embedded store itself (partition by partition, for progress bars),
+not only through the log port: they are tools of this storage engine, as ``kafka-dump-log``
+is of Kafka's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from framework.cli.context import (
+    TOPIC,
+    app,
+    data_option,
+    json_option,
+    stderr_console,
+    stdout_console,
+)
+from framework.cli.render import human_bytes, simple_table
+from framework.errors import ConfigError, CorruptRecordError
+from framework.log.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    batch_crc_ok,
+    check_header,
+    decode_records,
+    parse_header,
+)
+from framework.log.cleaner import CompactionReport, compact_partition
+from framework.log.record import Record, TimestampType
+from framework.log.retention import RetentionReport, apply_retention
+from framework.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    OFFSET_ENTRY,
+    TIME_ENTRY,
+    TIMEINDEX_SUFFIX,
+)
+from framework.log.store import LogStore
+
+
+def _progress(label: str) -> Progress:
+    console = stderr_console()
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[what]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+
+
+def _json_out(value: object) -> None:
+    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+
+
+# ---------------------------------------------------------------------------- compact
+@click.command()
+@click.argument("topic", type=TOPIC)
+@json_option
+@data_option
+def compact(topic: str, as_json: bool) -> None:
+    """Compact TOPIC: keep the last record of every key, offsets unchanged."""
+    log = app().open_log()
+    config = log.topic_config(topic)
+    if not config.compact:
+        raise ConfigError(
+            f"topic {topic!r} has cleanup_policy={config.cleanup_policy}: compaction applies"
+            f" only to compact or compact,delete topics (eventlane topics alter {topic}"
+            " --config cleanup.policy=compact)",
+            topic=topic,
+        )
+    count = log.partition_count(topic)
+    reports: list[CompactionReport] = []
+    with _progress(f"compacting {topic}") as progress:
+        task = progress.add_task("compact", total=count, what="")
+        for p in range(count):
+            progress.update(task, what=f"partition {p}")
+            reports.append(compact_partition(log.partition(topic, p)))
+            progress.advance(task)
+    if as_json:
+        _json_out([r._asdict() for r in reports])
+        return
+    stdout_console().print(
+        simple_table(
+            f"Compaction of {topic}",
+            ("partition", "segments", "records scanned", "records kept", "bytes", "seconds"),
+            (
+                (
+                    r.partition,
+                    f"{r.segments_before} -> {r.segments_after}",
+                    r.records_scanned,
+                    r.records_kept,
+                    f"{human_bytes(r.bytes_before)} -> {human_bytes(r.bytes_after)}",
+                    r.seconds,
+                )
+                for r in reports
+            ),
+        )
+    )
+    if not any(r.segments_before for r in reports):
+        click.echo(
+            "nothing was cleanable: compaction skips the active segment and records younger"
+            f" than min_compaction_lag_ms ({config.min_compaction_lag_ms} ms)"
+        )
+
+
+# ---------------------------------------------------------------------------- cleanup
+@click.command()
+@click.argument("topic", type=TOPIC)
+@json_option
+@data_option
+def cleanup(topic: str, as_json: bool) -> None:
+    """Apply TOPIC's retention: delete old segments, advancing the low-water mark."""
+    log = app().open_log()
+    config = log.topic_config(topic)
+    if not config.delete:
+        raise ConfigError(
+            f"topic {topic!r} has cleanup_policy={config.cleanup_policy}: retention applies"
+            " only to delete or compact,delete topics",
+            topic=topic,
+        )
+    count = log.partition_count(topic)
+    reports: list[RetentionReport] = []
+    with _progress(f"retention on {topic}") as progress:
+        task = progress.add_task("cleanup", total=count, what="")
+        for p in range(count):
+            progress.update(task, what=f"partition {p}")
+            reports.append(apply_retention(log.partition(topic, p)))
+            progress.advance(task)
+    if as_json:
+        _json_out([r._asdict() for r in reports])
+        return
+    stdout_console().print(
+        simple_table(
+            f"Retention of {topic} (retention_ms={config.retention_ms},"
+            f" retention_bytes={config.retention_bytes})",
+            ("partition", "LWM before", "LWM after", "segments deleted", "bytes deleted"),
+            (
+                (r.partition, r.old_lwm, r.new_lwm, r.segments_deleted, r.bytes_deleted)
+                for r in reports
+            ),
+        )
+    )
+
+
+# ---------------------------------------------------------------------------- dump
+def _text(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", errors="replace")
+
+
+def _record_dict(r: Record) -> dict[str, Any]:
+    return {
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+        "key": _text(r.key),
+        "value": _text(r.value),
+        "headers": [[name, _text(value)] for name, value in r.headers],
+    }
+
+
+def _coordinates(path: Path) -> tuple[str, int]:
+    """``(topic, partition)`` from ``<topic>/<partition>/<segment>``, when the path has them."""
+    partition = path.parent.name
+    return path.parent.parent.name or "?", int(partition) if partition.isdigit() else -1
+
+
+def _segment_base(path: Path) -> int:
+    stem = path.name.split(".", 1)[0]
+    return int(stem) if stem.isdigit() else 0
+
+
+def _batches(path: Path) -> Iterator[dict[str, Any]]:
+    """Every batch of a segment file as a dict; a malformed one ends the scan with ``error``."""
+    topic, partition = _coordinates(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        pos = 0
+        while pos < size:
+            head = os.pread(fd, HEADER_SIZE, pos)
+            if len(head) < HEADER_SIZE:
+                yield {"position": pos, "error": f"truncated batch header ({len(head)} bytes)"}
+                return
+            h: BatchHeader = parse_header(head, 0)
+            problem = check_header(h)
+            if problem is None and pos + h.size > size:
+                problem = f"batch of {h.size} bytes runs past the end of the file ({size})"
+            if problem is not None:
+                yield {"position": pos, "base_offset": h.base_offset, "error": problem}
+                return
+            buf = os.pread(fd, h.size, pos)
+            crc_valid = batch_crc_ok(buf, 0, h)
+            batch: dict[str, Any] = {
+                "position": pos,
+                "base_offset": h.base_offset,
+                "last_offset": h.last_offset,
+                "count": h.record_count,
+                "size": h.size,
+                "magic": h.magic,
+                "crc": h.crc,
+                "crc_valid": crc_valid,
+                "timestamp_type": TimestampType(h.timestamp_type).name,
+                "base_timestamp": h.base_timestamp,
+                "max_timestamp": h.max_timestamp,
+                "error": None if crc_valid else "CRC32C mismatch",
+            }
+            try:
+                batch["records"] = decode_records(
+                    buf,
+                    HEADER_SIZE,
+                    h.size,
+                    h.base_offset,
+                    h.base_timestamp,
+                    h.timestamp_type,
+                    topic,
+                    partition,
+                    0,
+                    Record,
+                )
+            except ValueError as exc:
+                batch["records"] = []
+                batch["error"] = f"malformed record: {exc}"
+            yield batch
+            pos += h.size
+    finally:
+        os.close(fd)
+
+
+def _quote(text: str | None) -> str:
+    return "null" if text is None else orjson.dumps(text).decode()
+
+
+def _dump_log(path: Path, as_json: bool, with_records: bool) -> int:
+    problems = 0
+    if not as_json:
+        click.echo(f"Dumping {path}")
+    for batch in _batches(path):
+        if batch["error"] is not None:
+            problems += 1
+        if "last_offset" not in batch:  # a malformed header: nothing more can be read
+            if as_json:
+                click.echo(orjson.dumps(batch).decode())
+            else:
+                click.echo(
+                    f"ERROR at position {batch['position']}"
+                    f" (offset {batch.get('base_offset', '?')}): {batch['error']}"
+                )
+            break
+        records: list[Record] = batch.pop("records")
+        if as_json:
+            batch["records"] = [_record_dict(r) for r in records] if with_records else None
+            click.echo(orjson.dumps(batch).decode())
+            continue
+        click.echo(
+            f"baseOffset: {batch['base_offset']} lastOffset: {batch['last_offset']}"
+            f" count: {batch['count']} position: {batch['position']} size: {batch['size']}"
+            f" magic: {batch['magic']} crc: 0x{batch['crc']:08x}"
+            f" crcValid: {str(batch['crc_valid']).lower()}"
+            f" timestampType: {batch['timestamp_type']}"
+            f" baseTimestamp: {batch['base_timestamp']} maxTimestamp: {batch['max_timestamp']}"
+            + (f" ERROR: {batch['error']}" if batch["error"] else "")
+        )
+        if with_records:
+            for r in records:
+                headers = ", ".join(f"{name}={_quote(_text(v))}" for name, v in r.headers)
+                click.echo(
+                    f"| offset: {r.offset} timestamp: {r.timestamp} key: {_quote(_text(r.key))}"
+                    f" value: {_quote(_text(r.value))} headers: [{headers}]"
+                )
+    return problems
+
+
+def _dump_index(path: Path, as_json: bool) -> int:
+    base = _segment_base(path)
+    raw = path.read_bytes()
+    time_index = path.name.endswith(TIMEINDEX_SUFFIX)
+    entry = TIME_ENTRY if time_index else OFFSET_ENTRY
+    if not as_json:
+        click.echo(f"Dumping {path} ({len(raw) // entry.size} entries)")
+    for fields in entry.iter_unpack(raw[: len(raw) - len(raw) % entry.size]):
+        if time_index:
+            ts, rel = fields
+            row: dict[str, int] = {"timestamp": ts, "offset": base + rel}
+        else:
+            rel, position = fields
+            row = {"offset": base + rel, "position": position}
+        if as_json:
+            click.echo(orjson.dumps(row).decode())
+        else:
+            click.echo(" ".join(f"{k}: {v}" for k, v in row.items()))
+    if len(raw) % entry.size:
+        click.echo(f"trailing {len(raw) % entry.size} byte(s) are not a whole entry", err=True)
+        return 1
+    return 0
+
+
+@click.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@json_option
+@click.option("--batches-only", is_flag=True, help="Print batch headers without their records.")
+@data_option
+def dump(file: Path, as_json: bool, batches_only: bool) -> None:
+    """Print the batches and records of segment FILE (or the entries of a .index/.timeindex).
+
+    With --json, one JSON object per batch (or index entry) and line.
+    """
+    if file.name.endswith(LOG_SUFFIX):
+        problems = _dump_log(file, as_json, not batches_only)
+    elif file.name.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX)):
+        problems = _dump_index(file, as_json)
+    else:
+        raise ConfigError(
+            f"{file.name!r} is not a segment file: expected <offset>.log, .index or .timeindex",
+            path=file,
+        )
+    if problems:
+        raise click.ClickException(f"{problems} bad batch(es) in {file}")
+
+
+# ---------------------------------------------------------------------------- verify
+def _problem_dict(err: CorruptRecordError) -> dict[str, Any]:
+    return {
+        "topic": err.topic,
+        "partition": err.partition,
+        "file": err.path,
+        "position": err.position,
+        "offset": err.offset,
+        "problem": err.message,
+    }
+
+
+def verify_log(log: LogStore, topics: list[str]) -> tuple[int, list[CorruptRecordError]]:
+    """Check every partition of ``topics``; return how many were checked and the problems."""
+    partitions = [(t, p) for t in topics for p in range(log.partition_count(t))]
+    problems: list[CorruptRecordError] = []
+    with _progress("verifying") as progress:
+        task = progress.add_task("verify", total=len(partitions), what="")
+        for topic, p in partitions:
+            progress.update(task, what=f"{topic}/{p}")
+            try:
+                problems.extend(log.partition(topic, p).verify())
+            except CorruptRecordError as err:  # found while opening (recovery) the partition
+                problems.append(err)
+            progress.advance(task)
+    return len(partitions), problems
+
+
+@click.command()
+@click.argument("topic", type=TOPIC, required=False)
+@json_option
+@data_option
+def verify(topic: str | None, as_json: bool) -> None:
+    """Check the CRC and framing of every batch of TOPIC (default: every topic)."""
+    log = app().open_log()
+    topics = [topic] if topic is not None else log.list_topics()
+    if topic is not None:
+        log.partition_count(topic)  # an unknown topic is an error, not "0 problems"
+    checked, problems = verify_log(log, topics)
+    if as_json:
+        _json_out({"partitions_checked": checked, "problems": [_problem_dict(e) for e in problems]})
+    elif not problems:
+        click.echo(
+            f"verified {checked} partition(s) of {len(topics)} topic(s): every batch is intact"
+        )
+    for err in problems:
+        if not as_json:
+            click.echo(
+                f"CORRUPT topic={err.topic} partition={err.partition} file={err.path}"
+                f" position={err.position} offset={err.offset}: {err.message}"
+            )
+    if problems:
+        raise click.ClickException(
+            f"{len(problems)} corrupt spot(s) in {checked} partition(s) checked"
+        )

@@ -1,0 +1,1028 @@
+"""Child processes and crash harnesses for the multi-process and ``kill -9`` tests of the log.
+
+Run a child as a script (the tests and ``benchmarks/soak_crash.py`` start it with
+``subprocess``)::
+
+    python tests/log/procs.py ROLE '<json arguments>'
+
+Roles (each writes its protocol lines to stdout, one ``flush`` per acknowledged append, and
+its structured logs to stderr):
+
+``produce``  appends payload records to a topic with a mix of APIs (``Producer.send_batch`` with
+             batch sizes from 1 to thousands, single ``send(...).result()``, bursts of
+             ``send`` futures sharing one group commit, and direct ``LogStore.append`` to an
+             explicit partition). After each call returns it prints ``A <partition> <offset>
+             <id>`` for every record of it: those are the *acknowledged* (durable) records.
+             Prints ``R`` once ready, ``D`` when it has produced ``count`` records.
+``tail``     a free consumer assigned every partition, polling with a timeout (it sleeps on
+             the log's futex and wakes on appends from other processes); prints ``S
+             <partition> <offset> <id>`` per record seen, ``D <records> <empty polls>
+             <seconds>`` once it has seen ``total`` records.
+``compact``  prints ``C``, runs ``LogStore.compact(topic)``, prints ``D <seconds>``.
+``cleanup``  the same with ``LogStore.cleanup(topic)`` (retention).
+
+Payload format (the value of every record a ``produce`` child writes)::
+
+    b"<tag>:<seq>|<n>|" + FILLER[seq % 251 : seq % 251 + n]
+
+``<tag>:<seq>`` is the payload id: ``tag`` names one producer process and ``seq`` counts its
+records from 0 in send order. The filler is derived from ``seq``, so a record whose bytes
+changed anywhere is caught by :func:`parse_value` even if its CRC were right.
+
+The harnesses (:class:`ProducerCrashLoop`, :class:`CompactionCrashLoop`,
+:class:`RetentionCrashLoop`) run whole ``kill -9`` cycles and count anomalies in
+:class:`CrashFigures` instead of asserting, so the soak script can print figures; the tests
+assert the anomaly counts are zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+PROCS = Path(__file__).resolve()
+FILLER = bytes(range(251)) * 1200  # >= 300 KiB of a pattern that never aligns with itself
+READY_TIMEOUT_S = 120.0
+"""How long a child may take to start (a noisy 2-core machine can be very slow)."""
+
+
+# ---------------------------------------------------------------------------- payloads
+def make_value(tag: str, seq: int, pad: int) -> bytes:
+    start = seq % 251
+    return b"%s:%d|%d|" % (tag.encode(), seq, pad) + FILLER[start : start + pad]
+
+
+def parse_value(value: bytes | None) -> tuple[str, int]:
+    """``(tag, seq)`` of a payload value; ``ValueError`` if any byte of it is wrong."""
+    if value is None:
+        raise ValueError("payload value is null")
+    ident, pad_text, rest = value.split(b"|", 2)
+    tag, seq_text = ident.rsplit(b":", 1)
+    seq, pad = int(seq_text), int(pad_text)
+    start = seq % 251
+    if len(rest) != pad or rest != FILLER[start : start + pad]:
+        raise ValueError(f"payload {ident!r} has a damaged filler")
+    return tag.decode(), seq
+
+
+def payload_id(value: bytes | None) -> str:
+    tag, seq = parse_value(value)
+    return f"{tag}:{seq}"
+
+
+# ---------------------------------------------------------------------------- children
+def _quiet_logs() -> None:
+    """Send the engine's structured logs to stderr: stdout carries the protocol lines."""
+    import structlog
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
+def _emit(out: IO[bytes], lines: list[str]) -> None:
+    out.write("".join(lines).encode())
+    out.flush()
+
+
+def _batch_size(rng: random.Random) -> int:
+    roll = rng.random()
+    if roll < 0.15:
+        return 1
+    if roll < 0.50:
+        return rng.randint(2, 20)
+    if roll < 0.85:
+        return rng.randint(20, 400)
+    return rng.randint(400, 3000)
+
+
+def _pad(rng: random.Random, big: bool) -> int:
+    if big:
+        return rng.randint(20_000, 250_000)  # large records: long writes, multi-batch appends
+    return rng.randint(0, 200)
+
+
+def child_produce(args: dict[str, Any]) -> None:
+    """See the module docstring (role ``produce``)."""
+    from framework.log import LogStore, Producer, ProducerRecord
+    from framework.log.partitioner import partition_for_key
+
+    _quiet_logs()
+    rng = random.Random(args["seed"])
+    tag: str = args["tag"]
+    topic: str = args["topic"]
+    count: int | None = args.get("count")
+    keys: int = args.get("keys", 1000)
+    big: bool = args.get("big", True)
+    singles: float = args.get("singles", 0.15)
+    out = sys.stdout.buffer
+    store = LogStore(args["data"])
+    producer = Producer(store)
+    partitions = store.partition_count(topic)
+    go = args.get("go")
+    _emit(out, ["R\n"])
+    if go:
+        while not Path(go).exists():
+            time.sleep(0.002)
+    seq = 0
+
+    def record(prefix: bytes, large: bool = False) -> ProducerRecord:
+        nonlocal seq
+        key = b"%s%05d" % (prefix, rng.randrange(keys))
+        value = make_value(tag, seq, _pad(rng, large))
+        seq += 1
+        return ProducerRecord(key, value)
+
+    def batch_of(prefix: bytes, n: int) -> list[ProducerRecord]:
+        # One batch in twenty carries a large record somewhere in it.
+        large_at = rng.randrange(n) if big and rng.random() < 0.05 else -1
+        return [record(prefix, i == large_at) for i in range(n)]
+
+    while count is None or seq < count:
+        left = None if count is None else count - seq
+        mode = rng.random()
+        if mode < singles * 0.5:  # one send, one fsync
+            r = record(b"k")
+            meta = producer.send(topic, r.value, key=r.key).result()
+            _emit(out, [f"A {meta.partition} {meta.offset} {tag}:{seq - 1}\n"])
+        elif mode < singles:  # a burst of futures sharing a group commit
+            n = rng.randint(2, 30) if left is None else min(rng.randint(2, 30), left)
+            first = seq
+            futures = [producer.send(topic, r.value, key=r.key)
+                       for r in (record(b"k") for _ in range(n))]
+            lines = []
+            for i, fut in enumerate(futures):
+                meta = fut.result()
+                lines.append(f"A {meta.partition} {meta.offset} {tag}:{first + i}\n")
+            _emit(out, lines)
+        elif mode < singles + 0.15:  # explicit partition, straight to the log
+            n = _batch_size(rng) if left is None else min(_batch_size(rng), left)
+            p = rng.randrange(partitions)
+            first = seq
+            batch = batch_of(b"d", n)
+            result = store.append(topic, p, batch)
+            _emit(out, [f"A {p} {result.base_offset + i} {tag}:{first + i}\n" for i in range(n)])
+        else:  # keyed batch through the producer's partitioner
+            n = _batch_size(rng) if left is None else min(_batch_size(rng), left)
+            first = seq
+            batch = batch_of(b"k", n)
+            metas = producer.send_batch(topic, batch)
+            for r, meta in zip(batch, metas, strict=True):
+                assert meta.partition == partition_for_key(r.key or b"", partitions)
+            _emit(out, [f"A {m.partition} {m.offset} {tag}:{first + i}\n"
+                        for i, m in enumerate(metas)])
+    producer.close()
+    store.close()
+    _emit(out, ["D\n"])
+
+
+def child_tail(args: dict[str, Any]) -> None:
+    """See the module docstring (role ``tail``)."""
+    from framework.consumer.free import Consumer
+    from framework.log import LogStore, TopicPartition
+
+    _quiet_logs()
+    out = sys.stdout.buffer
+    store = LogStore(args["data"])
+    topic: str = args["topic"]
+    total: int = args.get("total", 0)
+    deadline = time.monotonic() + args.get("timeout", 1e9)
+    consumer = Consumer(store, auto_offset_reset="earliest",
+                        max_poll_records=args.get("max_records", 500))
+    consumer.assign([TopicPartition(topic, p) for p in range(store.partition_count(topic))])
+    _emit(out, ["R\n"])
+    seen = 0
+    empty = 0
+    started = time.monotonic()
+    while (total == 0 or seen < total) and time.monotonic() < deadline:
+        records = consumer.poll(timeout=args.get("poll_timeout", 5.0))
+        if not records:
+            empty += 1
+            continue
+        seen += len(records)
+        _emit(out, [f"S {r.partition} {r.offset} {payload_id(r.value)}\n" for r in records])
+    _emit(out, [f"D {seen} {empty} {time.monotonic() - started:.3f}\n"])
+    store.close()
+
+
+def _child_maintenance(args: dict[str, Any], action: str) -> None:
+    from framework.log import LogStore
+
+    _quiet_logs()
+    out = sys.stdout.buffer
+    store = LogStore(args["data"])
+    store.partition_count(args["topic"])
+    for p in range(store.partition_count(args["topic"])):
+        store.partition(args["topic"], p)  # open (and repair) before the clock starts
+    _emit(out, ["C\n"])
+    started = time.perf_counter()
+    getattr(store, action)(args["topic"])
+    _emit(out, [f"D {time.perf_counter() - started:.4f}\n"])
+    store.close()
+
+
+ROLES = {
+    "produce": child_produce,
+    "tail": child_tail,
+    "compact": lambda a: _child_maintenance(a, "compact"),
+    "cleanup": lambda a: _child_maintenance(a, "cleanup"),
+}
+
+
+# ---------------------------------------------------------------------------- parent side
+class Child:
+    """A child process whose stdout goes to a file (never a pipe: a full pipe would stall
+    the child in ``write`` and every kill would land there)."""
+
+    def __init__(self, role: str, args: dict[str, Any], out_dir: Path, name: str) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.out_path = out_dir / f"{name}.out"
+        self.err_path = out_dir / f"{name}.err"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(PROCS), role, json.dumps(args)],
+                stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            )
+        self._read_at = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def lines(self) -> list[str]:
+        """Every complete line written so far (a line cut by a kill is ignored)."""
+        data = self.out_path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        return data[:end].decode().splitlines()
+
+    def new_lines(self) -> list[str]:
+        """Complete lines written since the last call."""
+        with open(self.out_path, "rb") as f:
+            f.seek(self._read_at)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self._read_at += end
+        return data[:end].decode().splitlines()
+
+    def wait_for_line(self, first: str, timeout: float = READY_TIMEOUT_S) -> None:
+        """Wait until a line starting with ``first`` is written (or fail if the child died)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if any(line.startswith(first) for line in self.lines()):
+                return
+            if self.proc.poll() is not None:
+                if any(line.startswith(first) for line in self.lines()):
+                    return
+                raise RuntimeError(f"child {self.name} exited with {self.proc.returncode} "
+                                   f"before {first!r}: {self.stderr_tail()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise TimeoutError(f"child {self.name} did not write {first!r} in {timeout} s")
+            time.sleep(0.002)
+
+    def kill(self) -> int:
+        """SIGKILL (if still running) and reap; returns the exit status."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGKILL)
+        return self.proc.wait()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def stderr_tail(self, limit: int = 3000) -> str:
+        try:
+            return self.err_path.read_bytes()[-limit:].decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+def acked(lines: list[str]) -> Iterator[tuple[int, int, str]]:
+    """``(partition, offset, id)`` of the ``A``/``S`` lines of a child's output."""
+    for line in lines:
+        if line.startswith(("A ", "S ")):
+            _, p, o, ident = line.split(" ")
+            yield int(p), int(o), ident
+
+
+def drop_state_files(data: Path, topic: str) -> None:
+    """Simulate a reboot: the shared ``state`` of every partition is a cache that a reboot
+    loses (it is never fsynced), so the next opener must rebuild it from the segment files.
+    Only valid while no process has the topic open."""
+    for state in (data / "topics" / topic).glob("*/state"):
+        state.unlink()
+
+
+def stats_ms(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return (f"n={len(values)} median={statistics.median(values):.1f} ms p99={p99:.1f} ms "
+            f"max={ordered[-1]:.1f} ms")
+
+
+@dataclass
+class CrashFigures:
+    """Counts of what the crash loops did and of every anomaly they found."""
+
+    cycles: int = 0
+    kills: int = 0
+    double_kills: int = 0
+    clean_exits: int = 0
+    reboots: int = 0
+    acked: int = 0
+    records_in_log: int = 0
+    reader_seen: int = 0
+    reader_kills: int = 0
+    lost: int = 0
+    misplaced: int = 0
+    reordered: int = 0
+    duplicated: int = 0
+    corrupt: int = 0
+    vanished: int = 0
+    wrong_content: int = 0
+    child_errors: int = 0
+    recovery_ms: list[float] = field(default_factory=list)
+    reboot_recovery_ms: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    ANOMALIES = ("lost", "misplaced", "reordered", "duplicated", "corrupt", "vanished",
+                 "wrong_content", "child_errors")
+
+    def anomaly(self, kind: str, message: str, n: int = 1) -> None:
+        setattr(self, kind, getattr(self, kind) + n)
+        if len(self.problems) < 30:
+            self.problems.append(f"{kind}: {message}")
+
+    @property
+    def anomalies(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.ANOMALIES}
+
+    def clean(self) -> bool:
+        return not any(self.anomalies.values())
+
+    def summary(self) -> str:
+        return "\n".join([
+            f"cycles={self.cycles} kills={self.kills} (double={self.double_kills}) "
+            f"clean_exits={self.clean_exits} reboots_simulated={self.reboots} "
+            f"reader_kills={self.reader_kills}",
+            f"acked_records={self.acked} records_in_log={self.records_in_log} "
+            f"reader_seen={self.reader_seen}",
+            "anomalies: " + " ".join(f"{k}={v}" for k, v in self.anomalies.items()),
+            f"recovery (lock-holder repair, open + first lock of every partition): "
+            f"{stats_ms(self.recovery_ms)}",
+            f"recovery (after a simulated reboot, full scan from the recovery point): "
+            f"{stats_ms(self.reboot_recovery_ms)}",
+            *self.problems,
+        ])
+
+
+def _open_and_time(data: Path, topic: str) -> tuple[Any, float]:
+    """Open a fresh ``LogStore`` and every partition (which repairs what a kill left)."""
+    from framework.log import LogStore
+
+    started = time.perf_counter()
+    store = LogStore(data)
+    for p in range(store.partition_count(topic)):
+        store.partition(topic, p)
+    return store, (time.perf_counter() - started) * 1000
+
+
+def read_all(store: Any, topic: str, partition: int, start: int, end: int) -> list[Any]:
+    """Every record of ``[start, end)`` of one partition, read sequentially with a cursor."""
+    out: list[Any] = []
+    cursor = None
+    offset = start
+    while offset < end:
+        records, cursor = store.read(topic, partition, offset, cursor=cursor, upto=end)
+        if not records:
+            break
+        out.extend(records)
+        offset = records[-1].offset + 1
+    return out
+
+
+# ---------------------------------------------------------------------------- producer crashes
+class ProducerCrashLoop:
+    """``kill -9`` of producer processes mid-append, cycle after cycle, with a tailing reader.
+
+    Each cycle starts one producer child (sometimes two at once), waits until it is ready,
+    sleeps a random 0..``max_delay`` s and kills it with SIGKILL (the second one a moment
+    later). Some cycles simulate a reboot (every process killed, the reader included, and
+    the partitions' shared state dropped) so the full recovery scan runs too. Then a fresh
+    ``LogStore`` is opened (timed: that is the recovery) and checked:
+
+    * ``verify`` finds no bad batch; ``hwm == leo``; the HWM never went below what was
+      checked before;
+    * every record's value is intact and its payload id appears once in the whole topic
+      (*duplicated*), offsets strictly increase, and each producer's records keep their send
+      order within a partition (*reordered*); keyed records sit where Kafka's partitioner
+      puts them (*misplaced*);
+    * every acknowledged record is in the log exactly at its acknowledged partition and
+      offset (*lost* / *misplaced*);
+    * every record the tailing reader saw below the HWM is still there, at the same offset
+      (*vanished*).
+
+    The next cycle's producer appends after this recovery. Every ``full_check_every`` cycles
+    and at the end, the whole topic is re-read from offset 0 and every acknowledgement ever
+    made is checked again. A new topic is started every ``topic_cycles`` cycles so that a
+    long soak does not re-read an ever-growing log.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        seed: int,
+        partitions: int = 3,
+        segment_bytes: int = 256 * 1024,
+        max_delay: float = 0.35,
+        double_ratio: float = 0.2,
+        reboot_ratio: float = 0.2,
+        topic_cycles: int = 50,
+        full_check_every: int = 10,
+        big: bool = True,
+    ) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.out_dir = root / "out"
+        self.rng = random.Random(seed)
+        self.partitions = partitions
+        self.segment_bytes = segment_bytes
+        self.max_delay = max_delay
+        self.double_ratio = double_ratio
+        self.reboot_ratio = reboot_ratio
+        self.topic_cycles = topic_cycles
+        self.full_check_every = full_check_every
+        self.big = big
+        self.figures = CrashFigures()
+        self.topic_no = 0
+        self.topic = ""
+        self.reader: Child | None = None
+        self.reader_no = 0
+        self._new_topic()
+
+    # -- topic and reader lifecycle
+    def _new_topic(self) -> None:
+        from framework.log import LogStore
+
+        self._stop_reader()
+        self.topic_no += 1
+        self.topic = f"crash-{self.topic_no}"
+        with LogStore(self.data) as store:
+            store.create_topic(self.topic, self.partitions,
+                               {"segment_bytes": self.segment_bytes, "retention_ms": -1})
+        self._reset_model()
+        self.acks: dict[str, tuple[int, int]] = {}
+        self.topic_cycle = 0
+        self._start_reader()
+
+    def _reset_model(self) -> None:
+        self.log_ids: dict[str, tuple[int, int]] = {}
+        self.checked = [0] * self.partitions
+        self.last_offset = [-1] * self.partitions
+        self.last_seq: dict[tuple[str, int], int] = {}
+        self.reader_views: dict[str, tuple[int, int]] = {}
+
+    def _start_reader(self) -> None:
+        self.reader_no += 1
+        self.reader = Child("tail", {"data": str(self.data), "topic": self.topic,
+                                     "poll_timeout": 1.0},
+                            self.out_dir, f"reader-{self.reader_no}")
+        self.reader.wait_for_line("R")
+
+    def _stop_reader(self) -> None:
+        if self.reader is not None:
+            if self.reader.proc.poll() is not None and self.reader.proc.returncode != -9:
+                self.figures.anomaly("child_errors", f"reader died: {self.reader.stderr_tail()}")
+            self.reader.kill()
+            self._reader_lines()
+            self.reader = None
+            self.figures.reader_kills += 1
+
+    def _reader_lines(self) -> None:
+        assert self.reader is not None
+        for p, o, ident in acked(self.reader.new_lines()):
+            self.figures.reader_seen += 1
+            prior = self.reader_views.setdefault(ident, (p, o))
+            if prior != (p, o):
+                self.figures.anomaly("vanished", f"reader saw {ident} at {(p, o)} and {prior}")
+
+    # -- cycles
+    def run(self, cycles: int, progress: Any = None) -> CrashFigures:
+        try:
+            for i in range(cycles):
+                if self.topic_cycle >= self.topic_cycles:
+                    self._full_check()
+                    self._new_topic()
+                self.cycle()
+                if self.topic_cycle % self.full_check_every == 0:
+                    self._full_check()
+                if progress is not None:
+                    progress(i + 1, self.figures)
+            self._final_clean_run()
+            self._full_check()
+        finally:
+            if self.reader is not None:
+                self.reader.kill()
+        return self.figures
+
+    def _spawn_producer(self, name: str, count: int | None = None) -> Child:
+        return Child("produce", {"data": str(self.data), "topic": self.topic, "tag": name,
+                                 "seed": self.rng.randrange(1 << 30), "count": count,
+                                 "big": self.big}, self.out_dir, name)
+
+    def cycle(self) -> None:
+        fig = self.figures
+        fig.cycles += 1
+        self.topic_cycle += 1
+        base = f"t{self.topic_no}c{fig.cycles}"
+        two = self.rng.random() < self.double_ratio
+        children = [self._spawn_producer(base + "a")]
+        if two:
+            children.append(self._spawn_producer(base + "b"))
+        for child in children:
+            child.wait_for_line("R")
+        time.sleep(self.rng.uniform(0.0, self.max_delay))
+        for n, child in enumerate(children):
+            if n:
+                time.sleep(self.rng.uniform(0.0, 0.05))
+            rc = child.kill()
+            if rc == -signal.SIGKILL:
+                fig.kills += 1
+            elif rc == 0:
+                fig.clean_exits += 1
+            else:
+                fig.anomaly("child_errors", f"{child.name} exited {rc}: {child.stderr_tail()}")
+        if two:
+            fig.double_kills += 1
+        reboot = self.rng.random() < self.reboot_ratio
+        if reboot:
+            self._stop_reader()
+            drop_state_files(self.data, self.topic)
+            fig.reboots += 1
+        store, elapsed = _open_and_time(self.data, self.topic)
+        (fig.reboot_recovery_ms if reboot else fig.recovery_ms).append(elapsed)
+        try:
+            self._check_new(store)
+            for child in children:
+                for p, o, ident in acked(child.lines()):
+                    fig.acked += 1
+                    self.acks[ident] = (p, o)
+                    self._check_ack(ident, p, o)
+            if self.reader is not None:
+                self._reader_lines()
+            self._check_reader_views()
+        finally:
+            store.close()
+        if self.reader is None:
+            self._start_reader()
+
+    def _final_clean_run(self) -> None:
+        """One last producer that runs to completion: appends still work after all kills."""
+        child = self._spawn_producer(f"t{self.topic_no}final", count=2000)
+        rc = child.wait(300)
+        if rc != 0:
+            self.figures.anomaly("child_errors", f"final producer exited {rc}: "
+                                 f"{child.stderr_tail()}")
+        store, _ = _open_and_time(self.data, self.topic)
+        try:
+            self._check_new(store)
+            for p, o, ident in acked(child.lines()):
+                self.figures.acked += 1
+                self.acks[ident] = (p, o)
+                self._check_ack(ident, p, o)
+        finally:
+            store.close()
+
+    # -- checks
+    def _check_ack(self, ident: str, p: int, o: int) -> None:
+        where = self.log_ids.get(ident)
+        if where is None:
+            self.figures.anomaly("lost", f"acked {ident} at {(p, o)} is not in the log")
+        elif where != (p, o):
+            self.figures.anomaly("misplaced", f"acked {ident} at {(p, o)} found at {where}")
+
+    def _check_reader_views(self) -> None:
+        for ident, (p, o) in list(self.reader_views.items()):
+            where = self.log_ids.get(ident)
+            if where != (p, o):
+                self.figures.anomaly("vanished", f"reader saw {ident} at {(p, o)}; the log "
+                                     f"now has it at {where}")
+        # Everything the reader saw is now below the checked HWM; forget it (bounded memory).
+        self.reader_views.clear()
+
+    def _check_new(self, store: Any) -> None:
+        """Check the records appended since the last check (see the class docstring)."""
+        from framework.log.partitioner import partition_for_key
+
+        fig = self.figures
+        for problem in store.verify(self.topic):
+            fig.anomaly("corrupt", f"verify: {problem}")
+        for p in range(self.partitions):
+            lwm, hwm, leo = store.offsets(self.topic, p)
+            if hwm != leo or lwm != 0:
+                fig.anomaly("corrupt", f"p{p}: marks lwm={lwm} hwm={hwm} leo={leo}")
+            if hwm < self.checked[p]:
+                fig.anomaly("lost", f"p{p}: hwm {hwm} went below {self.checked[p]}",
+                            self.checked[p] - hwm)
+                self.checked[p] = hwm  # the full check will recount what is gone
+            try:
+                records = read_all(store, self.topic, p, self.checked[p], hwm)
+            except Exception as exc:
+                fig.anomaly("corrupt", f"p{p}: read failed: {exc!r}")
+                continue
+            for r in records:
+                fig.records_in_log += 1
+                if r.offset <= self.last_offset[p]:
+                    fig.anomaly("corrupt", f"p{p}: offset {r.offset} after {self.last_offset[p]}")
+                self.last_offset[p] = r.offset
+                try:
+                    tag, seq = parse_value(r.value)
+                except ValueError as exc:
+                    fig.anomaly("wrong_content", f"p{p} offset {r.offset}: {exc}")
+                    continue
+                ident = f"{tag}:{seq}"
+                if ident in self.log_ids:
+                    fig.anomaly("duplicated", f"{ident} at {(p, r.offset)} and "
+                                f"{self.log_ids[ident]}")
+                    continue
+                self.log_ids[ident] = (p, r.offset)
+                prev = self.last_seq.get((tag, p), -1)
+                if seq <= prev:
+                    fig.anomaly("reordered", f"{tag}: seq {seq} after {prev} in p{p}")
+                self.last_seq[(tag, p)] = seq
+                if r.key is not None and r.key.startswith(b"k") and (
+                    partition_for_key(r.key, self.partitions) != p
+                ):
+                    fig.anomaly("misplaced", f"key {r.key!r} in p{p}")
+            if records and records[-1].offset != hwm - 1:
+                fig.anomaly("lost", f"p{p}: last record {records[-1].offset}, hwm {hwm}")
+            self.checked[p] = hwm
+
+    def _full_check(self) -> None:
+        """Re-read the whole topic from scratch and re-check every acknowledgement."""
+        before = self.figures.records_in_log
+        store, _ = _open_and_time(self.data, self.topic)
+        try:
+            self._reset_model()
+            self._check_new(store)
+            for ident, (p, o) in self.acks.items():
+                self._check_ack(ident, p, o)
+        finally:
+            store.close()
+        self.figures.records_in_log = before  # counted once, by the incremental checks
+
+
+# ---------------------------------------------------------------------------- maintenance crashes
+class _MaintenanceCrashLoop:
+    """Shared machinery: a model of every record written, and a child killed mid-action."""
+
+    action = ""
+
+    def __init__(self, root: Path, *, seed: int, partitions: int = 2) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.out_dir = root / "out"
+        self.rng = random.Random(seed)
+        self.partitions = partitions
+        self.figures = CrashFigures()
+        self.written: list[dict[int, tuple[bytes | None, bytes | None]]] = [
+            {} for _ in range(partitions)]
+        self.durations: list[float] = []
+        self.completed = 0
+        self.topic = ""
+
+    def _append(self, store: Any, p: int, records: list[tuple[bytes | None, bytes | None,
+                                                              int | None]]) -> None:
+        result = store.append(self.topic, p, [(k, v, (), ts) for k, v, ts in records])
+        for i, (k, v, _) in enumerate(records):
+            self.written[p][result.base_offset + i] = (k, v)
+
+    def _delay(self) -> float:
+        """A random moment of the action: anywhere in it, or (half the time) near its end,
+        where the swap or the unlinks happen."""
+        est = statistics.median(self.durations[-5:]) if self.durations else 0.2
+        if self.rng.random() < 0.5:
+            return self.rng.uniform(0.0, est * 1.1)
+        return est * self.rng.uniform(0.75, 1.1)
+
+    def _kill_during_action(self, name: str) -> None:
+        """Run the action in a child and SIGKILL it at a random moment. Until two runs have
+        been timed, the child runs to completion instead (calibrating the delays)."""
+        fig = self.figures
+        child = Child(self.action, {"data": str(self.data), "topic": self.topic},
+                      self.out_dir, name)
+        child.wait_for_line("C")
+        if len(self.durations) < 2:
+            rc = child.wait(READY_TIMEOUT_S)
+        else:
+            time.sleep(self._delay())
+            rc = child.kill()
+        done = [line for line in child.lines() if line.startswith("D ")]
+        if done:
+            self.durations.append(float(done[0].split()[1]))
+            self.completed += 1
+        if rc == -signal.SIGKILL:
+            fig.kills += 1
+        elif rc == 0:
+            fig.clean_exits += 1
+        else:
+            fig.anomaly("child_errors", f"{name} exited {rc}: {child.stderr_tail()}")
+
+    def _reopen(self) -> tuple[Any, bool]:
+        """Reopen after the kill in one of three ways: read first, append first, or after a
+        simulated reboot; returns the store and whether records were appended."""
+        fig = self.figures
+        how = self.rng.choice(("read", "append", "reboot"))
+        if how == "reboot":
+            drop_state_files(self.data, self.topic)
+            fig.reboots += 1
+        started = time.perf_counter()
+        from framework.log import LogStore
+
+        store = LogStore(self.data)
+        if how == "append":
+            for p in range(self.partitions):
+                self._append(store, p, self._fresh_records(5))
+        else:
+            for p in range(self.partitions):
+                store.partition(self.topic, p)
+        elapsed = (time.perf_counter() - started) * 1000
+        (fig.reboot_recovery_ms if how == "reboot" else fig.recovery_ms).append(elapsed)
+        return store, how == "append"
+
+    def _fresh_records(self, n: int) -> list[tuple[bytes | None, bytes | None, int | None]]:
+        raise NotImplementedError
+
+    def _check_common(self, store: Any, p: int, lwm: int, hwm: int) -> list[Any] | None:
+        """Read ``[lwm, hwm)`` and check every record is one that was written, at its
+        offset; returns the records (``None`` if the read failed)."""
+        fig = self.figures
+        try:
+            records = read_all(store, self.topic, p, lwm, hwm)
+        except Exception as exc:
+            fig.anomaly("corrupt", f"p{p}: read failed after the kill: {exc!r}")
+            return None
+        last = -1
+        for r in records:
+            if r.offset <= last:
+                fig.anomaly("corrupt", f"p{p}: offset {r.offset} after {last}")
+            last = r.offset
+            if self.written[p].get(r.offset) != (r.key, r.value):
+                fig.anomaly("wrong_content", f"p{p}: offset {r.offset} holds {r.key!r} which "
+                            "was not written there")
+        fig.records_in_log += len(records)
+        return records
+
+
+class CompactionCrashLoop(_MaintenanceCrashLoop):
+    """``kill -9`` of a process in the middle of ``LogStore.compact``, cycle after cycle.
+
+    A compacted topic with small segments; each cycle appends a few thousand keyed records
+    (some tombstones dated older than ``delete_retention_ms``), rolls, appends a few more to
+    the active segment, starts a compacting child and kills it at a random moment (half the
+    time near the end of its measured duration, where the journal and the swap are). After
+    reopening (read first, append first, or after a simulated reboot) the log must be
+    readable, ``verify`` clean, and equal to a compacted-or-uncompacted view of what was
+    written: every record present is one that was written, at its original offset; the last
+    record of every key is present (a tombstone may be gone, but then so is every older
+    record of its key); nothing at or after the start of the active segment (outside the
+    cleanable range) is lost.
+    """
+
+    action = "compact"
+
+    def __init__(self, root: Path, *, seed: int, partitions: int = 2, keys: int = 1500,
+                 per_cycle: int = 6000, segment_bytes: int = 16 * 1024) -> None:
+        super().__init__(root, seed=seed, partitions=partitions)
+        from framework.log import LogStore
+
+        self.keys = keys
+        self.per_cycle = per_cycle
+        self.topic = "compacted"
+        self.seq = 0
+        with LogStore(self.data) as store:
+            store.create_topic(self.topic, partitions, {
+                "cleanup_policy": "compact", "segment_bytes": segment_bytes,
+                "min_compaction_lag_ms": 0, "retention_ms": -1})
+
+    def _fresh_records(self, n: int) -> list[tuple[bytes | None, bytes | None, int | None]]:
+        now = int(time.time() * 1000)
+        out: list[tuple[bytes | None, bytes | None, int | None]] = []
+        for _ in range(n):
+            key = b"key-%05d" % self.rng.randrange(self.keys)
+            self.seq += 1
+            if self.rng.random() < 0.05:
+                out.append((key, None, now - 3 * 86_400_000))  # tombstone, past its retention
+            else:
+                out.append((key, make_value("c", self.seq, self.rng.randint(10, 150)), None))
+        return out
+
+    def run(self, cycles: int, progress: Any = None) -> CrashFigures:
+        from framework.log import LogStore
+
+        for i in range(cycles):
+            with LogStore(self.data) as store:
+                for p in range(self.partitions):
+                    left = self.per_cycle // self.partitions
+                    while left:
+                        n = min(left, self.rng.randint(50, 400))
+                        self._append(store, p, self._fresh_records(n))
+                        left -= n
+                    store.partition(self.topic, p).roll()
+                    self._append(store, p, self._fresh_records(self.rng.randint(1, 50)))
+                marks = [store.offsets(self.topic, p) for p in range(self.partitions)]
+                active = [store.partition(self.topic, p).offsets().active_base
+                          for p in range(self.partitions)]
+            self.figures.cycles += 1
+            self._kill_during_action(f"compact-{i}")
+            store, _ = self._reopen()
+            try:
+                self._check(store, marks, active)
+            finally:
+                store.close()
+            if progress is not None:
+                progress(i + 1, self.figures)
+        self._final_compaction()
+        return self.figures
+
+    def _check(self, store: Any, marks: list[Any], active: list[int]) -> None:
+        fig = self.figures
+        for problem in store.verify(self.topic):
+            fig.anomaly("corrupt", f"verify: {problem}")
+        for p in range(self.partitions):
+            lwm, hwm, leo = store.offsets(self.topic, p)
+            if hwm != leo or hwm < marks[p].hwm or lwm != marks[p].lwm:
+                fig.anomaly("corrupt", f"p{p}: marks {lwm}/{hwm}/{leo} before {marks[p]}")
+            records = self._check_common(store, p, lwm, hwm)
+            if records is None:
+                continue
+            present = {r.offset for r in records}
+            present_keys = {r.key for r in records}
+            latest: dict[bytes | None, int] = {}
+            for offset, (key, _) in sorted(self.written[p].items()):
+                latest[key] = offset
+            for key, offset in latest.items():
+                if offset in present:
+                    continue
+                if self.written[p][offset][1] is not None:
+                    fig.anomaly("lost", f"p{p}: the last record of {key!r} (offset {offset}) "
+                                "is gone")
+                elif key in present_keys:
+                    fig.anomaly("lost", f"p{p}: tombstone of {key!r} gone but an older "
+                                "record of the key survived (a resurrected key)")
+            for offset in self.written[p]:
+                if offset >= active[p] and offset not in present:
+                    fig.anomaly("lost", f"p{p}: offset {offset} outside the cleanable range "
+                                "is gone")
+
+    def _final_compaction(self) -> None:
+        """An uninterrupted compaction after all the kills completes and compacts fully."""
+        from framework.log import LogStore
+
+        with LogStore(self.data) as store:
+            for p in range(self.partitions):
+                store.partition(self.topic, p).roll()
+            active = [store.partition(self.topic, p).offsets().active_base
+                      for p in range(self.partitions)]
+            store.compact(self.topic)
+            for problem in store.verify(self.topic):
+                self.figures.anomaly("corrupt", f"verify after the final compaction: {problem}")
+            for p in range(self.partitions):
+                lwm, hwm, _ = store.offsets(self.topic, p)
+                records = self._check_common(store, p, lwm, hwm) or []
+                keys = [r.key for r in records if r.offset < active[p]]
+                if len(keys) != len(set(keys)):
+                    self.figures.anomaly("duplicated", f"p{p}: a key kept twice in the "
+                                         "cleaned range after a full compaction")
+                latest = {}
+                for offset, (key, _) in sorted(self.written[p].items()):
+                    if offset < active[p]:
+                        latest[key] = offset
+                want = {o for o in latest.values() if self.written[p][o][1] is not None}
+                have = {r.offset for r in records if r.offset < active[p]}
+                if not want <= have or not have <= set(latest.values()):
+                    self.figures.anomaly("wrong_content", f"p{p}: fully compacted range has "
+                                         f"{len(have)} records, expected {len(want)}")
+
+
+class RetentionCrashLoop(_MaintenanceCrashLoop):
+    """``kill -9`` of a process in the middle of ``LogStore.cleanup`` (retention by size).
+
+    Each cycle appends enough small segments that retention deletes dozens of them, then
+    kills a cleaning child at a random moment. After reopening: ``verify`` clean, the LWM is
+    between the old one and the one retention was heading for, the HWM unchanged (or grown
+    by our own appends), every record in ``[lwm, hwm)`` readable and the one written at that
+    offset, reading below the LWM an out-of-range error, and appends continue.
+    """
+
+    action = "cleanup"
+
+    def __init__(self, root: Path, *, seed: int, partitions: int = 2,
+                 segment_bytes: int = 4096, retention_bytes: int = 40_000,
+                 per_cycle_bytes: int = 400_000) -> None:
+        super().__init__(root, seed=seed, partitions=partitions)
+        from framework.log import LogStore
+
+        self.topic = "retained"
+        self.per_cycle_bytes = per_cycle_bytes
+        self.retention_bytes = retention_bytes
+        self.seq = 0
+        with LogStore(self.data) as store:
+            store.create_topic(self.topic, partitions, {
+                "cleanup_policy": "delete", "segment_bytes": segment_bytes,
+                "retention_bytes": retention_bytes, "retention_ms": -1})
+
+    def _fresh_records(self, n: int) -> list[tuple[bytes | None, bytes | None, int | None]]:
+        out: list[tuple[bytes | None, bytes | None, int | None]] = []
+        for _ in range(n):
+            self.seq += 1
+            out.append((b"r%d" % self.seq, make_value("r", self.seq, self.rng.randint(20, 200)),
+                        None))
+        return out
+
+    def run(self, cycles: int, progress: Any = None) -> CrashFigures:
+        from framework.errors import OffsetOutOfRangeError
+        from framework.log import LogStore
+
+        fig = self.figures
+        for i in range(cycles):
+            with LogStore(self.data) as store:
+                for p in range(self.partitions):
+                    written = 0
+                    while written < self.per_cycle_bytes:
+                        records = self._fresh_records(self.rng.randint(5, 40))
+                        self._append(store, p, records)
+                        written += sum(len(v or b"") + 40 for _, v, _ in records)
+                marks = [store.offsets(self.topic, p) for p in range(self.partitions)]
+            fig.cycles += 1
+            self._kill_during_action(f"cleanup-{i}")
+            store, _ = self._reopen()
+            try:
+                for problem in store.verify(self.topic):
+                    fig.anomaly("corrupt", f"verify: {problem}")
+                for p in range(self.partitions):
+                    lwm, hwm, leo = store.offsets(self.topic, p)
+                    if hwm != leo or hwm < marks[p].hwm or lwm < marks[p].lwm or lwm > hwm:
+                        fig.anomaly("corrupt", f"p{p}: marks {lwm}/{hwm}/{leo} before "
+                                    f"{marks[p]}")
+                    records = self._check_common(store, p, lwm, hwm)
+                    if records is not None and [r.offset for r in records] != list(
+                        range(lwm, hwm)
+                    ):
+                        fig.anomaly("lost", f"p{p}: records of [{lwm}, {hwm}) missing")
+                    if lwm > 0:
+                        try:
+                            store.read(self.topic, p, lwm - 1)
+                            fig.anomaly("corrupt", f"p{p}: read below the LWM succeeded")
+                        except OffsetOutOfRangeError:
+                            pass
+                    for offset in [o for o in self.written[p] if o < lwm]:
+                        del self.written[p][offset]  # gone by retention, as it should
+            finally:
+                store.close()
+            if progress is not None:
+                progress(i + 1, fig)
+        self._final_cleanup()
+        return fig
+
+    def _final_cleanup(self) -> None:
+        """An uninterrupted cleanup leaves no segment file below the LWM and the size bound."""
+        from framework.log import LogStore
+
+        with LogStore(self.data) as store:
+            store.cleanup(self.topic)
+            for problem in store.verify(self.topic):
+                self.figures.anomaly("corrupt", f"verify after the final cleanup: {problem}")
+            for p in range(self.partitions):
+                lwm, hwm, _ = store.offsets(self.topic, p)
+                segments = store.partition(self.topic, p).segments()
+                if segments[0].base != lwm:
+                    self.figures.anomaly("corrupt", f"p{p}: first segment {segments[0].base} "
+                                         f"is not the LWM {lwm}")
+                self._check_common(store, p, lwm, hwm)
+
+
+def main(argv: list[str]) -> None:
+    role, raw = argv[1], argv[2]
+    ROLES[role](json.loads(raw))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

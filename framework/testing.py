@@ -50,8 +50,9 @@ A = TypeVar("A", bound=Aggregate)
 class Scenario(Generic[A]):
     """Given-when-then for one aggregate class. Each ``given`` starts a fresh scenario."""
 
-    def __init__(self, cls: type[A], aggregate_id: str = "test-1",
-                 codec: EventCodec | None = None) -> None:
+    def __init__(
+        self, cls: type[A], aggregate_id: str = "test-1", codec: EventCodec | None = None
+    ) -> None:
         self.cls = cls
         self.aggregate_id = aggregate_id
         self.codec = codec

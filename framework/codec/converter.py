@@ -11,8 +11,9 @@ Python type            JSON
 ``float``              number (shortest repr); NaN and ±inf are refused on encode
 ``decimal.Decimal``    string, ``str(d)`` (``"12.50"``, ``"1E+2"``): digits and exponent kept
 ``datetime``           string, ``isoformat()``: ``2024-05-01T12:00:00.000123+02:00``; the
-                       UTC offset is kept to the microsecond (a ``ZoneInfo`` comes back as
-                       the equivalent fixed offset); a naive datetime stays naive
+                       UTC offset is kept to the second (a ``ZoneInfo`` comes back as the
+                       equivalent fixed offset; an offset with a fraction of a second is
+                       refused); a naive datetime stays naive
 ``date``               string, ``2024-05-01``
 ``uuid.UUID``          string, canonical hyphenated lower case
 ``enum.Enum``          the member's value
@@ -51,24 +52,28 @@ def _wrong_type(value: object, expected: str) -> NoReturn:
     raise TypeError(f"expected {expected}, got {type(value).__name__}")
 
 
-def _structure_str(value: Any, _: type) -> str:
+# These hooks also serve subclasses (``IntEnum``, ``str`` enums): the JSON type is checked
+# strictly, then a subclass is built by calling it, as cattrs' own primitive hook does.
+
+
+def _structure_str(value: Any, cls: type) -> Any:
     if value.__class__ is str:
-        return value
+        return value if cls is str else cls(value)
     _wrong_type(value, "a string")
 
 
-def _structure_int(value: Any, _: type) -> int:
+def _structure_int(value: Any, cls: type) -> Any:
     if value.__class__ is int:
-        return value
+        return value if cls is int else cls(value)
     _wrong_type(value, "an integer")
 
 
-def _structure_float(value: Any, _: type) -> float:
-    cls = value.__class__
-    if cls is float:
-        return value  # type: ignore[no-any-return]
-    if cls is int:
-        return float(value)
+def _structure_float(value: Any, cls: type) -> Any:
+    kind = value.__class__
+    if kind is float:
+        return value if cls is float else cls(value)
+    if kind is int:
+        return float(value) if cls is float else cls(value)
     _wrong_type(value, "a number")
 
 
@@ -121,6 +126,14 @@ def _structure_uuid(value: Any, _: type) -> UUID:
     _wrong_type(value, "a UUID string")
 
 
+def _unstructure_datetime(value: datetime) -> str:
+    offset = value.utcoffset()
+    if offset is not None and offset.microseconds:
+        # Python 3.11's fromisoformat misreads such offsets; no real time zone has one.
+        raise ValueError(f"cannot encode a UTC offset with fractions of a second: {offset}")
+    return value.isoformat()
+
+
 def _structure_datetime(value: Any, _: type) -> datetime:
     if value.__class__ is str:
         return datetime.fromisoformat(value)
@@ -144,7 +157,7 @@ def make_converter(*, detailed_validation: bool = False) -> OrjsonConverter:
     converter.register_unstructure_hook(Decimal, str)
     converter.register_structure_hook(Decimal, _structure_decimal)
     converter.register_structure_hook(UUID, _structure_uuid)
-    converter.register_unstructure_hook(datetime, datetime.isoformat)
+    converter.register_unstructure_hook(datetime, _unstructure_datetime)
     converter.register_structure_hook(datetime, _structure_datetime)
     return converter
 

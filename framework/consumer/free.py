@@ -69,6 +69,9 @@ class Consumer:
         for tp in wanted:
             count = self.log.partition_count(tp.topic)
             if not 0 <= tp.partition < count:
+                # The count may be cached from before another process added partitions.
+                count = self.log.describe_topic(tp.topic).partitions
+            if not 0 <= tp.partition < count:
                 raise ConfigError(
                     f"partition {tp.partition} does not exist (topic has {count})",
                     topic=tp.topic,

@@ -138,7 +138,7 @@ class Partition:
         self.notifier = notifier
         self.clock = clock
         directory.mkdir(parents=True, exist_ok=True)
-        self.state = PartitionState(directory / "state")
+        self.state = PartitionState(directory / "state", on_stuck=self._wait_for_writer)
         self._thread_lock = threading.RLock()
         self._lock_fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         self._log = log.bind(topic=topic, partition=partition)
@@ -168,10 +168,24 @@ class Partition:
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
+    def _wait_for_writer(self) -> None:
+        """Take and release the append lock: waits for a live writer, repairs a dead one's."""
+        with self.locked():
+            pass
+
     def _sync_locked(self) -> Snapshot:
+        if self.state.torn:  # seq left odd under the lock: a writer died inside write()
+            self._log.warning("state update interrupted; recovering")
+            return self._recover_locked()
         if not self.state.initialized:
             return self._recover_locked()
         snap = self.state.read()
+        if snap.layout & 1:
+            # Only the lock holder makes the layout odd (a roll creating files, a compaction
+            # swap renaming them) and it makes it even again before unlocking: it died midway.
+            self._log.warning("segment layout change interrupted; recovering",
+                              layout=snap.layout)
+            return self._recover_locked()
         if snap.layout != self._w_layout:
             self._open_writer(snap)
         size = os.fstat(self._w_fd).st_size
@@ -232,11 +246,22 @@ class Partition:
     def _recover_locked(self) -> Snapshot:
         """Rebuild the state from the files after an unclean stop (see the class docstring)."""
         self._close_writer()
-        previous = self.state.read() if self._state_has_magic() else None
-        finish_interrupted_swap(self.dir)
-        for leftover in self.dir.iterdir():
-            if leftover.suffix in (".cleaned", ".swap", ".tmp"):
-                leftover.unlink()
+        previous = self.state.read_unchecked() if self._state_has_magic() else None
+        # A journal and .cleaned files are leftovers only if no live process is compacting
+        # (a live cleaner holds cleaner.lock while it writes them; it is never waited for
+        # here, so the lock order append lock -> cleaner lock cannot deadlock).
+        cleaner_fd = os.open(self.dir / "cleaner.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(cleaner_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass
+        else:
+            finish_interrupted_swap(self.dir)
+            for leftover in self.dir.iterdir():
+                if leftover.suffix in (".cleaned", ".swap", ".tmp"):
+                    leftover.unlink()
+        finally:
+            os.close(cleaner_fd)
         bases = list_segment_bases(self.dir)
         lwm = read_int_file(self.dir / "log-start-offset", bases[0] if bases else 0)
         for base, nxt in itertools.pairwise(bases):
@@ -538,6 +563,11 @@ class Partition:
         os.fsync(self._w_fd)
         os.fsync(self._w_index_fd)
         os.fsync(self._w_time_fd)
+        # An odd layout until the caller publishes the new active segment (layout + 2): if we
+        # die in between, the next lock holder finds a segment file the state does not know
+        # and recovers (see _sync_locked) instead of appending behind it.
+        current = self.state.read()
+        self.state.write(current._replace(layout=current.layout | 1))
         for path in (
             log_path(self.dir, new_base),
             index_path(self.dir, new_base),
@@ -623,17 +653,24 @@ class Partition:
         batches were read. The returned cursor makes the next sequential read cheap.
         Raises :class:`OffsetOutOfRangeError` below the low-water mark or past the LEO.
         """
-        with self._r_lock:
-            for _attempt in range(200):
+        for attempt in range(200):
+            with self._r_lock:
                 snap = self.state.read()
-                if snap.layout & 1:  # a compaction swap is being applied: wait a moment
-                    time.sleep(0.001)
-                    continue
-                try:
-                    return self._read_locked(offset, max_bytes, cursor, snap, upto)
-                except (FileNotFoundError, _LayoutChangedError):
-                    self._r_layout = -1  # segments changed under us: reload and retry
-                    cursor = None
+                if not snap.layout & 1:
+                    try:
+                        return self._read_locked(offset, max_bytes, cursor, snap, upto)
+                    except (FileNotFoundError, _LayoutChangedError):
+                        self._r_layout = -1  # segments changed under us: reload and retry
+                        cursor = None
+                        continue
+            # A roll or a compaction swap is changing the segment files: wait a moment; if it
+            # lasts, wait for the append lock, whose next holder repairs a change left half
+            # done by a process that died.
+            if attempt < 10:
+                time.sleep(0.001)
+            else:
+                with self.locked():
+                    pass
         raise CorruptRecordError(
             "segment layout kept changing during a read",
             topic=self.topic,
@@ -688,7 +725,8 @@ class Partition:
                         partition,
                     )
                 if rel + h.size > len(buf):
-                    if out:
+                    if out:  # the next batch does not fit what is left: return these
+                        done = True
                         break
                     buf = os.pread(fd, h.size, position + rel)
                     position += rel

@@ -12,7 +12,10 @@ process are seen by readers in others without a system call. File format of
     32  int64   active_base         base offset of the active (last) segment
     40  int64   active_size         bytes of complete batches in the active segment
     48  int64   layout              bumped whenever the segment list changes (roll, retention,
-                                    compaction swap, truncation): readers reload their file list
+                                    compaction swap, truncation): readers reload their file list;
+                                    odd while the lock holder creates or renames segment files
+                                    (a roll, a compaction swap): readers wait, and a lock holder
+                                    that finds it odd knows the changer died and recovers
     56  int64   active_max_ts       largest timestamp in the active segment (-1: none)
     64  int64   last_index_pos      file position of the active segment's last index entry
     72  int64   active_created_ms   when the active segment was created (segment_ms roll)
@@ -20,6 +23,8 @@ process are seen by readers in others without a system call. File format of
 
 Writers update fields only while holding the partition's append lock, inside a seqlock
 (``seq`` odd → even); readers retry until they see the same even ``seq`` before and after.
+A writer killed inside the seqlock leaves ``seq`` odd: the next lock holder rebuilds the state
+(recovery), and a reader that waits too long takes the lock to make that happen.
 The state is a cache of what the segment files say: it is never fsynced, and after a reboot
 (``boot`` differs) or if it is missing, recovery rebuilds it from the files.
 
@@ -39,6 +44,7 @@ import os
 import platform
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -79,8 +85,14 @@ class Snapshot(NamedTuple):
 class PartitionState:
     """The mapped ``state`` file of one partition (see the module docstring for the format)."""
 
-    def __init__(self, path: Path) -> None:
+    STUCK_S = 0.02
+    """How long :meth:`read` waits on an odd ``seq`` before calling ``on_stuck``."""
+
+    def __init__(self, path: Path, on_stuck: Callable[[], None] | None = None) -> None:
         self.path = path
+        self.on_stuck = on_stuck
+        """Called when a writer seems to have died mid-update (``seq`` stays odd): it should
+        take the append lock, which waits for a live writer or repairs what a dead one left."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size < STATE_SIZE:
@@ -95,6 +107,13 @@ class PartitionState:
         return bool(magic == MAGIC)
 
     @property
+    def torn(self) -> bool:
+        """Whether ``seq`` is odd. Under the append lock this means the last writer died in
+        the middle of :meth:`write`: the fields may be half old, half new."""
+        (seq,) = _SEQ.unpack_from(self._map, 0)
+        return bool(seq & 1)
+
+    @property
     def initialized(self) -> bool:
         """Whether the file holds a state written on this boot."""
         (magic,) = _SEQ.unpack_from(self._map, _MAGIC_AT)
@@ -103,15 +122,26 @@ class PartitionState:
     def read(self) -> Snapshot:
         m = self._map
         unpack_seq = _SEQ.unpack_from
+        odd_since = 0.0
         while True:
             (before,) = unpack_seq(m, 0)
             if before & 1:
+                now = time.monotonic()
+                if not odd_since:
+                    odd_since = now
+                elif now - odd_since > self.STUCK_S and self.on_stuck is not None:
+                    self.on_stuck()
+                    odd_since = 0.0
                 time.sleep(0)
                 continue
             fields = _FIELDS.unpack_from(m, _FIELDS_AT)
             (after,) = unpack_seq(m, 0)
             if before == after:
                 return Snapshot(*fields)
+
+    def read_unchecked(self) -> Snapshot:
+        """The fields as they are, even if :attr:`torn` (for recovery, under the lock)."""
+        return Snapshot(*_FIELDS.unpack_from(self._map, _FIELDS_AT))
 
     def hwm(self) -> int:
         return self.read().hwm

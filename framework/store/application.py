@@ -87,8 +87,9 @@ class Application:
         self.partitions = partitions
         if create_topics:
             for cls in self.aggregates:
-                self.log.create_topic(cls.topic, self.partitions_for(cls.topic),
-                                      EVENT_TOPIC_CONFIG, exist_ok=True)
+                self.log.create_topic(
+                    cls.topic, self.partitions_for(cls.topic), EVENT_TOPIC_CONFIG, exist_ok=True
+                )
 
     def partitions_for(self, topic: str) -> int:
         if isinstance(self.partitions, int):
@@ -103,8 +104,9 @@ class Application:
         """See :meth:`Repository.load`."""
         return self.repository.load(cls, aggregate_id, version)
 
-    def execute(self, cls: type[A], aggregate_id: str, command: Callable[[A], Any],
-                **options: Any) -> A:
+    def execute(
+        self, cls: type[A], aggregate_id: str, command: Callable[[A], Any], **options: Any
+    ) -> A:
         """See :meth:`Repository.execute` (load, run, save, retry on conflict)."""
         return self.repository.execute(cls, aggregate_id, command, **options)
 

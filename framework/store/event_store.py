@@ -75,7 +75,9 @@ class EventStore:
             if env.aggregate_id != aggregate_id or env.aggregate_version != i:
                 raise SerializationError(
                     f"envelope {env.aggregate_id!r} v{env.aggregate_version} does not continue "
-                    f"{aggregate_id!r} at version {i}", topic=topic)
+                    f"{aggregate_id!r} at version {i}",
+                    topic=topic,
+                )
         encoded = [self.codec.encode(env) for env in envelopes]
         records = [(r.key, r.value, tuple(r.headers), None) for r in encoded]
         key = aggregate_id.encode()
@@ -88,17 +90,27 @@ class EventStore:
             if actual != expected_version:
                 raise ConcurrencyError(
                     f"aggregate {aggregate_id!r} changed concurrently",
-                    expected=expected_version, actual=actual, topic=topic, partition=partition)
+                    expected=expected_version,
+                    actual=actual,
+                    topic=topic,
+                    partition=partition,
+                )
 
         def indexed(result: AppendResult) -> None:
-            index.add(key, expected_version + 1,
-                      list(range(result.base_offset, result.last_offset + 1)),
-                      result.last_offset + 1)
+            index.add(
+                key,
+                expected_version + 1,
+                list(range(result.base_offset, result.last_offset + 1)),
+                result.last_offset + 1,
+            )
 
-        result = self.log.append(topic, partition, records, precondition=check,
-                                 on_appended=indexed, atomic=True)
-        return [RecordMetadata(topic, partition, result.base_offset + i, ts)
-                for i, ts in enumerate(result.timestamps)]
+        result = self.log.append(
+            topic, partition, records, precondition=check, on_appended=indexed, atomic=True
+        )
+        return [
+            RecordMetadata(topic, partition, result.base_offset + i, ts)
+            for i, ts in enumerate(result.timestamps)
+        ]
 
     # ------------------------------------------------------------------ reading
     def current_version(self, topic: str, aggregate_id: str) -> int:
@@ -109,8 +121,9 @@ class EventStore:
         hwm = self.log.offsets(topic, partition).hwm
         return index.head(key) + len(index.scan_tail(hwm, key))
 
-    def record_offsets(self, topic: str, aggregate_id: str, after_version: int = 0,
-                       upto_version: int | None = None) -> tuple[int, list[int]]:
+    def record_offsets(
+        self, topic: str, aggregate_id: str, after_version: int = 0, upto_version: int | None = None
+    ) -> tuple[int, list[int]]:
         """``(partition, offsets)`` of the stream's records with versions in the range."""
         key = aggregate_id.encode()
         partition = self.partition_of(topic, aggregate_id)
@@ -131,34 +144,47 @@ class EventStore:
             record = fetched.get(offset)
             if record is None:
                 fetched.clear()
-                batch, cursor = self.log.read(topic, partition, offset,
-                                              max_bytes=_POINT_READ_BYTES, cursor=cursor)
+                batch, cursor = self.log.read(
+                    topic, partition, offset, max_bytes=_POINT_READ_BYTES, cursor=cursor
+                )
                 fetched = {r.offset: r for r in batch}
                 record = fetched.get(offset)
                 if record is None:
                     raise SerializationError(
                         "the key index names an offset with no record (index out of date?)",
-                        topic=topic, partition=partition, offset=offset)
+                        topic=topic,
+                        partition=partition,
+                        offset=offset,
+                    )
             out.append(record)
         return out
 
-    def read(self, topic: str, aggregate_id: str, after_version: int = 0,
-             upto_version: int | None = None) -> list[Envelope[Any]]:
+    def read(
+        self, topic: str, aggregate_id: str, after_version: int = 0, upto_version: int | None = None
+    ) -> list[Envelope[Any]]:
         """The stream's envelopes with ``after_version < version <= upto_version``."""
-        partition, offsets = self.record_offsets(topic, aggregate_id, after_version,
-                                                 upto_version)
+        partition, offsets = self.record_offsets(topic, aggregate_id, after_version, upto_version)
         envelopes = []
         expected = after_version + 1
         key = aggregate_id.encode()
         for record in self.read_records(topic, partition, offsets):
-            env = self.codec.decode(record.key, record.value, record.headers,  # type: ignore[arg-type]
-                                    topic=topic, partition=partition, offset=record.offset)
+            env = self.codec.decode(
+                record.key,
+                record.value,
+                record.headers,  # type: ignore[arg-type]
+                topic=topic,
+                partition=partition,
+                offset=record.offset,
+            )
             if record.key != key or env.aggregate_version != expected:
                 raise SerializationError(
                     f"stream {aggregate_id!r}: expected version {expected}, found "
                     f"{env.aggregate_id!r} v{env.aggregate_version} (key index out of date; "
                     "run `eventlane verify` to rebuild it)",
-                    topic=topic, partition=partition, offset=record.offset)
+                    topic=topic,
+                    partition=partition,
+                    offset=record.offset,
+                )
             envelopes.append(env)
             expected += 1
         return envelopes
@@ -174,8 +200,9 @@ class EventStore:
         for key, offsets in truth.items():
             indexed = index.offsets(key)
             if indexed != offsets[: len(indexed)]:
-                problems.append(f"key {key!r}: index has offsets {indexed[:5]}…, log has "
-                                f"{offsets[:5]}…")
+                problems.append(
+                    f"key {key!r}: index has offsets {indexed[:5]}…, log has {offsets[:5]}…"
+                )
         return problems
 
     def close(self) -> None:
@@ -189,8 +216,9 @@ def _scan_all(log_: Log, topic: str, partition: int, upto: int) -> list[tuple[by
     offset = log_.offsets(topic, partition).lwm
     cursor = None
     while offset < upto:
-        records, cursor = log_.read(topic, partition, offset, max_bytes=4 << 20, cursor=cursor,
-                                    upto=upto)
+        records, cursor = log_.read(
+            topic, partition, offset, max_bytes=4 << 20, cursor=cursor, upto=upto
+        )
         if not records:
             break
         out.extend((r.key, r.offset) for r in records if r.key is not None)

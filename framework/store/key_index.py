@@ -76,9 +76,13 @@ class KeyIndex:
                 db.close()
                 if attempt:
                     raise
-                log.warning("key index unreadable; rebuilding it from the log",
-                            topic=self.topic, partition=self.partition, file=str(self.path),
-                            error=str(exc))
+                log.warning(
+                    "key index unreadable; rebuilding it from the log",
+                    topic=self.topic,
+                    partition=self.partition,
+                    file=str(self.path),
+                    error=str(exc),
+                )
                 self._delete_files()
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -100,11 +104,13 @@ class KeyIndex:
         """Offsets of ``key``'s records with ``after_seq < seq <= upto_seq``, in order."""
         if upto_seq is None:
             rows = self._db.execute(
-                "SELECT offset FROM entries WHERE key=? AND seq>? ORDER BY seq", (key, after_seq))
+                "SELECT offset FROM entries WHERE key=? AND seq>? ORDER BY seq", (key, after_seq)
+            )
         else:
             rows = self._db.execute(
                 "SELECT offset FROM entries WHERE key=? AND seq>? AND seq<=? ORDER BY seq",
-                (key, after_seq, upto_seq))
+                (key, after_seq, upto_seq),
+            )
         return [r[0] for r in rows]
 
     def last_offset(self, key: bytes) -> int | None:
@@ -120,12 +126,21 @@ class KeyIndex:
         out: list[tuple[bytes, int]] = []
         cursor = None
         while start < upto:
-            records, cursor = self.log.read(self.topic, self.partition, start,
-                                            max_bytes=_CATCH_UP_BYTES, cursor=cursor, upto=upto)
+            records, cursor = self.log.read(
+                self.topic,
+                self.partition,
+                start,
+                max_bytes=_CATCH_UP_BYTES,
+                cursor=cursor,
+                upto=upto,
+            )
             if not records:
                 break
-            out.extend((r.key, r.offset) for r in records
-                       if r.key is not None and (key is None or r.key == key))
+            out.extend(
+                (r.key, r.offset)
+                for r in records
+                if r.key is not None and (key is None or r.key == key)
+            )
             start = records[-1].offset + 1
         return out
 
@@ -149,21 +164,28 @@ class KeyIndex:
             if not self._write(rows, start, upto):
                 return 0
         if tail:
-            log.info("key index caught up", topic=self.topic, partition=self.partition,
-                     records=len(tail), offset=upto)
+            log.info(
+                "key index caught up",
+                topic=self.topic,
+                partition=self.partition,
+                records=len(tail),
+                offset=upto,
+            )
         return len(tail)
 
-    def add(
-        self, key: bytes, first_seq: int, offsets: list[int], next_offset: int
-    ) -> bool:
+    def add(self, key: bytes, first_seq: int, offsets: list[int], next_offset: int) -> bool:
         """Record that ``key``'s records ``first_seq, first_seq+1…`` are at ``offsets``, the
         last records appended (the index must be caught up to ``offsets[0]``)."""
         with self._lock:
-            return self._write([(key, first_seq + i, off) for i, off in enumerate(offsets)],
-                               offsets[0], next_offset)
+            return self._write(
+                [(key, first_seq + i, off) for i, off in enumerate(offsets)],
+                offsets[0],
+                next_offset,
+            )
 
-    def _write(self, rows: list[tuple[bytes, int, int]], expected_next: int,
-               next_offset: int) -> bool:
+    def _write(
+        self, rows: list[tuple[bytes, int, int]], expected_next: int, next_offset: int
+    ) -> bool:
         """Apply ``rows`` iff the index still ends at ``expected_next`` (-1: empty index,
         or any offset at or below the partition's first indexed record)."""
         db = self._db

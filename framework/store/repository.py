@@ -61,8 +61,13 @@ class Repository:
             return []
         base = aggregate.committed_version
         envelopes = [
-            Envelope(event, aggregate.id, base + i, correlation_id=correlation_id,
-                     causation_id=causation_id)
+            Envelope(
+                event,
+                aggregate.id,
+                base + i,
+                correlation_id=correlation_id,
+                causation_id=causation_id,
+            )
             for i, event in enumerate(pending, start=1)
         ]
         topic = type(aggregate).topic
@@ -78,8 +83,12 @@ class Repository:
         topic = snapshot_topic(cls.topic)
         log_ = self.store.log
         try:
-            log_.create_topic(topic, log_.partition_count(cls.topic),
-                              {"cleanup_policy": "compact", "retention_ms": -1}, exist_ok=True)
+            log_.create_topic(
+                topic,
+                log_.partition_count(cls.topic),
+                {"cleanup_policy": "compact", "retention_ms": -1},
+                exist_ok=True,
+            )
             record = self.snapshots.encode(cls, aggregate.take_snapshot())
             partition = self.store.partition_of(topic, aggregate.id)
             index = self.store.index(topic, partition)
@@ -93,11 +102,21 @@ class Repository:
             def indexed(result: AppendResult) -> None:
                 index.add(key, first_seq[0], [result.base_offset], result.last_offset + 1)
 
-            log_.append(topic, partition, [(record.key, record.value, tuple(record.headers),
-                                            None)], precondition=check, on_appended=indexed)
+            log_.append(
+                topic,
+                partition,
+                [(record.key, record.value, tuple(record.headers), None)],
+                precondition=check,
+                on_appended=indexed,
+            )
         except Exception as exc:  # the events are saved; a missing snapshot only costs time
-            log.warning("snapshot not written", topic=topic, aggregate_id=aggregate.id,
-                        version=aggregate.version, error=str(exc))
+            log.warning(
+                "snapshot not written",
+                topic=topic,
+                aggregate_id=aggregate.id,
+                version=aggregate.version,
+                error=str(exc),
+            )
 
     # ------------------------------------------------------------------ load
     def load(self, cls: type[A], aggregate_id: str, version: int | None = None) -> A:
@@ -111,16 +130,20 @@ class Repository:
         envelopes = self.store.read(cls.topic, aggregate_id, after, version)
         if snapshot is None and not envelopes:
             raise AggregateNotFoundError(
-                f"no events for {cls.__qualname__} {aggregate_id!r}", topic=cls.topic)
+                f"no events for {cls.__qualname__} {aggregate_id!r}", topic=cls.topic
+            )
         aggregate = cls.rehydrate(aggregate_id, [e.event for e in envelopes], snapshot=snapshot)
         if version is not None and aggregate.version != version:
             raise AggregateNotFoundError(
                 f"{cls.__qualname__} {aggregate_id!r} has {aggregate.version} events, not"
-                f" {version}", topic=cls.topic)
+                f" {version}",
+                topic=cls.topic,
+            )
         return aggregate
 
-    def _load_snapshot(self, cls: type[A], aggregate_id: str, version: int | None
-                       ) -> Snapshot | None:
+    def _load_snapshot(
+        self, cls: type[A], aggregate_id: str, version: int | None
+    ) -> Snapshot | None:
         if not cls.snapshot_every:
             return None
         topic = snapshot_topic(cls.topic)
@@ -140,11 +163,19 @@ class Repository:
             return None  # compacted away since indexed, or the index is stale
         r = records[0]
         try:
-            snap = self.snapshots.decode(cls, r.key, r.value, r.headers,  # type: ignore[arg-type]
-                                         topic=topic, partition=partition, offset=r.offset)
+            snap = self.snapshots.decode(
+                cls,
+                r.key,
+                r.value,
+                r.headers,  # type: ignore[arg-type]
+                topic=topic,
+                partition=partition,
+                offset=r.offset,
+            )
         except StaleSnapshotError:
-            log.info("stale snapshot ignored", topic=topic, aggregate_id=aggregate_id,
-                     offset=r.offset)
+            log.info(
+                "stale snapshot ignored", topic=topic, aggregate_id=aggregate_id, offset=r.offset
+            )
             return None
         if version is not None and snap.aggregate_version > version:
             return None
@@ -179,6 +210,7 @@ class Repository:
             except ConcurrencyError:
                 if attempt == attempts:
                     raise
-                log.debug("concurrency conflict; retrying", aggregate_id=aggregate_id,
-                          attempt=attempt)
+                log.debug(
+                    "concurrency conflict; retrying", aggregate_id=aggregate_id, attempt=attempt
+                )
         raise AssertionError("unreachable")  # pragma: no cover

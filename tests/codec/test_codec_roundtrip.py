@@ -11,7 +11,16 @@ from zoneinfo import ZoneInfo
 
 import attrs
 import pytest
-from codec_samples import Color, Currency, Customer, Everything, Line, Money, Priority
+from codec_samples import (
+    Color,
+    Currency,
+    Customer,
+    Everything,
+    Line,
+    Money,
+    Priority,
+    sample_everything,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,14 +29,17 @@ from framework.domain import DomainEvent, event
 
 FAST = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-fixed_offsets = st.integers(min_value=-(24 * 3600 * 10**6) + 1, max_value=24 * 3600 * 10**6 - 1).map(
-    lambda us: timezone(timedelta(microseconds=us))
+# Offsets to the second: fractions of a second are refused on encode (see converter.py).
+fixed_offsets = st.integers(min_value=-(24 * 3600) + 1, max_value=24 * 3600 - 1).map(
+    lambda s: timezone(timedelta(seconds=s))
 )
-zones = st.sampled_from(["Europe/Paris", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"]).map(
-    ZoneInfo
-)
+zones = st.sampled_from(
+    ["Europe/Paris", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"]
+).map(ZoneInfo)
 aware_datetimes = st.datetimes(
-    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.one_of(st.just(UTC), fixed_offsets, zones)
+    min_value=datetime(1, 1, 2),
+    max_value=datetime(9999, 12, 30),
+    timezones=st.one_of(st.just(UTC), fixed_offsets, zones),
 )
 datetimes = st.one_of(aware_datetimes, st.datetimes())
 decimals = st.decimals(allow_nan=False, allow_infinity=False)
@@ -62,10 +74,19 @@ everything = st.builds(
 )
 
 
-def _codec() -> EventCodec:
+@event("Flag")
+@attrs.frozen
+class Flag(DomainEvent):
+    on: bool
+
+
+def _make_codec() -> EventCodec:
     registry = EventRegistry()
-    registry.register(Everything)
+    registry.register(Everything, Flag)
     return EventCodec(registry)
+
+
+CODEC = _make_codec()  # built once: a codec generates its cattrs functions on first use
 
 
 def assert_identical(a: Any, b: Any) -> None:
@@ -85,9 +106,14 @@ def assert_identical(a: Any, b: Any) -> None:
     elif isinstance(a, Decimal):
         assert str(a) == str(b)
     elif isinstance(a, datetime):
-        assert a == b
+        # A ZoneInfo datetime comes back with the equivalent fixed offset. In a DST fold or
+        # gap PEP 495 makes such interzone == False, so compare the instant and the text.
         assert a.isoformat() == b.isoformat()
         assert a.utcoffset() == b.utcoffset()
+        if a.tzinfo is None:
+            assert a == b
+        else:
+            assert a.astimezone(UTC) == b.astimezone(UTC)
     elif isinstance(a, float):
         assert struct.pack("<d", a) == struct.pack("<d", b)
     else:
@@ -95,13 +121,17 @@ def assert_identical(a: Any, b: Any) -> None:
 
 
 @FAST
-@given(value=everything, version=st.integers(min_value=1, max_value=2**31), aggregate_id=st.text(min_size=1))
+@given(
+    value=everything,
+    version=st.integers(min_value=1, max_value=2**31),
+    aggregate_id=st.text(min_size=1),
+)
 def test_every_field_type_round_trips(value: Everything, version: int, aggregate_id: str) -> None:
-    codec = _codec()
+    codec = CODEC
     envelope = Envelope(value, aggregate_id=aggregate_id, aggregate_version=version)
     key, raw, headers = codec.encode(envelope)
     decoded = codec.decode(key, raw, headers)
-    assert decoded == envelope
+    assert attrs.evolve(decoded, event=value) == envelope
     assert_identical(decoded.event, value)
     # Decoding the same bytes again gives the same bytes back: the format is canonical.
     assert codec.encode(decoded).value == raw
@@ -116,8 +146,7 @@ def test_every_field_type_round_trips(value: Everything, version: int, aggregate
 def test_envelope_fields_round_trip(
     timestamp: datetime, correlation_id: str | None, causation_id: str | None
 ) -> None:
-    codec = EventCodec(EventRegistry())
-    codec.registry.register(Flag)
+    codec = CODEC
     envelope = Envelope(
         Flag(True),
         aggregate_id="a",
@@ -131,12 +160,6 @@ def test_envelope_fields_round_trip(
     decoded = codec.decode(*codec.encode(envelope))
     assert decoded == envelope
     assert decoded.timestamp.isoformat() == envelope.timestamp.isoformat()
-
-
-@event("Flag")
-@attrs.frozen
-class Flag(DomainEvent):
-    on: bool
 
 
 SINGLE_TYPES: list[tuple[Any, st.SearchStrategy[Any]]] = [
@@ -162,7 +185,9 @@ SINGLE_TYPES: list[tuple[Any, st.SearchStrategy[Any]]] = [
 
 @pytest.mark.parametrize(("field_type", "values"), SINGLE_TYPES, ids=lambda x: str(x)[:30])
 def test_each_field_type_round_trips(field_type: Any, values: st.SearchStrategy[Any]) -> None:
-    cls = attrs.make_class("Single", {"value": attrs.field(type=field_type)}, bases=(DomainEvent,), frozen=True)
+    cls = attrs.make_class(
+        "Single", {"value": attrs.field(type=field_type)}, bases=(DomainEvent,), frozen=True
+    )
     cls = event("Single")(cls)
     registry = EventRegistry()
     registry.register(cls)
@@ -178,38 +203,11 @@ def test_each_field_type_round_trips(field_type: Any, values: st.SearchStrategy[
 
 
 def test_float_edge_values_are_exact() -> None:
-    codec = _codec()
+    codec = CODEC
     for value in (0.1, -0.0, 5e-324, 1.7976931348623157e308, math.pi):
-        cls = Flag  # noqa: F841 - documents that floats ride in Everything below
         env = Envelope(
-            attrs.evolve(_sample_everything(), ratio=value), aggregate_id="a", aggregate_version=1
+            attrs.evolve(sample_everything(), ratio=value), aggregate_id="a", aggregate_version=1
         )
         decoded = codec.decode(*codec.encode(env)).event
         assert isinstance(decoded, Everything)
         assert struct.pack("<d", decoded.ratio) == struct.pack("<d", value)
-
-
-def _sample_everything() -> Everything:
-    return Everything(
-        text="t",
-        number=1,
-        ratio=1.0,
-        flag=False,
-        amount=Decimal("1.10"),
-        at=datetime(2024, 1, 1, tzinfo=UTC),
-        day=date(2024, 1, 1),
-        ident=__import__("uuid").UUID(int=1),
-        color=Color.RED,
-        priority=Priority.LOW,
-        currency=Currency.EUR,
-        blob=b"\x00",
-        money=Money(Decimal("0"), Currency.USD),
-        maybe_money=None,
-        maybe_int=None,
-        ints=(),
-        pair=("a", Decimal("1E+3")),
-        lines=[],
-        tags=[],
-        counts={},
-        prices={},
-    )

@@ -82,6 +82,58 @@ def payload_id(value: bytes | None) -> str:
 
 
 # ---------------------------------------------------------------------------- children
+STORAGE_CALLS = ("fsync", "fdatasync", "pwrite", "write", "ftruncate", "replace", "rename",
+                 "unlink")
+"""The ``os`` functions counted by :func:`crash_at_storage_call` (with state writes)."""
+
+
+class _CallCounter:
+    calls = 0
+
+
+def crash_at_storage_call(n: int | None) -> _CallCounter:
+    """Count this process's storage calls from now on; if ``n`` is given, SIGKILL the
+    process at the ``n``-th one, before it is made (SQLite's crash-at-N technique: together
+    with random-time kills, every step of an append, roll, compaction swap or retention
+    gets killed at). A shared-state write counts too, and a kill there lands *inside* it:
+    the seqlock is left odd with the fields half written, as a kill mid-``memcpy`` would."""
+    from framework.log import state as state_module
+
+    counter = _CallCounter()
+
+    def tick() -> bool:
+        counter.calls += 1
+        return counter.calls == n
+
+    def wrap(name: str) -> None:
+        original = getattr(os, name)
+
+        def hooked(*a: Any, **kw: Any) -> Any:
+            if tick():
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original(*a, **kw)
+
+        setattr(os, name, hooked)
+
+    for name in STORAGE_CALLS:
+        wrap(name)
+    original_write = state_module.PartitionState.write
+
+    def state_write(self: Any, snapshot: Any) -> None:
+        if tick():
+            m = self._map
+            (seq,) = state_module._SEQ.unpack_from(m, 0)
+            state_module._SEQ.pack_into(m, 0, (seq + 1) | 1)
+            packed = state_module._FIELDS.pack(*snapshot)
+            half = len(packed) // 2
+            m[state_module._FIELDS_AT : state_module._FIELDS_AT + half] = packed[:half]
+            os.kill(os.getpid(), signal.SIGKILL)
+        original_write(self, snapshot)
+
+    state_module.PartitionState.write = state_write  # type: ignore[method-assign]
+    return counter
+
+
 def _quiet_logs() -> None:
     """Send the engine's structured logs to stderr: stdout carries the protocol lines."""
     import structlog
@@ -130,6 +182,8 @@ def child_produce(args: dict[str, Any]) -> None:
     partitions = store.partition_count(topic)
     go = args.get("go")
     _emit(out, ["R\n"])
+    if args.get("crash_at"):
+        crash_at_storage_call(args["crash_at"])
     if go:
         while not Path(go).exists():
             time.sleep(0.002)
@@ -224,9 +278,10 @@ def _child_maintenance(args: dict[str, Any], action: str) -> None:
     for p in range(store.partition_count(args["topic"])):
         store.partition(args["topic"], p)  # open (and repair) before the clock starts
     _emit(out, ["C\n"])
+    counter = crash_at_storage_call(args.get("crash_at"))
     started = time.perf_counter()
     getattr(store, action)(args["topic"])
-    _emit(out, [f"D {time.perf_counter() - started:.4f}\n"])
+    _emit(out, [f"D {time.perf_counter() - started:.4f} {counter.calls}\n"])
     store.close()
 
 
@@ -342,6 +397,7 @@ class CrashFigures:
 
     cycles: int = 0
     kills: int = 0
+    crash_at_kills: int = 0
     double_kills: int = 0
     clean_exits: int = 0
     reboots: int = 0
@@ -378,7 +434,8 @@ class CrashFigures:
 
     def summary(self) -> str:
         return "\n".join([
-            f"cycles={self.cycles} kills={self.kills} (double={self.double_kills}) "
+            f"cycles={self.cycles} kills={self.kills} (at a storage call: "
+            f"{self.crash_at_kills}, two producers at once: {self.double_kills}) "
             f"clean_exits={self.clean_exits} reboots_simulated={self.reboots} "
             f"reader_kills={self.reader_kills}",
             f"acked_records={self.acked} records_in_log={self.records_in_log} "
@@ -457,6 +514,7 @@ class ProducerCrashLoop:
         topic_cycles: int = 50,
         full_check_every: int = 10,
         big: bool = True,
+        max_crash_call: int = 400,
     ) -> None:
         self.root = root
         self.data = root / "data"
@@ -470,6 +528,7 @@ class ProducerCrashLoop:
         self.topic_cycles = topic_cycles
         self.full_check_every = full_check_every
         self.big = big
+        self.max_crash_call = max_crash_call
         self.figures = CrashFigures()
         self.topic_no = 0
         self.topic = ""
@@ -542,29 +601,41 @@ class ProducerCrashLoop:
                 self.reader.kill()
         return self.figures
 
-    def _spawn_producer(self, name: str, count: int | None = None) -> Child:
+    def _spawn_producer(self, name: str, count: int | None = None,
+                        crash_at: int | None = None) -> Child:
         return Child("produce", {"data": str(self.data), "topic": self.topic, "tag": name,
                                  "seed": self.rng.randrange(1 << 30), "count": count,
-                                 "big": self.big}, self.out_dir, name)
+                                 "big": self.big, "crash_at": crash_at}, self.out_dir, name)
 
     def cycle(self) -> None:
+        """One cycle: start the producer(s), kill, recover, check (see the class docstring).
+
+        Half the producers are killed by the parent after a random delay; the others kill
+        themselves at a random storage call (:func:`crash_at_storage_call`)."""
         fig = self.figures
         fig.cycles += 1
         self.topic_cycle += 1
         base = f"t{self.topic_no}c{fig.cycles}"
         two = self.rng.random() < self.double_ratio
-        children = [self._spawn_producer(base + "a")]
-        if two:
-            children.append(self._spawn_producer(base + "b"))
+        plans = [self.rng.randint(1, self.max_crash_call) if self.rng.random() < 0.5 else None
+                 for _ in range(2 if two else 1)]
+        children = [self._spawn_producer(base + "ab"[n], crash_at=plan)
+                    for n, plan in enumerate(plans)]
         for child in children:
             child.wait_for_line("R")
-        time.sleep(self.rng.uniform(0.0, self.max_delay))
-        for n, child in enumerate(children):
-            if n:
-                time.sleep(self.rng.uniform(0.0, 0.05))
-            rc = child.kill()
+        if None in plans:
+            time.sleep(self.rng.uniform(0.0, self.max_delay))
+        for n, (child, plan) in enumerate(zip(children, plans, strict=True)):
+            if plan is None:
+                if n:
+                    time.sleep(self.rng.uniform(0.0, 0.05))
+                rc = child.kill()
+            else:
+                rc = child.wait(READY_TIMEOUT_S)
             if rc == -signal.SIGKILL:
                 fig.kills += 1
+                if plan is not None:
+                    fig.crash_at_kills += 1
             elif rc == 0:
                 fig.clean_exits += 1
             else:
@@ -705,6 +776,7 @@ class _MaintenanceCrashLoop:
         self.written: list[dict[int, tuple[bytes | None, bytes | None]]] = [
             {} for _ in range(partitions)]
         self.durations: list[float] = []
+        self.calls: list[int] = []
         self.completed = 0
         self.topic = ""
 
@@ -726,20 +798,28 @@ class _MaintenanceCrashLoop:
         """Run the action in a child and SIGKILL it at a random moment. Until two runs have
         been timed, the child runs to completion instead (calibrating the delays)."""
         fig = self.figures
-        child = Child(self.action, {"data": str(self.data), "topic": self.topic},
-                      self.out_dir, name)
+        calibrating = len(self.durations) < 2
+        crash_at = None
+        if not calibrating and self.rng.random() < 0.5:
+            crash_at = self.rng.randint(1, max(1, int(statistics.median(self.calls[-5:]))))
+        child = Child(self.action, {"data": str(self.data), "topic": self.topic,
+                                    "crash_at": crash_at}, self.out_dir, name)
         child.wait_for_line("C")
-        if len(self.durations) < 2:
+        if calibrating or crash_at is not None:
             rc = child.wait(READY_TIMEOUT_S)
         else:
             time.sleep(self._delay())
             rc = child.kill()
         done = [line for line in child.lines() if line.startswith("D ")]
         if done:
-            self.durations.append(float(done[0].split()[1]))
+            _, secs, calls = done[0].split()
+            self.durations.append(float(secs))
+            self.calls.append(int(calls))
             self.completed += 1
         if rc == -signal.SIGKILL:
             fig.kills += 1
+            if crash_at is not None:
+                fig.crash_at_kills += 1
         elif rc == 0:
             fig.clean_exits += 1
         else:

@@ -1,0 +1,238 @@
+"""Durable appends: batched (figure 1) and single-record with and without group commit (2).
+
+Records are 100-byte values with ~10-byte keys; topics use ``flush_policy="always"`` (the
+default: one ``fdatasync`` per append call before the HWM moves). Each round runs, in order:
+
+Figure 1, ``--records`` records per run (default 1M), ``--batch`` records per call:
+
+* ``raw_prejoined``  baseline: the same bytes pre-joined, buffered write + fsync per MiB
+* ``raw_framed``     baseline: per-record framing + CRC32C + fsync per MiB, plain loop
+* ``append``         ``LogStore.append(topic, 0, batch)``, fsync per call
+* ``send_batch``     ``Producer.send_batch(topic, batch)`` (keyed: murmur2 partitioner),
+                     fsync per call
+
+Figure 2, ``--sends`` records per run (default 2,000):
+
+* ``raw_fsync``      baseline: ``os.write`` + ``os.fsync`` per record
+* ``send_sync``      ``producer.send(...).result()`` in a loop: one fsync per record
+* ``send_threads``   ``--threads`` threads each doing ``send(...).result()`` in a loop: the
+                     sender thread appends whatever queued meanwhile (group commit)
+* ``send_async``     ``send()`` every record without waiting, then ``flush()``
+
+``fsync/rec`` is the number of ``append`` calls the producer made (one fdatasync each) per
+record, counted by a thin pass-through wrapper around the store.
+
+    .venv/bin/python benchmarks/bench_append.py [--quick] [--runs 5] [--json]
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch_dir
+from _raw import prejoined_blocks, write_fsync_per_record, write_framed, write_prejoined
+
+from framework.log.port import Log
+from framework.log.producer import Producer
+from framework.log.record import ProducerRecord
+from framework.log.store import LogStore
+
+VALUE_SIZE = 100
+
+
+class CountingLog:
+    """Passes every call to the store; counts ``append`` calls (= fdatasyncs)."""
+
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
+        self.appends = 0
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        self.appends += 1
+        return self.store.append(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def make_records(count: int, keys: int = 10_000) -> list[tuple[bytes, bytes]]:
+    value = os.urandom(VALUE_SIZE)
+    return [(b"key-%06d" % (i % keys), value) for i in range(count)]
+
+
+class Topics:
+    """Fresh single-partition topics in one store; each run writes a new one, then drops it."""
+
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
+        self.n = 0
+
+    def fresh(self) -> str:
+        self.n += 1
+        name = f"bench-{self.n}"
+        self.store.create_topic(name, 1, {"flush_policy": "always"})
+        return name
+
+    def drop(self, name: str) -> None:
+        self.store.delete_topic(name)
+
+
+def figure1(bench: Bench, root: Path, records: list[tuple[bytes, bytes]], batch: int) -> None:
+    store = LogStore(root / "data")
+    topics = Topics(store)
+    n = len(records)
+    blocks = prejoined_blocks(n, VALUE_SIZE)
+    tuples = [(k, v, (), None) for k, v in records]
+    producer_records = [ProducerRecord(k, v) for k, v in records]
+    producer = Producer(store)
+    raw_path = root / "raw.bin"
+
+    def raw(write: Callable[[], None]) -> float:
+        t0 = time.perf_counter()
+        write()
+        rate = n / (time.perf_counter() - t0)
+        raw_path.unlink()
+        return rate
+
+    def raw_prejoined() -> float:
+        return raw(lambda: write_prejoined(raw_path, blocks))
+
+    def raw_framed() -> float:
+        return raw(lambda: write_framed(raw_path, records))
+
+    def append() -> float:
+        topic = topics.fresh()
+        t0 = time.perf_counter()
+        for i in range(0, n, batch):
+            store.append(topic, 0, tuples[i : i + batch])
+        rate = n / (time.perf_counter() - t0)
+        assert store.offsets(topic, 0).hwm == n
+        topics.drop(topic)
+        return rate
+
+    def send_batch() -> float:
+        topic = topics.fresh()
+        t0 = time.perf_counter()
+        for i in range(0, n, batch):
+            producer.send_batch(topic, producer_records[i : i + batch])
+        rate = n / (time.perf_counter() - t0)
+        assert store.offsets(topic, 0).hwm == n
+        topics.drop(topic)
+        return rate
+
+    bench.rounds({"raw_prejoined": raw_prejoined, "raw_framed": raw_framed,
+                  "append": append, "send_batch": send_batch}, warmup=True)
+    store.close()
+    target = Target(">=", 1_000_000)
+    bench.add("1. baseline: pre-joined write + fsync/MiB", "rec/s", "raw_prejoined")
+    bench.add("1. baseline: framing + CRC32C + fsync/MiB loop", "rec/s", "raw_framed")
+    for series, label in (("append", f"LogStore.append, {batch}/call"),
+                          ("send_batch", f"Producer.send_batch, {batch}/call")):
+        bench.add(f"1. {label} vs pre-joined", "rec/s", series, baseline="raw_prejoined",
+                  target=target)
+        bench.add(f"1. {label} vs framed loop", "rec/s", series, baseline="raw_framed",
+                  target=target)
+
+
+def figure2(bench: Bench, root: Path, sends: int, threads: int) -> None:
+    store = LogStore(root / "data2")
+    topics = Topics(store)
+    key, value = b"key-000001", os.urandom(VALUE_SIZE)
+    raw_path = root / "raw-per-record.bin"
+
+    def raw_fsync() -> float:
+        t0 = time.perf_counter()
+        write_fsync_per_record(raw_path, key, value, sends)
+        rate = sends / (time.perf_counter() - t0)
+        raw_path.unlink()
+        return rate
+
+    def run(body: Callable[[Producer, str], None]) -> Mapping[str, float]:
+        topic = topics.fresh()
+        counting = CountingLog(store)
+        producer = Producer(cast(Log, counting))
+        producer.send(topic, value, key=key).result()  # start the sender thread
+        counting.appends = 0
+        t0 = time.perf_counter()
+        body(producer, topic)
+        rate = sends / (time.perf_counter() - t0)
+        producer.close()
+        assert store.offsets(topic, 0).hwm == sends + 1
+        topics.drop(topic)
+        return {"rate": rate, "fsyncs_per_record": counting.appends / sends}
+
+    def send_sync() -> Mapping[str, float]:
+        def body(producer: Producer, topic: str) -> None:
+            for _ in range(sends):
+                producer.send(topic, value, key=key).result()
+
+        return run(body)
+
+    def send_threads() -> Mapping[str, float]:
+        def body(producer: Producer, topic: str) -> None:
+            def worker(count: int) -> None:
+                for _ in range(count):
+                    producer.send(topic, value, key=key).result()
+
+            shares = [sends // threads + (1 if i < sends % threads else 0)
+                      for i in range(threads)]
+            workers = [threading.Thread(target=worker, args=(c,)) for c in shares]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+
+        return run(body)
+
+    def send_async() -> Mapping[str, float]:
+        def body(producer: Producer, topic: str) -> None:
+            futures = [producer.send(topic, value, key=key) for _ in range(sends)]
+            producer.flush()
+            assert all(f.done() for f in futures)
+
+        return run(body)
+
+    bench.rounds({"raw_fsync": raw_fsync, "send_sync": send_sync,
+                  "send_threads": send_threads, "send_async": send_async}, warmup=True)
+    store.close()
+    bench.add("2. baseline: write + fsync per record", "rec/s", "raw_fsync")
+    bench.add("2. send().result() loop (fsync per call)", "rec/s", "send_sync.rate",
+              baseline="raw_fsync")
+    bench.add("2.   fsyncs per record", "fsync/rec", "send_sync.fsyncs_per_record")
+    bench.add(f"2. group commit: {threads} threads send().result()", "rec/s",
+              "send_threads.rate", baseline="raw_fsync")
+    bench.add("2.   fsyncs per record", "fsync/rec", "send_threads.fsyncs_per_record")
+    bench.add("2. group commit: send() x N then flush()", "rec/s", "send_async.rate",
+              baseline="raw_fsync")
+    bench.add("2.   fsyncs per record", "fsync/rec", "send_async.fsyncs_per_record")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=None, help="figure 1 records per run")
+    p.add_argument("--batch", type=int, default=10_000, help="figure 1 records per call")
+    p.add_argument("--sends", type=int, default=None, help="figure 2 records per run")
+    p.add_argument("--threads", type=int, default=8, help="figure 2 sender threads")
+    p.add_argument("--only", choices=("1", "2"), default=None, help="one figure only")
+    args = p.parse_args(argv)
+    records = args.records or (100_000 if args.quick else 1_000_000)
+    sends = args.sends or (300 if args.quick else 2_000)
+    quiet_logs()
+    bench = bench_from_args(__file__, args)
+    bench.notes.append(f"figure 1: {records:,} records/run of {VALUE_SIZE} B values, "
+                       f"~10 B keys, {args.batch:,} per call; figure 2: {sends:,} sends/run")
+    with scratch_dir(args.tmp, "append") as root:
+        if args.only in (None, "1"):
+            figure1(bench, root, make_records(records), args.batch)
+        if args.only in (None, "2"):
+            figure2(bench, root, sends, args.threads)
+    bench.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+"""Group administration: list, describe (with lag), reset offsets, delete.
+
+What the ``eventlane groups`` commands run. Every function takes the :class:`Log` of the data
+directory and reads the same files the members use; nothing here talks to members, so the
+commands work whether members are running or not.
+
+* **describe** reports the members (as of the shared state, after evicting members whose
+  session expired, exactly as a member would), the partitions each owns now, and per
+  partition the committed offset, the high-water mark and the lag ``hwm - committed``.
+* **reset_offsets** and **delete_group** are refused while the group has live members (as
+  Kafka refuses them for a group that is not empty): they run under the group's lock, so
+  no member can join while they work.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from framework.consumer.coordinator import GroupCoordinator, groups_root, validate_group_id
+from framework.consumer.membership import GroupState
+from framework.consumer.offsets import ADMIN_MEMBER, OffsetAndMetadata, OffsetStore
+from framework.errors import ConfigError, ConsumerError, UnknownTopicError
+from framework.log.port import Log
+from framework.log.record import TopicPartition
+
+__all__ = [
+    "RESET_MODES",
+    "delete_group",
+    "describe_group",
+    "group_exists",
+    "list_groups",
+    "parse_datetime_ms",
+    "reset_offsets",
+]
+
+log = structlog.get_logger("eventlane.consumer.admin")
+
+RESET_MODES = ("to-earliest", "to-latest", "to-offset", "to-datetime", "shift-by")
+
+
+def group_exists(log_: Log, group: str, offsets: OffsetStore | None = None) -> bool:
+    validate_group_id(group)
+    if (groups_root(log_) / group).is_dir():
+        return True
+    return group in (offsets or OffsetStore(log_)).groups()
+
+
+def _require(log_: Log, group: str, offsets: OffsetStore) -> None:
+    if not group_exists(log_, group, offsets):
+        raise ConsumerError(f"consumer group {group!r} does not exist")
+
+
+@contextmanager
+def _coordinator(log_: Log, group: str) -> Iterator[GroupCoordinator]:
+    coord = GroupCoordinator(log_, group)
+    try:
+        yield coord
+    finally:
+        coord.close()
+
+
+def list_groups(log_: Log) -> list[dict[str, Any]]:
+    """Every group with a state directory or committed offsets:
+    ``[{"group", "state", "generation", "members"}]`` sorted by name."""
+    offsets = OffsetStore(log_)
+    names = set(offsets.groups())
+    root = groups_root(log_)
+    if root.is_dir():
+        names.update(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    out = []
+    for name in sorted(names):
+        try:
+            validate_group_id(name)
+        except ConfigError:
+            continue
+        state = _live_state(log_, name) if (root / name).is_dir() else GroupState(name)
+        out.append(
+            {
+                "group": name,
+                "state": state.state_name(),
+                "generation": state.generation,
+                "members": len(state.members),
+            }
+        )
+    return out
+
+
+def _live_state(log_: Log, group: str) -> GroupState:
+    with _coordinator(log_, group) as coord:
+        coord.evict_expired()
+        return coord.current().copy()
+
+
+def describe_group(log_: Log, group: str) -> dict[str, Any]:
+    """The ``groups describe --json`` document::
+
+        {"group", "state", "generation",
+         "members": [{"member_id", "instance_id", "assignment": [{"topic", "partition"}]}],
+         "offsets": [{"topic", "partition", "committed", "hwm", "lag"}]}
+
+    ``committed`` and ``lag`` are ``null`` for a partition the group never committed.
+    """
+    offsets = OffsetStore(log_)
+    _require(log_, group, offsets)
+    has_dir = (groups_root(log_) / group).is_dir()
+    state = _live_state(log_, group) if has_dir else GroupState(group)
+    committed = offsets.group_offsets(group)
+    topics = state.topics() | {tp.topic for tp in committed}
+    rows = []
+    for topic in sorted(topics):
+        try:
+            count = log_.partition_count(topic)
+        except UnknownTopicError:
+            count = 0
+        partitions = {TopicPartition(topic, p) for p in range(count)}
+        partitions |= {tp for tp in committed if tp.topic == topic}
+        for tp in sorted(partitions):
+            entry = committed.get(tp)
+            hwm = log_.offsets(topic, tp.partition).hwm if tp.partition < count else None
+            value = None if entry is None else entry.offset
+            lag = None if value is None or hwm is None else max(hwm - value, 0)
+            rows.append(
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "committed": value,
+                    "hwm": hwm,
+                    "lag": lag,
+                }
+            )
+    members = [
+        {
+            "member_id": m.member_id,
+            "instance_id": m.instance_id,
+            "assignment": [
+                {"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.owned)
+            ],
+        }
+        for m in sorted(state.members.values(), key=lambda m: m.member_id)
+    ]
+    return {
+        "group": group,
+        "state": state.state_name(),
+        "generation": state.generation,
+        "members": members,
+        "offsets": rows,
+    }
+
+
+def parse_datetime_ms(text: str) -> int:
+    """An ISO-8601 date-time as milliseconds since the epoch (naive means UTC).
+
+    >>> parse_datetime_ms("2024-01-01T00:00:00Z")
+    1704067200000
+    >>> parse_datetime_ms("2024-01-01T01:00:00+01:00")
+    1704067200000
+    """
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"not an ISO-8601 date-time: {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _plan(
+    log_: Log, group: str, topic: str, mode: str, value: int | str | None, offsets: OffsetStore
+) -> list[dict[str, Any]]:
+    if mode not in RESET_MODES:
+        raise ConfigError(f"reset mode must be one of {', '.join(RESET_MODES)}, got {mode!r}")
+    if mode in ("to-offset", "shift-by", "to-datetime") and value is None:
+        raise ConfigError(f"--{mode} needs a value")
+    amount = int(value) if mode in ("to-offset", "shift-by") and value is not None else 0
+    count = log_.partition_count(topic)
+    current = offsets.group_offsets(group)
+    when = parse_datetime_ms(str(value)) if mode == "to-datetime" else None
+    rows = []
+    for p in range(count):
+        tp = TopicPartition(topic, p)
+        marks = log_.offsets(topic, p)
+        entry = current.get(tp)
+        if mode == "to-earliest":
+            new = marks.lwm
+        elif mode == "to-latest":
+            new = marks.hwm
+        elif mode == "to-offset":
+            new = amount
+        elif mode == "shift-by":
+            new = (marks.lwm if entry is None else entry.offset) + amount
+        else:
+            assert when is not None
+            found = log_.offset_for_time(topic, p, when)
+            new = marks.hwm if found is None else found
+        new = min(max(new, marks.lwm), marks.hwm)
+        rows.append(
+            {
+                "topic": topic,
+                "partition": p,
+                "current": None if entry is None else entry.offset,
+                "new": new,
+            }
+        )
+    return rows
+
+
+def _refuse_if_live(coord: GroupCoordinator, state: GroupState, action: str) -> None:
+    expired = set(coord.expired(state))
+    live = sorted(mid for mid in state.members if mid not in expired)
+    if live:
+        raise ConsumerError(
+            f"cannot {action} consumer group {coord.group!r}: it has {len(live)} live"
+            f" member(s) ({', '.join(live)}); stop them first"
+        )
+
+
+def reset_offsets(
+    log_: Log,
+    group: str,
+    topic: str,
+    mode: str,
+    value: int | str | None = None,
+    *,
+    execute: bool = False,
+) -> list[dict[str, Any]]:
+    """Plan (and with ``execute``, commit) new offsets of ``group`` for every partition of
+    ``topic``: ``[{"topic", "partition", "current", "new"}]``.
+
+    Modes: ``to-earliest`` (the low-water mark), ``to-latest`` (the high-water mark),
+    ``to-offset N``, ``to-datetime ISO`` (the first offset with a timestamp at or after it,
+    else the high-water mark), ``shift-by N`` (from the committed offset, or the low-water
+    mark where none). Every result is clamped to ``[lwm, hwm]``. Refused (even the dry run)
+    while the group has live members.
+    """
+    validate_group_id(group)
+    offsets = OffsetStore(log_)
+    with _coordinator(log_, group) as coord, coord.locked() as state:
+        _refuse_if_live(coord, state, "reset offsets of")
+        rows = _plan(log_, group, topic, mode, value, offsets)
+        if execute:
+            # Members join only under the lock we hold, so none can appear meanwhile.
+            offsets.commit(
+                group,
+                {
+                    TopicPartition(r["topic"], r["partition"]): OffsetAndMetadata(r["new"])
+                    for r in rows
+                },
+                generation=-1,
+                member_id=ADMIN_MEMBER,
+            )
+            log.info("offsets reset", group=group, topic=topic, mode=mode, partitions=len(rows))
+        return rows
+
+
+def delete_group(log_: Log, group: str) -> int:
+    """Delete ``group``: tombstone its committed offsets and remove its state directory.
+    Refused while it has live members. Returns how many offsets were deleted."""
+    offsets = OffsetStore(log_)
+    _require(log_, group, offsets)
+    root = groups_root(log_)
+    with _coordinator(log_, group) as coord, coord.locked() as state:
+        _refuse_if_live(coord, state, "delete")
+        deleted = offsets.delete_group(group)
+        shutil.rmtree(root / group, ignore_errors=True)
+    log.info("group deleted", group=group, offsets=deleted)
+    return deleted

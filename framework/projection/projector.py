@@ -1,0 +1,151 @@
+"""Projectors: event handlers that build a read model, declared by subclassing.
+
+    >>> from attrs import frozen
+    >>> from framework.domain import DomainEvent, event
+    >>> @event("Deposited")
+    ... @frozen
+    ... class Deposited(DomainEvent):
+    ...     amount: int
+    >>> class Balances(Projector):
+    ...     name = "balances"
+    ...     topics = ("accounts",)
+    ...
+    ...     def setup(self, db: Database) -> None:
+    ...         db.execute("CREATE TABLE IF NOT EXISTS balances (id TEXT PRIMARY KEY, total INT)")
+    ...
+    ...     @handles(Deposited)
+    ...     def deposited(self, event: Deposited, ctx: EventContext) -> None:
+    ...         ctx.db.execute(
+    ...             "INSERT INTO balances VALUES (?, ?) ON CONFLICT(id) DO UPDATE"
+    ...             " SET total = total + excluded.total", (ctx.aggregate_id, event.amount))
+    >>> sorted(c.__name__ for c in Balances.handled_types())
+    ['Deposited']
+
+Rules:
+
+* ``name`` names the projector's consumer group and its read-model file
+  ``<data>/readmodels/<name>.sqlite``; ``topics`` are the event topics it reads.
+* One handler per event class, declared with :func:`handles`; events of other types are
+  skipped (their position still advances). A handler gets the decoded, upcast event and an
+  :class:`EventContext` with the coordinates, the envelope and the read-model session.
+* Handlers write only to ``ctx.db`` (a ``sqlite_utils.Database``; ``ctx.db.execute`` is the
+  fast path). The framework wraps each poll's events, and the positions they advance, in
+  one ``BEGIN IMMEDIATE`` transaction: an event's effect is applied exactly once.
+* ``ctx.replaying`` is true during a rebuild: handlers suppress side effects then (commands
+  to aggregates, e-mails). Policies that issue commands make them idempotent (a
+  deterministic aggregate id per triggering event), so a redelivery never issues twice.
+* ``merge_rules`` (table → rule) tells a parallel rebuild how to merge rows written from
+  several partitions; see :mod:`framework.replay`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import attrs
+from sqlite_utils import Database
+
+from framework.codec import Envelope
+from framework.domain import DomainEvent
+from framework.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sqlite_utils import Migrations
+
+__all__ = ["EventContext", "Projector", "handles"]
+
+P = TypeVar("P", bound="Projector")
+E = TypeVar("E", bound=DomainEvent)
+Handler = Callable[[P, E, "EventContext"], None]
+
+_HANDLES_ATTR = "__eventlane_handles__"
+
+
+def handles(event_cls: type[E]) -> Callable[[Handler[P, E]], Handler[P, E]]:
+    """Mark a projector method as the handler of ``event_cls``."""
+    if not (isinstance(event_cls, type) and issubclass(event_cls, DomainEvent)):
+        raise ConfigError(f"@handles needs a DomainEvent subclass, got {event_cls!r}")
+
+    def mark(method: Handler[P, E]) -> Handler[P, E]:
+        setattr(method, _HANDLES_ATTR, event_cls)
+        return method
+
+    return mark
+
+
+@attrs.define(slots=True)
+class EventContext:
+    """Where an event came from, its envelope, and the session to write the read model."""
+
+    topic: str
+    partition: int
+    offset: int
+    envelope: Envelope[Any]
+    db: Database
+    replaying: bool = False
+    app: Any = None
+    """The application (command side), for policies that issue commands; None in rebuilds."""
+
+    @property
+    def aggregate_id(self) -> str:
+        return self.envelope.aggregate_id
+
+    @property
+    def aggregate_version(self) -> int:
+        return self.envelope.aggregate_version
+
+
+class Projector:
+    """Base class of projectors (see the module docstring)."""
+
+    name: ClassVar[str]
+    topics: ClassVar[tuple[str, ...]]
+    migrations: ClassVar[Migrations | None] = None
+    """A ``sqlite_utils.Migrations`` set for the read model; pending ones block start-up."""
+    merge_rules: ClassVar[Mapping[str, str]] = {}
+    """Per read-model table: how a parallel rebuild merges rows from several partitions."""
+    park_after_dead_letter: ClassVar[bool] = False
+    """Keep per-key order: park later events of a key behind a dead-lettered one."""
+    handler_attempts: ClassVar[int] = 3
+    """Tries per event before it is dead-lettered."""
+
+    _handlers: ClassVar[Mapping[type[DomainEvent], Callable[..., None]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found: dict[type[DomainEvent], Callable[..., None]] = dict(cls._handlers)
+        own: set[type[DomainEvent]] = set()
+        for attr, member in vars(cls).items():
+            event_cls = getattr(member, _HANDLES_ATTR, None)
+            if event_cls is None:
+                continue
+            if event_cls in own:
+                raise ConfigError(
+                    f"{cls.__qualname__}: two handlers for {event_cls.__qualname__} ({attr})"
+                )
+            own.add(event_cls)
+            found[event_cls] = member
+        cls._handlers = found
+        topics = cls.__dict__.get("topics")
+        if isinstance(topics, str):
+            raise ConfigError(f"{cls.__qualname__}.topics must be a tuple of topic names")
+
+    @classmethod
+    def handled_types(cls) -> tuple[type[DomainEvent], ...]:
+        return tuple(cls._handlers)
+
+    @classmethod
+    def handler_for(cls, event_cls: type[DomainEvent]) -> Callable[..., None] | None:
+        return cls._handlers.get(event_cls)
+
+    def setup(self, db: Database) -> None:
+        """Create the read model's tables (idempotent). Runs once per process at start."""
+
+    def handle(self, event: DomainEvent, ctx: EventContext) -> bool:
+        """Dispatch ``event`` to its handler; return whether one exists."""
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            return False
+        handler(self, event, ctx)
+        return True

@@ -1,0 +1,267 @@
+"""Consumer-group member processes for the multi-process tests, and readers of their logs.
+
+Run a member as a script (the tests start it with ``subprocess``)::
+
+    python tests/consumer/group_members.py '<json arguments>'
+
+The member joins ``group`` on ``topic`` with a :class:`GroupConsumer` and loops::
+
+    records = poll()
+    commit == "before":  commit(next offsets)  -> {"ev": "commit", ...}
+                         {"ev": "processing"}; sleep(delay); {"ev": "records", ...}
+    commit == "after":   {"ev": "records", ...}; {"ev": "processing"}; sleep(delay)
+                         commit(next offsets)  -> {"ev": "commit", ...}
+
+so a ``kill -9`` while it sleeps ("processing") lands after the commit in at-most-once mode
+(the batch is skipped) and before it in at-least-once mode (the batch is redelivered).
+SIGTERM makes it ``close()`` the consumer (a graceful leave) and exit.
+
+Every event is one JSON line written with a single ``write`` (so a ``kill -9`` never leaves a
+half line) to the member's event file. Times are ``time.monotonic()``: CLOCK_MONOTONIC is one
+clock for all processes of a Linux machine, so the test process can compare them with its
+own. Events::
+
+    {"ev": "start", "pid", "t"}
+    {"ev": "assigned" | "revoked" | "lost", "tps": [partition], "t", "gen", "member"}
+    {"ev": "records", "recs": [[partition, offset]], "t", "gen", "member"}
+    {"ev": "processing", "t"}
+    {"ev": "commit", "ok": bool, "t0", "t", "gen", "member", "offsets": {partition: offset},
+     "error": message or null}
+    {"ev": "closed", "t"}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MEMBERS = Path(__file__).resolve()
+ROOT = MEMBERS.parents[2]
+
+
+# ---------------------------------------------------------------------------- child side
+def _run_member(args: dict[str, Any]) -> None:
+    import structlog
+
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+    from framework.consumer.group import GroupConsumer
+    from framework.errors import CommitFailedError, ConsumerError
+    from framework.log import LogStore, TopicPartition
+
+    fd = os.open(args["events"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def emit(**event: Any) -> None:
+        event.setdefault("t", time.monotonic())
+        os.write(fd, (json.dumps(event) + "\n").encode())
+
+    stopping = False
+
+    def on_term(_signo: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    store = LogStore(args["data"])
+    consumer: GroupConsumer
+
+    def listener(kind: str) -> Any:
+        def callback(tps: list[TopicPartition]) -> None:
+            emit(ev=kind, tps=[tp.partition for tp in tps], gen=consumer.generation,
+                 member=consumer.member_id)
+
+        return callback
+
+    consumer = GroupConsumer(
+        store,
+        group_id=args["group"],
+        topics=[args["topic"]],
+        group_instance_id=args.get("instance_id"),
+        session_timeout_ms=args.get("session_timeout_ms", 3000),
+        heartbeat_interval_ms=args.get("heartbeat_interval_ms", 300),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        assignor=args.get("assignor", "cooperative-sticky"),
+        on_assigned=listener("assigned"),
+        on_revoked=listener("revoked"),
+        on_lost=listener("lost"),
+    )
+    emit(ev="start", pid=os.getpid())
+    mode = args.get("commit", "after")
+    delay = float(args.get("delay", 0.0))
+    max_records = int(args.get("max_records", 50))
+
+    def commit(records: list[Any]) -> None:
+        offsets: dict[TopicPartition, int] = {}
+        for r in records:
+            offsets[TopicPartition(r.topic, r.partition)] = r.offset + 1
+        gen, member = consumer.generation, consumer.member_id
+        t0 = time.monotonic()
+        try:
+            consumer.commit(offsets)
+            emit(ev="commit", ok=True, t0=t0, gen=gen, member=member, error=None,
+                 offsets={tp.partition: o for tp, o in offsets.items()})
+        except CommitFailedError as exc:
+            emit(ev="commit", ok=False, t0=t0, gen=gen, member=member, error=str(exc),
+                 offsets={tp.partition: o for tp, o in offsets.items()})
+
+    try:
+        while not stopping:
+            records = consumer.poll(0.1, max_records=max_records)
+            if not records:
+                continue
+            gen, member = consumer.generation, consumer.member_id
+            recs = [[r.partition, r.offset] for r in records]
+            if mode == "before":
+                commit(records)
+                emit(ev="processing")
+                time.sleep(delay)
+                emit(ev="records", recs=recs, gen=gen, member=member)
+            else:
+                emit(ev="records", recs=recs, gen=gen, member=member)
+                emit(ev="processing")
+                time.sleep(delay)
+                commit(records)
+    except ConsumerError as exc:
+        emit(ev="error", error=str(exc))
+        raise
+    consumer.close()
+    emit(ev="closed")
+    store.close()
+
+
+# ---------------------------------------------------------------------------- test side
+@dataclass
+class Member:
+    """A running member process and its event file."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    events_path: Path
+    stderr_path: Path
+    _offset: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def read(self) -> list[dict[str, Any]]:
+        """All events so far (new complete lines are appended to :attr:`events`)."""
+        with contextlib.suppress(FileNotFoundError), open(self.events_path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+            end = data.rfind(b"\n") + 1
+            self._offset += end
+            for line in data[:end].splitlines():
+                self.events.append(json.loads(line))
+        return self.events
+
+    def owned(self) -> set[int]:
+        """Partitions owned as of the last event read."""
+        owned: set[int] = set()
+        for ev in self.read():
+            if ev["ev"] == "assigned":
+                owned |= set(ev["tps"])
+            elif ev["ev"] in ("revoked", "lost"):
+                owned -= set(ev["tps"])
+        return owned
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [ev for ev in self.read() if ev["ev"] == kind]
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")[-4000:]
+        except FileNotFoundError:
+            return ""
+
+    def signal(self, signo: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signo)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Graceful stop (SIGTERM → close()), then SIGKILL if it hangs."""
+        if self.proc.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_member(name: str, tmp: Path, **args: Any) -> Member:
+    events = tmp / f"{name}.events"
+    stderr = tmp / f"{name}.stderr"
+    args = {"events": str(events), **args}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(stderr, "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(MEMBERS), json.dumps(args)],
+                                stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
+    return Member(name, proc, events, stderr)
+
+
+def wait_for(condition: Any, timeout: float, what: str, members: list[Member] = ()) -> float:
+    """Poll ``condition()`` every 20 ms until true; returns the time it became true."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            details = "\n".join(f"--- {m.name} (rc={m.proc.poll()}) owned={sorted(m.owned())}\n"
+                                f"{m.stderr()}" for m in members)
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{details}")
+        for m in members:
+            if m.proc.poll() not in (None, 0, -9, -15):
+                raise AssertionError(f"member {m.name} died rc={m.proc.returncode}:\n"
+                                     f"{m.stderr()}")
+        time.sleep(0.02)
+
+
+def ownership_intervals(members: list[Member], end: float) -> dict[int, list[tuple[float, float, str]]]:
+    """Per partition, every ``(start, stop, member)`` interval of ownership from the logs;
+    an interval still open ends at ``end``."""
+    out: dict[int, list[tuple[float, float, str]]] = {}
+    for m in members:
+        open_since: dict[int, float] = {}
+        for ev in m.read():
+            if ev["ev"] == "assigned":
+                for p in ev["tps"]:
+                    assert p not in open_since, f"{m.name} assigned {p} twice"
+                    open_since[p] = ev["t"]
+            elif ev["ev"] in ("revoked", "lost"):
+                for p in ev["tps"]:
+                    out.setdefault(p, []).append((open_since.pop(p), ev["t"], m.name))
+        for p, since in open_since.items():
+            out.setdefault(p, []).append((since, end, m.name))
+    return out
+
+
+def overlaps(intervals: dict[int, list[tuple[float, float, str]]]) -> list[str]:
+    """Every pair of intervals of one partition that overlap in time (should be none)."""
+    found = []
+    for p, spans in intervals.items():
+        spans = sorted(spans)
+        for (s1, e1, m1), (s2, e2, m2) in zip(spans, spans[1:]):
+            if s2 < e1:
+                found.append(f"partition {p}: {m1} [{s1:.4f}, {e1:.4f}] overlaps {m2} "
+                             f"[{s2:.4f}, {e2:.4f}]")
+    return found
+
+
+def processed(members: list[Member]) -> list[tuple[int, int]]:
+    """Every (partition, offset) any member logged as processed (with repeats)."""
+    return [(p, o) for m in members for ev in m.of("records") for p, o in ev["recs"]]
+
+
+if __name__ == "__main__":
+    _run_member(json.loads(sys.argv[1]))

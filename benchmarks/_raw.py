@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import crc32c
@@ -52,7 +52,7 @@ def write_prejoined(path: Path, blocks: Sequence[bytes]) -> None:
             os.fsync(f.fileno())
 
 
-def write_framed(path: Path, records: Sequence[tuple[bytes, bytes]]) -> None:
+def write_framed(path: Path, records: Iterable[tuple[bytes, bytes]]) -> None:
     """Per-record frame + CRC32C, buffered writes, flush + fsync every MiB, in a plain loop."""
     pack = _FRAME.pack
     crc = crc32c.crc32c

@@ -27,6 +27,7 @@ record, counted by a thin pass-through wrapper around the store.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -60,9 +61,27 @@ class CountingLog:
         return getattr(self.store, name)
 
 
-def make_records(count: int, keys: int = 10_000) -> list[tuple[bytes, bytes]]:
+def make_pool(count: int, batch: int, pool: int = 10, keys: int = 10_000
+              ) -> list[list[tuple[bytes, bytes]]]:
+    """``pool`` distinct batches of ``batch`` (key, value) records, cycled to make ``count``.
+
+    Cycling a small pool keeps the benchmark's own heap small, as a producer's would be
+    (it holds the batch it is sending, not the whole stream): a heap of millions of live
+    tuples would make every collection of Python's cyclic GC slower for the subject only.
+    """
     value = os.urandom(VALUE_SIZE)
-    return [(b"key-%06d" % (i % keys), value) for i in range(count)]
+    pool = max(1, min(pool, -(-count // batch)))
+    return [[(b"key-%06d" % ((j * batch + i) % keys), value) for i in range(batch)]
+            for j in range(pool)]
+
+
+def cycle_batches(pool: Sequence[Sequence[object]], count: int, batch: int
+                  ) -> list[tuple[int, int]]:
+    """``(pool index, records to take)`` per call, adding up to ``count`` records."""
+    calls = []
+    for n, start in enumerate(range(0, count, batch)):
+        calls.append((n % len(pool), min(batch, count - start)))
+    return calls
 
 
 class Topics:
@@ -82,13 +101,15 @@ class Topics:
         self.store.delete_topic(name)
 
 
-def figure1(bench: Bench, root: Path, records: list[tuple[bytes, bytes]], batch: int) -> None:
+def figure1(bench: Bench, root: Path, count: int, batch: int) -> None:
     store = LogStore(root / "data")
     topics = Topics(store)
-    n = len(records)
+    n = count
+    pool = make_pool(count, batch)
+    calls = cycle_batches(pool, count, batch)
     blocks = prejoined_blocks(n, VALUE_SIZE)
-    tuples = [(k, v, (), None) for k, v in records]
-    producer_records = [ProducerRecord(k, v) for k, v in records]
+    tuples = [[(k, v, (), None) for k, v in chunk] for chunk in pool]
+    producer_records = [[ProducerRecord(k, v) for k, v in chunk] for chunk in pool]
     producer = Producer(store)
     raw_path = root / "raw.bin"
 
@@ -103,13 +124,14 @@ def figure1(bench: Bench, root: Path, records: list[tuple[bytes, bytes]], batch:
         return raw(lambda: write_prejoined(raw_path, blocks))
 
     def raw_framed() -> float:
-        return raw(lambda: write_framed(raw_path, records))
+        return raw(lambda: write_framed(
+            raw_path, itertools.chain.from_iterable(pool[j][:take] for j, take in calls)))
 
     def append() -> float:
         topic = topics.fresh()
         t0 = time.perf_counter()
-        for i in range(0, n, batch):
-            store.append(topic, 0, tuples[i : i + batch])
+        for j, take in calls:
+            store.append(topic, 0, tuples[j] if take == batch else tuples[j][:take])
         rate = n / (time.perf_counter() - t0)
         assert store.offsets(topic, 0).hwm == n
         topics.drop(topic)
@@ -118,8 +140,9 @@ def figure1(bench: Bench, root: Path, records: list[tuple[bytes, bytes]], batch:
     def send_batch() -> float:
         topic = topics.fresh()
         t0 = time.perf_counter()
-        for i in range(0, n, batch):
-            producer.send_batch(topic, producer_records[i : i + batch])
+        for j, take in calls:
+            producer.send_batch(topic, producer_records[j] if take == batch
+                                else producer_records[j][:take])
         rate = n / (time.perf_counter() - t0)
         assert store.offsets(topic, 0).hwm == n
         topics.drop(topic)
@@ -228,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                        f"~10 B keys, {args.batch:,} per call; figure 2: {sends:,} sends/run")
     with scratch_dir(args.tmp, "append") as root:
         if args.only in (None, "1"):
-            figure1(bench, root, make_records(records), args.batch)
+            figure1(bench, root, records, args.batch)
         if args.only in (None, "2"):
             figure2(bench, root, sends, args.threads)
     bench.finish()

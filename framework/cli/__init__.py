@@ -22,6 +22,7 @@ import click
 
 from framework.cli.context import DATA_HELP, AppContext
 from framework.cli.demo import demo
+from framework.cli.groups import groups
 from framework.cli.maintenance import cleanup, compact, dump, verify
 from framework.cli.records import consume, produce
 from framework.cli.topics import topics
@@ -84,6 +85,7 @@ def main(ctx: click.Context, data: Path) -> None:
 main.add_command(topics)
 main.add_command(produce)
 main.add_command(consume)
+main.add_command(groups)
 main.add_command(compact)
 main.add_command(cleanup)
 main.add_command(dump)

@@ -126,14 +126,24 @@ CONFIG_PAIR = ConfigPairType()
 
 
 def config_mapping(pairs: tuple[tuple[str, str], ...]) -> dict[str, object]:
-    """``--config`` pairs as a mapping; a key given twice is an error."""
+    """``--config`` pairs as a mapping, keys as the user spelled them (errors quote them).
+
+    A key given twice, in any spelling (``retention.ms`` and ``retention_ms``), is an error.
+    """
     out: dict[str, object] = {}
+    seen: set[str] = set()
     for key, value in pairs:
-        norm = key.replace(".", "_").replace("-", "_")
-        if norm in out:
+        norm = config_key(key)
+        if norm in seen:
             raise ConfigError(f"config key {key!r} given twice")
-        out[norm] = value
+        seen.add(norm)
+        out[key] = value
     return out
+
+
+def config_key(key: str) -> str:
+    """The canonical spelling of a config key: ``retention.ms`` -> ``retention_ms``."""
+    return key.replace(".", "_").replace("-", "_")
 
 
 OFFSET_WORDS = ("earliest", "latest")

@@ -32,10 +32,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import select
 import stat
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO
 
@@ -44,6 +44,7 @@ import orjson
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from framework.cli.context import OFFSET, PARTITION, TOPIC, app, data_option, stderr_console
+from framework.cli.groups import GROUP, consume_group
 from framework.consumer.free import Consumer
 from framework.errors import (
     ConfigError,
@@ -53,9 +54,10 @@ from framework.errors import (
     RecordTooLargeError,
     UnknownPartitionError,
 )
-from framework.log.partition import RECORD_OVERHEAD, RecordTuple
-from framework.log.partitioner import KeylessSpreader, partitions_for_keys
-from framework.log.record import Record, TopicPartition
+from framework.log.config import TopicConfig
+from framework.log.partition import RECORD_OVERHEAD
+from framework.log.producer import Producer
+from framework.log.record import ProducerRecord, Record, TopicPartition
 from framework.log.store import LogStore
 
 READ_CHUNK = 1 << 20
@@ -63,19 +65,37 @@ READ_CHUNK = 1 << 20
 
 
 # ---------------------------------------------------------------------------- produce
-def _stdin_lines(stream: IO[bytes]) -> Iterator[list[bytes]]:
-    """Yield lists of complete lines, one list per chunk of what stdin had available.
+def _stdin_chunks(stream: IO[bytes]) -> Iterator[bytes]:
+    """Yield what standard input has ready, up to :data:`READ_CHUNK` bytes at a time.
 
-    ``read1`` returns what is buffered or what one ``read`` system call gives: on a pipe or
-    terminal that is the data ready now, so a slow writer's lines are produced as they come,
-    not at end of input.
+    One blocking read waits for data; then, while more is ready at once (``select`` with a
+    zero timeout) and the chunk is under 1 MiB, it is added to the chunk. A fast writer
+    therefore gives ~1 MiB batches and a slow one (a person typing, a trickling pipe) gets
+    each line produced as it arrives, never waiting for end of input. Streams without a file
+    descriptor (test runners) are read with ``read1``.
     """
-    read = getattr(stream, "read1", stream.read)
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        read = getattr(stream, "read1", stream.read)
+        while chunk := read(READ_CHUNK):
+            yield chunk
+        return
+    while chunk := os.read(fd, READ_CHUNK):
+        parts, size = [chunk], len(chunk)
+        while size < READ_CHUNK and select.select([fd], [], [], 0)[0]:
+            more = os.read(fd, READ_CHUNK - size)
+            if not more:
+                break  # end of input; the next read returns b"" too
+            parts.append(more)
+            size += len(more)
+        yield parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _stdin_lines(stream: IO[bytes]) -> Iterator[list[bytes]]:
+    """Yield the complete lines of each chunk (a partial last line waits for the next one)."""
     pending = b""
-    while True:
-        chunk = read(READ_CHUNK)
-        if not chunk:
-            break
+    for chunk in _stdin_chunks(stream):
         data = pending + chunk if pending else chunk
         cut = data.rfind(b"\n")
         if cut < 0:
@@ -87,7 +107,7 @@ def _stdin_lines(stream: IO[bytes]) -> Iterator[list[bytes]]:
         yield [pending]
 
 
-def _parse_line(line: bytes, sep: bytes | None, null_marker: bytes | None) -> RecordTuple:
+def _parse_line(line: bytes, sep: bytes | None, null_marker: bytes | None) -> ProducerRecord:
     if line.endswith(b"\r"):
         line = line[:-1]
     key: bytes | None = None
@@ -98,82 +118,33 @@ def _parse_line(line: bytes, sep: bytes | None, null_marker: bytes | None) -> Re
             key, value = head, tail
     if null_marker is not None and value == null_marker:
         value = None
-    return (key, value, (), None)
+    return ProducerRecord(key, value)
 
 
-class _Appender:
-    """Places records in partitions and appends them, one append per partition per batch."""
+def _first_refused(
+    records: Sequence[ProducerRecord], config: TopicConfig, topic: str, first_line: int
+) -> tuple[int, FrameworkError] | None:
+    """The index of the first record the log would refuse, and an error naming its line.
 
-    def __init__(self, log: LogStore, topic: str, partition: int | None) -> None:
-        self.log = log
-        self.topic = topic
-        self.partition = partition
-        self.config = log.topic_config(topic)
-        self.spreader: KeylessSpreader | None = None
-        self.count = 0
-        self._partitions = log.partition_count(topic)
-        if partition is not None and partition >= self._partitions:
-            raise UnknownPartitionError(
-                f"partition {partition} does not exist (topic has {self._partitions})",
+    Checked before a chunk is appended, so the lines before a bad one are appended and
+    acknowledged, and none after it.
+    """
+    limit = config.max_record_bytes
+    for i, (key, value, _, _) in enumerate(records):
+        line = first_line + i
+        if config.compact and key is None:
+            return i, InvalidRecordError(
+                f"line {line} has no key, and topic {topic!r} is compacted: every record needs"
+                " a key (use --key-separator)",
                 topic=topic,
-                partition=partition,
             )
-
-    def check(
-        self, records: Sequence[RecordTuple], first_line: int
-    ) -> tuple[int, FrameworkError] | None:
-        """The index of the first record the log would refuse, and the error naming its line."""
-        limit = self.config.max_record_bytes
-        for i, (key, value, _, _) in enumerate(records):
-            line = first_line + i
-            if self.config.compact and key is None:
-                return i, InvalidRecordError(
-                    f"line {line} has no key, and topic {self.topic!r} is compacted: every"
-                    " record needs a key (use --key-separator)",
-                    topic=self.topic,
-                )
-            size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
-            if size > limit:
-                return i, RecordTooLargeError(
-                    f"line {line} is a record of {size} bytes; max_record_bytes is {limit}",
-                    topic=self.topic,
-                )
-        return None
-
-    def placements(self, records: Sequence[RecordTuple]) -> list[int]:
-        if self.partition is not None:
-            return [self.partition] * len(records)
-        count = self.log.partition_count(self.topic)
-        if count != self._partitions or self.spreader is None:
-            self._partitions = count
-            self.spreader = KeylessSpreader(count)
-        keyed = [i for i, r in enumerate(records) if r[0] is not None]
-        out = [-1] * len(records)
-        if keyed:
-            keys = [records[i][0] or b"" for i in keyed]
-            for i, p in zip(keyed, partitions_for_keys(keys, count), strict=True):
-                out[i] = p
-        if len(keyed) < len(records):
-            sticky = self.spreader.next_partition()  # Kafka's sticky partitioner: one per batch
-            out = [sticky if p < 0 else p for p in out]
-        return out
-
-    def append(self, records: Sequence[RecordTuple]) -> list[tuple[int, int]]:
-        """Append ``records``; return ``(partition, offset)`` of each, in input order."""
-        if not records:
-            return []
-        placed = self.placements(records)
-        by_partition: dict[int, list[int]] = defaultdict(list)
-        for i, p in enumerate(placed):
-            by_partition[p].append(i)
-        out: list[tuple[int, int]] = [(0, 0)] * len(records)
-        for p, indexes in by_partition.items():
-            chunk = records if len(by_partition) == 1 else [records[i] for i in indexes]
-            result = self.log.append(self.topic, p, chunk)
-            for n, i in enumerate(indexes):
-                out[i] = (p, result.base_offset + n)
-        self.count += len(records)
-        return out
+        size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
+        if size > limit:
+            return i, RecordTooLargeError(
+                f"line {line} is a record of {size} bytes; max_record_bytes is {limit}",
+                topic=topic,
+            )
+    return None
 
 
 def _stdin_size(stream: IO[bytes]) -> int | None:
@@ -210,13 +181,20 @@ def produce(
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
     log = app().open_log()
-    appender = _Appender(log, topic, partition)
+    config = log.topic_config(topic)
+    count = log.partition_count(topic)
+    if partition is not None and partition >= count:
+        raise UnknownPartitionError(
+            f"partition {partition} does not exist (topic has {count})",
+            topic=topic,
+            partition=partition,
+        )
+    producer = Producer(log)
     sep = key_separator.encode() if key_separator is not None else None
     marker = null_marker.encode() if null_marker is not None else None
     stdin = sys.stdin.buffer
     stdout = sys.stdout.buffer
     console = stderr_console()
-    total = _stdin_size(stdin)
     progress = Progress(
         TextColumn("producing to [bold]{task.fields[topic]}[/bold]"),
         BarColumn(),
@@ -229,23 +207,24 @@ def produce(
     line_no = 1
     consumed = 0
     with progress:
-        task = progress.add_task("produce", total=total, topic=topic, records=0)
+        task = progress.add_task("produce", total=_stdin_size(stdin), topic=topic, records=0)
         for lines in _stdin_lines(stdin):
             records = [_parse_line(line, sep, marker) for line in lines]
-            problem = appender.check(records, line_no)
-            if problem is not None:
-                records = records[: problem[0]]  # the lines before the bad one still go
-            placed = appender.append(records)
-            if print_offsets and placed:
-                stdout.write(b"".join(b"%d %d\n" % po for po in placed))
+            refused = _first_refused(records, config, topic, line_no)
+            if refused is not None:
+                records = records[: refused[0]]  # the lines before the bad one still go
+            # send_batch returns once every record is durable: only then are offsets printed.
+            metadata = producer.send_batch(topic, records, partition=partition) if records else []
+            if print_offsets and metadata:
+                stdout.write(b"".join(b"%d %d\n" % (m.partition, m.offset) for m in metadata))
                 stdout.flush()
-            if problem is not None:
-                raise problem[1]
+            if refused is not None:
+                raise refused[1]
             line_no += len(records)
             consumed += sum(len(line) + 1 for line in lines)
-            progress.update(task, completed=consumed, records=appender.count)
+            progress.update(task, completed=consumed, records=line_no - 1)
     if console.is_terminal:
-        console.print(f"produced {appender.count} record(s) to {topic}")
+        console.print(f"produced {line_no - 1} record(s) to {topic}")
 
 
 # ---------------------------------------------------------------------------- consume
@@ -333,6 +312,22 @@ def _free_consumer(log: LogStore, topic: str, partition: int | None, offset: str
 @click.option(
     "--base64", "as_base64", is_flag=True, help="Keys, values and header values as base64."
 )
+@click.option("--group", type=GROUP, help="Consume as a member of consumer group G (commits).")
+@click.option(
+    "--session-timeout-ms",
+    type=click.IntRange(min=100),
+    default=10_000,
+    show_default=True,
+    metavar="MS",
+    help="With --group: evicted after MS silent.",
+)
+@click.option(
+    "--commit",
+    type=click.Choice(["before", "after"]),
+    default="after",
+    show_default=True,
+    help="With --group: commit before printing (at-most-once) or after (at-least-once).",
+)
 @data_option
 def consume(
     topic: str,
@@ -342,8 +337,26 @@ def consume(
     follow: bool,
     timeout: float | None,
     as_base64: bool,
+    group: str | None,
+    session_timeout_ms: int,
+    commit: str,
 ) -> None:
-    """Print TOPIC's records as JSON lines."""
+    """Print TOPIC's records as JSON lines (with --group: as a consumer-group member)."""
+    if group is not None:
+        if partition is not None or isinstance(offset, int):
+            raise click.UsageError("--group assigns partitions itself: no --partition/--offset N")
+        encode = _b64 if as_base64 else _text
+        return consume_group(
+            topic,
+            group,
+            offset=str(offset),
+            commit=commit,
+            session_timeout_ms=session_timeout_ms,
+            follow=follow,
+            timeout=timeout,
+            max_records=max_records,
+            render=lambda r: record_json(r, encode),
+        )
     log = app().open_log()
     consumer = _free_consumer(log, topic, partition, offset)
     stdout = sys.stdout.buffer

@@ -20,6 +20,7 @@ from framework.cli.context import (
     PARTITIONS,
     TOPIC,
     app,
+    config_key,
     config_mapping,
     data_option,
     json_option,
@@ -82,21 +83,22 @@ def create(
 ) -> None:
     """Create topic NAME."""
     values = config_mapping(configs)
+    given = {config_key(k): k for k in values}
     for key, value in (
         ("retention_ms", retention_ms),
         ("retention_bytes", retention_bytes),
         ("segment_bytes", segment_bytes),
     ):
         if value is not None:
-            if key in values:
-                raise ConfigError(f"--{key.replace('_', '-')} and --config {key} both given")
+            if key in given:
+                raise ConfigError(f"--{key.replace('_', '-')} and --config {given[key]} both given")
             values[key] = value
     if compact:
-        if values.get("cleanup_policy", "compact") not in ("compact", "compact,delete"):
-            raise ConfigError(
-                f"--compact contradicts --config cleanup.policy={values['cleanup_policy']}"
-            )
-        values.setdefault("cleanup_policy", "compact")
+        policy = values.get(given.get("cleanup_policy", ""), "compact")
+        if policy not in ("compact", "compact,delete"):
+            raise ConfigError(f"--compact contradicts --config cleanup.policy={policy}")
+        if "cleanup_policy" not in given:
+            values["cleanup_policy"] = "compact"
     config = TopicConfig.from_mapping(values)  # validated before anything exists on disk
     ctx = app()
     log = ctx.open_log(create=True)

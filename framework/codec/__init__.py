@@ -23,7 +23,11 @@ from framework.codec.envelope import (
 )
 from framework.codec.event_codec import EventCodec
 from framework.codec.registry import EventRegistry, Resolution
-from framework.codec.snapshot import HEADER_SNAPSHOT_VERSION, SnapshotCodec
+from framework.codec.snapshot import (
+    HEADER_AGGREGATE_VERSION,
+    HEADER_SNAPSHOT_VERSION,
+    SnapshotCodec,
+)
 from framework.codec.upcasting import UpcastChain, Upcaster, check_upcasters
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "HEADER_CAUSATION_ID",
     "SnapshotCodec",
     "HEADER_SNAPSHOT_VERSION",
+    "HEADER_AGGREGATE_VERSION",
     "make_converter",
     "describe_structure_error",
 ]

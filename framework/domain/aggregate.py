@@ -229,7 +229,7 @@ class Aggregate:
             applier(self, event)
         finally:
             object.__setattr__(self, "_mutable", False)
-        pass
+        object.__setattr__(self, "_version", self._version + 1)
 
     @classmethod
     def rehydrate(

@@ -72,6 +72,7 @@ from framework.log.state import BOOT, Notifier, PartitionState, Snapshot
 log = structlog.get_logger("eventlane.log")
 
 MAX_BATCH_BYTES = 1 << 20
+_IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
 RECORD_OVERHEAD = 28
 
 Clock = Callable[[], int]
@@ -352,7 +353,8 @@ class Partition:
         )
         self.state.write(snap)
         self._open_writer(snap)
-        self._log.info("partition recovered", lwm=lwm, leo=leo, segments=len(bases))
+        (self._log.info if leo > lwm else self._log.debug)(
+            "partition recovered", lwm=lwm, leo=leo, segments=len(bases))
         return snap
 
     def _state_has_magic(self) -> bool:
@@ -495,6 +497,39 @@ class Partition:
         return result
 
     def _split(self, records: Sequence[RecordTuple]) -> list[Sequence[RecordTuple]]:
+        """Cut ``records`` into batches of at most ``MAX_BATCH_BYTES`` (estimated sizes).
+
+        The fast path sizes every record in one comprehension and finds the cuts by bisect;
+        anything unusual (a malformed record, one over ``max_record_bytes``, a keyless record
+        for a compacted topic) goes through :meth:`_split_checked`, which names the record.
+        """
+        try:
+            sizes = [
+                RECORD_OVERHEAD
+                + (0 if k is None else len(k))
+                + (0 if v is None else len(v))
+                + (_headers_size(h) if h else 0)
+                for k, v, h, _ in records
+            ]
+        except (TypeError, ValueError):
+            return self._split_checked(records)
+        if max(sizes) > self.config.max_record_bytes or (
+            self.config.compact and any(r[0] is None for r in records)
+        ):
+            return self._split_checked(records)
+        if sum(sizes) <= MAX_BATCH_BYTES:
+            return [records]
+        cumulative = list(itertools.accumulate(sizes))
+        batches: list[Sequence[RecordTuple]] = []
+        start, before, count = 0, 0, len(records)
+        while start < count:
+            end = max(bisect.bisect_right(cumulative, before + MAX_BATCH_BYTES, start), start + 1)
+            batches.append(records[start:end])
+            before = cumulative[end - 1]
+            start = end
+        return batches
+
+    def _split_checked(self, records: Sequence[RecordTuple]) -> list[Sequence[RecordTuple]]:
         limit = self.config.max_record_bytes
         compact = self.config.compact
         batches = []
@@ -509,9 +544,7 @@ class Partition:
                     + (len(value) if value is not None else 0)
                 )
                 if headers:
-                    size += sum(
-                        8 + len(n) * 4 + (len(v) if v is not None else 0) for n, v in headers
-                    )
+                    size += _headers_size(headers)
             except (TypeError, ValueError, IndexError) as exc:
                 raise InvalidRecordError(
                     f"record {i} is not (key: bytes|None, value: bytes|None, headers, "
@@ -547,13 +580,20 @@ class Partition:
     ) -> None:
         if not pending:
             return
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
-        view = memoryview(data)
+        # One vectored write of the batches as they are: joining them first would copy
+        # every appended byte once more.
+        buffers: list[bytes | memoryview] = list(pending)
         pos = start
-        while view:
-            written = os.pwrite(self._w_fd, view, pos)
-            view = view[written:]
+        while buffers:
+            written = os.pwritev(self._w_fd, buffers[:_IOV_MAX], pos)
             pos += written
+            done = 0
+            while done < len(buffers) and written >= len(buffers[done]):
+                written -= len(buffers[done])
+                done += 1
+            del buffers[:done]
+            if written:
+                buffers[0] = memoryview(buffers[0])[written:]
         if index_entries:
             os.write(self._w_index_fd, b"".join(index_entries))
             os.write(self._w_time_fd, b"".join(time_entries))
@@ -775,7 +815,8 @@ class Partition:
                     out.extend(records)
                     offset = h.next_offset
                 rel += h.size
-                used += h.size
+                if out:  # batches skipped before the first record do not count
+                    used += h.size
                 if used >= max_bytes:
                     done = True
                     break
@@ -903,3 +944,8 @@ class Partition:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
             self.state.close()
+
+
+def _headers_size(headers: Sequence[Header]) -> int:
+    """An upper bound of the bytes ``headers`` take in a record (4 bytes per name char)."""
+    return sum(8 + len(n) * 4 + (len(v) if v is not None else 0) for n, v in headers)

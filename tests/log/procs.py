@@ -38,6 +38,7 @@ assert the anomaly counts are zero.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import random
@@ -89,6 +90,8 @@ STORAGE_CALLS = ("fsync", "fdatasync", "pwrite", "write", "ftruncate", "replace"
 
 class _CallCounter:
     calls = 0
+    phase_start = -1
+    """``calls`` when the action's commit phase began (see :func:`_child_maintenance`)."""
 
 
 def crash_at_storage_call(n: int | None) -> _CallCounter:
@@ -279,9 +282,26 @@ def _child_maintenance(args: dict[str, Any], action: str) -> None:
         store.partition(args["topic"], p)  # open (and repair) before the clock starts
     _emit(out, ["C\n"])
     counter = crash_at_storage_call(args.get("crash_at"))
+    # The commit phase starts with the first durable write of a decision: the compaction
+    # journal, or retention's new log-start-offset. ``crash_after_phase`` kills at the n-th
+    # storage call from there on (the renames, unlinks and state changes that follow).
+    module = importlib.import_module(
+        "framework.log.cleaner" if action == "compact" else "framework.log.retention")
+    original_write_atomic = module.write_atomic
+    after_phase = args.get("crash_after_phase")
+
+    def write_atomic(path: Path, data: bytes) -> None:
+        if counter.phase_start < 0:
+            counter.phase_start = counter.calls
+            if after_phase:
+                crash_at_storage_call(after_phase)  # nested counter: kills at its n-th call
+        original_write_atomic(path, data)
+
+    module.write_atomic = write_atomic
     started = time.perf_counter()
     getattr(store, action)(args["topic"])
-    _emit(out, [f"D {time.perf_counter() - started:.4f} {counter.calls}\n"])
+    phase_calls = counter.calls - counter.phase_start if counter.phase_start >= 0 else 0
+    _emit(out, [f"D {time.perf_counter() - started:.4f} {counter.calls} {phase_calls}\n"])
     store.close()
 
 
@@ -413,6 +433,8 @@ class CrashFigures:
     vanished: int = 0
     wrong_content: int = 0
     child_errors: int = 0
+    phases: dict[str, int] = field(default_factory=dict)
+    """Where the maintenance kills landed, judged from the files they left."""
     recovery_ms: list[float] = field(default_factory=list)
     reboot_recovery_ms: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -441,6 +463,7 @@ class CrashFigures:
             f"acked_records={self.acked} records_in_log={self.records_in_log} "
             f"reader_seen={self.reader_seen}",
             "anomalies: " + " ".join(f"{k}={v}" for k, v in self.anomalies.items()),
+            *(f"killed while {phase}: {n}" for phase, n in sorted(self.phases.items())),
             f"recovery (lock-holder repair, open + first lock of every partition): "
             f"{stats_ms(self.recovery_ms)}",
             f"recovery (after a simulated reboot, full scan from the recovery point): "
@@ -777,6 +800,10 @@ class _MaintenanceCrashLoop:
             {} for _ in range(partitions)]
         self.durations: list[float] = []
         self.calls: list[int] = []
+        self.phase_calls: list[int] = []
+        self.calibrate_every = 4
+        """Every n-th cycle the action runs to completion: the timings and call counts that
+        aim the kills stay current, and the log does not grow without bound."""
         self.completed = 0
         self.topic = ""
 
@@ -791,39 +818,62 @@ class _MaintenanceCrashLoop:
         where the swap or the unlinks happen."""
         est = statistics.median(self.durations[-5:]) if self.durations else 0.2
         if self.rng.random() < 0.5:
-            return self.rng.uniform(0.0, est * 1.1)
-        return est * self.rng.uniform(0.75, 1.1)
+            return self.rng.uniform(0.0, est)
+        return est * self.rng.uniform(0.6, 1.0)
 
     def _kill_during_action(self, name: str) -> None:
         """Run the action in a child and SIGKILL it at a random moment. Until two runs have
         been timed, the child runs to completion instead (calibrating the delays)."""
         fig = self.figures
-        calibrating = len(self.durations) < 2
-        crash_at = None
-        if not calibrating and self.rng.random() < 0.5:
-            crash_at = self.rng.randint(1, max(1, int(statistics.median(self.calls[-5:]))))
+        calibrating = len(self.durations) < 2 or fig.cycles % self.calibrate_every == 0
+        crash_at = crash_after_phase = None
+        roll = self.rng.random()
+        if calibrating:
+            pass
+        elif roll < 0.25:
+            crash_at = self.rng.randint(1, max(1, self.calls[-1]))
+        elif roll < 0.5:  # often among the first steps of the commit phase
+            last = 8 if self.rng.random() < 0.5 else self.phase_calls[-1] + 2
+            crash_after_phase = self.rng.randint(1, max(1, last))
         child = Child(self.action, {"data": str(self.data), "topic": self.topic,
-                                    "crash_at": crash_at}, self.out_dir, name)
+                                    "crash_at": crash_at,
+                                    "crash_after_phase": crash_after_phase},
+                      self.out_dir, name)
         child.wait_for_line("C")
-        if calibrating or crash_at is not None:
+        if calibrating or crash_at is not None or crash_after_phase is not None:
             rc = child.wait(READY_TIMEOUT_S)
         else:
             time.sleep(self._delay())
             rc = child.kill()
         done = [line for line in child.lines() if line.startswith("D ")]
         if done:
-            _, secs, calls = done[0].split()
+            _, secs, calls, phase_calls = done[0].split()
             self.durations.append(float(secs))
             self.calls.append(int(calls))
+            self.phase_calls.append(int(phase_calls))
             self.completed += 1
         if rc == -signal.SIGKILL:
             fig.kills += 1
-            if crash_at is not None:
+            if crash_at is not None or crash_after_phase is not None:
                 fig.crash_at_kills += 1
+            phase = self._phase_after_kill()
+            fig.phases[phase] = fig.phases.get(phase, 0) + 1
         elif rc == 0:
             fig.clean_exits += 1
         else:
             fig.anomaly("child_errors", f"{name} exited {rc}: {child.stderr_tail()}")
+
+    def _layouts(self) -> list[int]:
+        """The ``layout`` field of each partition's shared state, read straight from the
+        file (odd: a segment change was under way when the process died)."""
+        out = []
+        for p in range(self.partitions):
+            raw = (self.data / "topics" / self.topic / str(p) / "state").read_bytes()
+            out.append(int.from_bytes(raw[48:56], "little", signed=True))
+        return out
+
+    def _phase_after_kill(self) -> str:
+        raise NotImplementedError
 
     def _reopen(self) -> tuple[Any, bool]:
         """Reopen after the kill in one of three ways: read first, append first, or after a
@@ -888,8 +938,8 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
 
     action = "compact"
 
-    def __init__(self, root: Path, *, seed: int, partitions: int = 2, keys: int = 1500,
-                 per_cycle: int = 6000, segment_bytes: int = 16 * 1024) -> None:
+    def __init__(self, root: Path, *, seed: int, partitions: int = 2, keys: int = 800,
+                 per_cycle: int = 3000, segment_bytes: int = 16 * 1024) -> None:
         super().__init__(root, seed=seed, partitions=partitions)
         from framework.log import LogStore
 
@@ -901,6 +951,16 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
             store.create_topic(self.topic, partitions, {
                 "cleanup_policy": "compact", "segment_bytes": segment_bytes,
                 "min_compaction_lag_ms": 0, "retention_ms": -1})
+
+    def _phase_after_kill(self) -> str:
+        dirs = [self.data / "topics" / self.topic / str(p) for p in range(self.partitions)]
+        if any(layout & 1 for layout in self._layouts()):
+            return "mid-swap (layout odd)"
+        if any((d / "cleaner-journal").exists() for d in dirs):
+            return "journal written, layout even (before or after the swap)"
+        if any(True for d in dirs for _ in d.glob("*.cleaned")):
+            return "writing cleaned segments"
+        return "scanning, or between partitions"
 
     def _fresh_records(self, n: int) -> list[tuple[bytes | None, bytes | None, int | None]]:
         now = int(time.time() * 1000)
@@ -1015,8 +1075,8 @@ class RetentionCrashLoop(_MaintenanceCrashLoop):
     action = "cleanup"
 
     def __init__(self, root: Path, *, seed: int, partitions: int = 2,
-                 segment_bytes: int = 4096, retention_bytes: int = 40_000,
-                 per_cycle_bytes: int = 400_000) -> None:
+                 segment_bytes: int = 8192, retention_bytes: int = 40_000,
+                 per_cycle_bytes: int = 200_000) -> None:
         super().__init__(root, seed=seed, partitions=partitions)
         from framework.log import LogStore
 
@@ -1028,6 +1088,21 @@ class RetentionCrashLoop(_MaintenanceCrashLoop):
             store.create_topic(self.topic, partitions, {
                 "cleanup_policy": "delete", "segment_bytes": segment_bytes,
                 "retention_bytes": retention_bytes, "retention_ms": -1})
+
+    def _phase_after_kill(self) -> str:
+        from framework.log.segment import list_segment_bases
+
+        for p in range(self.partitions):
+            d = self.data / "topics" / self.topic / str(p)
+            raw = (d / "state").read_bytes()
+            lwm = int.from_bytes(raw[8:16], "little", signed=True)
+            lso = d / "log-start-offset"
+            if lso.exists() and int(lso.read_text()) > lwm:
+                return "new LWM written, not yet published"
+            bases = list_segment_bases(d)
+            if len(bases) > 1 and bases[1] <= lwm:
+                return "LWM published, segments being unlinked"
+        return "planning, or between partitions"
 
     def _fresh_records(self, n: int) -> list[tuple[bytes | None, bytes | None, int | None]]:
         out: list[tuple[bytes | None, bytes | None, int | None]] = []
@@ -1047,7 +1122,7 @@ class RetentionCrashLoop(_MaintenanceCrashLoop):
                 for p in range(self.partitions):
                     written = 0
                     while written < self.per_cycle_bytes:
-                        records = self._fresh_records(self.rng.randint(5, 40))
+                        records = self._fresh_records(self.rng.randint(10, 60))
                         self._append(store, p, records)
                         written += sum(len(v or b"") + 40 for _, v, _ in records)
                 marks = [store.offsets(self.topic, p) for p in range(self.partitions)]

@@ -306,7 +306,7 @@ class LogMachine(RuleBasedStateMachine):
         assert self.store.offsets(topic, 0) == before
 
     # -------------------------------------------------------------------- time and maintenance
-    @rule(ms=st.integers(min_value=0, max_value=25_000))
+    @rule(ms=st.sampled_from([1_000, 6_000, 12_000, 30_000]) | st.integers(0, 40_000))
     def advance_clock(self, ms: int) -> None:
         self.now += ms
 
@@ -416,7 +416,10 @@ class LogMachine(RuleBasedStateMachine):
     def offset_for_time(self, topic: str, data: st.DataObject) -> None:
         model = self.models[topic]
         stamps = [r.timestamp for r in model.records()] or [self.now]
-        target = data.draw(st.integers(min(stamps) - 5, max(stamps) + 5), label="target")
+        target = data.draw(
+            st.sampled_from(stamps) | st.integers(min(stamps) - 5, max(stamps) + 5),
+            label="target",
+        )
         assert self.store.offset_for_time(topic, 0, target) == model.offset_for_time(target)
 
     # -------------------------------------------------------------------- invariants
@@ -465,7 +468,7 @@ class LogMachine(RuleBasedStateMachine):
 
 SOAK = os.environ.get("HYPOTHESIS_PROFILE") == "soak"
 LogMachine.TestCase.settings = settings(
-    max_examples=1500 if SOAK else 30,
+    max_examples=1500 if SOAK else 80,
     stateful_step_count=120 if SOAK else 60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -16,11 +16,13 @@ Two ways to send:
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -28,6 +30,9 @@ from framework.errors import ConfigError, InvalidRecordError
 from framework.log.partitioner import KeylessSpreader, partition_for_key, partitions_for_keys
 from framework.log.port import Log
 from framework.log.record import Header, ProducerRecord, RecordMetadata
+
+if TYPE_CHECKING:
+    from framework.log.partition import AppendResult
 
 log = structlog.get_logger("eventlane.producer")
 
@@ -93,21 +98,27 @@ class Producer:
             else:
                 sticky = self.partition_for(topic, None)
                 targets = [sticky if k is None else partition_for_key(k, count) for k in keys]
-        by_partition: dict[int, list[int]] = defaultdict(list)
         first = targets[0]
-        if all(t == first for t in targets):
-            by_partition[first] = list(range(len(items)))
-        else:
-            for i, t in enumerate(targets):
-                by_partition[t].append(i)
+        if targets.count(first) == len(targets):  # one partition: no regrouping
+            return self._metadata(topic, first, self.log.append(topic, first, items))
+        by_partition: dict[int, list[int]] = defaultdict(list)
+        for i, t in enumerate(targets):
+            by_partition[t].append(i)
         out: list[RecordMetadata | None] = [None] * len(items)
         for p, indexes in by_partition.items():
-            chunk = items if len(indexes) == len(items) else [items[i] for i in indexes]
-            result = self.log.append(topic, p, chunk)
-            base = result.base_offset
-            for n, (i, ts) in enumerate(zip(indexes, result.timestamps, strict=True)):
-                out[i] = RecordMetadata(topic, p, base + n, ts)
+            result = self.log.append(topic, p, [items[i] for i in indexes])
+            for i, meta in zip(indexes, self._metadata(topic, p, result), strict=True):
+                out[i] = meta
         return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _metadata(topic: str, partition: int, result: AppendResult) -> list[RecordMetadata]:
+        """One :class:`RecordMetadata` per appended record, built without a Python-level
+        call per record (``_make`` is ``tuple.__new__``)."""
+        base, stamps = result.base_offset, result.timestamps
+        offsets = range(base, base + len(stamps))
+        fields = zip(itertools.repeat(topic), itertools.repeat(partition), offsets, stamps)
+        return list(map(RecordMetadata._make, fields))
 
     # ------------------------------------------------------------------ future API
     def send(

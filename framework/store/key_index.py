@@ -1,65 +1,197 @@
 """The per-key index of a partition: key → the offsets of its records, in order.
 
-Derived data, rebuildable from the log at any time. One SQLite file per partition, at
-``<data>/store/<topic>/<partition>.keyindex.sqlite``::
+Derived data, rebuildable from the log at any time. One SQLite file per partition (WAL
+mode), next to a lock file::
+
+    <data>/store/<topic>/<partition>.keyindex.sqlite
+    <data>/store/<topic>/<partition>.keyindex.lock     flock()ed by whoever writes the index
 
     entries(key BLOB, seq INTEGER, offset INTEGER, PRIMARY KEY (key, seq)) WITHOUT ROWID
-    meta(name TEXT PRIMARY KEY, value INTEGER)      -- "next_offset", "schema"
+    meta(name TEXT PRIMARY KEY, value)
+        schema       2
+        mode         "stream" or "latest"
+        next_offset  the first log offset not yet indexed (0 for an empty index)
+        rows         the number of rows in ``entries`` (checked on open)
+        last_key     key of the last indexed record (its *anchor*: checked on open)
+        last_offset  offset of that record
 
-``seq`` numbers a key's records 1, 2, 3… in offset order; on an event topic it *is* the
-aggregate version, because the event store appends an aggregate's events only when the
-key's last ``seq`` equals the expected version (under the partition's append lock).
-``next_offset`` is the first log offset not yet indexed.
+Modes:
+
+* ``stream`` (event topics): ``seq`` numbers a key's records 1, 2, 3… in offset order. It
+  *is* the aggregate version, because the event store appends an aggregate's events only
+  when the key's last ``seq`` equals the expected version, under the partition's append
+  lock.
+* ``latest`` (compacted topics such as snapshots): only each key's last record is kept;
+  ``seq`` counts the records seen for the key.
 
 Invariants:
 
-* Every write is a compare-and-set on ``next_offset`` inside one SQLite transaction: it
-  applies only if nobody indexed past the point its rows were computed from, so entries are
-  added in log order exactly once even when processes race (saves index under the
-  partition's append lock; catch-ups may run anywhere).
+* Every write is a compare-and-set on ``next_offset`` inside one SQLite transaction, so
+  entries are added in log order exactly once. Every write, and every checkpoint SQLite
+  runs on commit or close, happens with the lock file held: one writing connection at a
+  time across all processes, which is what SQLite's WAL-reset bug (versions < 3.51.3)
+  needs to stay dormant. Readers never write, except :meth:`KeyIndex.catch_up` through
+  the same lock.
 * The index may lag the log (a writer died between its append and its index update, or
-  the file was deleted); :meth:`KeyIndex.catch_up` indexes the missing records, and
-  readers overlay the unindexed tail without writing.
-* A file SQLite cannot open, or of another schema, is deleted and rebuilt.
+  the file was deleted): readers overlay the unindexed tail (:meth:`KeyIndex.view`) and
+  index it themselves once it is longer than :data:`READER_CATCH_UP` offsets; appenders
+  index it under the append lock before their version check.
+* A file SQLite cannot read, or of another schema, is replaced by an empty index. On open,
+  cheap consistency checks run: ``next_offset <= HWM`` (else the index belongs to an older
+  incarnation of the partition), ``rows`` equals the row count, and the anchor record in
+  the log has the anchor key. A failed check empties the index (it is rebuilt on use).
+  :meth:`KeyIndex.verify` compares every row with the log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import sqlite3
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Literal, NamedTuple, TypeVar, cast
 
 import structlog
 
-from framework.log import Log
+from framework.errors import OffsetOutOfRangeError
+from framework.log import Log, Record
+from framework.log.partition import Cursor
 
 log = structlog.get_logger("eventlane.store")
 
-SCHEMA = 1
+T = TypeVar("T")
+Mode = Literal["stream", "latest"]
+MODES: tuple[str, ...] = ("stream", "latest")
+
+SCHEMA = 2
+INDEX_SUFFIX = ".keyindex.sqlite"
+LOCK_SUFFIX = ".keyindex.lock"
+READER_CATCH_UP = 2000
+"""A reader overlays at most this many unindexed offsets; past that it indexes them."""
+CATCH_UP_BYTES = 4 << 20
+"""Log bytes read (and rows written, one transaction) per step of a catch-up."""
+MAX_REPORTED = 20
+"""Problems listed one by one in an :class:`IndexReport`; the rest are only counted."""
+
 _DDL = """
 CREATE TABLE IF NOT EXISTS entries (
     key BLOB NOT NULL, seq INTEGER NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (key, seq)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value);
 """
-_CATCH_UP_BYTES = 4 << 20
+
+
+def index_path(root: Path, topic: str, partition: int) -> Path:
+    """Where the key index of ``topic``/``partition`` lives under ``root`` (``<data>/store``)."""
+    return root / topic / f"{partition}{INDEX_SUFFIX}"
+
+
+class View(NamedTuple):
+    """One key as of a high-water mark, read consistently (index snapshot + log tail)."""
+
+    head: int
+    """The key's last ``seq`` below ``hwm`` (0: no records)."""
+    offsets: list[int]
+    """Offsets of the key's records in the requested ``seq`` range, ascending."""
+    hwm: int
+    """The partition's high-water mark the view is complete up to."""
+
+
+class IndexReport(NamedTuple):
+    """What :meth:`KeyIndex.verify` found. ``problems`` lists the first few differences."""
+
+    topic: str
+    partition: int
+    path: str
+    mode: str
+    entries: int
+    next_offset: int
+    hwm: int
+    problems: tuple[str, ...]
+    problem_count: int
+    repaired: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    @property
+    def unindexed(self) -> int:
+        """Offsets between the index's end and the high-water mark (lag, not an error)."""
+        return max(0, self.hwm - self.next_offset)
+
+
+class _Problems:
+    """Collects differences, keeping the first :data:`MAX_REPORTED` messages."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.count = 0
+
+    def add(self, message: str) -> None:
+        self.count += 1
+        if len(self.messages) < MAX_REPORTED:
+            self.messages.append(message)
+
+
+def _is_corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """A file SQLite cannot read (as opposed to a busy or misused database)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return type(exc) is sqlite3.DatabaseError or code in (
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_NOTADB,
+    )
 
 
 class KeyIndex:
-    """The key index of one ``(topic, partition)`` (see the module docstring)."""
+    """The key index of one ``(topic, partition)`` (see the module docstring).
 
-    def __init__(self, log_: Log, topic: str, partition: int, path: Path) -> None:
+    ``mode`` is the mode for a new file (an existing file of another mode is emptied and
+    switched); ``None`` opens an existing file in its own mode (``stream`` if new).
+    ``auto_repair=False`` skips the consistency checks on open, so that :meth:`verify`
+    sees the index as it is. Safe for use from several threads.
+    """
+
+    def __init__(
+        self,
+        log_: Log,
+        topic: str,
+        partition: int,
+        path: Path,
+        *,
+        mode: Mode | None = "stream",
+        auto_repair: bool = True,
+    ) -> None:
         self.log = log_
         self.topic = topic
         self.partition = partition
         self.path = path
-        self._lock = threading.Lock()
+        self.trusted_upto = -1
+        """Offsets below this were indexed from the log by this object after a reset."""
+        self._lock = threading.RLock()
+        self._log = log.bind(topic=topic, partition=partition)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = self._open()
+        lock_path = path.with_name(path.name.removesuffix(INDEX_SUFFIX) + LOCK_SUFFIX)
+        self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            with self._writing():
+                self._db, self._ino = self._open()
+                self.mode = self._init_mode(mode)
+            if auto_repair:
+                problem = self._quick_check()
+                if problem is not None:
+                    self.reset(problem)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
 
-    def _open(self) -> sqlite3.Connection:
+    # ------------------------------------------------------------------ opening
+    def _open(self) -> tuple[sqlite3.Connection, int]:
+        """Connect (under the write lock), replacing a file SQLite cannot read."""
         for attempt in range(2):
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             try:
@@ -68,70 +200,218 @@ class KeyIndex:
                 db.executescript(_DDL)
                 row = db.execute("SELECT value FROM meta WHERE name='schema'").fetchone()
                 if row is None:
-                    db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA,))
+                    db.execute("BEGIN IMMEDIATE")
+                    db.executemany(
+                        "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                        [("schema", SCHEMA), ("next_offset", 0), ("rows", 0)],
+                    )
+                    db.execute("COMMIT")
                 elif row[0] != SCHEMA:
-                    raise sqlite3.DatabaseError(f"key index schema {row[0]}, expected {SCHEMA}")
-                return db
+                    raise sqlite3.DatabaseError(f"key index schema {row[0]!r}, expected {SCHEMA}")
+                return db, os.stat(self.path).st_ino
             except sqlite3.DatabaseError as exc:
                 db.close()
                 if attempt:
                     raise
-                log.warning(
-                    "key index unreadable; rebuilding it from the log",
-                    topic=self.topic,
-                    partition=self.partition,
+                self._log.warning(
+                    "key index unreadable; replacing it (it is rebuilt from the log)",
                     file=str(self.path),
                     error=str(exc),
                 )
                 self._delete_files()
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _init_mode(self, mode: Mode | None) -> Mode:
+        row = self._db.execute("SELECT value FROM meta WHERE name='mode'").fetchone()
+        stored = row[0] if row is not None and row[0] in MODES else None
+        wanted = mode or stored or "stream"
+        if stored != wanted:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if stored is not None:
+                    self._log.warning("key index mode changed; emptying it", old=stored, new=wanted)
+                self._clear()
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('mode', ?)", (wanted,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return cast("Mode", wanted)
+
     def _delete_files(self) -> None:
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 Path(str(self.path) + suffix).unlink()
 
-    def next_offset(self) -> int:
-        row = self._db.execute("SELECT value FROM meta WHERE name='next_offset'").fetchone()
-        return int(row[0]) if row else -1
+    def _quick_check(self) -> str | None:
+        """The cheap consistency checks of the module docstring: a problem, or ``None``."""
+        with self._lock:
+            nxt, rows, count, last_key, last_offset = self._guard(self._meta_and_count)
+        marks = self.log.offsets(self.topic, self.partition)
+        if nxt > marks.hwm:
+            return (
+                f"the index ends at offset {nxt}, past the log's high-water mark {marks.hwm} "
+                "(the partition was recreated or restored?)"
+            )
+        if rows != count:
+            return f"the index holds {count} rows, its meta data says {rows}"
+        if last_offset is not None and marks.lwm <= last_offset < marks.hwm:
+            record = self.record_at(last_offset)
+            if record is None or record.key != last_key:
+                found = "no record" if record is None else f"key {record.key!r}"
+                return (
+                    f"the log has {found} at offset {last_offset}, where the index's last "
+                    f"entry has key {last_key!r}"
+                )
+        return None
 
-    def head(self, key: bytes) -> int:
-        """The last ``seq`` indexed for ``key`` (0 if none)."""
+    def _meta_and_count(self) -> tuple[int, int, int, bytes | None, int | None]:
+        meta = dict(self._db.execute("SELECT name, value FROM meta").fetchall())
+        (count,) = self._db.execute("SELECT count(*) FROM entries").fetchone()
+        return (
+            int(meta.get("next_offset", 0)),
+            int(meta.get("rows", 0)),
+            int(count),
+            meta.get("last_key"),
+            meta.get("last_offset"),
+        )
+
+    # ------------------------------------------------------------------ locking
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the write lock: this object's threads, then every process (flock)."""
+        with self._lock:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _guard(self, operation: Callable[[], T]) -> T:
+        """Run ``operation``; if SQLite finds the file corrupt, replace it and run it again."""
+        try:
+            return operation()
+        except sqlite3.DatabaseError as exc:
+            if not _is_corrupt(exc):
+                raise
+            self._replace_corrupt_file(str(exc))
+            return operation()
+
+    def _replace_corrupt_file(self, error: str) -> None:
+        with self._writing():
+            try:
+                replaced = os.stat(self.path).st_ino != self._ino
+            except FileNotFoundError:
+                replaced = True
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            if not replaced:  # nobody has replaced it yet: do it
+                self._log.warning(
+                    "key index corrupt; replacing it (it is rebuilt from the log)",
+                    file=str(self.path),
+                    error=error,
+                )
+                self._delete_files()
+            self._db, self._ino = self._open()
+            self.mode = self._init_mode(self.mode)
+            self.trusted_upto = -1
+
+    # ------------------------------------------------------------------ reading
+    def _next_offset(self) -> int:
+        row = self._db.execute("SELECT value FROM meta WHERE name='next_offset'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _head(self, key: bytes) -> int:
         row = self._db.execute("SELECT max(seq) FROM entries WHERE key=?", (key,)).fetchone()
         return int(row[0] or 0)
 
-    def offsets(self, key: bytes, after_seq: int = 0, upto_seq: int | None = None) -> list[int]:
-        """Offsets of ``key``'s records with ``after_seq < seq <= upto_seq``, in order."""
-        if upto_seq is None:
-            rows = self._db.execute(
-                "SELECT offset FROM entries WHERE key=? AND seq>? ORDER BY seq", (key, after_seq)
-            )
-        else:
-            rows = self._db.execute(
-                "SELECT offset FROM entries WHERE key=? AND seq>? AND seq<=? ORDER BY seq",
-                (key, after_seq, upto_seq),
-            )
-        return [r[0] for r in rows]
+    def next_offset(self) -> int:
+        """The first offset not yet indexed."""
+        with self._lock:
+            return self._guard(self._next_offset)
 
-    def last_offset(self, key: bytes) -> int | None:
-        row = self._db.execute(
-            "SELECT offset FROM entries WHERE key=? ORDER BY seq DESC LIMIT 1", (key,)
-        ).fetchone()
-        return None if row is None else int(row[0])
+    def head(self, key: bytes) -> int:
+        """The last ``seq`` indexed for ``key`` (0 if none); the unindexed tail is ignored."""
+        with self._lock:
+            return self._guard(lambda: self._head(key))
 
-    def scan_tail(self, upto: int, key: bytes | None = None) -> list[tuple[bytes, int]]:
-        """``(key, offset)`` of the keyed records from ``next_offset`` to ``upto`` (exclusive),
-        read from the log without writing the index (optionally only those of ``key``)."""
-        start = max(self.next_offset(), self.log.offsets(self.topic, self.partition).lwm)
+    def head_entry(self, key: bytes) -> tuple[int, int] | None:
+        """``(seq, offset)`` of the last indexed record of ``key``, or ``None``."""
+        with self._lock:
+            row = self._guard(
+                lambda: self._db.execute(
+                    "SELECT seq, offset FROM entries WHERE key=? ORDER BY seq DESC LIMIT 1",
+                    (key,),
+                ).fetchone()
+            )
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def _snapshot(self, query: Callable[[], T]) -> tuple[int, T]:
+        """``next_offset`` and ``query()`` read in one SQLite read transaction."""
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            return self._next_offset(), query()
+        finally:
+            db.execute("COMMIT")
+
+    def _rows(self, key: bytes, after_seq: int, upto_seq: int | None) -> tuple[int, list[int]]:
+        head = self._head(key)
+        top = head if upto_seq is None else min(head, upto_seq)
+        if top <= after_seq:
+            return head, []
+        rows = self._db.execute(
+            "SELECT offset FROM entries WHERE key=? AND seq>? AND seq<=? ORDER BY seq",
+            (key, after_seq, top),
+        )
+        return head, [r[0] for r in rows]
+
+    def view(self, key: bytes, after_seq: int = 0, upto_seq: int | None = None) -> View:
+        """The offsets of ``key``'s records with ``after_seq < seq <= upto_seq``, complete up
+        to the current high-water mark (indexed rows plus the unindexed tail)."""
+        caught_up = False
+        while True:
+            with self._lock:
+                nxt, (head, offsets) = self._guard(
+                    lambda: self._snapshot(lambda: self._rows(key, after_seq, upto_seq))
+                )
+            marks = self.log.offsets(self.topic, self.partition)
+            if nxt > marks.hwm:
+                self.reset(f"the index ends at offset {nxt}, past the high-water mark {marks.hwm}")
+                continue
+            start = max(nxt, marks.lwm)
+            if not caught_up and marks.hwm - start > READER_CATCH_UP:
+                caught_up = True
+                self.catch_up(marks.hwm)
+                continue
+            seq = head
+            for record_key, offset in self.scan(start, marks.hwm, key):
+                del record_key
+                seq += 1
+                if seq > after_seq and (upto_seq is None or seq <= upto_seq):
+                    offsets.append(offset)
+            return View(seq, offsets, marks.hwm)
+
+    def last(self, key: bytes) -> int | None:
+        """The offset of ``key``'s last record below the high-water mark, or ``None``."""
+        view = self.view(key, after_seq=-1, upto_seq=-1)  # no rows: just the head
+        if view.head == 0:
+            return None
+        tail_view = self.view(key, after_seq=view.head - 1)
+        return tail_view.offsets[-1] if tail_view.offsets else self._indexed_offset(key)
+
+    def _indexed_offset(self, key: bytes) -> int | None:
+        entry = self.head_entry(key)
+        return None if entry is None else entry[1]
+
+    def scan(self, start: int, upto: int, key: bytes | None = None) -> list[tuple[bytes, int]]:
+        """``(key, offset)`` of the keyed records in ``[start, upto)`` read from the log
+        (optionally only those of ``key``), without touching the index."""
         out: list[tuple[bytes, int]] = []
-        cursor = None
+        cursor: Cursor | None = None
         while start < upto:
             records, cursor = self.log.read(
-                self.topic,
-                self.partition,
-                start,
-                max_bytes=_CATCH_UP_BYTES,
-                cursor=cursor,
+                self.topic, self.partition, start, max_bytes=CATCH_UP_BYTES, cursor=cursor,
                 upto=upto,
             )
             if not records:
@@ -139,76 +419,230 @@ class KeyIndex:
             out.extend(
                 (r.key, r.offset)
                 for r in records
-                if r.key is not None and (key is None or r.key == key)
+                if r.key is not None and r.offset >= start and (key is None or r.key == key)
             )
             start = records[-1].offset + 1
         return out
 
-    def catch_up(self, upto: int) -> int:
-        """Index every keyed record below ``upto``. Call under the append lock. Returns how
-        many records were indexed."""
-        with self._lock:
-            start = self.next_offset()
-            if start >= upto:
-                return 0
-            tail = self.scan_tail(upto)
-            heads: dict[bytes, int] = {}
-            rows = []
-            for key, offset in tail:
-                seq = heads.get(key)
-                if seq is None:
-                    seq = self.head(key)
-                seq += 1
-                heads[key] = seq
-                rows.append((key, seq, offset))
-            if not self._write(rows, start, upto):
-                return 0
-        if tail:
-            log.info(
-                "key index caught up",
-                topic=self.topic,
-                partition=self.partition,
-                records=len(tail),
-                offset=upto,
+    def record_at(self, offset: int) -> Record | None:
+        """The log record at exactly ``offset`` (``None``: none there, or out of range)."""
+        try:
+            records, _ = self.log.read(
+                self.topic, self.partition, offset, max_bytes=1, upto=offset + 1
             )
-        return len(tail)
+        except OffsetOutOfRangeError:
+            return None
+        for record in records:
+            if record.offset == offset:
+                return record
+        return None
+
+    # ------------------------------------------------------------------ writing
+    def catch_up(self, upto: int) -> int:
+        """Index every keyed record below ``upto``, a step of :data:`CATCH_UP_BYTES` per
+        transaction. On return ``next_offset >= upto``. Returns the records indexed."""
+        done = 0
+        cursor: Cursor | None = None
+        while True:
+            with self._writing():
+                nxt = self._guard(self._next_offset)
+                marks = self.log.offsets(self.topic, self.partition)
+                start = max(nxt, marks.lwm)
+                if start >= upto:
+                    if nxt < upto:  # nothing below upto is left to index (empty, or retention)
+                        self._guard(lambda: self._write([], nxt, upto))
+                    break
+                try:
+                    records, cursor = self.log.read(
+                        self.topic, self.partition, start, max_bytes=CATCH_UP_BYTES,
+                        cursor=cursor, upto=upto,
+                    )
+                except OffsetOutOfRangeError:  # retention moved the low-water mark: again
+                    cursor = None
+                    continue
+                end = records[-1].offset + 1 if records else upto
+                pairs = [(r.key, r.offset) for r in records if r.key is not None]
+                rows = self._guard(lambda: self._number(pairs))  # noqa: B023
+                self._guard(lambda: self._write(rows, nxt, end))  # noqa: B023
+                done += len(rows)
+        if done:
+            self._log.info("key index caught up", records=done, offset=upto)
+        return done
+
+    def _number(self, pairs: Sequence[tuple[bytes, int]]) -> list[tuple[bytes, int, int]]:
+        heads: dict[bytes, int] = {}
+        rows = []
+        for key, offset in pairs:
+            seq = heads.get(key)
+            if seq is None:
+                seq = self._head(key)
+            seq += 1
+            heads[key] = seq
+            rows.append((key, seq, offset))
+        return rows
+
+    def sync_to(self, leo: int) -> None:
+        """Make the index cover exactly the offsets below ``leo``, the log end offset.
+
+        Call under the partition's append lock (nothing can be appended meanwhile): an index
+        ending past the log (an older incarnation of the partition) is emptied first.
+        """
+        if self.next_offset() > leo:
+            self.reset(f"the index ends past the log end offset {leo}")
+        self.catch_up(leo)
 
     def add(self, key: bytes, first_seq: int, offsets: list[int], next_offset: int) -> bool:
         """Record that ``key``'s records ``first_seq, first_seq+1…`` are at ``offsets``, the
-        last records appended (the index must be caught up to ``offsets[0]``)."""
-        with self._lock:
-            return self._write(
-                [(key, first_seq + i, off) for i, off in enumerate(offsets)],
-                offsets[0],
-                next_offset,
-            )
+        records just appended; applies only if the index ends at ``offsets[0]``."""
+        rows = [(key, first_seq + i, off) for i, off in enumerate(offsets)]
+        with self._writing():
+            return self._guard(lambda: self._write(rows, offsets[0], next_offset))
 
     def _write(
         self, rows: list[tuple[bytes, int, int]], expected_next: int, next_offset: int
     ) -> bool:
-        """Apply ``rows`` iff the index still ends at ``expected_next`` (-1: empty index,
-        or any offset at or below the partition's first indexed record)."""
+        """Apply ``rows`` iff the index still ends at ``expected_next``. Hold the write lock."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            current = self.next_offset()
-            if current != expected_next and not (current == -1 and expected_next <= 0):
+            if self._next_offset() != expected_next:
                 db.execute("ROLLBACK")
                 return False
-            db.executemany("INSERT INTO entries VALUES (?, ?, ?)", rows)
+            if rows:
+                db.executemany("INSERT INTO entries VALUES (?, ?, ?)", rows)
+                change = len(rows)
+                if self.mode == "latest":
+                    tops: dict[bytes, int] = {}
+                    for key, seq, _ in rows:
+                        tops[key] = seq
+                    change -= db.executemany(
+                        "DELETE FROM entries WHERE key=? AND seq<?", list(tops.items())
+                    ).rowcount
+                db.execute("UPDATE meta SET value = value + ? WHERE name='rows'", (change,))
+                db.executemany(
+                    "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                    [("last_key", rows[-1][0]), ("last_offset", rows[-1][2])],
+                )
             db.execute("INSERT OR REPLACE INTO meta VALUES ('next_offset', ?)", (next_offset,))
             db.execute("COMMIT")
             return True
-        except BaseException:
+        except sqlite3.IntegrityError as exc:  # rows that contradict the index: it is wrong
             db.execute("ROLLBACK")
+            self._clear_now(f"an update contradicts the index ({exc})")
+            return False
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
             raise
 
+    def _clear(self) -> None:
+        """Empty the index (inside the caller's transaction)."""
+        self._db.execute("DELETE FROM entries")
+        self._db.execute(
+            "DELETE FROM meta WHERE name NOT IN ('schema', 'mode')"
+        )
+        self._db.executemany(
+            "INSERT INTO meta VALUES (?, ?)", [("next_offset", 0), ("rows", 0)]
+        )
+
+    def _clear_now(self, reason: str) -> None:
+        self._log.warning("key index inconsistent; emptying it (rebuilt from the log)",
+                          file=str(self.path), reason=reason)
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._clear()
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self.trusted_upto = -1
+
+    def reset(self, reason: str) -> None:
+        """Empty the index in one transaction (readers see the old or the empty index)."""
+        with self._writing():
+            self._guard(lambda: self._clear_now(reason))
+
     def rebuild(self) -> int:
-        """Drop every entry and index the partition again from its low-water mark."""
+        """Empty the index and index the partition again from its low-water mark."""
+        self.reset("rebuild requested")
+        hwm = self.log.offsets(self.topic, self.partition).hwm
+        count = self.catch_up(hwm)
+        self.trusted_upto = hwm
+        return count
+
+    # ------------------------------------------------------------------ verification
+    def verify(self) -> IndexReport:
+        """Compare every row with a fresh scan of the log; report the differences.
+
+        Reads the index in one read transaction and the log from its low-water mark to the
+        index's end. Memory: the distinct keys of the partition, never all the rows.
+        """
+        problems = _Problems()
         with self._lock:
-            self._db.execute("DELETE FROM entries")
-            self._db.execute("DELETE FROM meta WHERE name='next_offset'")
-        return self.catch_up(self.log.offsets(self.topic, self.partition).hwm)
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                nxt, rows, count, _, _ = self._meta_and_count()
+                marks = self.log.offsets(self.topic, self.partition)
+                if nxt > marks.hwm:
+                    problems.add(
+                        f"the index ends at offset {nxt}, past the high-water mark {marks.hwm}"
+                    )
+                if rows != count:
+                    problems.add(f"the index holds {count} rows, its meta data says {rows}")
+                limit = min(nxt, marks.hwm)
+                if self.mode == "stream":
+                    self._verify_stream(marks.lwm, limit, problems)
+                else:
+                    self._verify_latest(marks.lwm, limit, problems)
+            finally:
+                db.execute("COMMIT")
+        return IndexReport(
+            self.topic, self.partition, str(self.path), self.mode, count, nxt, marks.hwm,
+            tuple(problems.messages), problems.count,
+        )
+
+    def _verify_stream(self, lwm: int, limit: int, problems: _Problems) -> None:
+        rows = self._db.execute("SELECT offset, key, seq FROM entries ORDER BY offset")
+        row = next(rows, None)
+        seqs: dict[bytes, int] = {}
+        for key, offset in self.scan(lwm, limit):
+            while row is not None and row[0] < offset:
+                problems.add(f"offset {row[0]}: indexed as {row[1]!r} #{row[2]}, the log has "
+                             "no keyed record there")
+                row = next(rows, None)
+            if row is None or row[0] != offset:
+                problems.add(f"offset {offset}: record of {key!r} missing from the index")
+                seqs[key] = seqs.get(key, 0) + 1
+                continue
+            expected = seqs.get(key)
+            if expected is None:  # first record at or after the low-water mark
+                expected = row[2] if lwm > 0 and row[1] == key else 1
+            else:
+                expected += 1
+            seqs[key] = expected
+            if row[1] != key or row[2] != expected:
+                problems.add(f"offset {offset}: indexed as {row[1]!r} #{row[2]}, the log has "
+                             f"{key!r} #{expected}")
+            row = next(rows, None)
+        while row is not None:
+            where = "past the index's end" if row[0] >= limit else "with no keyed record"
+            problems.add(f"offset {row[0]}: indexed as {row[1]!r} #{row[2]}, {where}")
+            row = next(rows, None)
+
+    def _verify_latest(self, lwm: int, limit: int, problems: _Problems) -> None:
+        truth: dict[bytes, int] = {}
+        for key, offset in self.scan(lwm, limit):
+            truth[key] = offset
+        for key, offset in self._db.execute("SELECT key, offset FROM entries"):
+            actual = truth.pop(key, None)
+            if actual != offset:
+                problems.add(f"key {key!r}: indexed at offset {offset}, the log's last record "
+                             f"is at {actual}")
+        for key, offset in truth.items():
+            problems.add(f"key {key!r}: last record at offset {offset} missing from the index")
 
     def close(self) -> None:
-        self._db.close()
+        with self._writing():  # closing may checkpoint: that is a write
+            self._db.close()
+        os.close(self._lock_fd)

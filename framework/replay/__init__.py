@@ -1,0 +1,1 @@
+"""Replay: rebuild projections from the low-water mark, locally or with Spark."""

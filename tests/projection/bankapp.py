@@ -1,0 +1,283 @@
+"""The test application of the projection tests: accounts, orders and invoices.
+
+Importable by worker processes as ``tests.projection.bankapp:app`` (with the repository root
+on ``PYTHONPATH``; the tests set it). Behaviour switches come from the environment, so a
+test can change them for the processes it starts:
+
+* ``BANKAPP_FIXED=1``: the "code fix": poison deposits (``memo == "poison"``) apply instead
+  of raising. Without it a poison deposit always raises in the handler.
+* ``BANKAPP_CRASH_AFTER_ISSUE=N``: the invoicing policy kills its own process with SIGKILL
+  right after issuing its N-th invoice command, before the read-model transaction commits
+  (the worst moment for a policy: the command is on the log, the position is not).
+* ``BANKAPP_SELF_STOP=<path>``: :func:`zombie_main` (the frozen-worker test) writes the
+  offsets of the batch in hand to ``<path>`` and SIGSTOPs itself between ``poll`` and the
+  read-model transaction.
+
+Read models (tables written by the projectors):
+
+* ``balances``: ``balances(id PK, total, events)`` and the per-event marker table
+  ``applied(topic, partition, offset, event_id)`` with ``PRIMARY KEY (topic, partition,
+  offset)`` and ``UNIQUE (event_id)``: applying one event twice raises inside the handler,
+  so a duplicate can never be hidden (it would surface as a dead letter).
+* ``ledger`` (``park_after_dead_letter``): ``ledger(id PK, version, total)``; the handler
+  requires each account's events in aggregate-version order (it raises otherwise), so a
+  parked key that was released out of order would show.
+* ``invoicing``: a policy: per ``OrderPlaced`` it issues ``Invoice.issue`` to the invoice
+  ``invoice-<order id>`` through ``ctx.issue`` and records ``invoiced(order_id PK)``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import ClassVar
+
+from attrs import frozen
+from sqlite_utils import Database, Migrations
+
+from framework.domain import Aggregate, DomainEvent, applies, event
+from framework.projection import App, EventContext, Projector, handles
+
+
+def fixed() -> bool:
+    return os.environ.get("BANKAPP_FIXED") == "1"
+
+
+# ---------------------------------------------------------------------------- events
+@event("Deposited")
+@frozen
+class Deposited(DomainEvent):
+    amount: int
+    memo: str = ""
+
+
+@event("Withdrawn")
+@frozen
+class Withdrawn(DomainEvent):
+    amount: int
+
+
+@event("OrderPlaced")
+@frozen
+class OrderPlaced(DomainEvent):
+    amount: int
+
+
+@event("InvoiceIssued")
+@frozen
+class InvoiceIssued(DomainEvent):
+    order_id: str
+    amount: int
+
+
+# ---------------------------------------------------------------------------- aggregates
+class Account(Aggregate):
+    topic: ClassVar[str] = "accounts"
+    balance: int
+
+    def init_state(self) -> None:
+        self.balance = 0
+
+    def deposit(self, amount: int, memo: str = "") -> None:
+        self.record_that(Deposited(amount, memo))
+
+    def withdraw(self, amount: int) -> None:
+        self.record_that(Withdrawn(amount))
+
+    @applies(Deposited)
+    def _deposited(self, e: Deposited) -> None:
+        self.balance += e.amount
+
+    @applies(Withdrawn)
+    def _withdrawn(self, e: Withdrawn) -> None:
+        self.balance -= e.amount
+
+
+class Order(Aggregate):
+    topic: ClassVar[str] = "orders"
+    amount: int
+
+    def init_state(self) -> None:
+        self.amount = 0
+
+    def place(self, amount: int) -> None:
+        self.record_that(OrderPlaced(amount))
+
+    @applies(OrderPlaced)
+    def _placed(self, e: OrderPlaced) -> None:
+        self.amount = e.amount
+
+
+class Invoice(Aggregate):
+    """One invoice per order; ``issue`` is a no-op once issued (the idempotent command)."""
+
+    topic: ClassVar[str] = "invoices"
+    order_id: str
+
+    def init_state(self) -> None:
+        self.order_id = ""
+
+    def issue(self, order_id: str, amount: int) -> None:
+        if self.order_id:
+            return
+        self.record_that(InvoiceIssued(order_id, amount))
+
+    @applies(InvoiceIssued)
+    def _issued(self, e: InvoiceIssued) -> None:
+        self.order_id = e.order_id
+
+
+# ---------------------------------------------------------------------------- projectors
+balances_migrations = Migrations("bankapp.balances")
+
+
+@balances_migrations()
+def m001_tables(db: Database) -> None:
+    db.execute("CREATE TABLE balances (id TEXT PRIMARY KEY, total INTEGER NOT NULL, events INT)")
+    db.execute(
+        "CREATE TABLE applied (topic TEXT NOT NULL, partition INTEGER NOT NULL,"
+        " offset INTEGER NOT NULL, event_id TEXT NOT NULL UNIQUE,"
+        " PRIMARY KEY (topic, partition, offset)) WITHOUT ROWID"
+    )
+
+
+class Balances(Projector):
+    name = "balances"
+    topics = ("accounts",)
+    migrations = balances_migrations
+
+    def _mark(self, ctx: EventContext) -> None:
+        ctx.conn.execute(
+            "INSERT INTO applied VALUES (?, ?, ?, ?)",
+            (ctx.topic, ctx.partition, ctx.offset, str(ctx.envelope.event_id)),
+        )
+
+    def _add(self, ctx: EventContext, amount: int) -> None:
+        ctx.conn.execute(
+            "INSERT INTO balances VALUES (?, ?, 1) ON CONFLICT(id) DO UPDATE"
+            " SET total = total + excluded.total, events = events + 1",
+            (ctx.aggregate_id, amount),
+        )
+
+    @handles(Deposited)
+    def deposited(self, event: Deposited, ctx: EventContext) -> None:
+        self._mark(ctx)
+        if event.memo == "poison" and not fixed():
+            raise ValueError(f"cannot apply poison deposit of {event.amount}")
+        self._add(ctx, event.amount)
+
+    @handles(Withdrawn)
+    def withdrawn(self, event: Withdrawn, ctx: EventContext) -> None:
+        self._mark(ctx)
+        self._add(ctx, -event.amount)
+
+
+class Ledger(Projector):
+    """Per-key order matters here: a poison event parks the later events of its account."""
+
+    name = "ledger"
+    topics = ("accounts",)
+    park_after_dead_letter = True
+    handler_attempts = 2
+
+    def setup(self, db: Database) -> None:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS ledger (id TEXT PRIMARY KEY, version INT, total INT)"
+        )
+
+    def _apply(self, ctx: EventContext, amount: int) -> None:
+        row = ctx.conn.execute("SELECT version FROM ledger WHERE id=?", (ctx.aggregate_id,))
+        found = row.fetchone()
+        last = 0 if found is None else found[0]
+        if ctx.aggregate_version != last + 1:
+            raise AssertionError(
+                f"{ctx.aggregate_id}: version {ctx.aggregate_version} after {last}: out of order"
+            )
+        ctx.conn.execute(
+            "INSERT INTO ledger VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE"
+            " SET version = excluded.version, total = total + excluded.total",
+            (ctx.aggregate_id, ctx.aggregate_version, amount),
+        )
+
+    @handles(Deposited)
+    def deposited(self, event: Deposited, ctx: EventContext) -> None:
+        if event.memo == "poison" and not fixed():
+            raise ValueError(f"cannot apply poison deposit of {event.amount}")
+        self._apply(ctx, event.amount)
+
+    @handles(Withdrawn)
+    def withdrawn(self, event: Withdrawn, ctx: EventContext) -> None:
+        self._apply(ctx, -event.amount)
+
+
+_issued_here = 0
+
+
+class Invoicing(Projector):
+    """A policy (process manager): one invoice per order, whatever the redeliveries."""
+
+    name = "invoicing"
+    topics = ("orders",)
+
+    def setup(self, db: Database) -> None:
+        db.execute("CREATE TABLE IF NOT EXISTS invoiced (order_id TEXT PRIMARY KEY, amount INT)")
+
+    @handles(OrderPlaced)
+    def placed(self, event: OrderPlaced, ctx: EventContext) -> None:
+        global _issued_here
+        order_id = ctx.aggregate_id
+        ctx.issue(Invoice, f"invoice-{order_id}", lambda inv: inv.issue(order_id, event.amount))
+        _issued_here += 1
+        crash_after = int(os.environ.get("BANKAPP_CRASH_AFTER_ISSUE", "0") or 0)
+        if crash_after and _issued_here >= crash_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        ctx.conn.execute("INSERT INTO invoiced VALUES (?, ?)", (order_id, event.amount))
+
+
+app = App(
+    "bank",
+    aggregates=[Account, Order, Invoice],
+    projectors=[Balances, Ledger, Invoicing],
+    partitions={"accounts": 6, "orders": 4, "invoices": 4},
+)
+
+
+# ---------------------------------------------------------------------------- zombie worker
+def zombie_main(data: str, name: str, session_timeout_ms: int) -> None:
+    """A worker that freezes itself (SIGSTOP) once, holding a polled batch, before applying.
+
+    Writes ``[[partition, first, last], ...]`` of the batch in hand to ``$BANKAPP_SELF_STOP``
+    just before stopping; after SIGCONT it tries to apply that batch like any worker.
+    """
+    import json
+    from pathlib import Path
+
+    from framework.observability import configure_logging
+    from framework.projection import Worker
+
+    configure_logging()
+    flag = Path(os.environ["BANKAPP_SELF_STOP"])
+    with app.open(Path(data)) as runtime:
+        worker = Worker(runtime, name, session_timeout_ms=session_timeout_ms, max_poll_records=50)
+        worker.install_signal_handlers()
+        stopped = False
+        try:
+            while not worker.stopping.is_set():
+                records = worker.poll()
+                if records and not stopped:
+                    stopped = True
+                    spans: dict[int, list[int]] = {}
+                    for r in records:
+                        spans.setdefault(r.partition, []).append(r.offset)
+                    body = [[p, min(o), max(o)] for p, o in sorted(spans.items())]
+                    flag.write_text(json.dumps(body))
+                    os.kill(os.getpid(), signal.SIGSTOP)
+                worker.apply(records)
+        finally:
+            worker.close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    zombie_main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import gc
 import json
+import logging
 import os
 import platform
 import shutil
@@ -42,6 +43,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import structlog
+
+from framework.log import batch
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -148,12 +153,7 @@ def machine_info() -> dict[str, object]:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    try:
-        from framework.log import batch
-
-        native = bool(batch.NATIVE)
-    except ImportError:  # pragma: no cover - the framework is importable where this runs
-        native = False
+    native = bool(batch.NATIVE)
     return {
         "cpus": os.cpu_count(),
         "cpu_model": model,
@@ -198,8 +198,14 @@ class Bench:
         else:
             self.series.setdefault(name, []).append(float(result))
 
-    def rounds(self, measures: Mapping[str, Measure], *, runs: int | None = None,
-               warmup: bool = False, between: Callable[[], None] | None = None) -> None:
+    def rounds(
+        self,
+        measures: Mapping[str, Measure],
+        *,
+        runs: int | None = None,
+        warmup: bool = False,
+        between: Callable[[], None] | None = None,
+    ) -> None:
         """Run every measure once per round, in the given order, for ``runs`` rounds.
 
         ``warmup`` runs each measure once first without recording it (page cache, imports,
@@ -219,8 +225,16 @@ class Bench:
                 self.record(name, fn())
             print(f"  round {i + 1}/{n} done", file=sys.stderr, flush=True)
 
-    def add(self, figure: str, unit: str, series: str, *, baseline: str | None = None,
-            target: Target | None = None, note: str = "") -> None:
+    def add(
+        self,
+        figure: str,
+        unit: str,
+        series: str,
+        *,
+        baseline: str | None = None,
+        target: Target | None = None,
+        note: str = "",
+    ) -> None:
         """Declare a table row: ``series`` (and its ``baseline`` series) must be recorded."""
         self.rows.append(Row(figure, unit, series, baseline, target, note))
 
@@ -247,16 +261,22 @@ class Bench:
 
     def table(self) -> str:
         self._fill()
-        header = ("figure", "unit", "median", "min", "max", "baseline", "ratio", "target",
-                  "pass")
+        header = ("figure", "unit", "median", "min", "max", "baseline", "ratio", "target", "pass")
         lines = [header]
         for r in self.rows:
-            lines.append((
-                r.figure, r.unit, fmt(r.median), fmt(r.min), fmt(r.max),
-                fmt(r.baseline_median), "-" if r.ratio is None else f"{r.ratio:.2f}x",
-                "-" if r.target is None else str(r.target),
-                "-" if r.passed is None else ("PASS" if r.passed else "FAIL"),
-            ))
+            lines.append(
+                (
+                    r.figure,
+                    r.unit,
+                    fmt(r.median),
+                    fmt(r.min),
+                    fmt(r.max),
+                    fmt(r.baseline_median),
+                    "-" if r.ratio is None else f"{r.ratio:.2f}x",
+                    "-" if r.target is None else str(r.target),
+                    "-" if r.passed is None else ("PASS" if r.passed else "FAIL"),
+                )
+            )
         widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
         out = []
         for n, line in enumerate(lines):
@@ -270,15 +290,18 @@ class Bench:
     def markdown(self) -> str:
         """The same table as GitHub markdown (for docs/performance.md)."""
         self._fill()
-        out = ["| figure | median | min | max | baseline (median) | ratio | target | |",
-               "|---|---:|---:|---:|---:|---:|---|---|"]
+        out = [
+            "| figure | median | min | max | baseline (median) | ratio | target | |",
+            "|---|---:|---:|---:|---:|---:|---|---|",
+        ]
         for r in self.rows:
             base = "-" if r.baseline is None else f"{fmt(r.baseline_median)} ({r.baseline})"
             out.append(
                 f"| {r.figure} | {fmt(r.median)} {r.unit} | {fmt(r.min)} | {fmt(r.max)} | "
                 f"{base} | {'-' if r.ratio is None else f'{r.ratio:.2f}x'} | "
                 f"{'-' if r.target is None else str(r.target)} | "
-                f"{'-' if r.passed is None else ('PASS' if r.passed else 'FAIL')} |")
+                f"{'-' if r.passed is None else ('PASS' if r.passed else 'FAIL')} |"
+            )
         return "\n".join(out)
 
     def finish(self) -> None:
@@ -290,17 +313,25 @@ class Bench:
         print()
         for note in self.notes:
             print(f"note: {note}")
-        print(f"steal during the run: {'-' if steal is None else f'{steal:.1f}%'};"
-              f" wall {seconds:.0f} s")
+        print(
+            f"steal during the run: {'-' if steal is None else f'{steal:.1f}%'};"
+            f" wall {seconds:.0f} s"
+        )
         if self.json_out:
             RESULTS_DIR.mkdir(parents=True, exist_ok=True)
             path = RESULTS_DIR / f"{Path(self.script).stem}{'-quick' if self.quick else ''}.json"
             body = {
-                "script": self.script, "argv": sys.argv[1:], "started": self.started,
-                "seconds": round(seconds, 1), "steal_percent": steal,
-                "machine": self._machine, "notes": self.notes,
-                "rows": [{**asdict(r), "target": None if r.target is None else str(r.target)}
-                         for r in self.rows],
+                "script": self.script,
+                "argv": sys.argv[1:],
+                "started": self.started,
+                "seconds": round(seconds, 1),
+                "steal_percent": steal,
+                "machine": self._machine,
+                "notes": self.notes,
+                "rows": [
+                    {**asdict(r), "target": None if r.target is None else str(r.target)}
+                    for r in self.rows
+                ],
                 "series": self.series,
                 "markdown": self.markdown(),
             }
@@ -311,11 +342,15 @@ class Bench:
 def parser(description: str) -> argparse.ArgumentParser:
     """The common command line: ``--quick``, ``--runs``, ``--json``, ``--tmp``."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes and 5 runs: a smoke run, figures not meaningful")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and 5 runs: a smoke run, figures not meaningful",
+    )
     p.add_argument("--runs", type=int, default=None, help="rounds (median of; at least 5)")
-    p.add_argument("--json", action="store_true",
-                   help="also write benchmarks/results/<script>.json")
+    p.add_argument(
+        "--json", action="store_true", help="also write benchmarks/results/<script>.json"
+    )
     p.add_argument("--tmp", default="/tmp", help="parent directory for scratch data")
     return p
 
@@ -337,10 +372,6 @@ def scratch_dir(parent: str, prefix: str) -> Iterator[Path]:
 
 def quiet_logs() -> None:
     """Silence structlog's info lines (topic created, partition recovered) during timing."""
-    import logging
-
-    import structlog
-
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 

@@ -7,8 +7,8 @@ would write them without a framework, so a ratio against them says what the fram
   MiB (the device/syscall floor for durable appends).
 * :func:`write_framed`: per-record framing (offset, CRC32C, lengths) + CRC32C in a plain
   loop, buffered writes, ``fsync`` per MiB (what a hand-rolled log costs in Python).
-* :func:`write_fsync_per_record`: ``os.write`` + ``os.fsync`` per record (durable single
-  appends).
+* :func:`write_fsync_per_record`: ``os.write`` + ``os.fsync`` (or ``os.fdatasync``, the
+  call the log makes) per record (durable single appends).
 * :func:`read_parse`: read a segment file of :mod:`framework.log.batch` batches in 1 MiB
   chunks, check each batch's CRC32C (optional) and parse every record into an
   ``(offset, key, value)`` tuple in pure Python (what a hand-written reader of this exact
@@ -72,15 +72,19 @@ def write_framed(path: Path, records: Iterable[tuple[bytes, bytes]]) -> None:
         os.fsync(f.fileno())
 
 
-def write_fsync_per_record(path: Path, key: bytes, value: bytes, count: int) -> None:
-    """``os.write`` of one framed record then ``os.fsync``, ``count`` times."""
+def write_fsync_per_record(
+    path: Path, key: bytes, value: bytes, count: int, *, datasync: bool = False
+) -> None:
+    """``os.write`` of one framed record then ``os.fsync`` (or ``os.fdatasync``), ``count``
+    times."""
     pack = _FRAME.pack
     crc = crc32c.crc32c
+    sync = os.fdatasync if datasync else os.fsync
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         for offset in range(count):
             os.write(fd, pack(offset, crc(value, crc(key)), len(key), len(value)) + key + value)
-            os.fsync(fd)
+            sync(fd)
     finally:
         os.close(fd)
 
@@ -112,7 +116,7 @@ def read_parse(paths: Sequence[Path], *, verify_crc: bool = True) -> int:
                     size = 12 + blen
                     if pos + size > end:
                         break
-                    if verify_crc and crc(mv[pos + 17 : pos + size]) != stored:
+                    if verify_crc and crc(mv[pos : pos + 13], crc(mv[pos + 17 : pos + size])) != stored:
                         raise ValueError(f"CRC mismatch at {path}:{pos}")
                     out = []
                     p = pos + _BATCH_SIZE

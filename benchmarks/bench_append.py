@@ -14,6 +14,8 @@ Figure 1, ``--records`` records per run (default 1M), ``--batch`` records per ca
 Figure 2, ``--sends`` records per run (default 2,000):
 
 * ``raw_fsync``      baseline: ``os.write`` + ``os.fsync`` per record
+* ``raw_fdatasync``  baseline: ``os.write`` + ``os.fdatasync`` per record (the call the log
+                     makes; the ratios of figure 2 are against this one)
 * ``send_sync``      ``producer.send(...).result()`` in a loop: one fsync per record
 * ``send_threads``   ``--threads`` threads each doing ``send(...).result()`` in a loop: the
                      sender thread appends whatever queued meanwhile (group commit)
@@ -22,7 +24,7 @@ Figure 2, ``--sends`` records per run (default 2,000):
 ``fsync/rec`` is the number of ``append`` calls the producer made (one fdatasync each) per
 record, counted by a thin pass-through wrapper around the store.
 
-    .venv/bin/python benchmarks/bench_append.py [--quick] [--runs 5] [--json]
+    .venv/bin/python benchmarks/bench_append.py [--quick] [--runs 7] [--json]
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch_dir
-from _raw import prejoined_blocks, write_fsync_per_record, write_framed, write_prejoined
+from _raw import prejoined_blocks, write_framed, write_fsync_per_record, write_prejoined
 
 from framework.log.port import Log
 from framework.log.producer import Producer
@@ -61,8 +63,9 @@ class CountingLog:
         return getattr(self.store, name)
 
 
-def make_pool(count: int, batch: int, pool: int = 10, keys: int = 10_000
-              ) -> list[list[tuple[bytes, bytes]]]:
+def make_pool(
+    count: int, batch: int, pool: int = 10, keys: int = 10_000
+) -> list[list[tuple[bytes, bytes]]]:
     """``pool`` distinct batches of ``batch`` (key, value) records, cycled to make ``count``.
 
     Cycling a small pool keeps the benchmark's own heap small, as a producer's would be
@@ -71,12 +74,14 @@ def make_pool(count: int, batch: int, pool: int = 10, keys: int = 10_000
     """
     value = os.urandom(VALUE_SIZE)
     pool = max(1, min(pool, -(-count // batch)))
-    return [[(b"key-%06d" % ((j * batch + i) % keys), value) for i in range(batch)]
-            for j in range(pool)]
+    return [
+        [(b"key-%06d" % ((j * batch + i) % keys), value) for i in range(batch)] for j in range(pool)
+    ]
 
 
-def cycle_batches(pool: Sequence[Sequence[object]], count: int, batch: int
-                  ) -> list[tuple[int, int]]:
+def cycle_batches(
+    pool: Sequence[Sequence[object]], count: int, batch: int
+) -> list[tuple[int, int]]:
     """``(pool index, records to take)`` per call, adding up to ``count`` records."""
     calls = []
     for n, start in enumerate(range(0, count, batch)):
@@ -124,8 +129,11 @@ def figure1(bench: Bench, root: Path, count: int, batch: int) -> None:
         return raw(lambda: write_prejoined(raw_path, blocks))
 
     def raw_framed() -> float:
-        return raw(lambda: write_framed(
-            raw_path, itertools.chain.from_iterable(pool[j][:take] for j, take in calls)))
+        return raw(
+            lambda: write_framed(
+                raw_path, itertools.chain.from_iterable(pool[j][:take] for j, take in calls)
+            )
+        )
 
     def append() -> float:
         topic = topics.fresh()
@@ -141,25 +149,37 @@ def figure1(bench: Bench, root: Path, count: int, batch: int) -> None:
         topic = topics.fresh()
         t0 = time.perf_counter()
         for j, take in calls:
-            producer.send_batch(topic, producer_records[j] if take == batch
-                                else producer_records[j][:take])
+            producer.send_batch(
+                topic, producer_records[j] if take == batch else producer_records[j][:take]
+            )
         rate = n / (time.perf_counter() - t0)
         assert store.offsets(topic, 0).hwm == n
         topics.drop(topic)
         return rate
 
-    bench.rounds({"raw_prejoined": raw_prejoined, "raw_framed": raw_framed,
-                  "append": append, "send_batch": send_batch}, warmup=True)
+    bench.rounds(
+        {
+            "raw_prejoined": raw_prejoined,
+            "raw_framed": raw_framed,
+            "append": append,
+            "send_batch": send_batch,
+        },
+        warmup=True,
+    )
     store.close()
     target = Target(">=", 1_000_000)
     bench.add("1. baseline: pre-joined write + fsync/MiB", "rec/s", "raw_prejoined")
     bench.add("1. baseline: framing + CRC32C + fsync/MiB loop", "rec/s", "raw_framed")
-    for series, label in (("append", f"LogStore.append, {batch}/call"),
-                          ("send_batch", f"Producer.send_batch, {batch}/call")):
-        bench.add(f"1. {label} vs pre-joined", "rec/s", series, baseline="raw_prejoined",
-                  target=target)
-        bench.add(f"1. {label} vs framed loop", "rec/s", series, baseline="raw_framed",
-                  target=target)
+    for series, label in (
+        ("append", f"LogStore.append, {batch}/call"),
+        ("send_batch", f"Producer.send_batch, {batch}/call"),
+    ):
+        bench.add(
+            f"1. {label} vs pre-joined", "rec/s", series, baseline="raw_prejoined", target=target
+        )
+        bench.add(
+            f"1. {label} vs framed loop", "rec/s", series, baseline="raw_framed", target=target
+        )
 
 
 def figure2(bench: Bench, root: Path, sends: int, threads: int) -> None:
@@ -168,9 +188,9 @@ def figure2(bench: Bench, root: Path, sends: int, threads: int) -> None:
     key, value = b"key-000001", os.urandom(VALUE_SIZE)
     raw_path = root / "raw-per-record.bin"
 
-    def raw_fsync() -> float:
+    def raw_sync(datasync: bool) -> float:
         t0 = time.perf_counter()
-        write_fsync_per_record(raw_path, key, value, sends)
+        write_fsync_per_record(raw_path, key, value, sends, datasync=datasync)
         rate = sends / (time.perf_counter() - t0)
         raw_path.unlink()
         return rate
@@ -202,8 +222,7 @@ def figure2(bench: Bench, root: Path, sends: int, threads: int) -> None:
                 for _ in range(count):
                     producer.send(topic, value, key=key).result()
 
-            shares = [sends // threads + (1 if i < sends % threads else 0)
-                      for i in range(threads)]
+            shares = [sends // threads + (1 if i < sends % threads else 0) for i in range(threads)]
             workers = [threading.Thread(target=worker, args=(c,)) for c in shares]
             for w in workers:
                 w.start()
@@ -220,18 +239,39 @@ def figure2(bench: Bench, root: Path, sends: int, threads: int) -> None:
 
         return run(body)
 
-    bench.rounds({"raw_fsync": raw_fsync, "send_sync": send_sync,
-                  "send_threads": send_threads, "send_async": send_async}, warmup=True)
+    bench.rounds(
+        {
+            "raw_fsync": lambda: raw_sync(False),
+            "raw_fdatasync": lambda: raw_sync(True),
+            "send_sync": send_sync,
+            "send_threads": send_threads,
+            "send_async": send_async,
+        },
+        warmup=True,
+    )
     store.close()
     bench.add("2. baseline: write + fsync per record", "rec/s", "raw_fsync")
-    bench.add("2. send().result() loop (fsync per call)", "rec/s", "send_sync.rate",
-              baseline="raw_fsync")
+    bench.add("2. baseline: write + fdatasync per record", "rec/s", "raw_fdatasync")
+    bench.add(
+        "2. send().result() loop (fsync per call)",
+        "rec/s",
+        "send_sync.rate",
+        baseline="raw_fdatasync",
+    )
     bench.add("2.   fsyncs per record", "fsync/rec", "send_sync.fsyncs_per_record")
-    bench.add(f"2. group commit: {threads} threads send().result()", "rec/s",
-              "send_threads.rate", baseline="raw_fsync")
+    bench.add(
+        f"2. group commit: {threads} threads send().result()",
+        "rec/s",
+        "send_threads.rate",
+        baseline="raw_fdatasync",
+    )
     bench.add("2.   fsyncs per record", "fsync/rec", "send_threads.fsyncs_per_record")
-    bench.add("2. group commit: send() x N then flush()", "rec/s", "send_async.rate",
-              baseline="raw_fsync")
+    bench.add(
+        "2. group commit: send() x N then flush()",
+        "rec/s",
+        "send_async.rate",
+        baseline="raw_fdatasync",
+    )
     bench.add("2.   fsyncs per record", "fsync/rec", "send_async.fsyncs_per_record")
 
 
@@ -246,9 +286,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     records = args.records or (100_000 if args.quick else 1_000_000)
     sends = args.sends or (300 if args.quick else 2_000)
     quiet_logs()
-    bench = bench_from_args(__file__, args)
-    bench.notes.append(f"figure 1: {records:,} records/run of {VALUE_SIZE} B values, "
-                       f"~10 B keys, {args.batch:,} per call; figure 2: {sends:,} sends/run")
+    bench = bench_from_args(__file__, args, default_runs=7)
+    bench.notes.append(
+        f"figure 1: {records:,} records/run of {VALUE_SIZE} B values, "
+        f"~10 B keys, {args.batch:,} per call; figure 2: {sends:,} sends/run"
+    )
     with scratch_dir(args.tmp, "append") as root:
         if args.only in (None, "1"):
             figure1(bench, root, records, args.batch)

@@ -40,6 +40,10 @@ from typing import Any
 
 from _harness import Bench, Target, bench_from_args, parser, percentile, quiet_logs, scratch_dir
 
+from framework.consumer.free import Consumer
+from framework.log.record import TopicPartition
+from framework.log.store import LogStore
+
 VALUE_SIZE = 100
 WARMUP = 100
 IDLE_POLL_S = 0.1
@@ -58,8 +62,6 @@ def _pace(index: int, start: float, rate: float) -> None:
 
 
 def log_writer(data: str, topic: str, count: int, rate: float) -> None:
-    from framework.log.store import LogStore
-
     quiet_logs()
     store = LogStore(data)
     store.partition(topic, 0)  # open (and recover) before the clock starts
@@ -71,10 +73,6 @@ def log_writer(data: str, topic: str, count: int, rate: float) -> None:
 
 
 def log_reader(data: str, topic: str, count: int, ready: Event, out: str) -> None:
-    from framework.consumer.free import Consumer
-    from framework.log.record import TopicPartition
-    from framework.log.store import LogStore
-
     quiet_logs()
     store = LogStore(data)
     consumer = Consumer(store, auto_offset_reset="latest")
@@ -95,10 +93,14 @@ def log_reader(data: str, topic: str, count: int, ready: Event, out: str) -> Non
     store.close()
 
 
-def pipe_writer(conn: multiprocessing.connection.Connection, count: int, rate: float,
-                durable_path: str | None) -> None:
-    fd = -1 if durable_path is None else os.open(durable_path,
-                                                 os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+def pipe_writer(
+    conn: multiprocessing.connection.Connection, count: int, rate: float, durable_path: str | None
+) -> None:
+    fd = (
+        -1
+        if durable_path is None
+        else os.open(durable_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    )
     start = time.monotonic()
     for i in range(count):
         _pace(i, start, rate)
@@ -112,8 +114,9 @@ def pipe_writer(conn: multiprocessing.connection.Connection, count: int, rate: f
     conn.close()
 
 
-def pipe_reader(conn: multiprocessing.connection.Connection, count: int, ready: Event,
-                out: str) -> None:
+def pipe_reader(
+    conn: multiprocessing.connection.Connection, count: int, ready: Event, out: str
+) -> None:
     latencies = array("q")
     ready.set()
     while len(latencies) < count:
@@ -126,10 +129,6 @@ def pipe_reader(conn: multiprocessing.connection.Connection, count: int, ready: 
 
 
 def idle_consumer(data: str, topic: str, seconds: float, ready: Event, out: str) -> None:
-    from framework.consumer.free import Consumer
-    from framework.log.record import TopicPartition
-    from framework.log.store import LogStore
-
     quiet_logs()
     store = LogStore(data)
     consumer = Consumer(store, auto_offset_reset="latest")
@@ -181,14 +180,17 @@ def _summary(raw: bytes) -> Mapping[str, float]:
     ms = sorted(v / 1e6 for v in values[WARMUP:])
     if not ms:
         raise RuntimeError("no latency samples")
-    return {"p50": percentile(ms, 0.5), "p99": percentile(ms, 0.99),
-            "p999": percentile(ms, 0.999), "max": ms[-1], "samples": len(ms)}
+    return {
+        "p50": percentile(ms, 0.5),
+        "p99": percentile(ms, 0.99),
+        "p999": percentile(ms, 0.999),
+        "max": ms[-1],
+        "samples": len(ms),
+    }
 
 
 class Latency:
     def __init__(self, root: Path, count: int, rate: float) -> None:
-        from framework.log.store import LogStore
-
         self.root, self.count, self.rate = root, count, rate
         self.data = root / "data"
         self.store = LogStore(self.data)
@@ -234,12 +236,14 @@ class Latency:
 
 def figure4(bench: Bench, root: Path, seconds: float, rate: float) -> None:
     lat = Latency(root, int(seconds * rate) + WARMUP, rate)
-    bench.rounds({
-        "pipe": lambda: lat.pipe(durable=False),
-        "log_os": lambda: lat.log("os"),
-        "pipe_fsync": lambda: lat.pipe(durable=True),
-        "log_always": lambda: lat.log("always"),
-    })
+    bench.rounds(
+        {
+            "pipe": lambda: lat.pipe(durable=False),
+            "log_os": lambda: lat.log("os"),
+            "pipe_fsync": lambda: lat.pipe(durable=True),
+            "log_always": lambda: lat.log("always"),
+        }
+    )
     lat.store.close()
     p50, p99 = Target("<", 2.0), Target("<", 10.0)
     for series, base, label in (
@@ -248,18 +252,27 @@ def figure4(bench: Bench, root: Path, seconds: float, rate: float) -> None:
     ):
         bench.add(f"4. baseline for next rows: {base} p50", "ms", f"{base}.p50")
         bench.add(f"4. baseline for next rows: {base} p99", "ms", f"{base}.p99")
-        bench.add(f"4. append->visible p50, {label}", "ms", f"{series}.p50",
-                  baseline=f"{base}.p50", target=p50)
-        bench.add(f"4. append->visible p99, {label}", "ms", f"{series}.p99",
-                  baseline=f"{base}.p99", target=p99)
-        bench.add(f"4. append->visible p99.9, {label}", "ms", f"{series}.p999",
-                  baseline=f"{base}.p999")
+        bench.add(
+            f"4. append->visible p50, {label}",
+            "ms",
+            f"{series}.p50",
+            baseline=f"{base}.p50",
+            target=p50,
+        )
+        bench.add(
+            f"4. append->visible p99, {label}",
+            "ms",
+            f"{series}.p99",
+            baseline=f"{base}.p99",
+            target=p99,
+        )
+        bench.add(
+            f"4. append->visible p99.9, {label}", "ms", f"{series}.p999", baseline=f"{base}.p999"
+        )
         bench.add(f"4. append->visible max, {label}", "ms", f"{series}.max")
 
 
 def figure5(bench: Bench, root: Path, seconds: float) -> None:
-    from framework.log.store import LogStore
-
     data = root / "idle-data"
     store = LogStore(data)
     store.create_topic("idle", 1)
@@ -281,10 +294,14 @@ def figure5(bench: Bench, root: Path, seconds: float) -> None:
         return {"consumer": float(cpu_c), "select": float(out_s.read_text().split()[0])}
 
     bench.rounds({"idle": both})
-    bench.add("5. baseline: select() on a silent pipe, 0.1 s timeout", "% core",
-              "idle.select")
-    bench.add(f"5. idle consumer poll(timeout={IDLE_POLL_S}) CPU", "% core", "idle.consumer",
-              baseline="idle.select", target=Target("<", 2.0))
+    bench.add("5. baseline: select() on a silent pipe, 0.1 s timeout", "% core", "idle.select")
+    bench.add(
+        f"5. idle consumer poll(timeout={IDLE_POLL_S}) CPU",
+        "% core",
+        "idle.consumer",
+        baseline="idle.select",
+        target=Target("<", 2.0),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -298,8 +315,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     idle = args.idle_seconds or (2.0 if args.quick else 10.0)
     quiet_logs()
     bench = bench_from_args(__file__, args)
-    bench.notes.append(f"figure 4: {args.rate:.0f} rec/s for {seconds:.0f} s per run (first"
-                       f" {WARMUP} dropped); figure 5: {idle:.0f} s per run")
+    bench.notes.append(
+        f"figure 4: {args.rate:.0f} rec/s for {seconds:.0f} s per run (first"
+        f" {WARMUP} dropped); figure 5: {idle:.0f} s per run"
+    )
     with scratch_dir(args.tmp, "latency") as root:
         if args.only in (None, "4"):
             figure4(bench, root, seconds, args.rate)

@@ -47,8 +47,14 @@ def build(root: Path, count: int, keys: int, config: Mapping[str, object]) -> Pa
     value = os.urandom(VALUE_SIZE)
     batch = 10_000
     for start in range(0, count, batch):
-        store.append(TOPIC, 0, [(b"key-%06d" % (i % keys), value, (), None)
-                                for i in range(start, min(start + batch, count))])
+        store.append(
+            TOPIC,
+            0,
+            [
+                (b"key-%06d" % (i % keys), value, (), None)
+                for i in range(start, min(start + batch, count))
+            ],
+        )
     store.close()
     return data
 
@@ -71,9 +77,12 @@ class Copies:
 
 
 def figure6_compaction(bench: Bench, root: Path, count: int, keys: int) -> None:
-    master = build(root, count, keys, {"cleanup_policy": "compact",
-                                        "segment_bytes": SEGMENT_BYTES,
-                                        "min_compaction_lag_ms": 0})
+    master = build(
+        root,
+        count,
+        keys,
+        {"cleanup_policy": "compact", "segment_bytes": SEGMENT_BYTES, "min_compaction_lag_ms": 0},
+    )
     segments = closed_segments(master)
     copies = Copies(root, master)
     label = f"{keys // 1000}k keys"
@@ -93,23 +102,36 @@ def figure6_compaction(bench: Bench, root: Path, count: int, keys: int) -> None:
         report = reports[0]
         store.close()
         shutil.rmtree(data)
-        return {"scanned_per_s": report.records_scanned / seconds,
-                "kept_fraction": report.records_kept / max(report.records_scanned, 1)}
+        return {
+            "scanned_per_s": report.records_scanned / seconds,
+            "kept_fraction": report.records_kept / max(report.records_scanned, 1),
+        }
 
     bench.rounds({f"raw_{keys}": raw, f"compact_{keys}": compact}, warmup=True)
     bench.add(f"6. baseline: read + parse closed segments ({label})", "rec/s", f"raw_{keys}")
-    bench.add(f"6. compaction, records scanned ({label})", "rec/s",
-              f"compact_{keys}.scanned_per_s", baseline=f"raw_{keys}",
-              target=Target(">=", 1_000_000))
+    bench.add(
+        f"6. compaction, records scanned ({label})",
+        "rec/s",
+        f"compact_{keys}.scanned_per_s",
+        baseline=f"raw_{keys}",
+        target=Target(">=", 1_000_000),
+    )
     bench.add(f"6.   kept / scanned ({label})", "ratio", f"compact_{keys}.kept_fraction")
     shutil.rmtree(master)
 
 
 def figure6_retention(bench: Bench, root: Path, count: int) -> None:
-    master = build(root, count, 10_000, {"cleanup_policy": "delete",
-                                         "segment_bytes": SEGMENT_BYTES,
-                                         "retention_bytes": SEGMENT_BYTES // 4,
-                                         "retention_ms": -1})
+    master = build(
+        root,
+        count,
+        10_000,
+        {
+            "cleanup_policy": "delete",
+            "segment_bytes": SEGMENT_BYTES,
+            "retention_bytes": SEGMENT_BYTES // 4,
+            "retention_ms": -1,
+        },
+    )
     segments = closed_segments(master)
     copies = Copies(root, master)
 
@@ -129,28 +151,41 @@ def figure6_retention(bench: Bench, root: Path, count: int) -> None:
         assert report.records_deleted > 0, report
         store.close()
         shutil.rmtree(data)
-        return {"deleted_per_s": report.records_deleted / seconds,
-                "deleted": report.records_deleted}
+        return {
+            "deleted_per_s": report.records_deleted / seconds,
+            "deleted": report.records_deleted,
+        }
 
     bench.rounds({"raw_retention": raw, "retention": retention}, warmup=True)
-    bench.add("6. baseline: read + parse closed segments (retention log)", "rec/s",
-              "raw_retention")
-    bench.add("6. retention, records deleted", "rec/s", "retention.deleted_per_s",
-              baseline="raw_retention", target=Target(">=", 1_000_000))
+    bench.add("6. baseline: read + parse closed segments (retention log)", "rec/s", "raw_retention")
+    bench.add(
+        "6. retention, records deleted",
+        "rec/s",
+        "retention.deleted_per_s",
+        baseline="raw_retention",
+        target=Target(">=", 1_000_000),
+    )
     shutil.rmtree(master)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=None, help="records in the partition")
-    p.add_argument("--keys", type=int, nargs="+", default=[10_000, 500_000],
-                   help="distinct keys, one compaction figure each")
+    p.add_argument(
+        "--keys",
+        type=int,
+        nargs="+",
+        default=[10_000, 500_000],
+        help="distinct keys, one compaction figure each",
+    )
     args = p.parse_args(argv)
     count = args.records or (300_000 if args.quick else 2_000_000)
     quiet_logs()
     bench = bench_from_args(__file__, args)
-    bench.notes.append(f"{count:,} records of {VALUE_SIZE} B values, ~10 B keys,"
-                       f" {SEGMENT_BYTES >> 20} MiB segments; each run on a fresh copy")
+    bench.notes.append(
+        f"{count:,} records of {VALUE_SIZE} B values, ~10 B keys,"
+        f" {SEGMENT_BYTES >> 20} MiB segments; each run on a fresh copy"
+    )
     with scratch_dir(args.tmp, "maintenance") as root:
         for keys in args.keys:
             figure6_compaction(bench, root, count, min(keys, count))

@@ -37,8 +37,14 @@ def fill(store: LogStore, count: int, batch: int = 10_000) -> None:
     store.create_topic(TOPIC, 1, {"flush_policy": "always"})
     value = os.urandom(VALUE_SIZE)
     for start in range(0, count, batch):
-        store.append(TOPIC, 0, [(b"key-%06d" % (i % 10_000), value, (), None)
-                                for i in range(start, min(start + batch, count))])
+        store.append(
+            TOPIC,
+            0,
+            [
+                (b"key-%06d" % (i % 10_000), value, (), None)
+                for i in range(start, min(start + batch, count))
+            ],
+        )
 
 
 def figure3(bench: Bench, root: Path, count: int, max_records: int) -> None:
@@ -85,23 +91,34 @@ def figure3(bench: Bench, root: Path, count: int, max_records: int) -> None:
     store.close()
     target = Target(">=", 1_000_000)
     bench.add("3. baseline: read + parse + CRC32C loop", "rec/s", "raw")
-    bench.add("3. LogStore.read loop (CRC checked)", "rec/s", "store_read", baseline="raw",
-              target=target)
-    bench.add(f"3. Consumer.poll loop, max_records={max_records}", "rec/s", "poll",
-              baseline="raw", target=target)
+    bench.add(
+        "3. LogStore.read loop (CRC checked)", "rec/s", "store_read", baseline="raw", target=target
+    )
+    bench.add(
+        f"3. Consumer.poll loop, max_records={max_records}",
+        "rec/s",
+        "poll",
+        baseline="raw",
+        target=target,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=None, help="records in the partition")
-    p.add_argument("--max-records", type=int, default=500,
-                   help="Consumer max_poll_records (Kafka's default is 500)")
+    p.add_argument(
+        "--max-records",
+        type=int,
+        default=500,
+        help="Consumer max_poll_records (Kafka's default is 500)",
+    )
     args = p.parse_args(argv)
     count = args.records or (200_000 if args.quick else 2_000_000)
     quiet_logs()
     bench = bench_from_args(__file__, args)
-    bench.notes.append(f"{count:,} records of {VALUE_SIZE} B values, ~10 B keys, one"
-                       " partition, page cache warm")
+    bench.notes.append(
+        f"{count:,} records of {VALUE_SIZE} B values, ~10 B keys, one partition, page cache warm"
+    )
     with scratch_dir(args.tmp, "read") as root:
         figure3(bench, root, count, args.max_records)
     bench.finish()

@@ -31,7 +31,7 @@ import structlog
 
 from framework.errors import ConfigError
 
-__all__ = ["LEVELS", "configure_logging", "log_level_name"]
+__all__ = ["LEVELS", "configure_default_logging", "configure_logging", "log_level_name"]
 
 LEVELS: dict[str, int] = {
     "debug": logging.DEBUG,
@@ -112,3 +112,14 @@ def configure_logging(level: str | None = None, json: bool | None = None) -> Non
 def log_level_name() -> str:
     """The level name :func:`configure_logging` uses when called without arguments."""
     return (os.environ.get("EVENTLANE_LOG_LEVEL") or "warning").strip().lower()
+
+
+def configure_default_logging() -> None:
+    """Configure logging from the environment unless the application already configured
+    structlog itself. Called when :mod:`framework` is imported, so that a library user gets
+    warnings on standard error, not structlog's default of everything on standard output."""
+    if not structlog.is_configured():
+        try:
+            configure_logging()
+        except ConfigError:
+            configure_logging(level="warning", json=False)

@@ -8,6 +8,11 @@ older than the stored one may no longer write that partition).
 decoded), with their raw bytes and headers, source coordinates, the error, and a status:
 ``dead``, ``parked`` (held behind an earlier dead letter of the same key), or ``retried``.
 ``published`` is 1 once the row was copied to the ``<group>.dlq`` topic (an outbox).
+``headers`` is a JSON array of ``[name, value]`` pairs, each value decoded as Latin-1 (so
+any bytes survive the round trip) or null.
+
+These migrations run automatically whenever a read model is opened (under its write lock);
+migrations only ever add to this set, never change an applied one.
 """
 
 from __future__ import annotations
@@ -49,4 +54,13 @@ def m001_positions_and_dead_letters(db: Database) -> None:
     db.execute(
         "CREATE INDEX IF NOT EXISTS _eventlane_dead_letters_key ON _eventlane_dead_letters"
         " (key, status)"
+    )
+
+
+@read_model()
+def m002_dead_letter_status_index(db: Database) -> None:
+    """Workers of a projector that parks keys look up open letters by status every batch."""
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS _eventlane_dead_letters_status ON _eventlane_dead_letters"
+        " (status, topic, key)"
     )

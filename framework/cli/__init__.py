@@ -24,6 +24,7 @@ from framework.cli.context import DATA_HELP, AppContext
 from framework.cli.demo import demo
 from framework.cli.groups import groups
 from framework.cli.maintenance import cleanup, compact, dump, verify
+from framework.cli.project import dlq, migrate, project
 from framework.cli.records import consume, produce
 from framework.cli.topics import topics
 from framework.errors import FrameworkError
@@ -91,3 +92,6 @@ main.add_command(cleanup)
 main.add_command(dump)
 main.add_command(verify)
 main.add_command(demo)
+main.add_command(project)
+main.add_command(migrate)
+main.add_command(dlq)

@@ -44,7 +44,8 @@ from framework.log.batch import (
     parse_header,
 )
 from framework.log.cleaner import CompactionReport, compact_partition
-from framework.log.record import Record, TimestampType
+from framework.log.config import TIMESTAMP_TYPES
+from framework.log.record import Record
 from framework.log.retention import RetentionReport, apply_retention
 from framework.log.segment import (
     INDEX_SUFFIX,
@@ -157,7 +158,13 @@ def cleanup(topic: str, as_json: bool) -> None:
             f" retention_bytes={config.retention_bytes})",
             ("partition", "LWM before", "LWM after", "segments deleted", "bytes deleted"),
             (
-                (r.partition, r.old_lwm, r.new_lwm, r.segments_deleted, r.bytes_deleted)
+                (
+                    r.partition,
+                    r.old_lwm,
+                    r.new_lwm,
+                    r.segments_deleted,
+                    human_bytes(r.bytes_deleted),
+                )
                 for r in reports
             ),
         )
@@ -220,7 +227,7 @@ def _batches(path: Path) -> Iterator[dict[str, Any]]:
                 "magic": h.magic,
                 "crc": h.crc,
                 "crc_valid": crc_valid,
-                "timestamp_type": TimestampType(h.timestamp_type).name,
+                "timestamp_type": TIMESTAMP_TYPES[h.timestamp_type],
                 "base_timestamp": h.base_timestamp,
                 "max_timestamp": h.max_timestamp,
                 "error": None if crc_valid else "CRC32C mismatch",

@@ -7,8 +7,9 @@ with deltas against the header)::
     batch header (43 bytes)
       0  int64   base_offset        offset of the first record of the batch
       8  int32   batch_length       bytes after this field (header rest + records)
-     12  int8    magic              format version, 1
-     13  uint32  crc                CRC32C (Castagnoli) of bytes [17, 12 + batch_length)
+     12  int8    magic              format version, 2
+     13  uint32  crc                CRC32C (Castagnoli) of bytes [17, 12 + batch_length),
+                                    continued over bytes [0, 13): every byte but the CRC
      17  int16   attributes         bit 3: timestamp type (0 CreateTime, 1 LogAppendTime)
      19  int32   last_offset_delta  last offset of the batch - base_offset
      23  int64   base_timestamp     timestamp of the first record, ms
@@ -29,9 +30,11 @@ with deltas against the header)::
 
 Invariants: offset deltas strictly increase within a batch; ``last_offset_delta`` is at least
 the last record's delta (compaction removes records but keeps the batch's offset range, so a
-cleaned batch may end in a gap); the CRC covers everything after the CRC field, so a flipped
-bit anywhere in a batch but its first 17 bytes changes the CRC, and a flipped bit in the first
-17 bytes breaks the base offset, length or magic checks made against the segment's layout.
+cleaned batch may end in a gap); the CRC covers every byte of the batch but the CRC field
+itself (base offset, length and magic included, unlike Kafka's v2 CRC), so a flipped bit
+anywhere in a batch is detected, even one that leaves the offsets in order. The prefix is
+folded in last, so a writer that framed a batch early only extends the CRC over 13 bytes once
+it knows the base offset.
 
 The hot loops (encode and decode) run in the optional C extension ``framework.log._native``
 when it is built; the pure-Python code below is the reference and the fallback, and the two
@@ -51,8 +54,11 @@ from framework.log.record import Header, Record
 HEADER = struct.Struct(">qibIhiqqi")
 HEADER_SIZE = HEADER.size  # 43
 LENGTH_PREFIX = 12  # base_offset + batch_length: the bytes not counted in batch_length
+CRC_FIELD = 13  # the CRC sits at [13, 17); it covers [17, end) then [0, 13)
 CRC_START = 17
-MAGIC = 1
+_PREFIX = struct.Struct(">qib")
+_CRC = struct.Struct(">I")
+MAGIC = 2
 TIMESTAMP_TYPE_BIT = 0x08
 
 _REC_HEAD = struct.Struct(">iiqi")  # length, offset_delta, timestamp_delta, key_length
@@ -275,12 +281,9 @@ def encode_batch(
     rest = struct.pack(
         ">hiqqi", attributes, last_offset_delta, base_ts, max(timestamps), len(records)
     )
-    crc = _crc32c.crc32c(body, _crc32c.crc32c(rest))
-    return (
-        struct.pack(">qibI", base_offset, HEADER_SIZE - LENGTH_PREFIX + len(body), MAGIC, crc)
-        + rest
-        + body
-    )
+    prefix = _PREFIX.pack(base_offset, HEADER_SIZE - LENGTH_PREFIX + len(body), MAGIC)
+    crc = _crc32c.crc32c(prefix, _crc32c.crc32c(body, _crc32c.crc32c(rest)))
+    return prefix + _CRC.pack(crc) + rest + body
 
 
 def parse_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
@@ -303,5 +306,6 @@ def check_header(header: BatchHeader) -> str | None:
 
 def batch_crc_ok(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
     """Whether the batch at ``buf[pos:]`` matches its stored CRC32C."""
-    end = pos + header.size
-    return _crc32c.crc32c(memoryview(buf)[pos + CRC_START : end]) == header.crc
+    view = memoryview(buf)
+    crc = _crc32c.crc32c(view[pos + CRC_START : pos + header.size])
+    return _crc32c.crc32c(view[pos : pos + CRC_FIELD], crc) == header.crc

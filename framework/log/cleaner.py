@@ -26,16 +26,25 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
+import operator
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import orjson
 import structlog
 
-from framework.log.batch import HEADER_SIZE, decode_records, encode_batch
+from framework.errors import CorruptRecordError
+from framework.log.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    batch_crc_ok,
+    decode_records,
+    encode_batch,
+)
 from framework.log.files import fsync_dir, write_atomic
 from framework.log.record import Record
 from framework.log.retention import cleaner_lock
@@ -130,26 +139,57 @@ def _apply_group(directory: Path, base: int, replaces: Sequence[int]) -> None:
                 path.unlink()
 
 
-def _iter_records(
-    partition: Partition, base: int, end_offset: int
-) -> list[tuple[int, int, int, int, list[Record]]]:
-    """``(position, base_offset, last_offset_delta, timestamp_type, records)`` per batch."""
+class _Batch(NamedTuple):
+    """One stored batch as the cleaner sees it: header, exact bytes (CRC-checked), records."""
+
+    header: BatchHeader
+    raw: bytes
+    records: list[Record]
+
+
+_KEY = operator.attrgetter("key")
+_VALUE = operator.attrgetter("value")
+_OFFSET = operator.attrgetter("offset")
+_TIMESTAMP = operator.attrgetter("timestamp")
+
+
+def _iter_batches(partition: Partition, base: int, end_offset: int) -> Iterator[_Batch]:
+    """The batches of segment ``base`` below ``end_offset``, one at a time.
+
+    Only one batch is held at once (memory is bounded by the batch size, not the segment
+    size); each is read once, its CRC checked on the very bytes that are decoded.
+    """
     path = log_path(partition.dir, base)
-    out = []
-    with open(path, "rb") as f:
-        data = f.read()
     fd = os.open(path, os.O_RDONLY)
     try:
-        for ref in scan_batches(
-            fd, path, 0, len(data), topic=partition.topic, partition=partition.partition
-        ):
+        size = os.fstat(fd).st_size
+        refs = scan_batches(
+            fd,
+            path,
+            0,
+            size,
+            topic=partition.topic,
+            partition=partition.partition,
+            verify_crc=False,
+        )
+        for ref in refs:
             h = ref.header
             if h.base_offset >= end_offset:
                 break
+            raw = os.pread(fd, h.size, ref.position)
+            if len(raw) < h.size or not batch_crc_ok(raw, 0, h):
+                raise CorruptRecordError(
+                    "CRC32C mismatch",
+                    topic=partition.topic,
+                    partition=partition.partition,
+                    offset=h.base_offset,
+                    path=path,
+                    position=ref.position,
+                )
             records = decode_records(
-                data,
-                ref.position + HEADER_SIZE,
-                ref.position + h.size,
+                raw,
+                HEADER_SIZE,
+                h.size,
                 h.base_offset,
                 h.base_timestamp,
                 h.timestamp_type,
@@ -158,12 +198,23 @@ def _iter_records(
                 0,
                 Record,
             )
-            out.append(
-                (ref.position, h.base_offset, h.last_offset_delta, h.timestamp_type, records)
-            )
+            yield _Batch(h, raw, records)
     finally:
         os.close(fd)
-    return out
+
+
+def _key_ids(records: Sequence[Record]) -> list[bytes] | None:
+    """``key_id`` of every record's key, or ``None`` if some record has no key.
+
+    Runs without a Python-level step per record when keys are short (the common case).
+    """
+    keys: list[bytes | None] = list(map(_KEY, records))
+    if None in keys:
+        return None
+    ids = cast("list[bytes]", keys)
+    if ids and max(map(len, ids)) > 16:
+        return list(map(key_id, ids))
+    return ids
 
 
 def compact_partition(partition: Partition) -> CompactionReport:
@@ -198,9 +249,14 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
     last: dict[bytes, int] = {}
     scanned = 0
     for base, _ in cleanable:
-        for _pos, _bo, _lod, _tt, records in _iter_records(partition, base, end_offset):
+        for batch in _iter_batches(partition, base, end_offset):
+            records = batch.records
             scanned += len(records)
-            for r in records:
+            ids = _key_ids(records)
+            if ids is not None:  # later offsets overwrite earlier ones, as in the loop below
+                last.update(zip(ids, map(_OFFSET, records), strict=True))
+                continue
+            for r in records:  # a keyless record (written before the topic compacted)
                 if r.key is not None:
                     last[key_id(r.key)] = r.offset
     # Pass 2: write cleaned groups.
@@ -265,25 +321,22 @@ def _write_cleaned(
     time_entries: list[bytes] = []
     with open(out_log, "wb") as f:
         for seg in group:
-            for _pos, base_offset, last_delta, ts_type, records in _iter_records(
-                partition, seg, end_offset
-            ):
-                kept = [
-                    r
-                    for r in records
-                    if r.key is not None
-                    and last.get(key_id(r.key)) == r.offset
-                    and not (r.value is None and r.timestamp < horizon)
-                ]
+            for batch in _iter_batches(partition, seg, end_offset):
+                records = batch.records
+                base_offset = batch.header.base_offset
+                kept = _kept(records, last, horizon)
                 if not kept:
                     continue
-                raw = encode_batch(
-                    base_offset,
-                    [(r.key, r.value, r.headers, r.timestamp) for r in kept],
-                    timestamp_type=ts_type,
-                    offset_deltas=[r.offset - base_offset for r in kept],
-                    last_offset_delta=last_delta,
-                )
+                if len(kept) == len(records):  # nothing to drop: copy the batch as it is
+                    raw = batch.raw
+                else:
+                    raw = encode_batch(
+                        base_offset,
+                        [(r.key, r.value, r.headers, r.timestamp) for r in kept],
+                        timestamp_type=batch.header.timestamp_type,
+                        offset_deltas=[r.offset - base_offset for r in kept],
+                        last_offset_delta=batch.header.last_offset_delta,
+                    )
                 if (
                     position == 0
                     or position - last_indexed >= partition.config.index_interval_bytes
@@ -291,7 +344,7 @@ def _write_cleaned(
                     index_entries.append(OFFSET_ENTRY.pack(base_offset - base, position))
                     time_entries.append(TIME_ENTRY.pack(running_max, base_offset - base))
                     last_indexed = position
-                running_max = max(running_max, *(r.timestamp for r in kept))
+                running_max = max(running_max, *map(_TIMESTAMP, kept))
                 f.write(raw)
                 position += len(raw)
                 kept_count += len(kept)
@@ -303,3 +356,25 @@ def _write_cleaned(
             f.flush()
             os.fsync(f.fileno())
     return kept_count, position
+
+
+def _kept(records: list[Record], last: dict[bytes, int], horizon: int) -> list[Record]:
+    """The records of one batch that compaction keeps, in order.
+
+    A record is kept iff it is the last one of its key (``last``) and is not a tombstone
+    older than ``horizon``; keyless records are dropped. The common batch (every record keyed,
+    no tombstone) is filtered without a Python-level step per record.
+    """
+    ids = _key_ids(records)
+    if ids is None or None in map(_VALUE, records):
+        return [
+            r
+            for r in records
+            if r.key is not None
+            and last.get(key_id(r.key)) == r.offset
+            and not (r.value is None and r.timestamp < horizon)
+        ]
+    flags = list(map(operator.eq, map(last.get, ids), map(_OFFSET, records)))
+    if flags.count(True) == len(records):
+        return records
+    return list(itertools.compress(records, flags))

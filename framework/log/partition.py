@@ -62,6 +62,8 @@ from framework.log.segment import (
     TimeIndex,
     corrupt,
     index_path,
+    indexes_look_sane,
+    intact_batch_after,
     list_segment_bases,
     log_path,
     scan_batches,
@@ -283,8 +285,8 @@ class Partition:
         last_index_pos = 0
         for i, base in enumerate(bases):
             last = i == len(bases) - 1
-            if i < start:
-                continue
+            if i < start and indexes_look_sane(self.dir, base):
+                continue  # fsynced when rolled; rescanned only to rebuild damaged indexes
             path = log_path(self.dir, base)
             fd = os.open(path, os.O_RDWR)
             try:
@@ -314,7 +316,15 @@ class Partition:
                         expect_after = h.last_offset
                         valid = ref.position + h.size
                 except CorruptRecordError as err:
-                    if not last or (err.offset is not None and 0 <= err.offset < durable):
+                    # Only the end of the last segment can be a torn tail, and only if it
+                    # holds no acknowledged offset (per the state, when there is one) and
+                    # nothing intact follows it; anything else is damage to durable data.
+                    next_offset = max(expect_after + 1, base)
+                    if (
+                        not last
+                        or next_offset < durable
+                        or intact_batch_after(fd, valid, size, expect_after) is not None
+                    ):
                         raise
                     self._log.warning(
                         "truncating torn tail found by recovery",
@@ -750,12 +760,18 @@ class Partition:
             rel = 0
             done = False
             while rel + HEADER_SIZE <= len(buf):
+                # Every batch passed over is checked (CRC included), even one skipped on the
+                # way to ``offset`` or past the end: a damaged batch is never silently
+                # stepped over. Records before a damaged batch are returned first; the next
+                # read starts at the damaged batch and raises.
                 h = parse_header(buf, rel)
-                if h.base_offset >= end_offset:
-                    done = True
-                    break
                 problem = check_header(h)
+                if problem is None and position + rel + h.size > path_limit:
+                    problem = f"batch of {h.size} bytes runs past the end of the data"
                 if problem is not None:
+                    if out:
+                        done = True
+                        break
                     raise corrupt(
                         problem,
                         log_path(self.dir, base),
@@ -780,16 +796,22 @@ class Partition:
                             topic,
                             partition,
                         )
+                if not batch_crc_ok(buf, rel, h):
+                    if out:
+                        done = True
+                        break
+                    raise corrupt(
+                        "CRC32C mismatch",
+                        log_path(self.dir, base),
+                        position + rel,
+                        h.base_offset,
+                        topic,
+                        partition,
+                    )
+                if h.base_offset >= end_offset:
+                    done = True
+                    break
                 if h.next_offset > offset:
-                    if not batch_crc_ok(buf, rel, h):
-                        raise corrupt(
-                            "CRC32C mismatch",
-                            log_path(self.dir, base),
-                            position + rel,
-                            h.base_offset,
-                            topic,
-                            partition,
-                        )
                     try:
                         records = decode_records(
                             buf,
@@ -804,6 +826,9 @@ class Partition:
                             Record,
                         )
                     except ValueError as exc:
+                        if out:
+                            done = True
+                            break
                         raise corrupt(
                             f"malformed record: {exc}",
                             log_path(self.dir, base),

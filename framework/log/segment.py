@@ -20,6 +20,8 @@ Only the last segment (the *active* one) is ever appended to.
 from __future__ import annotations
 
 import bisect
+import itertools
+import mmap
 import os
 import struct
 from array import array
@@ -30,6 +32,7 @@ from typing import NamedTuple
 from framework.errors import CorruptRecordError
 from framework.log.batch import (
     HEADER_SIZE,
+    MAGIC,
     BatchHeader,
     batch_crc_ok,
     check_header,
@@ -203,3 +206,75 @@ def scan_batches(
         yield BatchRef(pos, header)
         expect_after = header.last_offset
         pos += header.size
+
+
+def intact_batch_after(fd: int, start: int, end: int, expect_after: int) -> int | None:
+    """Position of the first intact batch starting in ``(start, end)``, or ``None``.
+
+    Intact: its header passes the checks, it ends by ``end``, its offsets come after
+    ``expect_after`` and its CRC matches. Recovery uses this to tell a torn tail from damage
+    in the middle of the data: a writer killed mid-append leaves only a prefix of its write,
+    so nothing intact can follow a torn batch. Slow (it tries every position holding the
+    magic byte); only called once a batch has already failed.
+    """
+    if end - start <= HEADER_SIZE:
+        return None
+    magic = bytes([MAGIC])
+    magic_at = 12  # the magic byte follows base_offset (int64) and batch_length (int32)
+    with mmap.mmap(fd, end, access=mmap.ACCESS_READ) as data, memoryview(data) as view:
+        found = data.find(magic, start + 1 + magic_at)
+        while found != -1 and found - magic_at + HEADER_SIZE <= end:
+            pos = found - magic_at
+            header = parse_header(view, pos)
+            if (
+                check_header(header) is None
+                and pos + header.size <= end
+                and header.base_offset > expect_after
+                and batch_crc_ok(view, pos, header)
+            ):
+                return pos
+            found = data.find(magic, found + 1)
+    return None
+
+
+def indexes_look_sane(directory: Path, base: int) -> bool:
+    """Whether a segment's ``.index`` and ``.timeindex`` pass cheap structural checks.
+
+    Both exist and hold whole entries, as many in one as in the other and for the same
+    offsets; offsets and positions strictly increase and stay inside the ``.log`` file, whose
+    first batch is indexed at position 0 with the time ``-1``; timestamps never decrease; and
+    the last entry points at a batch header with the entry's offset. Recovery rebuilds the
+    indexes of a segment that fails (they are derived data).
+    """
+    try:
+        raw = index_path(directory, base).read_bytes()
+        raw_times = timeindex_path(directory, base).read_bytes()
+        size = log_path(directory, base).stat().st_size
+    except FileNotFoundError:
+        return False
+    if len(raw) % OFFSET_ENTRY.size or len(raw_times) % TIME_ENTRY.size:
+        return False
+    entries = list(OFFSET_ENTRY.iter_unpack(raw))
+    times = list(TIME_ENTRY.iter_unpack(raw_times))
+    if len(entries) != len(times) or bool(entries) != (size > 0):
+        return False
+    if not entries:
+        return True
+    if entries[0][1] != 0 or times[0][0] != -1 or entries[-1][1] >= size:
+        return False
+    for (rel0, pos0), (rel1, pos1) in itertools.pairwise(entries):
+        if rel1 <= rel0 or pos1 <= pos0:
+            return False
+    for (ts0, _), (ts1, _) in itertools.pairwise(times):
+        if ts1 < ts0:
+            return False
+    if any(rel != time_rel for (rel, _), (_, time_rel) in zip(entries, times, strict=True)):
+        return False
+    rel, pos = entries[-1]
+    with log_path(directory, base).open("rb") as f:
+        f.seek(pos)
+        head = f.read(HEADER_SIZE)
+    if len(head) < HEADER_SIZE:
+        return False
+    header = parse_header(head, 0)
+    return check_header(header) is None and header.base_offset == base + rel

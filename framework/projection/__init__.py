@@ -1,18 +1,44 @@
-"""Projectors and read models: consumer-group workers writing SQLite exactly once."""
+"""Projectors and read models: consumer-group workers writing SQLite exactly once.
+
+Guide: ``docs/projections.md``. The pieces:
+
+* :class:`Projector` (``@handles``) and :class:`EventContext`: what users write;
+* :class:`App` / :class:`Runtime`: the application declaration and its connection to a log
+  (save, load, ``issue`` for policies, ``wait_for`` for read-your-writes, ``status``);
+* :class:`ReadModel`: the SQLite file with positions and dead letters, fenced by the group
+  generation; :mod:`.schema`: migrations; :mod:`.dead_letters`: list, publish, retry;
+* :class:`BatchApplier`: one poll's records in one transaction;
+* :class:`Worker` (one group member) and :class:`Runner` (N worker processes).
+"""
 
 from framework.projection.app import App, Runtime, load_app
 from framework.projection.applier import BatchApplier, BatchResult
 from framework.projection.dead_letters import (
     DeadLetter,
+    RetryReport,
     dlq_topic,
+    get_dead_letter,
     list_dead_letters,
     publish_dead_letters,
     retry_dead_letters,
 )
 from framework.projection.projector import EventContext, Projector, handles
-from framework.projection.readmodel import FencedError, ReadModel, readmodel_path
+from framework.projection.readmodel import (
+    FencedError,
+    ReadModel,
+    ReadModelView,
+    check_integrity,
+    readmodel_path,
+)
 from framework.projection.runner import Runner
-from framework.projection.worker import Worker, open_readmodel, wait_for_positions
+from framework.projection.schema import (
+    apply_migrations,
+    migrate_all,
+    open_readmodel,
+    pending_migrations,
+)
+from framework.projection.status import offsets_after, projection_status
+from framework.projection.worker import Polled, Worker, wait_for_positions
 
 __all__ = [
     "App",
@@ -21,7 +47,9 @@ __all__ = [
     "BatchApplier",
     "BatchResult",
     "DeadLetter",
+    "RetryReport",
     "dlq_topic",
+    "get_dead_letter",
     "list_dead_letters",
     "publish_dead_letters",
     "retry_dead_letters",
@@ -30,9 +58,17 @@ __all__ = [
     "handles",
     "FencedError",
     "ReadModel",
+    "ReadModelView",
+    "check_integrity",
     "readmodel_path",
     "Runner",
-    "Worker",
+    "apply_migrations",
+    "migrate_all",
     "open_readmodel",
+    "pending_migrations",
+    "offsets_after",
+    "projection_status",
+    "Polled",
+    "Worker",
     "wait_for_positions",
 ]

@@ -6,7 +6,11 @@ of :class:`~framework.store.Application` plus the projectors)::
 
     app = App("invoicing", aggregates=[Order, Invoice], projectors=[Invoices])
     with app.open("./eventlane-data") as runtime:
-        runtime.save(order)
+        written = runtime.save(order)
+        runtime.wait_for("invoices", written, timeout=5.0)   # read your own writes
+
+Policies reach the command side through :meth:`Runtime.issue` (``ctx.issue`` in a handler),
+which issues a command at most once per triggering event.
 """
 
 from __future__ import annotations
@@ -15,16 +19,23 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from framework.codec import EventRegistry
+import structlog
+
+from framework.codec import Envelope, EventRegistry
 from framework.codec.converter import OrjsonConverter
 from framework.domain import Aggregate, DomainEvent
-from framework.errors import ConfigError
-from framework.log import Log
+from framework.errors import AggregateNotFoundError, ConcurrencyError, ConfigError
+from framework.log import Log, RecordMetadata, TopicPartition
 from framework.projection.projector import Projector
 from framework.projection.readmodel import readmodel_path
+from framework.projection.status import offsets_after, projection_status, wait_for_offsets
 from framework.store import Application
+
+log = structlog.get_logger("eventlane.projection")
+
+A = TypeVar("A", bound=Aggregate)
 
 
 class App:
@@ -65,15 +76,20 @@ class App:
                 f"{', '.join(sorted(self.projectors)) or 'none'}"
             ) from None
 
-    def open(self, log: Log | str | Path | None = None) -> Runtime:
-        """Connect to a log (a :class:`Log`, or a data directory for the embedded one)."""
-        return Runtime(self, log)
+    def open(self, log: Log | str | Path | None = None, *, create_topics: bool = True) -> Runtime:
+        """Connect to a log (a :class:`Log`, or a data directory for the embedded one).
+
+        ``create_topics=False`` opens without creating the aggregates' topics (tools that
+        only look)."""
+        return Runtime(self, log, create_topics=create_topics)
 
 
 class Runtime(Application):
     """An :class:`App` connected to a log: save/load aggregates, find read models."""
 
-    def __init__(self, app: App, log: Log | str | Path | None) -> None:
+    def __init__(
+        self, app: App, log: Log | str | Path | None, *, create_topics: bool = True
+    ) -> None:
         registry = app.registry
         for cls in app.projectors.values():
             registry.register(*cls.handled_types())
@@ -84,12 +100,88 @@ class Runtime(Application):
             registry=registry,
             partitions=app.partitions,
             configure=app.configure,
+            create_topics=create_topics,
         )
         self.app = app
 
     def readmodel_path(self, projector: str) -> Path:
         self.app.projector(projector)
         return readmodel_path(self.log.path, projector)
+
+    # ------------------------------------------------------------------ queries
+    def wait_for(
+        self,
+        projector: str,
+        written: Iterable[RecordMetadata] | Mapping[TopicPartition, int],
+        timeout: float = 10.0,
+    ) -> bool:
+        """Read-your-writes: wait until ``projector`` has applied ``written`` (what
+        :meth:`save` returned, or ``{partition: next offset}``). False on timeout."""
+        return wait_for_offsets(
+            self.log, self.readmodel_path(projector), offsets_after(written), timeout
+        )
+
+    def status(self, projector: str) -> dict[str, Any]:
+        """Positions, high-water marks, lag and members of ``projector`` (see
+        :func:`framework.projection.status.projection_status`)."""
+        cls = self.app.projector(projector)
+        return projection_status(
+            self.log, projector, cls.topics, self.readmodel_path(projector), cls.migrations
+        )
+
+    # ------------------------------------------------------------------ policies
+    def issue(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command: Callable[[A], Any],
+        *,
+        caused_by: Envelope[Any] | str,
+        create: bool = True,
+        attempts: int = 20,
+    ) -> list[RecordMetadata]:
+        """Run ``command`` on aggregate ``aggregate_id`` and save what it records, unless an
+        event caused by ``caused_by`` is already in that aggregate's stream.
+
+        The idempotent command of a policy: the saved events carry ``caused_by``'s event id
+        as their ``causation_id`` (and its correlation id, or that event id, as their
+        ``correlation_id``). The check and the save are one optimistic-concurrency step: if
+        two deliveries of the same event race (a zombie and the partition's new owner), one
+        save conflicts, reloads, sees the other's event and does nothing. Hence: pick
+        ``aggregate_id`` deterministically from the triggering event, and still make the
+        command a no-op when its work is done (a command that records nothing leaves no
+        causation mark to find). The target's whole stream is read: keep policy targets
+        small (an invoice, a shipment), not a long-lived ledger.
+
+        Returns the appended records' metadata (empty when nothing was appended).
+        """
+        if isinstance(caused_by, str):
+            causation, correlation = caused_by, caused_by
+        else:
+            causation = str(caused_by.event_id)
+            correlation = caused_by.correlation_id or causation
+        for attempt in range(1, attempts + 1):
+            history = self.store.read(cls.topic, aggregate_id)
+            if any(env.causation_id == causation for env in history):
+                log.info(
+                    "command already issued for this event; not again",
+                    topic=cls.topic,
+                    aggregate_id=aggregate_id,
+                    causation_id=causation,
+                )
+                return []
+            if not history and not create:
+                raise AggregateNotFoundError(
+                    f"no events for {cls.__qualname__} {aggregate_id!r}", topic=cls.topic
+                )
+            aggregate = cls.rehydrate(aggregate_id, [env.event for env in history])
+            command(aggregate)
+            try:
+                return self.save(aggregate, correlation_id=correlation, causation_id=causation)
+            except ConcurrencyError:
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def __enter__(self) -> Runtime:
         return self

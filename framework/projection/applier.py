@@ -10,6 +10,15 @@ partition keeps flowing.
 Decoding failures (unknown event type, malformed JSON, wrong field types) are deterministic:
 dead-lettered at once. Events of types the projector has no handler for are skipped without
 being decoded when their type header names a known, unhandled class.
+
+Parking (``park_after_dead_letter``): once an event of ``(topic, key)`` is dead-lettered,
+every later event of that key is dead-lettered too with status ``parked``, so the key's
+order is kept; a ``dlq retry`` that applies all of a key's open letters (in offset order)
+releases it. The set of parked keys is re-read inside every batch's transaction while it is
+non-empty, so a release by another process is seen by the next batch, never half-way.
+
+An error that aborts the whole SQLite transaction (disk full, I/O error) is not a poison
+event: it propagates, nothing of the batch is kept, and the worker fails.
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ from framework.projection.readmodel import ReadModel
 
 log = structlog.get_logger("eventlane.projection")
 
+ParkedKey = tuple[str, bytes]
+"""``(topic, key)`` of a parked aggregate."""
+
 
 class BatchResult(NamedTuple):
     applied: int
@@ -42,6 +54,22 @@ class _EventFailedError(Exception):
         self.record = record
         self.error = error
         super().__init__(str(error))
+
+
+class _DecodeFailedError(Exception):
+    def __init__(self, error: BaseException, type_name: str | None) -> None:
+        self.error = error
+        self.type_name = type_name
+        super().__init__(str(error))
+
+    def describe(self) -> str:
+        return _describe(self.error)
+
+
+_OPEN_PARKED_SQL = (
+    "SELECT DISTINCT topic, key FROM _eventlane_dead_letters WHERE status IN ('dead', 'parked')"
+    " AND key IS NOT NULL"
+)
 
 
 class BatchApplier:
@@ -65,65 +93,79 @@ class BatchApplier:
         self.clock = clock
         handled = {event_type_of(c).name for c in projector.handled_types()}
         known = {event_type_of(c).name for c in codec.registry.classes()}
-        self._skip_names = {n.encode() for n in known - handled}
-        self._parked: set[bytes] = set()
-        if projector.park_after_dead_letter:
-            rows = readmodel.conn.execute(
-                "SELECT DISTINCT key FROM _eventlane_dead_letters WHERE status IN"
-                " ('dead', 'parked') AND key IS NOT NULL"
-            )
-            self._parked = {r[0] for r in rows}
+        self._skip_names = frozenset(n.encode() for n in known - handled)
+        self._park = bool(projector.park_after_dead_letter)
+        self._parked: set[ParkedKey] = set()
+        if self._park:
+            self._parked = self._read_parked()
+        self.dead_lettered_total = 0
+        """Dead letters written by this applier (workers publish them when it moves)."""
 
     # ------------------------------------------------------------------ public
     def apply(self, records: list[Record], generation: int = 0) -> BatchResult:
-        """Apply ``records`` (any partitions, each in offset order) exactly once."""
+        """Apply ``records`` (any partitions, each in offset order) exactly once.
+
+        Raises :class:`~framework.projection.readmodel.FencedError` (nothing applied) when
+        a partition of the batch is owned by a newer generation.
+        """
         if not records:
             return BatchResult(0, 0, 0)
         groups: dict[TopicPartition, list[Record]] = {}
         for r in records:
-            groups.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
+            tp = TopicPartition(r.topic, r.partition)
+            group = groups.get(tp)
+            if group is None:
+                groups[tp] = [r]
+            else:
+                group.append(r)
         try:
-            with self.readmodel.transaction() as conn:
-                counts = [0, 0, 0]
-                for tp, recs in groups.items():
-                    start = self.readmodel.check_and_advance(
-                        conn, tp, generation, recs[0].offset, recs[-1].offset + 1
-                    )
-                    for rec in recs:
-                        if rec.offset < start:
-                            continue
-                        self._one(rec, counts, retry=False)
-                return BatchResult(*counts)
+            return self._run(groups, generation, retry=False)
         except _EventFailedError:
             pass  # replay the batch event by event, isolating the failure(s)
-        with self.readmodel.transaction() as conn:
+        return self._run(groups, generation, retry=True)
+
+    def _run(
+        self, groups: dict[TopicPartition, list[Record]], generation: int, *, retry: bool
+    ) -> BatchResult:
+        readmodel = self.readmodel
+        with readmodel.transaction() as conn:
+            if self._parked:
+                self._parked = self._read_parked()
             counts = [0, 0, 0]
             for tp, recs in groups.items():
-                start = self.readmodel.check_and_advance(
+                start = readmodel.check_and_advance(
                     conn, tp, generation, recs[0].offset, recs[-1].offset + 1
                 )
-                for rec in recs:
-                    if rec.offset >= start:
-                        self._one(rec, counts, retry=True)
-            return BatchResult(*counts)
+                if retry:
+                    for rec in recs:
+                        if rec.offset >= start:
+                            self._one_isolated(rec, counts)
+                else:
+                    self._fast(recs, start, counts)
+        self.dead_lettered_total += counts[2]
+        return BatchResult(*counts)
 
     # ------------------------------------------------------------------ one event
-    def _one(self, rec: Record, counts: list[int], *, retry: bool) -> None:
-        if self._parked and rec.key in self._parked:
-            self._dead_letter(
-                rec,
-                "parked behind an earlier dead letter of the same key",
-                None,
-                0,
-                status="parked",
-            )
-            counts[2] += 1
-            return
-        if not retry:
+    def _fast(self, recs: list[Record], start: int, counts: list[int]) -> None:
+        parked = self._parked
+        dispatch = self._dispatch
+        for rec in recs:
+            if rec.offset < start:
+                continue
+            if parked and (rec.topic, rec.key) in parked:
+                self._park_one(rec)
+                counts[2] += 1
+                continue
             try:
-                counts[0 if self._dispatch(rec) else 1] += 1
+                handled = dispatch(rec)
             except Exception as exc:
                 raise _EventFailedError(rec, exc) from exc
+            counts[0 if handled else 1] += 1
+
+    def _one_isolated(self, rec: Record, counts: list[int]) -> None:
+        if self._parked and (rec.topic, rec.key) in self._parked:
+            self._park_one(rec)
+            counts[2] += 1
             return
         attempts = max(1, self.projector.handler_attempts)
         conn = self.readmodel.conn
@@ -131,20 +173,19 @@ class BatchApplier:
             conn.execute("SAVEPOINT event")
             try:
                 handled = self._dispatch(rec)
-            except _DecodeFailedError as exc:
+            except Exception as exc:
+                if not conn.in_transaction:  # SQLite aborted the transaction: not poison
+                    raise
                 conn.execute("ROLLBACK TO event")
                 conn.execute("RELEASE event")
-                self._dead_letter(rec, exc.describe(), exc.type_name, 1)
+                if isinstance(exc, _DecodeFailedError):
+                    self._dead_letter(rec, exc.describe(), exc.type_name, 1)
+                elif attempt == attempts:
+                    self._dead_letter(rec, _describe(exc), _type_name(rec), attempts)
+                else:
+                    continue
                 counts[2] += 1
                 return
-            except Exception as exc:
-                conn.execute("ROLLBACK TO event")
-                conn.execute("RELEASE event")
-                if attempt == attempts:
-                    self._dead_letter(rec, _describe(exc), _type_name(rec), attempts)
-                    counts[2] += 1
-                    return
-                continue
             conn.execute("RELEASE event")
             counts[0 if handled else 1] += 1
             return
@@ -167,10 +208,27 @@ class BatchApplier:
             )
         except Exception as exc:
             raise _DecodeFailedError(exc, _type_name(rec)) from exc
+        readmodel = self.readmodel
         ctx = EventContext(
-            rec.topic, rec.partition, rec.offset, env, self.readmodel.db, self.replaying, self.app
+            rec.topic,
+            rec.partition,
+            rec.offset,
+            env,
+            readmodel.db,
+            self.replaying,
+            self.app,
+            readmodel.conn,
         )
         return self.projector.handle(env.event, ctx)
+
+    # ------------------------------------------------------------------ dead letters
+    def _read_parked(self) -> set[ParkedKey]:
+        return {(t, k) for t, k in self.readmodel.conn.execute(_OPEN_PARKED_SQL)}
+
+    def _park_one(self, rec: Record) -> None:
+        self._dead_letter(
+            rec, "parked behind an earlier dead letter of the same key", None, 0, status="parked"
+        )
 
     def _dead_letter(
         self, rec: Record, error: str, type_name: str | None, attempts: int, *, status: str = "dead"
@@ -189,15 +247,15 @@ class BatchApplier:
                 rec.key,
                 rec.value,
                 headers,
-                type_name,
+                type_name if type_name is not None else _type_name(rec),
                 error,
                 attempts,
                 status,
                 int(self.clock() * 1000),
             ),
         )
-        if self.projector.park_after_dead_letter and rec.key is not None:
-            self._parked.add(rec.key)
+        if self._park and rec.key is not None:
+            self._parked.add((rec.topic, rec.key))
         log.warning(
             "event dead-lettered",
             projector=self.projector.name,
@@ -207,16 +265,6 @@ class BatchApplier:
             status=status,
             error=error,
         )
-
-
-class _DecodeFailedError(Exception):
-    def __init__(self, error: BaseException, type_name: str | None) -> None:
-        self.error = error
-        self.type_name = type_name
-        super().__init__(str(error))
-
-    def describe(self) -> str:
-        return _describe(self.error)
 
 
 def _describe(exc: BaseException) -> str:

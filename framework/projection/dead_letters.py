@@ -10,13 +10,15 @@ the event in a read-model transaction; on success the row's status becomes ``ret
 
 from __future__ import annotations
 
+import base64
+import traceback
 from typing import Any, NamedTuple
 
 import orjson
 import structlog
 
 from framework.codec import EventCodec
-from framework.log import Log, Record
+from framework.log import Log
 from framework.projection.projector import EventContext, Projector
 from framework.projection.readmodel import ReadModel
 
@@ -38,9 +40,14 @@ class DeadLetter(NamedTuple):
     created_ms: int
 
     def to_json(self) -> dict[str, Any]:
+        """JSON-ready: bytes as UTF-8 text (lossy for binary) plus the exact value in
+        base64 (``value_base64``)."""
         body = self._asdict()
         body["key"] = None if self.key is None else self.key.decode("utf-8", "replace")
         body["value"] = None if self.value is None else self.value.decode("utf-8", "replace")
+        body["value_base64"] = (
+            None if self.value is None else base64.b64encode(self.value).decode("ascii")
+        )
         body["headers"] = [
             [n, None if v is None else v.decode("utf-8", "replace")] for n, v in self.headers
         ]
@@ -103,6 +110,20 @@ def publish_dead_letters(log_: Log, group: str, readmodel: ReadModel) -> int:
     return len(letters)
 
 
+class RetryReport(NamedTuple):
+    """What a retry did: ids applied, and ids that failed with why."""
+
+    succeeded: list[int]
+    failed: dict[int, str]
+
+
+def _open_letters(readmodel: ReadModel) -> list[DeadLetter]:
+    rows = readmodel.conn.execute(
+        f"SELECT {_COLUMNS} FROM _eventlane_dead_letters WHERE status IN ('dead', 'parked')"
+    )
+    return sorted((_row(r) for r in rows), key=lambda d: (d.topic, d.partition, d.offset))
+
+
 def retry_dead_letters(
     projector: Projector,
     codec: EventCodec,
@@ -110,53 +131,107 @@ def retry_dead_letters(
     *,
     ids: list[int] | None = None,
     app: Any = None,
-) -> tuple[int, int]:
-    """Re-apply dead letters (all open ones, or ``ids``) in source order with today's code.
+) -> RetryReport:
+    """Re-apply open dead letters (all of them, or ``ids``) in source order with today's
+    code: the raw bytes are decoded (and upcast) again and the projector's handler runs, in
+    one read-model transaction per letter that also marks it ``retried``.
 
-    Returns ``(succeeded, failed)``. A letter that fails again keeps its status and gets the
-    new error; later parked letters of the same key stay parked until it succeeds.
+    A letter that fails again stays open, with the new error and one more attempt. For a
+    projector that parks keys (``park_after_dead_letter``) a key's order is kept: a letter
+    is only retried if every earlier open letter of its key is retried before it (in this
+    call), and once one fails the later ones of its key are not tried. When a key has no
+    open letter left, live workers stop parking it (they re-read the parked keys in every
+    batch's transaction).
     """
-    letters = [d for d in list_dead_letters(readmodel) if d.status in ("dead", "parked")]
+    letters = _open_letters(readmodel)
+    failed: dict[int, str] = {}
     if ids is not None:
         wanted = set(ids)
-        letters = [d for d in letters if d.id in wanted]
-    letters.sort(key=lambda d: (d.topic, d.partition, d.offset))
-    ok = failed = 0
-    blocked: set[bytes | None] = set()
-    for d in letters:
-        if d.key in blocked:
-            failed += 1
+        found = {d.id for d in letters}
+        for letter_id in sorted(wanted - found):
+            known = get_dead_letter(readmodel, letter_id)
+            failed[letter_id] = (
+                f"no dead letter {letter_id}"
+                if known is None
+                else f"dead letter {letter_id} is {known.status}, not open"
+            )
+        selected = [d for d in letters if d.id in wanted]
+    else:
+        selected = letters
+    park = bool(projector.park_after_dead_letter)
+    blocked: dict[tuple[str, bytes | None], int] = {}
+    if park and ids is not None:
+        chosen = {d.id for d in selected}
+        for d in letters:  # earliest open letter of each key that is not being retried
+            if d.id not in chosen:
+                blocked.setdefault((d.topic, d.key), d.id)
+    succeeded: list[int] = []
+    for d in selected:
+        before = blocked.get((d.topic, d.key)) if park else None
+        if before is not None:
+            failed[d.id] = (
+                f"an earlier dead letter of the same key is still open (id {before}): retry"
+                " it first, or together"
+            )
             continue
-        record = Record(d.topic, d.partition, d.offset, 0, 0, d.key, d.value, d.headers)
-        try:
-            with readmodel.transaction() as conn:
-                env = codec.decode(
-                    record.key,
-                    record.value,
-                    record.headers,  # type: ignore[arg-type]
-                    topic=d.topic,
-                    partition=d.partition,
-                    offset=d.offset,
-                )
-                ctx = EventContext(d.topic, d.partition, d.offset, env, readmodel.db, False, app)
-                projector.handle(env.event, ctx)
-                conn.execute(
-                    "UPDATE _eventlane_dead_letters SET status='retried' WHERE id=?", (d.id,)
-                )
-            ok += 1
-        except Exception as exc:
-            failed += 1
-            blocked.add(d.key)
-            with readmodel.transaction() as conn:
-                conn.execute(
-                    "UPDATE _eventlane_dead_letters SET error=?, attempts=attempts+1 WHERE id=?",
-                    (f"retry failed: {exc!r}", d.id),
-                )
-            log.warning(
-                "dead letter retry failed",
+        error = _retry_one(projector, codec, readmodel, d, app)
+        if error is None:
+            succeeded.append(d.id)
+            continue
+        failed[d.id] = error
+        if park:
+            blocked[(d.topic, d.key)] = d.id
+    return RetryReport(succeeded, failed)
+
+
+def _retry_one(
+    projector: Projector, codec: EventCodec, readmodel: ReadModel, d: DeadLetter, app: Any
+) -> str | None:
+    try:
+        with readmodel.transaction() as conn:
+            status = conn.execute(
+                "SELECT status FROM _eventlane_dead_letters WHERE id=?", (d.id,)
+            ).fetchone()
+            if status is None or status[0] not in ("dead", "parked"):
+                return None  # retried meanwhile by another process
+            env = codec.decode(
+                d.key,
+                d.value,
+                d.headers,  # type: ignore[arg-type]
                 topic=d.topic,
                 partition=d.partition,
                 offset=d.offset,
-                error=str(exc),
             )
-    return ok, failed
+            ctx = EventContext(
+                d.topic, d.partition, d.offset, env, readmodel.db, False, app, readmodel.conn
+            )
+            projector.handle(env.event, ctx)
+            conn.execute("UPDATE _eventlane_dead_letters SET status='retried' WHERE id=?", (d.id,))
+    except Exception as exc:
+        message = f"retry failed: {_describe(exc)}"
+        with readmodel.transaction() as conn:
+            conn.execute(
+                "UPDATE _eventlane_dead_letters SET error=?, attempts=attempts+1 WHERE id=?",
+                (message, d.id),
+            )
+        log.warning(
+            "dead letter retry failed",
+            projector=projector.name,
+            topic=d.topic,
+            partition=d.partition,
+            offset=d.offset,
+            error=str(exc),
+        )
+        return message
+    log.info(
+        "dead letter retried",
+        projector=projector.name,
+        topic=d.topic,
+        partition=d.partition,
+        offset=d.offset,
+    )
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()

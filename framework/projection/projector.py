@@ -28,35 +28,48 @@ Rules:
 * One handler per event class, declared with :func:`handles`; events of other types are
   skipped (their position still advances). A handler gets the decoded, upcast event and an
   :class:`EventContext` with the coordinates, the envelope and the read-model session.
-* Handlers write only to ``ctx.db`` (a ``sqlite_utils.Database``; ``ctx.db.execute`` is the
-  fast path). The framework wraps each poll's events, and the positions they advance, in
-  one ``BEGIN IMMEDIATE`` transaction: an event's effect is applied exactly once.
+* Handlers write only to the read model: ``ctx.conn`` (the raw ``sqlite3.Connection``, the
+  fast path) or ``ctx.db`` (the same connection as a ``sqlite_utils.Database``). The
+  framework wraps each poll's events, and the positions they advance, in one
+  ``BEGIN IMMEDIATE`` transaction: an event's effect is applied exactly once.
+* A handler that raises is retried ``handler_attempts`` times (its writes rolled back
+  each time), then the event is dead-lettered and the partition moves on.
 * ``ctx.replaying`` is true during a rebuild: handlers suppress side effects then (commands
-  to aggregates, e-mails). Policies that issue commands make them idempotent (a
-  deterministic aggregate id per triggering event), so a redelivery never issues twice.
+  to aggregates, e-mails). Policies issue commands with :meth:`EventContext.issue`: a
+  deterministic target aggregate id per triggering event, the triggering event's id as the
+  causation id (checked before the command runs), and a command that is a no-op when its
+  work is done, so a redelivery never issues twice.
+* ``migrations`` (a ``sqlite_utils.Migrations`` set) evolves the read model's tables; a
+  worker refuses to start while one is pending (``eventlane migrate APP``), except on a new
+  read model, which is created at its latest schema. With ``migrations``, create the tables
+  in the first migration; ``setup`` is for projectors without them (or idempotent extras).
 * ``merge_rules`` (table → rule) tells a parallel rebuild how to merge rows written from
   several partitions; see :mod:`framework.replay`.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-import attrs
 from sqlite_utils import Database
 
 from framework.codec import Envelope
-from framework.domain import DomainEvent
-from framework.errors import ConfigError
+from framework.domain import Aggregate, DomainEvent
+from framework.errors import ConfigError, ProjectionError
+from framework.log import RecordMetadata
 
 if TYPE_CHECKING:
     from sqlite_utils import Migrations
+
+    from framework.projection.app import Runtime
 
 __all__ = ["EventContext", "Projector", "handles"]
 
 P = TypeVar("P", bound="Projector")
 E = TypeVar("E", bound=DomainEvent)
+A = TypeVar("A", bound=Aggregate)
 Handler = Callable[[P, E, "EventContext"], None]
 
 _HANDLES_ATTR = "__eventlane_handles__"
@@ -74,18 +87,44 @@ def handles(event_cls: type[E]) -> Callable[[Handler[P, E]], Handler[P, E]]:
     return mark
 
 
-@attrs.define(slots=True)
 class EventContext:
-    """Where an event came from, its envelope, and the session to write the read model."""
+    """Where an event came from, its envelope, and the session to write the read model.
 
-    topic: str
-    partition: int
-    offset: int
-    envelope: Envelope[Any]
-    db: Database
-    replaying: bool = False
-    app: Any = None
-    """The application (command side), for policies that issue commands; None in rebuilds."""
+    Valid during the handler call only. ``conn`` is the read model's raw
+    ``sqlite3.Connection`` (the fast path); ``db`` wraps the same connection in a
+    ``sqlite_utils.Database``. Both are inside the batch's transaction: never commit,
+    roll back or begin on them.
+    """
+
+    __slots__ = ("app", "conn", "db", "envelope", "offset", "partition", "replaying", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        envelope: Envelope[Any],
+        db: Database,
+        replaying: bool = False,
+        app: Runtime | None = None,
+        conn: sqlite3.Connection | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.envelope = envelope
+        self.db = db
+        self.conn: sqlite3.Connection = db.conn if conn is None else conn
+        self.replaying = replaying
+        self.app = app
+        """The application (command side), for policies that issue commands; None in rebuilds."""
+
+    def __repr__(self) -> str:
+        return (
+            f"EventContext(topic={self.topic!r}, partition={self.partition},"
+            f" offset={self.offset}, type={self.envelope.type_name!r},"
+            f" aggregate_id={self.aggregate_id!r}, replaying={self.replaying})"
+        )
 
     @property
     def aggregate_id(self) -> str:
@@ -94,6 +133,41 @@ class EventContext:
     @property
     def aggregate_version(self) -> int:
         return self.envelope.aggregate_version
+
+    @property
+    def event_id(self) -> str:
+        return str(self.envelope.event_id)
+
+    def issue(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command: Callable[[A], Any],
+        *,
+        create: bool = True,
+    ) -> list[RecordMetadata]:
+        """A policy's command: run ``command`` on aggregate ``aggregate_id`` and save it,
+        at most once per triggering event, whatever the redeliveries.
+
+        The events it records carry this event's id as their ``causation_id``; before
+        running the command the target's stream is checked for an event caused by this
+        one, and if there is one nothing is done (a redelivery after a crash, a zombie's
+        batch). Pick ``aggregate_id`` deterministically from the triggering event (e.g.
+        ``f"invoice-{ctx.aggregate_id}"``), never a fresh uuid, and make the command a
+        no-op when its work is already done. In a rebuild (``replaying``) nothing is
+        issued. Returns what was appended (empty when nothing was).
+        See :meth:`framework.projection.Runtime.issue`.
+        """
+        if self.replaying:
+            return []
+        if self.app is None:
+            raise ProjectionError(
+                "ctx.issue() needs the application: this applier was built without app=",
+                topic=self.topic,
+                partition=self.partition,
+                offset=self.offset,
+            )
+        return self.app.issue(cls, aggregate_id, command, caused_by=self.envelope, create=create)
 
 
 class Projector:

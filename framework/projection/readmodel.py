@@ -3,13 +3,22 @@
 File: ``<data>/readmodels/<projector name>.sqlite``, opened with WAL and
 ``synchronous=FULL``; every write is a ``BEGIN IMMEDIATE`` transaction. The framework's own
 tables come from the ``migrations.eventlane.read_model`` set (see that module for their
-schema); the projector's tables from its ``setup`` and its own migrations.
+schema), applied on open under the write lock (so workers starting together never race);
+the projector's tables from its own migrations and its ``setup``.
 
 Exactly-once effect: a batch of events and the positions it advances commit in the same
 transaction, and inside it each partition's stored position is checked first, so a batch
 (or the part of it) that was already applied is skipped, and a writer whose group
 generation is older than the stored one is refused (:class:`FencedError`): a paused zombie
 can never apply events of a partition another worker owns now.
+
+Fencing token: ``_eventlane_positions.generation`` is the group generation under which the
+partition's current owner claimed it. A consumer group's generations only grow, and a
+partition's successive owners hold it under strictly increasing generations, so an older
+generation is a former owner. The one exception is a group whose state was lost or deleted
+(its generations restart from 0): :meth:`ReadModel.claim` recognises it (the claimant
+still owns the partition in the group, yet the stored generation is higher) and takes the
+partition over.
 
 SQLite older than 3.51.3 has a rare WAL-reset corruption bug with several writing
 connections; a warning is logged, and each process keeps one writing connection per file.
@@ -20,12 +29,12 @@ from __future__ import annotations
 import functools
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
-from sqlite_utils import Database
+from sqlite_utils import Database, Migrations
 
 from framework.errors import ProjectionError
 from framework.log import TopicPartition
@@ -34,6 +43,7 @@ from migrations.eventlane import read_model as framework_migrations
 log = structlog.get_logger("eventlane.projection")
 
 SAFE_SQLITE = (3, 51, 3)
+BUSY_TIMEOUT_S = 60.0
 
 
 class FencedError(ProjectionError):
@@ -62,13 +72,21 @@ class ReadModel:
         _warn_old_sqlite()
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
+        conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+        )
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         self.conn = conn
         self.db = Database(conn)
         self._lock = threading.RLock()
-        framework_migrations.apply(self.db)
+        self.framework_migrations_applied: list[str] = []
+        """Names of the framework's own migrations this open applied (usually none)."""
+        if framework_migrations.pending(self.db):
+            with self.transaction():  # savepoints inside it; re-checked under the lock
+                names = [m.name for m in framework_migrations.pending(self.db)]
+                framework_migrations.apply(self.db)
+            self.framework_migrations_applied = names
 
     # ------------------------------------------------------------------ transactions
     @contextmanager
@@ -79,7 +97,8 @@ class ReadModel:
             try:
                 yield self.conn
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
                 raise
             self.conn.execute("COMMIT")
 
@@ -96,10 +115,25 @@ class ReadModel:
         ).fetchone()
         return None if row is None else int(row[0])
 
-    def claim(self, tp: TopicPartition, generation: int, start: int) -> int:
+    def is_fresh(self) -> bool:
+        """Whether no event was ever applied to this file (no position stored)."""
+        return self.conn.execute("SELECT 1 FROM _eventlane_positions LIMIT 1").fetchone() is None
+
+    def claim(
+        self,
+        tp: TopicPartition,
+        generation: int,
+        start: int,
+        still_owned: Callable[[], bool] | None = None,
+    ) -> int:
         """Record that a worker of ``generation`` owns ``tp`` now; return its position
-        (``start`` when the partition was never applied). Raises :class:`FencedError` when a
-        newer generation already claimed it."""
+        (``start`` when the partition was never applied).
+
+        Raises :class:`FencedError` when a newer generation already claimed it, unless
+        ``still_owned()`` (asked under the write lock) says the claimant owns ``tp`` in its
+        group right now: then no newer owner can exist, the stored generation comes from a
+        lost or deleted group state, and the claim takes over.
+        """
         with self.transaction() as conn:
             row = conn.execute(
                 "SELECT next_offset, generation FROM _eventlane_positions"
@@ -112,18 +146,30 @@ class ReadModel:
                     (tp.topic, tp.partition, start, generation),
                 )
                 return start
-            if row[1] > generation:
-                raise FencedError(
-                    f"generation {generation} cannot claim a partition owned at generation"
-                    f" {row[1]}",
+            stored, owner = int(row[0]), int(row[1])
+            if owner > generation:
+                if still_owned is None or not still_owned():
+                    raise FencedError(
+                        f"generation {generation} cannot claim a partition owned at generation"
+                        f" {owner}",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        offset=stored,
+                    )
+                log.warning(
+                    "stored generation is newer than the group's: the group state was reset;"
+                    " taking the partition over",
                     topic=tp.topic,
                     partition=tp.partition,
+                    offset=stored,
+                    stored_generation=owner,
+                    generation=generation,
                 )
             conn.execute(
                 "UPDATE _eventlane_positions SET generation=? WHERE topic=? AND partition=?",
                 (generation, tp.topic, tp.partition),
             )
-            return int(row[0])
+            return stored
 
     def check_and_advance(
         self,
@@ -136,8 +182,8 @@ class ReadModel:
         """Inside a transaction: the stored position of ``tp`` after fencing checks.
 
         Returns the offset from which events of this batch still need applying (events below
-        it were applied before: a redelivery), and stores ``next_offset``. Raises
-        :class:`FencedError` if a newer generation owns ``tp``.
+        it were applied before: a redelivery), and stores ``next_offset`` (positions never
+        move backwards). Raises :class:`FencedError` if a newer generation owns ``tp``.
         """
         row = conn.execute(
             "SELECT next_offset, generation FROM _eventlane_positions WHERE topic=? AND"
@@ -169,3 +215,85 @@ class ReadModel:
     def close(self) -> None:
         with self._lock:
             self.conn.close()
+
+
+class ReadModelView:
+    """A read-only connection to a read model (status, read-your-writes); never writes.
+
+    Sees committed transactions only (WAL readers never block the writer). A file that
+    does not exist yet reads as "nothing applied".
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._conn is None and self.path.exists():
+            conn = sqlite3.connect(
+                self.path.resolve().as_uri() + "?mode=ro",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=BUSY_TIMEOUT_S,
+            )
+            if not _has_table(conn, "_eventlane_positions"):
+                conn.close()
+                return None
+            self._conn = conn
+        return self._conn
+
+    def positions(self) -> dict[TopicPartition, int]:
+        conn = self._connect()
+        if conn is None:
+            return {}
+        rows = conn.execute("SELECT topic, partition, next_offset FROM _eventlane_positions")
+        return {TopicPartition(t, p): int(o) for t, p, o in rows}
+
+    def generations(self) -> dict[TopicPartition, int]:
+        conn = self._connect()
+        if conn is None:
+            return {}
+        rows = conn.execute("SELECT topic, partition, generation FROM _eventlane_positions")
+        return {TopicPartition(t, p): int(g) for t, p, g in rows}
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        """Dead letters per status (``dead``, ``parked``, ``retried``)."""
+        conn = self._connect()
+        if conn is None:
+            return {}
+        rows = conn.execute("SELECT status, count(*) FROM _eventlane_dead_letters GROUP BY status")
+        return {str(s): int(n) for s, n in rows}
+
+    def pending_migrations(self, migrations: Migrations) -> list[str]:
+        """Names of ``migrations`` not applied to this file (all of them: no file yet)."""
+        conn = self._connect()
+        db = Database(memory=True) if conn is None else Database(conn)
+        return [m.name for m in migrations.pending(db)]
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ReadModelView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,))
+    return row.fetchone() is not None
+
+
+def check_integrity(path: Path) -> str:
+    """``PRAGMA integrity_check`` of a read-model file: ``"ok"`` or SQLite's report."""
+    if not path.exists():
+        raise ProjectionError("no read model file", path=path)
+    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    try:
+        return "\n".join(str(r[0]) for r in conn.execute("PRAGMA integrity_check"))
+    finally:
+        conn.close()

@@ -2,10 +2,12 @@
 
 Each worker is a separate OS process (``python -m framework.projection.worker``) and a member
 of the projector's consumer group, so the topic's partitions are shared among them and move
-when one joins, leaves or dies. With ``restart=True`` a worker that dies (killed, crashed) is
-replaced; either way its partitions flow to the survivors within the session timeout.
-SIGTERM/SIGINT to the runner is forwarded to every worker, which finishes its batch, commits
-and leaves the group.
+when one joins, leaves or dies. With ``restart=True`` a worker that dies (killed, crashed)
+is replaced; either way its partitions flow to the survivors within the session timeout. A
+worker that exits with status 2 could not start (bad app, pending migrations): it is never
+restarted, and when no worker is left the runner stops, with :attr:`Runner.failure` set to
+its error line. SIGTERM/SIGINT to the runner is forwarded to every worker, which finishes
+its batch, commits and leaves the group.
 """
 
 from __future__ import annotations
@@ -19,9 +21,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import structlog
 
+from framework.projection.worker import EXIT_CANNOT_START
+
 log = structlog.get_logger("eventlane.projection")
+
+
+@attrs.define
+class WorkerProcess:
+    """One worker process as the runner sees it."""
+
+    slot: int
+    proc: subprocess.Popen[bytes]
+    started: float
+    exit_code: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
 
 class Runner:
@@ -36,6 +55,8 @@ class Runner:
         workers: int = 1,
         restart: bool = False,
         session_timeout_ms: int = 10_000,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -45,11 +66,17 @@ class Runner:
         self.workers = workers
         self.restart = restart
         self.session_timeout_ms = session_timeout_ms
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = env
+        self.log_path = log_path
+        """Where the workers' stderr goes (appended); ``None``: inherited."""
+        self.procs: list[WorkerProcess] = []
+        self.exited: list[WorkerProcess] = []
         self.restarts = 0
+        self.failure: str | None = None
+        """The error line of a worker that could not start (exit status 2), if any."""
         self._stopping = False
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
+    def _spawn(self, slot: int) -> WorkerProcess:
         cmd = [
             sys.executable,
             "-m",
@@ -57,52 +84,84 @@ class Runner:
             self.app_spec,
             self.name,
             str(self.data),
+            "--session-timeout-ms",
             str(self.session_timeout_ms),
         ]
-        proc = subprocess.Popen(cmd, env=os.environ.copy())
-        log.info("worker started", projector=self.name, pid=proc.pid)
-        return proc
+        env = os.environ.copy() if self.env is None else self.env
+        if self.log_path is None:
+            proc = subprocess.Popen(cmd, env=env)
+        else:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.log_path.open("ab") as sink:
+                proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=sink)
+        log.info("worker started", projector=self.name, pid=proc.pid, slot=slot)
+        return WorkerProcess(slot, proc, time.monotonic())
 
     def start(self) -> None:
-        self.procs = [self._spawn() for _ in range(self.workers)]
+        self.procs = [self._spawn(i) for i in range(self.workers)]
+
+    def _last_log_line(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        with self.log_path.open("rb") as f:
+            f.seek(max(0, self.log_path.stat().st_size - 4096))
+            lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
 
     def supervise_once(self) -> list[int]:
         """Reap dead workers (replacing them when ``restart``); return their exit codes."""
         codes = []
-        for i, proc in enumerate(self.procs):
-            code = proc.poll()
+        alive: list[WorkerProcess] = []
+        for worker in self.procs:
+            code = worker.proc.poll()
             if code is None:
+                alive.append(worker)
                 continue
+            worker.exit_code = code
+            self.exited.append(worker)
             codes.append(code)
-            log.warning("worker exited", projector=self.name, pid=proc.pid, code=code)
+            log.warning("worker exited", projector=self.name, pid=worker.pid, code=code)
+            if code == EXIT_CANNOT_START:
+                self.failure = self._last_log_line() or (
+                    f"worker {worker.pid} could not start (exit status {code}; see its error above)"
+                )
+                continue
             if self.restart and not self._stopping:
-                self.procs[i] = self._spawn()
+                alive.append(self._spawn(worker.slot))
                 self.restarts += 1
-        if not self.restart:
-            self.procs = [p for p in self.procs if p.poll() is None]
+        self.procs = alive
         return codes
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM every worker and wait for them (SIGKILL after ``timeout``)."""
         self._stopping = True
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        for worker in self.procs:
+            if worker.proc.poll() is None:
+                worker.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        for proc in self.procs:
+        for worker in self.procs:
             try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
+                worker.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                worker.proc.kill()
+                worker.proc.wait()
+            worker.exit_code = worker.proc.returncode
+            self.exited.append(worker)
+        self.procs = []
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop at its next tick (safe from a signal handler)."""
+        self._stopping = True
 
     def run(
         self,
         *,
         tick: Callable[[Runner], Any] | None = None,
         until: Callable[[], bool] | None = None,
+        interval: float = 0.5,
     ) -> None:
-        """Supervise until SIGTERM/SIGINT (or ``until()``), calling ``tick`` about every 0.5 s."""
+        """Supervise until SIGTERM/SIGINT (or ``until()``, or no worker left), calling
+        ``tick`` about every ``interval`` seconds."""
 
         def stop(_signum: int, _frame: Any) -> None:
             self._stopping = True
@@ -114,7 +173,7 @@ class Runner:
                 self.supervise_once()
                 if tick is not None:
                     tick(self)
-                time.sleep(0.5)
+                time.sleep(interval)
         finally:
             self.stop()
             for s, handler in previous.items():

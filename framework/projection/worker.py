@@ -1,64 +1,66 @@
 """One projector worker: a consumer-group member applying its partitions to the read model.
 
-The loop: ``poll`` → apply the records in one read-model transaction (with positions, see
-:mod:`.applier`) → commit the group offsets (for lag; the read model's positions are the
-truth) → publish new dead letters. On assignment a partition is *claimed* in the read model
-with the member's group generation and the consumer seeks to the stored position (the
-partition's low-water mark the first time), never to the group's committed offset. A worker
-whose generation was superseded for a partition (a paused zombie) is refused by the read
-model and drops the batch.
+The loop: :meth:`Worker.poll` → :meth:`Worker.apply` (the records in one read-model
+transaction, with their positions, see :mod:`.applier`) → wake read-your-writes waiters →
+now and then commit the group offsets (for lag tools; the read model's positions are the
+truth) → publish new dead letters to ``<group>.dlq``.
+
+On assignment a partition is *claimed* in the read model with the member's group generation
+and the consumer seeks to the stored position (the partition's low-water mark the first
+time), never to the group's committed offset. A worker whose generation was superseded for
+a partition (a paused zombie) is refused by the read model: it drops the batch and seeks
+every partition of it that it still holds back to the stored position, so nothing is
+skipped either.
 
 SIGTERM / SIGINT: finish the current batch, commit, leave the group (the partitions move at
-once), exit 0.
+once), exit 0. Process entry point (what :class:`~framework.projection.runner.Runner`
+starts)::
+
+    python -m framework.projection.worker APP NAME DATA [--session-timeout-ms MS]
+
+Exit status: 0 after a clean stop, 2 when the worker cannot start (bad ``APP``, unknown
+projector, pending migrations: an error line on stderr; restarting would not help), 1 on
+any other failure.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import os
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
 from framework.consumer.group import GroupConsumer
-from framework.errors import CommitFailedError, ProjectionError
-from framework.log import TopicPartition
+from framework.errors import CommitFailedError, FrameworkError
+from framework.log import Record, RecordMetadata, TopicPartition
 from framework.observability import configure_logging
-from framework.projection.app import App, Runtime, load_app
-from framework.projection.applier import BatchApplier
+from framework.projection.app import Runtime, load_app
+from framework.projection.applier import BatchApplier, BatchResult
 from framework.projection.dead_letters import publish_dead_letters
-from framework.projection.readmodel import FencedError, ReadModel, readmodel_path
+from framework.projection.readmodel import FencedError
+from framework.projection.schema import open_readmodel
+from framework.projection.status import notify_applied
+
+__all__ = ["Polled", "Worker", "open_readmodel", "wait_for_positions", "worker_main"]
 
 log = structlog.get_logger("eventlane.projection")
 
-
-def pending_migrations(app: App, name: str, readmodel: ReadModel) -> list[str]:
-    """Names of the projector's read-model migrations not applied yet."""
-    migrations = app.projector(name).migrations
-    if migrations is None:
-        return []
-    return [m.name for m in migrations.pending(readmodel.db)]
+EXIT_CANNOT_START = 2
 
 
-def open_readmodel(runtime: Runtime, name: str, *, migrate: bool = False) -> ReadModel:
-    """Open a projector's read model, refusing (or applying) pending migrations."""
-    readmodel = ReadModel(readmodel_path(runtime.log.path, name))
-    pending = pending_migrations(runtime.app, name, readmodel)
-    if pending:
-        migrations = runtime.app.projector(name).migrations
-        if not migrate or migrations is None:
-            readmodel.close()
-            raise ProjectionError(
-                f"read model {name!r} has pending migrations: {', '.join(pending)}; run"
-                " `eventlane migrate APP` first",
-                path=readmodel.path,
-            )
-        migrations.apply(readmodel.db)
-    return readmodel
+class Polled(NamedTuple):
+    """Records from one poll and the group generation they were polled under."""
+
+    records: list[Record]
+    generation: int
 
 
 class Worker:
@@ -73,6 +75,7 @@ class Worker:
         heartbeat_interval_ms: int = 1_000,
         max_poll_records: int = 2_000,
         poll_timeout: float = 0.5,
+        group_commit_interval_s: float = 1.0,
         on_batch: Callable[[int], None] | None = None,
     ) -> None:
         self.runtime = runtime
@@ -83,9 +86,16 @@ class Worker:
         self.applier = BatchApplier(self.projector, runtime.codec, self.readmodel, app=runtime)
         self.max_poll_records = max_poll_records
         self.poll_timeout = poll_timeout
+        self.group_commit_interval_s = group_commit_interval_s
         self.on_batch = on_batch
         self.stopping = threading.Event()
-        self._log = log.bind(projector=name, pid=os.getpid())
+        self.applied = 0
+        """Records polled and applied (or skipped as already applied) by this worker."""
+        self.fenced_batches = 0
+        """Batches the read model refused because a newer generation owns a partition."""
+        self._log = log.bind(projector=name, group=name, pid=os.getpid())
+        self._next_group_commit = 0.0
+        self._published = -1
         for topic in self.projector.topics:
             if not runtime.log.topic_exists(topic):
                 runtime.log.create_topic(
@@ -96,29 +106,35 @@ class Worker:
             group_id=name,
             topics=self.projector.topics,
             session_timeout_ms=session_timeout_ms,
-            heartbeat_interval_ms=min(heartbeat_interval_ms, session_timeout_ms // 3),
+            heartbeat_interval_ms=max(1, min(heartbeat_interval_ms, session_timeout_ms // 3)),
             enable_auto_commit=False,
             auto_offset_reset="error",
             on_assigned=self._assigned,
             on_revoked=self._revoked,
+            on_lost=self._lost,
             max_poll_records=max_poll_records,
         )
-        self.applied = 0
+        self._publish()
 
+    # ------------------------------------------------------------------ rebalances
     def _assigned(self, partitions: list[TopicPartition]) -> None:
         generation = self.consumer.generation
         for tp in partitions:
             lwm = self.runtime.log.offsets(tp.topic, tp.partition).lwm
             try:
-                position = self.readmodel.claim(tp, generation, lwm)
-            except FencedError:
+                position = self.readmodel.claim(
+                    tp, generation, lwm, still_owned=functools.partial(self.consumer.owns, tp)
+                )
+            except FencedError as exc:
+                # Lost it again already (evicted while claiming); the next poll notices.
+                # Seek to the stored position anyway, so no record can be skipped.
                 self._log.warning(
                     "partition claimed by a newer generation",
                     topic=tp.topic,
                     partition=tp.partition,
                     generation=generation,
                 )
-                continue
+                position = exc.offset if exc.offset is not None else lwm
             self.consumer.seek(tp, position)
             self._log.info(
                 "partition assigned",
@@ -131,10 +147,17 @@ class Worker:
     def _revoked(self, partitions: list[TopicPartition]) -> None:
         self._commit_group(partitions)
 
-    def _commit_group(self, partitions: list[TopicPartition] | None = None) -> None:
+    def _lost(self, partitions: list[TopicPartition]) -> None:
+        self._log.warning(
+            "partitions lost (evicted); the read model fences any late batch",
+            partitions=[f"{tp.topic}-{tp.partition}" for tp in partitions],
+        )
+
+    def _commit_group(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         positions = self.readmodel.positions()
         owned = self.consumer.assignment() if partitions is None else set(partitions)
         offsets = {tp: positions[tp] for tp in owned if tp in positions}
+        self._next_group_commit = time.monotonic() + self.group_commit_interval_s
         if not offsets:
             return
         try:
@@ -142,30 +165,61 @@ class Worker:
         except CommitFailedError as exc:
             self._log.info("group commit refused (partition moved)", error=str(exc))
 
-    def run_once(self) -> int:
-        """Poll once and apply what came; return how many records were polled."""
+    # ------------------------------------------------------------------ the loop
+    def poll(self) -> Polled:
+        """Poll once (joining, rebalancing as needed)."""
         records = self.consumer.poll(self.poll_timeout, self.max_poll_records)
+        return Polled(records, self.consumer.generation)
+
+    def apply(self, polled: Polled) -> BatchResult | None:
+        """Apply a polled batch exactly once; ``None`` when the read model refused it."""
+        records, generation = polled
         if not records:
-            return 0
-        generation = self.consumer.generation
+            return BatchResult(0, 0, 0)
         try:
-            self.applier.apply(records, generation)
+            result = self.applier.apply(records, generation)
         except FencedError as exc:
+            self.fenced_batches += 1
             self._log.warning(
                 "batch refused: partition owned by a newer generation",
                 topic=exc.topic,
                 partition=exc.partition,
+                offset=exc.offset,
+                generation=generation,
+                records=len(records),
             )
-            return len(records)
+            self._rewind({TopicPartition(r.topic, r.partition) for r in records})
+            return None
         self.applied += len(records)
-        self._commit_group()
-        if self.applier.readmodel.conn.execute(
-            "SELECT 1 FROM _eventlane_dead_letters WHERE published=0 LIMIT 1"
-        ).fetchone():
-            publish_dead_letters(self.runtime.log, self.name, self.readmodel)
+        notify_applied(self.runtime.log)
+        if time.monotonic() >= self._next_group_commit:
+            self._commit_group()
+        if self.applier.dead_lettered_total != self._published:
+            self._publish()
         if self.on_batch is not None:
             self.on_batch(len(records))
-        return len(records)
+        return result
+
+    def _rewind(self, partitions: set[TopicPartition]) -> None:
+        held = self.consumer.assignment()
+        positions = self.readmodel.positions()
+        for tp in sorted(partitions & held):
+            if tp in positions:
+                self.consumer.seek(tp, positions[tp])
+
+    def _publish(self) -> None:
+        try:
+            publish_dead_letters(self.runtime.log, self.name, self.readmodel)
+        except FrameworkError as exc:  # the rows are safe; the next batch tries again
+            self._log.warning("publishing dead letters failed", error=str(exc))
+            return
+        self._published = self.applier.dead_lettered_total
+
+    def run_once(self) -> int:
+        """Poll once and apply what came; return how many records were polled."""
+        polled = self.poll()
+        self.apply(polled)
+        return len(polled.records)
 
     def run(self, *, until: Callable[[], bool] | None = None) -> None:
         """Loop until :attr:`stopping` is set (or ``until()`` is true), then leave."""
@@ -192,42 +246,49 @@ class Worker:
         self.readmodel.close()
 
 
-def worker_main(app_spec: str, name: str, data: str, session_timeout_ms: int = 10_000) -> None:
+def worker_main(argv: list[str] | None = None) -> int:
     """Entry point of a worker process (``python -m framework.projection.worker``)."""
+    parser = argparse.ArgumentParser(prog="python -m framework.projection.worker")
+    parser.add_argument("app", help="the App, as module:attribute")
+    parser.add_argument("name", help="the projector's name")
+    parser.add_argument("data", help="the data directory")
+    parser.add_argument("--session-timeout-ms", type=int, default=10_000)
+    parser.add_argument("--max-poll-records", type=int, default=2_000)
+    args = parser.parse_args(argv)
     configure_logging()
-    app = load_app(app_spec)
-    with app.open(Path(data)) as runtime:
-        worker = Worker(runtime, name, session_timeout_ms=session_timeout_ms)
+    try:
+        app = load_app(args.app)
+        runtime = app.open(Path(args.data))
+    except FrameworkError as exc:
+        print(f"Error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_CANNOT_START
+    with runtime:
+        try:
+            worker = Worker(
+                runtime,
+                args.name,
+                session_timeout_ms=args.session_timeout_ms,
+                max_poll_records=args.max_poll_records,
+            )
+        except FrameworkError as exc:
+            print(f"Error: {exc}", file=sys.stderr, flush=True)
+            return EXIT_CANNOT_START
         worker.install_signal_handlers()
         worker.run()
+    return 0
 
 
 def wait_for_positions(
-    runtime: Runtime, name: str, offsets: dict[TopicPartition, int], timeout: float
+    runtime: Runtime,
+    name: str,
+    offsets: Iterable[RecordMetadata] | Mapping[TopicPartition, int],
+    timeout: float,
 ) -> bool:
     """Read-your-writes: wait until projector ``name`` has applied everything below
-    ``offsets`` (e.g. the offsets a save returned + 1). Returns False on timeout."""
-    path = readmodel_path(runtime.log.path, name)
-    deadline = time.monotonic() + timeout
-    while True:
-        seen = runtime.log.wait_seq()
-        if path.exists():
-            readmodel = ReadModel(path)
-            try:
-                positions = readmodel.positions()
-            finally:
-                readmodel.close()
-            if all(positions.get(tp, -1) >= off for tp, off in offsets.items()):
-                return True
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        runtime.log.wait(seen, min(remaining, 0.05))
+    ``offsets`` (``{partition: next offset}``, or the records a save returned). False on
+    timeout. Same as :meth:`Runtime.wait_for`."""
+    return runtime.wait_for(name, offsets, timeout)
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through the runner's processes
-    import sys
-
-    worker_main(
-        sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 10_000
-    )
+    sys.exit(worker_main())

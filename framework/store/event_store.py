@@ -6,10 +6,20 @@ store does: an append is *conditional* on the stream's current version. The chec
 the partition's append lock, against the per-key index caught up to the log end offset, so
 two writers can never fork a history: the loser gets
 :class:`~framework.errors.ConcurrencyError` and nothing of its batch is written. A save's
-events form one batch, so a crash never leaves part of a save visible.
+events form one batch (``atomic=True``), so a crash never leaves part of a save visible.
 
 Reading a stream uses the key index (:mod:`framework.store.key_index`) to fetch only the
 aggregate's records, never scanning the partition.
+
+The index is derived data, so nothing here trusts it blindly:
+
+* the version check first reads the stream's last record from the log and compares its key
+  and ``aggregate_version`` with the index (one point read per save); on a difference the
+  index is rebuilt before deciding;
+* a read checks that every record has the stream's key and the next version; on a
+  difference the index is rebuilt once and the read repeated. A difference that survives a
+  rebuild is in the log itself: :class:`~framework.errors.SerializationError` naming the
+  topic, partition and offset.
 """
 
 from __future__ import annotations
@@ -19,22 +29,46 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 import structlog
 
 from framework.codec import Envelope, EventCodec
-from framework.errors import ConcurrencyError, SerializationError
+from framework.errors import ConcurrencyError, OffsetOutOfRangeError, SerializationError
 from framework.log import Log, Record, RecordMetadata
-from framework.log.partition import AppendResult
+from framework.log.partition import AppendResult, Cursor
 from framework.log.partitioner import partition_for_key
-from framework.store.key_index import KeyIndex
+from framework.store.key_index import IndexReport, KeyIndex, Mode, index_path
 
 log = structlog.get_logger("eventlane.store")
 
-_POINT_READ_BYTES = 16 << 10
+_RUN_READ_BYTES = 1 << 20
+
+
+class _IndexMismatchError(Exception):
+    """Internal: the key index named a record the log does not have at that offset."""
+
+    def __init__(self, offset: int, problem: str) -> None:
+        super().__init__(problem)
+        self.offset = offset
+        self.problem = problem
+
+
+def stored_version(record: Record) -> int | None:
+    """The ``aggregate_version`` in an event record's JSON value (``None`` if absent)."""
+    try:
+        doc = orjson.loads(record.value) if record.value is not None else None
+    except orjson.JSONDecodeError:
+        return None
+    version = doc.get("aggregate_version") if type(doc) is dict else None
+    return version if type(version) is int else None
 
 
 class EventStore:
-    """Appends and reads aggregate event streams on a :class:`~framework.log.Log`."""
+    """Appends and reads aggregate event streams on a :class:`~framework.log.Log`.
+
+    Key indexes live under ``index_dir`` (default ``<data>/store``), one per partition,
+    opened on first use and kept open until :meth:`close`.
+    """
 
     def __init__(self, log_: Log, codec: EventCodec, *, index_dir: Path | None = None) -> None:
         self.log = log_
@@ -47,15 +81,15 @@ class EventStore:
     def partition_of(self, topic: str, aggregate_id: str) -> int:
         return partition_for_key(aggregate_id.encode(), self.log.partition_count(topic))
 
-    def index(self, topic: str, partition: int) -> KeyIndex:
-        """The key index of a partition (opened, and repaired if unreadable, on first use)."""
+    def index(self, topic: str, partition: int, mode: Mode = "stream") -> KeyIndex:
+        """The key index of a partition (opened and checked on first use)."""
         idx = self._indexes.get((topic, partition))
         if idx is None:
             with self._lock:
                 idx = self._indexes.get((topic, partition))
                 if idx is None:
-                    path = self.index_dir / topic / f"{partition}.keyindex.sqlite"
-                    idx = KeyIndex(self.log, topic, partition, path)
+                    path = index_path(self.index_dir, topic, partition)
+                    idx = KeyIndex(self.log, topic, partition, path, mode=mode)
                     self._indexes[(topic, partition)] = idx
         return idx
 
@@ -68,7 +102,10 @@ class EventStore:
         envelopes: Sequence[Envelope[Any]],
     ) -> list[RecordMetadata]:
         """Append ``envelopes`` (versions ``expected_version + 1 …``) iff the stream is at
-        ``expected_version``; raise :class:`ConcurrencyError` otherwise."""
+        ``expected_version``; raise :class:`ConcurrencyError` otherwise (nothing written).
+
+        The envelopes are one batch: all of them are appended, or none.
+        """
         if not envelopes:
             return []
         for i, env in enumerate(envelopes, start=expected_version + 1):
@@ -85,8 +122,7 @@ class EventStore:
         index = self.index(topic, partition)
 
         def check(leo: int) -> None:
-            index.catch_up(leo)
-            actual = index.head(key)
+            actual = self._verified_head(index, key, leo)
             if actual != expected_version:
                 raise ConcurrencyError(
                     f"aggregate {aggregate_id!r} changed concurrently",
@@ -97,12 +133,8 @@ class EventStore:
                 )
 
         def indexed(result: AppendResult) -> None:
-            index.add(
-                key,
-                expected_version + 1,
-                list(range(result.base_offset, result.last_offset + 1)),
-                result.last_offset + 1,
-            )
+            offsets = list(range(result.base_offset, result.last_offset + 1))
+            index.add(key, expected_version + 1, offsets, result.last_offset + 1)
 
         result = self.log.append(
             topic, partition, records, precondition=check, on_appended=indexed, atomic=True
@@ -112,63 +144,147 @@ class EventStore:
             for i, ts in enumerate(result.timestamps)
         ]
 
+    def _verified_head(self, index: KeyIndex, key: bytes, leo: int) -> int:
+        """The stream's version below ``leo``, from the index checked against the log."""
+        for attempt in (1, 2):
+            entry = index.head_at(key, leo)
+            if entry is None:
+                return 0
+            seq, offset = entry
+            record = index.record_at(offset)
+            found = None if record is None or record.key != key else stored_version(record)
+            if found == seq:
+                return seq
+            if attempt == 2:
+                raise SerializationError(
+                    f"stream {key.decode(errors='replace')!r}: its record #{seq} at this offset "
+                    f"has aggregate_version {found} (the log itself is inconsistent)",
+                    topic=index.topic,
+                    partition=index.partition,
+                    offset=offset,
+                )
+            index.reset(
+                f"its last entry for {key!r} (#{seq}, offset {offset}) disagrees with the log"
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
     # ------------------------------------------------------------------ reading
     def current_version(self, topic: str, aggregate_id: str) -> int:
         """The stream's last version (0 when it has no events)."""
-        key = aggregate_id.encode()
         partition = self.partition_of(topic, aggregate_id)
-        index = self.index(topic, partition)
-        hwm = self.log.offsets(topic, partition).hwm
-        return index.head(key) + len(index.scan_tail(hwm, key))
+        view = self.index(topic, partition).view(aggregate_id.encode(), upto_seq=0)
+        return view.head
 
     def record_offsets(
-        self, topic: str, aggregate_id: str, after_version: int = 0, upto_version: int | None = None
+        self,
+        topic: str,
+        aggregate_id: str,
+        after_version: int = 0,
+        upto_version: int | None = None,
     ) -> tuple[int, list[int]]:
         """``(partition, offsets)`` of the stream's records with versions in the range."""
-        key = aggregate_id.encode()
         partition = self.partition_of(topic, aggregate_id)
-        index = self.index(topic, partition)
-        hwm = self.log.offsets(topic, partition).hwm
-        if index.next_offset() >= hwm:
-            return partition, index.offsets(key, after_version, upto_version)
-        # Unindexed tail (a writer died between its append and its index update): overlay it.
-        every = index.offsets(key) + [off for _, off in index.scan_tail(hwm, key)]
-        return partition, every[after_version:upto_version]
+        view = self.index(topic, partition).view(aggregate_id.encode(), after_version, upto_version)
+        return partition, view.offsets
 
     def read_records(self, topic: str, partition: int, offsets: Sequence[int]) -> list[Record]:
-        """The records at ``offsets`` (ascending), fetching each batch once."""
+        """The records at ``offsets`` (ascending); one read per run of adjacent offsets.
+
+        Raises :class:`~framework.errors.SerializationError` when the log has no record at
+        one of them.
+        """
+        try:
+            return self._read_records(topic, partition, offsets)
+        except _IndexMismatchError as exc:
+            raise SerializationError(
+                exc.problem, topic=topic, partition=partition, offset=exc.offset
+            ) from None
+
+    def _read_records(self, topic: str, partition: int, offsets: Sequence[int]) -> list[Record]:
         out: list[Record] = []
-        fetched: dict[int, Record] = {}
-        cursor = None
-        for offset in offsets:
-            record = fetched.get(offset)
-            if record is None:
-                fetched.clear()
-                batch, cursor = self.log.read(
-                    topic, partition, offset, max_bytes=_POINT_READ_BYTES, cursor=cursor
-                )
-                fetched = {r.offset: r for r in batch}
-                record = fetched.get(offset)
-                if record is None:
-                    raise SerializationError(
-                        "the key index names an offset with no record (index out of date?)",
-                        topic=topic,
-                        partition=partition,
-                        offset=offset,
+        i, n = 0, len(offsets)
+        while i < n:
+            j = i
+            while j + 1 < n and offsets[j + 1] == offsets[j] + 1:
+                j += 1
+            start, end = offsets[i], offsets[j] + 1
+            position = start
+            cursor: Cursor | None = None
+            while position < end:
+                try:
+                    batch, cursor = self.log.read(
+                        topic,
+                        partition,
+                        position,
+                        max_bytes=_RUN_READ_BYTES,
+                        cursor=cursor,
+                        upto=end,
                     )
-            out.append(record)
+                except OffsetOutOfRangeError:
+                    batch = []
+                if not batch or batch[0].offset != position:
+                    raise _IndexMismatchError(
+                        position, "the key index names an offset with no record"
+                    )
+                for record in batch:
+                    if record.offset >= end:  # the rest of the last batch: not asked for
+                        break
+                    if record.offset != position:
+                        raise _IndexMismatchError(
+                            position, "the key index names an offset with no record"
+                        )
+                    out.append(record)
+                    position += 1
+            i = j + 1
         return out
 
     def read(
-        self, topic: str, aggregate_id: str, after_version: int = 0, upto_version: int | None = None
+        self,
+        topic: str,
+        aggregate_id: str,
+        after_version: int = 0,
+        upto_version: int | None = None,
     ) -> list[Envelope[Any]]:
-        """The stream's envelopes with ``after_version < version <= upto_version``."""
-        partition, offsets = self.record_offsets(topic, aggregate_id, after_version, upto_version)
+        """The stream's envelopes with ``after_version < version <= upto_version``, checked
+        against the stream's key and version sequence (see the module docstring)."""
+        key = aggregate_id.encode()
+        partition = self.partition_of(topic, aggregate_id)
+        index = self.index(topic, partition)
+        for attempt in (1, 2):
+            view = index.view(key, after_version, upto_version)
+            try:
+                return self._decode_stream(topic, partition, key, after_version, view.offsets)
+            except _IndexMismatchError as exc:
+                if attempt == 2 or exc.offset < index.trusted_upto:
+                    raise SerializationError(
+                        f"stream {aggregate_id!r}: {exc.problem}",
+                        topic=topic,
+                        partition=partition,
+                        offset=exc.offset,
+                    ) from None
+                log.warning(
+                    "key index disagrees with the log; rebuilding it",
+                    topic=topic,
+                    partition=partition,
+                    offset=exc.offset,
+                    problem=exc.problem,
+                )
+                index.rebuild()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _decode_stream(
+        self, topic: str, partition: int, key: bytes, after_version: int, offsets: list[int]
+    ) -> list[Envelope[Any]]:
         envelopes = []
         expected = after_version + 1
-        key = aggregate_id.encode()
-        for record in self.read_records(topic, partition, offsets):
-            env = self.codec.decode(
+        decode = self.codec.decode
+        for record in self._read_records(topic, partition, offsets):
+            if record.key != key:
+                raise _IndexMismatchError(
+                    record.offset,
+                    f"expected the record of version {expected}, found one of {record.key!r}",
+                )
+            env = decode(
                 record.key,
                 record.value,
                 record.headers,  # type: ignore[arg-type]
@@ -176,51 +292,26 @@ class EventStore:
                 partition=partition,
                 offset=record.offset,
             )
-            if record.key != key or env.aggregate_version != expected:
-                raise SerializationError(
-                    f"stream {aggregate_id!r}: expected version {expected}, found "
-                    f"{env.aggregate_id!r} v{env.aggregate_version} (key index out of date; "
-                    "run `eventlane verify` to rebuild it)",
-                    topic=topic,
-                    partition=partition,
-                    offset=record.offset,
+            if env.aggregate_version != expected:
+                raise _IndexMismatchError(
+                    record.offset,
+                    f"expected version {expected}, found version {env.aggregate_version}",
                 )
             envelopes.append(env)
             expected += 1
         return envelopes
 
-    def verify_index(self, topic: str, partition: int) -> list[str]:
-        """Compare the partition's key index with a fresh scan of the log; list differences."""
-        index = self.index(topic, partition)
-        hwm = self.log.offsets(topic, partition).hwm
-        truth: dict[bytes, list[int]] = {}
-        for key, offset in _scan_all(self.log, topic, partition, hwm):
-            truth.setdefault(key, []).append(offset)
-        problems = []
-        for key, offsets in truth.items():
-            indexed = index.offsets(key)
-            if indexed != offsets[: len(indexed)]:
-                problems.append(
-                    f"key {key!r}: index has offsets {indexed[:5]}…, log has {offsets[:5]}…"
-                )
-        return problems
+    # ------------------------------------------------------------------ maintenance
+    def verify_index(self, topic: str, partition: int) -> IndexReport:
+        """Compare the partition's key index with a fresh scan of the log."""
+        return self.index(topic, partition).verify()
+
+    def rebuild_index(self, topic: str, partition: int) -> int:
+        """Rebuild the partition's key index from the log; returns the records indexed."""
+        return self.index(topic, partition).rebuild()
 
     def close(self) -> None:
-        for index in self._indexes.values():
-            index.close()
-        self._indexes.clear()
-
-
-def _scan_all(log_: Log, topic: str, partition: int, upto: int) -> list[tuple[bytes, int]]:
-    out: list[tuple[bytes, int]] = []
-    offset = log_.offsets(topic, partition).lwm
-    cursor = None
-    while offset < upto:
-        records, cursor = log_.read(
-            topic, partition, offset, max_bytes=4 << 20, cursor=cursor, upto=upto
-        )
-        if not records:
-            break
-        out.extend((r.key, r.offset) for r in records if r.key is not None)
-        offset = records[-1].offset + 1
-    return out
+        with self._lock:
+            for index in self._indexes.values():
+                index.close()
+            self._indexes.clear()

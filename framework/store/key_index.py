@@ -11,7 +11,8 @@ mode), next to a lock file::
         schema       2
         mode         "stream" or "latest"
         next_offset  the first log offset not yet indexed (0 for an empty index)
-        rows         the number of rows in ``entries`` (checked on open)
+        rows         the number of rows in ``entries``          } checked against the
+        checksum     the sum of ``offset + seq`` over the rows  } table on open
         last_key     key of the last indexed record (its *anchor*: checked on open)
         last_offset  offset of that record
 
@@ -38,9 +39,9 @@ Invariants:
   index it under the append lock before their version check.
 * A file SQLite cannot read, or of another schema, is replaced by an empty index. On open,
   cheap consistency checks run: ``next_offset <= HWM`` (else the index belongs to an older
-  incarnation of the partition), ``rows`` equals the row count, and the anchor record in
-  the log has the anchor key. A failed check empties the index (it is rebuilt on use).
-  :meth:`KeyIndex.verify` compares every row with the log.
+  incarnation of the partition), ``rows`` and ``checksum`` match the table, and the anchor
+  record in the log has the anchor key. A failed check empties the index (it is rebuilt
+  on use). :meth:`KeyIndex.verify` compares every row with the log.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal, NamedTuple, TypeVar, cast
+from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 import structlog
 
@@ -69,7 +70,7 @@ MODES: tuple[str, ...] = ("stream", "latest")
 SCHEMA = 2
 INDEX_SUFFIX = ".keyindex.sqlite"
 LOCK_SUFFIX = ".keyindex.lock"
-READER_CATCH_UP = 2000
+READER_CATCH_UP = 1000
 """A reader overlays at most this many unindexed offsets; past that it indexes them."""
 CATCH_UP_BYTES = 4 << 20
 """Log bytes read (and rows written, one transaction) per step of a catch-up."""
@@ -203,7 +204,7 @@ class KeyIndex:
                     db.execute("BEGIN IMMEDIATE")
                     db.executemany(
                         "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                        [("schema", SCHEMA), ("next_offset", 0), ("rows", 0)],
+                        [("schema", SCHEMA), ("next_offset", 0), ("rows", 0), ("checksum", 0)],
                     )
                     db.execute("COMMIT")
                 elif row[0] != SCHEMA:
@@ -246,15 +247,18 @@ class KeyIndex:
     def _quick_check(self) -> str | None:
         """The cheap consistency checks of the module docstring: a problem, or ``None``."""
         with self._lock:
-            nxt, rows, count, last_key, last_offset = self._guard(self._meta_and_count)
+            nxt, stated, actual, last_key, last_offset = self._guard(self._meta_and_count)
         marks = self.log.offsets(self.topic, self.partition)
         if nxt > marks.hwm:
             return (
                 f"the index ends at offset {nxt}, past the log's high-water mark {marks.hwm} "
                 "(the partition was recreated or restored?)"
             )
-        if rows != count:
-            return f"the index holds {count} rows, its meta data says {rows}"
+        if stated != actual:
+            return (
+                f"the index holds {actual[0]} rows (checksum {actual[1]}), its meta data "
+                f"says {stated[0]} (checksum {stated[1]})"
+            )
         if last_offset is not None and marks.lwm <= last_offset < marks.hwm:
             record = self.record_at(last_offset)
             if record is None or record.key != last_key:
@@ -265,13 +269,18 @@ class KeyIndex:
                 )
         return None
 
-    def _meta_and_count(self) -> tuple[int, int, int, bytes | None, int | None]:
+    def _meta_and_count(
+        self,
+    ) -> tuple[int, tuple[int, int], tuple[int, int], bytes | None, int | None]:
+        """``next_offset``, (rows, checksum) as stated in meta and as counted, the anchor."""
         meta = dict(self._db.execute("SELECT name, value FROM meta").fetchall())
-        (count,) = self._db.execute("SELECT count(*) FROM entries").fetchone()
+        count, total = self._db.execute(
+            "SELECT count(*), coalesce(sum(offset + seq), 0) FROM entries"
+        ).fetchone()
         return (
             int(meta.get("next_offset", 0)),
-            int(meta.get("rows", 0)),
-            int(count),
+            (int(meta.get("rows", 0)), int(meta.get("checksum", 0))),
+            (int(count), int(total)),
             meta.get("last_key"),
             meta.get("last_offset"),
         )
@@ -287,15 +296,16 @@ class KeyIndex:
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    def _guard(self, operation: Callable[[], T]) -> T:
-        """Run ``operation``; if SQLite finds the file corrupt, replace it and run it again."""
+    def _guard(self, operation: Callable[..., T], *args: Any) -> T:
+        """Run ``operation(*args)``; if SQLite finds the file corrupt, replace the file with
+        an empty index and run it again."""
         try:
-            return operation()
+            return operation(*args)
         except sqlite3.DatabaseError as exc:
             if not _is_corrupt(exc):
                 raise
             self._replace_corrupt_file(str(exc))
-            return operation()
+            return operation(*args)
 
     def _replace_corrupt_file(self, error: str) -> None:
         with self._writing():
@@ -333,27 +343,29 @@ class KeyIndex:
     def head(self, key: bytes) -> int:
         """The last ``seq`` indexed for ``key`` (0 if none); the unindexed tail is ignored."""
         with self._lock:
-            return self._guard(lambda: self._head(key))
+            return self._guard(self._head, key)
 
     def head_entry(self, key: bytes) -> tuple[int, int] | None:
         """``(seq, offset)`` of the last indexed record of ``key``, or ``None``."""
         with self._lock:
-            row = self._guard(
-                lambda: self._db.execute(
-                    "SELECT seq, offset FROM entries WHERE key=? ORDER BY seq DESC LIMIT 1",
-                    (key,),
-                ).fetchone()
-            )
+            return self._guard(self._head_entry, key)
+
+    def _head_entry(self, key: bytes) -> tuple[int, int] | None:
+        row = self._db.execute(
+            "SELECT seq, offset FROM entries WHERE key=? ORDER BY seq DESC LIMIT 1", (key,)
+        ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
 
-    def _snapshot(self, query: Callable[[], T]) -> tuple[int, T]:
-        """``next_offset`` and ``query()`` read in one SQLite read transaction."""
+    def _snapshot(self, query: Callable[..., T], *args: Any) -> tuple[int, T]:
+        """``next_offset`` and ``query(*args)`` read in one SQLite read transaction."""
         db = self._db
         db.execute("BEGIN")
         try:
-            return self._next_offset(), query()
+            return self._next_offset(), query(*args)
         finally:
-            db.execute("COMMIT")
+            with contextlib.suppress(sqlite3.Error):
+                if db.in_transaction:
+                    db.execute("COMMIT")
 
     def _rows(self, key: bytes, after_seq: int, upto_seq: int | None) -> tuple[int, list[int]]:
         head = self._head(key)
@@ -373,7 +385,7 @@ class KeyIndex:
         while True:
             with self._lock:
                 nxt, (head, offsets) = self._guard(
-                    lambda: self._snapshot(lambda: self._rows(key, after_seq, upto_seq))
+                    self._snapshot, self._rows, key, after_seq, upto_seq
                 )
             marks = self.log.offsets(self.topic, self.partition)
             if nxt > marks.hwm:
@@ -393,16 +405,22 @@ class KeyIndex:
             return View(seq, offsets, marks.hwm)
 
     def last(self, key: bytes) -> int | None:
-        """The offset of ``key``'s last record below the high-water mark, or ``None``."""
-        view = self.view(key, after_seq=-1, upto_seq=-1)  # no rows: just the head
-        if view.head == 0:
-            return None
-        tail_view = self.view(key, after_seq=view.head - 1)
-        return tail_view.offsets[-1] if tail_view.offsets else self._indexed_offset(key)
+        """The offset of ``key``'s last record below the high-water mark, or ``None``
+        (meant for ``latest`` mode, where the index holds one row per key)."""
+        offsets = self.view(key).offsets
+        return offsets[-1] if offsets else None
 
-    def _indexed_offset(self, key: bytes) -> int | None:
-        entry = self.head_entry(key)
-        return None if entry is None else entry[1]
+    def head_at(self, key: bytes, leo: int) -> tuple[int, int] | None:
+        """``(seq, offset)`` of ``key``'s last record, from an index covering exactly the
+        offsets below ``leo``. Call under the partition's append lock."""
+        while True:
+            self.sync_to(leo)
+            with self._lock:
+                read: tuple[int, tuple[int, int] | None]
+                read = self._guard(self._snapshot, self._head_entry, key)
+            nxt, entry = read
+            if nxt == leo:  # else emptied meanwhile by another process: again
+                return entry
 
     def scan(self, start: int, upto: int, key: bytes | None = None) -> list[tuple[bytes, int]]:
         """``(key, offset)`` of the keyed records in ``[start, upto)`` read from the log
@@ -411,7 +429,11 @@ class KeyIndex:
         cursor: Cursor | None = None
         while start < upto:
             records, cursor = self.log.read(
-                self.topic, self.partition, start, max_bytes=CATCH_UP_BYTES, cursor=cursor,
+                self.topic,
+                self.partition,
+                start,
+                max_bytes=CATCH_UP_BYTES,
+                cursor=cursor,
                 upto=upto,
             )
             if not records:
@@ -443,6 +465,9 @@ class KeyIndex:
         transaction. On return ``next_offset >= upto``. Returns the records indexed."""
         done = 0
         cursor: Cursor | None = None
+        # Touch the partition before taking the index lock: opening a partition object takes
+        # its append lock, and an appender holds that lock while it waits for this one.
+        self.log.offsets(self.topic, self.partition)
         while True:
             with self._writing():
                 nxt = self._guard(self._next_offset)
@@ -450,20 +475,24 @@ class KeyIndex:
                 start = max(nxt, marks.lwm)
                 if start >= upto:
                     if nxt < upto:  # nothing below upto is left to index (empty, or retention)
-                        self._guard(lambda: self._write([], nxt, upto))
+                        self._guard(self._write, [], nxt, upto)
                     break
                 try:
                     records, cursor = self.log.read(
-                        self.topic, self.partition, start, max_bytes=CATCH_UP_BYTES,
-                        cursor=cursor, upto=upto,
+                        self.topic,
+                        self.partition,
+                        start,
+                        max_bytes=CATCH_UP_BYTES,
+                        cursor=cursor,
+                        upto=upto,
                     )
                 except OffsetOutOfRangeError:  # retention moved the low-water mark: again
                     cursor = None
                     continue
                 end = records[-1].offset + 1 if records else upto
                 pairs = [(r.key, r.offset) for r in records if r.key is not None]
-                rows = self._guard(lambda: self._number(pairs))  # noqa: B023
-                self._guard(lambda: self._write(rows, nxt, end))  # noqa: B023
+                rows = self._guard(self._number, pairs)
+                self._guard(self._write, rows, nxt, end)
                 done += len(rows)
         if done:
             self._log.info("key index caught up", records=done, offset=upto)
@@ -496,7 +525,7 @@ class KeyIndex:
         records just appended; applies only if the index ends at ``offsets[0]``."""
         rows = [(key, first_seq + i, off) for i, off in enumerate(offsets)]
         with self._writing():
-            return self._guard(lambda: self._write(rows, offsets[0], next_offset))
+            return self._guard(self._write, rows, offsets[0], next_offset)
 
     def _write(
         self, rows: list[tuple[bytes, int, int]], expected_next: int, next_offset: int
@@ -510,15 +539,24 @@ class KeyIndex:
                 return False
             if rows:
                 db.executemany("INSERT INTO entries VALUES (?, ?, ?)", rows)
-                change = len(rows)
-                if self.mode == "latest":
+                count, total = len(rows), sum(offset + seq for _, seq, offset in rows)
+                if self.mode == "latest":  # keep only each key's last row
                     tops: dict[bytes, int] = {}
                     for key, seq, _ in rows:
                         tops[key] = seq
-                    change -= db.executemany(
-                        "DELETE FROM entries WHERE key=? AND seq<?", list(tops.items())
-                    ).rowcount
-                db.execute("UPDATE meta SET value = value + ? WHERE name='rows'", (change,))
+                    for key, seq in tops.items():
+                        gone, gone_total = db.execute(
+                            "SELECT count(*), coalesce(sum(offset + seq), 0) FROM entries "
+                            "WHERE key=? AND seq<?",
+                            (key, seq),
+                        ).fetchone()
+                        if gone:
+                            db.execute("DELETE FROM entries WHERE key=? AND seq<?", (key, seq))
+                            count, total = count - gone, total - gone_total
+                db.executemany(
+                    "UPDATE meta SET value = value + ? WHERE name=?",
+                    [(count, "rows"), (total, "checksum")],
+                )
                 db.executemany(
                     "INSERT OR REPLACE INTO meta VALUES (?, ?)",
                     [("last_key", rows[-1][0]), ("last_offset", rows[-1][2])],
@@ -538,16 +576,17 @@ class KeyIndex:
     def _clear(self) -> None:
         """Empty the index (inside the caller's transaction)."""
         self._db.execute("DELETE FROM entries")
-        self._db.execute(
-            "DELETE FROM meta WHERE name NOT IN ('schema', 'mode')"
-        )
+        self._db.execute("DELETE FROM meta WHERE name NOT IN ('schema', 'mode')")
         self._db.executemany(
-            "INSERT INTO meta VALUES (?, ?)", [("next_offset", 0), ("rows", 0)]
+            "INSERT INTO meta VALUES (?, ?)", [("next_offset", 0), ("rows", 0), ("checksum", 0)]
         )
 
     def _clear_now(self, reason: str) -> None:
-        self._log.warning("key index inconsistent; emptying it (rebuilt from the log)",
-                          file=str(self.path), reason=reason)
+        self._log.warning(
+            "key index inconsistent; emptying it (rebuilt from the log)",
+            file=str(self.path),
+            reason=reason,
+        )
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._clear()
@@ -560,7 +599,7 @@ class KeyIndex:
     def reset(self, reason: str) -> None:
         """Empty the index in one transaction (readers see the old or the empty index)."""
         with self._writing():
-            self._guard(lambda: self._clear_now(reason))
+            self._guard(self._clear_now, reason)
 
     def rebuild(self) -> int:
         """Empty the index and index the partition again from its low-water mark."""
@@ -582,14 +621,17 @@ class KeyIndex:
             db = self._db
             db.execute("BEGIN")
             try:
-                nxt, rows, count, _, _ = self._meta_and_count()
+                nxt, stated, actual, _, _ = self._meta_and_count()
                 marks = self.log.offsets(self.topic, self.partition)
                 if nxt > marks.hwm:
                     problems.add(
                         f"the index ends at offset {nxt}, past the high-water mark {marks.hwm}"
                     )
-                if rows != count:
-                    problems.add(f"the index holds {count} rows, its meta data says {rows}")
+                if stated != actual:
+                    problems.add(
+                        f"the index holds {actual[0]} rows (checksum {actual[1]}), its meta "
+                        f"data says {stated[0]} (checksum {stated[1]})"
+                    )
                 limit = min(nxt, marks.hwm)
                 if self.mode == "stream":
                     self._verify_stream(marks.lwm, limit, problems)
@@ -598,8 +640,15 @@ class KeyIndex:
             finally:
                 db.execute("COMMIT")
         return IndexReport(
-            self.topic, self.partition, str(self.path), self.mode, count, nxt, marks.hwm,
-            tuple(problems.messages), problems.count,
+            self.topic,
+            self.partition,
+            str(self.path),
+            self.mode,
+            actual[0],
+            nxt,
+            marks.hwm,
+            tuple(problems.messages),
+            problems.count,
         )
 
     def _verify_stream(self, lwm: int, limit: int, problems: _Problems) -> None:
@@ -608,8 +657,10 @@ class KeyIndex:
         seqs: dict[bytes, int] = {}
         for key, offset in self.scan(lwm, limit):
             while row is not None and row[0] < offset:
-                problems.add(f"offset {row[0]}: indexed as {row[1]!r} #{row[2]}, the log has "
-                             "no keyed record there")
+                problems.add(
+                    f"offset {row[0]}: indexed as {row[1]!r} #{row[2]}, the log has "
+                    "no keyed record there"
+                )
                 row = next(rows, None)
             if row is None or row[0] != offset:
                 problems.add(f"offset {offset}: record of {key!r} missing from the index")
@@ -622,8 +673,10 @@ class KeyIndex:
                 expected += 1
             seqs[key] = expected
             if row[1] != key or row[2] != expected:
-                problems.add(f"offset {offset}: indexed as {row[1]!r} #{row[2]}, the log has "
-                             f"{key!r} #{expected}")
+                problems.add(
+                    f"offset {offset}: indexed as {row[1]!r} #{row[2]}, the log has "
+                    f"{key!r} #{expected}"
+                )
             row = next(rows, None)
         while row is not None:
             where = "past the index's end" if row[0] >= limit else "with no keyed record"
@@ -637,8 +690,9 @@ class KeyIndex:
         for key, offset in self._db.execute("SELECT key, offset FROM entries"):
             actual = truth.pop(key, None)
             if actual != offset:
-                problems.add(f"key {key!r}: indexed at offset {offset}, the log's last record "
-                             f"is at {actual}")
+                problems.add(
+                    f"key {key!r}: indexed at offset {offset}, the log's last record is at {actual}"
+                )
         for key, offset in truth.items():
             problems.add(f"key {key!r}: last record at offset {offset} missing from the index")
 

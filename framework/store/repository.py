@@ -2,14 +2,17 @@
 
 ``save`` appends an aggregate's pending events as one conditional, atomic batch (see
 :mod:`framework.store.event_store`). ``load`` rebuilds the aggregate from the latest usable
-snapshot plus the events after it, or from all its events.
+snapshot plus the events after it, or from all its events. ``execute`` runs a command with
+retry on concurrency conflicts (load, run, save; again on :class:`ConcurrencyError`).
 
-Snapshots live in the compacted topic ``<topic>.snapshots`` (same partition count as the
-event topic, keyed by aggregate id, so compaction keeps the latest per aggregate). One is
-written whenever a save crosses a multiple of the class's ``snapshot_every``. A snapshot
-whose ``snapshot_version`` is not the class's current one is ignored (the aggregate is
-rebuilt from its events and a fresh snapshot is written at the next threshold), never
-misread.
+Snapshots live in the compacted topic ``<topic>.snapshots`` (created on the first snapshot
+with the event topic's partition count; keyed by aggregate id, so compaction keeps the
+latest per aggregate; a ``latest``-mode key index finds it without a scan). One is written
+whenever a save crosses a multiple of the class's ``snapshot_every``. A snapshot is
+*ignored*, never misread, when its ``snapshot_version`` is not the class's current one,
+when it cannot be decoded, or when it is ahead of the stream; the aggregate is then rebuilt
+from its events, and a load of the latest version writes a fresh snapshot. Writing a
+snapshot is best effort: the events are already saved, so a failure is logged, not raised.
 """
 
 from __future__ import annotations
@@ -21,7 +24,12 @@ import structlog
 
 from framework.codec import Envelope, SnapshotCodec
 from framework.domain import Aggregate, Snapshot
-from framework.errors import AggregateNotFoundError, ConcurrencyError, StaleSnapshotError
+from framework.errors import (
+    AggregateNotFoundError,
+    ConcurrencyError,
+    SerializationError,
+    StaleSnapshotError,
+)
 from framework.log import RecordMetadata
 from framework.log.partition import AppendResult
 from framework.store.event_store import EventStore
@@ -31,6 +39,14 @@ log = structlog.get_logger("eventlane.store")
 A = TypeVar("A", bound=Aggregate)
 
 SNAPSHOT_SUFFIX = ".snapshots"
+SNAPSHOT_TOPIC_CONFIG: dict[str, object] = {
+    "cleanup_policy": "compact",
+    "retention_ms": -1,
+    "segment_bytes": 16 << 20,
+}
+"""Snapshot topics keep the latest snapshot per aggregate: compacted, never expired, and
+with segments small enough for compaction (which never touches the active segment) to
+reclaim space early."""
 
 
 def snapshot_topic(topic: str) -> str:
@@ -84,23 +100,20 @@ class Repository:
         log_ = self.store.log
         try:
             log_.create_topic(
-                topic,
-                log_.partition_count(cls.topic),
-                {"cleanup_policy": "compact", "retention_ms": -1},
-                exist_ok=True,
+                topic, log_.partition_count(cls.topic), SNAPSHOT_TOPIC_CONFIG, exist_ok=True
             )
             record = self.snapshots.encode(cls, aggregate.take_snapshot())
             partition = self.store.partition_of(topic, aggregate.id)
-            index = self.store.index(topic, partition)
+            index = self.store.index(topic, partition, mode="latest")
             key = aggregate.id.encode()
-            first_seq = [0]
+            seen = [0]
 
             def check(leo: int) -> None:
-                index.catch_up(leo)
-                first_seq[0] = index.head(key) + 1
+                entry = index.head_at(key, leo)
+                seen[0] = 0 if entry is None else entry[0]
 
             def indexed(result: AppendResult) -> None:
-                index.add(key, first_seq[0], [result.base_offset], result.last_offset + 1)
+                index.add(key, seen[0] + 1, [result.base_offset], result.last_offset + 1)
 
             log_.append(
                 topic,
@@ -108,6 +121,13 @@ class Repository:
                 [(record.key, record.value, tuple(record.headers), None)],
                 precondition=check,
                 on_appended=indexed,
+            )
+            log.debug(
+                "snapshot saved",
+                topic=topic,
+                partition=partition,
+                aggregate_id=aggregate.id,
+                version=aggregate.version,
             )
         except Exception as exc:  # the events are saved; a missing snapshot only costs time
             log.warning(
@@ -123,9 +143,25 @@ class Repository:
         """The aggregate as of ``version`` (default: latest).
 
         Raises :class:`~framework.errors.AggregateNotFoundError` when it has no events (or
-        fewer than ``version``).
+        fewer than ``version``). A snapshot that cannot be used (stale schema, undecodable)
+        is ignored; the aggregate is rebuilt from its events and, on a load of the latest
+        version, a fresh snapshot replaces it.
         """
-        snapshot = self._load_snapshot(cls, aggregate_id, version)
+        if version is not None and version < 1:
+            raise AggregateNotFoundError(
+                f"{cls.__qualname__} {aggregate_id!r} has no version {version}", topic=cls.topic
+            )
+        snapshot, unusable = self._load_snapshot(cls, aggregate_id, version)
+        if snapshot is not None and snapshot.aggregate_version > self.store.current_version(
+            cls.topic, aggregate_id
+        ):  # the snapshot is ahead of the stream: the event topic was recreated
+            log.warning(
+                "snapshot ahead of its stream ignored",
+                topic=cls.topic,
+                aggregate_id=aggregate_id,
+                version=snapshot.aggregate_version,
+            )
+            snapshot, unusable = None, True
         after = snapshot.aggregate_version if snapshot is not None else 0
         envelopes = self.store.read(cls.topic, aggregate_id, after, version)
         if snapshot is None and not envelopes:
@@ -139,47 +175,55 @@ class Repository:
                 f" {version}",
                 topic=cls.topic,
             )
+        every = cls.snapshot_every
+        if unusable and version is None and every and aggregate.version >= every:
+            self._save_snapshot(aggregate)
         return aggregate
 
     def _load_snapshot(
         self, cls: type[A], aggregate_id: str, version: int | None
-    ) -> Snapshot | None:
+    ) -> tuple[Snapshot | None, bool]:
+        """The latest usable snapshot at or below ``version``, and whether the latest one
+        stored was unusable (stale schema, undecodable, or pointing nowhere)."""
         if not cls.snapshot_every:
-            return None
+            return None, False
         topic = snapshot_topic(cls.topic)
         log_ = self.store.log
         if not log_.topic_exists(topic):
-            return None
+            return None, False
         partition = self.store.partition_of(topic, aggregate_id)
-        index = self.store.index(topic, partition)
+        index = self.store.index(topic, partition, mode="latest")
         key = aggregate_id.encode()
-        hwm = log_.offsets(topic, partition).hwm
-        tail = index.scan_tail(hwm, key) if index.next_offset() < hwm else []
-        offset = tail[-1][1] if tail else index.last_offset(key)
+        offset = index.last(key)
         if offset is None:
-            return None
-        records, _ = log_.read(topic, partition, offset, max_bytes=1)
-        if not records or records[0].offset != offset or records[0].key != key:
-            return None  # compacted away since indexed, or the index is stale
-        r = records[0]
+            return None, False
+        record = index.record_at(offset)
+        where = {"topic": topic, "partition": partition, "offset": offset}
+        if record is None or record.key != key:
+            log.warning("snapshot index names no snapshot; rebuilding it", **where)
+            index.rebuild()
+            return None, True
         try:
             snap = self.snapshots.decode(
                 cls,
-                r.key,
-                r.value,
-                r.headers,  # type: ignore[arg-type]
+                record.key,
+                record.value,
+                record.headers,  # type: ignore[arg-type]
                 topic=topic,
                 partition=partition,
-                offset=r.offset,
+                offset=offset,
             )
         except StaleSnapshotError:
-            log.info(
-                "stale snapshot ignored", topic=topic, aggregate_id=aggregate_id, offset=r.offset
+            log.info("stale snapshot ignored", aggregate_id=aggregate_id, **where)
+            return None, True
+        except SerializationError as exc:
+            log.warning(
+                "undecodable snapshot ignored", aggregate_id=aggregate_id, error=str(exc), **where
             )
-            return None
+            return None, True
         if version is not None and snap.aggregate_version > version:
-            return None
-        return snap
+            return None, False
+        return snap, False
 
     # ------------------------------------------------------------------ commands
     def execute(

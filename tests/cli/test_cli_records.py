@@ -93,7 +93,9 @@ def test_null_marker_produces_tombstones(cli) -> None:
 
 def test_non_utf8_bytes_are_replaced_or_base64(cli, orders: str) -> None:
     raw = b"\xff\xfeok"
-    cli("produce", orders, "--partition", "1", "--key-separator", "|", input=b"k\x80|" + raw + b"\n")
+    cli(
+        "produce", orders, "--partition", "1", "--key-separator", "|", input=b"k\x80|" + raw + b"\n"
+    )
     [text] = consume(cli, orders, "--partition", "1")
     assert text["value"] == "\ufffd\ufffdok" and text["key"] == "k\ufffd"
     [b64] = consume(cli, orders, "--partition", "1", "--base64")

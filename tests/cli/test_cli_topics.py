@@ -7,8 +7,10 @@ from pathlib import Path
 
 import attrs
 import pytest
-
 from cli_helpers import tree
+from click.testing import CliRunner
+
+from framework.cli import main
 from framework.log import LogStore, TopicConfig
 
 PARTITION_KEYS = {"partition", "lwm", "hwm", "leo", "segments", "bytes"}
@@ -220,15 +222,13 @@ def test_data_option_after_subcommand_and_env_var(cli, tmp_path: Path) -> None:
     assert (one / "topics" / "t1" / "topic.json").exists()
     assert (two / "topics" / "t2" / "topic.json").exists()
 
-    from click.testing import CliRunner
-
-    from framework.cli import main
-
     runner = CliRunner(env={"EVENTLANE_DATA": str(three)})
     assert runner.invoke(main, ["topics", "create", "t3"]).exit_code == 0
     assert (three / "topics" / "t3" / "topic.json").exists()
     # The subcommand's --data wins over the root option and the environment.
-    result = runner.invoke(main, ["--data", str(two), "topics", "list", "--json", "--data", str(one)])
+    result = runner.invoke(
+        main, ["--data", str(two), "topics", "list", "--json", "--data", str(one)]
+    )
     assert [t["name"] for t in json.loads(result.stdout)] == ["t1"]
 
 

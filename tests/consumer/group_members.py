@@ -33,6 +33,7 @@ own. Events::
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -44,22 +45,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
+
+from framework.consumer.group import GroupConsumer
+from framework.errors import CommitFailedError, ConsumerError
+from framework.log import LogStore, TopicPartition
+
 MEMBERS = Path(__file__).resolve()
 ROOT = MEMBERS.parents[2]
 
 
 # ---------------------------------------------------------------------------- child side
 def _run_member(args: dict[str, Any]) -> None:
-    import structlog
-
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
     )
-    from framework.consumer.group import GroupConsumer
-    from framework.errors import CommitFailedError, ConsumerError
-    from framework.log import LogStore, TopicPartition
-
     fd = os.open(args["events"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def emit(**event: Any) -> None:
@@ -78,8 +79,12 @@ def _run_member(args: dict[str, Any]) -> None:
 
     def listener(kind: str) -> Any:
         def callback(tps: list[TopicPartition]) -> None:
-            emit(ev=kind, tps=[tp.partition for tp in tps], gen=consumer.generation,
-                 member=consumer.member_id)
+            emit(
+                ev=kind,
+                tps=[tp.partition for tp in tps],
+                gen=consumer.generation,
+                member=consumer.member_id,
+            )
 
         return callback
 
@@ -110,11 +115,25 @@ def _run_member(args: dict[str, Any]) -> None:
         t0 = time.monotonic()
         try:
             consumer.commit(offsets)
-            emit(ev="commit", ok=True, t0=t0, gen=gen, member=member, error=None,
-                 offsets={tp.partition: o for tp, o in offsets.items()})
+            emit(
+                ev="commit",
+                ok=True,
+                t0=t0,
+                gen=gen,
+                member=member,
+                error=None,
+                offsets={tp.partition: o for tp, o in offsets.items()},
+            )
         except CommitFailedError as exc:
-            emit(ev="commit", ok=False, t0=t0, gen=gen, member=member, error=str(exc),
-                 offsets={tp.partition: o for tp, o in offsets.items()})
+            emit(
+                ev="commit",
+                ok=False,
+                t0=t0,
+                gen=gen,
+                member=member,
+                error=str(exc),
+                offsets={tp.partition: o for tp, o in offsets.items()},
+            )
 
     try:
         while not stopping:
@@ -205,8 +224,13 @@ def start_member(name: str, tmp: Path, **args: Any) -> Member:
     args = {"events": str(events), **args}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(stderr, "wb") as err:
-        proc = subprocess.Popen([sys.executable, str(MEMBERS), json.dumps(args)],
-                                stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, str(MEMBERS), json.dumps(args)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            cwd=ROOT,
+        )
     return Member(name, proc, events, stderr)
 
 
@@ -217,17 +241,20 @@ def wait_for(condition: Any, timeout: float, what: str, members: list[Member] = 
         if condition():
             return time.monotonic()
         if time.monotonic() > deadline:
-            details = "\n".join(f"--- {m.name} (rc={m.proc.poll()}) owned={sorted(m.owned())}\n"
-                                f"{m.stderr()}" for m in members)
+            details = "\n".join(
+                f"--- {m.name} (rc={m.proc.poll()}) owned={sorted(m.owned())}\n{m.stderr()}"
+                for m in members
+            )
             raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{details}")
         for m in members:
             if m.proc.poll() not in (None, 0, -9, -15):
-                raise AssertionError(f"member {m.name} died rc={m.proc.returncode}:\n"
-                                     f"{m.stderr()}")
+                raise AssertionError(f"member {m.name} died rc={m.proc.returncode}:\n{m.stderr()}")
         time.sleep(0.02)
 
 
-def ownership_intervals(members: list[Member], end: float) -> dict[int, list[tuple[float, float, str]]]:
+def ownership_intervals(
+    members: list[Member], end: float
+) -> dict[int, list[tuple[float, float, str]]]:
     """Per partition, every ``(start, stop, member)`` interval of ownership from the logs;
     an interval still open ends at ``end``."""
     out: dict[int, list[tuple[float, float, str]]] = {}
@@ -250,11 +277,12 @@ def overlaps(intervals: dict[int, list[tuple[float, float, str]]]) -> list[str]:
     """Every pair of intervals of one partition that overlap in time (should be none)."""
     found = []
     for p, spans in intervals.items():
-        spans = sorted(spans)
-        for (s1, e1, m1), (s2, e2, m2) in zip(spans, spans[1:]):
+        ordered = sorted(spans)
+        for (s1, e1, m1), (s2, e2, m2) in itertools.pairwise(ordered):
             if s2 < e1:
-                found.append(f"partition {p}: {m1} [{s1:.4f}, {e1:.4f}] overlaps {m2} "
-                             f"[{s2:.4f}, {e2:.4f}]")
+                found.append(
+                    f"partition {p}: {m1} [{s1:.4f}, {e1:.4f}] overlaps {m2} [{s2:.4f}, {e2:.4f}]"
+                )
     return found
 
 

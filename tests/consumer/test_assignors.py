@@ -11,39 +11,48 @@ from hypothesis import strategies as st
 from framework.consumer.assignors import (
     ASSIGNORS,
     MemberSubscription,
+    get_assignor,
     range_assign,
     roundrobin_assign,
     sticky_assign,
 )
 from framework.errors import ConfigError
-from framework.consumer.assignors import get_assignor
 from framework.log import TopicPartition
 
 TOPICS = ["a", "b", "c"]
 
-member_ids = st.lists(st.text("xyzw0123", min_size=1, max_size=4), min_size=1, max_size=9,
-                      unique=True)
+member_ids = st.lists(
+    st.text("xyzw0123", min_size=1, max_size=4), min_size=1, max_size=9, unique=True
+)
 partition_counts = st.fixed_dictionaries({t: st.integers(0, 12) for t in TOPICS})
 
 
 @st.composite
-def groups(draw: st.DrawFn, homogeneous: bool) -> tuple[dict[str, MemberSubscription], dict[str, int]]:
+def groups(
+    draw: st.DrawFn, homogeneous: bool
+) -> tuple[dict[str, MemberSubscription], dict[str, int]]:
     counts = draw(partition_counts)
     ids = draw(member_ids)
     if homogeneous:
         topics = frozenset(draw(st.sets(st.sampled_from(TOPICS), min_size=1)))
         subs = {m: MemberSubscription(topics) for m in ids}
     else:
-        subs = {m: MemberSubscription(frozenset(draw(st.sets(st.sampled_from(TOPICS),
-                                                             min_size=1)))) for m in ids}
+        subs = {
+            m: MemberSubscription(frozenset(draw(st.sets(st.sampled_from(TOPICS), min_size=1))))
+            for m in ids
+        }
     # Arbitrary (possibly invalid, stale or conflicting) previous assignments.
     universe = [TopicPartition(t, p) for t in TOPICS for p in range(14)]
-    subs = {m: s._replace(previous=tuple(draw(st.lists(st.sampled_from(universe), max_size=8))))
-            for m, s in subs.items()}
+    subs = {
+        m: s._replace(previous=tuple(draw(st.lists(st.sampled_from(universe), max_size=8))))
+        for m, s in subs.items()
+    }
     return subs, counts
 
 
-def expected_partitions(subs: dict[str, MemberSubscription], counts: dict[str, int]) -> list[TopicPartition]:
+def expected_partitions(
+    subs: dict[str, MemberSubscription], counts: dict[str, int]
+) -> list[TopicPartition]:
     topics = {t for s in subs.values() for t in s.topics}
     return sorted(TopicPartition(t, p) for t in topics for p in range(counts[t]))
 
@@ -83,8 +92,9 @@ def test_range_is_balanced_within_one_per_topic(group) -> None:
             assert max(sizes) - min(sizes) <= 1
 
 
-def valid_previous(subs: dict[str, MemberSubscription], counts: dict[str, int]
-                   ) -> dict[str, set[TopicPartition]]:
+def valid_previous(
+    subs: dict[str, MemberSubscription], counts: dict[str, int]
+) -> dict[str, set[TopicPartition]]:
     """Previous partitions that still exist; one claimed twice counts for the first member."""
     valid = set(expected_partitions(subs, counts))
     claimed: set[TopicPartition] = set()
@@ -113,9 +123,11 @@ def test_sticky_keeps_as_many_as_balance_allows(group) -> None:
 
 
 @settings(max_examples=60)
-@given(ids=member_ids, count=st.integers(1, 24),
-       changes=st.lists(st.tuples(st.booleans(), st.text("pqrs", min_size=1, max_size=3)),
-                        max_size=8))
+@given(
+    ids=member_ids,
+    count=st.integers(1, 24),
+    changes=st.lists(st.tuples(st.booleans(), st.text("pqrs", min_size=1, max_size=3)), max_size=8),
+)
 def test_sticky_across_membership_changes(ids, count, changes) -> None:
     """Join/leave sequences: after each change, only the partitions that balance forces to
     move move (a leaver's partitions, and the share a joiner must get)."""
@@ -126,8 +138,7 @@ def test_sticky_across_membership_changes(ids, count, changes) -> None:
             members.add(name)
         elif len(members) > 1:
             members.discard(sorted(members)[len(name) % len(members)])
-        subs = {m: MemberSubscription(frozenset("a"), tuple(current.get(m, ())))
-                for m in members}
+        subs = {m: MemberSubscription(frozenset("a"), tuple(current.get(m, ()))) for m in members}
         nxt = sticky_assign(subs, {"a": count})
         kept = sum(len(set(nxt[m]) & set(current.get(m, ()))) for m in members)
         assert kept == optimal_kept(subs, {"a": count})
@@ -138,8 +149,11 @@ def test_sticky_across_membership_changes(ids, count, changes) -> None:
 
 def test_known_assignor_names_and_protocols() -> None:
     assert {n: s.protocol for n, s in ASSIGNORS.items()} == {
-        "range": "eager", "roundrobin": "eager", "sticky": "eager",
-        "cooperative-sticky": "cooperative"}
+        "range": "eager",
+        "roundrobin": "eager",
+        "sticky": "eager",
+        "cooperative-sticky": "cooperative",
+    }
     with pytest.raises(ConfigError, match="unknown assignor"):
         get_assignor("nope")
 

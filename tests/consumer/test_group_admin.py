@@ -33,21 +33,33 @@ def log(tmp_path: Path) -> Iterator[LogStore]:
 
 
 def commit_as_admin(log: LogStore, group: str, offsets: dict[int, int]) -> None:
-    OffsetStore(log).commit(group, {TopicPartition(T, p): OffsetAndMetadata(o)
-                                    for p, o in offsets.items()}, generation=-1,
-                            member_id="test")
+    OffsetStore(log).commit(
+        group,
+        {TopicPartition(T, p): OffsetAndMetadata(o) for p, o in offsets.items()},
+        generation=-1,
+        member_id="test",
+    )
 
 
 def committed(log: LogStore, group: str) -> dict[int, int | None]:
     store = OffsetStore(log)
-    return {p: (e.offset if (e := store.committed(group, TopicPartition(T, p))) else None)
-            for p in range(2)}
+    return {
+        p: (e.offset if (e := store.committed(group, TopicPartition(T, p))) else None)
+        for p in range(2)
+    }
 
 
 def member(log: LogStore, group: str = "g", **kw: object) -> GroupConsumer:
-    c = GroupConsumer(log, group_id=group, topics=[T], session_timeout_ms=1000,
-                      heartbeat_interval_ms=100, enable_auto_commit=False,
-                      auto_offset_reset="earliest", **kw)  # type: ignore[arg-type]
+    c = GroupConsumer(
+        log,
+        group_id=group,
+        topics=[T],
+        session_timeout_ms=1000,
+        heartbeat_interval_ms=100,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **kw,
+    )  # type: ignore[arg-type]
     c.poll(0.2)
     return c
 
@@ -62,15 +74,21 @@ def test_describe_reports_members_assignment_and_lag(log) -> None:
         "group": "g",
         "state": "Stable",
         "generation": c.generation,
-        "members": [{"member_id": c.member_id, "instance_id": None,
-                     "assignment": [{"topic": T, "partition": 0}, {"topic": T, "partition": 1}]}],
+        "members": [
+            {
+                "member_id": c.member_id,
+                "instance_id": None,
+                "assignment": [{"topic": T, "partition": 0}, {"topic": T, "partition": 1}],
+            }
+        ],
         "offsets": [
             {"topic": T, "partition": 0, "committed": 4, "hwm": 10, "lag": 6},
             {"topic": T, "partition": 1, "committed": None, "hwm": 10, "lag": None},
         ],
     }
-    assert list_groups(log) == [{"group": "g", "state": "Stable", "generation": c.generation,
-                                 "members": 1}]
+    assert list_groups(log) == [
+        {"group": "g", "state": "Stable", "generation": c.generation, "members": 1}
+    ]
     c.close()
     assert describe_group(log, "g")["state"] == "Empty"
     with pytest.raises(ConsumerError, match="does not exist"):
@@ -94,7 +112,9 @@ def test_reset_offsets_modes(log, mode, value, expected) -> None:
     commit_as_admin(log, "g", {0: 5})
     plan = reset_offsets(log, "g", T, mode, value)
     assert [(r["partition"], r["current"], r["new"]) for r in plan] == [
-        (0, 5, expected[0]), (1, None, expected[1])]
+        (0, 5, expected[0]),
+        (1, None, expected[1]),
+    ]
     assert committed(log, "g") == {0: 5, 1: None}  # a dry run changes nothing
     reset_offsets(log, "g", T, mode, value, execute=True)
     assert committed(log, "g") == expected
@@ -103,9 +123,11 @@ def test_reset_offsets_modes(log, mode, value, expected) -> None:
 def test_reset_and_delete_are_refused_while_members_are_alive(log) -> None:
     c = member(log, group_instance_id="w1")  # static: close() keeps it in the group
     commit_as_admin(log, "g", {0: 5})  # (an admin commit needs no membership)
-    for attempt in (lambda: reset_offsets(log, "g", T, "to-earliest"),
-                    lambda: reset_offsets(log, "g", T, "to-earliest", execute=True),
-                    lambda: delete_group(log, "g")):
+    for attempt in (
+        lambda: reset_offsets(log, "g", T, "to-earliest"),
+        lambda: reset_offsets(log, "g", T, "to-earliest", execute=True),
+        lambda: delete_group(log, "g"),
+    ):
         with pytest.raises(ConsumerError, match="live member"):
             attempt()
     assert committed(log, "g") == {0: 5, 1: None}
@@ -142,15 +164,17 @@ def test_cli_groups_commands(log) -> None:
     commit_as_admin(log, "g", {0: 5})
     code, out, _ = run(log.path, "groups", "list", "--json")
     assert code == 0 and json.loads(out) == [
-        {"group": "g", "state": "Empty", "generation": 0, "members": 0}]
+        {"group": "g", "state": "Empty", "generation": 0, "members": 0}
+    ]
     code, out, _ = run(log.path, "groups", "describe", "g", "--json")
     assert code == 0 and json.loads(out) == describe_group(log, "g")
     code, out, _ = run(log.path, "groups", "describe", "g")
     assert code == 0 and "lag" in out and "Empty" in out
     code, out, _ = run(log.path, "groups", "reset-offsets", "g", "--topic", T, "--to-latest")
     assert code == 0 and "dry run" in out and committed(log, "g") == {0: 5, 1: None}
-    code, out, _ = run(log.path, "groups", "reset-offsets", "g", "--topic", T, "--shift-by",
-                       "2", "--execute")
+    code, out, _ = run(
+        log.path, "groups", "reset-offsets", "g", "--topic", T, "--shift-by", "2", "--execute"
+    )
     assert code == 0 and committed(log, "g") == {0: 7, 1: 2}
     code, _, err = run(log.path, "groups", "reset-offsets", "g", "--topic", T)
     assert code == 2 and "exactly one" in err

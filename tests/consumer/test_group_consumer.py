@@ -16,7 +16,12 @@ import pytest
 
 from framework.consumer.group import GroupConsumer, RebalanceListener
 from framework.consumer.offsets import OffsetAndMetadata
-from framework.errors import CommitFailedError, ConfigError, ConsumerError, NoOffsetForPartitionError
+from framework.errors import (
+    CommitFailedError,
+    ConfigError,
+    ConsumerError,
+    NoOffsetForPartitionError,
+)
 from framework.log import LogStore, TopicPartition
 
 T = "orders"
@@ -44,8 +49,9 @@ def fill(log: LogStore, partitions: int, per_partition: int, topic: str = T) -> 
         log.append(topic, p, [(None, f"{p}:{i}".encode(), (), None) for i in range(per_partition)])
 
 
-def eventually(condition: Callable[[], bool], timeout: float = 15.0, step: Callable[[], object] | None = None
-               ) -> None:
+def eventually(
+    condition: Callable[[], bool], timeout: float = 15.0, step: Callable[[], object] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -64,9 +70,14 @@ def drain(consumer: GroupConsumer, expect: int, timeout: float = 15.0) -> list:
 
 
 def make(log: LogStore, consumers: list[GroupConsumer], **kw: object) -> GroupConsumer:
-    options: dict = dict(group_id="g", topics=[T], session_timeout_ms=2000,
-                         heartbeat_interval_ms=200, auto_offset_reset="earliest",
-                         enable_auto_commit=False)
+    options: dict = {
+        "group_id": "g",
+        "topics": [T],
+        "session_timeout_ms": 2000,
+        "heartbeat_interval_ms": 200,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+    }
     options.update(kw)
     c = GroupConsumer(log, **options)
     consumers.append(c)
@@ -136,8 +147,10 @@ def test_commit_async_completes_in_order_and_reports_through_callback(log, consu
     drain(a, 5)
     seen: list[tuple[int, Exception | None]] = []
     tp = TopicPartition(T, 0)
-    futures = [a.commit_async({tp: n}, callback=lambda offs, err: seen.append((offs[tp].offset, err)))
-               for n in (1, 2, 3, 4, 5)]
+    futures = [
+        a.commit_async({tp: n}, callback=lambda offs, err: seen.append((offs[tp].offset, err)))
+        for n in (1, 2, 3, 4, 5)
+    ]
     for f in futures:
         f.result(10)
     assert seen == [(n, None) for n in (1, 2, 3, 4, 5)]
@@ -191,7 +204,11 @@ def test_on_assigned_can_seek_to_positions_stored_elsewhere(log, consumers) -> N
 def test_blocked_poll_notices_a_join_and_hands_over_promptly(log, consumers) -> None:
     fill(log, 4, 1)
     events: list[tuple[str, list[int]]] = []
-    a = make(log, consumers, on_revoked=lambda tps: events.append(("revoked", [tp.partition for tp in tps])))
+    a = make(
+        log,
+        consumers,
+        on_revoked=lambda tps: events.append(("revoked", [tp.partition for tp in tps])),
+    )
     drain(a, 4)
     assert len(a.assignment()) == 4
     result: list = []
@@ -209,9 +226,13 @@ def test_blocked_poll_notices_a_join_and_hands_over_promptly(log, consumers) -> 
 def test_eager_assignor_revokes_everything_then_assigns(log, consumers) -> None:
     fill(log, 4, 1)
     events: list[tuple[str, int]] = []
-    a = make(log, consumers, assignor="range",
-             on_revoked=lambda tps: events.append(("revoked", len(tps))),
-             on_assigned=lambda tps: events.append(("assigned", len(tps))))
+    a = make(
+        log,
+        consumers,
+        assignor="range",
+        on_revoked=lambda tps: events.append(("revoked", len(tps))),
+        on_assigned=lambda tps: events.append(("assigned", len(tps))),
+    )
     drain(a, 4)
     pa = Polling(a)
     b = make(log, consumers, assignor="range")

@@ -30,7 +30,8 @@ def test_created_on_demand_compacted_and_placed_by_group_like_kafka(store: LogSt
     where = partition_for_group("billing", count)
     records, _ = store.read(OFFSETS_TOPIC, where, 0)
     assert [orjson.loads(r.key) for r in records] == [
-        {"group": "billing", "topic": "orders", "partition": 3}]
+        {"group": "billing", "topic": "orders", "partition": 3}
+    ]
     value = orjson.loads(records[0].value)
     assert value["offset"] == 42 and value["generation"] == 1 and value["member_id"] == "m"
     for p in range(count):  # nothing anywhere else
@@ -53,21 +54,29 @@ def test_readers_in_other_stores_see_commits_incrementally(store: LogStore, data
 
 def test_replay_after_compaction_gives_the_latest_commits(store: LogStore, data_dir) -> None:
     # A user-made offsets topic with tiny segments, so compaction has something to clean.
-    store.create_topic(OFFSETS_TOPIC, 2, {"cleanup_policy": "compact", "segment_bytes": 1024,
-                                          "min_compaction_lag_ms": 0})
+    store.create_topic(
+        OFFSETS_TOPIC,
+        2,
+        {"cleanup_policy": "compact", "segment_bytes": 1024, "min_compaction_lag_ms": 0},
+    )
     offsets = OffsetStore(store)
     tps = [TopicPartition("orders", p) for p in range(4)]
     for n in range(200):
         commit(offsets, "g", n, tps[n % 4])
     store.compact(OFFSETS_TOPIC)
     part = partition_for_group("g", 2)
-    left, _ = store.read(OFFSETS_TOPIC, part, store.offsets(OFFSETS_TOPIC, part).lwm,
-                         max_bytes=1 << 20)
+    left, _ = store.read(
+        OFFSETS_TOPIC, part, store.offsets(OFFSETS_TOPIC, part).lwm, max_bytes=1 << 20
+    )
     assert len(left) < 200  # compaction removed superseded commits
     fresh_log = LogStore(data_dir)
     fresh = OffsetStore(fresh_log)
     assert {tp: fresh.committed("g", tp).offset for tp in tps} == {
-        tps[0]: 196, tps[1]: 197, tps[2]: 198, tps[3]: 199}
+        tps[0]: 196,
+        tps[1]: 197,
+        tps[2]: 198,
+        tps[3]: 199,
+    }
     assert fresh.delete_group("g") == 4
     assert OffsetStore(fresh_log).group_offsets("g") == {}
     assert fresh.groups() == set()

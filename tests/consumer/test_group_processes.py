@@ -16,9 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from framework.consumer.offsets import OffsetStore
-from framework.log import LogStore, Producer, ProducerRecord, TopicPartition
 from group_members import (
     Member,
     overlaps,
@@ -27,6 +24,9 @@ from group_members import (
     start_member,
     wait_for,
 )
+
+from framework.consumer.offsets import OffsetStore
+from framework.log import LogStore, ProducerRecord, TopicPartition
 
 TOPIC = "events"
 GROUP = "workers"
@@ -108,21 +108,39 @@ def test_join_rebalance_never_owns_a_partition_twice(data, members, tmp_path) ->
     two members at any instant and all 6 stay owned; with 7 members exactly one is idle."""
     path, store = data
     store.create_topic(TOPIC, 6)
-    common = dict(data=str(path), group=GROUP, topic=TOPIC, session_timeout_ms=10_000,
-                  heartbeat_interval_ms=500, delay=0.01)
+    common = {
+        "data": str(path),
+        "group": GROUP,
+        "topic": TOPIC,
+        "session_timeout_ms": 10_000,
+        "heartbeat_interval_ms": 500,
+        "delay": 0.01,
+    }
     with Feeder(store, 6):
         members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(3))
-        wait_for(lambda: counts(members) == [2, 2, 2] and union(members) == set(range(6)),
-                 START_S, "3 members at 2/2/2", members)
+        wait_for(
+            lambda: counts(members) == [2, 2, 2] and union(members) == set(range(6)),
+            START_S,
+            "3 members at 2/2/2",
+            members,
+        )
 
         members.append(start_member("m3", tmp_path, **common))
-        wait_for(lambda: counts(members) == [1, 1, 2, 2] and union(members) == set(range(6)),
-                 START_S, "4 members at 2/2/1/1", members)
+        wait_for(
+            lambda: counts(members) == [1, 1, 2, 2] and union(members) == set(range(6)),
+            START_S,
+            "4 members at 2/2/1/1",
+            members,
+        )
         assert overlaps(ownership_intervals(members, time.monotonic())) == []
 
         members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(4, 7))
-        wait_for(lambda: counts(members) == [0, 1, 1, 1, 1, 1, 1]
-                 and union(members) == set(range(6)), START_S, "7 members, one idle", members)
+        wait_for(
+            lambda: counts(members) == [0, 1, 1, 1, 1, 1, 1] and union(members) == set(range(6)),
+            START_S,
+            "7 members, one idle",
+            members,
+        )
     end = time.monotonic()
     intervals = ownership_intervals(members, end)
     assert overlaps(intervals) == []
@@ -139,8 +157,16 @@ def test_kill9_partitions_reassigned_and_nothing_lost(data, members, tmp_path) -
     session_ms = 2000
     store.create_topic(TOPIC, 6)
     produce(store, 3000, 6)
-    common = dict(data=str(path), group=GROUP, topic=TOPIC, session_timeout_ms=session_ms,
-                  heartbeat_interval_ms=200, delay=0.05, max_records=20, commit="after")
+    common = {
+        "data": str(path),
+        "group": GROUP,
+        "topic": TOPIC,
+        "session_timeout_ms": session_ms,
+        "heartbeat_interval_ms": 200,
+        "delay": 0.05,
+        "max_records": 20,
+        "commit": "after",
+    }
     members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(3))
     wait_for(lambda: counts(members) == [2, 2, 2], START_S, "2/2/2", members)
     victim, survivors = members[0], members[1:]
@@ -151,8 +177,12 @@ def test_kill9_partitions_reassigned_and_nothing_lost(data, members, tmp_path) -
     killed_at = time.monotonic()
     victim.proc.wait()
     lost_partitions = victim.owned()
-    reassigned_at = wait_for(lambda: union(survivors) == set(range(6)), session_ms / 1000 + 30,
-                             "survivors own every partition", survivors)
+    reassigned_at = wait_for(
+        lambda: union(survivors) == set(range(6)),
+        session_ms / 1000 + 30,
+        "survivors own every partition",
+        survivors,
+    )
     assert reassigned_at - killed_at < session_ms / 1000 + 2.5
     for m in survivors:  # the survivors record when they actually got the partitions
         for ev in m.of("assigned"):
@@ -177,8 +207,16 @@ def test_sigstop_zombie_is_fenced(data, members, tmp_path) -> None:
     session_ms = 1500
     store.create_topic(TOPIC, 6)
     produce(store, 600, 6)
-    common = dict(data=str(path), group=GROUP, topic=TOPIC, session_timeout_ms=session_ms,
-                  heartbeat_interval_ms=300, delay=0.4, max_records=60, commit="after")
+    common = {
+        "data": str(path),
+        "group": GROUP,
+        "topic": TOPIC,
+        "session_timeout_ms": session_ms,
+        "heartbeat_interval_ms": 300,
+        "delay": 0.4,
+        "max_records": 60,
+        "commit": "after",
+    }
     members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(2))
     wait_for(lambda: counts(members) == [3, 3], START_S, "3/3", members)
     zombie, other = members
@@ -187,19 +225,24 @@ def test_sigstop_zombie_is_fenced(data, members, tmp_path) -> None:
     zombie.signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
     old_member = zombie.of("records")[-1]["member"]
-    reassigned_at = wait_for(lambda: other.owned() == set(range(6)), 30, "other owns all",
-                             [other])
+    reassigned_at = wait_for(lambda: other.owned() == set(range(6)), 30, "other owns all", [other])
     assert reassigned_at - stopped_at < session_ms / 1000 + 2.0
     time.sleep(max(0.0, stopped_at + 3.5 - time.monotonic()))
     produce(store, 120, 6, start=600)
     zombie.signal(signal.SIGCONT)
     resumed_at = time.monotonic()
-    wait_for(lambda: any(ev["t0"] > resumed_at for ev in zombie.of("commit")), 30,
-             "the zombie tries to commit", members)
+    wait_for(
+        lambda: any(ev["t0"] > resumed_at for ev in zombie.of("commit")),
+        30,
+        "the zombie tries to commit",
+        members,
+    )
     wait_for(lambda: all_committed(store, 6), 60, "everything committed", members)
     for m in members:
         m.stop()
-    late = [ev for ev in zombie.of("commit") if ev["t0"] > stopped_at and ev["member"] == old_member]
+    late = [
+        ev for ev in zombie.of("commit") if ev["t0"] > stopped_at and ev["member"] == old_member
+    ]
     assert late, "the zombie never attempted a commit after it was resumed"
     assert all(not ev["ok"] for ev in late), late
     assert all(GROUP in ev["error"] and "commit rejected" in ev["error"] for ev in late)
@@ -220,8 +263,16 @@ def test_at_most_once_skips_but_never_repeats(data, members, tmp_path) -> None:
     path, store = data
     store.create_topic(TOPIC, 4)
     produce(store, 2000, 4)
-    common = dict(data=str(path), group=GROUP, topic=TOPIC, session_timeout_ms=2000,
-                  heartbeat_interval_ms=200, delay=0.05, max_records=20, commit="before")
+    common = {
+        "data": str(path),
+        "group": GROUP,
+        "topic": TOPIC,
+        "session_timeout_ms": 2000,
+        "heartbeat_interval_ms": 200,
+        "delay": 0.05,
+        "max_records": 20,
+        "commit": "before",
+    }
     members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(2))
     wait_for(lambda: counts(members) == [2, 2], START_S, "2/2", members)
     victim, survivor = members
@@ -243,15 +294,19 @@ def test_graceful_leave_rebalances_immediately(data, members, tmp_path) -> None:
     path, store = data
     session_ms = 30_000
     store.create_topic(TOPIC, 6)
-    common = dict(data=str(path), group=GROUP, topic=TOPIC, session_timeout_ms=session_ms,
-                  heartbeat_interval_ms=1000)
+    common = {
+        "data": str(path),
+        "group": GROUP,
+        "topic": TOPIC,
+        "session_timeout_ms": session_ms,
+        "heartbeat_interval_ms": 1000,
+    }
     members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(2))
     wait_for(lambda: counts(members) == [3, 3], START_S, "3/3", members)
     leaver, stayer = members
     leaver.signal(signal.SIGTERM)
     asked_at = time.monotonic()
-    took_over = wait_for(lambda: stayer.owned() == set(range(6)), 20, "stayer owns all",
-                         members)
+    took_over = wait_for(lambda: stayer.owned() == set(range(6)), 20, "stayer owns all", members)
     leaver.proc.wait(20)
     assert took_over - asked_at < 3.0  # vs a 30 s session timeout
     revoked = leaver.of("revoked")[-1]

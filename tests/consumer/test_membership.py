@@ -33,10 +33,20 @@ from framework.errors import CommitFailedError
 from framework.log import TopicPartition
 
 
-def make_member(member_id: str, topics: tuple[str, ...] = ("a", "b"), instance: str | None = None
-                ) -> Member:
-    return Member(member_id=member_id, instance_id=instance, client_id="c", host="h", pid=1,
-                  slot=0, token=1, session_timeout_ms=1000, topics=topics)
+def make_member(
+    member_id: str, topics: tuple[str, ...] = ("a", "b"), instance: str | None = None
+) -> Member:
+    return Member(
+        member_id=member_id,
+        instance_id=instance,
+        client_id="c",
+        host="h",
+        pid=1,
+        slot=0,
+        token=1,
+        session_timeout_ms=1000,
+        topics=topics,
+    )
 
 
 class GroupProtocol(RuleBasedStateMachine):
@@ -48,8 +58,9 @@ class GroupProtocol(RuleBasedStateMachine):
         self.used: dict[TopicPartition, tuple[str, int]] = {}  # last owner, generation seen
         self.last_generation = 0
 
-    @initialize(assignor=st.sampled_from(sorted(ASSIGNORS)), a=st.integers(1, 6),
-                b=st.integers(0, 4))
+    @initialize(
+        assignor=st.sampled_from(sorted(ASSIGNORS)), a=st.integers(1, 6), b=st.integers(0, 4)
+    )
     def setup(self, assignor: str, a: int, b: int) -> None:
         self.assignor = assignor
         update_partitions(self.state, {"a": a, "b": b})
@@ -132,8 +143,11 @@ class GroupProtocol(RuleBasedStateMachine):
             raise AssertionError("the group did not converge")
         if self.state.members:
             owned = {tp for m in self.state.members.values() for tp in m.owned}
-            everything = {TopicPartition(t, p) for t in ("a", "b")
-                          for p in range(self.state.partitions.get(t, 0))}
+            everything = {
+                TopicPartition(t, p)
+                for t in ("a", "b")
+                for p in range(self.state.partitions.get(t, 0))
+            }
             assert owned == everything
             for mid, m in self.state.members.items():
                 assert set(m.owned) == set(m.target) == self.local[mid]

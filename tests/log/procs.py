@@ -149,15 +149,17 @@ def _emit(out: IO[bytes], lines: list[str]) -> None:
     out.flush()
 
 
-def _batch_size(rng: random.Random) -> int:
+def _batch_size(rng: random.Random, cap: int) -> int:
     roll = rng.random()
     if roll < 0.15:
-        return 1
-    if roll < 0.50:
-        return rng.randint(2, 20)
-    if roll < 0.85:
-        return rng.randint(20, 400)
-    return rng.randint(400, 3000)
+        n = 1
+    elif roll < 0.50:
+        n = rng.randint(2, 20)
+    elif roll < 0.85:
+        n = rng.randint(20, 400)
+    else:
+        n = rng.randint(400, 3000)
+    return min(n, cap)
 
 
 def _pad(rng: random.Random, big: bool) -> int:
@@ -179,6 +181,7 @@ def child_produce(args: dict[str, Any]) -> None:
     keys: int = args.get("keys", 1000)
     big: bool = args.get("big", True)
     singles: float = args.get("singles", 0.15)
+    cap: int = args.get("max_batch", 1 << 30)
     out = sys.stdout.buffer
     store = LogStore(args["data"])
     producer = Producer(store)
@@ -204,6 +207,12 @@ def child_produce(args: dict[str, Any]) -> None:
         large_at = rng.randrange(n) if big and rng.random() < 0.05 else -1
         return [record(prefix, i == large_at) for i in range(n)]
 
+    for n in args.get("plan") or ():  # scripted: direct appends to partition 0, in order
+        first = seq
+        result = store.append(topic, 0, [record(b"d") for _ in range(n)])
+        _emit(out, [f"A 0 {result.base_offset + i} {tag}:{first + i}\n" for i in range(n)])
+    if args.get("plan"):
+        count = 0
     while count is None or seq < count:
         left = None if count is None else count - seq
         mode = rng.random()
@@ -222,14 +231,14 @@ def child_produce(args: dict[str, Any]) -> None:
                 lines.append(f"A {meta.partition} {meta.offset} {tag}:{first + i}\n")
             _emit(out, lines)
         elif mode < singles + 0.15:  # explicit partition, straight to the log
-            n = _batch_size(rng) if left is None else min(_batch_size(rng), left)
+            n = _batch_size(rng, cap) if left is None else min(_batch_size(rng, cap), left)
             p = rng.randrange(partitions)
             first = seq
             batch = batch_of(b"d", n)
             result = store.append(topic, p, batch)
             _emit(out, [f"A {p} {result.base_offset + i} {tag}:{first + i}\n" for i in range(n)])
         else:  # keyed batch through the producer's partitioner
-            n = _batch_size(rng) if left is None else min(_batch_size(rng), left)
+            n = _batch_size(rng, cap) if left is None else min(_batch_size(rng, cap), left)
             first = seq
             batch = batch_of(b"k", n)
             metas = producer.send_batch(topic, batch)
@@ -501,11 +510,13 @@ def read_all(store: Any, topic: str, partition: int, start: int, end: int) -> li
 class ProducerCrashLoop:
     """``kill -9`` of producer processes mid-append, cycle after cycle, with a tailing reader.
 
-    Each cycle starts one producer child (sometimes two at once), waits until it is ready,
-    sleeps a random 0..``max_delay`` s and kills it with SIGKILL (the second one a moment
-    later). Some cycles simulate a reboot (every process killed, the reader included, and
-    the partitions' shared state dropped) so the full recovery scan runs too. Then a fresh
-    ``LogStore`` is opened (timed: that is the recovery) and checked:
+    Each cycle starts one producer child (two at once every ``double_every``-th cycle) and
+    SIGKILLs it: alternately after a random 0..``max_delay`` s once it is ready, or at a
+    random storage call of its own (:func:`crash_at_storage_call`), so kills land mid-write,
+    mid-fsync, mid-roll and inside the shared-state seqlock. Every ``reboot_every``-th cycle
+    simulates a reboot (every process killed, the reader included, and the partitions'
+    shared state dropped) so the full recovery scan runs too. Then a fresh ``LogStore`` is
+    opened (timed: that is the recovery) and checked:
 
     * ``verify`` finds no bad batch; ``hwm == leo``; the HWM never went below what was
       checked before;
@@ -532,12 +543,13 @@ class ProducerCrashLoop:
         partitions: int = 3,
         segment_bytes: int = 256 * 1024,
         max_delay: float = 0.35,
-        double_ratio: float = 0.2,
-        reboot_ratio: float = 0.2,
+        double_every: int = 5,
+        reboot_every: int = 4,
         topic_cycles: int = 50,
         full_check_every: int = 10,
         big: bool = True,
         max_crash_call: int = 400,
+        with_reader: bool = True,
     ) -> None:
         self.root = root
         self.data = root / "data"
@@ -546,12 +558,13 @@ class ProducerCrashLoop:
         self.partitions = partitions
         self.segment_bytes = segment_bytes
         self.max_delay = max_delay
-        self.double_ratio = double_ratio
-        self.reboot_ratio = reboot_ratio
+        self.double_every = double_every
+        self.reboot_every = reboot_every
         self.topic_cycles = topic_cycles
         self.full_check_every = full_check_every
         self.big = big
         self.max_crash_call = max_crash_call
+        self.with_reader = with_reader
         self.figures = CrashFigures()
         self.topic_no = 0
         self.topic = ""
@@ -582,6 +595,8 @@ class ProducerCrashLoop:
         self.reader_views: dict[str, tuple[int, int]] = {}
 
     def _start_reader(self) -> None:
+        if not self.with_reader:
+            return
         self.reader_no += 1
         self.reader = Child("tail", {"data": str(self.data), "topic": self.topic,
                                      "poll_timeout": 1.0},
@@ -631,17 +646,14 @@ class ProducerCrashLoop:
                                  "big": self.big, "crash_at": crash_at}, self.out_dir, name)
 
     def cycle(self) -> None:
-        """One cycle: start the producer(s), kill, recover, check (see the class docstring).
-
-        Half the producers are killed by the parent after a random delay; the others kill
-        themselves at a random storage call (:func:`crash_at_storage_call`)."""
+        """One cycle: start the producer(s), kill, recover, check (see the class docstring)."""
         fig = self.figures
         fig.cycles += 1
         self.topic_cycle += 1
         base = f"t{self.topic_no}c{fig.cycles}"
-        two = self.rng.random() < self.double_ratio
-        plans = [self.rng.randint(1, self.max_crash_call) if self.rng.random() < 0.5 else None
-                 for _ in range(2 if two else 1)]
+        two = fig.cycles % self.double_every == 0
+        plans = [self.rng.randint(1, self.max_crash_call) if (fig.cycles + n) % 2 else None
+                 for n in range(2 if two else 1)]
         children = [self._spawn_producer(base + "ab"[n], crash_at=plan)
                     for n, plan in enumerate(plans)]
         for child in children:
@@ -665,7 +677,60 @@ class ProducerCrashLoop:
                 fig.anomaly("child_errors", f"{child.name} exited {rc}: {child.stderr_tail()}")
         if two:
             fig.double_kills += 1
-        reboot = self.rng.random() < self.reboot_ratio
+        self._recover_and_check(children, fig.cycles % self.reboot_every == 0)
+
+    def sweep(self, calls: range, plan: list[int]) -> CrashFigures:
+        """Kill a scripted producer at each storage call of ``calls`` in turn (SQLite's
+        crash-at-N loop), recovering and checking after each, alternating plain reopens and
+        simulated reboots, then appending once more from this process. Each ``n`` gets a
+        fresh topic and the producer appends batches of ``plan`` sizes to partition 0 with
+        no threads, so call ``n`` is the same step of the same append every time: with
+        segments small enough to roll every few appends, every step of an append and of a
+        roll is killed at once."""
+        fig = self.figures
+        try:
+            for n in calls:
+                self._new_topic()
+                fig.cycles += 1
+                child = Child("produce", {"data": str(self.data), "topic": self.topic,
+                                          "tag": f"t{self.topic_no}n{n}", "seed": n,
+                                          "crash_at": n, "plan": plan, "big": False},
+                              self.out_dir, f"sweep-{n}")
+                child.wait_for_line("R")
+                rc = child.wait(READY_TIMEOUT_S)
+                if rc == -signal.SIGKILL:
+                    fig.kills += 1
+                    fig.crash_at_kills += 1
+                elif rc == 0:
+                    fig.clean_exits += 1
+                else:
+                    fig.anomaly("child_errors", f"{child.name} exited {rc}: "
+                                f"{child.stderr_tail()}")
+                self._recover_and_check([child], reboot=n % 2 == 0)
+                self._append_after_recovery(f"t{self.topic_no}post")
+                self._full_check()
+        finally:
+            if self.reader is not None:
+                self.reader.kill()
+        return fig
+
+    def _append_after_recovery(self, tag: str) -> None:
+        """Append from this process after a recovery and check the records landed."""
+        from framework.log import LogStore
+
+        with LogStore(self.data) as store:
+            result = store.append(self.topic, 0, [
+                (b"d%05d" % i, make_value(tag, i, 10), (), None) for i in range(3)])
+            for i in range(3):
+                self.acks[f"{tag}:{i}"] = (0, result.base_offset + i)
+                self.figures.acked += 1
+            self._check_new(store)
+            for i in range(3):
+                self._check_ack(f"{tag}:{i}", 0, result.base_offset + i)
+
+    def _recover_and_check(self, children: list[Child], reboot: bool) -> None:
+        """After the kill: maybe simulate a reboot, reopen (timed), check everything."""
+        fig = self.figures
         if reboot:
             self._stop_reader()
             drop_state_files(self.data, self.topic)
@@ -801,9 +866,8 @@ class _MaintenanceCrashLoop:
         self.durations: list[float] = []
         self.calls: list[int] = []
         self.phase_calls: list[int] = []
-        self.calibrate_every = 4
-        """Every n-th cycle the action runs to completion: the timings and call counts that
-        aim the kills stay current, and the log does not grow without bound."""
+        self.scheduled = 0
+        self.early = 0
         self.completed = 0
         self.topic = ""
 
@@ -821,20 +885,30 @@ class _MaintenanceCrashLoop:
             return self.rng.uniform(0.0, est)
         return est * self.rng.uniform(0.6, 1.0)
 
+    SCHEDULE = ("early", "timed", "early", "at", "early", "phase", "complete")
+    """What each cycle after the first two (which run to completion, timing the action)
+    does: ``early`` kills at the 1st, 2nd, ... 8th storage call of the commit phase in turn
+    (the decision's durable write, then the first state change, renames or unlinks);
+    ``phase`` at a random call of the commit phase; ``at`` at a random call of the whole
+    action; ``timed`` after a random delay; ``complete`` lets it finish (which keeps the
+    timings current and the log from growing without bound)."""
+
     def _kill_during_action(self, name: str) -> None:
-        """Run the action in a child and SIGKILL it at a random moment. Until two runs have
-        been timed, the child runs to completion instead (calibrating the delays)."""
+        """Run the action in a child and SIGKILL it per :attr:`SCHEDULE`."""
         fig = self.figures
-        calibrating = len(self.durations) < 2 or fig.cycles % self.calibrate_every == 0
+        kind = "complete"
+        if len(self.durations) >= 2:
+            kind = self.SCHEDULE[self.scheduled % len(self.SCHEDULE)]
+            self.scheduled += 1
         crash_at = crash_after_phase = None
-        roll = self.rng.random()
-        if calibrating:
-            pass
-        elif roll < 0.25:
+        if kind == "at":
             crash_at = self.rng.randint(1, max(1, self.calls[-1]))
-        elif roll < 0.5:  # often among the first steps of the commit phase
-            last = 8 if self.rng.random() < 0.5 else self.phase_calls[-1] + 2
-            crash_after_phase = self.rng.randint(1, max(1, last))
+        elif kind == "early":
+            crash_after_phase = 1 + self.early % 8
+            self.early += 1
+        elif kind == "phase":
+            crash_after_phase = self.rng.randint(1, max(1, self.phase_calls[-1] + 2))
+        calibrating = kind == "complete"
         child = Child(self.action, {"data": str(self.data), "topic": self.topic,
                                     "crash_at": crash_at,
                                     "crash_after_phase": crash_after_phase},
@@ -872,6 +946,13 @@ class _MaintenanceCrashLoop:
             out.append(int.from_bytes(raw[48:56], "little", signed=True))
         return out
 
+    def _torn(self) -> bool:
+        """Whether a partition's state seqlock was left odd (killed inside a state write)."""
+        return any(
+            int.from_bytes((self.data / "topics" / self.topic / str(p) / "state")
+                           .read_bytes()[:4], "little") & 1
+            for p in range(self.partitions))
+
     def _phase_after_kill(self) -> str:
         raise NotImplementedError
 
@@ -879,7 +960,7 @@ class _MaintenanceCrashLoop:
         """Reopen after the kill in one of three ways: read first, append first, or after a
         simulated reboot; returns the store and whether records were appended."""
         fig = self.figures
-        how = self.rng.choice(("read", "append", "reboot"))
+        how = ("read", "append", "reboot")[fig.cycles % 3]
         if how == "reboot":
             drop_state_files(self.data, self.topic)
             fig.reboots += 1
@@ -926,9 +1007,9 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
 
     A compacted topic with small segments; each cycle appends a few thousand keyed records
     (some tombstones dated older than ``delete_retention_ms``), rolls, appends a few more to
-    the active segment, starts a compacting child and kills it at a random moment (half the
-    time near the end of its measured duration, where the journal and the swap are). After
-    reopening (read first, append first, or after a simulated reboot) the log must be
+    the active segment, starts a compacting child and kills it per
+    :attr:`_MaintenanceCrashLoop.SCHEDULE` (at each early step of the journal and the swap
+    in turn, at random storage calls, after random delays). After reopening (read first, append first, or after a simulated reboot) the log must be
     readable, ``verify`` clean, and equal to a compacted-or-uncompacted view of what was
     written: every record present is one that was written, at its original offset; the last
     record of every key is present (a tombstone may be gone, but then so is every older
@@ -954,6 +1035,8 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
 
     def _phase_after_kill(self) -> str:
         dirs = [self.data / "topics" / self.topic / str(p) for p in range(self.partitions)]
+        if self._torn():
+            return "inside a state write (seqlock left odd)"
         if any(layout & 1 for layout in self._layouts()):
             return "mid-swap (layout odd)"
         if any((d / "cleaner-journal").exists() for d in dirs):
@@ -1066,7 +1149,7 @@ class RetentionCrashLoop(_MaintenanceCrashLoop):
     """``kill -9`` of a process in the middle of ``LogStore.cleanup`` (retention by size).
 
     Each cycle appends enough small segments that retention deletes dozens of them, then
-    kills a cleaning child at a random moment. After reopening: ``verify`` clean, the LWM is
+    kills a cleaning child per :attr:`_MaintenanceCrashLoop.SCHEDULE`. After reopening: ``verify`` clean, the LWM is
     between the old one and the one retention was heading for, the HWM unchanged (or grown
     by our own appends), every record in ``[lwm, hwm)`` readable and the one written at that
     offset, reading below the LWM an out-of-range error, and appends continue.
@@ -1092,6 +1175,8 @@ class RetentionCrashLoop(_MaintenanceCrashLoop):
     def _phase_after_kill(self) -> str:
         from framework.log.segment import list_segment_bases
 
+        if self._torn():
+            return "inside a state write (seqlock left odd)"
         for p in range(self.partitions):
             d = self.data / "topics" / self.topic / str(p)
             raw = (d / "state").read_bytes()

@@ -32,12 +32,12 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
-    precondition,
     rule,
 )
 
 from framework.errors import InvalidRecordError, OffsetOutOfRangeError
 from framework.log import LogStore
+from framework.log.batch import encode_batch  # only to forge a torn write's bytes
 from framework.log.record import Record
 
 T0 = 1_700_000_000_000
@@ -49,18 +49,26 @@ TOPICS: dict[str, dict[str, object]] = {
     # delete policy, CreateTime, time and size retention, keyless records allowed
     "del": {"cleanup_policy": "delete", "retention_ms": 45_000, "retention_bytes": 700},
     # compaction with a min lag and a tombstone retention
-    "cmp": {"cleanup_policy": "compact", "min_compaction_lag_ms": 10_000,
-            "delete_retention_ms": 30_000, "retention_ms": -1},
+    "cmp": {
+        "cleanup_policy": "compact",
+        "min_compaction_lag_ms": 10_000,
+        "delete_retention_ms": 30_000,
+        "retention_ms": -1,
+    },
     # the log sets timestamps; both compaction and time retention
-    "lat": {"cleanup_policy": "compact,delete", "timestamp_type": "LogAppendTime",
-            "retention_ms": 70_000, "delete_retention_ms": 10_000},
+    "lat": {
+        "cleanup_policy": "compact,delete",
+        "timestamp_type": "LogAppendTime",
+        "retention_ms": 70_000,
+        "delete_retention_ms": 10_000,
+    },
 }
 for _cfg in TOPICS.values():
-    _cfg.update(segment_bytes=SEGMENT_BYTES, index_interval_bytes=INDEX_INTERVAL,
-                segment_ms=10**15)
+    _cfg.update(segment_bytes=SEGMENT_BYTES, index_interval_bytes=INDEX_INTERVAL, segment_ms=10**15)
 
 
 # ------------------------------------------------------------------------------ the model
+
 
 @dataclass(frozen=True)
 class MRecord:
@@ -202,13 +210,16 @@ class ModelLog:
             out = MSegment(group[0].base)
             for seg in group:
                 for batch in seg.batches:
-                    kept = [r for r in batch.records
-                            if last[r.key] == r.offset  # type: ignore[index]
-                            and not (r.value is None and r.timestamp < horizon)]
+                    kept = [
+                        r
+                        for r in batch.records
+                        if last[r.key] == r.offset  # type: ignore[index]
+                        and not (r.value is None and r.timestamp < horizon)
+                    ]
                     if kept:
                         out.batches.append(MBatch(batch.base_offset, kept))
             cleaned.append(out)
-        self.segments = cleaned + self.segments[len(cleanable):]
+        self.segments = cleaned + self.segments[len(cleanable) :]
 
     def offset_for_time(self, target: int) -> int | None:
         for r in self.records():
@@ -240,6 +251,7 @@ def m_tuple(r: MRecord) -> tuple[Any, ...]:
 
 # ------------------------------------------------------------------------------ the machine
 
+
 class LogMachine(RuleBasedStateMachine):
     """A LogStore and its model, stepped together; see the module docstring."""
 
@@ -269,14 +281,16 @@ class LogMachine(RuleBasedStateMachine):
         return self.tmp / "topics" / topic / "0"
 
     # -------------------------------------------------------------------- appends
-    @rule(topic=st.sampled_from(sorted(TOPICS)),
-          specs=st.lists(record_specs, min_size=1, max_size=5))
+    @rule(
+        topic=st.sampled_from(sorted(TOPICS)), specs=st.lists(record_specs, min_size=1, max_size=5)
+    )
     def append(self, topic: str, specs: list[tuple[Any, ...]]) -> None:
         self._append(topic, specs)
 
-    @rule(topic=st.sampled_from(sorted(TOPICS)),
-          calls=st.lists(st.lists(record_specs, min_size=1, max_size=3), min_size=2,
-                         max_size=8))
+    @rule(
+        topic=st.sampled_from(sorted(TOPICS)),
+        calls=st.lists(st.lists(record_specs, min_size=1, max_size=3), min_size=2, max_size=8),
+    )
     def append_several(self, topic: str, calls: list[list[tuple[Any, ...]]]) -> None:
         """Several appends in a row (single records and small batches): fills segments."""
         for specs in calls:
@@ -287,7 +301,7 @@ class LogMachine(RuleBasedStateMachine):
         records = []
         for key, value, headers, delta in specs:
             if key is None and "compact" in model.policy:
-                key = b"z"
+                key = b"z"  # noqa: PLW2901 - keyless records are refused there (own rule)
             records.append((key, value, headers, None if delta is None else self.now - delta))
         result = self.store.append(topic, 0, records)
         base, last, timestamps = model.append(records, self.now)
@@ -295,8 +309,9 @@ class LogMachine(RuleBasedStateMachine):
         assert list(result.timestamps) == timestamps
         self.dirty_tail.discard(topic)
 
-    @rule(topic=st.sampled_from(["cmp", "lat"]), specs=st.lists(record_specs, min_size=1,
-                                                                 max_size=3))
+    @rule(
+        topic=st.sampled_from(["cmp", "lat"]), specs=st.lists(record_specs, min_size=1, max_size=3)
+    )
     def append_keyless_to_compacted(self, topic: str, specs: list[tuple[Any, ...]]) -> None:
         records = [(k, v, h, None) for k, v, h, _ in specs]
         records[-1] = (None, *records[-1][1:])
@@ -345,10 +360,12 @@ class LogMachine(RuleBasedStateMachine):
     def reopen(self) -> None:
         self._reopen()
 
-    @rule(topic=st.sampled_from(sorted(TOPICS)),
-          kind=st.sampled_from(["partial", "garbage", "whole"]),
-          then=st.sampled_from(["reopen", "drop_state", "carry_on"]),
-          data=st.data())
+    @rule(
+        topic=st.sampled_from(sorted(TOPICS)),
+        kind=st.sampled_from(["partial", "garbage", "whole"]),
+        then=st.sampled_from(["reopen", "drop_state", "carry_on"]),
+        data=st.data(),
+    )
     def torn_tail(self, topic: str, kind: str, then: str, data: st.DataObject) -> None:
         """A writer killed mid-append: bytes past the valid end that were never acknowledged."""
         if kind == "whole" and then == "drop_state":
@@ -362,12 +379,13 @@ class LogMachine(RuleBasedStateMachine):
         if kind == "garbage":
             torn = data.draw(st.binary(min_size=1, max_size=120), label="garbage")
         else:
-            from framework.log.batch import encode_batch  # to forge input bytes only
-
             n = data.draw(st.integers(1, 4), label="records")
             raw = encode_batch(model.leo, [(b"a", b"x" * 30, (), self.now)] * n)
-            cut = len(raw) if kind == "whole" else data.draw(
-                st.integers(1, len(raw) - 1), label="cut")
+            cut = (
+                len(raw)
+                if kind == "whole"
+                else data.draw(st.integers(1, len(raw) - 1), label="cut")
+            )
             torn = raw[:cut]
         with path.open("ab") as f:
             f.write(torn)
@@ -378,8 +396,11 @@ class LogMachine(RuleBasedStateMachine):
             assert path.stat().st_size == active.size, "torn tail not truncated"
 
     # -------------------------------------------------------------------- reads
-    @rule(topic=st.sampled_from(sorted(TOPICS)), data=st.data(),
-          max_bytes=st.sampled_from([1, 60, 200, 1 << 20]))
+    @rule(
+        topic=st.sampled_from(sorted(TOPICS)),
+        data=st.data(),
+        max_bytes=st.sampled_from([1, 60, 200, 1 << 20]),
+    )
     def read_from(self, topic: str, data: st.DataObject, max_bytes: int) -> None:
         model = self.models[topic]
         offset = data.draw(st.integers(max(0, model.lwm - 3), model.leo + 3), label="offset")
@@ -449,8 +470,7 @@ class LogMachine(RuleBasedStateMachine):
         for topic, model in self.models.items():
             offset, cursor, got = model.lwm, None, []
             while True:
-                records, cursor = self.store.read(topic, 0, offset, max_bytes=100,
-                                                  cursor=cursor)
+                records, cursor = self.store.read(topic, 0, offset, max_bytes=100, cursor=cursor)
                 if not records:
                     break
                 assert records[0].offset >= offset

@@ -9,6 +9,9 @@ test can change them for the processes it starts:
 * ``BANKAPP_CRASH_AFTER_ISSUE=N``: the invoicing policy kills its own process with SIGKILL
   right after issuing its N-th invoice command, before the read-model transaction commits
   (the worst moment for a policy: the command is on the log, the position is not).
+* ``BANKAPP_STOP_IN_HANDLER=<path>``: the first ``balances`` handler call of the process
+  writes ``<path>`` and SIGSTOPs its own process: frozen inside the read-model transaction,
+  holding SQLite's write lock.
 * ``BANKAPP_SELF_STOP=<path>``: :func:`zombie_main` (the frozen-worker test) writes the
   offsets of the batch in hand to ``<path>`` and SIGSTOPs itself between ``poll`` and the
   read-model transaction.
@@ -28,15 +31,19 @@ Read models (tables written by the projectors):
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
+from pathlib import Path
 from typing import ClassVar
 
 from attrs import frozen
 from sqlite_utils import Database, Migrations
 
 from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.projection import App, EventContext, Projector, handles
+from framework.observability import configure_logging
+from framework.projection import App, EventContext, Projector, Worker, handles
 
 
 def fixed() -> bool:
@@ -128,6 +135,7 @@ class Invoice(Aggregate):
 
 
 # ---------------------------------------------------------------------------- projectors
+_stopped_in_handler: list[bool] = []
 balances_migrations = Migrations("bankapp.balances")
 
 
@@ -147,6 +155,11 @@ class Balances(Projector):
     migrations = balances_migrations
 
     def _mark(self, ctx: EventContext) -> None:
+        stop_flag = os.environ.get("BANKAPP_STOP_IN_HANDLER")
+        if stop_flag and not _stopped_in_handler:
+            _stopped_in_handler.append(True)
+            Path(stop_flag).write_text(json.dumps([ctx.partition, ctx.offset]))
+            os.kill(os.getpid(), signal.SIGSTOP)
         ctx.conn.execute(
             "INSERT INTO applied VALUES (?, ?, ?, ?)",
             (ctx.topic, ctx.partition, ctx.offset, str(ctx.envelope.event_id)),
@@ -210,7 +223,7 @@ class Ledger(Projector):
         self._apply(ctx, -event.amount)
 
 
-_issued_here = 0
+_issued_here = [0]  # invoice commands issued by this process
 
 
 class Invoicing(Projector):
@@ -224,12 +237,11 @@ class Invoicing(Projector):
 
     @handles(OrderPlaced)
     def placed(self, event: OrderPlaced, ctx: EventContext) -> None:
-        global _issued_here
         order_id = ctx.aggregate_id
         ctx.issue(Invoice, f"invoice-{order_id}", lambda inv: inv.issue(order_id, event.amount))
-        _issued_here += 1
+        _issued_here[0] += 1
         crash_after = int(os.environ.get("BANKAPP_CRASH_AFTER_ISSUE", "0") or 0)
-        if crash_after and _issued_here >= crash_after:
+        if crash_after and _issued_here[0] >= crash_after:
             os.kill(os.getpid(), signal.SIGKILL)
         ctx.conn.execute("INSERT INTO invoiced VALUES (?, ?)", (order_id, event.amount))
 
@@ -249,12 +261,6 @@ def zombie_main(data: str, name: str, session_timeout_ms: int) -> None:
     Writes ``[[partition, first, last], ...]`` of the batch in hand to ``$BANKAPP_SELF_STOP``
     just before stopping; after SIGCONT it tries to apply that batch like any worker.
     """
-    import json
-    from pathlib import Path
-
-    from framework.observability import configure_logging
-    from framework.projection import Worker
-
     configure_logging()
     flag = Path(os.environ["BANKAPP_SELF_STOP"])
     with app.open(Path(data)) as runtime:
@@ -263,21 +269,25 @@ def zombie_main(data: str, name: str, session_timeout_ms: int) -> None:
         stopped = False
         try:
             while not worker.stopping.is_set():
-                records = worker.poll()
-                if records and not stopped:
+                polled = worker.poll()
+                if polled.records and not stopped:
                     stopped = True
                     spans: dict[int, list[int]] = {}
-                    for r in records:
+                    for r in polled.records:
                         spans.setdefault(r.partition, []).append(r.offset)
                     body = [[p, min(o), max(o)] for p, o in sorted(spans.items())]
-                    flag.write_text(json.dumps(body))
+                    flag.write_text(json.dumps({"generation": polled.generation, "spans": body}))
                     os.kill(os.getpid(), signal.SIGSTOP)
-                worker.apply(records)
+                    result = worker.apply(polled)
+                    sys.stderr.write(
+                        f"ZOMBIE-RESULT {'refused' if result is None else 'applied'}\n"
+                    )
+                    sys.stderr.flush()
+                    continue
+                worker.apply(polled)
         finally:
             worker.close()
 
 
 if __name__ == "__main__":
-    import sys
-
     zombie_main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

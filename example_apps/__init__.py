@@ -1,0 +1,1 @@
+"""Example applications, written the way we want users to write theirs."""

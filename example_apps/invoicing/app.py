@@ -1,0 +1,40 @@
+"""The invoicing application object: ``example_apps.invoicing:app``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from example_apps.invoicing.domain import Customer, Invoice, Order
+from example_apps.invoicing.projections import (
+    CustomerBalances,
+    Invoices,
+    InvoicingPolicy,
+    OrdersByStatus,
+)
+from example_apps.invoicing.state_topic import CustomerStatePublisher
+from framework.codec import EventRegistry
+from framework.projection import App
+
+registry = EventRegistry()
+
+
+@registry.upcaster("OrderPlaced", 1)
+def _order_placed_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 stored the shipping address as one line, "street, city, country"."""
+    street, city, country = (part.strip() for part in data["shipping_address"].split(",", 2))
+    return {**data, "shipping_address": {"street": street, "city": city, "country": country}}
+
+
+app = App(
+    "invoicing",
+    aggregates=[Customer, Order, Invoice],
+    projectors=[
+        Invoices,
+        CustomerBalances,
+        OrdersByStatus,
+        InvoicingPolicy,
+        CustomerStatePublisher,
+    ],
+    registry=registry,
+    partitions=6,
+)

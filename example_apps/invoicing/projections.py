@@ -1,0 +1,197 @@
+"""Read models of the invoicing app, and the invoicing policy.
+
+* ``invoices``: one row per invoice (amounts in integer cents, status).
+* ``customer_balances``: per customer, invoiced / paid / voided cents. A customer's invoices
+  live in many partitions of the ``invoices`` topic, so its row is written from several
+  partitions: the projector declares ``sum`` as its merge rule for parallel rebuilds.
+* ``orders_by_status``: one row per order with its status and total.
+* ``InvoicingPolicy``: the "invoicing microservice" of the seeds: issues exactly one invoice
+  per confirmed order and voids it when the order is cancelled. Idempotent by construction:
+  the invoice id is derived from the order id and ``issue``/``void`` are no-ops when done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import ClassVar
+
+from sqlite_utils import Database
+
+from example_apps.invoicing.domain import Invoice, invoice_id_for
+from example_apps.invoicing.events import (
+    InvoiceIssued,
+    InvoiceVoided,
+    OrderCancelled,
+    OrderConfirmed,
+    OrderLineAdded,
+    OrderLineRemoved,
+    OrderPlaced,
+    PaymentRecorded,
+)
+from framework.errors import AggregateNotFoundError
+from framework.projection import EventContext, Projector, handles
+from migrations import invoicing as schema
+
+
+class Invoices(Projector):
+    name = "invoices"
+    topics = ("invoices",)
+    migrations = schema.invoices
+
+    @handles(InvoiceIssued)
+    def issued(self, event: InvoiceIssued, ctx: EventContext) -> None:
+        ctx.db.execute(
+            "INSERT INTO invoices VALUES (?, ?, ?, ?, 0, 'open')",
+            (ctx.aggregate_id, event.order_id, event.customer_id, event.amount_cents),
+        )
+
+    @handles(PaymentRecorded)
+    def paid(self, event: PaymentRecorded, ctx: EventContext) -> None:
+        ctx.db.execute(
+            "UPDATE invoices SET paid_cents = paid_cents + ?, status = CASE WHEN paid_cents +"
+            " ? >= amount_cents THEN 'paid' ELSE status END WHERE invoice_id = ?",
+            (event.amount_cents, event.amount_cents, ctx.aggregate_id),
+        )
+
+    @handles(InvoiceVoided)
+    def voided(self, event: InvoiceVoided, ctx: EventContext) -> None:
+        ctx.db.execute(
+            "UPDATE invoices SET status = 'void' WHERE invoice_id = ?", (ctx.aggregate_id,)
+        )
+
+
+class CustomerBalances(Projector):
+    name = "customer_balances"
+    topics = ("invoices",)
+    migrations = schema.customer_balances
+    merge_rules: ClassVar[dict[str, str]] = {"customer_balances": "sum"}
+
+    def _add(
+        self,
+        db: Database,
+        customer_id: str,
+        invoiced: int = 0,
+        paid: int = 0,
+        voided: int = 0,
+        count: int = 0,
+    ) -> None:
+        db.execute(
+            "INSERT INTO customer_balances VALUES (?, ?, ?, ?, ?) ON CONFLICT(customer_id) DO"
+            " UPDATE SET invoiced_cents = invoiced_cents + excluded.invoiced_cents,"
+            " paid_cents = paid_cents + excluded.paid_cents,"
+            " voided_cents = voided_cents + excluded.voided_cents,"
+            " invoices = invoices + excluded.invoices",
+            (customer_id, invoiced, paid, voided, count),
+        )
+
+    @handles(InvoiceIssued)
+    def issued(self, event: InvoiceIssued, ctx: EventContext) -> None:
+        ctx.db.execute(
+            "INSERT INTO invoice_owners VALUES (?, ?, ?)",
+            (ctx.aggregate_id, event.customer_id, event.amount_cents),
+        )
+        self._add(ctx.db, event.customer_id, invoiced=event.amount_cents, count=1)
+
+    @handles(PaymentRecorded)
+    def paid(self, event: PaymentRecorded, ctx: EventContext) -> None:
+        self._add(ctx.db, _customer_of(ctx), paid=event.amount_cents)
+
+    @handles(InvoiceVoided)
+    def voided(self, event: InvoiceVoided, ctx: EventContext) -> None:
+        self._add(ctx.db, _customer_of(ctx), voided=_amount_of(ctx))
+
+
+def _invoice_issue(ctx: EventContext) -> tuple[str, int]:
+    """(customer, amount) of the invoice an event belongs to. All of an invoice's events are
+    in one partition (keyed by invoice id), so this lookup also works in a rebuild that
+    replays partitions in parallel."""
+    row = ctx.db.execute(
+        "SELECT customer_id, amount_cents FROM invoice_owners WHERE invoice_id = ?",
+        (ctx.aggregate_id,),
+    ).fetchone()
+    if row is None:
+        raise LookupError(f"invoice {ctx.aggregate_id} seen before it was issued")
+    return str(row[0]), int(row[1])
+
+
+def _customer_of(ctx: EventContext) -> str:
+    return _invoice_issue(ctx)[0]
+
+
+def _amount_of(ctx: EventContext) -> int:
+    return _invoice_issue(ctx)[1]
+
+
+class OrdersByStatus(Projector):
+    name = "orders_by_status"
+    topics = ("orders",)
+    migrations = schema.orders_by_status
+
+    @handles(OrderPlaced)
+    def placed(self, event: OrderPlaced, ctx: EventContext) -> None:
+        total = sum(line.total_cents for line in event.lines)
+        ctx.db.execute(
+            "INSERT INTO orders VALUES (?, ?, 'placed', ?, ?)",
+            (ctx.aggregate_id, event.customer_id, total, len(event.lines)),
+        )
+
+    @handles(OrderLineAdded)
+    def line_added(self, event: OrderLineAdded, ctx: EventContext) -> None:
+        ctx.db.execute(
+            "UPDATE orders SET total_cents = total_cents + ?, lines = lines + 1 WHERE order_id = ?",
+            (event.line.total_cents, ctx.aggregate_id),
+        )
+
+    @handles(OrderLineRemoved)
+    def line_removed(self, event: OrderLineRemoved, ctx: EventContext) -> None:
+        # The removed line's price is in the order's history, not in the event: the order's
+        # confirmed total (below) is authoritative; here only the line count changes.
+        ctx.db.execute(
+            "UPDATE orders SET lines = lines - 1 WHERE order_id = ?", (ctx.aggregate_id,)
+        )
+
+    @handles(OrderConfirmed)
+    def confirmed(self, event: OrderConfirmed, ctx: EventContext) -> None:
+        ctx.db.execute(
+            "UPDATE orders SET status = 'confirmed', total_cents = ? WHERE order_id = ?",
+            (event.total_cents, ctx.aggregate_id),
+        )
+
+    @handles(OrderCancelled)
+    def cancelled(self, event: OrderCancelled, ctx: EventContext) -> None:
+        ctx.db.execute(
+            "UPDATE orders SET status = 'cancelled' WHERE order_id = ?", (ctx.aggregate_id,)
+        )
+
+
+class InvoicingPolicy(Projector):
+    """Orders in, exactly one invoice per confirmed order out (a process manager)."""
+
+    name = "invoicing_policy"
+    topics = ("orders",)
+
+    @handles(OrderConfirmed)
+    def confirmed(self, event: OrderConfirmed, ctx: EventContext) -> None:
+        if ctx.replaying or ctx.app is None:
+            return  # never issue commands while rebuilding
+        ctx.app.execute(
+            Invoice,
+            invoice_id_for(ctx.aggregate_id),
+            lambda invoice: invoice.issue(ctx.aggregate_id, event.customer_id, event.total_cents),
+            create=True,
+            causation_id=str(ctx.envelope.event_id),
+        )
+
+    @handles(OrderCancelled)
+    def cancelled(self, event: OrderCancelled, ctx: EventContext) -> None:
+        if ctx.replaying or ctx.app is None:
+            return
+        try:
+            ctx.app.execute(
+                Invoice,
+                invoice_id_for(ctx.aggregate_id),
+                lambda invoice: invoice.void(event.reason),
+                causation_id=str(ctx.envelope.event_id),
+            )
+        except AggregateNotFoundError:
+            pass  # cancelled before it was confirmed: there is no invoice to void

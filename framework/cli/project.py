@@ -1,0 +1,443 @@
+"""``eventlane project``, ``eventlane migrate`` and ``eventlane dlq``: run projectors, watch
+their lag, evolve read-model schemas, and inspect and retry dead letters.
+
+``APP`` is the application object as ``module:attribute`` (or ``$EVENTLANE_APP``); it must
+be importable from the current directory or ``PYTHONPATH`` (worker processes import it too).
+
+JSON shapes:
+
+* ``project status --json``: ``{"app", "projectors": [STATUS]}`` with STATUS as documented
+  in :mod:`framework.projection.status`;
+* ``migrate --json``: ``{"app", "applied": {projector: [migration, ...]}}``;
+* ``dlq list --json``: ``[LETTER]``; ``dlq show --json``: ``LETTER``, where LETTER is
+  ``{"id", "topic", "partition", "offset", "key", "value", "value_base64", "headers",
+  "event_type", "error", "attempts", "status", "created_ms"}``;
+* ``dlq retry --json``: ``{"succeeded": [id], "failed": {id: error}}``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+import orjson
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from framework.cli.context import app as cli_app
+from framework.cli.context import data_option, json_option, stderr_console, stdout_console
+from framework.cli.render import simple_table
+from framework.errors import ConfigError, ProjectionError
+from framework.projection import (
+    DeadLetter,
+    Runner,
+    Runtime,
+    get_dead_letter,
+    list_dead_letters,
+    load_app,
+    migrate_all,
+    open_readmodel,
+    retry_dead_letters,
+)
+
+__all__ = ["PROJECTION_COMMANDS", "dlq", "migrate", "project"]
+
+APP_HELP = "The application, as module:attribute [env EVENTLANE_APP]."
+STATUSES = ("open", "dead", "parked", "retried", "all")
+
+
+def _print_json(value: object) -> None:
+    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+
+
+def app_argument(f: Any) -> Any:
+    return click.argument("app_spec", metavar="APP", envvar="EVENTLANE_APP", required=True)(f)
+
+
+def projection_option(f: Any) -> Any:
+    return click.option(
+        "--projection", "-p", "projection", required=True, metavar="NAME", help="Projector name."
+    )(f)
+
+
+@contextmanager
+def _runtime(app_spec: str, *, create: bool) -> Iterator[Runtime]:
+    """The app on the command's data directory (``create=False`` refuses a missing one)."""
+    application = load_app(app_spec)
+    log = cli_app().open_log(create=create)
+    with application.open(log, create_topics=create) as runtime:
+        yield runtime
+
+
+# ---------------------------------------------------------------------------- project
+@click.group()
+@data_option
+def project() -> None:
+    """Run projectors as consumer-group workers and watch their lag."""
+
+
+@project.command("run")
+@app_argument
+@projection_option
+@click.option("--workers", "-w", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option("--restart", is_flag=True, help="Replace a worker that dies.")
+@click.option(
+    "--session-timeout-ms",
+    type=click.IntRange(300, 3_600_000),
+    default=10_000,
+    show_default=True,
+    help="A worker silent this long is evicted and its partitions move.",
+)
+@click.option(
+    "--live/--no-live",
+    default=None,
+    help="Live view of positions, lag and workers [default: when stdout is a terminal].",
+)
+@data_option
+def run_command(
+    app_spec: str,
+    projection: str,
+    workers: int,
+    restart: bool,
+    session_timeout_ms: int,
+    live: bool | None,
+) -> None:
+    """Run N worker processes of one projector until SIGTERM / Ctrl-C.
+
+    Each worker is a member of the projector's consumer group: the partitions are shared,
+    and move when a worker joins, leaves or dies. Stopping finishes each worker's batch,
+    commits and leaves the group. With the live view the workers' logs go to
+    <data>/readmodels/NAME.log.
+    """
+    with _runtime(app_spec, create=True) as runtime:
+        runtime.app.projector(projection)
+        data = runtime.log.path.resolve()
+        # Refuse pending migrations here, once, with the same error a worker would give.
+        open_readmodel(runtime, projection).close()
+        console = stdout_console()
+        show = console.is_terminal if live is None else live
+        log_path = data / "readmodels" / f"{projection}.log" if show else None
+        runner = Runner(
+            app_spec,
+            projection,
+            data,
+            workers=workers,
+            restart=restart,
+            session_timeout_ms=session_timeout_ms,
+            log_path=log_path,
+        )
+        started = time.monotonic()
+        if show:
+            stderr_console().print(f"worker logs: {log_path}")
+            with Live(console=console, refresh_per_second=4, transient=False) as view:
+
+                def tick(r: Runner) -> None:
+                    view.update(_live_view(runtime, r, started))
+
+                runner.run(tick=tick)
+                view.update(_live_view(runtime, runner, started))
+        else:
+            runner.run()
+    if runner.failure is not None:
+        raise click.ClickException(f"workers could not start: {runner.failure}")
+
+
+def _live_view(runtime: Runtime, runner: Runner, started: float) -> Group:
+    status = runtime.status(runner.name)
+    pids = {m["member_id"]: m["pid"] for m in status["members"]}
+    partitions = Table(title_justify="left")
+    for column in ("partition", "position", "HWM", "lag", "worker pid"):
+        partitions.add_column(column, justify="left" if column == "partition" else "right")
+    for row in status["partitions"]:
+        owner = row["owner"]
+        partitions.add_row(
+            f"{row['topic']}-{row['partition']}",
+            "-" if row["position"] is None else str(row["position"]),
+            str(row["hwm"]),
+            Text(str(row["lag"]), style="bold red" if row["lag"] else "green"),
+            "-" if owner is None else str(pids.get(owner, "?")),
+        )
+    by_pid = {m["pid"]: m for m in status["members"]}
+    workers = Table(title_justify="left")
+    for column in ("pid", "state", "partitions", "uptime"):
+        workers.add_column(column)
+    now = time.monotonic()
+    for w in sorted(runner.procs, key=lambda w: w.slot):
+        member = by_pid.get(w.pid)
+        workers.add_row(
+            str(w.pid),
+            "member" if member is not None else "joining",
+            ", ".join(member["assignment"]) if member else "",
+            f"{now - w.started:.0f}s",
+        )
+    for w in runner.exited[-5:]:
+        workers.add_row(str(w.pid), f"exited ({w.exit_code})", "", "")
+    dead = status["dead_letters"]
+    header = Text.assemble(
+        (f"projector {runner.name}", "bold"),
+        f"  workers {len(runner.procs)}/{runner.workers}",
+        f"  restarts {runner.restarts}",
+        f"  generation {status['generation']}",
+        ("  lag ", ""),
+        (str(status["lag"]), "bold red" if status["lag"] else "bold green"),
+        f"  dead letters {dead.get('dead', 0) + dead.get('parked', 0)} open",
+        f"  up {now - started:.0f}s",
+    )
+    return Group(header, partitions, workers)
+
+
+@project.command("status")
+@app_argument
+@click.option("--projection", "-p", "projection", metavar="NAME", help="Only this projector.")
+@json_option
+@data_option
+def status_command(app_spec: str, projection: str | None, as_json: bool) -> None:
+    """Per projector: each partition's applied position (from the read model), HWM and lag,
+    the group's members, dead letters and pending migrations."""
+    with _runtime(app_spec, create=False) as runtime:
+        names = [projection] if projection else sorted(runtime.app.projectors)
+        docs = [runtime.status(name) for name in names]
+    if as_json:
+        _print_json({"app": runtime.app.name, "projectors": docs})
+        return
+    console = stdout_console()
+    for doc in docs:
+        pids = {m["member_id"]: m["pid"] for m in doc["members"]}
+        console.print(
+            simple_table(
+                f"Projector {doc['projector']} — lag {doc['lag']}",
+                ("partition", "position", "HWM", "lag", "owner pid"),
+                [
+                    (
+                        f"{r['topic']}-{r['partition']}",
+                        "-" if r["position"] is None else r["position"],
+                        r["hwm"],
+                        r["lag"],
+                        "-" if r["owner"] is None else pids.get(r["owner"], "?"),
+                    )
+                    for r in doc["partitions"]
+                ],
+            )
+        )
+        if doc["members"]:
+            console.print(
+                simple_table(
+                    "Members",
+                    ("member", "pid", "alive", "partitions"),
+                    [
+                        (
+                            m["member_id"],
+                            m["pid"],
+                            "yes" if m["alive"] else "no (session expired)",
+                            ", ".join(m["assignment"]) or "-",
+                        )
+                        for m in doc["members"]
+                    ],
+                )
+            )
+        else:
+            console.print("Members: none (no worker running)")
+        dead = doc["dead_letters"]
+        console.print(
+            f"Dead letters: {dead.get('dead', 0)} dead, {dead.get('parked', 0)} parked,"
+            f" {dead.get('retried', 0)} retried"
+        )
+        if doc["pending_migrations"]:
+            console.print(
+                f"[bold red]Pending migrations[/]: {', '.join(doc['pending_migrations'])}"
+                " (run `eventlane migrate APP`)"
+            )
+        console.print()
+
+
+# ---------------------------------------------------------------------------- migrate
+@click.command()
+@app_argument
+@json_option
+@data_option
+def migrate(app_spec: str, as_json: bool) -> None:
+    """Apply the pending read-model migrations of every projector; list what was applied.
+
+    Stop the projector's workers first: a worker refuses to start while one is pending.
+    """
+    with _runtime(app_spec, create=True) as runtime:
+        applied = migrate_all(runtime)
+    if as_json:
+        _print_json({"app": runtime.app.name, "applied": applied})
+        return
+    console = stdout_console()
+    if not any(applied.values()):
+        console.print("Nothing to apply: every read model is up to date.")
+        return
+    for name, names in applied.items():
+        for migration in names:
+            console.print(f"{name}: applied {migration}")
+
+
+# ---------------------------------------------------------------------------- dlq
+@click.group()
+@data_option
+def dlq() -> None:
+    """Inspect and retry a projector's dead letters (events its handlers could not apply)."""
+
+
+def _letters(runtime: Runtime, projection: str, status: str) -> list[DeadLetter]:
+    runtime.app.projector(projection)
+    path = runtime.readmodel_path(projection)
+    if not path.exists():
+        raise ConfigError(f"projector {projection!r} has no read model yet", path=path)
+    readmodel = open_readmodel(runtime, projection)
+    try:
+        letters = list_dead_letters(readmodel)
+    finally:
+        readmodel.close()
+    if status == "open":
+        return [d for d in letters if d.status in ("dead", "parked")]
+    if status == "all":
+        return letters
+    return [d for d in letters if d.status == status]
+
+
+def _short(text: str, width: int = 60) -> str:
+    line = text.splitlines()[-1] if text else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+@dlq.command("list")
+@app_argument
+@projection_option
+@click.option(
+    "--status",
+    type=click.Choice(STATUSES),
+    default="all",
+    show_default=True,
+    help="open = dead or parked.",
+)
+@json_option
+@data_option
+def dlq_list(app_spec: str, projection: str, status: str, as_json: bool) -> None:
+    """List dead letters: id, source coordinates, key, type, status, attempts, error."""
+    with _runtime(app_spec, create=False) as runtime:
+        letters = _letters(runtime, projection, status)
+    if as_json:
+        _print_json([d.to_json() for d in letters])
+        return
+    table = simple_table(
+        f"Dead letters of {projection} ({status}): {len(letters)}",
+        ("id", "source", "key", "type", "status", "attempts", "error"),
+        [
+            (
+                d.id,
+                f"{d.topic}-{d.partition}@{d.offset}",
+                "-" if d.key is None else d.key.decode("utf-8", "replace"),
+                d.event_type or "?",
+                d.status,
+                d.attempts,
+                _short(d.error),
+            )
+            for d in letters
+        ],
+    )
+    stdout_console().print(table)
+
+
+def _render_bytes(data: bytes | None) -> str:
+    if data is None:
+        return "(null)"
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.hex(" ")
+
+
+@dlq.command("show")
+@app_argument
+@click.argument("letter_id", metavar="ID", type=int)
+@projection_option
+@json_option
+@data_option
+def dlq_show(app_spec: str, letter_id: int, projection: str, as_json: bool) -> None:
+    """One dead letter: raw bytes, headers, source coordinates and the full error."""
+    with _runtime(app_spec, create=False) as runtime:
+        _letters(runtime, projection, "all")  # checks the projector and its read model
+        readmodel = open_readmodel(runtime, projection)
+        try:
+            letter = get_dead_letter(readmodel, letter_id)
+        finally:
+            readmodel.close()
+    if letter is None:
+        raise ProjectionError(f"projector {projection!r} has no dead letter {letter_id}")
+    if as_json:
+        _print_json(letter.to_json())
+        return
+    console = stdout_console()
+    console.print(
+        simple_table(
+            f"Dead letter {letter.id} of {projection}",
+            ("field", "value"),
+            [
+                ("source", f"{letter.topic}-{letter.partition}@{letter.offset}"),
+                ("key", _render_bytes(letter.key)),
+                ("event type", letter.event_type or "?"),
+                ("status", letter.status),
+                ("attempts", str(letter.attempts)),
+                ("dead-lettered at (ms)", str(letter.created_ms)),
+            ],
+        )
+    )
+    console.print(
+        simple_table(
+            "Headers", ("name", "value"), [(n, _render_bytes(v)) for n, v in letter.headers]
+        )
+    )
+    console.print(Text("Value (raw bytes):", style="bold"))
+    console.print(Text(_render_bytes(letter.value)))
+    console.print(Text("Error:", style="bold"))
+    console.print(Text(letter.error))
+
+
+@dlq.command("retry")
+@app_argument
+@projection_option
+@click.option("--id", "ids", type=int, multiple=True, help="Only these letters (repeatable).")
+@json_option
+@data_option
+def dlq_retry(app_spec: str, projection: str, ids: tuple[int, ...], as_json: bool) -> None:
+    """Re-apply open dead letters with today's code (decode + upcast the raw bytes again,
+    run the handler), in source order; print what succeeded and what failed.
+
+    Exits with status 1 when any letter failed again.
+    """
+    with _runtime(app_spec, create=False) as runtime:
+        cls = runtime.app.projector(projection)
+        if not runtime.readmodel_path(projection).exists():
+            raise ConfigError(f"projector {projection!r} has no read model yet")
+        readmodel = open_readmodel(runtime, projection)
+        try:
+            projector = cls()
+            projector.setup(readmodel.db)
+            report = retry_dead_letters(
+                projector, runtime.codec, readmodel, ids=list(ids) or None, app=runtime
+            )
+        finally:
+            readmodel.close()
+    if as_json:
+        _print_json({"succeeded": report.succeeded, "failed": report.failed})
+    else:
+        console = stdout_console()
+        console.print(f"succeeded: {len(report.succeeded)}  failed: {len(report.failed)}")
+        if report.succeeded:
+            console.print("retried: " + ", ".join(str(i) for i in report.succeeded))
+        for letter_id, error in sorted(report.failed.items()):
+            console.print(f"[red]failed[/] {letter_id}: {_short(error, 200)}")
+    if report.failed:
+        raise SystemExit(1)
+
+
+PROJECTION_COMMANDS = (project, migrate, dlq)
+"""The commands this module adds to the ``eventlane`` root group."""

@@ -1,0 +1,91 @@
+"""Read-model schemas: the projector's ``sqlite_utils.Migrations`` set, applied or refused.
+
+Rules (``eventlane migrate APP`` applies; a worker checks on start):
+
+* A worker refuses to start while one of its projector's migrations is pending on an
+  existing read model, with an error naming them: applying a schema change is a deliberate
+  step, taken while the projection is stopped.
+* A new read model (nothing ever applied to it, none of the set applied yet) is created at
+  its latest schema on first open: there is nothing to migrate.
+* Migrations run under the read model's write lock (``BEGIN IMMEDIATE``; each migration in
+  a savepoint, so a failing one leaves nothing behind), so workers and ``migrate`` starting
+  together never apply one twice. A migration declared ``transactional=False`` (``VACUUM``)
+  runs outside any transaction, as sqlite-utils runs it.
+"""
+
+from __future__ import annotations
+
+import structlog
+from sqlite_utils import Migrations
+
+from framework.errors import ProjectionError
+from framework.projection.app import Runtime
+from framework.projection.readmodel import ReadModel, readmodel_path
+
+__all__ = ["apply_migrations", "migrate_all", "open_readmodel", "pending_migrations"]
+
+log = structlog.get_logger("eventlane.projection")
+
+
+def pending_migrations(migrations: Migrations | None, readmodel: ReadModel) -> list[str]:
+    """Names of ``migrations`` not applied to ``readmodel`` yet, in order."""
+    if migrations is None:
+        return []
+    return [m.name for m in migrations.pending(readmodel.db)]
+
+
+def apply_migrations(migrations: Migrations | None, readmodel: ReadModel) -> list[str]:
+    """Apply the pending ``migrations`` under the write lock; return the names applied."""
+    if migrations is None or not migrations.pending(readmodel.db):
+        return []
+    if not all(m.transactional for m in migrations.pending(readmodel.db)):
+        names = pending_migrations(migrations, readmodel)
+        migrations.apply(readmodel.db)
+    else:
+        with readmodel.transaction():
+            names = pending_migrations(migrations, readmodel)  # again, under the lock
+            migrations.apply(readmodel.db)
+    if names:
+        log.info("read-model migrations applied", path=str(readmodel.path), migrations=names)
+    return names
+
+
+def open_readmodel(runtime: Runtime, name: str, *, migrate: bool = False) -> ReadModel:
+    """Open projector ``name``'s read model, refusing pending migrations (see the module
+    docstring); ``migrate=True`` applies them instead."""
+    migrations = runtime.app.projector(name).migrations
+    readmodel = ReadModel(readmodel_path(runtime.log.path, name))
+    try:
+        pending = pending_migrations(migrations, readmodel)
+        if not pending:
+            return readmodel
+        assert migrations is not None
+        fresh = readmodel.is_fresh() and not migrations.applied(readmodel.db)
+        if not (migrate or fresh):
+            raise ProjectionError(
+                f"read model {name!r} has pending migrations: {', '.join(pending)};"
+                " stop its workers and run `eventlane migrate APP` first",
+                path=readmodel.path,
+            )
+        apply_migrations(migrations, readmodel)
+    except BaseException:
+        readmodel.close()
+        raise
+    return readmodel
+
+
+def migrate_all(runtime: Runtime) -> dict[str, list[str]]:
+    """Apply the pending migrations of every projector's read model (the framework's own
+    tables included); return ``{projector: [migration names applied]}``."""
+    done: dict[str, list[str]] = {}
+    for name in sorted(runtime.app.projectors):
+        readmodel = ReadModel(readmodel_path(runtime.log.path, name))
+        try:
+            own = [f"eventlane.read_model:{m}" for m in readmodel.framework_migrations_applied]
+            migrations = runtime.app.projector(name).migrations
+            theirs = apply_migrations(migrations, readmodel)
+            prefix = "" if migrations is None else f"{migrations.name}:"
+            done[name] = own + [prefix + m for m in theirs]
+        finally:
+            readmodel.close()
+    return done

@@ -1,0 +1,504 @@
+"""Merge rules, and the merge of partial read models into one, streamed inside SQLite.
+
+A parallel rebuild replays each log partition (or key group) into its own *partial* file,
+every partial starting from the same empty schema. Rows only one partial wrote are copied
+as they are. A row (same primary key) written by several partials is merged by the rule the
+projector declares for its table in ``Projector.merge_rules``; a table without a rule whose
+rows collide fails the rebuild with :class:`MergeConflictError` naming the table, the key
+and the partitions — never a silent last-writer-wins.
+
+Rule syntax (one string per table)::
+
+    "sum"                                   every non-key column: the same rule
+    "latest-by:updated_ms"                  the whole row with the greatest updated_ms
+    "total=sum, events=sum, name=same, *=max"   per column; ``*`` = the other columns
+
+Column rules: ``sum`` (NULL counts as nothing), ``max``, ``min`` (NULLs ignored),
+``first-non-null`` (the first partial's non-NULL value, partials taken in topic/partition
+order), ``same`` (the values must be equal, else :class:`MergeConflictError`). Row rules:
+``latest-by:COL`` / ``earliest-by:COL`` (ties keep the row merged first). Rules must match
+what the handlers do: ``sum`` for counters and totals, ``max`` for high-water values, and so
+on; a rule states how to combine two *independent* partial states of one key.
+
+Rows a projector's ``setup`` (or migrations) seeds are the common starting point of every
+partial: a partial's row that still equals the seeded one is not a write; for ``sum`` the
+seeded value is counted once (``seed + Σ (partial - seed)``).
+
+The merge streams: each partial is ``ATTACH``-ed in turn and merged with
+``INSERT … SELECT … ON CONFLICT DO UPDATE``; no row passes through Python.
+
+Reference semantics of two rows (the SQL does the same)::
+
+    >>> rule = parse_rule("total=sum, name=first-non-null, seen=max")
+    >>> merge_rows(rule, {"total": 5, "name": None, "seen": 3},
+    ...                  {"total": 7, "name": "ada", "seen": 9})
+    {'total': 12, 'name': 'ada', 'seen': 9}
+    >>> merge_rows(parse_rule("latest-by:ts"), {"ts": 2, "v": "old"}, {"ts": 5, "v": "new"})
+    {'ts': 5, 'v': 'new'}
+    >>> merge_rows(parse_rule("sum"), {"n": None}, {"n": 4})
+    {'n': 4}
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import structlog
+
+from framework.errors import ReplayError
+
+log = structlog.get_logger("eventlane.replay")
+
+__all__ = [
+    "COLUMN_RULES",
+    "MergeConflictError",
+    "MergeRule",
+    "MergeStats",
+    "Partial",
+    "TableInfo",
+    "merge_partials",
+    "merge_rows",
+    "parse_rule",
+    "update_clause",
+    "user_tables",
+]
+
+COLUMN_RULES = ("sum", "max", "min", "first-non-null", "same")
+ROW_RULES = ("latest-by", "earliest-by")
+
+
+class MergeConflictError(ReplayError):
+    """Rows of one key came from several partitions and the table has no rule that merges
+    them (or a ``same`` column disagrees). ``table`` and ``key`` name the row."""
+
+    def __init__(self, message: str, *, table: str, key: Mapping[str, Any], **where: Any) -> None:
+        self.table = table
+        self.key = dict(key)
+        super().__init__(message, **where)
+
+
+class MergeRule(NamedTuple):
+    """A parsed rule: per-column rules (``default`` for the rest) or a row rule."""
+
+    columns: Mapping[str, str]
+    default: str | None
+    row_by: tuple[str, str] | None = None
+    """``("latest-by", column)`` or ``("earliest-by", column)``."""
+
+    def column_rule(self, column: str) -> str | None:
+        return self.columns.get(column, self.default)
+
+
+def parse_rule(text: str) -> MergeRule:
+    """Parse a rule string (see the module docstring).
+
+    >>> parse_rule("sum")
+    MergeRule(columns={}, default='sum', row_by=None)
+    >>> parse_rule("latest-by:updated")
+    MergeRule(columns={}, default=None, row_by=('latest-by', 'updated'))
+    >>> parse_rule("total = sum, *=max")
+    MergeRule(columns={'total': 'sum'}, default='max', row_by=None)
+    >>> parse_rule("total=avg")
+    Traceback (most recent call last):
+    ...
+    framework.errors.ReplayError: unknown merge rule 'avg' for column 'total' in 'total=avg'; use one of sum, max, min, first-non-null, same
+    """
+    spec = text.strip()
+    for row_rule in ROW_RULES:
+        if spec.startswith(row_rule + ":"):
+            column = spec[len(row_rule) + 1 :].strip()
+            if not column.isidentifier():
+                raise ReplayError(f"merge rule {text!r}: {row_rule} needs a column name")
+            return MergeRule({}, None, (row_rule, column))
+    if spec in COLUMN_RULES:
+        return MergeRule({}, spec)
+    columns: dict[str, str] = {}
+    default = None
+    for part in spec.split(","):
+        if "=" not in part:
+            raise ReplayError(
+                f"cannot parse merge rule {text!r}: expected a rule ({', '.join(COLUMN_RULES)},"
+                " latest-by:COL, earliest-by:COL) or 'column=rule, ...'"
+            )
+        column, _, rule = (s.strip() for s in part.partition("="))
+        if rule not in COLUMN_RULES:
+            raise ReplayError(
+                f"unknown merge rule {rule!r} for column {column!r} in {text!r}; use one of"
+                f" {', '.join(COLUMN_RULES)}"
+            )
+        if column == "*":
+            default = rule
+        else:
+            columns[column] = rule
+    return MergeRule(columns, default)
+
+
+def _combine(rule: str, old: Any, new: Any, column: str) -> Any:
+    if rule == "sum":
+        return new if old is None else old if new is None else old + new
+    if rule in ("max", "min"):
+        if old is None or new is None:
+            return new if old is None else old
+        return max(old, new) if rule == "max" else min(old, new)
+    if rule == "first-non-null":
+        return new if old is None else old
+    if old != new:  # same
+        raise ReplayError(f"column {column!r} must be the same in every partition")
+    return old
+
+
+def merge_rows(rule: MergeRule, old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge two versions of one row (``old`` merged first). Columns without a rule keep
+    ``old`` only if equal to ``new``; otherwise :class:`ReplayError`."""
+    if rule.row_by is not None:
+        kind, column = rule.row_by
+        a, b = old[column], new[column]
+        newer = a is None or (b is not None and (b > a if kind == "latest-by" else b < a))
+        return dict(new if newer else old)
+    out: dict[str, Any] = {}
+    for column, value in old.items():
+        col_rule = rule.column_rule(column)
+        out[column] = _combine(col_rule or "same", value, new[column], column)
+    return out
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def update_clause(rule: MergeRule, columns: Sequence[str], *, seeded: str | None = None) -> str:
+    """The ``SET …`` list of ``ON CONFLICT DO UPDATE`` for ``rule`` over non-key ``columns``.
+
+    ``seeded`` is a SQL expression template (``{col}`` replaced by the column) giving the
+    seeded value of the conflicting row, subtracted once per merged partial for ``sum``.
+
+    >>> update_clause(parse_rule("n=sum, m=max"), ["n", "m"])
+    '"n" = CASE WHEN excluded."n" IS NULL THEN "n" WHEN "n" IS NULL THEN excluded."n" ELSE "n" + excluded."n" END, "m" = CASE WHEN excluded."m" IS NULL THEN "m" WHEN "m" IS NULL THEN excluded."m" ELSE max("m", excluded."m") END'
+    """
+    sets = []
+    if rule.row_by is not None:
+        kind, by = rule.row_by
+        op = ">" if kind == "latest-by" else "<"
+        cond = f"({_q(by)} IS NULL AND excluded.{_q(by)} IS NOT NULL) OR excluded.{_q(by)} {op} {_q(by)}"
+        for c in columns:
+            sets.append(f"{_q(c)} = CASE WHEN {cond} THEN excluded.{_q(c)} ELSE {_q(c)} END")
+        return ", ".join(sets)
+    for c in columns:
+        col_rule = rule.column_rule(c) or "same"
+        qc, ex = _q(c), f"excluded.{_q(c)}"
+        if col_rule == "sum":
+            add = f"{qc} + {ex}"
+            if seeded is not None:
+                add = f"{add} - coalesce(({seeded.format(col=qc)}), 0)"
+            expr = f"CASE WHEN {ex} IS NULL THEN {qc} WHEN {qc} IS NULL THEN {ex} ELSE {add} END"
+        elif col_rule in ("max", "min"):
+            expr = (
+                f"CASE WHEN {ex} IS NULL THEN {qc} WHEN {qc} IS NULL THEN {ex}"
+                f" ELSE {col_rule}({qc}, {ex}) END"
+            )
+        elif col_rule == "first-non-null":
+            expr = f"coalesce({qc}, {ex})"
+        else:  # same: checked before the upsert
+            expr = qc
+        sets.append(f"{qc} = {expr}")
+    return ", ".join(sets)
+
+
+# ---------------------------------------------------------------------------- tables
+class TableInfo(NamedTuple):
+    """A user table of a read model: its columns, primary key and unique column sets."""
+
+    name: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    """Primary-key columns (empty: a rowid table without a declared key)."""
+    uniques: tuple[tuple[str, ...], ...]
+    """Column sets of every UNIQUE constraint/index, the primary key included."""
+
+
+def _is_framework_table(name: str) -> bool:
+    return name.startswith(("sqlite_", "_eventlane_", "_sqlite_migrations"))
+
+
+def user_tables(conn: sqlite3.Connection, schema: str = "main") -> list[TableInfo]:
+    """The projector's tables (not SQLite's, not the framework's, not migration records)."""
+    rows = conn.execute(
+        f"SELECT name, sql FROM {schema}.sqlite_master WHERE type='table' ORDER BY name"
+    ).fetchall()
+    out = []
+    for name, sql in rows:
+        if _is_framework_table(name):
+            continue
+        if sql and sql.upper().startswith("CREATE VIRTUAL"):
+            raise ReplayError(f"table {name!r} is a virtual table; the merge cannot combine it")
+        info = conn.execute(f"PRAGMA {schema}.table_info({_q(name)})").fetchall()
+        columns = tuple(r[1] for r in info)
+        key = tuple(r[1] for r in sorted((r for r in info if r[5] > 0), key=lambda r: r[5]))
+        uniques = [key] if key else []
+        for idx in conn.execute(f"PRAGMA {schema}.index_list({_q(name)})").fetchall():
+            if idx[2] and idx[3] != "pk":
+                cols = tuple(
+                    r[2]
+                    for r in conn.execute(f"PRAGMA {schema}.index_info({_q(idx[1])})").fetchall()
+                )
+                if None not in cols:
+                    uniques.append(cols)
+        out.append(TableInfo(name, columns, key, tuple(uniques)))
+    return out
+
+
+# ---------------------------------------------------------------------------- the merge
+class Partial(NamedTuple):
+    """A partial read model and what it covers (for error messages)."""
+
+    path: Path
+    label: str
+    """e.g. ``orders/3`` or ``orders/3 keys 1/4``."""
+
+
+class MergeStats(NamedTuple):
+    partials: int
+    rows: int
+    """Rows read from the partials into the merged tables."""
+    seconds: float
+
+
+def _key_text(key: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in key.items())
+
+
+def _fetch_key(conn: sqlite3.Connection, cols: Sequence[str], sql: str) -> dict[str, Any] | None:
+    row = conn.execute(sql).fetchone()
+    return None if row is None else dict(zip(cols, row, strict=True))
+
+
+def _overlap_sql(table: str, cols: Sequence[str], left: str, right: str) -> str:
+    select = ", ".join(f"a.{_q(c)}" for c in cols)
+    join = " AND ".join(f"a.{_q(c)} IS b.{_q(c)}" for c in cols)
+    return (
+        f"SELECT {select} FROM {left}.{_q(table)} a JOIN {right}.{_q(table)} b ON {join}"
+        " LIMIT 1"
+    )
+
+
+class _Merger:
+    def __init__(self, conn: sqlite3.Connection, rules: Mapping[str, str], projector: str) -> None:
+        self.conn = conn
+        self.projector = projector
+        self.tables = user_tables(conn)
+        self.rules = {t: parse_rule(r) for t, r in rules.items()}
+        known = {t.name for t in self.tables}
+        for t in self.rules:
+            if t not in known:
+                raise ReplayError(
+                    f"projector {projector!r} declares a merge rule for table {t!r}, which its"
+                    f" read model does not have (tables: {', '.join(sorted(known)) or 'none'})"
+                )
+        for t in self.tables:
+            rule = self.rules.get(t.name)
+            if rule is None:
+                continue
+            if not t.key:
+                raise ReplayError(
+                    f"merge rule for table {t.name!r}: the table has no primary key, so rows"
+                    " never collide; remove the rule or declare a key"
+                )
+            named = set(rule.columns) | ({rule.row_by[1]} if rule.row_by else set())
+            for c in named:
+                if c not in t.columns or c in t.key:
+                    raise ReplayError(
+                        f"merge rule for table {t.name!r} names column {c!r}, which is not a"
+                        " non-key column of the table"
+                    )
+        self.seeded = self._snapshot_seeds()
+        self.done: list[Partial] = []
+
+    def _snapshot_seeds(self) -> set[str]:
+        """Tables ``setup`` seeded: copy their rows into the temp schema as ``seed_<n>``."""
+        seeded = set()
+        for i, t in enumerate(self.tables):
+            if self.conn.execute(f"SELECT 1 FROM main.{_q(t.name)} LIMIT 1").fetchone() is None:
+                continue
+            if not t.key:
+                raise ReplayError(
+                    f"table {t.name!r} has rows after setup but no primary key: the partials'"
+                    " copies of those rows cannot be told apart; give it a primary key"
+                )
+            self.conn.execute(
+                f"CREATE TEMP TABLE seed_{i} AS SELECT * FROM main.{_q(t.name)}"
+            )
+            seeded.add(t.name)
+        return seeded
+
+    def _seed_name(self, t: TableInfo) -> str:
+        return f"temp.seed_{self.tables.index(t)}"
+
+    def merge(self, partial: Partial) -> int:
+        conn = self.conn
+        conn.execute("ATTACH DATABASE ? AS part", (str(partial.path),))
+        try:
+            conn.execute("BEGIN")
+            try:
+                rows = sum(self._table(t, partial) for t in self.tables)
+                conn.execute(
+                    "INSERT INTO main._eventlane_dead_letters (topic, partition, offset, key,"
+                    " value, headers, event_type, error, attempts, status, created_ms,"
+                    " published) SELECT topic, partition, offset, key, value, headers,"
+                    " event_type, error, attempts, status, created_ms, published FROM"
+                    " part._eventlane_dead_letters ORDER BY topic, partition, offset"
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            conn.execute("DETACH DATABASE part")
+        self.done.append(partial)
+        return rows
+
+    def _source(self, t: TableInfo) -> str:
+        cols = ", ".join(_q(c) for c in t.columns)
+        src = f"SELECT {cols} FROM part.{_q(t.name)}"
+        if t.name in self.seeded:  # a row still equal to its seed was not written
+            src = f"SELECT * FROM ({src} EXCEPT SELECT {cols} FROM {self._seed_name(t)})"
+        return src
+
+    def _table(self, t: TableInfo, partial: Partial) -> int:
+        conn = self.conn
+        count_row = conn.execute(f"SELECT count(*) FROM ({self._source(t)})").fetchone()
+        rows = int(count_row[0])
+        if rows == 0:
+            return 0
+        rule = self.rules.get(t.name)
+        cols = ", ".join(_q(c) for c in t.columns)
+        insert = f"INSERT INTO main.{_q(t.name)} ({cols}) SELECT * FROM ({self._source(t)}) WHERE true"
+        if rule is None or not t.key:
+            if t.name in self.seeded:
+                self._replace_seeds(t, partial)
+            try:
+                conn.execute(insert)
+            except sqlite3.IntegrityError as exc:
+                self._conflict(t, partial, exc)
+            return rows
+        for c in t.columns:
+            if c not in t.key and rule.row_by is None and (rule.column_rule(c) or "same") == "same":
+                self._check_same(t, c, partial)
+        rest = [c for c in t.columns if c not in t.key]
+        seeded = None
+        if t.name in self.seeded:
+            match = " AND ".join(f"s.{_q(k)} IS excluded.{_q(k)}" for k in t.key)
+            seeded = f"SELECT s.{{col}} FROM {self._seed_name(t)} s WHERE {match}"
+        if rest:
+            action = f"DO UPDATE SET {update_clause(rule, rest, seeded=seeded)}"
+        else:
+            action = "DO NOTHING"
+        keys = ", ".join(_q(k) for k in t.key)
+        try:
+            conn.execute(f"{insert} ON CONFLICT ({keys}) {action}")
+        except sqlite3.IntegrityError as exc:
+            self._conflict(t, partial, exc, skip_key=True)
+        return rows
+
+    def _replace_seeds(self, t: TableInfo, partial: Partial) -> None:
+        """No rule: a seeded row one partial changed replaces the seed; a second change of
+        the same row is a conflict (found by the plain insert that follows)."""
+        join = " AND ".join(f"a.{_q(k)} IS b.{_q(k)}" for k in t.key)
+        same_as_seed = " AND ".join(f"s.{_q(c)} IS a.{_q(c)}" for c in t.columns)
+        self.conn.execute(
+            f"DELETE FROM main.{_q(t.name)} AS a WHERE EXISTS (SELECT 1 FROM"
+            f" ({self._source(t)}) b WHERE {join}) AND EXISTS (SELECT 1 FROM"
+            f" {self._seed_name(t)} s WHERE {same_as_seed})"
+        )
+
+    def _check_same(self, t: TableInfo, column: str, partial: Partial) -> None:
+        join = " AND ".join(f"a.{_q(k)} IS b.{_q(k)}" for k in t.key)
+        select = ", ".join(f"a.{_q(k)}" for k in t.key)
+        sql = (
+            f"SELECT {select} FROM main.{_q(t.name)} a JOIN ({self._source(t)}) b ON {join}"
+            f" WHERE a.{_q(column)} IS NOT b.{_q(column)} LIMIT 1"
+        )
+        key = _fetch_key(self.conn, t.key, sql)
+        if key is not None:
+            raise MergeConflictError(
+                f"table {t.name!r}: column {column!r} of key ({_key_text(key)}) differs between"
+                f" partition {partial.label} and {self._writers(t, t.key, key)}, and its merge"
+                " rule is 'same'",
+                table=t.name,
+                key=key,
+            )
+
+    def _writers(self, t: TableInfo, cols: Sequence[str], key: Mapping[str, Any]) -> str:
+        """Which partials merged before wrote ``key`` (for the error message)."""
+        found = []
+        where = " AND ".join(f"{_q(c)} IS ?" for c in cols)
+        for done in self.done:
+            self.conn.execute("ATTACH DATABASE ? AS prior", (str(done.path),))
+            try:
+                hit = self.conn.execute(
+                    f"SELECT 1 FROM prior.{_q(t.name)} WHERE {where} LIMIT 1",
+                    [key[c] for c in cols],
+                ).fetchone()
+            finally:
+                self.conn.execute("DETACH DATABASE prior")
+            if hit:
+                found.append(done.label)
+        return "partition " + ", ".join(found) if found else "the rows setup created"
+
+    def _conflict(
+        self, t: TableInfo, partial: Partial, exc: sqlite3.IntegrityError, skip_key: bool = False
+    ) -> None:
+        self.conn.execute("ROLLBACK")
+        self.conn.execute("BEGIN")  # merge() rolls this one back
+        for cols in t.uniques:
+            if skip_key and cols == t.key:
+                continue
+            key = _fetch_key(self.conn, cols, _overlap_sql(t.name, cols, "main", "part"))
+            if key is None:
+                continue
+            what = "key" if cols == t.key else f"unique columns ({', '.join(cols)})"
+            if cols == t.key:
+                fix = (
+                    f"declare how to merge it: merge_rules = {{{t.name!r}: 'sum' | 'max' | 'min'"
+                    " | 'first-non-null' | 'same' | 'latest-by:COLUMN' | 'col=rule, ...'}} on"
+                    f" projector {self.projector!r}"
+                )
+            else:
+                fix = "rows of different keys collide on a unique constraint"
+            raise MergeConflictError(
+                f"table {t.name!r}: {what} ({_key_text(key)}) was written by partition"
+                f" {partial.label} and by {self._writers(t, cols, key)}; {fix}",
+                table=t.name,
+                key=key,
+            ) from exc
+        raise ReplayError(f"table {t.name!r}: merging partition {partial.label} failed: {exc}")
+
+
+def merge_partials(
+    conn: sqlite3.Connection,
+    partials: Sequence[Partial],
+    rules: Mapping[str, str],
+    *,
+    projector: str = "?",
+) -> MergeStats:
+    """Merge ``partials`` into the database of ``conn`` (same schema, fresh: only what the
+    projector's ``setup`` seeded). Partials are merged in the given order."""
+    t0 = time.perf_counter()
+    merger = _Merger(conn, rules, projector)
+    rows = 0
+    for partial in partials:
+        rows += merger.merge(partial)
+    for i in range(len(merger.tables)):
+        conn.execute(f"DROP TABLE IF EXISTS temp.seed_{i}")
+    stats = MergeStats(len(partials), rows, time.perf_counter() - t0)
+    log.info(
+        "partials merged",
+        projector=projector,
+        partials=stats.partials,
+        rows=stats.rows,
+        seconds=round(stats.seconds, 3),
+    )
+    return stats

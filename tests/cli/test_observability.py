@@ -1,0 +1,80 @@
+"""``framework.observability.configure_logging``: levels, formats, and where logs go."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+import structlog
+from click.testing import CliRunner
+
+from framework.cli import main
+from framework.errors import ConfigError
+from framework.observability import configure_logging
+
+
+def test_level_filters_and_console_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(level="warning", json=False)
+    log = structlog.get_logger("eventlane.test")
+    log.info("hidden", topic="t")
+    log.warning("shown", topic="t", partition=3)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "hidden" not in err
+    assert "shown" in err and "topic=t" in err and "partition=3" in err
+
+
+def test_json_lines_carry_the_context(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(level="debug", json=True)
+    structlog.get_logger("eventlane.test").bind(group="g").debug("hello", offset=7)
+    [line] = capsys.readouterr().err.splitlines()
+    body = json.loads(line)
+    assert body["event"] == "hello" and body["level"] == "debug"
+    assert (body["group"], body["offset"], body["logger"]) == ("g", 7, "eventlane.test")
+    assert "timestamp" in body
+
+
+def test_environment_variables(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("EVENTLANE_LOG_LEVEL", "ERROR")
+    monkeypatch.setenv("EVENTLANE_LOG_FORMAT", "json")
+    configure_logging()
+    log = structlog.get_logger("eventlane.test")
+    log.warning("below the level")
+    log.error("kept")
+    [line] = capsys.readouterr().err.splitlines()
+    assert json.loads(line)["event"] == "kept"
+
+
+def test_bad_settings_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="unknown log level 'loud'"):
+        configure_logging(level="loud")
+    monkeypatch.setenv("EVENTLANE_LOG_FORMAT", "xml")
+    with pytest.raises(ConfigError, match="unknown log format 'xml'"):
+        configure_logging()
+
+
+def test_logging_follows_a_replaced_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream is looked up per write: a logger bound earlier writes to the new stderr,
+    and a closed stream never makes logging raise."""
+    configure_logging(level="info", json=True)
+    log = structlog.get_logger("eventlane.test").bind(topic="t")
+    replaced = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", replaced)
+    log.info("after")
+    assert json.loads(replaced.getvalue())["event"] == "after"
+    replaced.close()
+    log.info("into a closed stream")  # no exception
+
+
+def test_the_cli_configures_logging_from_the_environment(data_dir) -> None:
+    runner = CliRunner(env={"EVENTLANE_LOG_LEVEL": "chatty"})
+    result = runner.invoke(main, ["--data", str(data_dir), "topics", "list"])
+    assert result.exit_code == 1 and "unknown log level 'chatty'" in result.stderr
+    runner = CliRunner(env={"EVENTLANE_LOG_LEVEL": "info", "EVENTLANE_LOG_FORMAT": "json"})
+    result = runner.invoke(main, ["--data", str(data_dir), "topics", "create", "t"])
+    assert result.exit_code == 0
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    assert any(e["event"] == "topic created" and e["topic"] == "t" for e in events)
+    assert result.stdout.startswith("topic t created")  # stdout stays clean

@@ -1,0 +1,265 @@
+"""The key index is derived data: deleted, garbage, truncated, wrong or stale indexes are
+rebuilt or detected, and loads stay correct. Also: a writer that died between its append
+and its index update, the reader's overlay of an unindexed tail, and ``verify``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+import structlog
+from store_domain import Counter, Incremented, make_app
+from store_helpers import close, spawn, stderr_of
+
+from framework.codec import Envelope
+from framework.errors import ConcurrencyError
+from framework.store import Application
+from framework.store.key_index import READER_CATCH_UP, KeyIndex, index_path
+
+TOPIC = Counter.topic
+AGGREGATES = 24
+EVENTS = 120  # per aggregate: 24 * 120 = 2880 records, > READER_CATCH_UP per partition
+
+
+def populate(data: Path, aggregates: int = AGGREGATES, events: int = EVENTS) -> None:
+    """Counters ``c0..`` with ``events`` events each, saved 10 at a time, interleaved."""
+    with make_app(data) as app:
+        counters = [Counter(f"c{i}") for i in range(aggregates)]
+        for _ in range(events // 10):
+            for counter in counters:
+                for _ in range(10):
+                    counter.increment()
+                app.save(counter)
+
+
+def check_loads(app: Application, aggregates: int = AGGREGATES, events: int = EVENTS) -> None:
+    for i in range(aggregates):
+        counter = app.load(Counter, f"c{i}")
+        assert (counter.version, counter.value) == (events, events)
+    middle = events // 2 + 1
+    assert app.load(Counter, "c0", version=middle).value == middle
+
+
+def index_files(data: Path, topic: str = TOPIC) -> list[Path]:
+    return sorted((data / "store" / topic).glob("*.keyindex.sqlite"))
+
+
+def open_raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def verify_all(app: Application, topic: str = TOPIC) -> list[str]:
+    problems: list[str] = []
+    for partition in range(app.log.partition_count(topic)):
+        problems.extend(app.store.verify_index(topic, partition).problems)
+    return problems
+
+
+def inspect(data: Path, partition: int, topic: str = TOPIC) -> list[str]:
+    """``verify`` of an index as it is on disk (no repair on open), as the CLI runs it."""
+    with make_app(data) as app:
+        index = KeyIndex(app.log, topic, partition, index_path(data / "store", topic, partition),
+                         mode=None, auto_repair=False)
+        try:
+            return list(index.verify().problems)
+        finally:
+            index.close()
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    path = tmp_path / "data"
+    populate(path)
+    return path
+
+
+def test_a_healthy_index_verifies_clean(data: Path) -> None:
+    with make_app(data) as app:
+        reports = [app.store.verify_index(TOPIC, p) for p in range(2)]
+        assert all(r.ok and r.unindexed == 0 for r in reports)
+        assert sum(r.entries for r in reports) == AGGREGATES * EVENTS
+        assert reports[0].next_offset == reports[0].hwm
+        check_loads(app)
+
+
+def test_deleted_index_files_are_rebuilt(data: Path) -> None:
+    for path in index_files(data):
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+    with make_app(data) as app:
+        check_loads(app)  # the first load catches up: the tail is longer than READER_CATCH_UP
+        for partition in range(2):
+            marks = app.log.offsets(TOPIC, partition)
+            assert app.store.index(TOPIC, partition).next_offset() == marks.hwm
+        assert verify_all(app) == []
+
+
+def test_a_short_unindexed_tail_is_overlaid_then_indexed_by_the_next_save(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    populate(data, aggregates=4, events=20)
+    for path in index_files(data):
+        os.unlink(path)
+    with make_app(data) as app:
+        partition = app.store.partition_of(TOPIC, "c0")
+        index = app.store.index(TOPIC, partition)
+        check_loads(app, aggregates=4, events=20)
+        assert index.next_offset() == 0  # readers overlaid the tail without writing
+        app.execute(Counter, "c0", lambda c: c.increment())
+        assert index.next_offset() == app.log.offsets(TOPIC, partition).hwm
+        assert verify_all(app) == []
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "flipped page", "wrong schema"])
+def test_an_unreadable_index_is_replaced_and_rebuilt(data: Path, damage: str) -> None:
+    for path in index_files(data):
+        size = path.stat().st_size
+        assert size > 8192 and not Path(str(path) + "-wal").exists()  # closed: checkpointed
+        if damage == "garbage":
+            path.write_bytes(os.urandom(size))
+        elif damage == "truncated":
+            os.truncate(path, size // 2)
+        elif damage == "flipped page":
+            with open(path, "r+b") as f:
+                f.seek(size // 2)
+                f.write(os.urandom(4096))
+        else:
+            with open_raw(path) as db:
+                db.execute("UPDATE meta SET value = 99 WHERE name = 'schema'")
+    with structlog.testing.capture_logs() as logs, make_app(data) as app:
+        check_loads(app)
+        assert verify_all(app) == []
+    warnings = [e for e in logs if e["log_level"] == "warning" and "key index" in e["event"]]
+    assert warnings, "the damage went unnoticed"
+
+
+def test_wrong_rows_are_caught_on_open(data: Path) -> None:
+    """Rows edited without their meta data: the row count or checksum gives them away."""
+    path = index_files(data)[0]
+    with open_raw(path) as db:
+        db.execute("UPDATE entries SET offset = offset + 1 WHERE key = ?",
+                   (db.execute("SELECT key FROM entries LIMIT 1").fetchone()[0],))
+    assert any("checksum" in p for p in inspect(data, 0))
+    with structlog.testing.capture_logs() as logs, make_app(data) as app:
+        check_loads(app)
+        assert verify_all(app) == []
+    assert any("checksum" in e.get("reason", "") for e in logs)
+
+
+def _tamper_consistently(path: Path, statement: str, *args: object) -> None:
+    """Edit rows *and* fix the meta data, so the cheap checks on open pass."""
+    with open_raw(path) as db:
+        db.execute(statement, args)
+        count, total = db.execute(
+            "SELECT count(*), coalesce(sum(offset + seq), 0) FROM entries").fetchone()
+        db.execute("UPDATE meta SET value = ? WHERE name = 'rows'", (count,))
+        db.execute("UPDATE meta SET value = ? WHERE name = 'checksum'", (total,))
+
+
+def test_wrong_rows_that_pass_the_open_checks_are_caught_by_reads(data: Path) -> None:
+    with make_app(data) as app:
+        partition = app.store.partition_of(TOPIC, "c5")
+    path = index_files(data)[partition]
+    # c5's rows now point at the records just after its own (another aggregate's, mostly).
+    _tamper_consistently(path, "UPDATE entries SET offset = offset + 1 WHERE key = ?", b"c5")
+    problems = inspect(data, partition)
+    assert any("b'c5'" in p for p in problems), problems
+    with structlog.testing.capture_logs() as logs, make_app(data) as app:
+        check_loads(app)  # the read sees the wrong records, rebuilds the index, reads again
+        assert verify_all(app) == []
+    assert any("disagrees with the log" in e["event"] for e in logs)
+
+
+def test_wrong_rows_never_fool_the_version_check(data: Path) -> None:
+    """An index whose last row for c7 names c7's previous record: a save that expects the
+    older version must still be refused, and the right one accepted."""
+    with make_app(data) as app:
+        partition = app.store.partition_of(TOPIC, "c7")
+    path = index_files(data)[partition]
+    _tamper_consistently(path, "UPDATE entries SET offset = offset - 1 WHERE key = ? AND seq = ?",
+                         b"c7", EVENTS)
+    with make_app(data) as app:
+        # A save expecting version EVENTS - 1 (what the index now suggests): a conflict.
+        envelope = Envelope(Incremented(1), "c7", EVENTS)
+        with pytest.raises(ConcurrencyError) as info:
+            app.store.append(TOPIC, "c7", EVENTS - 1, [envelope])
+        assert (info.value.expected, info.value.actual) == (EVENTS - 1, EVENTS)
+        app.execute(Counter, "c7", lambda c: c.increment())
+        assert app.load(Counter, "c7").version == EVENTS + 1
+        assert verify_all(app) == []
+
+
+def test_missing_trailing_rows_are_reported_by_verify_and_repaired(data: Path) -> None:
+    """The one edit the cheap checks cannot see (rows removed, meta fixed): ``verify``
+    reports it, and a rebuild repairs it."""
+    with make_app(data) as app:
+        partition = app.store.partition_of(TOPIC, "c9")
+    path = index_files(data)[partition]
+    _tamper_consistently(path, "DELETE FROM entries WHERE key = ? AND seq > ?", b"c9", EVENTS - 5)
+    problems = inspect(data, partition)
+    assert len([p for p in problems if "missing from the index" in p]) == 5, problems
+    with make_app(data) as app:
+        assert app.store.rebuild_index(TOPIC, partition) > 0
+        assert verify_all(app) == []
+        check_loads(app)
+
+
+def test_an_index_of_another_incarnation_of_the_topic_is_discarded(data: Path) -> None:
+    saved = data.parent / "old-store"
+    shutil.copytree(data / "store", saved)
+    with make_app(data) as app:
+        app.log.delete_topic(TOPIC)
+    populate(data, aggregates=3, events=10)  # recreates the topic: much shorter partitions
+    shutil.rmtree(data / "store" / TOPIC)
+    shutil.copytree(saved / TOPIC, data / "store" / TOPIC)  # the old index comes back
+    with structlog.testing.capture_logs() as logs, make_app(data) as app:
+        check_loads(app, aggregates=3, events=10)
+        with pytest.raises(LookupError):
+            app.load(Counter, "c20")
+        assert verify_all(app) == []
+    assert any("past the log" in e.get("reason", "") for e in logs)
+
+
+def test_a_writer_killed_between_append_and_index_update(data: Path) -> None:
+    with make_app(data) as app:
+        partition = app.store.partition_of(TOPIC, "c2")
+        indexed_before = app.store.index(TOPIC, partition).next_offset()
+    proc = spawn("die_before_index", data=str(data), aggregate="c2", by=1000)
+    try:
+        proc.wait(timeout=120)
+        assert proc.returncode == -9, stderr_of(proc)
+    finally:
+        close(proc)
+    with make_app(data) as app:
+        index = app.store.index(TOPIC, partition)
+        hwm = app.log.offsets(TOPIC, partition).hwm
+        assert index.next_offset() == indexed_before == hwm - 1  # appended, never indexed
+        counter = app.load(Counter, "c2")  # the overlay of the unindexed tail finds it
+        assert (counter.version, counter.value) == (EVENTS + 1, EVENTS + 1000)
+        assert index.next_offset() == indexed_before
+        app.execute(Counter, "c2", lambda c: c.increment())  # the next save indexes it
+        assert index.next_offset() == hwm + 1
+        assert app.load(Counter, "c2").version == EVENTS + 2
+        assert verify_all(app) == []
+
+
+def test_a_long_unindexed_tail_is_indexed_by_the_reader(tmp_path: Path) -> None:
+    """Records appended behind the store's back (no index update) beyond READER_CATCH_UP:
+    the next load indexes them instead of scanning them on every load."""
+    data = tmp_path / "data"
+    with make_app(data, partitions=1) as app:
+        counter = Counter("seed")
+        counter.increment()
+        app.save(counter)
+        index = app.store.index(TOPIC, 0)
+        records = []
+        for version in range(1, READER_CATCH_UP + 100):
+            key, value, headers = app.codec.encode(Envelope(Incremented(1), "raw", version))
+            records.append((key, value, tuple(headers), None))
+        app.log.append(TOPIC, 0, records)
+        assert index.next_offset() == 1
+        assert app.load(Counter, "raw").version == READER_CATCH_UP + 99
+        assert index.next_offset() == READER_CATCH_UP + 100
+        assert app.store.verify_index(TOPIC, 0).ok

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import ClassVar
 
 from sqlite_utils import Database

@@ -69,10 +69,18 @@ def inspect(data: Path, partition: int, topic: str = TOPIC) -> list[str]:
             index.close()
 
 
-@pytest.fixture
-def data(tmp_path: Path) -> Path:
-    path = tmp_path / "data"
+@pytest.fixture(scope="module")
+def populated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "data"
     populate(path)
+    return path
+
+
+@pytest.fixture
+def data(tmp_path: Path, populated: Path) -> Path:
+    """A copy of the populated data directory (closed: every index is checkpointed)."""
+    path = tmp_path / "data"
+    shutil.copytree(populated, path)
     return path
 
 

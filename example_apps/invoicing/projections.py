@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import ClassVar
 
 from sqlite_utils import Database
@@ -185,12 +186,11 @@ class InvoicingPolicy(Projector):
     def cancelled(self, event: OrderCancelled, ctx: EventContext) -> None:
         if ctx.replaying or ctx.app is None:
             return
-        try:
+        # Cancelled before it was confirmed: there is no invoice to void.
+        with contextlib.suppress(AggregateNotFoundError):
             ctx.app.execute(
                 Invoice,
                 invoice_id_for(ctx.aggregate_id),
                 lambda invoice: invoice.void(event.reason),
                 causation_id=str(ctx.envelope.event_id),
             )
-        except AggregateNotFoundError:
-            pass  # cancelled before it was confirmed: there is no invoice to void

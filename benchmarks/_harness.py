@@ -11,8 +11,9 @@ trusted alone. Every benchmark script here therefore:
 * reports ``ratio = subject median / baseline median`` (the figure of record; above 1 means
   the subject reports a larger number than the baseline: faster for a throughput, slower for
   a latency) and a pass/fail against the absolute target of brief section 4;
-* prints the machine's context: CPU steal during the run (``/proc/stat``) and a calibration
-  loop, so two result files can be compared.
+* prints the machine's context: a calibration loop, CPU steal and how busy *other*
+  processes kept the machine during the run (``/proc/stat`` minus this process tree) and the
+  load average, so two result files can be compared and a contended run recognised.
 
 A measurement function takes no arguments and returns either one number or a mapping of
 named numbers (``{"p50": ..., "p99": ...}``): each name becomes its own series
@@ -21,9 +22,10 @@ inside it before the function's own clock starts (each function times itself).
 
 JSON (``--json``) goes to ``benchmarks/results/<script>.json`` (git-ignored)::
 
-    {"script", "argv", "started", "seconds", "machine": {...}, "rows": [{"figure", "unit",
-     "median", "min", "max", "runs", "baseline", "baseline_median", "ratio", "target",
-     "passed", "note"}], "series": {"name": [values...]}}
+    {"script", "argv", "started", "seconds", "machine": {...}, "contention": {...},
+     "notes": [...], "rows": [{"figure", "unit", "series", "median", "min", "max", "runs",
+     "baseline", "baseline_median", "ratio", "target", "passed", "note"}],
+     "series": {"name": [values...]}, "markdown": "the rows as a markdown table"}
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 
@@ -122,17 +125,49 @@ def fmt(value: float | None) -> str:
 
 
 # ---------------------------------------------------------------------------------- machine
-def _cpu_counters() -> tuple[int, int]:
-    """(total jiffies, steal jiffies) of all CPUs, from /proc/stat (0, 0 elsewhere)."""
+class CpuSample(NamedTuple):
+    """Machine-wide CPU counters (seconds, all cores) and this process's own CPU seconds."""
+
+    total: float
+    steal: float
+    idle: float
+    own: float
+
+
+def cpu_sample() -> CpuSample:
+    """Read ``/proc/stat`` (zeros where there is none) and ``os.times()``.
+
+    ``own`` includes waited-for children (the benchmark's worker processes).
+    """
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    times = os.times()
+    own = times.user + times.system + times.children_user + times.children_system
     try:
         with open("/proc/stat") as f:
-            fields = f.readline().split()[1:]
+            values = [int(v) for v in f.readline().split()[1:]]
     except OSError:
-        return 0, 0
-    values = [int(v) for v in fields]
-    steal = values[7] if len(values) > 7 else 0
-    # guest time is already counted in user time: sum the first 8 fields only.
-    return sum(values[:8]), steal
+        return CpuSample(0.0, 0.0, 0.0, own)
+    # user nice system idle iowait irq softirq steal (guest time is inside user already)
+    values += [0] * (8 - len(values))
+    return CpuSample(sum(values[:8]) / tick, values[7] / tick, (values[3] + values[4]) / tick, own)
+
+
+def contention(before: CpuSample, after: CpuSample) -> dict[str, float | None]:
+    """Steal % and the share of the machine other processes used between two samples.
+
+    ``others_busy_percent`` is busy CPU time not spent by this process (or its children)
+    as a % of all cores' time: above ~10 % the run competed with other work and its
+    absolute figures are suspect (ratios suffer less, the two sides being interleaved).
+    """
+    total = after.total - before.total
+    if total <= 0:
+        return {"steal_percent": None, "others_busy_percent": None}
+    busy = total - (after.idle - before.idle) - (after.steal - before.steal)
+    others = max(0.0, busy - (after.own - before.own))
+    return {
+        "steal_percent": round(100.0 * (after.steal - before.steal) / total, 1),
+        "others_busy_percent": round(100.0 * others / total, 1),
+    }
 
 
 def calibrate(rounds: int = 2000) -> float:
@@ -178,7 +213,7 @@ class Bench:
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     _t0: float = field(default_factory=time.perf_counter)
-    _cpu0: tuple[int, int] = field(default_factory=_cpu_counters)
+    _cpu0: CpuSample = field(default_factory=cpu_sample)
     _machine: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -252,12 +287,12 @@ class Bench:
             if row.target is not None:
                 row.passed = row.target.check(row.median)
 
-    def steal_percent(self) -> float | None:
-        total0, steal0 = self._cpu0
-        total1, steal1 = _cpu_counters()
-        if total1 <= total0:
-            return None
-        return 100.0 * (steal1 - steal0) / (total1 - total0)
+    def contention(self) -> dict[str, float | None]:
+        """CPU steal and other processes' load since the bench started (see ``contention``)."""
+        out = contention(self._cpu0, cpu_sample())
+        with contextlib.suppress(OSError):
+            out["loadavg_1min"] = os.getloadavg()[0]
+        return out
 
     def table(self) -> str:
         self._fill()
@@ -307,15 +342,16 @@ class Bench:
     def finish(self) -> None:
         """Print the table (and notes), and write JSON if asked."""
         seconds = time.perf_counter() - self._t0
-        steal = self.steal_percent()
+        load = self.contention()
         print()
         print(self.table())
         print()
         for note in self.notes:
             print(f"note: {note}")
         print(
-            f"steal during the run: {'-' if steal is None else f'{steal:.1f}%'};"
-            f" wall {seconds:.0f} s"
+            f"steal {load.get('steal_percent')}%, other processes busy"
+            f" {load.get('others_busy_percent')}% of the machine, load average"
+            f" {load.get('loadavg_1min')}; wall {seconds:.0f} s"
         )
         if self.json_out:
             RESULTS_DIR.mkdir(parents=True, exist_ok=True)
@@ -325,7 +361,7 @@ class Bench:
                 "argv": sys.argv[1:],
                 "started": self.started,
                 "seconds": round(seconds, 1),
-                "steal_percent": steal,
+                "contention": load,
                 "machine": self._machine,
                 "notes": self.notes,
                 "rows": [

@@ -16,8 +16,13 @@ Logs always go to standard error, so a command's standard output stays machine-r
 The stream is looked up at every write, never captured at configuration time, so logging
 keeps working when ``sys.stderr`` is replaced (test runners, daemonised workers).
 
->>> configure_logging(level="error", json=True)
->>> structlog.get_logger("eventlane.doc").info("not shown: below the level")
+Typical use, at the start of a process::
+
+    configure_logging()                    # level and format from the environment
+    configure_logging(level="debug", json=True)
+
+>>> list(LEVELS)
+['debug', 'info', 'warning', 'error', 'critical']
 """
 
 from __future__ import annotations

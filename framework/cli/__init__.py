@@ -24,7 +24,9 @@ from framework.cli.context import DATA_HELP, AppContext
 from framework.cli.demo import demo
 from framework.cli.groups import groups
 from framework.cli.maintenance import cleanup, compact, dump, verify
+from framework.cli.plugins import add_plugins
 from framework.cli.project import dlq, migrate, project
+from framework.cli.rebuild import rebuild_command
 from framework.cli.records import consume, produce
 from framework.cli.topics import topics
 from framework.errors import FrameworkError
@@ -59,7 +61,6 @@ class _RootGroup(click.Group):
     type=click.Path(path_type=Path),
     envvar="EVENTLANE_DATA",
     default=DEFAULT_DATA_DIR,
-    show_default=True,
     metavar="DIR",
     help=DATA_HELP,
 )
@@ -70,7 +71,8 @@ def main(ctx: click.Context, data: Path) -> None:
 
     Topics are split into partitions; records are appended with a key (which picks the
     partition exactly as Kafka does), read back by offset, retained by time or size, and
-    compacted by key. See docs/cli.md for every command with examples.
+    compacted by key. Consumer groups and projectors run on top. See docs/cli.md for every
+    command with examples.
     """
     try:
         configure_logging()
@@ -95,3 +97,6 @@ main.add_command(demo)
 main.add_command(project)
 main.add_command(migrate)
 main.add_command(dlq)
+main.add_command(rebuild_command)
+add_plugins(main, "eventlane.commands")
+add_plugins(demo, "eventlane.demos")

@@ -7,7 +7,9 @@
   when a batch fails its CRC or is malformed (the output says where).
 * ``verify [TOPIC]`` checks every batch of every segment (framing, CRC32C, offset order).
   Exit status 1 when anything is corrupt, with one line per bad spot naming the topic,
-  partition, file, byte position and offset.
+  partition, file, byte position and offset. Then it compares the event store's key
+  indexes (``<data>/store``) with the log (:mod:`framework.store.index_check`); ``--repair``
+  rebuilds those that differ. Exit status 1 when one differs and was not repaired.
 
 These commands work on the embedded store itself (partition by partition, for progress bars),
 not only through the log port: they are tools of this storage engine, as ``kafka-dump-log``
@@ -55,6 +57,8 @@ from framework.log.segment import (
     TIMEINDEX_SUFFIX,
 )
 from framework.log.store import LogStore
+from framework.store.index_check import check_key_indexes
+from framework.store.key_index import IndexReport
 
 
 def _progress(label: str) -> Progress:
@@ -373,19 +377,44 @@ def verify_log(log: LogStore, topics: list[str]) -> tuple[int, list[CorruptRecor
     return len(partitions), problems
 
 
+def _echo_index_reports(reports: list[IndexReport]) -> None:
+    for r in reports:
+        where = f"topic={r.topic} partition={r.partition} file={r.path}"
+        if r.repaired:
+            click.echo(f"REPAIRED key index {where}: {r.problem_count} problem(s), rebuilt")
+        for problem in () if r.repaired else r.problems:
+            click.echo(f"KEY INDEX {where}: {problem}")
+        if not r.repaired and r.problem_count > len(r.problems):
+            click.echo(f"KEY INDEX {where}: … and {r.problem_count - len(r.problems)} more")
+    if all(r.ok for r in reports):
+        click.echo(f"checked {len(reports)} key index(es): consistent with the log")
+
+
 @click.command()
 @click.argument("topic", type=TOPIC, required=False)
+@click.option("--repair", is_flag=True, help="Rebuild key indexes that differ from the log.")
 @json_option
 @data_option
-def verify(topic: str | None, as_json: bool) -> None:
-    """Check the CRC and framing of every batch of TOPIC (default: every topic)."""
+def verify(topic: str | None, repair: bool, as_json: bool) -> None:
+    """Check the CRC and framing of every batch of TOPIC (default: every topic), then the
+    event store's key indexes against the log (--repair rebuilds those that differ)."""
     log = app().open_log()
     topics = [topic] if topic is not None else log.list_topics()
     if topic is not None:
         log.partition_count(topic)  # an unknown topic is an error, not "0 problems"
     checked, problems = verify_log(log, topics)
+    # Key indexes are derived from the log: check them only against an intact log.
+    index_topics = None if topic is None else [topic]
+    indexes = [] if problems else check_key_indexes(log, topics=index_topics, repair=repair)
+    bad_indexes = [r for r in indexes if not r.ok and not r.repaired]
     if as_json:
-        _json_out({"partitions_checked": checked, "problems": [_problem_dict(e) for e in problems]})
+        _json_out(
+            {
+                "partitions_checked": checked,
+                "problems": [_problem_dict(e) for e in problems],
+                "key_indexes": [r._asdict() for r in indexes],
+            }
+        )
     elif not problems:
         click.echo(
             f"verified {checked} partition(s) of {len(topics)} topic(s): every batch is intact"
@@ -396,7 +425,14 @@ def verify(topic: str | None, as_json: bool) -> None:
                 f"CORRUPT topic={err.topic} partition={err.partition} file={err.path}"
                 f" position={err.position} offset={err.offset}: {err.message}"
             )
+    if not as_json and not problems:
+        _echo_index_reports(indexes)
     if problems:
         raise click.ClickException(
             f"{len(problems)} corrupt spot(s) in {checked} partition(s) checked"
+        )
+    if bad_indexes:
+        raise click.ClickException(
+            f"{len(bad_indexes)} key index(es) differ from the log (eventlane verify --repair"
+            " rebuilds them)"
         )

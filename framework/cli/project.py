@@ -35,6 +35,7 @@ from framework.cli.render import simple_table
 from framework.errors import ConfigError, ProjectionError
 from framework.projection import (
     DeadLetter,
+    ReadModelView,
     Runner,
     Runtime,
     get_dead_letter,
@@ -286,16 +287,17 @@ def dlq() -> None:
     """Inspect and retry a projector's dead letters (events its handlers could not apply)."""
 
 
-def _letters(runtime: Runtime, projection: str, status: str) -> list[DeadLetter]:
-    runtime.app.projector(projection)
+def _view(runtime: Runtime, projection: str) -> ReadModelView:
+    """A read-only view of the projector's read model (refuses one that does not exist)."""
     path = runtime.readmodel_path(projection)
     if not path.exists():
         raise ConfigError(f"projector {projection!r} has no read model yet", path=path)
-    readmodel = open_readmodel(runtime, projection)
-    try:
-        letters = list_dead_letters(readmodel)
-    finally:
-        readmodel.close()
+    return ReadModelView(path)
+
+
+def _letters(runtime: Runtime, projection: str, status: str) -> list[DeadLetter]:
+    with _view(runtime, projection) as view:
+        letters = list_dead_letters(view)
     if status == "open":
         return [d for d in letters if d.status in ("dead", "parked")]
     if status == "all":
@@ -363,13 +365,8 @@ def _render_bytes(data: bytes | None) -> str:
 @data_option
 def dlq_show(app_spec: str, letter_id: int, projection: str, as_json: bool) -> None:
     """One dead letter: raw bytes, headers, source coordinates and the full error."""
-    with _runtime(app_spec, create=False) as runtime:
-        _letters(runtime, projection, "all")  # checks the projector and its read model
-        readmodel = open_readmodel(runtime, projection)
-        try:
-            letter = get_dead_letter(readmodel, letter_id)
-        finally:
-            readmodel.close()
+    with _runtime(app_spec, create=False) as runtime, _view(runtime, projection) as view:
+        letter = get_dead_letter(view, letter_id)
     if letter is None:
         raise ProjectionError(f"projector {projection!r} has no dead letter {letter_id}")
     if as_json:
@@ -396,9 +393,9 @@ def dlq_show(app_spec: str, letter_id: int, projection: str, as_json: bool) -> N
         )
     )
     console.print(Text("Value (raw bytes):", style="bold"))
-    console.print(Text(_render_bytes(letter.value)))
+    click.echo(_render_bytes(letter.value))  # unwrapped, exactly as stored
     console.print(Text("Error:", style="bold"))
-    console.print(Text(letter.error))
+    click.echo(letter.error)
 
 
 @dlq.command("retry")

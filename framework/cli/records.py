@@ -147,6 +147,27 @@ def _first_refused(
     return None
 
 
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null, so Python's exit-time flush of a closed pipe cannot fail."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+@contextlib.contextmanager
+def _stop_on_closed_stdout(acknowledged: Callable[[], int]) -> Iterator[None]:
+    """Turn a closed standard output (the reader of ``--print-offsets`` went away) into a
+    clear error: nobody receives acknowledgements any more, so producing stops."""
+    try:
+        yield
+    except BrokenPipeError:
+        _silence_stdout()
+        raise click.ClickException(
+            f"standard output was closed: stopped producing; {acknowledged()} record(s) were"
+            " acknowledged before (the batch being printed was appended too)"
+        ) from None
+
+
 def _stdin_size(stream: IO[bytes]) -> int | None:
     try:
         st = os.fstat(stream.fileno())
@@ -206,7 +227,7 @@ def produce(
     )
     line_no = 1
     consumed = 0
-    with progress:
+    with progress, _stop_on_closed_stdout(lambda: line_no - 1):
         task = progress.add_task("produce", total=_stdin_size(stdin), topic=topic, records=0)
         for lines in _stdin_lines(stdin):
             records = [_parse_line(line, sep, marker) for line in lines]
@@ -384,11 +405,7 @@ def consume(
             if timeout is not None and time.monotonic() - idle_since >= timeout:
                 break
     except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, and keep Python's exit-time flush
-        # of stdout from failing again.
-        with contextlib.suppress(OSError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+        _silence_stdout()  # the reader went away (`| head`): stop quietly
     except KeyboardInterrupt:
         stdout.flush()
         raise click.exceptions.Exit(130) from None

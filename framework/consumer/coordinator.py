@@ -6,17 +6,7 @@ same files. Layout of ``<data>/groups/<group>/``::
     lock        flock()ed while the state is read-modified-written (one writer at a time)
     state.json  the group state (:class:`~framework.consumer.membership.GroupState`), replaced
                 atomically: written to ``state.json.tmp``, then renamed over
-    live        memory-mapped heartbeat file, format below
-
-``live`` (little-endian; 64-byte header, then :data:`MAX_MEMBERS` slots of 32 bytes)::
-
-    header  0  uint32  magic      0x31474C45 ("ELG1")
-            8  uint64  version    bumped after every replacement of state.json
-           16  uint64  boot       boot hash of the machine boot that initialised the slots
-    slot    0  uint64  token      random id of the member using the slot (0: free)
-            8  int64   beat_ns    CLOCK_MONOTONIC of the member's last heartbeat
-           16  int64   poll_ns    CLOCK_MONOTONIC of the member's last poll() (diagnostics)
-           24  uint32  pid
+    live        memory-mapped: the version word and heartbeat slots (:mod:`.liveness`)
 
 Invariants and rules:
 
@@ -36,9 +26,7 @@ Invariants and rules:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
-import mmap
 import os
 import re
 import secrets
@@ -54,6 +42,7 @@ import orjson
 import structlog
 
 from framework.consumer.assignors import get_assignor
+from framework.consumer.liveness import MAX_MEMBERS, LiveFile
 from framework.consumer.membership import (
     GroupState,
     Member,
@@ -66,7 +55,6 @@ from framework.consumer.membership import (
 from framework.errors import ConfigError, UnknownTopicError
 from framework.log.port import Log
 from framework.log.record import TopicPartition
-from framework.log.state import BOOT
 
 __all__ = ["MAX_MEMBERS", "GroupCoordinator", "groups_root", "validate_group_id"]
 
@@ -74,11 +62,6 @@ log = structlog.get_logger("eventlane.consumer.group")
 
 T = TypeVar("T")
 
-MAX_MEMBERS = 1024
-MAGIC = 0x31474C45
-HEADER_SIZE = 64
-SLOT_SIZE = 32
-LIVE_SIZE = HEADER_SIZE + MAX_MEMBERS * SLOT_SIZE
 MAX_GROUP_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -109,92 +92,6 @@ def validate_group_id(group: object, what: str = "group id") -> str:
 
 def groups_root(log_: Log) -> Path:
     return Path(log_.path) / "groups"
-
-
-class _Header(ctypes.Structure):
-    _fields_ = [
-        ("magic", ctypes.c_uint32),
-        ("_pad", ctypes.c_uint32),
-        ("version", ctypes.c_uint64),
-        ("boot", ctypes.c_uint64),
-    ]
-
-
-class _Slot(ctypes.Structure):
-    _fields_ = [
-        ("token", ctypes.c_uint64),
-        ("beat_ns", ctypes.c_int64),
-        ("poll_ns", ctypes.c_int64),
-        ("pid", ctypes.c_uint32),
-        ("_pad", ctypes.c_uint32),
-    ]
-
-
-class LiveFile:
-    """The mapped ``live`` file (see the module docstring). Word stores are single 8-byte
-    aligned writes, so a reader never sees half of one."""
-
-    def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            if os.fstat(fd).st_size < LIVE_SIZE:
-                os.ftruncate(fd, LIVE_SIZE)
-            self._map = mmap.mmap(fd, LIVE_SIZE)
-        finally:
-            os.close(fd)
-        self.header = _Header.from_buffer(self._map, 0)
-        self.slots = (_Slot * MAX_MEMBERS).from_buffer(self._map, HEADER_SIZE)
-
-    @property
-    def version(self) -> int:
-        return int(self.header.version)
-
-    def reset_if_new_boot(self) -> bool:
-        """Under the lock: forget every slot written on an earlier boot. True if it did."""
-        if self.header.magic == MAGIC and self.header.boot == BOOT:
-            return False
-        ctypes.memset(ctypes.addressof(self.slots), 0, ctypes.sizeof(self.slots))
-        self.header.boot = BOOT
-        self.header.magic = MAGIC
-        return True
-
-    def claim(self, slot: int, token: int, now_ns: int) -> None:
-        s = self.slots[slot]
-        s.token = 0
-        s.beat_ns = now_ns
-        s.poll_ns = now_ns
-        s.pid = os.getpid()
-        s.token = token
-
-    def beat(self, slot: int, token: int, now_ns: int) -> bool:
-        """Store a heartbeat if the slot is still ours; False if it was taken from us."""
-        s = self.slots[slot]
-        if s.token != token:
-            return False
-        s.beat_ns = now_ns
-        return True
-
-    def polled(self, slot: int, token: int, now_ns: int) -> None:
-        s = self.slots[slot]
-        if s.token == token:
-            s.poll_ns = now_ns
-
-    def age_ns(self, slot: int, token: int, now_ns: int) -> int | None:
-        """Nanoseconds since the slot's last heartbeat, or ``None`` if it is not ``token``'s."""
-        s = self.slots[slot]
-        if s.token != token:
-            return None
-        return now_ns - int(s.beat_ns)
-
-    def free(self, slot: int, token: int) -> None:
-        s = self.slots[slot]
-        if s.token == token:
-            s.token = 0
-
-    def close(self) -> None:
-        del self.header, self.slots
-        with contextlib.suppress(BufferError, ValueError):
-            self._map.close()
 
 
 def _partition_counts(log_: Log, topics: set[str]) -> dict[str, int]:
@@ -233,20 +130,26 @@ class GroupCoordinator:
         return self.dir / "state.json"
 
     @contextlib.contextmanager
-    def _flock(self) -> Iterator[None]:
+    def _flock(self, blocking: bool = True) -> Iterator[bool]:
+        """Hold the group's file lock; yields False (not held) if ``blocking`` is False and
+        another process holds it."""
         path = self.dir / "lock"
         while True:
             self.dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield False
+                    return
                 try:
                     same = os.stat(path).st_ino == os.fstat(fd).st_ino
                 except FileNotFoundError:
                     same = False
                 if not same:  # the group was deleted while we waited: take the new lock
                     continue
-                yield
+                yield True
                 return
             finally:
                 os.close(fd)  # also releases the flock
@@ -307,19 +210,35 @@ class GroupCoordinator:
         """Run ``change`` on the authoritative state under the group lock; write it back
         (and wake every member) if it changed anything."""
         with self._mutex, self._flock():
-            state = self._read_file()
-            before = state.to_json()
-            if self._live.reset_if_new_boot() and state.members:
-                log.warning(
-                    "members of a previous boot dropped",
-                    group=self.group,
-                    members=sorted(state.members),
-                )
-                remove_members(state, list(state.members))
-            result = change(state)
-            if state.to_json() != before:
-                self._write(state)
-            return result
+            return self._apply(change)
+
+    def try_mutate(self, change: Callable[[GroupState], T]) -> tuple[bool, T | None]:
+        """:meth:`mutate` if the lock is free now, else ``(False, None)`` at once. For the
+        heartbeat thread, which must keep beating even if a lock holder is frozen."""
+        if not self._mutex.acquire(blocking=False):
+            return False, None
+        try:
+            with self._flock(blocking=False) as held:
+                if not held:
+                    return False, None
+                return True, self._apply(change)
+        finally:
+            self._mutex.release()
+
+    def _apply(self, change: Callable[[GroupState], T]) -> T:
+        state = self._read_file()
+        before = state.to_json()
+        if self._live.reset_if_new_boot() and state.members:
+            log.warning(
+                "members of a previous boot dropped",
+                group=self.group,
+                members=sorted(state.members),
+            )
+            remove_members(state, list(state.members))
+        result = change(state)
+        if state.to_json() != before:
+            self._write(state)
+        return result
 
     # ------------------------------------------------------------------ liveness
     def expired(self, state: GroupState, now_ns: int | None = None) -> list[str]:
@@ -336,7 +255,7 @@ class GroupCoordinator:
         expired = set(self.expired(state))
         return [mid for mid in state.members if mid not in expired]
 
-    def evict_expired(self) -> list[str]:
+    def evict_expired(self, *, blocking: bool = True) -> list[str]:
         """Evict every member whose session expired (checked again under the lock)."""
 
         def change(state: GroupState) -> list[str]:
@@ -361,7 +280,9 @@ class GroupCoordinator:
 
         if not self.expired(self.current()):
             return []
-        return self.mutate(change)
+        if blocking:
+            return self.mutate(change)
+        return self.try_mutate(change)[1] or []
 
     def beat(self, member: Member) -> bool:
         return self._live.beat(member.slot, member.token, time.monotonic_ns())
@@ -457,7 +378,7 @@ class GroupCoordinator:
 
         return self.mutate(change)
 
-    def leave(self, member_id: str, reason: str = "close") -> bool:
+    def leave(self, member_id: str, reason: str = "close", *, blocking: bool = True) -> bool:
         """Remove a member now (graceful leave): its partitions move at once."""
 
         def change(state: GroupState) -> bool:
@@ -475,7 +396,9 @@ class GroupCoordinator:
             )
             return True
 
-        return self.mutate(change)
+        if blocking:
+            return self.mutate(change)
+        return bool(self.try_mutate(change)[1])
 
     def release(self, member_id: str, partitions: set[TopicPartition]) -> bool:
         """The member stopped consuming ``partitions``: hand them to their new owners.
@@ -496,7 +419,7 @@ class GroupCoordinator:
 
         return self.mutate(change)
 
-    def refresh_partitions(self) -> bool:
+    def refresh_partitions(self, *, blocking: bool = True) -> bool:
         """Rebalance if a subscribed topic gained (or lost) partitions. Cheap when not."""
         state = self.current()
         counts = _partition_counts(self.log, state.topics())
@@ -515,7 +438,9 @@ class GroupCoordinator:
                 )
             return changed
 
-        return self.mutate(change)
+        if blocking:
+            return self.mutate(change)
+        return bool(self.try_mutate(change)[1])
 
     def close(self) -> None:
         if not self._closed:

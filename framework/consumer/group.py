@@ -41,6 +41,7 @@ import structlog
 from framework.consumer.assignors import get_assignor
 from framework.consumer.coordinator import GroupCoordinator, validate_group_id
 from framework.consumer.free import OFFSET_RESETS, Consumer
+from framework.consumer.listener import CallbackListener, Partitions, RebalanceListener
 from framework.consumer.membership import Member, needs_release, to_release, validate_commit
 from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata, OffsetStore
 from framework.errors import CommitFailedError, ConfigError, ConsumerError
@@ -52,54 +53,7 @@ __all__ = ["GroupConsumer", "RebalanceListener"]
 
 log = structlog.get_logger("eventlane.consumer.group")
 
-Partitions = list[TopicPartition]
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], Exception | None], None]
-
-
-class RebalanceListener:
-    """Callbacks around rebalances (Kafka's ``ConsumerRebalanceListener``). Subclass it.
-
-    ``on_partitions_revoked`` runs before partitions are handed to another member: commit
-    (or store) progress there. ``on_partitions_assigned`` runs once partitions are this
-    member's: seek there to positions stored elsewhere. ``on_partitions_lost`` runs when the
-    member was evicted (session timeout, ``max_poll_interval_ms``) and its partitions may
-    already be owned by another member: committing is pointless (it would be rejected); by
-    default it calls ``on_partitions_revoked``, as Kafka does.
-    """
-
-    def on_partitions_revoked(self, revoked: Partitions) -> None:
-        """Partitions about to be given up (this member still owns them)."""
-
-    def on_partitions_assigned(self, assigned: Partitions) -> None:
-        """Partitions newly owned by this member."""
-
-    def on_partitions_lost(self, lost: Partitions) -> None:
-        """Partitions taken away without a chance to commit."""
-        self.on_partitions_revoked(lost)
-
-
-class _CallbackListener(RebalanceListener):
-    def __init__(
-        self,
-        on_assigned: Callable[[Partitions], None] | None,
-        on_revoked: Callable[[Partitions], None] | None,
-        on_lost: Callable[[Partitions], None] | None,
-    ) -> None:
-        self._assigned, self._revoked, self._lost = on_assigned, on_revoked, on_lost
-
-    def on_partitions_revoked(self, revoked: Partitions) -> None:
-        if self._revoked is not None:
-            self._revoked(revoked)
-
-    def on_partitions_assigned(self, assigned: Partitions) -> None:
-        if self._assigned is not None:
-            self._assigned(assigned)
-
-    def on_partitions_lost(self, lost: Partitions) -> None:
-        if self._lost is not None:
-            self._lost(lost)
-        else:
-            self.on_partitions_revoked(lost)
 
 
 def _positive_ms(name: str, value: object) -> int:
@@ -172,7 +126,7 @@ class GroupConsumer:
         self.client_id = client_id
         self.enable_auto_commit = enable_auto_commit
         self.assignor = assignor
-        self._listener = listener or _CallbackListener(on_assigned, on_revoked, on_lost)
+        self._listener = listener or CallbackListener(on_assigned, on_revoked, on_lost)
         self._topics: tuple[str, ...] = tuple(sorted(set(topics)))
         self._fetcher = Consumer(
             log_,
@@ -257,8 +211,9 @@ class GroupConsumer:
     def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[Record]:
         """Records from owned partitions, waiting up to ``timeout`` seconds for some.
 
-        Joins the group on first use and runs the rebalance listener as needed; returns
-        early (possibly empty) never, except at the timeout or with records.
+        Joins the group on first use and runs the rebalance listener as needed. Returns as
+        soon as records are available, else an empty list once ``timeout`` has passed; a
+        rebalance wakes it (through the data directory's futex) but does not end the wait.
         """
         self._check_open()
         if not self._topics:
@@ -604,10 +559,14 @@ class GroupConsumer:
                             " so that its partitions move (the next poll() rejoins)",
                             max_poll_interval_ms=self.max_poll_interval_ms,
                         )
-                        self._coord.leave(member.member_id, reason="max_poll_interval_ms")
+                        self._coord.leave(
+                            member.member_id, reason="max_poll_interval_ms", blocking=False
+                        )
                     continue
-                self._coord.evict_expired()
-                self._coord.refresh_partitions()
+                # Never block here: a frozen process holding the group lock must not stop
+                # this member's heartbeats (it would be evicted when the lock frees).
+                self._coord.evict_expired(blocking=False)
+                self._coord.refresh_partitions(blocking=False)
             except Exception:
                 self._log.exception("heartbeat thread error (will retry)")
 

@@ -17,6 +17,10 @@ Reading back is a replay of that partition, cached in each process and refreshed
 incrementally from where the cache stopped (usually a single ``offsets()`` call when nothing
 new was committed).
 
+Compaction: after every ``compact_every`` commits it appended to a partition, a store runs
+the cleaner on that partition in a background thread (one at a time per store), so the topic
+stays about one segment plus one record per key, and a new process's replay stays short.
+
 Fencing: :meth:`OffsetStore.commit` appends with a *precondition* that the caller supplies
 (the group's membership/ownership check); it runs under the partition's append lock, so a
 commit is accepted iff it is valid at the instant it is ordered in the log. A new owner of a
@@ -35,9 +39,11 @@ import orjson
 import structlog
 
 from framework.errors import ConfigError, PreconditionFailedError, UnknownTopicError
+from framework.log.cleaner import compact_partition
 from framework.log.partition import Cursor
 from framework.log.port import Log
 from framework.log.record import TopicPartition
+from framework.log.store import LogStore
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -52,6 +58,7 @@ log = structlog.get_logger("eventlane.consumer.offsets")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 8
+DEFAULT_COMPACT_EVERY = 50_000
 OFFSETS_TOPIC_CONFIG: dict[str, object] = {
     "cleanup_policy": "compact",
     "segment_bytes": 16 << 20,
@@ -138,10 +145,19 @@ class OffsetStore:
     its partition count (a group's partition is computed from the count found).
     """
 
-    def __init__(self, log_: Log, *, partitions: int = DEFAULT_OFFSETS_PARTITIONS) -> None:
+    def __init__(
+        self,
+        log_: Log,
+        *,
+        partitions: int = DEFAULT_OFFSETS_PARTITIONS,
+        compact_every: int = DEFAULT_COMPACT_EVERY,
+    ) -> None:
         if partitions < 1:
             raise ConfigError(f"offsets topic partitions must be >= 1, got {partitions}")
         self.log = log_
+        self.compact_every = compact_every
+        self._compacted_at: dict[int, int] = {}
+        self._cleaner: threading.Thread | None = None
         self._create_partitions = partitions
         self._count: int | None = None
         self._caches: dict[int, _PartitionCache] = {}
@@ -315,7 +331,29 @@ class OffsetStore:
                 precondition()
 
         result = self.log.append(OFFSETS_TOPIC, partition, records, precondition=check, atomic=True)
+        self._maybe_compact(partition, result.last_offset)
         return result.last_offset
+
+    def _maybe_compact(self, partition: int, last_offset: int) -> None:
+        since = self._compacted_at.setdefault(partition, last_offset)
+        if last_offset - since < self.compact_every or not isinstance(self.log, LogStore):
+            return
+        if self._cleaner is not None and self._cleaner.is_alive():
+            return
+        self._compacted_at[partition] = last_offset
+        part = self.log.partition(OFFSETS_TOPIC, partition)
+
+        def run() -> None:
+            try:
+                report = compact_partition(part)
+                log.debug(
+                    "compacted __consumer_offsets", partition=partition, report=report._asdict()
+                )
+            except Exception:
+                log.exception("compaction of __consumer_offsets failed", partition=partition)
+
+        self._cleaner = threading.Thread(target=run, name="eventlane-offsets-cleaner", daemon=True)
+        self._cleaner.start()
 
     def delete_group(self, group: str, *, precondition: Callable[[], None] | None = None) -> int:
         """Tombstone every committed offset of ``group``; returns how many were deleted."""

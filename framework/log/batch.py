@@ -274,7 +274,9 @@ def encode_batch(
         raise ValueError("a batch holds at least one record")
     timestamps = [r[3] for r in records]
     base_ts = timestamps[0]
-    body = encode_records(records, base_ts, offset_deltas)
+    body = encode_records(records, base_ts, offset_deltas)  # type-checks every field
+    if min(timestamps) < 0:
+        raise ValueError(f"timestamps are ms since the epoch (>= 0), got {min(timestamps)}")
     if last_offset_delta is None:
         last_offset_delta = len(records) - 1 if offset_deltas is None else offset_deltas[-1]
     attributes = TIMESTAMP_TYPE_BIT if timestamp_type == 1 else 0

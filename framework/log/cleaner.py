@@ -227,7 +227,28 @@ def compact_partition(partition: Partition) -> CompactionReport:
         return _compact_locked(partition, started)
 
 
+def _finish_dead_swap(partition: Partition) -> None:
+    """Apply the journal of a compaction that died after writing it, before cleaning again.
+
+    The caller holds the cleaner lock, so no live cleaner owns the journal. Left in place,
+    it would be replayed by a later recovery over this run's own ``.cleaned`` files (named
+    by the same group bases, but covering other groups): overlapping segments.
+    """
+    if not (partition.dir / JOURNAL).exists():
+        return
+    with partition.locked() as snap:  # an odd layout is recovered here, journal replayed
+        if not (partition.dir / JOURNAL).exists():
+            return
+        partition.state.write(snap._replace(layout=snap.layout + 1))
+        try:
+            finish_interrupted_swap(partition.dir)
+        finally:
+            after = partition.state.read()
+            partition.state.write(after._replace(layout=after.layout + 1))
+
+
 def _compact_locked(partition: Partition, started: float) -> CompactionReport:
+    _finish_dead_swap(partition)
     cfg = partition.config
     now = partition.clock()
     snap = partition.offsets()
@@ -280,7 +301,7 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
         finally:
             after = partition.state.read()
             partition.state.write(after._replace(layout=after.layout + 1))
-    (partition.dir / JOURNAL).unlink()
+    (partition.dir / JOURNAL).unlink(missing_ok=True)  # a recovery may have applied it
     fsync_dir(partition.dir)
     report = CompactionReport(
         partition.topic,

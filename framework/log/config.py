@@ -98,9 +98,13 @@ class TopicConfig:
         ...
         framework.errors.ConfigError: unknown topic config key 'retention.hours'; known keys: ...
         """
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"topic config must be a mapping, not {type(values).__name__}")
         fields = {f.name: f for f in attrs.fields(cls)}
         changes: dict[str, object] = {}
         for raw_key, raw_value in values.items():
+            if not isinstance(raw_key, str):
+                raise ConfigError(f"topic config keys must be strings, got {raw_key!r}")
             key = raw_key.replace(".", "_").replace("-", "_")
             if key not in fields:
                 raise ConfigError(

@@ -29,6 +29,7 @@ import contextlib
 import fcntl
 import itertools
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -252,17 +253,21 @@ class Partition:
         previous = self.state.read_unchecked() if self._state_has_magic() else None
         # A journal and .cleaned files are leftovers only if no live process is compacting
         # (a live cleaner holds cleaner.lock while it writes them; it is never waited for
-        # here, so the lock order append lock -> cleaner lock cannot deadlock).
+        # here, so the lock order append lock -> cleaner lock cannot deadlock). An odd layout
+        # means a swap died under the append lock we now hold: its journal is replayed even
+        # if a new cleaner is running (that one finishes old journals before it cleans).
         cleaner_fd = os.open(self.dir / "cleaner.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(cleaner_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass
-        else:
-            finish_interrupted_swap(self.dir)
-            for leftover in self.dir.iterdir():
-                if leftover.suffix in (".cleaned", ".swap", ".tmp"):
-                    leftover.unlink()
+            try:
+                fcntl.flock(cleaner_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if previous is not None and previous.layout & 1:
+                    finish_interrupted_swap(self.dir)
+            else:
+                finish_interrupted_swap(self.dir)
+                for leftover in self.dir.iterdir():
+                    if leftover.suffix in (".cleaned", ".swap", ".tmp"):
+                        leftover.unlink()
         finally:
             os.close(cleaner_fd)
         bases = list_segment_bases(self.dir)
@@ -438,7 +443,7 @@ class Partition:
                 ]
                 try:
                     raw = encode_batch(leo, resolved, timestamp_type=ts_type)
-                except (TypeError, ValueError, OverflowError) as exc:
+                except (TypeError, ValueError, OverflowError, struct.error) as exc:
                     raise InvalidRecordError(
                         f"cannot encode record: {exc}",
                         topic=self.topic,

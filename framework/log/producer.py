@@ -92,12 +92,15 @@ class Producer:
         if partition is not None:
             targets = [self.partition_for(topic, None, partition)] * len(items)
         else:
-            keys = [r[0] for r in items]
-            if None not in keys:
-                targets = partitions_for_keys(keys, count)  # type: ignore[arg-type]
-            else:
-                sticky = self.partition_for(topic, None)
-                targets = [sticky if k is None else partition_for_key(k, count) for k in keys]
+            try:
+                keys = [r[0] for r in items]
+                if None not in keys:
+                    targets = partitions_for_keys(keys, count)  # type: ignore[arg-type]
+                else:
+                    sticky = self.partition_for(topic, None)
+                    targets = [sticky if k is None else partition_for_key(k, count) for k in keys]
+            except (TypeError, IndexError) as exc:  # a key that is not bytes, a non-record
+                raise InvalidRecordError(f"cannot partition records: {exc}", topic=topic) from None
         first = targets[0]
         if targets.count(first) == len(targets):  # one partition: no regrouping
             return self._metadata(topic, first, self.log.append(topic, first, items))

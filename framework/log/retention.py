@@ -134,13 +134,13 @@ def apply_retention(partition: Partition) -> RetentionReport:
     now = partition.clock()
     with cleaner_lock(partition):
         snap = partition.offsets()
-        if (
-            cfg.retention_ms >= 0
-            and snap.active_size > 0
-            and 0 <= snap.active_max_ts < now - cfg.retention_ms
-        ):
-            partition.roll()  # the whole active segment expired: close it so it can go
-            snap = partition.offsets()
+        if cfg.retention_ms >= 0 and snap.active_size > 0:
+            age_ts = snap.active_max_ts
+            if age_ts > now:  # dated in the future: its age comes from the file, as below
+                age_ts = int(log_path(partition.dir, snap.active_base).stat().st_mtime * 1000)
+            if 0 <= age_ts < now - cfg.retention_ms:
+                partition.roll()  # the whole active segment expired: close it so it can go
+                snap = partition.offsets()
         bases = [s.base for s in partition.segments()]
         closed = _closed_segments(partition, bases, snap.active_base)
         active = ClosedSegment(snap.active_base, snap.active_size, snap.active_max_ts, now)

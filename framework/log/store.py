@@ -184,6 +184,8 @@ class LogStore:
 
     def _topic_meta(self, name: str, *, fresh: bool = False) -> _TopicMeta:
         now = time.monotonic()
+        if not isinstance(name, str):
+            validate_topic_name(name)  # raises InvalidTopicError (and no unhashable lookups)
         meta = self._meta.get(name)
         if meta is not None and not fresh and now - meta.checked < _META_TTL_S:
             return meta
@@ -287,6 +289,13 @@ class LogStore:
     # ------------------------------------------------------------------ partitions
     def partition(self, topic: str, partition: int) -> Partition:
         """The open partition object (opened, and recovered if needed, on first use)."""
+        if not isinstance(topic, str):
+            validate_topic_name(topic)  # raises InvalidTopicError
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            # checked before the cache: True == 1 and 1.0 == 1 would find partition 1
+            raise UnknownPartitionError(
+                f"partition must be an integer, got {partition!r}", topic=topic
+            )
         part = self._partitions.get((topic, partition))
         if part is not None:
             return part
@@ -341,6 +350,18 @@ class LogStore:
             raise ConfigError(
                 f"offset must be an integer, got {offset!r}", topic=topic, partition=partition
             )
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
+            raise ConfigError(
+                f"max_bytes must be an integer, got {max_bytes!r}",
+                topic=topic,
+                partition=partition,
+            )
+        if upto is not None and (not isinstance(upto, int) or isinstance(upto, bool)):
+            raise ConfigError(
+                f"upto must be an integer or None, got {upto!r}",
+                topic=topic,
+                partition=partition,
+            )
         return self.partition(topic, partition).read(
             offset, max_bytes=max_bytes, cursor=cursor, upto=upto
         )
@@ -350,6 +371,12 @@ class LogStore:
         return PartitionOffsets(snap.lwm, snap.hwm, snap.leo)
 
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+            raise ConfigError(
+                f"timestamp must be an integer (ms), got {timestamp!r}",
+                topic=topic,
+                partition=partition,
+            )
         return self.partition(topic, partition).offset_for_time(timestamp)
 
     def wait_seq(self) -> int:

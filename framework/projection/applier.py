@@ -2,10 +2,11 @@
 
 One call of :meth:`BatchApplier.apply` is one ``BEGIN IMMEDIATE`` transaction holding the
 handlers' writes, any dead letters, and the positions of every partition in the batch. The
-fast path runs the whole batch at once; if a handler or the decoder fails, the transaction
-is rolled back and the batch is replayed one event at a time inside savepoints, so the
-failing event alone is retried (``handler_attempts`` times) and then dead-lettered, and the
-partition keeps flowing.
+fast path runs a partition's events in one savepoint; if a handler or the decoder fails,
+that savepoint is rolled back, the events before the failing one are run again (they
+passed), and the failing event alone is retried (``handler_attempts`` more times, each in
+its own savepoint) and then dead-lettered; the run goes on after it. So one bad event costs
+a re-run of part of its batch, never a stall: the partition keeps flowing.
 
 Decoding failures (unknown event type, malformed JSON, wrong field types) are deterministic:
 dead-lettered at once. Events of types the projector has no handler for are skipped without
@@ -23,6 +24,7 @@ event: it propagates, nothing of the batch is kept, and the worker fails.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import traceback
 from collections.abc import Callable
@@ -50,9 +52,10 @@ class BatchResult(NamedTuple):
 
 
 class _EventFailedError(Exception):
-    def __init__(self, record: Record, error: BaseException) -> None:
+    def __init__(self, record: Record, error: BaseException, index: int) -> None:
         self.record = record
         self.error = error
+        self.index = index
         super().__init__(str(error))
 
 
@@ -118,40 +121,59 @@ class BatchApplier:
                 groups[tp] = [r]
             else:
                 group.append(r)
-        try:
-            return self._run(groups, generation, retry=False)
-        except _EventFailedError:
-            pass  # replay the batch event by event, isolating the failure(s)
-        return self._run(groups, generation, retry=True)
-
-    def _run(
-        self, groups: dict[TopicPartition, list[Record]], generation: int, *, retry: bool
-    ) -> BatchResult:
         readmodel = self.readmodel
+        counts = [0, 0, 0]
         with readmodel.transaction() as conn:
             if self._parked:
                 self._parked = self._read_parked()
-            counts = [0, 0, 0]
             for tp, recs in groups.items():
                 start = readmodel.check_and_advance(
                     conn, tp, generation, recs[0].offset, recs[-1].offset + 1
                 )
-                if retry:
-                    for rec in recs:
-                        if rec.offset >= start:
-                            self._one_isolated(rec, counts)
-                else:
-                    self._fast(recs, start, counts)
+                first = 0
+                while first < len(recs) and recs[first].offset < start:
+                    first += 1
+                self._apply_partition(conn, recs, first, counts)
         self.dead_lettered_total += counts[2]
         return BatchResult(*counts)
 
-    # ------------------------------------------------------------------ one event
-    def _fast(self, recs: list[Record], start: int, counts: list[int]) -> None:
+    # ------------------------------------------------------------------ one partition
+    def _apply_partition(
+        self, conn: sqlite3.Connection, recs: list[Record], first: int, counts: list[int]
+    ) -> None:
+        """Apply ``recs[first:]`` in runs: a run goes fast inside one savepoint; when an event
+        fails, the run is rolled back to its savepoint, its events before the failing one
+        are run again (they passed), and the failing one is isolated (retried, then
+        dead-lettered). Every event's effect ends up in the transaction exactly once."""
+        n = len(recs)
+        i, limit, isolate = first, n, -1
+        while i < n:
+            if i == isolate:
+                self._one_isolated(recs[i], counts)
+                i, limit, isolate = i + 1, n, -1
+                continue
+            conn.execute("SAVEPOINT run")
+            local = [0, 0, 0]
+            try:
+                self._fast(recs, i, limit, local)
+            except _EventFailedError as failed:
+                if not conn.in_transaction:  # SQLite aborted the transaction: not poison
+                    raise failed.error from None
+                conn.execute("ROLLBACK TO run")
+                conn.execute("RELEASE run")
+                # Again up to the failing event (they passed), then isolate it.
+                limit, isolate = failed.index, failed.index
+                continue
+            conn.execute("RELEASE run")
+            for k in range(3):
+                counts[k] += local[k]
+            i, limit = limit, n
+
+    def _fast(self, recs: list[Record], i: int, limit: int, counts: list[int]) -> None:
         parked = self._parked
         dispatch = self._dispatch
-        for rec in recs:
-            if rec.offset < start:
-                continue
+        for index in range(i, limit):
+            rec = recs[index]
             if parked and (rec.topic, rec.key) in parked:
                 self._park_one(rec)
                 counts[2] += 1
@@ -159,7 +181,7 @@ class BatchApplier:
             try:
                 handled = dispatch(rec)
             except Exception as exc:
-                raise _EventFailedError(rec, exc) from exc
+                raise _EventFailedError(rec, exc, index) from exc
             counts[0 if handled else 1] += 1
 
     def _one_isolated(self, rec: Record, counts: list[int]) -> None:

@@ -20,7 +20,7 @@ import structlog
 from framework.codec import EventCodec
 from framework.log import Log
 from framework.projection.projector import EventContext, Projector
-from framework.projection.readmodel import ReadModel
+from framework.projection.readmodel import ReadModel, ReadModelView
 
 log = structlog.get_logger("eventlane.projection")
 
@@ -71,17 +71,26 @@ def dlq_topic(group: str) -> str:
     return f"{group}.dlq"
 
 
-def list_dead_letters(readmodel: ReadModel, *, status: str | None = None) -> list[DeadLetter]:
+def list_dead_letters(
+    readmodel: ReadModel | ReadModelView, *, status: str | None = None
+) -> list[DeadLetter]:
+    """Dead letters in id order (all, or those with ``status``). A read-only view works."""
+    conn = readmodel.conn
+    if conn is None:
+        return []
     sql = f"SELECT {_COLUMNS} FROM _eventlane_dead_letters"
     args: tuple[Any, ...] = ()
     if status is not None:
         sql += " WHERE status=?"
         args = (status,)
-    return [_row(r) for r in readmodel.conn.execute(sql + " ORDER BY id", args)]
+    return [_row(r) for r in conn.execute(sql + " ORDER BY id", args)]
 
 
-def get_dead_letter(readmodel: ReadModel, letter_id: int) -> DeadLetter | None:
-    row = readmodel.conn.execute(
+def get_dead_letter(readmodel: ReadModel | ReadModelView, letter_id: int) -> DeadLetter | None:
+    conn = readmodel.conn
+    if conn is None:
+        return None
+    row = conn.execute(
         f"SELECT {_COLUMNS} FROM _eventlane_dead_letters WHERE id=?", (letter_id,)
     ).fetchone()
     return None if row is None else _row(row)

@@ -27,6 +27,7 @@ connections; a warning is logged, and each process keeps one writing connection 
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -52,7 +53,7 @@ class FencedError(ProjectionError):
 
 @functools.cache
 def _warn_old_sqlite() -> None:
-    if sqlite3.sqlite_version_info < SAFE_SQLITE:
+    if sqlite3.sqlite_version_info < SAFE_SQLITE and not os.environ.get("EVENTLANE_SQLITE_WARNED"):
         log.warning(
             "SQLite older than 3.51.3 has a rare WAL-reset corruption bug with several writing"
             " connections; eventlane keeps one writing connection per read-model file per"
@@ -242,6 +243,11 @@ class ReadModelView:
                 return None
             self._conn = conn
         return self._conn
+
+    @property
+    def conn(self) -> sqlite3.Connection | None:
+        """The read-only connection (``None`` while the file or its tables do not exist)."""
+        return self._connect()
 
     def positions(self) -> dict[TopicPartition, int]:
         conn = self._connect()

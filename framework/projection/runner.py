@@ -1,6 +1,6 @@
 """The process runner: N worker processes of one projector, supervised.
 
-Each worker is a separate OS process (``python -m framework.projection.worker``) and a member
+Each worker is a separate OS process (``python -m framework.projection``) and a member
 of the projector's consumer group, so the topic's partitions are shared among them and move
 when one joins, leaves or dies. With ``restart=True`` a worker that dies (killed, crashed)
 is replaced; either way its partitions flow to the survivors within the session timeout. A
@@ -80,14 +80,15 @@ class Runner:
         cmd = [
             sys.executable,
             "-m",
-            "framework.projection.worker",
+            "framework.projection",
             self.app_spec,
             self.name,
             str(self.data),
             "--session-timeout-ms",
             str(self.session_timeout_ms),
         ]
-        env = os.environ.copy() if self.env is None else self.env
+        env = os.environ.copy() if self.env is None else dict(self.env)
+        env.setdefault("EVENTLANE_SQLITE_WARNED", "1")  # the parent process warned already
         if self.log_path is None:
             proc = subprocess.Popen(cmd, env=env)
         else:

@@ -45,6 +45,7 @@ from framework.observability import configure_logging
 from framework.projection.app import Runtime, load_app
 from framework.projection.applier import BatchApplier, BatchResult
 from framework.projection.dead_letters import publish_dead_letters
+from framework.projection.pause import PauseControl
 from framework.projection.readmodel import FencedError
 from framework.projection.schema import open_readmodel
 from framework.projection.status import notify_applied
@@ -96,6 +97,9 @@ class Worker:
         self._log = log.bind(projector=name, group=name, pid=os.getpid())
         self._next_group_commit = 0.0
         self._published = -1
+        self._pause = PauseControl(runtime.log.path, name)
+        self._readmodel_inode = _inode(self.readmodel.path)
+        self._readmodel_open = True
         for topic in self.projector.topics:
             if not runtime.log.topic_exists(topic):
                 runtime.log.create_topic(
@@ -217,6 +221,9 @@ class Worker:
 
     def run_once(self) -> int:
         """Poll once and apply what came; return how many records were polled."""
+        if self._pause.requested() is not None or self._readmodel_replaced():
+            self._hand_off()
+            return 0
         polled = self.poll()
         self.apply(polled)
         return len(polled.records)
@@ -237,7 +244,46 @@ class Worker:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
 
+    # ------------------------------------------------------------------ hand-off
+    def _readmodel_replaced(self) -> bool:
+        return _inode(self.readmodel.path) != self._readmodel_inode
+
+    def _hand_off(self) -> None:
+        """Pause while a pause is requested (see :mod:`.pause`), then reopen the read model
+        at its path and seek every owned partition to the position stored there."""
+        token = self._pause.requested()
+        member = self.consumer.member_id
+        if token is not None:
+            self._commit_group()
+            self.readmodel.close()
+            self._readmodel_open = False
+            if member is not None:
+                self._pause.ack(member, token)
+            self._log.info("paused for a read-model hand-off", member=member)
+            while not self.stopping.is_set() and self._pause.requested() == token:
+                time.sleep(0.02)
+            if self.stopping.is_set():
+                return
+        else:
+            self.readmodel.close()
+            self._readmodel_open = False
+        self.readmodel = open_readmodel(self.runtime, self.name)
+        self._readmodel_inode = _inode(self.readmodel.path)
+        self._readmodel_open = True
+        self.projector.setup(self.readmodel.db)
+        self.applier = BatchApplier(
+            self.projector, self.runtime.codec, self.readmodel, app=self.runtime
+        )
+        self._published = -1
+        self._assigned(sorted(self.consumer.assignment()))
+        if member is not None:
+            self._pause.clear_ack(member)
+        self._log.info("read model reopened after a hand-off", member=member)
+
     def close(self) -> None:
+        if not self._readmodel_open:  # stopped while paused: the file is not ours to touch
+            self.consumer.close(autocommit=False)
+            return
         try:
             self._commit_group()
         except Exception as exc:
@@ -246,8 +292,15 @@ class Worker:
         self.readmodel.close()
 
 
+def _inode(path: Path) -> int:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return -1
+
+
 def worker_main(argv: list[str] | None = None) -> int:
-    """Entry point of a worker process (``python -m framework.projection.worker``)."""
+    """Entry point of a worker process (``python -m framework.projection``)."""
     parser = argparse.ArgumentParser(prog="python -m framework.projection.worker")
     parser.add_argument("app", help="the App, as module:attribute")
     parser.add_argument("name", help="the projector's name")
@@ -290,5 +343,6 @@ def wait_for_positions(
     return runtime.wait_for(name, offsets, timeout)
 
 
-if __name__ == "__main__":  # pragma: no cover - exercised through the runner's processes
+
+if __name__ == "__main__":  # pragma: no cover - `python -m framework.projection` is preferred
     sys.exit(worker_main())

@@ -35,7 +35,7 @@ import structlog
 
 from framework.codec import EventCodec
 from framework.log import Log, Record, TopicPartition
-from framework.projection import App, BatchApplier, Projector, ReadModel
+from framework.projection import App, BatchApplier, Projector, ReadModel, apply_migrations
 from framework.replay.ranges import OffsetRange, read_range
 
 log = structlog.get_logger("eventlane.replay")
@@ -49,6 +49,7 @@ __all__ = [
     "dead_letter_report",
     "finalize",
     "open_build",
+    "seal",
     "remove_db",
     "replay_ranges",
 ]
@@ -58,7 +59,7 @@ BATCH_RECORDS = 20_000
 
 
 class KeyGroup(NamedTuple):
-    """Keys whose ``crc32(key) % count == index`` (keyless records: the key ``b""``).
+    """Keys whose ``crc32(key) % groups == group`` (keyless records: the key ``b""``).
 
     A projector whose state is per key (``state_per_key = True``) can be replayed by key
     group, so one partition feeds several tasks. CRC-32 is stable across processes and
@@ -70,11 +71,11 @@ class KeyGroup(NamedTuple):
     [False, False, True, False]
     """
 
-    index: int
-    count: int
+    group: int
+    groups: int
 
     def contains(self, key: bytes | None) -> bool:
-        return self.count == 1 or zlib.crc32(key or b"") % self.count == self.index
+        return self.groups == 1 or zlib.crc32(key or b"") % self.groups == self.group
 
 
 class BuildCounts(NamedTuple):
@@ -85,7 +86,7 @@ class BuildCounts(NamedTuple):
     skipped: int
     dead_lettered: int
 
-    def __add__(self, other: object) -> BuildCounts:  # type: ignore[override]
+    def __add__(self, other: object) -> BuildCounts:  # type: ignore[override,unused-ignore]
         if not isinstance(other, BuildCounts):
             return NotImplemented
         return BuildCounts(*(a + b for a, b in zip(self, other, strict=True)))
@@ -121,8 +122,7 @@ def open_build(path: Path, app: App, name: str) -> tuple[Projector, ReadModel]:
     conn.execute("PRAGMA synchronous=OFF")
     conn.execute("PRAGMA cache_size=-65536")  # 64 MiB: the build owns the file
     cls = app.projector(name)
-    if cls.migrations is not None:
-        cls.migrations.apply(readmodel.db)
+    apply_migrations(cls.migrations, readmodel)
     projector = cls()
     projector.setup(readmodel.db)
     return projector, readmodel
@@ -159,7 +159,7 @@ def replay_ranges(
     for rng in ranges:
         for records in read_range(log_, rng):
             read += len(records)
-            if key_group is None or key_group.count == 1:
+            if key_group is None or key_group.groups == 1:
                 pending.extend(records)
             else:
                 pending.extend(r for r in records if key_group.contains(r.key))
@@ -199,13 +199,8 @@ def finalize(
     *,
     generations: Mapping[TopicPartition, int] | None = None,
 ) -> None:
-    """Store positions ``end``, mark dead letters reported, make the file durable, close.
-
-    ``conn`` is the build's connection; it is closed here. Afterwards ``path`` stands alone
-    (journal mode ``DELETE``, no siblings) and every byte of it is fsynced.
-    """
+    """Store positions ``end``, then :func:`seal` the file (``conn`` is closed)."""
     gens = generations or {}
-    t0 = time.perf_counter()
     conn.execute("BEGIN IMMEDIATE")
     conn.execute("DELETE FROM _eventlane_positions")
     conn.executemany(
@@ -213,8 +208,18 @@ def finalize(
         " VALUES (?, ?, ?, ?)",
         [(tp.topic, tp.partition, off, gens.get(tp, 0)) for tp, off in sorted(end.items())],
     )
-    conn.execute("UPDATE _eventlane_dead_letters SET published=1 WHERE published=0")
     conn.execute("COMMIT")
+    seal(conn, path)
+
+
+def seal(conn: sqlite3.Connection, path: Path) -> None:
+    """Mark dead letters reported, make the file stand alone and durable, close ``conn``.
+
+    Afterwards ``path`` has journal mode ``DELETE`` and no ``-wal``/``-shm``/``-journal``
+    siblings, and every byte of it is fsynced: it can be renamed into place alone.
+    """
+    t0 = time.perf_counter()
+    conn.execute("UPDATE _eventlane_dead_letters SET published=1 WHERE published=0")
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     for suffix in ("-wal", "-shm", "-journal"):
@@ -224,4 +229,4 @@ def finalize(
         os.fsync(fd)
     finally:
         os.close(fd)
-    log.debug("build finalized", path=str(path), seconds=round(time.perf_counter() - t0, 3))
+    log.debug("build sealed", path=str(path), seconds=round(time.perf_counter() - t0, 3))

@@ -105,7 +105,7 @@ def parse_rule(text: str) -> MergeRule:
     >>> parse_rule("total=avg")
     Traceback (most recent call last):
     ...
-    framework.errors.ReplayError: unknown merge rule 'avg' for column 'total' in 'total=avg'; use one of sum, max, min, first-non-null, same
+    framework.errors.ReplayError: unknown merge rule 'avg' for column 'total' in 'total=avg'; ...
     """
     spec = text.strip()
     for row_rule in ROW_RULES:
@@ -176,14 +176,15 @@ def update_clause(rule: MergeRule, columns: Sequence[str], *, seeded: str | None
     ``seeded`` is a SQL expression template (``{col}`` replaced by the column) giving the
     seeded value of the conflicting row, subtracted once per merged partial for ``sum``.
 
-    >>> update_clause(parse_rule("n=sum, m=max"), ["n", "m"])
-    '"n" = CASE WHEN excluded."n" IS NULL THEN "n" WHEN "n" IS NULL THEN excluded."n" ELSE "n" + excluded."n" END, "m" = CASE WHEN excluded."m" IS NULL THEN "m" WHEN "m" IS NULL THEN excluded."m" ELSE max("m", excluded."m") END'
+    >>> print(update_clause(parse_rule("n=first-non-null, m=max"), ["n", "m"]))
+    "n" = coalesce("n", excluded."n"), "m" = CASE WHEN excluded."m" IS NULL THEN "m" ...
     """
     sets = []
     if rule.row_by is not None:
         kind, by = rule.row_by
         op = ">" if kind == "latest-by" else "<"
-        cond = f"({_q(by)} IS NULL AND excluded.{_q(by)} IS NOT NULL) OR excluded.{_q(by)} {op} {_q(by)}"
+        qb = _q(by)
+        cond = f"({qb} IS NULL AND excluded.{qb} IS NOT NULL) OR excluded.{qb} {op} {qb}"
         for c in columns:
             sets.append(f"{_q(c)} = CASE WHEN {cond} THEN excluded.{_q(c)} ELSE {_q(c)} END")
         return ", ".join(sets)
@@ -279,10 +280,7 @@ def _fetch_key(conn: sqlite3.Connection, cols: Sequence[str], sql: str) -> dict[
 def _overlap_sql(table: str, cols: Sequence[str], left: str, right: str) -> str:
     select = ", ".join(f"a.{_q(c)}" for c in cols)
     join = " AND ".join(f"a.{_q(c)} IS b.{_q(c)}" for c in cols)
-    return (
-        f"SELECT {select} FROM {left}.{_q(table)} a JOIN {right}.{_q(table)} b ON {join}"
-        " LIMIT 1"
-    )
+    return f"SELECT {select} FROM {left}.{_q(table)} a JOIN {right}.{_q(table)} b ON {join} LIMIT 1"
 
 
 class _Merger:
@@ -292,10 +290,10 @@ class _Merger:
         self.tables = user_tables(conn)
         self.rules = {t: parse_rule(r) for t, r in rules.items()}
         known = {t.name for t in self.tables}
-        for t in self.rules:
-            if t not in known:
+        for ruled in self.rules:
+            if ruled not in known:
                 raise ReplayError(
-                    f"projector {projector!r} declares a merge rule for table {t!r}, which its"
+                    f"projector {projector!r} declares a merge rule for table {ruled!r}, which its"
                     f" read model does not have (tables: {', '.join(sorted(known)) or 'none'})"
                 )
         for t in self.tables:
@@ -328,9 +326,7 @@ class _Merger:
                     f"table {t.name!r} has rows after setup but no primary key: the partials'"
                     " copies of those rows cannot be told apart; give it a primary key"
                 )
-            self.conn.execute(
-                f"CREATE TEMP TABLE seed_{i} AS SELECT * FROM main.{_q(t.name)}"
-            )
+            self.conn.execute(f"CREATE TEMP TABLE seed_{i} AS SELECT * FROM main.{_q(t.name)}")
             seeded.add(t.name)
         return seeded
 
@@ -375,7 +371,9 @@ class _Merger:
             return 0
         rule = self.rules.get(t.name)
         cols = ", ".join(_q(c) for c in t.columns)
-        insert = f"INSERT INTO main.{_q(t.name)} ({cols}) SELECT * FROM ({self._source(t)}) WHERE true"
+        insert = (
+            f"INSERT INTO main.{_q(t.name)} ({cols}) SELECT * FROM ({self._source(t)}) WHERE true"
+        )
         if rule is None or not t.key:
             if t.name in self.seeded:
                 self._replace_seeds(t, partial)

@@ -23,14 +23,16 @@ silently skips history.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import NamedTuple
 
 from framework.errors import ConfigError
-from framework.log import Log, Record, TopicPartition
+from framework.log import Log, LogStore, Record, TopicPartition
 
 __all__ = [
     "OffsetRange",
     "end_vector",
+    "open_store",
     "plan_ranges",
     "read_range",
     "split_range",
@@ -56,6 +58,21 @@ class OffsetRange(NamedTuple):
     def size(self) -> int:
         """Offsets covered (an upper bound of the records: compaction leaves gaps)."""
         return self.end - self.start
+
+
+_stores: dict[str, LogStore] = {}
+
+
+def open_store(path: str) -> LogStore:
+    """This process's :class:`LogStore` for ``path`` (opened once, then reused): what an
+    executor reads segment files with. A directory without ``topics/`` is refused rather
+    than created empty (a wrong path on a cluster node must fail, not read nothing)."""
+    store = _stores.get(path)
+    if store is None:
+        if not (Path(path) / "topics").is_dir():
+            raise ConfigError(f"no eventlane data directory at {path!r}", path=path)
+        store = _stores[path] = LogStore(path)
+    return store
 
 
 def split_range(rng: OffsetRange, max_offsets: int) -> list[OffsetRange]:

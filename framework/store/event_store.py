@@ -41,7 +41,10 @@ from framework.store.key_index import IndexReport, KeyIndex, Mode, index_path
 
 log = structlog.get_logger("eventlane.store")
 
-_RUN_READ_BYTES = 1 << 20
+_READ_BYTES_PER_RECORD = 4 << 10
+"""Bytes fetched per wanted record when reading a run of adjacent offsets (capped at 1 MiB):
+enough for a store record, so a run is usually one ``pread``, never a MiB for one record."""
+_MAX_READ_BYTES = 1 << 20
 
 
 class _IndexMismatchError(Exception):
@@ -211,12 +214,13 @@ class EventStore:
             position = start
             cursor: Cursor | None = None
             while position < end:
+                want = min((end - position) * _READ_BYTES_PER_RECORD, _MAX_READ_BYTES)
                 try:
                     batch, cursor = self.log.read(
                         topic,
                         partition,
                         position,
-                        max_bytes=_RUN_READ_BYTES,
+                        max_bytes=want,
                         cursor=cursor,
                         upto=end,
                     )

@@ -154,7 +154,8 @@ class KeyIndex:
     ``mode`` is the mode for a new file (an existing file of another mode is emptied and
     switched); ``None`` opens an existing file in its own mode (``stream`` if new).
     ``auto_repair=False`` skips the consistency checks on open, so that :meth:`verify`
-    sees the index as it is. Safe for use from several threads.
+    sees the index as it is, and raises :class:`sqlite3.DatabaseError` for a file SQLite
+    cannot read instead of replacing it. Safe for use from several threads.
     """
 
     def __init__(
@@ -180,7 +181,7 @@ class KeyIndex:
         self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             with self._writing():
-                self._db, self._ino = self._open()
+                self._db, self._ino = self._open(replace=auto_repair)
                 self.mode = self._init_mode(mode)
             if auto_repair:
                 problem = self._quick_check()
@@ -191,8 +192,9 @@ class KeyIndex:
             raise
 
     # ------------------------------------------------------------------ opening
-    def _open(self) -> tuple[sqlite3.Connection, int]:
-        """Connect (under the write lock), replacing a file SQLite cannot read."""
+    def _open(self, *, replace: bool = True) -> tuple[sqlite3.Connection, int]:
+        """Connect (under the write lock), replacing a file SQLite cannot read (or raising
+        :class:`sqlite3.DatabaseError` with ``replace=False``)."""
         for attempt in range(2):
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             try:
@@ -212,7 +214,7 @@ class KeyIndex:
                 return db, os.stat(self.path).st_ino
             except sqlite3.DatabaseError as exc:
                 db.close()
-                if attempt:
+                if attempt or not replace:
                     raise
                 self._log.warning(
                     "key index unreadable; replacing it (it is rebuilt from the log)",

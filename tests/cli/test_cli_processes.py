@@ -149,3 +149,22 @@ def test_demo_runs_as_a_real_process(tmp_path: Path) -> None:
     result = eventlane("demo", "log", data=tmp_path / "demo", timeout=120)
     assert result.returncode == 0, result.stderr
     assert b"Verify" in result.stdout and b"intact" in result.stdout
+
+
+def test_produce_stops_with_a_clear_error_when_its_acknowledgements_are_not_read(
+    data: Path, tmp_path: Path
+) -> None:
+    lines = tmp_path / "lines.txt"
+    lines.write_bytes(b"".join(b"value %d\n" % i for i in range(200_000)))
+    proc = subprocess.Popen(
+        f"'{EVENTLANE}' --data '{data}' produce orders --print-offsets < '{lines}' | head -n 1;"
+        " exit ${PIPESTATUS[0]}",
+        shell=True,
+        executable="/bin/bash",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = proc.communicate(timeout=START_S)
+    assert proc.returncode == 1
+    assert out.split()[1] == b"0"  # the first acknowledgement: offset 0
+    assert err.startswith(b"Error: standard output was closed") and b"Traceback" not in err

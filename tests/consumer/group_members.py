@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -45,11 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from framework.consumer.group import GroupConsumer
 from framework.errors import CommitFailedError, ConsumerError
 from framework.log import LogStore, TopicPartition
+from framework.observability import configure_logging
 
 MEMBERS = Path(__file__).resolve()
 ROOT = MEMBERS.parents[2]
@@ -57,10 +55,7 @@ ROOT = MEMBERS.parents[2]
 
 # ---------------------------------------------------------------------------- child side
 def _run_member(args: dict[str, Any]) -> None:
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
+    configure_logging(level="info")  # on stderr, kept in <name>.stderr for failures
     fd = os.open(args["events"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def emit(**event: Any) -> None:

@@ -7,6 +7,8 @@ topics gaining partitions, independent groups and offset resets.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -345,3 +347,38 @@ def test_poll_without_subscription_and_after_close(log, consumers) -> None:
     c.close()
     with pytest.raises(ConsumerError, match="closed"):
         c.poll()
+
+
+def test_a_frozen_lock_holder_does_not_stop_other_members_heartbeats(log, consumers) -> None:
+    """A process frozen while holding the group lock (simulated: this test holds it) must not
+    freeze the others' heartbeats, or they would all be evicted once it resumes."""
+    fill(log, 4, 1)
+    lost: list[str] = []
+    a = make(
+        log,
+        consumers,
+        session_timeout_ms=1000,
+        heartbeat_interval_ms=100,
+        on_lost=lambda tps: lost.append("a"),
+    )
+    b = make(
+        log,
+        consumers,
+        session_timeout_ms=1000,
+        heartbeat_interval_ms=100,
+        on_lost=lambda tps: lost.append("b"),
+    )
+    dead = make(
+        log, consumers, group_instance_id="gone", session_timeout_ms=1000, heartbeat_interval_ms=100
+    )
+    pa, pb = Polling(a), Polling(b)
+    eventually(lambda: dead.poll(0.05) is not None and len(dead.assignment()) > 0)
+    dead.close()  # static: stays a member without heartbeats, expires in 1 s
+    ids = (a.member_id, b.member_id)
+    fd = os.open(log.path / "groups" / "g" / "lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # "frozen" while holding the lock, for 2.5 s
+    time.sleep(2.5)  # meanwhile a and b try to evict the expired member, and must go on beating
+    os.close(fd)
+    eventually(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+    pa.stop(), pb.stop()
+    assert (a.member_id, b.member_id) == ids and lost == []

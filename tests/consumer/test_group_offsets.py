@@ -89,3 +89,20 @@ def test_history_lists_commits_in_log_order(store: LogStore) -> None:
         commit(offsets, "g", n)
     commit(offsets, "other", 9)
     assert [(tp, o) for _, tp, o in offsets.history("g")] == [(TP, 1), (TP, 5), (TP, 3)]
+
+
+def test_the_store_compacts_its_partition_in_the_background(store: LogStore) -> None:
+    store.create_topic(
+        OFFSETS_TOPIC,
+        1,
+        {"cleanup_policy": "compact", "segment_bytes": 1024, "min_compaction_lag_ms": 0},
+    )
+    offsets = OffsetStore(store, compact_every=50)
+    for n in range(1, 200):
+        commit(offsets, "g", n)
+    assert offsets._cleaner is not None
+    offsets._cleaner.join(30)
+    marks = store.offsets(OFFSETS_TOPIC, 0)
+    left, _ = store.read(OFFSETS_TOPIC, 0, marks.lwm, max_bytes=1 << 20)
+    assert len(left) < 150
+    assert OffsetStore(store).committed("g", TP).offset == 199

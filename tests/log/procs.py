@@ -52,8 +52,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from framework.consumer.free import Consumer
+from framework.errors import OffsetOutOfRangeError
+from framework.log import LogStore, Producer, ProducerRecord, TopicPartition
+from framework.log import state as state_module
+from framework.log.partitioner import partition_for_key
+from framework.log.segment import list_segment_bases
+from framework.observability import configure_logging
+
 PROCS = Path(__file__).resolve()
 FILLER = bytes(range(251)) * 1200  # >= 300 KiB of a pattern that never aligns with itself
+JOURNAL_NAME = "cleaner-journal"
 READY_TIMEOUT_S = 120.0
 """How long a child may take to start (a noisy 2-core machine can be very slow)."""
 
@@ -83,8 +92,8 @@ def payload_id(value: bytes | None) -> str:
 
 
 # ---------------------------------------------------------------------------- children
-STORAGE_CALLS = ("fsync", "fdatasync", "pwrite", "write", "ftruncate", "replace", "rename",
-                 "unlink")
+STORAGE_CALLS = ("fsync", "fdatasync", "ftruncate", "replace", "rename", "unlink")
+WRITE_CALLS = ("pwrite", "pwritev", "write")
 """The ``os`` functions counted by :func:`crash_at_storage_call` (with state writes)."""
 
 
@@ -94,14 +103,27 @@ class _CallCounter:
     """``calls`` when the action's commit phase began (see :func:`_child_maintenance`)."""
 
 
-def crash_at_storage_call(n: int | None) -> _CallCounter:
-    """Count this process's storage calls from now on; if ``n`` is given, SIGKILL the
-    process at the ``n``-th one, before it is made (SQLite's crash-at-N technique: together
-    with random-time kills, every step of an append, roll, compaction swap or retention
-    gets killed at). A shared-state write counts too, and a kill there lands *inside* it:
-    the seqlock is left odd with the fields half written, as a kill mid-``memcpy`` would."""
-    from framework.log import state as state_module
+def _path_name(target: Any) -> str:
+    """The file name behind a path or an open file descriptor."""
+    if isinstance(target, int):
+        try:
+            target = os.readlink(f"/proc/self/fd/{target}")
+        except OSError:
+            return ""
+    return Path(str(target)).name
 
+
+def crash_at_storage_call(n: int | None, crash_on: str | None = None) -> _CallCounter:
+    """Count this process's storage calls from now on; if ``n`` is given, SIGKILL the
+    process at the ``n``-th one (SQLite's crash-at-N technique: together with random-time
+    kills, every step of an append, roll, compaction swap or retention gets killed at).
+
+    The kill comes before the call is made, except for writes and shared-state updates,
+    where it lands *inside* the call: a random prefix of the bytes reaches the file (a torn
+    write), or the seqlock is left odd with the fields half written (as a kill in the middle
+    of the ``memcpy`` would). ``crash_on`` kills instead at the first call on a file of
+    that name (by path or open descriptor: the unlink of the compaction journal, the fsync
+    of a cleaned segment)."""
     counter = _CallCounter()
 
     def tick() -> bool:
@@ -112,7 +134,7 @@ def crash_at_storage_call(n: int | None) -> _CallCounter:
         original = getattr(os, name)
 
         def hooked(*a: Any, **kw: Any) -> Any:
-            if tick():
+            if tick() or (crash_on and a and _path_name(a[0]) == crash_on):
                 os.kill(os.getpid(), signal.SIGKILL)
             return original(*a, **kw)
 
@@ -120,6 +142,27 @@ def crash_at_storage_call(n: int | None) -> _CallCounter:
 
     for name in STORAGE_CALLS:
         wrap(name)
+    pwrite, write = os.pwrite, os.write
+    rng = random.Random(n)
+
+    def wrap_write(name: str) -> None:
+        original = getattr(os, name)
+
+        def hooked(fd: int, data: Any, *rest: Any) -> Any:
+            if tick():  # a torn write: some prefix of the bytes reaches the file
+                raw = b"".join(data) if name == "pwritev" else bytes(data)
+                cut = raw[: rng.randrange(len(raw) + 1)]
+                if name == "write":
+                    write(fd, cut)
+                else:
+                    pwrite(fd, cut, rest[0])
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original(fd, data, *rest)
+
+        setattr(os, name, hooked)
+
+    for name in WRITE_CALLS:
+        wrap_write(name)
     original_write = state_module.PartitionState.write
 
     def state_write(self: Any, snapshot: Any) -> None:
@@ -138,10 +181,9 @@ def crash_at_storage_call(n: int | None) -> _CallCounter:
 
 
 def _quiet_logs() -> None:
-    """Send the engine's structured logs to stderr: stdout carries the protocol lines."""
-    import structlog
-
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    """Structured logs (info and up, so recoveries are on record) go to stderr: stdout
+    carries the protocol lines."""
+    configure_logging(level="info", json=False)
 
 
 def _emit(out: IO[bytes], lines: list[str]) -> None:
@@ -170,9 +212,6 @@ def _pad(rng: random.Random, big: bool) -> int:
 
 def child_produce(args: dict[str, Any]) -> None:
     """See the module docstring (role ``produce``)."""
-    from framework.log import LogStore, Producer, ProducerRecord
-    from framework.log.partitioner import partition_for_key
-
     _quiet_logs()
     rng = random.Random(args["seed"])
     tag: str = args["tag"]
@@ -223,8 +262,9 @@ def child_produce(args: dict[str, Any]) -> None:
         elif mode < singles:  # a burst of futures sharing a group commit
             n = rng.randint(2, 30) if left is None else min(rng.randint(2, 30), left)
             first = seq
-            futures = [producer.send(topic, r.value, key=r.key)
-                       for r in (record(b"k") for _ in range(n))]
+            futures = [
+                producer.send(topic, r.value, key=r.key) for r in (record(b"k") for _ in range(n))
+            ]
             lines = []
             for i, fut in enumerate(futures):
                 meta = fut.result()
@@ -244,8 +284,10 @@ def child_produce(args: dict[str, Any]) -> None:
             metas = producer.send_batch(topic, batch)
             for r, meta in zip(batch, metas, strict=True):
                 assert meta.partition == partition_for_key(r.key or b"", partitions)
-            _emit(out, [f"A {m.partition} {m.offset} {tag}:{first + i}\n"
-                        for i, m in enumerate(metas)])
+            _emit(
+                out,
+                [f"A {m.partition} {m.offset} {tag}:{first + i}\n" for i, m in enumerate(metas)],
+            )
     producer.close()
     store.close()
     _emit(out, ["D\n"])
@@ -253,17 +295,15 @@ def child_produce(args: dict[str, Any]) -> None:
 
 def child_tail(args: dict[str, Any]) -> None:
     """See the module docstring (role ``tail``)."""
-    from framework.consumer.free import Consumer
-    from framework.log import LogStore, TopicPartition
-
     _quiet_logs()
     out = sys.stdout.buffer
     store = LogStore(args["data"])
     topic: str = args["topic"]
     total: int = args.get("total", 0)
     deadline = time.monotonic() + args.get("timeout", 1e9)
-    consumer = Consumer(store, auto_offset_reset="earliest",
-                        max_poll_records=args.get("max_records", 500))
+    consumer = Consumer(
+        store, auto_offset_reset="earliest", max_poll_records=args.get("max_records", 500)
+    )
     consumer.assign([TopicPartition(topic, p) for p in range(store.partition_count(topic))])
     _emit(out, ["R\n"])
     seen = 0
@@ -281,8 +321,6 @@ def child_tail(args: dict[str, Any]) -> None:
 
 
 def _child_maintenance(args: dict[str, Any], action: str) -> None:
-    from framework.log import LogStore
-
     _quiet_logs()
     out = sys.stdout.buffer
     store = LogStore(args["data"])
@@ -290,12 +328,13 @@ def _child_maintenance(args: dict[str, Any], action: str) -> None:
     for p in range(store.partition_count(args["topic"])):
         store.partition(args["topic"], p)  # open (and repair) before the clock starts
     _emit(out, ["C\n"])
-    counter = crash_at_storage_call(args.get("crash_at"))
+    counter = crash_at_storage_call(args.get("crash_at"), args.get("crash_on"))
     # The commit phase starts with the first durable write of a decision: the compaction
     # journal, or retention's new log-start-offset. ``crash_after_phase`` kills at the n-th
     # storage call from there on (the renames, unlinks and state changes that follow).
     module = importlib.import_module(
-        "framework.log.cleaner" if action == "compact" else "framework.log.retention")
+        "framework.log.cleaner" if action == "compact" else "framework.log.retention"
+    )
     original_write_atomic = module.write_atomic
     after_phase = args.get("crash_after_phase")
 
@@ -335,7 +374,9 @@ class Child:
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, str(PROCS), role, json.dumps(args)],
-                stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
             )
         self._read_at = 0
 
@@ -367,8 +408,10 @@ class Child:
             if self.proc.poll() is not None:
                 if any(line.startswith(first) for line in self.lines()):
                     return
-                raise RuntimeError(f"child {self.name} exited with {self.proc.returncode} "
-                                   f"before {first!r}: {self.stderr_tail()}")
+                raise RuntimeError(
+                    f"child {self.name} exited with {self.proc.returncode} "
+                    f"before {first!r}: {self.stderr_tail()}"
+                )
             if time.monotonic() > deadline:
                 self.kill()
                 raise TimeoutError(f"child {self.name} did not write {first!r} in {timeout} s")
@@ -387,6 +430,11 @@ class Child:
         except subprocess.TimeoutExpired:
             self.kill()
             raise
+
+    def remove_files(self) -> None:
+        """Delete the output files (a long soak would fill the disk with them)."""
+        for path in (self.out_path, self.err_path):
+            path.unlink(missing_ok=True)
 
     def stderr_tail(self, limit: int = 3000) -> str:
         try:
@@ -416,8 +464,10 @@ def stats_ms(values: list[float]) -> str:
         return "n/a"
     ordered = sorted(values)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return (f"n={len(values)} median={statistics.median(values):.1f} ms p99={p99:.1f} ms "
-            f"max={ordered[-1]:.1f} ms")
+    return (
+        f"n={len(values)} median={statistics.median(values):.1f} ms p99={p99:.1f} ms "
+        f"max={ordered[-1]:.1f} ms"
+    )
 
 
 @dataclass
@@ -448,8 +498,16 @@ class CrashFigures:
     reboot_recovery_ms: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
-    ANOMALIES = ("lost", "misplaced", "reordered", "duplicated", "corrupt", "vanished",
-                 "wrong_content", "child_errors")
+    ANOMALIES = (
+        "lost",
+        "misplaced",
+        "reordered",
+        "duplicated",
+        "corrupt",
+        "vanished",
+        "wrong_content",
+        "child_errors",
+    )
 
     def anomaly(self, kind: str, message: str, n: int = 1) -> None:
         setattr(self, kind, getattr(self, kind) + n)
@@ -464,27 +522,27 @@ class CrashFigures:
         return not any(self.anomalies.values())
 
     def summary(self) -> str:
-        return "\n".join([
-            f"cycles={self.cycles} kills={self.kills} (at a storage call: "
-            f"{self.crash_at_kills}, two producers at once: {self.double_kills}) "
-            f"clean_exits={self.clean_exits} reboots_simulated={self.reboots} "
-            f"reader_kills={self.reader_kills}",
-            f"acked_records={self.acked} records_in_log={self.records_in_log} "
-            f"reader_seen={self.reader_seen}",
-            "anomalies: " + " ".join(f"{k}={v}" for k, v in self.anomalies.items()),
-            *(f"killed while {phase}: {n}" for phase, n in sorted(self.phases.items())),
-            f"recovery (lock-holder repair, open + first lock of every partition): "
-            f"{stats_ms(self.recovery_ms)}",
-            f"recovery (after a simulated reboot, full scan from the recovery point): "
-            f"{stats_ms(self.reboot_recovery_ms)}",
-            *self.problems,
-        ])
+        return "\n".join(
+            [
+                f"cycles={self.cycles} kills={self.kills} (at a storage call: "
+                f"{self.crash_at_kills}, two producers at once: {self.double_kills}) "
+                f"clean_exits={self.clean_exits} reboots_simulated={self.reboots} "
+                f"reader_kills={self.reader_kills}",
+                f"acked_records={self.acked} records_in_log={self.records_in_log} "
+                f"reader_seen={self.reader_seen}",
+                "anomalies: " + " ".join(f"{k}={v}" for k, v in self.anomalies.items()),
+                *(f"killed while {phase}: {n}" for phase, n in sorted(self.phases.items())),
+                f"recovery (lock-holder repair, open + first lock of every partition): "
+                f"{stats_ms(self.recovery_ms)}",
+                f"recovery (after a simulated reboot, full scan from the recovery point): "
+                f"{stats_ms(self.reboot_recovery_ms)}",
+                *self.problems,
+            ]
+        )
 
 
 def _open_and_time(data: Path, topic: str) -> tuple[Any, float]:
     """Open a fresh ``LogStore`` and every partition (which repairs what a kill left)."""
-    from framework.log import LogStore
-
     started = time.perf_counter()
     store = LogStore(data)
     for p in range(store.partition_count(topic)):
@@ -550,6 +608,7 @@ class ProducerCrashLoop:
         big: bool = True,
         max_crash_call: int = 400,
         with_reader: bool = True,
+        keep_files: bool = True,
     ) -> None:
         self.root = root
         self.data = root / "data"
@@ -565,6 +624,7 @@ class ProducerCrashLoop:
         self.big = big
         self.max_crash_call = max_crash_call
         self.with_reader = with_reader
+        self.keep_files = keep_files
         self.figures = CrashFigures()
         self.topic_no = 0
         self.topic = ""
@@ -574,14 +634,17 @@ class ProducerCrashLoop:
 
     # -- topic and reader lifecycle
     def _new_topic(self) -> None:
-        from framework.log import LogStore
-
         self._stop_reader()
         self.topic_no += 1
-        self.topic = f"crash-{self.topic_no}"
+        previous, self.topic = self.topic, f"crash-{self.topic_no}"
         with LogStore(self.data) as store:
-            store.create_topic(self.topic, self.partitions,
-                               {"segment_bytes": self.segment_bytes, "retention_ms": -1})
+            if previous and not self.keep_files:
+                store.delete_topic(previous)  # checked in full already: free the disk
+            store.create_topic(
+                self.topic,
+                self.partitions,
+                {"segment_bytes": self.segment_bytes, "retention_ms": -1},
+            )
         self._reset_model()
         self.acks: dict[str, tuple[int, int]] = {}
         self.topic_cycle = 0
@@ -598,19 +661,31 @@ class ProducerCrashLoop:
         if not self.with_reader:
             return
         self.reader_no += 1
-        self.reader = Child("tail", {"data": str(self.data), "topic": self.topic,
-                                     "poll_timeout": 1.0},
-                            self.out_dir, f"reader-{self.reader_no}")
+        self.reader = Child(
+            "tail",
+            {"data": str(self.data), "topic": self.topic, "poll_timeout": 1.0},
+            self.out_dir,
+            f"reader-{self.reader_no}",
+        )
         self.reader.wait_for_line("R")
 
     def _stop_reader(self) -> None:
         if self.reader is not None:
-            if self.reader.proc.poll() is not None and self.reader.proc.returncode != -9:
-                self.figures.anomaly("child_errors", f"reader died: {self.reader.stderr_tail()}")
+            self._check_reader_alive()
             self.reader.kill()
             self._reader_lines()
+            if not self.keep_files:
+                self.reader.remove_files()
             self.reader = None
             self.figures.reader_kills += 1
+
+    def _check_reader_alive(self) -> None:
+        assert self.reader is not None
+        if self.reader.proc.poll() is not None and self.reader.proc.returncode != -9:
+            self.figures.anomaly(
+                "child_errors",
+                f"reader exited {self.reader.proc.returncode}: {self.reader.stderr_tail()}",
+            )
 
     def _reader_lines(self) -> None:
         assert self.reader is not None
@@ -639,11 +714,23 @@ class ProducerCrashLoop:
                 self.reader.kill()
         return self.figures
 
-    def _spawn_producer(self, name: str, count: int | None = None,
-                        crash_at: int | None = None) -> Child:
-        return Child("produce", {"data": str(self.data), "topic": self.topic, "tag": name,
-                                 "seed": self.rng.randrange(1 << 30), "count": count,
-                                 "big": self.big, "crash_at": crash_at}, self.out_dir, name)
+    def _spawn_producer(
+        self, name: str, count: int | None = None, crash_at: int | None = None
+    ) -> Child:
+        return Child(
+            "produce",
+            {
+                "data": str(self.data),
+                "topic": self.topic,
+                "tag": name,
+                "seed": self.rng.randrange(1 << 30),
+                "count": count,
+                "big": self.big,
+                "crash_at": crash_at,
+            },
+            self.out_dir,
+            name,
+        )
 
     def cycle(self) -> None:
         """One cycle: start the producer(s), kill, recover, check (see the class docstring)."""
@@ -652,10 +739,13 @@ class ProducerCrashLoop:
         self.topic_cycle += 1
         base = f"t{self.topic_no}c{fig.cycles}"
         two = fig.cycles % self.double_every == 0
-        plans = [self.rng.randint(1, self.max_crash_call) if (fig.cycles + n) % 2 else None
-                 for n in range(2 if two else 1)]
-        children = [self._spawn_producer(base + "ab"[n], crash_at=plan)
-                    for n, plan in enumerate(plans)]
+        plans = [
+            self.rng.randint(1, self.max_crash_call) if (fig.cycles + n) % 2 else None
+            for n in range(2 if two else 1)
+        ]
+        children = [
+            self._spawn_producer(base + "ab"[n], crash_at=plan) for n, plan in enumerate(plans)
+        ]
         for child in children:
             child.wait_for_line("R")
         if None in plans:
@@ -692,10 +782,20 @@ class ProducerCrashLoop:
             for n in calls:
                 self._new_topic()
                 fig.cycles += 1
-                child = Child("produce", {"data": str(self.data), "topic": self.topic,
-                                          "tag": f"t{self.topic_no}n{n}", "seed": n,
-                                          "crash_at": n, "plan": plan, "big": False},
-                              self.out_dir, f"sweep-{n}")
+                child = Child(
+                    "produce",
+                    {
+                        "data": str(self.data),
+                        "topic": self.topic,
+                        "tag": f"t{self.topic_no}n{n}",
+                        "seed": n,
+                        "crash_at": n,
+                        "plan": plan,
+                        "big": False,
+                    },
+                    self.out_dir,
+                    f"sweep-{n}",
+                )
                 child.wait_for_line("R")
                 rc = child.wait(READY_TIMEOUT_S)
                 if rc == -signal.SIGKILL:
@@ -704,8 +804,7 @@ class ProducerCrashLoop:
                 elif rc == 0:
                     fig.clean_exits += 1
                 else:
-                    fig.anomaly("child_errors", f"{child.name} exited {rc}: "
-                                f"{child.stderr_tail()}")
+                    fig.anomaly("child_errors", f"{child.name} exited {rc}: {child.stderr_tail()}")
                 self._recover_and_check([child], reboot=n % 2 == 0)
                 self._append_after_recovery(f"t{self.topic_no}post")
                 self._full_check()
@@ -716,11 +815,10 @@ class ProducerCrashLoop:
 
     def _append_after_recovery(self, tag: str) -> None:
         """Append from this process after a recovery and check the records landed."""
-        from framework.log import LogStore
-
         with LogStore(self.data) as store:
-            result = store.append(self.topic, 0, [
-                (b"d%05d" % i, make_value(tag, i, 10), (), None) for i in range(3)])
+            result = store.append(
+                self.topic, 0, [(b"d%05d" % i, make_value(tag, i, 10), (), None) for i in range(3)]
+            )
             for i in range(3):
                 self.acks[f"{tag}:{i}"] = (0, result.base_offset + i)
                 self.figures.acked += 1
@@ -749,6 +847,11 @@ class ProducerCrashLoop:
             self._check_reader_views()
         finally:
             store.close()
+        if not self.keep_files:
+            for child in children:
+                child.remove_files()
+        if self.reader is not None and self.reader.proc.poll() is not None:
+            self._stop_reader()  # it died by itself: that is an anomaly (recorded there)
         if self.reader is None:
             self._start_reader()
 
@@ -757,8 +860,9 @@ class ProducerCrashLoop:
         child = self._spawn_producer(f"t{self.topic_no}final", count=2000)
         rc = child.wait(300)
         if rc != 0:
-            self.figures.anomaly("child_errors", f"final producer exited {rc}: "
-                                 f"{child.stderr_tail()}")
+            self.figures.anomaly(
+                "child_errors", f"final producer exited {rc}: {child.stderr_tail()}"
+            )
         store, _ = _open_and_time(self.data, self.topic)
         try:
             self._check_new(store)
@@ -781,15 +885,14 @@ class ProducerCrashLoop:
         for ident, (p, o) in list(self.reader_views.items()):
             where = self.log_ids.get(ident)
             if where != (p, o):
-                self.figures.anomaly("vanished", f"reader saw {ident} at {(p, o)}; the log "
-                                     f"now has it at {where}")
+                self.figures.anomaly(
+                    "vanished", f"reader saw {ident} at {(p, o)}; the log now has it at {where}"
+                )
         # Everything the reader saw is now below the checked HWM; forget it (bounded memory).
         self.reader_views.clear()
 
     def _check_new(self, store: Any) -> None:
         """Check the records appended since the last check (see the class docstring)."""
-        from framework.log.partitioner import partition_for_key
-
         fig = self.figures
         for problem in store.verify(self.topic):
             fig.anomaly("corrupt", f"verify: {problem}")
@@ -798,8 +901,9 @@ class ProducerCrashLoop:
             if hwm != leo or lwm != 0:
                 fig.anomaly("corrupt", f"p{p}: marks lwm={lwm} hwm={hwm} leo={leo}")
             if hwm < self.checked[p]:
-                fig.anomaly("lost", f"p{p}: hwm {hwm} went below {self.checked[p]}",
-                            self.checked[p] - hwm)
+                fig.anomaly(
+                    "lost", f"p{p}: hwm {hwm} went below {self.checked[p]}", self.checked[p] - hwm
+                )
                 self.checked[p] = hwm  # the full check will recount what is gone
             try:
                 records = read_all(store, self.topic, p, self.checked[p], hwm)
@@ -818,16 +922,19 @@ class ProducerCrashLoop:
                     continue
                 ident = f"{tag}:{seq}"
                 if ident in self.log_ids:
-                    fig.anomaly("duplicated", f"{ident} at {(p, r.offset)} and "
-                                f"{self.log_ids[ident]}")
+                    fig.anomaly(
+                        "duplicated", f"{ident} at {(p, r.offset)} and {self.log_ids[ident]}"
+                    )
                     continue
                 self.log_ids[ident] = (p, r.offset)
                 prev = self.last_seq.get((tag, p), -1)
                 if seq <= prev:
                     fig.anomaly("reordered", f"{tag}: seq {seq} after {prev} in p{p}")
                 self.last_seq[(tag, p)] = seq
-                if r.key is not None and r.key.startswith(b"k") and (
-                    partition_for_key(r.key, self.partitions) != p
+                if (
+                    r.key is not None
+                    and r.key.startswith(b"k")
+                    and (partition_for_key(r.key, self.partitions) != p)
                 ):
                     fig.anomaly("misplaced", f"key {r.key!r} in p{p}")
             if records and records[-1].offset != hwm - 1:
@@ -862,7 +969,8 @@ class _MaintenanceCrashLoop:
         self.partitions = partitions
         self.figures = CrashFigures()
         self.written: list[dict[int, tuple[bytes | None, bytes | None]]] = [
-            {} for _ in range(partitions)]
+            {} for _ in range(partitions)
+        ]
         self.durations: list[float] = []
         self.calls: list[int] = []
         self.phase_calls: list[int] = []
@@ -871,8 +979,9 @@ class _MaintenanceCrashLoop:
         self.completed = 0
         self.topic = ""
 
-    def _append(self, store: Any, p: int, records: list[tuple[bytes | None, bytes | None,
-                                                              int | None]]) -> None:
+    def _append(
+        self, store: Any, p: int, records: list[tuple[bytes | None, bytes | None, int | None]]
+    ) -> None:
         result = store.append(self.topic, p, [(k, v, (), ts) for k, v, ts in records])
         for i, (k, v, _) in enumerate(records):
             self.written[p][result.base_offset + i] = (k, v)
@@ -887,11 +996,16 @@ class _MaintenanceCrashLoop:
 
     SCHEDULE = ("early", "timed", "early", "at", "early", "phase", "complete")
     """What each cycle after the first two (which run to completion, timing the action)
-    does: ``early`` kills at the 1st, 2nd, ... 8th storage call of the commit phase in turn
-    (the decision's durable write, then the first state change, renames or unlinks);
-    ``phase`` at a random call of the commit phase; ``at`` at a random call of the whole
-    action; ``timed`` after a random delay; ``complete`` lets it finish (which keeps the
-    timings current and the log from growing without bound)."""
+    does: ``early`` kills at one of the first storage calls of the commit phase, in the
+    order of :attr:`EARLY`; ``phase`` at a random call of the commit phase; ``at`` at a
+    random call of the whole action; ``timed`` after a random delay; ``complete`` lets it
+    finish (which keeps the timings current and the log from growing without bound)."""
+
+    EARLY = (4, 5, 2, 6, 3, 7, 1, 8)
+    """Calls of the commit phase, most telling first. It starts with a durable write of the
+    decision (``write_atomic``: 1 fsync of the temporary file, 2 rename, 3 fsync of the
+    directory), then 4 is the first shared-state update (compaction: the layout made odd;
+    retention: the new LWM published), 5 and on the renames or unlinks."""
 
     def _kill_during_action(self, name: str) -> None:
         """Run the action in a child and SIGKILL it per :attr:`SCHEDULE`."""
@@ -904,15 +1018,22 @@ class _MaintenanceCrashLoop:
         if kind == "at":
             crash_at = self.rng.randint(1, max(1, self.calls[-1]))
         elif kind == "early":
-            crash_after_phase = 1 + self.early % 8
+            crash_after_phase = self.EARLY[self.early % len(self.EARLY)]
             self.early += 1
         elif kind == "phase":
             crash_after_phase = self.rng.randint(1, max(1, self.phase_calls[-1] + 2))
         calibrating = kind == "complete"
-        child = Child(self.action, {"data": str(self.data), "topic": self.topic,
-                                    "crash_at": crash_at,
-                                    "crash_after_phase": crash_after_phase},
-                      self.out_dir, name)
+        child = Child(
+            self.action,
+            {
+                "data": str(self.data),
+                "topic": self.topic,
+                "crash_at": crash_at,
+                "crash_after_phase": crash_after_phase,
+            },
+            self.out_dir,
+            name,
+        )
         child.wait_for_line("C")
         if calibrating or crash_at is not None or crash_after_phase is not None:
             rc = child.wait(READY_TIMEOUT_S)
@@ -949,24 +1070,25 @@ class _MaintenanceCrashLoop:
     def _torn(self) -> bool:
         """Whether a partition's state seqlock was left odd (killed inside a state write)."""
         return any(
-            int.from_bytes((self.data / "topics" / self.topic / str(p) / "state")
-                           .read_bytes()[:4], "little") & 1
-            for p in range(self.partitions))
+            int.from_bytes(
+                (self.data / "topics" / self.topic / str(p) / "state").read_bytes()[:4], "little"
+            )
+            & 1
+            for p in range(self.partitions)
+        )
 
     def _phase_after_kill(self) -> str:
         raise NotImplementedError
 
-    def _reopen(self) -> tuple[Any, bool]:
+    def _reopen(self, how: str | None = None) -> tuple[Any, bool]:
         """Reopen after the kill in one of three ways: read first, append first, or after a
         simulated reboot; returns the store and whether records were appended."""
         fig = self.figures
-        how = ("read", "append", "reboot")[fig.cycles % 3]
+        how = how or ("read", "append", "reboot")[fig.cycles % 3]
         if how == "reboot":
             drop_state_files(self.data, self.topic)
             fig.reboots += 1
         started = time.perf_counter()
-        from framework.log import LogStore
-
         store = LogStore(self.data)
         if how == "append":
             for p in range(self.partitions):
@@ -996,8 +1118,10 @@ class _MaintenanceCrashLoop:
                 fig.anomaly("corrupt", f"p{p}: offset {r.offset} after {last}")
             last = r.offset
             if self.written[p].get(r.offset) != (r.key, r.value):
-                fig.anomaly("wrong_content", f"p{p}: offset {r.offset} holds {r.key!r} which "
-                            "was not written there")
+                fig.anomaly(
+                    "wrong_content",
+                    f"p{p}: offset {r.offset} holds {r.key!r} which was not written there",
+                )
         fig.records_in_log += len(records)
         return records
 
@@ -1019,19 +1143,32 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
 
     action = "compact"
 
-    def __init__(self, root: Path, *, seed: int, partitions: int = 2, keys: int = 800,
-                 per_cycle: int = 3000, segment_bytes: int = 16 * 1024) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        seed: int,
+        partitions: int = 2,
+        keys: int = 800,
+        per_cycle: int = 3000,
+        segment_bytes: int = 16 * 1024,
+    ) -> None:
         super().__init__(root, seed=seed, partitions=partitions)
-        from framework.log import LogStore
-
         self.keys = keys
         self.per_cycle = per_cycle
         self.topic = "compacted"
         self.seq = 0
         with LogStore(self.data) as store:
-            store.create_topic(self.topic, partitions, {
-                "cleanup_policy": "compact", "segment_bytes": segment_bytes,
-                "min_compaction_lag_ms": 0, "retention_ms": -1})
+            store.create_topic(
+                self.topic,
+                partitions,
+                {
+                    "cleanup_policy": "compact",
+                    "segment_bytes": segment_bytes,
+                    "min_compaction_lag_ms": 0,
+                    "retention_ms": -1,
+                },
+            )
 
     def _phase_after_kill(self) -> str:
         dirs = [self.data / "topics" / self.topic / str(p) for p in range(self.partitions)]
@@ -1058,21 +1195,8 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
         return out
 
     def run(self, cycles: int, progress: Any = None) -> CrashFigures:
-        from framework.log import LogStore
-
         for i in range(cycles):
-            with LogStore(self.data) as store:
-                for p in range(self.partitions):
-                    left = self.per_cycle // self.partitions
-                    while left:
-                        n = min(left, self.rng.randint(50, 400))
-                        self._append(store, p, self._fresh_records(n))
-                        left -= n
-                    store.partition(self.topic, p).roll()
-                    self._append(store, p, self._fresh_records(self.rng.randint(1, 50)))
-                marks = [store.offsets(self.topic, p) for p in range(self.partitions)]
-                active = [store.partition(self.topic, p).offsets().active_base
-                          for p in range(self.partitions)]
+            marks, active = self._load_cycle()
             self.figures.cycles += 1
             self._kill_during_action(f"compact-{i}")
             store, _ = self._reopen()
@@ -1084,6 +1208,54 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
                 progress(i + 1, self.figures)
         self._final_compaction()
         return self.figures
+
+    def _load_cycle(self) -> tuple[list[Any], list[int]]:
+        """Append a cycle's records, roll, append a few more; the marks and active bases."""
+        with LogStore(self.data) as store:
+            for p in range(self.partitions):
+                left = self.per_cycle // self.partitions
+                while left:
+                    n = min(left, self.rng.randint(50, 400))
+                    self._append(store, p, self._fresh_records(n))
+                    left -= n
+                store.partition(self.topic, p).roll()
+                self._append(store, p, self._fresh_records(self.rng.randint(1, 50)))
+            marks = [store.offsets(self.topic, p) for p in range(self.partitions)]
+            active = [
+                store.partition(self.topic, p).offsets().active_base for p in range(self.partitions)
+            ]
+        return marks, active
+
+    def run_back_to_back_kills(self) -> CrashFigures:
+        """Two compactions killed in a row, then a simulated reboot: the first dies after its
+        swap but before it removes its journal, the second while writing its first cleaned
+        segment (its groups differ: the first run shrank the old segments). Recovery must
+        not replay the first run's journal over the second run's half-written files."""
+        fig = self.figures
+        first_cleaned = f"{0:020d}.log.cleaned"
+        for crash in ({"crash_on": JOURNAL_NAME}, {"crash_on": first_cleaned}):
+            marks, active = self._load_cycle()
+            fig.cycles += 1
+            child = Child(
+                self.action,
+                {"data": str(self.data), "topic": self.topic, **crash},
+                self.out_dir,
+                f"back-to-back-{fig.cycles}",
+            )
+            child.wait_for_line("C")
+            rc = child.wait(READY_TIMEOUT_S)
+            if rc != -signal.SIGKILL:
+                fig.anomaly("child_errors", f"{child.name} exited {rc}: {child.stderr_tail()}")
+            fig.kills += 1
+            phase = self._phase_after_kill()
+            fig.phases[phase] = fig.phases.get(phase, 0) + 1
+            store, _ = self._reopen(how="read" if crash["crash_on"] == JOURNAL_NAME else "reboot")
+            try:
+                self._check(store, marks, active)
+            finally:
+                store.close()
+        self._final_compaction()
+        return fig
 
     def _check(self, store: Any, marks: list[Any], active: list[int]) -> None:
         fig = self.figures
@@ -1105,25 +1277,29 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
                 if offset in present:
                     continue
                 if self.written[p][offset][1] is not None:
-                    fig.anomaly("lost", f"p{p}: the last record of {key!r} (offset {offset}) "
-                                "is gone")
+                    fig.anomaly(
+                        "lost", f"p{p}: the last record of {key!r} (offset {offset}) is gone"
+                    )
                 elif key in present_keys:
-                    fig.anomaly("lost", f"p{p}: tombstone of {key!r} gone but an older "
-                                "record of the key survived (a resurrected key)")
+                    fig.anomaly(
+                        "lost",
+                        f"p{p}: tombstone of {key!r} gone but an older "
+                        "record of the key survived (a resurrected key)",
+                    )
             for offset in self.written[p]:
                 if offset >= active[p] and offset not in present:
-                    fig.anomaly("lost", f"p{p}: offset {offset} outside the cleanable range "
-                                "is gone")
+                    fig.anomaly(
+                        "lost", f"p{p}: offset {offset} outside the cleanable range is gone"
+                    )
 
     def _final_compaction(self) -> None:
         """An uninterrupted compaction after all the kills completes and compacts fully."""
-        from framework.log import LogStore
-
         with LogStore(self.data) as store:
             for p in range(self.partitions):
                 store.partition(self.topic, p).roll()
-            active = [store.partition(self.topic, p).offsets().active_base
-                      for p in range(self.partitions)]
+            active = [
+                store.partition(self.topic, p).offsets().active_base for p in range(self.partitions)
+            ]
             store.compact(self.topic)
             for problem in store.verify(self.topic):
                 self.figures.anomaly("corrupt", f"verify after the final compaction: {problem}")
@@ -1132,8 +1308,10 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
                 records = self._check_common(store, p, lwm, hwm) or []
                 keys = [r.key for r in records if r.offset < active[p]]
                 if len(keys) != len(set(keys)):
-                    self.figures.anomaly("duplicated", f"p{p}: a key kept twice in the "
-                                         "cleaned range after a full compaction")
+                    self.figures.anomaly(
+                        "duplicated",
+                        f"p{p}: a key kept twice in the cleaned range after a full compaction",
+                    )
                 latest = {}
                 for offset, (key, _) in sorted(self.written[p].items()):
                     if offset < active[p]:
@@ -1141,8 +1319,11 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
                 want = {o for o in latest.values() if self.written[p][o][1] is not None}
                 have = {r.offset for r in records if r.offset < active[p]}
                 if not want <= have or not have <= set(latest.values()):
-                    self.figures.anomaly("wrong_content", f"p{p}: fully compacted range has "
-                                         f"{len(have)} records, expected {len(want)}")
+                    self.figures.anomaly(
+                        "wrong_content",
+                        f"p{p}: fully compacted range has "
+                        f"{len(have)} records, expected {len(want)}",
+                    )
 
 
 class RetentionCrashLoop(_MaintenanceCrashLoop):
@@ -1157,24 +1338,34 @@ class RetentionCrashLoop(_MaintenanceCrashLoop):
 
     action = "cleanup"
 
-    def __init__(self, root: Path, *, seed: int, partitions: int = 2,
-                 segment_bytes: int = 8192, retention_bytes: int = 40_000,
-                 per_cycle_bytes: int = 200_000) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        seed: int,
+        partitions: int = 2,
+        segment_bytes: int = 8192,
+        retention_bytes: int = 40_000,
+        per_cycle_bytes: int = 200_000,
+    ) -> None:
         super().__init__(root, seed=seed, partitions=partitions)
-        from framework.log import LogStore
-
         self.topic = "retained"
         self.per_cycle_bytes = per_cycle_bytes
         self.retention_bytes = retention_bytes
         self.seq = 0
         with LogStore(self.data) as store:
-            store.create_topic(self.topic, partitions, {
-                "cleanup_policy": "delete", "segment_bytes": segment_bytes,
-                "retention_bytes": retention_bytes, "retention_ms": -1})
+            store.create_topic(
+                self.topic,
+                partitions,
+                {
+                    "cleanup_policy": "delete",
+                    "segment_bytes": segment_bytes,
+                    "retention_bytes": retention_bytes,
+                    "retention_ms": -1,
+                },
+            )
 
     def _phase_after_kill(self) -> str:
-        from framework.log.segment import list_segment_bases
-
         if self._torn():
             return "inside a state write (seqlock left odd)"
         for p in range(self.partitions):
@@ -1193,14 +1384,12 @@ class RetentionCrashLoop(_MaintenanceCrashLoop):
         out: list[tuple[bytes | None, bytes | None, int | None]] = []
         for _ in range(n):
             self.seq += 1
-            out.append((b"r%d" % self.seq, make_value("r", self.seq, self.rng.randint(20, 200)),
-                        None))
+            out.append(
+                (b"r%d" % self.seq, make_value("r", self.seq, self.rng.randint(20, 200)), None)
+            )
         return out
 
     def run(self, cycles: int, progress: Any = None) -> CrashFigures:
-        from framework.errors import OffsetOutOfRangeError
-        from framework.log import LogStore
-
         fig = self.figures
         for i in range(cycles):
             with LogStore(self.data) as store:
@@ -1220,12 +1409,9 @@ class RetentionCrashLoop(_MaintenanceCrashLoop):
                 for p in range(self.partitions):
                     lwm, hwm, leo = store.offsets(self.topic, p)
                     if hwm != leo or hwm < marks[p].hwm or lwm < marks[p].lwm or lwm > hwm:
-                        fig.anomaly("corrupt", f"p{p}: marks {lwm}/{hwm}/{leo} before "
-                                    f"{marks[p]}")
+                        fig.anomaly("corrupt", f"p{p}: marks {lwm}/{hwm}/{leo} before {marks[p]}")
                     records = self._check_common(store, p, lwm, hwm)
-                    if records is not None and [r.offset for r in records] != list(
-                        range(lwm, hwm)
-                    ):
+                    if records is not None and [r.offset for r in records] != list(range(lwm, hwm)):
                         fig.anomaly("lost", f"p{p}: records of [{lwm}, {hwm}) missing")
                     if lwm > 0:
                         try:
@@ -1244,8 +1430,6 @@ class RetentionCrashLoop(_MaintenanceCrashLoop):
 
     def _final_cleanup(self) -> None:
         """An uninterrupted cleanup leaves no segment file below the LWM and the size bound."""
-        from framework.log import LogStore
-
         with LogStore(self.data) as store:
             store.cleanup(self.topic)
             for problem in store.verify(self.topic):
@@ -1254,8 +1438,9 @@ class RetentionCrashLoop(_MaintenanceCrashLoop):
                 lwm, hwm, _ = store.offsets(self.topic, p)
                 segments = store.partition(self.topic, p).segments()
                 if segments[0].base != lwm:
-                    self.figures.anomaly("corrupt", f"p{p}: first segment {segments[0].base} "
-                                         f"is not the LWM {lwm}")
+                    self.figures.anomaly(
+                        "corrupt", f"p{p}: first segment {segments[0].base} is not the LWM {lwm}"
+                    )
                 self._check_common(store, p, lwm, hwm)
 
 

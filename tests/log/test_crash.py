@@ -30,8 +30,9 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("eventlane_log_procs",
-                                               Path(__file__).with_name("procs.py"))
+_spec = importlib.util.spec_from_file_location(
+    "eventlane_log_procs", Path(__file__).with_name("procs.py")
+)
 assert _spec is not None and _spec.loader is not None
 procs = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = procs
@@ -62,13 +63,14 @@ def test_kill_producers_mid_append(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_kill_at_every_storage_call_of_append_and_roll(tmp_path: Path) -> None:
-    """A scripted producer killed at its 1st, 2nd, ... 32nd storage call, a fresh topic
-    each time, with segments small enough that the calls span appends and two rolls."""
-    loop = procs.ProducerCrashLoop(tmp_path, seed=SEED, partitions=1,
-                                   segment_bytes=12 * 1024, with_reader=False)
-    figures = loop.sweep(range(1, 33), plan=[40] * 6)
+    """A scripted producer killed at its 1st, 2nd, ... 24th storage call, a fresh topic
+    each time: the calls span two appends, a segment roll and the append after it."""
+    loop = procs.ProducerCrashLoop(
+        tmp_path, seed=SEED, partitions=1, segment_bytes=12 * 1024, with_reader=False
+    )
+    figures = loop.sweep(range(1, 25), plan=[40] * 6)
     _assert_clean(figures)
-    assert figures.kills == 32
+    assert figures.kills == 24
 
 
 @pytest.mark.timeout(400)
@@ -76,12 +78,11 @@ def test_kill_during_compaction(tmp_path: Path) -> None:
     """Kill a process compacting a topic of many segments: at each early step of the journal
     and the swap in turn, at random storage calls, and after random delays."""
     loop = procs.CompactionCrashLoop(tmp_path, seed=SEED)
-    figures = loop.run(12)
+    figures = loop.run(10)
     _assert_clean(figures)
-    assert figures.kills >= 7
+    assert figures.kills >= 5
     assert figures.phases.get("mid-swap (layout odd)", 0) >= 1, figures.phases
-    assert figures.phases.get("inside a state write (seqlock left odd)", 0) >= 1, (
-        figures.phases)
+    assert figures.phases.get("inside a state write (seqlock left odd)", 0) >= 1, figures.phases
     assert figures.reboots >= 3
     assert loop.completed >= 3, "uninterrupted compactions completed between the kills"
 
@@ -90,11 +91,10 @@ def test_kill_during_compaction(tmp_path: Path) -> None:
 def test_kill_during_retention(tmp_path: Path) -> None:
     """Kill a process applying size retention to a topic of many small segments."""
     loop = procs.RetentionCrashLoop(tmp_path, seed=SEED)
-    figures = loop.run(12)
+    figures = loop.run(10)
     _assert_clean(figures)
-    assert figures.kills >= 7
-    assert figures.phases.get("LWM published, segments being unlinked", 0) >= 1, (
-        figures.phases)
+    assert figures.kills >= 5
+    assert figures.phases.get("LWM published, segments being unlinked", 0) >= 1, figures.phases
     assert figures.reboots >= 3
 
 

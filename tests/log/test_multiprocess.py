@@ -15,6 +15,7 @@ records sit where Kafka's partitioner puts them; ``verify`` is clean.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import sys
 import time
 from collections import defaultdict
@@ -25,8 +26,9 @@ import pytest
 from framework.log import LogStore
 from framework.log.partitioner import partition_for_key
 
-_spec = importlib.util.spec_from_file_location("eventlane_log_procs",
-                                               Path(__file__).with_name("procs.py"))
+_spec = importlib.util.spec_from_file_location(
+    "eventlane_log_procs", Path(__file__).with_name("procs.py")
+)
 assert _spec is not None and _spec.loader is not None
 procs = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = procs
@@ -51,9 +53,18 @@ def test_three_producers_two_tailing_readers(tmp_path: Path) -> None:
         store.create_topic(TOPIC, PARTITIONS)
 
     readers = [
-        procs.Child("tail", {"data": str(data), "topic": TOPIC, "total": TOTAL,
-                             "timeout": DEADLINE_S, "poll_timeout": POLL_TIMEOUT_S},
-                    out, f"reader{n}")
+        procs.Child(
+            "tail",
+            {
+                "data": str(data),
+                "topic": TOPIC,
+                "total": TOTAL,
+                "timeout": DEADLINE_S,
+                "poll_timeout": POLL_TIMEOUT_S,
+            },
+            out,
+            f"reader{n}",
+        )
         for n in range(READERS)
     ]
     producers: list[procs.Child] = []
@@ -62,10 +73,22 @@ def test_three_producers_two_tailing_readers(tmp_path: Path) -> None:
             reader.wait_for_line("R")  # assigned and polling before anything is appended
         go = tmp_path / "go"
         producers = [
-            procs.Child("produce", {"data": str(data), "topic": TOPIC, "tag": f"p{n}",
-                                    "seed": 1000 + n, "count": PER_PRODUCER, "go": str(go),
-                                    "big": False, "max_batch": 200, "singles": 0.2},
-                        out, f"producer{n}")
+            procs.Child(
+                "produce",
+                {
+                    "data": str(data),
+                    "topic": TOPIC,
+                    "tag": f"p{n}",
+                    "seed": 1000 + n,
+                    "count": PER_PRODUCER,
+                    "go": str(go),
+                    "big": False,
+                    "max_batch": 200,
+                    "singles": 0.2,
+                },
+                out,
+                f"producer{n}",
+            )
             for n in range(PRODUCERS)
         ]
         for producer in producers:
@@ -103,7 +126,8 @@ def test_three_producers_two_tailing_readers(tmp_path: Path) -> None:
         empty_polls = int(done[2])
         assert empty_polls == 0, (
             f"{reader.name}: {empty_polls} polls of {POLL_TIMEOUT_S} s returned nothing: "
-            "appends by other processes did not wake it")
+            "appends by other processes did not wake it"
+        )
         seen = list(procs.acked(lines))
         assert len(seen) == TOTAL
         idents = [ident for _, _, ident in seen]
@@ -115,11 +139,13 @@ def test_three_producers_two_tailing_readers(tmp_path: Path) -> None:
             by_partition[p].append(o)
             tag, seq = ident.split(":")
             assert int(seq) > last_seq.get((tag, p), -1), (
-                f"{reader.name}: {ident} read after seq {last_seq[(tag, p)]} in partition {p}")
+                f"{reader.name}: {ident} read after seq {last_seq[(tag, p)]} in partition {p}"
+            )
             last_seq[(tag, p)] = int(seq)
         for p, offsets in by_partition.items():
             assert offsets == list(range(len(offsets))), (
-                f"{reader.name}: partition {p} offsets not strictly increasing without gaps")
+                f"{reader.name}: partition {p} offsets not strictly increasing without gaps"
+            )
         view = {ident: (p, o) for p, o, ident in seen}
         assert view == acked, "a reader saw a record elsewhere than where it was acknowledged"
         views.append(view)
@@ -146,10 +172,15 @@ def test_three_producers_two_tailing_readers(tmp_path: Path) -> None:
     # The producers really ran at once: their records interleave within the partitions.
     switches = 0
     for p in range(PARTITIONS):
-        tags = [ident.split(":")[0] for ident, (q, _) in sorted(acked.items(),
-                key=lambda item: item[1]) if q == p]
-        switches += sum(1 for a, b in zip(tags, tags[1:]) if a != b)
+        tags = [
+            ident.split(":")[0]
+            for ident, (q, _) in sorted(acked.items(), key=lambda item: item[1])
+            if q == p
+        ]
+        switches += sum(1 for a, b in itertools.pairwise(tags) if a != b)
     assert switches >= 10 * PARTITIONS, f"only {switches} producer switches: no concurrency"
-    print(f"\n3 producers x {PER_PRODUCER} records in {produced_s:.1f} s; readers caught up "
-          f"{caught_up_s * 1000:.0f} ms after the last producer exited; per partition {hwms}; "
-          f"{switches} producer switches within partitions")
+    print(
+        f"\n3 producers x {PER_PRODUCER} records in {produced_s:.1f} s; readers caught up "
+        f"{caught_up_s * 1000:.0f} ms after the last producer exited; per partition {hwms}; "
+        f"{switches} producer switches within partitions"
+    )

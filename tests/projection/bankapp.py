@@ -253,6 +253,29 @@ app = App(
     partitions={"accounts": 6, "orders": 4, "invoices": 4},
 )
 
+# ---------------------------------------------------------------------------- version 2
+# The next release of the app: the balances read model gains a column (one more migration
+# in the same set). Its workers refuse to start on a version-1 read model until migrated.
+balances_migrations_v2 = Migrations("bankapp.balances")
+balances_migrations_v2()(m001_tables)
+
+
+@balances_migrations_v2()
+def m002_balances_owner(db: Database) -> None:
+    db.execute("ALTER TABLE balances ADD COLUMN owner TEXT")
+
+
+class BalancesV2(Balances):
+    migrations = balances_migrations_v2
+
+
+app_v2 = App(
+    "bank",
+    aggregates=[Account, Order, Invoice],
+    projectors=[BalancesV2, Ledger, Invoicing],
+    partitions={"accounts": 6, "orders": 4, "invoices": 4},
+)
+
 
 # ---------------------------------------------------------------------------- zombie worker
 def zombie_main(data: str, name: str, session_timeout_ms: int) -> None:

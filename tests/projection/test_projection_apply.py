@@ -202,33 +202,33 @@ def test_parked_key_released_by_retry_keeps_order(
 
 
 def test_pending_migrations_refuse_start_until_migrated(runtime: Runtime, data: Path) -> None:
-    # A new read model is created at the latest schema.
+    # A new read model is created at the latest schema (of version 1 of the app).
     readmodel = open_readmodel(runtime, "balances")
     readmodel.claim(TP0, 0, 0)
     readmodel.close()
-
-    @bankapp.balances_migrations()
-    def m002_balances_owner(db: object) -> None:
-        assert isinstance(db, object)
-        readmodel_db = db  # sqlite_utils.Database
-        readmodel_db.execute("ALTER TABLE balances ADD COLUMN owner TEXT")  # type: ignore[attr-defined]
-
-    try:
+    with bankapp.app_v2.open(data) as v2:
         with pytest.raises(ProjectionError) as info:
-            open_readmodel(runtime, "balances")
+            open_readmodel(v2, "balances")
         assert "m002_balances_owner" in str(info.value)
         assert "eventlane migrate" in str(info.value)
         with pytest.raises(ProjectionError):
-            Worker(runtime, "balances")
-        applied = migrate_all(runtime)
+            Worker(v2, "balances")
+        assert v2.status("balances")["pending_migrations"] == ["m002_balances_owner"]
+        applied = migrate_all(v2)
         assert applied["balances"] == ["bankapp.balances:m002_balances_owner"]
-        assert migrate_all(runtime)["balances"] == []
-        readmodel = open_readmodel(runtime, "balances")
+        assert migrate_all(v2)["balances"] == []
+        readmodel = open_readmodel(v2, "balances")
         columns = [r[1] for r in readmodel.conn.execute("PRAGMA table_info(balances)")]
         assert "owner" in columns
         readmodel.close()
-    finally:
-        bankapp.balances_migrations._migrations.pop()
+
+
+def test_new_read_model_created_at_latest_schema(data: Path) -> None:
+    with bankapp.app_v2.open(data) as v2:
+        readmodel = open_readmodel(v2, "balances")
+        columns = [r[1] for r in readmodel.conn.execute("PRAGMA table_info(balances)")]
+        readmodel.close()
+    assert "owner" in columns
 
 
 def test_policy_issues_once_per_triggering_event(runtime: Runtime, data: Path) -> None:
@@ -250,7 +250,7 @@ def test_policy_issues_once_per_triggering_event(runtime: Runtime, data: Path) -
     for i in range(8):
         stream = runtime.store.read("invoices", f"invoice-order-{i}")
         assert [type(e.event) for e in stream] == [bankapp.InvoiceIssued]
-        trigger = [r for r in records if r.key == f"order-{i}".encode()][0]
+        trigger = next(r for r in records if r.key == f"order-{i}".encode())
         event_id = dict(trigger.headers)["event-id"].decode()  # type: ignore[union-attr]
         assert stream[0].causation_id == event_id
     # In a rebuild nothing is issued at all.
@@ -316,8 +316,39 @@ def test_envelope_correlation_flows_to_issued_commands(runtime: Runtime) -> None
         caused_by=trigger,
     )
     assert len(written) == 1
-    assert runtime.issue(
-        bankapp.Invoice, "invoice-order-c", lambda inv: inv.issue("x", 1), caused_by=trigger
-    ) == []
+    # Even a command that is not idempotent itself is not issued twice for one event.
+    again = runtime.issue(
+        bankapp.Invoice,
+        "invoice-order-c",
+        lambda inv: inv.record_that(bankapp.InvoiceIssued("order-c", 3)),
+        caused_by=trigger,
+    )
+    assert again == []
     (env,) = runtime.store.read("invoices", "invoice-order-c")
     assert (env.correlation_id, env.causation_id) == ("corr-1", str(trigger.event_id))
+
+
+def test_concurrent_deliveries_issue_once(runtime: Runtime) -> None:
+    """A zombie and the new owner handling the same event at once: one command wins, the
+    other conflicts, reloads, finds the causation id and does nothing."""
+    trigger = Envelope(bankapp.OrderPlaced(3), "order-z", 1)
+    barrier = threading.Barrier(4)
+    results: list[int] = []
+
+    def deliver() -> None:
+        barrier.wait()
+        written = runtime.issue(
+            bankapp.Invoice,
+            "invoice-order-z",
+            lambda inv: inv.record_that(bankapp.InvoiceIssued("order-z", 3)),
+            caused_by=trigger,
+        )
+        results.append(len(written))
+
+    threads = [threading.Thread(target=deliver) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0, 0, 0, 1]
+    assert len(runtime.store.read("invoices", "invoice-order-z")) == 1

@@ -4,7 +4,7 @@ has exactly one marker row, and ``PRAGMA integrity_check`` is ok.
 
 Each cycle starts a real worker process on a backlog, waits until it has committed at least
 one batch (so it is busy: polling, decoding and writing inside ``BEGIN IMMEDIATE``), waits a
-random 0–150 ms more and SIGKILLs it; the next worker must wait out the dead member's
+random 0-150 ms more and SIGKILLs it; the next worker must wait out the dead member's
 session (500 ms) before the group hands it the partitions. The backlog is topped up as it
 goes so every kill lands on a working worker. Soak: ``-m soak`` runs 1000 cycles
 (``EVENTLANE_SOAK_CYCLES`` to change).

@@ -178,7 +178,9 @@ def test_worker_frozen_inside_its_transaction(
     flag = tmp_path / "stopped.json"
     sampler = MonotonicPositions(data)
     sampler.start()
-    frozen = workers.start(session_timeout_ms=1000, env=child_env(BANKAPP_STOP_IN_HANDLER=str(flag)))
+    frozen = workers.start(
+        session_timeout_ms=1000, env=child_env(BANKAPP_STOP_IN_HANDLER=str(flag))
+    )
     deadline = time.monotonic() + 30
     while not flag.exists() or not flag.read_text():
         assert frozen.poll() is None and time.monotonic() < deadline

@@ -1,0 +1,248 @@
+"""The invoicing demo: the README's main job (``eventlane demo invoicing``).
+
+What it shows, in order: a seeded workload of customers and orders; the invoicing policy
+and the projectors running as consumer groups of worker processes; one worker killed with
+SIGKILL midway, its partitions moving to the others and a replacement joining; live lag;
+payments; a request/reply query; a Spark rebuild of ``invoices`` verified equal to the live
+read model; and a summary. Run it twice on the same data directory and the second run
+continues (new ids), it does not duplicate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from example_apps.invoicing.app import app
+from example_apps.invoicing.domain import Invoice
+from example_apps.invoicing.queries import ask_invoice_for, serve_queries
+from example_apps.invoicing.workload import Workload, pay, payment_for
+from framework.log import Log, TopicPartition
+from framework.projection import Runner, Runtime, open_readmodel, readmodel_path
+
+APP_SPEC = "example_apps.invoicing:app"
+EVENT_TOPICS = ("customers", "orders", "invoices")
+
+
+def _lag(runtime: Runtime, name: str) -> int:
+    """Records of the projector's topics not yet applied to its read model."""
+    path = readmodel_path(runtime.log.path, name)
+    positions: dict[TopicPartition, int] = {}
+    if path.exists():
+        with (
+            contextlib.closing(sqlite3.connect(path, timeout=30)) as db,
+            contextlib.suppress(sqlite3.OperationalError),
+        ):
+            positions = {
+                TopicPartition(t, p): o
+                for t, p, o in db.execute(
+                    "SELECT topic, partition, next_offset FROM _eventlane_positions"
+                )
+            }
+    total = 0
+    for topic in app.projector(name).topics:
+        for p in range(runtime.log.partition_count(topic)):
+            marks = runtime.log.offsets(topic, p)
+            total += marks.hwm - max(positions.get(TopicPartition(topic, p), marks.lwm), marks.lwm)
+    return total
+
+
+def _count_events(log: Log) -> dict[str, int]:
+    """Fold the raw JSON of the event topics (independently of any read model)."""
+    counts = {"events": 0, "orders": 0, "confirmed": 0}
+    for topic in EVENT_TOPICS:
+        for p in range(log.partition_count(topic)):
+            marks = log.offsets(topic, p)
+            offset, cursor = marks.lwm, None
+            while offset < marks.hwm:
+                records, cursor = log.read(topic, p, offset, cursor=cursor)
+                if not records:
+                    break
+                for r in records:
+                    counts["events"] += 1
+                    kind = orjson.loads(r.value or b"{}").get("type")
+                    counts["orders"] += kind == "OrderPlaced"
+                    counts["confirmed"] += kind == "OrderConfirmed"
+                offset = records[-1].offset + 1
+    return counts
+
+
+def _next_run(data: Path) -> int:
+    marker = data / "invoicing-demo.json"
+    runs = orjson.loads(marker.read_bytes())["runs"] if marker.exists() else 0
+    return int(runs) + 1
+
+
+def _record_run(data: Path, run: int) -> None:
+    (data / "invoicing-demo.json").write_bytes(orjson.dumps({"runs": run}))
+
+
+def run_demo(
+    data: Path,
+    *,
+    orders: int = 2000,
+    workers: int = 2,
+    seed: int = 7,
+    spark: bool = True,
+    console: Console | None = None,
+    rebuild: Callable[..., Any] | None = None,
+) -> dict[str, Any]:
+    """Run the demo; return the summary figures (also printed as a table)."""
+    console = console or Console()
+    data.mkdir(parents=True, exist_ok=True)
+    run = _next_run(data)
+    summary: dict[str, Any] = {"run": run}
+    with app.open(data) as runtime:
+        for name in app.projectors:  # eventlane migrate: create / evolve the read models
+            open_readmodel(runtime, name, migrate=True).close()
+        console.print(f"[bold]eventlane invoicing demo[/] — run {run}, data in {data}")
+        runners = {
+            name: Runner(
+                APP_SPEC, name, data, workers=workers, restart=True, session_timeout_ms=3000
+            )
+            for name in app.projectors
+        }
+        for runner in runners.values():
+            runner.start()
+        console.print(f"started {workers} worker process(es) for each of {', '.join(runners)}")
+        try:
+            workload = Workload(orders=orders, seed=seed, run=run)
+            commands = list(workload.commands())
+            started = time.perf_counter()
+            killed = None
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            ) as progress:
+                task = progress.add_task("commands", total=len(commands))
+                for i, command in enumerate(commands):
+                    runtime.execute(
+                        command.cls, command.aggregate_id, command.action, create=command.create
+                    )
+                    progress.advance(task)
+                    if killed is None and i >= len(commands) // 2:
+                        victim = runners["invoicing_policy"].procs[0]
+                        os.kill(victim.pid, signal.SIGKILL)
+                        killed = victim.pid
+                        progress.console.print(
+                            f"[red]kill -9[/] invoicing_policy worker pid {killed}: its"
+                            " partitions move to the survivors; a replacement joins"
+                        )
+                    if i % 200 == 0:
+                        for runner in runners.values():
+                            runner.supervise_once()
+            command_seconds = time.perf_counter() - started
+            summary["commands_per_s"] = len(commands) / command_seconds
+            _wait_for_lag(runtime, runners, console, ("invoicing_policy",))
+            paid = 0
+            invoices_db = readmodel_path(data, "invoices")
+            _wait_for_lag(runtime, runners, console, ("invoices",))
+            with contextlib.closing(sqlite3.connect(invoices_db, timeout=30)) as db:
+                open_invoices = db.execute(
+                    "SELECT invoice_id, amount_cents FROM invoices WHERE status = 'open' AND"
+                    " invoice_id LIKE ?",
+                    (f"invoice-r{run}-%",),
+                ).fetchall()
+            for invoice_id, amount in open_invoices:
+                cents = payment_for(invoice_id, amount, seed)
+                if cents:
+                    runtime.execute(Invoice, invoice_id, lambda inv, c=cents: pay(inv, c))
+                    paid += 1
+            console.print(f"recorded {paid} payments")
+            projected_from = time.perf_counter()
+            _wait_for_lag(runtime, runners, console, tuple(runners))
+            summary["catch_up_s"] = time.perf_counter() - projected_from
+            summary["restarts"] = sum(r.restarts for r in runners.values())
+            stop = threading.Event()
+            responder = threading.Thread(
+                target=serve_queries,
+                args=(runtime.log, str(invoices_db), stop),
+                kwargs={"session_timeout_ms": 3000},
+                daemon=True,
+            )
+            responder.start()
+            asked = workload.order_id(0)
+            answer = ask_invoice_for(runtime.log, asked, timeout=15)
+            console.print(f"request/reply: invoice for {asked} → {answer['invoice']}")
+            stop.set()
+            responder.join(10)
+        finally:
+            for runner in runners.values():
+                runner.stop()
+        counts = _count_events(runtime.log)
+        with contextlib.closing(sqlite3.connect(readmodel_path(data, "invoices"))) as db:
+            invoices = db.execute("SELECT count(*) FROM invoices").fetchone()[0]
+        summary.update(
+            counts, invoices=invoices, lag={name: _lag(runtime, name) for name in app.projectors}
+        )
+        if spark and rebuild is not None:
+            summary["rebuild"] = rebuild(runtime, "invoices", console)
+        _record_run(data, run)
+    _print_summary(console, summary)
+    return summary
+
+
+def _wait_for_lag(
+    runtime: Runtime,
+    runners: dict[str, Runner],
+    console: Console,
+    names: tuple[str, ...],
+    timeout: float = 300.0,
+) -> None:
+    deadline = time.monotonic() + timeout
+    with Live(console=console, transient=True) as live:
+        while True:
+            lags = {name: _lag(runtime, name) for name in names}
+            table = Table("projector", "lag", "workers", title="waiting for the projectors")
+            for name, lag in lags.items():
+                table.add_row(name, str(lag), str(len(runners[name].procs)))
+            live.update(table)
+            if all(lag == 0 for lag in lags.values()):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"projectors still lagging after {timeout} s: {lags}")
+            for runner in runners.values():
+                runner.supervise_once()
+            time.sleep(0.2)
+
+
+def _print_summary(console: Console, summary: dict[str, Any]) -> None:
+    table = Table("figure", "value", title="invoicing demo summary")
+    table.add_row("events in the log", str(summary["events"]))
+    table.add_row("orders placed", str(summary["orders"]))
+    table.add_row("orders confirmed", str(summary["confirmed"]))
+    ok = summary["invoices"] == summary["confirmed"]
+    table.add_row(
+        "invoices (= confirmed orders)",
+        f"{summary['invoices']} [{'green' if ok else 'red'}]{'✓' if ok else '✗'}[/]",
+    )
+    for name, lag in summary["lag"].items():
+        table.add_row(f"lag of {name}", str(lag))
+    table.add_row("workers replaced after kill -9", str(summary.get("restarts", 0)))
+    table.add_row("commands/s (load, run, save with fsync)", f"{summary['commands_per_s']:,.0f}")
+    table.add_row("catch-up after the last command (s)", f"{summary['catch_up_s']:.1f}")
+    if "rebuild" in summary:
+        rebuilt = summary["rebuild"]
+        table.add_row(
+            "Spark rebuild of invoices",
+            "identical ✓" if rebuilt.get("identical") else "DIFFERENT ✗",
+        )
+        if "events_per_s" in rebuilt:
+            table.add_row("Spark rebuild events/s", f"{rebuilt['events_per_s']:,.0f}")
+    console.print(table)

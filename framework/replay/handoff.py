@@ -1,0 +1,277 @@
+"""Hand-off: rebuild into a shadow file, catch it up, and swap it in under the live workers.
+
+Steps (``eventlane rebuild APP --projection NAME --swap``):
+
+1. **build** ``<data>/readmodels/<name>.shadow.sqlite`` at the pinned vector ``E``
+   (:func:`~framework.replay.rebuild.rebuild`, either engine). Readers of the live file see
+   nothing of it: it is another file until step 5.
+2. **catch up** the shadow from ``E`` towards the current high-water marks with the live
+   code path (:class:`~framework.projection.BatchApplier`, positions advanced in the same
+   transactions), in rounds, until a round applies fewer than ``catch_up_records`` records.
+   ``replaying=True``: the live workers already performed these events' side effects.
+3. **pause** the live workers (:class:`~framework.projection.pause.PauseControl`): request
+   the pause and wait until every live member of the projector's group has acknowledged
+   it (each has stopped applying and closed the file), or give up after
+   ``pause_timeout`` seconds — then the pause is lifted, the shadow deleted, and nothing
+   live has changed.
+4. **final catch-up** to the high-water marks now, while nobody writes the live file; the
+   shadow's partitions take the live file's group generations (the fencing tokens stay
+   valid), and the shadow is sealed (journal mode ``DELETE``, fsynced, no siblings).
+5. **swap**: the live file is checkpointed and switched out of WAL mode — which SQLite
+   allows only when no other connection has it open, so success proves the file is ours
+   alone; its ``-wal``/``-shm`` are gone then and stale copies are deleted — and the shadow
+   is renamed over it (atomic; the directory is fsynced). The new file is switched to WAL.
+6. **resume**: the pause is lifted; each worker reopens the file at the path, claims its
+   partitions again and seeks each to the position stored in the new file.
+
+No gap, no duplicate: the new file's content and positions are one consistent state (every
+event below a position applied exactly once, in the same transactions as the positions),
+built from the log alone, and the workers continue from exactly those positions. Writes a
+worker made to the old file meanwhile went to a file that is no longer live. A worker that
+missed the pause notices the replaced inode and reopens before its next batch.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import structlog
+
+from framework.consumer.admin import describe_group, group_exists
+from framework.errors import ReplayError
+from framework.log import Log, TopicPartition
+from framework.log.files import fsync_dir
+from framework.projection import BatchApplier, ReadModel, ReadModelView, Runtime, readmodel_path
+from framework.projection.pause import PauseControl
+from framework.replay.build import (
+    BuildCounts,
+    DeadLetterReport,
+    dead_letter_report,
+    remove_db,
+    replay_ranges,
+    seal,
+)
+from framework.replay.progress import NO_PROGRESS, Progress
+from framework.replay.ranges import OffsetRange
+from framework.replay.rebuild import RebuildResult, rebuild
+
+log = structlog.get_logger("eventlane.replay")
+
+__all__ = ["HandoffResult", "catch_up", "rebuild_and_swap", "shadow_path", "swap_file"]
+
+
+@attrs.frozen
+class HandoffResult:
+    rebuild: RebuildResult
+    caught_up: int
+    """Records applied to the shadow after ``E`` (rounds before the pause and the final one)."""
+    final_records: int
+    """Records applied while the workers were paused."""
+    paused_seconds: float
+    members: list[str]
+    """Group members that paused and resumed."""
+    positions: Mapping[TopicPartition, int]
+    """Positions of the swapped-in file: where the live workers went on."""
+    dead_letters: list[DeadLetterReport]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rebuild": self.rebuild.to_json(),
+            "caught_up": self.caught_up,
+            "final_records": self.final_records,
+            "paused_seconds": round(self.paused_seconds, 3),
+            "members": self.members,
+            "positions": [
+                {"topic": tp.topic, "partition": tp.partition, "offset": off}
+                for tp, off in sorted(self.positions.items())
+            ],
+            "dead_letters": [d.to_json() for d in self.dead_letters],
+        }
+
+
+def shadow_path(data: Path, projection: str) -> Path:
+    return readmodel_path(data, projection).with_suffix(".shadow.sqlite")
+
+
+def catch_up(log_: Log, applier: BatchApplier, topics: tuple[str, ...]) -> int:
+    """Apply to ``applier``'s read model everything between its positions and the current
+    high-water marks (partitions it never saw: from their low-water mark). Returns the
+    number of records read."""
+    positions = applier.readmodel.positions()
+    ranges = []
+    for topic in sorted(set(topics)):
+        if not log_.topic_exists(topic):
+            continue
+        for p in range(log_.partition_count(topic)):
+            tp = TopicPartition(topic, p)
+            marks = log_.offsets(topic, p)
+            start = positions.get(tp, marks.lwm)
+            if start < marks.lwm:
+                raise ReplayError(
+                    f"retention removed records the shadow had not applied yet (position"
+                    f" {start} < low-water mark {marks.lwm})",
+                    topic=topic,
+                    partition=p,
+                    offset=start,
+                )
+            if start < marks.hwm:
+                ranges.append(OffsetRange(topic, p, start, marks.hwm))
+    counts: BuildCounts = replay_ranges(log_, applier, ranges)
+    return counts.records
+
+
+def live_members(log_: Log, group: str) -> set[str]:
+    """Member ids of the group's live members (expired ones evicted first)."""
+    if not group_exists(log_, group):
+        return set()
+    return {str(m["member_id"]) for m in describe_group(log_, group)["members"]}
+
+
+def wait_for_pause(
+    log_: Log, control: PauseControl, group: str, token: str, timeout: float
+) -> list[str]:
+    """Wait until every live member acked ``token``; return them. ReplayError on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        members = live_members(log_, group)
+        acked = control.acked(token)
+        if members <= acked:
+            return sorted(members)
+        if time.monotonic() > deadline:
+            raise ReplayError(
+                f"live workers of {group!r} did not pause within {timeout:g}s (not"
+                f" acknowledged: {', '.join(sorted(members - acked))}); nothing was swapped"
+            )
+        time.sleep(0.02)
+
+
+def swap_file(live: Path, shadow: Path, *, timeout: float = 30.0) -> None:
+    """Replace ``live`` by the sealed ``shadow`` atomically (see the module docstring).
+
+    Raises :class:`ReplayError` if another connection keeps ``live`` open past ``timeout``.
+    """
+    if live.exists():
+        conn = sqlite3.connect(live, isolation_level=None, timeout=timeout)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    mode = conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
+                except sqlite3.OperationalError:
+                    mode = None
+                if mode == "delete":
+                    break
+                if time.monotonic() > deadline:
+                    raise ReplayError(
+                        "another process keeps the live read model open; cannot swap it",
+                        path=live,
+                    )
+                time.sleep(0.05)
+        finally:
+            conn.close()
+        for suffix in ("-wal", "-shm"):
+            Path(f"{live}{suffix}").unlink(missing_ok=True)
+    os.rename(shadow, live)
+    fsync_dir(live.parent)
+    conn = sqlite3.connect(live, isolation_level=None, timeout=timeout)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+    finally:
+        conn.close()
+
+
+def rebuild_and_swap(
+    runtime: Runtime,
+    projection: str,
+    *,
+    engine: str = "spark",
+    pause_timeout: float = 60.0,
+    catch_up_records: int = 5_000,
+    catch_up_rounds: int = 20,
+    progress: Progress = NO_PROGRESS,
+    before_swap: Callable[[RebuildResult], None] | None = None,
+    **rebuild_options: Any,
+) -> HandoffResult:
+    """Rebuild ``projection`` and hand the result to its live workers (module docstring).
+
+    ``rebuild_options`` go to :func:`~framework.replay.rebuild.rebuild` (``spark``,
+    ``master``, ``conf``, ``key_groups``). ``before_swap`` is called with the rebuild's
+    result before anything else happens (``--verify`` checks it there); raising from it
+    deletes the shadow and leaves everything live as it was.
+    """
+    data = Path(runtime.log.path)
+    live = readmodel_path(data, projection)
+    shadow = shadow_path(data, projection)
+    control = PauseControl(data, projection)
+    topics = runtime.app.projector(projection).topics
+    result = rebuild(
+        runtime, projection, engine=engine, output=shadow, progress=progress, **rebuild_options
+    )
+    readmodel: ReadModel | None = None
+    paused = False
+    try:
+        if before_swap is not None:
+            before_swap(result)
+        progress.phase("catch-up")
+        readmodel = ReadModel(shadow)
+        readmodel.conn.execute("PRAGMA synchronous=OFF")
+        projector = runtime.app.projector(projection)()
+        applier = BatchApplier(projector, runtime.codec, readmodel, replaying=True)
+        caught_up = 0
+        for _ in range(catch_up_rounds):
+            n = catch_up(runtime.log, applier, topics)
+            caught_up += n
+            if n < catch_up_records:
+                break
+        progress.phase("pause")
+        token = control.request()
+        paused = True
+        t_pause = time.monotonic()
+        members = wait_for_pause(runtime.log, control, projection, token, pause_timeout)
+        final = catch_up(runtime.log, applier, topics)
+        with ReadModelView(live) as view:
+            generations = view.generations()
+        with readmodel.transaction() as conn:
+            conn.executemany(
+                "UPDATE _eventlane_positions SET generation=? WHERE topic=? AND partition=?",
+                [(g, tp.topic, tp.partition) for tp, g in generations.items()],
+            )
+        positions = readmodel.positions()
+        readmodel.conn.execute("PRAGMA synchronous=FULL")
+        seal(readmodel.conn, shadow)
+        readmodel = None
+        progress.phase("swap")
+        swap_file(live, shadow, timeout=pause_timeout)
+        control.resume()
+        paused = False
+        paused_seconds = time.monotonic() - t_pause
+    except BaseException:
+        if readmodel is not None:
+            readmodel.close()
+        if paused:
+            control.resume()
+        remove_db(shadow)
+        raise
+    conn = sqlite3.connect(live.resolve().as_uri() + "?mode=ro", uri=True, timeout=60)
+    try:
+        letters = dead_letter_report(conn)
+    finally:
+        conn.close()
+    log.info(
+        "read model handed over",
+        projector=projection,
+        caught_up=caught_up + final,
+        final_records=final,
+        paused_seconds=round(paused_seconds, 3),
+        members=len(members),
+    )
+    return HandoffResult(
+        result, caught_up + final, final, paused_seconds, members, positions, letters
+    )

@@ -1,0 +1,229 @@
+"""``rebuild``: replay a projection's history into a fresh read-model file.
+
+    result = rebuild(runtime, "invoices", engine="spark", output=Path("invoices.sqlite"))
+
+Steps:
+
+1. pin the end vector ``E``: the high-water mark of every partition of the projector's
+   topics, now (or ``end=`` given);
+2. replay ``[LWM, E)`` of every partition through the projector's own handlers, with
+   ``replaying=True`` and no application (no commands, no side effects): in one process
+   (``engine="local"``, :mod:`.local`) or in parallel Spark tasks whose partial files are
+   merged by the projector's ``merge_rules`` (``engine="spark"``, :mod:`.spark`);
+3. finalize the file (:func:`framework.replay.build.finalize`): its positions are exactly
+   ``E``; events that failed are in :attr:`RebuildResult.dead_letters` (the report), never
+   in the live ``<group>.dlq`` topic.
+
+Nothing live is touched: the output is a new file (default
+``<data>/readmodels/<name>.rebuild.sqlite``). :mod:`.handoff` swaps it in.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import structlog
+
+from framework.errors import ConfigError, ReplayError
+from framework.log import Log, LogStore, TopicPartition
+from framework.projection import App, Runtime, readmodel_path
+from framework.replay.build import BuildCounts, DeadLetterReport, dead_letter_report, remove_db
+from framework.replay.merge import MergeStats
+from framework.replay.progress import NO_PROGRESS, Progress
+from framework.replay.ranges import end_vector, plan_ranges
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger("eventlane.replay")
+
+__all__ = ["ENGINES", "RebuildResult", "default_output", "rebuild"]
+
+ENGINES = ("spark", "local")
+
+
+@attrs.frozen
+class RebuildResult:
+    """What a rebuild produced. ``end`` is the vector ``E`` the file's positions hold."""
+
+    projection: str
+    engine: str
+    path: Path
+    end: Mapping[TopicPartition, int]
+    counts: BuildCounts
+    dead_letters: list[DeadLetterReport]
+    tasks: int
+    seconds: float
+    """Replay plus merge and finalize (not the SparkSession start)."""
+    replay_seconds: float
+    merge: MergeStats | None = None
+
+    @property
+    def events_per_second(self) -> float:
+        return self.counts.records / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "projection": self.projection,
+            "engine": self.engine,
+            "path": str(self.path),
+            "end": [
+                {"topic": tp.topic, "partition": tp.partition, "offset": off}
+                for tp, off in sorted(self.end.items())
+            ],
+            "records": self.counts.records,
+            "applied": self.counts.applied,
+            "skipped": self.counts.skipped,
+            "dead_lettered": self.counts.dead_lettered,
+            "dead_letters": [d.to_json() for d in self.dead_letters],
+            "tasks": self.tasks,
+            "seconds": round(self.seconds, 3),
+            "replay_seconds": round(self.replay_seconds, 3),
+            "merged_rows": None if self.merge is None else self.merge.rows,
+            "merge_seconds": None if self.merge is None else round(self.merge.seconds, 3),
+        }
+
+
+def default_output(data: Path, projection: str) -> Path:
+    return readmodel_path(data, projection).with_suffix(".rebuild.sqlite")
+
+
+def _resolve(target: Runtime | App, data: Path | str | None) -> tuple[App, Log, bool]:
+    if isinstance(target, Runtime):
+        return target.app, target.log, False
+    if isinstance(target, App):
+        if data is None:
+            raise ConfigError("rebuild(app, ...) needs data= (the data directory)")
+        return target, LogStore(data), True
+    raise ConfigError(f"rebuild needs a Runtime or an App, got {type(target).__name__}")
+
+
+def rebuild(
+    target: Runtime | App,
+    projection: str,
+    *,
+    engine: str = "spark",
+    output: Path | str | None = None,
+    data: Path | str | None = None,
+    end: Mapping[TopicPartition, int] | None = None,
+    spark: SparkSession | None = None,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    key_groups: int | None = None,
+    progress: Progress = NO_PROGRESS,
+) -> RebuildResult:
+    """Rebuild ``projection`` of ``target`` (a Runtime, or an App with ``data=``).
+
+    ``engine="spark"`` uses ``spark`` (or starts a session with ``master``/``conf``, see
+    :func:`framework.replay.session.spark_session`). ``key_groups`` (Spark, projectors with
+    ``state_per_key = True`` only) splits every partition into that many tasks by key;
+    default: enough groups for two tasks per core when there are fewer partitions.
+    """
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    app, log_, owns_log = _resolve(target, data)
+    try:
+        cls = app.projector(projection)
+        data_dir = Path(log_.path)
+        out = Path(output) if output is not None else default_output(data_dir, projection)
+        if out.resolve() == readmodel_path(data_dir, projection).resolve():
+            raise ConfigError(
+                "the rebuild output must not be the live read model; use --swap to hand it over",
+                path=out,
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pinned = dict(end) if end is not None else end_vector(log_, cls.topics)
+        ranges = plan_ranges(log_, cls.topics, end=pinned)
+        per_key = bool(getattr(cls, "state_per_key", False))
+        if key_groups is not None and key_groups > 1 and not per_key:
+            raise ConfigError(
+                f"key_groups needs a projector whose state is per key; {cls.__qualname__}"
+                " does not declare state_per_key = True"
+            )
+        progress.start(len(ranges), sum(r.size for r in ranges))
+        progress.phase("replay")
+        t0 = time.perf_counter()
+        log.info(
+            "rebuild started",
+            projection=projection,
+            engine=engine,
+            partitions=len(ranges),
+            offsets=sum(r.size for r in ranges),
+        )
+        try:
+            if engine == "local":
+                from framework.replay.local import build_local  # noqa: PLC0415
+
+                counts = build_local(log_, app, projection, ranges, pinned, out, progress=progress)
+                merge = None
+                tasks = len(ranges)
+                replay_seconds = time.perf_counter() - t0
+            else:
+                # pyspark is an optional extra: imported only for this engine
+                from framework.replay.session import spark_session  # noqa: PLC0415
+                from framework.replay.spark import build_spark  # noqa: PLC0415
+
+                session = spark or spark_session(master, conf)
+                groups = key_groups or (_default_groups(session, len(ranges)) if per_key else 1)
+                built = build_spark(
+                    session,
+                    data_dir,
+                    app,
+                    projection,
+                    ranges,
+                    pinned,
+                    out,
+                    key_groups=groups,
+                    progress=progress,
+                )
+                counts, merge, tasks = built.counts, built.merge, built.tasks
+                replay_seconds = built.replay_seconds
+        except BaseException:
+            remove_db(out)
+            raise
+        seconds = time.perf_counter() - t0
+        conn = sqlite3.connect(out.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            letters = dead_letter_report(conn)
+        finally:
+            conn.close()
+        result = RebuildResult(
+            projection, engine, out, pinned, counts, letters, tasks, seconds, replay_seconds, merge
+        )
+        log.info(
+            "rebuild done",
+            projection=projection,
+            engine=engine,
+            records=counts.records,
+            dead_letters=len(letters),
+            seconds=round(seconds, 3),
+            path=str(out),
+        )
+        return result
+    finally:
+        if owns_log:
+            log_.close()
+
+
+def _default_groups(spark: SparkSession, partitions: int) -> int:
+    cores = int(spark.sparkContext.defaultParallelism)
+    if partitions == 0 or partitions >= 2 * cores:
+        return 1
+    return -(-2 * cores // partitions)
+
+
+def check_engine_output(result: RebuildResult) -> None:
+    """Raise :class:`ReplayError` if the output's positions are not ``E`` (a bug guard)."""
+    conn = sqlite3.connect(result.path.resolve().as_uri() + "?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT topic, partition, next_offset FROM _eventlane_positions")
+        got = {TopicPartition(t, p): o for t, p, o in rows}
+    finally:
+        conn.close()
+    if got != dict(result.end):
+        raise ReplayError("rebuilt positions differ from the pinned end vector", path=result.path)

@@ -1,0 +1,146 @@
+"""A SparkSession with defaults that fit one machine, and the ``eventlane`` data source.
+
+Defaults (every one can be overridden by passing the ``spark.*`` key in ``conf``):
+
+========================================  ===========================================
+``spark.master``                          ``local[*]`` (``master=`` overrides)
+``spark.ui.enabled``                      ``false``
+``spark.driver.memory``                   ``1g`` (records never reach the driver)
+``spark.sql.shuffle.partitions``          twice the local cores (4 on 2 cores)
+``spark.python.worker.reuse``             ``true``
+``spark.sql.execution.arrow.pyspark.enabled``  ``true``
+log level                                 ``WARN`` (a log4j2 file set at JVM start)
+========================================  ===========================================
+
+In local mode the environment the JVM and its Python workers inherit is prepared first:
+``PYSPARK_PYTHON`` (when unset) is this interpreter, so workers import the same packages
+(pyarrow, the application); ``SPARK_LOCAL_IP`` is ``127.0.0.1``; and the directories on this
+process's ``sys.path`` that are not part of the Python installation (the project root, a
+benchmark directory) are appended to ``PYTHONPATH``, so the application module a driver can
+import, a worker can import too. On a cluster, ship the application as a package or with
+``--py-files`` instead (see ``docs/spark.md``).
+
+A session is process-wide: once the JVM runs, JVM settings (``spark.driver.memory``, Java
+options) of a later call are ignored, as ``SparkSession.builder.getOrCreate`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["DEFAULT_CONF", "is_local", "spark_session"]
+
+DEFAULT_CONF: Mapping[str, str] = {
+    "spark.app.name": "eventlane",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "1g",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.adaptive.enabled": "true",
+}
+
+_LOG4J = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = error
+logger.spark.name = org.apache.spark
+logger.spark.level = warn
+logger.netty.name = io.netty
+logger.netty.level = error
+"""
+
+
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def _local_cores(master: str) -> int:
+    inner = master[len("local[") : -1] if master.startswith("local[") else "1"
+    first = inner.split(",")[0].strip()
+    return (os.cpu_count() or 1) if first == "*" else max(1, int(first))
+
+
+def _extra_python_path() -> list[str]:
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    out = []
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.getcwd())
+        if not os.path.isdir(path) or any(path.startswith(p + os.sep) for p in prefixes):
+            continue
+        if path not in out:
+            out.append(path)
+    return out
+
+
+def _log4j_file() -> Path:
+    path = Path(tempfile.gettempdir()) / f"eventlane-log4j2-{os.getuid()}.properties"
+    if not path.exists() or path.read_text() != _LOG4J:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(_LOG4J)
+        os.replace(tmp, path)
+    return path
+
+
+def prepare_local_environment() -> None:
+    """The environment a local-mode JVM and its Python workers must inherit (see above)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    extra = [p for p in _extra_python_path() if p not in current]
+    if extra:
+        os.environ["PYTHONPATH"] = os.pathsep.join(current + extra)
+
+
+def spark_session(
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    *,
+    app_name: str | None = None,
+) -> SparkSession:
+    """Get or start the process's SparkSession, with the ``eventlane`` data source
+    registered (``spark.read.format("eventlane")``)."""
+    # pyspark (an optional extra) is imported only when a session is wanted
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    from framework.replay.datasource import EventlaneDataSource  # noqa: PLC0415
+
+    settings = dict(DEFAULT_CONF)
+    settings.update(conf or {})
+    if master is not None:
+        settings["spark.master"] = master
+    settings.setdefault("spark.master", os.environ.get("SPARK_MASTER", "local[*]"))
+    if app_name is not None:
+        settings["spark.app.name"] = app_name
+    chosen = settings["spark.master"]
+    if is_local(chosen):
+        prepare_local_environment()
+        settings.setdefault("spark.sql.shuffle.partitions", str(2 * _local_cores(chosen)))
+        settings.setdefault("spark.driver.host", "127.0.0.1")
+        settings.setdefault("spark.driver.bindAddress", "127.0.0.1")
+    log4j = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
+    java = settings.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" not in java:
+        settings["spark.driver.extraJavaOptions"] = f"{java} {log4j}".strip()
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(EventlaneDataSource)
+    return spark

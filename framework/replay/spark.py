@@ -1,0 +1,146 @@
+"""The Spark engine: replay log partitions in parallel tasks, then merge their partials.
+
+Plan (driver, metadata only): one task per offset range ``[LWM, E)`` of each partition of
+the projector's topics — or, for a projector that declares ``state_per_key = True``, one
+task per partition and key group (``key_groups``), so there can be more tasks than
+partitions. Tasks are handed to Spark largest first (they are scheduled in that order), so
+two cores finish together.
+
+Tasks (executors): :func:`framework.replay.task.run_task` inside ``mapPartitions``: each
+reads its range from the segment files, decodes, applies the projector's unchanged
+handlers and writes a partial SQLite file, in one Python pass; records never enter the JVM
+and never reach the driver. Only a small :class:`~framework.replay.task.TaskResult` is
+collected.
+
+Merge (driver): the partials, in (topic, partition, key group) order, are merged into the
+fresh output file inside SQLite (:func:`framework.replay.merge.merge_partials`), then the
+output is finalized at ``E``. Task failures are retried by Spark (``spark.task.maxFailures``
+on a cluster; ``local[N,F]`` in local mode): each attempt writes its own file from scratch,
+so a retried task yields the same partial.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import structlog
+
+from framework.errors import ReplayError
+from framework.log import TopicPartition
+from framework.projection import App
+from framework.replay.build import BuildCounts, finalize, open_build
+from framework.replay.merge import MergeStats, Partial, merge_partials
+from framework.replay.progress import NO_PROGRESS, Progress
+from framework.replay.ranges import OffsetRange
+from framework.replay.task import TaskResult, make_tasks, read_progress, run_task
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger("eventlane.replay")
+
+__all__ = ["SparkBuild", "build_spark"]
+
+
+class SparkBuild(NamedTuple):
+    counts: BuildCounts
+    tasks: int
+    merge: MergeStats
+    replay_seconds: float
+
+
+def _run_tasks(
+    spark: SparkSession,
+    app: App,
+    projection: str,
+    data: str,
+    work: Path,
+    ranges: list[OffsetRange],
+    key_groups: int,
+) -> list[TaskResult]:
+    tasks = make_tasks(ranges, key_groups)
+    ordered = sorted(tasks, key=lambda t: (-t.range.size, t.task))
+    work_dir = str(work)
+
+    def run(specs: object) -> list[TaskResult]:
+        return [run_task(spec, app, projection, data, work_dir) for spec in specs]  # type: ignore[attr-defined]
+
+    sc = spark.sparkContext
+    sc.setJobDescription(f"eventlane rebuild {projection}: {len(tasks)} tasks")
+    rdd = sc.parallelize(ordered, len(ordered)).mapPartitions(run)
+    results: list[TaskResult] = rdd.collect()
+    return sorted(results, key=lambda r: r.task)
+
+
+def build_spark(
+    spark: SparkSession,
+    data: Path,
+    app: App,
+    projection: str,
+    ranges: list[OffsetRange],
+    end: Mapping[TopicPartition, int],
+    output: Path,
+    *,
+    key_groups: int = 1,
+    progress: Progress = NO_PROGRESS,
+) -> SparkBuild:
+    """Build ``output`` from ``ranges`` with Spark (finalized at positions ``end``)."""
+    work = output.parent / f".{output.name}.parts-{uuid.uuid4().hex[:12]}"
+    work.mkdir(parents=True)
+    try:
+        t0 = time.perf_counter()
+        results: list[TaskResult] = []
+        failure: list[BaseException] = []
+
+        def job() -> None:
+            try:
+                results.extend(
+                    _run_tasks(spark, app, projection, str(data), work, ranges, key_groups)
+                )
+            except BaseException as exc:
+                failure.append(exc)
+
+        thread = threading.Thread(target=job, name="eventlane-rebuild-job", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.5)
+            done = sum(1 for _ in work.glob("part-?????.sqlite"))
+            progress.update(done, read_progress(work))
+        if failure:
+            raise ReplayError(
+                f"the Spark rebuild of {projection!r} failed: {_short(failure[0])}"
+            ) from failure[0]
+        replay_seconds = time.perf_counter() - t0
+        counts = BuildCounts(0, 0, 0, 0)
+        for r in results:
+            counts += BuildCounts(*r.counts)
+        progress.update(len(results), counts.records)
+        progress.phase("merge")
+        specs = {t.task: t for t in make_tasks(ranges, key_groups)}
+        partials = [Partial(Path(r.path), specs[r.task].label) for r in results]
+        _projector, readmodel = open_build(output, app, projection)
+        try:
+            rules = app.projector(projection).merge_rules
+            stats = merge_partials(readmodel.conn, partials, rules, projector=projection)
+            finalize(readmodel.conn, output, end)
+        finally:
+            readmodel.close()
+        return SparkBuild(counts, len(results), stats, replay_seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _short(exc: BaseException) -> str:
+    """The useful last line of a (Py4J-wrapped) Python traceback."""
+    text = str(exc)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "Exception" in line:
+            return line.strip()[:2000]
+    return (lines[-1] if lines else repr(exc))[:2000]

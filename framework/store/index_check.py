@@ -1,0 +1,124 @@
+"""Checking a data directory's key indexes against the log (``eventlane verify``).
+
+Every ``<data>/store/<topic>/<partition>.keyindex.sqlite`` is opened *as it is* (no repair
+on open) and compared row by row with its partition (:meth:`KeyIndex.verify`). With
+``repair=True`` an index that differs is rebuilt from the log and verified again, and the
+files of an index whose topic or partition no longer exists are deleted.
+
+    >>> import tempfile
+    >>> from framework.log import LogStore
+    >>> with tempfile.TemporaryDirectory() as data, LogStore(data) as log:
+    ...     check_key_indexes(log)
+    []
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Collection, Iterator
+from pathlib import Path
+
+import structlog
+
+from framework.errors import InvalidTopicError
+from framework.log import Log
+from framework.store.key_index import INDEX_SUFFIX, LOCK_SUFFIX, IndexReport, KeyIndex
+
+log = structlog.get_logger("eventlane.store")
+
+
+def key_index_files(root: Path) -> Iterator[tuple[str, int, Path]]:
+    """``(topic, partition, path)`` of every key index file under ``root``, sorted."""
+    if not root.is_dir():
+        return
+    for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        found = []
+        for path in topic_dir.glob("*" + INDEX_SUFFIX):
+            number = path.name.removesuffix(INDEX_SUFFIX)
+            if number.isdigit():
+                found.append((int(number), path))
+        for partition, path in sorted(found):
+            yield topic_dir.name, partition, path
+
+
+def _partition_exists(log_: Log, topic: str, partition: int) -> bool:
+    try:
+        return log_.topic_exists(topic) and partition < log_.partition_count(topic)
+    except InvalidTopicError:
+        return False
+
+
+def _delete_orphan(path: Path) -> None:
+    lock = path.with_name(path.name.removesuffix(INDEX_SUFFIX) + LOCK_SUFFIX)
+    for victim in (Path(str(path) + "-wal"), Path(str(path) + "-shm"), path, lock):
+        with contextlib.suppress(FileNotFoundError):
+            victim.unlink()
+
+
+def check_key_indexes(
+    log_: Log,
+    *,
+    topics: Collection[str] | None = None,
+    repair: bool = False,
+    index_dir: Path | None = None,
+) -> list[IndexReport]:
+    """Verify every key index (of ``topics``, default all) under ``index_dir`` (default
+    ``<data>/store``); with ``repair``, rebuild those that differ and delete orphans.
+
+    A repaired index's report keeps the problems that were found, with ``repaired=True``;
+    one still wrong after its rebuild reports the problems left.
+    """
+    reports: list[IndexReport] = []
+    for topic, partition, path in key_index_files(index_dir or log_.path / "store"):
+        if topics is not None and topic not in topics:
+            continue
+        if not _partition_exists(log_, topic, partition):
+            problem = f"orphan index: the log has no partition {partition} of topic {topic!r}"
+            if repair:
+                _delete_orphan(path)
+                log.warning(
+                    "orphan key index deleted", topic=topic, partition=partition, file=str(path)
+                )
+            reports.append(
+                IndexReport(topic, partition, str(path), "?", 0, 0, 0, (problem,), 1, repair)
+            )
+            continue
+        reports.append(_check(log_, topic, partition, path, repair))
+    return reports
+
+
+def _check(log_: Log, topic: str, partition: int, path: Path, repair: bool) -> IndexReport:
+    try:
+        index = KeyIndex(log_, topic, partition, path, mode=None, auto_repair=False)
+    except sqlite3.DatabaseError as exc:
+        problem = f"unreadable index: {exc}"
+        if not repair:
+            return IndexReport(topic, partition, str(path), "?", 0, 0, 0, (problem,), 1)
+        index = KeyIndex(log_, topic, partition, path, mode=None)  # replaces the file
+        found: IndexReport | None = IndexReport(
+            topic, partition, str(path), index.mode, 0, 0, 0, (problem,), 1
+        )
+    else:
+        found = None
+    try:
+        report = index.verify() if found is None else found
+        if repair and not report.ok:
+            index.rebuild()
+            after = index.verify()
+            log.warning(
+                "key index rebuilt",
+                topic=topic,
+                partition=partition,
+                file=str(path),
+                problems=report.problem_count,
+                ok=after.ok,
+            )
+            if after.ok:
+                return after._replace(
+                    problems=report.problems, problem_count=report.problem_count, repaired=True
+                )
+            return after
+        return report
+    finally:
+        index.close()

@@ -97,8 +97,11 @@ def bulk_records(start: int, count: int, keys: int, versions: list[int]) -> list
         versions[k] += 1
         key = b"acct-%07d" % k
         value = _VALUE % (key, versions[k], i, i % 1000)
-        headers = (("event-type", b"Deposited"), ("event-version", b"1"),
-                   ("event-id", b"00000000-0000-4000-8000-%012x" % i))
+        headers = (
+            ("event-type", b"Deposited"),
+            ("event-version", b"1"),
+            ("event-id", b"00000000-0000-4000-8000-%012x" % i),
+        )
         out.append((key, value, headers, None))
     return out
 
@@ -128,8 +131,9 @@ def build(data: Path, records: int, partitions: int, keys: int) -> None:
             target.deposit(Decimal("10.25"), f"target deposit {n}")
             app.save(target)  # indexes the bulk appended since the previous save
             if n % 10 == 9:
-                print(f"  {written + n + 1:,} records, {time.perf_counter() - t0:.0f} s",
-                      flush=True)
+                print(
+                    f"  {written + n + 1:,} records, {time.perf_counter() - t0:.0f} s", flush=True
+                )
         for p in range(partitions):  # index the tail of partitions the target is not in
             index = app.store.index(TOPIC, p)
             index.catch_up(app.log.offsets(TOPIC, p).hwm)
@@ -140,9 +144,11 @@ def build(data: Path, records: int, partitions: int, keys: int) -> None:
 def cached_data(tmp: str, records: int, partitions: int, keys: int, rebuild: bool) -> Path:
     data = Path(tmp) / f"eventlane-bench-store-{records}x{partitions}"
     marker = data / "bench-complete"
-    if rebuild or not marker.exists() or marker.read_text().split() != [
-        str(records), str(partitions), str(keys)
-    ]:
+    if (
+        rebuild
+        or not marker.exists()
+        or marker.read_text().split() != [str(records), str(partitions), str(keys)]
+    ):
         shutil.rmtree(data, ignore_errors=True)
         build(data, records, partitions, keys)
     return data
@@ -205,11 +211,17 @@ def figure_load(bench: Bench, data: Path, partitions: int, scan_runs: int) -> No
                 bench.record("scan_ms", scan())
             bench.record("load_ms", statistics.median(load() for _ in range(21)))
             print(f"  load round {i + 1}/{bench.runs} done", flush=True)
-        speedups = [s / ld for s, ld in zip(bench.series["scan_ms"],
-                                            bench.series["load_ms"], strict=False)]
+        speedups = [
+            s / ld for s, ld in zip(bench.series["scan_ms"], bench.series["load_ms"], strict=False)
+        ]
         bench.series["load_speedup"] = speedups
-    bench.add("load: 100-event aggregate, indexed", "ms", "load_ms",
-              target=Target("<", 5.0), note="median of 21 loads per round")
+    bench.add(
+        "load: 100-event aggregate, indexed",
+        "ms",
+        "load_ms",
+        target=Target("<", 5.0),
+        note="median of 21 loads per round",
+    )
     bench.add("load: full-partition scan (baseline)", "ms", "scan_ms")
     bench.add("load speed-up vs scan", "x", "load_speedup", target=Target(">=", 10.0))
 
@@ -257,12 +269,29 @@ def figure_saves(bench: Bench, tmp: str, saves: int, batches: int) -> None:
                 app.save(account)
             return batches * 100 / (time.perf_counter() - t)
 
-        bench.rounds({"save1_raw": single_raw, "save1": single_store,
-                      "save100_raw": batch_raw, "save100": batch_store}, warmup=True)
-    bench.add("save, 1 event per save", "ev/s", "save1", baseline="save1_raw",
-              note="baseline: LogStore.append of one pre-encoded record (fsync each)")
-    bench.add("save, 100 events per save", "ev/s", "save100", baseline="save100_raw",
-              note="baseline: atomic LogStore.append of 100 pre-encoded records")
+        bench.rounds(
+            {
+                "save1_raw": single_raw,
+                "save1": single_store,
+                "save100_raw": batch_raw,
+                "save100": batch_store,
+            },
+            warmup=True,
+        )
+    bench.add(
+        "save, 1 event per save",
+        "ev/s",
+        "save1",
+        baseline="save1_raw",
+        note="baseline: LogStore.append of one pre-encoded record (fsync each)",
+    )
+    bench.add(
+        "save, 100 events per save",
+        "ev/s",
+        "save100",
+        baseline="save100_raw",
+        note="baseline: atomic LogStore.append of 100 pre-encoded records",
+    )
 
 
 # ---------------------------------------------------------------------------------- codec
@@ -270,8 +299,12 @@ def figure_codec(bench: Bench, count: int) -> None:
     with scratch_dir("/tmp", "store-codec") as root, open_app(root / "data", 1) as app:
         codec = app.codec
     envelopes = [
-        Envelope(Deposited(Decimal(f"{i}.25"), f"memo number {i}"), f"acct-{i % 1000:07d}",
-                 i + 1, correlation_id=f"req-{i}")
+        Envelope(
+            Deposited(Decimal(f"{i}.25"), f"memo number {i}"),
+            f"acct-{i % 1000:07d}",
+            i + 1,
+            correlation_id=f"req-{i}",
+        )
         for i in range(count)
     ]
     records = [codec.encode(e) for e in envelopes]
@@ -291,24 +324,36 @@ def figure_codec(bench: Bench, count: int) -> None:
             "orjson_dumps_us": lambda: per_event_us(orjson.dumps, docs),
             "encode_us": lambda: per_event_us(codec.encode, envelopes),
             "orjson_loads_us": lambda: per_event_us(orjson.loads, values),
-            "decode_us": lambda: per_event_us(lambda r: decode(r.key, r.value, r.headers),
-                                              records),
+            "decode_us": lambda: per_event_us(lambda r: decode(r.key, r.value, r.headers), records),
         },
         warmup=True,
     )
-    bench.add("codec encode per event", "us", "encode_us", baseline="orjson_dumps_us",
-              note="baseline: orjson.dumps of the same document as a plain dict")
-    bench.add("codec decode per event", "us", "decode_us", baseline="orjson_loads_us",
-              note="baseline: orjson.loads of the same bytes")
+    bench.add(
+        "codec encode per event",
+        "us",
+        "encode_us",
+        baseline="orjson_dumps_us",
+        note="baseline: orjson.dumps of the same document as a plain dict",
+    )
+    bench.add(
+        "codec decode per event",
+        "us",
+        "decode_us",
+        baseline="orjson_loads_us",
+        note="baseline: orjson.loads of the same bytes",
+    )
 
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0] if __doc__ else "bench_store")
-    p.add_argument("--records", type=int, default=None,
-                   help="records in the big topic (default 10M; --quick 200k)")
+    p.add_argument(
+        "--records",
+        type=int,
+        default=None,
+        help="records in the big topic (default 10M; --quick 200k)",
+    )
     p.add_argument("--partitions", type=int, default=1, help="partitions of the big topic")
-    p.add_argument("--keys", type=int, default=None,
-                   help="bulk aggregates (default records / 10)")
+    p.add_argument("--keys", type=int, default=None, help="bulk aggregates (default records / 10)")
     p.add_argument("--scan-runs", type=int, default=5, help="full-scan baseline runs")
     p.add_argument("--rebuild", action="store_true", help="rebuild the cached big topic")
     p.add_argument("--only", choices=["load", "saves", "codec"], default=None)
@@ -321,8 +366,9 @@ def main() -> None:
         data = cached_data(args.tmp, records, args.partitions, keys, args.rebuild)
         figure_load(bench, data, args.partitions, max(args.scan_runs, bench.runs))
     if args.only in (None, "saves"):
-        figure_saves(bench, args.tmp, saves=100 if args.quick else 300,
-                     batches=10 if args.quick else 30)
+        figure_saves(
+            bench, args.tmp, saves=100 if args.quick else 300, batches=10 if args.quick else 30
+        )
     if args.only in (None, "codec"):
         figure_codec(bench, 5_000 if args.quick else 50_000)
     bench.finish()

@@ -71,7 +71,7 @@ def spark_rebuild(runtime: Runtime, name: str, console: Console) -> dict[str, An
     started = time.perf_counter()
     result = rebuild(runtime, name, engine="spark")
     live = file_checksums(readmodel_path(runtime.log.path, name))
-    rebuilt = file_checksums(Path(result.output))
+    rebuilt = file_checksums(Path(result.path))
     diffs = compare(live, rebuilt)
     identical = all(d.equal for d in diffs)
     for d in diffs:

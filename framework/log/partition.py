@@ -187,8 +187,7 @@ class Partition:
         if snap.layout & 1:
             # Only the lock holder makes the layout odd (a roll creating files, a compaction
             # swap renaming them) and it makes it even again before unlocking: it died midway.
-            self._log.warning("segment layout change interrupted; recovering",
-                              layout=snap.layout)
+            self._log.warning("segment layout change interrupted; recovering", layout=snap.layout)
             return self._recover_locked()
         if snap.layout != self._w_layout:
             self._open_writer(snap)

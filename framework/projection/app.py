@@ -188,11 +188,15 @@ class Runtime(Application):
 
 
 def load_app(spec: str | None = None) -> App:
-    """Import the :class:`App` named ``module:attribute`` (default ``$EVENTLANE_APP``)."""
+    """Import the :class:`App` named ``module:attribute``, or ``module`` (its attribute
+    ``app``); default ``$EVENTLANE_APP``."""
     spec = spec or os.environ.get("EVENTLANE_APP")
-    if not spec or ":" not in spec:
-        raise ConfigError(f"APP must be 'module:attribute' (or set EVENTLANE_APP), got {spec!r}")
+    if not spec:
+        raise ConfigError("APP must be 'module:attribute' or 'module' (or set EVENTLANE_APP)")
     module_name, _, attr = spec.partition(":")
+    attr = attr or "app"
+    if not module_name:
+        raise ConfigError(f"APP must be 'module:attribute' or 'module', got {spec!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -8,7 +8,9 @@ passed), and the failing event alone is retried (``handler_attempts`` more times
 its own savepoint) and then dead-lettered; the run goes on after it. So one bad event costs
 a re-run of part of its batch, never a stall: the partition keeps flowing.
 
-Decoding failures (unknown event type, malformed JSON, wrong field types) are deterministic:
+Records are decoded before the transaction begins, so several workers of one read model
+decode in parallel and hold SQLite's write lock only while their handlers write. Decoding
+failures (unknown event type, malformed JSON, wrong field types) are deterministic:
 dead-lettered at once. Events of types the projector has no handler for are skipped without
 being decoded when their type header names a known, unhandled class.
 
@@ -28,12 +30,12 @@ import sqlite3
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Union
 
 import orjson
 import structlog
 
-from framework.codec import EventCodec, event_type_from_headers
+from framework.codec import Envelope, EventCodec, event_type_from_headers
 from framework.domain import event_type_of
 from framework.log import Record, TopicPartition
 from framework.projection.projector import EventContext, Projector
@@ -43,6 +45,10 @@ log = structlog.get_logger("eventlane.projection")
 
 ParkedKey = tuple[str, bytes]
 """``(topic, key)`` of a parked aggregate."""
+
+Decoded = Union["Envelope[Any]", "_DecodeFailedError", None]
+"""A record decoded ahead of the transaction: its envelope, ``None`` (a type the projector
+does not handle), or the decoding error."""
 
 
 class BatchResult(NamedTuple):
@@ -113,33 +119,41 @@ class BatchApplier:
         """
         if not records:
             return BatchResult(0, 0, 0)
-        groups: dict[TopicPartition, list[Record]] = {}
+        # Decode before taking the write lock: workers of one read model decode in
+        # parallel and hold the lock only for their handlers' writes.
+        decode = self._decode
+        groups: dict[TopicPartition, tuple[list[Record], list[Decoded]]] = {}
         for r in records:
             tp = TopicPartition(r.topic, r.partition)
             group = groups.get(tp)
             if group is None:
-                groups[tp] = [r]
-            else:
-                group.append(r)
+                group = groups[tp] = ([], [])
+            group[0].append(r)
+            group[1].append(decode(r))
         readmodel = self.readmodel
         counts = [0, 0, 0]
         with readmodel.transaction() as conn:
             if self._parked:
                 self._parked = self._read_parked()
-            for tp, recs in groups.items():
+            for tp, (recs, decoded) in groups.items():
                 start = readmodel.check_and_advance(
                     conn, tp, generation, recs[0].offset, recs[-1].offset + 1
                 )
                 first = 0
                 while first < len(recs) and recs[first].offset < start:
                     first += 1
-                self._apply_partition(conn, recs, first, counts)
+                self._apply_partition(conn, recs, decoded, first, counts)
         self.dead_lettered_total += counts[2]
         return BatchResult(*counts)
 
     # ------------------------------------------------------------------ one partition
     def _apply_partition(
-        self, conn: sqlite3.Connection, recs: list[Record], first: int, counts: list[int]
+        self,
+        conn: sqlite3.Connection,
+        recs: list[Record],
+        decoded: list[Decoded],
+        first: int,
+        counts: list[int],
     ) -> None:
         """Apply ``recs[first:]`` in runs: a run goes fast inside one savepoint; when an event
         fails, the run is rolled back to its savepoint, its events before the failing one
@@ -149,13 +163,13 @@ class BatchApplier:
         i, limit, isolate = first, n, -1
         while i < n:
             if i == isolate:
-                self._one_isolated(recs[i], counts)
+                self._one_isolated(recs[i], decoded[i], counts)
                 i, limit, isolate = i + 1, n, -1
                 continue
             conn.execute("SAVEPOINT run")
             local = [0, 0, 0]
             try:
-                self._fast(recs, i, limit, local)
+                self._fast(recs, decoded, i, limit, local)
             except _EventFailedError as failed:
                 if not conn.in_transaction:  # SQLite aborted the transaction: not poison
                     raise failed.error from None
@@ -169,9 +183,11 @@ class BatchApplier:
                 counts[k] += local[k]
             i, limit = limit, n
 
-    def _fast(self, recs: list[Record], i: int, limit: int, counts: list[int]) -> None:
+    def _fast(
+        self, recs: list[Record], decoded: list[Decoded], i: int, limit: int, counts: list[int]
+    ) -> None:
         parked = self._parked
-        dispatch = self._dispatch
+        handle = self._handle
         for index in range(i, limit):
             rec = recs[index]
             if parked and (rec.topic, rec.key) in parked:
@@ -179,14 +195,18 @@ class BatchApplier:
                 counts[2] += 1
                 continue
             try:
-                handled = dispatch(rec)
+                handled = handle(rec, decoded[index])
             except Exception as exc:
                 raise _EventFailedError(rec, exc, index) from exc
             counts[0 if handled else 1] += 1
 
-    def _one_isolated(self, rec: Record, counts: list[int]) -> None:
+    def _one_isolated(self, rec: Record, decoded: Decoded, counts: list[int]) -> None:
         if self._parked and (rec.topic, rec.key) in self._parked:
             self._park_one(rec)
+            counts[2] += 1
+            return
+        if isinstance(decoded, _DecodeFailedError):  # deterministic: no retries
+            self._dead_letter(rec, decoded.describe(), decoded.type_name, 1)
             counts[2] += 1
             return
         attempts = max(1, self.projector.handler_attempts)
@@ -194,33 +214,32 @@ class BatchApplier:
         for attempt in range(1, attempts + 1):
             conn.execute("SAVEPOINT event")
             try:
-                handled = self._dispatch(rec)
+                handled = self._handle(rec, decoded)
             except Exception as exc:
                 if not conn.in_transaction:  # SQLite aborted the transaction: not poison
                     raise
                 conn.execute("ROLLBACK TO event")
                 conn.execute("RELEASE event")
-                if isinstance(exc, _DecodeFailedError):
-                    self._dead_letter(rec, exc.describe(), exc.type_name, 1)
-                elif attempt == attempts:
-                    self._dead_letter(rec, _describe(exc), _type_name(rec), attempts)
-                else:
+                if attempt < attempts:
                     continue
+                self._dead_letter(rec, _describe(exc), _type_name(rec), attempts)
                 counts[2] += 1
                 return
             conn.execute("RELEASE event")
             counts[0 if handled else 1] += 1
             return
 
-    def _dispatch(self, rec: Record) -> bool:
+    def _decode(self, rec: Record) -> Decoded:
+        """The record's envelope; ``None`` for a type the projector does not handle; or the
+        decoding error (dead-lettered when its turn comes)."""
         headers = rec.headers
         for name, value in headers:
             if name == "event-type":
                 if value in self._skip_names:
-                    return False
+                    return None
                 break
         try:
-            env = self.codec.decode(
+            return self.codec.decode(
                 rec.key,
                 rec.value,
                 headers,  # type: ignore[arg-type]
@@ -229,19 +248,25 @@ class BatchApplier:
                 offset=rec.offset,
             )
         except Exception as exc:
-            raise _DecodeFailedError(exc, _type_name(rec)) from exc
+            return _DecodeFailedError(exc, _type_name(rec))
+
+    def _handle(self, rec: Record, decoded: Decoded) -> bool:
+        if decoded is None:
+            return False
+        if isinstance(decoded, _DecodeFailedError):
+            raise decoded
         readmodel = self.readmodel
         ctx = EventContext(
             rec.topic,
             rec.partition,
             rec.offset,
-            env,
+            decoded,
             readmodel.db,
             self.replaying,
             self.app,
             readmodel.conn,
         )
-        return self.projector.handle(env.event, ctx)
+        return self.projector.handle(decoded.event, ctx)
 
     # ------------------------------------------------------------------ dead letters
     def _read_parked(self) -> set[ParkedKey]:

@@ -343,6 +343,5 @@ def wait_for_positions(
     return runtime.wait_for(name, offsets, timeout)
 
 
-
 if __name__ == "__main__":  # pragma: no cover - `python -m framework.projection` is preferred
     sys.exit(worker_main())

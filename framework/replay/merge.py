@@ -348,7 +348,8 @@ class _Merger:
                     " part._eventlane_dead_letters ORDER BY topic, partition, offset"
                 )
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
         finally:
@@ -421,6 +422,7 @@ class _Merger:
         )
         key = _fetch_key(self.conn, t.key, sql)
         if key is not None:
+            self.conn.execute("ROLLBACK")  # the diagnosis below attaches other files
             raise MergeConflictError(
                 f"table {t.name!r}: column {column!r} of key ({_key_text(key)}) differs between"
                 f" partition {partial.label} and {self._writers(t, t.key, key)}, and its merge"
@@ -449,8 +451,7 @@ class _Merger:
     def _conflict(
         self, t: TableInfo, partial: Partial, exc: sqlite3.IntegrityError, skip_key: bool = False
     ) -> None:
-        self.conn.execute("ROLLBACK")
-        self.conn.execute("BEGIN")  # merge() rolls this one back
+        self.conn.execute("ROLLBACK")  # the diagnosis below attaches other files
         for cols in t.uniques:
             if skip_key and cols == t.key:
                 continue
@@ -461,7 +462,7 @@ class _Merger:
             if cols == t.key:
                 fix = (
                     f"declare how to merge it: merge_rules = {{{t.name!r}: 'sum' | 'max' | 'min'"
-                    " | 'first-non-null' | 'same' | 'latest-by:COLUMN' | 'col=rule, ...'}} on"
+                    " | 'first-non-null' | 'same' | 'latest-by:COLUMN' | 'col=rule, ...'} on"
                     f" projector {self.projector!r}"
                 )
             else:

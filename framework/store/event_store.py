@@ -33,7 +33,11 @@ import orjson
 import structlog
 
 from framework.codec import Envelope, EventCodec
-from framework.errors import ConcurrencyError, OffsetOutOfRangeError, SerializationError
+from framework.errors import (
+    ConcurrencyError,
+    OffsetOutOfRangeError,
+    SerializationError,
+)
 from framework.log import Log, Record, RecordMetadata
 from framework.log.partition import AppendResult, Cursor
 from framework.log.partitioner import partition_for_key
@@ -84,8 +88,13 @@ class EventStore:
     def partition_of(self, topic: str, aggregate_id: str) -> int:
         return partition_for_key(aggregate_id.encode(), self.log.partition_count(topic))
 
-    def index(self, topic: str, partition: int, mode: Mode = "stream") -> KeyIndex:
-        """The key index of a partition (opened and checked on first use)."""
+    def index(self, topic: str, partition: int, mode: Mode | None = None) -> KeyIndex:
+        """The key index of a partition (opened and checked on first use).
+
+        ``mode``: ``stream`` for event topics (what the append and read paths ask for),
+        ``latest`` for snapshot topics; ``None`` takes the existing file's mode (maintenance).
+        An index found in the other mode is emptied and switched (it is derived data).
+        """
         idx = self._indexes.get((topic, partition))
         if idx is None:
             with self._lock:
@@ -94,6 +103,8 @@ class EventStore:
                     path = index_path(self.index_dir, topic, partition)
                     idx = KeyIndex(self.log, topic, partition, path, mode=mode)
                     self._indexes[(topic, partition)] = idx
+        if mode is not None:
+            idx.use_mode(mode)
         return idx
 
     # ------------------------------------------------------------------ writing
@@ -122,7 +133,7 @@ class EventStore:
         records = [(r.key, r.value, tuple(r.headers), None) for r in encoded]
         key = aggregate_id.encode()
         partition = self.partition_of(topic, aggregate_id)
-        index = self.index(topic, partition)
+        index = self.index(topic, partition, "stream")
 
         def check(leo: int) -> None:
             actual = self._verified_head(index, key, leo)
@@ -175,7 +186,7 @@ class EventStore:
     def current_version(self, topic: str, aggregate_id: str) -> int:
         """The stream's last version (0 when it has no events)."""
         partition = self.partition_of(topic, aggregate_id)
-        view = self.index(topic, partition).view(aggregate_id.encode(), upto_seq=0)
+        view = self.index(topic, partition, "stream").view(aggregate_id.encode(), upto_seq=0)
         return view.head
 
     def record_offsets(
@@ -187,7 +198,8 @@ class EventStore:
     ) -> tuple[int, list[int]]:
         """``(partition, offsets)`` of the stream's records with versions in the range."""
         partition = self.partition_of(topic, aggregate_id)
-        view = self.index(topic, partition).view(aggregate_id.encode(), after_version, upto_version)
+        index = self.index(topic, partition, "stream")
+        view = index.view(aggregate_id.encode(), after_version, upto_version)
         return partition, view.offsets
 
     def read_records(self, topic: str, partition: int, offsets: Sequence[int]) -> list[Record]:
@@ -253,7 +265,7 @@ class EventStore:
         against the stream's key and version sequence (see the module docstring)."""
         key = aggregate_id.encode()
         partition = self.partition_of(topic, aggregate_id)
-        index = self.index(topic, partition)
+        index = self.index(topic, partition, "stream")
         for attempt in (1, 2):
             view = index.view(key, after_version, upto_version)
             try:

@@ -74,6 +74,9 @@ READER_CATCH_UP = 1000
 """A reader overlays at most this many unindexed offsets; past that it indexes them."""
 CATCH_UP_BYTES = 4 << 20
 """Log bytes read (and rows written, one transaction) per step of a catch-up."""
+POINT_READ_BYTES = 8 << 10
+"""Bytes a point read asks for: one ``pread`` covers the batches between the segment index
+entry it starts from and the record (entries are at most ``index_interval_bytes`` apart)."""
 MAX_REPORTED = 20
 """Problems listed one by one in an :class:`IndexReport`; the rest are only counted."""
 
@@ -240,6 +243,13 @@ class KeyIndex:
                 self._db.execute("ROLLBACK")
                 raise
         return cast("Mode", wanted)
+
+    def use_mode(self, mode: Mode) -> None:
+        """Switch to ``mode`` if the index has the other one (emptying it: it is rebuilt in
+        the new mode on use). The store's own paths know which mode a topic needs."""
+        if mode != self.mode:
+            with self._writing():
+                self.mode = self._guard(self._init_mode, mode)
 
     def _delete_files(self) -> None:
         for suffix in ("", "-wal", "-shm"):
@@ -452,7 +462,7 @@ class KeyIndex:
         """The log record at exactly ``offset`` (``None``: none there, or out of range)."""
         try:
             records, _ = self.log.read(
-                self.topic, self.partition, offset, max_bytes=1, upto=offset + 1
+                self.topic, self.partition, offset, max_bytes=POINT_READ_BYTES, upto=offset + 1
             )
         except OffsetOutOfRangeError:
             return None

@@ -39,14 +39,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from framework.consumer.group import GroupConsumer
+from framework.consumer.offsets import OffsetStore
 from framework.errors import CommitFailedError, ConsumerError
-from framework.log import LogStore, TopicPartition
+from framework.log import LogStore, ProducerRecord, TopicPartition
 from framework.observability import configure_logging
 
 MEMBERS = Path(__file__).resolve()
@@ -245,6 +247,53 @@ def wait_for(condition: Any, timeout: float, what: str, members: list[Member] = 
             if m.proc.poll() not in (None, 0, -9, -15):
                 raise AssertionError(f"member {m.name} died rc={m.proc.returncode}:\n{m.stderr()}")
         time.sleep(0.02)
+
+
+TOPIC = "events"
+GROUP = "workers"
+
+
+def produce(store: LogStore, n: int, partitions: int, start: int = 0) -> None:
+    records = [ProducerRecord(None, f"r{i}".encode()) for i in range(start, start + n)]
+    for p in range(partitions):
+        store.append(TOPIC, p, [tuple(r) for r in records[p::partitions]])  # type: ignore[misc]
+
+
+class Feeder:
+    """Appends a few records to every partition every 20 ms until stopped."""
+
+    def __init__(self, store: LogStore, partitions: int) -> None:
+        self.store, self.partitions = store, partitions
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.wait(0.02):
+            produce(self.store, 2 * self.partitions, self.partitions, i)
+            i += 2 * self.partitions
+
+    def __enter__(self) -> Feeder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def hwms(store: LogStore, partitions: int) -> dict[int, int]:
+    return {p: store.offsets(TOPIC, p).hwm for p in range(partitions)}
+
+
+def all_committed(store: LogStore, partitions: int) -> bool:
+    offsets = OffsetStore(store)
+    marks = hwms(store, partitions)
+    return all(
+        (entry := offsets.committed(GROUP, TopicPartition(TOPIC, p))) is not None
+        and entry.offset == marks[p]
+        for p in range(partitions)
+    )
 
 
 def ownership_intervals(

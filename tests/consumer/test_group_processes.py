@@ -9,7 +9,6 @@ leave generous slack for a noisy 2-core machine.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -17,19 +16,23 @@ from pathlib import Path
 
 import pytest
 from group_members import (
+    GROUP,
+    TOPIC,
+    Feeder,
     Member,
+    all_committed,
+    hwms,
     overlaps,
     ownership_intervals,
     processed,
+    produce,
     start_member,
     wait_for,
 )
 
 from framework.consumer.offsets import OffsetStore
-from framework.log import LogStore, ProducerRecord, TopicPartition
+from framework.log import LogStore, TopicPartition
 
-TOPIC = "events"
-GROUP = "workers"
 START_S = 60.0  # a member process may take long to start on a loaded machine
 
 
@@ -39,60 +42,6 @@ def data(tmp_path: Path) -> Iterator[tuple[Path, LogStore]]:
     store = LogStore(path)
     yield path, store
     store.close()
-
-
-@pytest.fixture
-def members() -> Iterator[list[Member]]:
-    started: list[Member] = []
-    yield started
-    for m in started:
-        m.signal(signal.SIGCONT)
-        if m.proc.poll() is None:
-            m.proc.kill()
-            m.proc.wait()
-
-
-def produce(store: LogStore, n: int, partitions: int, start: int = 0) -> None:
-    records = [ProducerRecord(None, f"r{i}".encode()) for i in range(start, start + n)]
-    for p in range(partitions):
-        store.append(TOPIC, p, [tuple(r) for r in records[p::partitions]])  # type: ignore[misc]
-
-
-class Feeder:
-    """Appends a few records to every partition every 20 ms until stopped."""
-
-    def __init__(self, store: LogStore, partitions: int) -> None:
-        self.store, self.partitions = store, partitions
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.wait(0.02):
-            produce(self.store, 2 * self.partitions, self.partitions, i)
-            i += 2 * self.partitions
-
-    def __enter__(self) -> Feeder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def hwms(store: LogStore, partitions: int) -> dict[int, int]:
-    return {p: store.offsets(TOPIC, p).hwm for p in range(partitions)}
-
-
-def all_committed(store: LogStore, partitions: int) -> bool:
-    offsets = OffsetStore(store)
-    marks = hwms(store, partitions)
-    return all(
-        (entry := offsets.committed(GROUP, TopicPartition(TOPIC, p))) is not None
-        and entry.offset == marks[p]
-        for p in range(partitions)
-    )
 
 
 def counts(group: list[Member]) -> list[int]:

@@ -13,13 +13,20 @@ its structured logs to stderr):
              ``send`` futures sharing one group commit, and direct ``LogStore.append`` to an
              explicit partition). After each call returns it prints ``A <partition> <offset>
              <id>`` for every record of it: those are the *acknowledged* (durable) records.
-             Prints ``R`` once ready, ``D`` when it has produced ``count`` records.
+             Prints ``R`` once ready, ``D`` when it has produced ``count`` records (forever
+             if no count). ``go``: wait for that file before producing; ``plan``: append
+             batches of these sizes to partition 0 instead, with no threads.
 ``tail``     a free consumer assigned every partition, polling with a timeout (it sleeps on
              the log's futex and wakes on appends from other processes); prints ``S
              <partition> <offset> <id>`` per record seen, ``D <records> <empty polls>
              <seconds>`` once it has seen ``total`` records.
-``compact``  prints ``C``, runs ``LogStore.compact(topic)``, prints ``D <seconds>``.
+``compact``  opens the partitions, prints ``C``, runs ``LogStore.compact(topic)``, prints ``D
+             <seconds> <storage calls> <storage calls from the commit phase on>``.
 ``cleanup``  the same with ``LogStore.cleanup(topic)`` (retention).
+
+Every role but ``tail`` takes ``crash_at`` / ``crash_on`` (and the maintenance roles
+``crash_after_phase``): the process kills itself with SIGKILL at that storage call (see
+:func:`crash_at_storage_call`).
 
 Payload format (the value of every record a ``produce`` child writes)::
 
@@ -121,9 +128,9 @@ def crash_at_storage_call(n: int | None, crash_on: str | None = None) -> _CallCo
     The kill comes before the call is made, except for writes and shared-state updates,
     where it lands *inside* the call: a random prefix of the bytes reaches the file (a torn
     write), or the seqlock is left odd with the fields half written (as a kill in the middle
-    of the ``memcpy`` would). ``crash_on`` kills instead at the first call on a file of
-    that name (by path or open descriptor: the unlink of the compaction journal, the fsync
-    of a cleaned segment)."""
+    of the ``memcpy`` would). ``crash_on="CALL:NAME"`` kills instead before the first
+    ``os.CALL`` on a file named ``NAME`` (by path or open descriptor), e.g.
+    ``unlink:cleaner-journal``."""
     counter = _CallCounter()
 
     def tick() -> bool:
@@ -134,7 +141,7 @@ def crash_at_storage_call(n: int | None, crash_on: str | None = None) -> _CallCo
         original = getattr(os, name)
 
         def hooked(*a: Any, **kw: Any) -> Any:
-            if tick() or (crash_on and a and _path_name(a[0]) == crash_on):
+            if tick() or (a and f"{name}:{_path_name(a[0])}" == crash_on):
                 os.kill(os.getpid(), signal.SIGKILL)
             return original(*a, **kw)
 
@@ -227,8 +234,8 @@ def child_produce(args: dict[str, Any]) -> None:
     partitions = store.partition_count(topic)
     go = args.get("go")
     _emit(out, ["R\n"])
-    if args.get("crash_at"):
-        crash_at_storage_call(args["crash_at"])
+    if args.get("crash_at") or args.get("crash_on"):
+        crash_at_storage_call(args.get("crash_at"), args.get("crash_on"))
     if go:
         while not Path(go).exists():
             time.sleep(0.002)
@@ -327,6 +334,10 @@ def _child_maintenance(args: dict[str, Any], action: str) -> None:
     store.partition_count(args["topic"])
     for p in range(store.partition_count(args["topic"])):
         store.partition(args["topic"], p)  # open (and repair) before the clock starts
+    if args.get("go"):  # opened: now wait for the word
+        _emit(out, ["R\n"])
+        while not Path(args["go"]).exists():
+            time.sleep(0.002)
     _emit(out, ["C\n"])
     counter = crash_at_storage_call(args.get("crash_at"), args.get("crash_on"))
     # The commit phase starts with the first durable write of a decision: the compaction
@@ -1226,34 +1237,95 @@ class CompactionCrashLoop(_MaintenanceCrashLoop):
             ]
         return marks, active
 
-    def run_back_to_back_kills(self) -> CrashFigures:
-        """Two compactions killed in a row, then a simulated reboot: the first dies after its
-        swap but before it removes its journal, the second while writing its first cleaned
-        segment (its groups differ: the first run shrank the old segments). Recovery must
-        not replay the first run's journal over the second run's half-written files."""
+    FIRST_CLEANED = f"{0:020d}.log.cleaned"
+    BACK_TO_BACK: tuple[dict[str, Any], ...] = (
+        {"crash_on": f"unlink:{JOURNAL_NAME}", "reopen": "read"},
+        {"crash_on": f"fsync:{FIRST_CLEANED}", "reopen": "reboot"},
+    )
+    """Two compactions killed in a row, then a simulated reboot: the first dies after its
+    swap but before it removes its journal, the second while writing its first cleaned
+    segment (with other groups: the old segments shrank). A recovery must not replay the
+    first run's journal over the second run's files."""
+
+    def run_sequence(self, steps: tuple[dict[str, Any], ...]) -> CrashFigures:
+        """Compact once, then run ``steps`` in order: each (unless ``load`` is false) appends
+        a cycle's records, runs a compacting child (killed per ``crash_on``, else it must
+        complete) and, if ``reopen`` says how, reopens and checks the log."""
         fig = self.figures
-        first_cleaned = f"{0:020d}.log.cleaned"
-        for crash in ({"crash_on": JOURNAL_NAME}, {"crash_on": first_cleaned}):
-            marks, active = self._load_cycle()
+        self._load_cycle()
+        with LogStore(self.data) as store:  # compacted once: the old segments are small now
+            store.compact(self.topic)
+        marks: list[Any] = []
+        active: list[int] = []
+        for step in steps:
+            if step.get("load", True):
+                marks, active = self._load_cycle()
             fig.cycles += 1
-            child = Child(
-                self.action,
-                {"data": str(self.data), "topic": self.topic, **crash},
-                self.out_dir,
-                f"back-to-back-{fig.cycles}",
-            )
+            args = {"data": str(self.data), "topic": self.topic, "crash_on": step.get("crash_on")}
+            child = Child(self.action, args, self.out_dir, f"sequence-{fig.cycles}")
             child.wait_for_line("C")
             rc = child.wait(READY_TIMEOUT_S)
-            if rc != -signal.SIGKILL:
+            if rc != (-signal.SIGKILL if step.get("crash_on") else 0):
                 fig.anomaly("child_errors", f"{child.name} exited {rc}: {child.stderr_tail()}")
-            fig.kills += 1
-            phase = self._phase_after_kill()
-            fig.phases[phase] = fig.phases.get(phase, 0) + 1
-            store, _ = self._reopen(how="read" if crash["crash_on"] == JOURNAL_NAME else "reboot")
-            try:
-                self._check(store, marks, active)
-            finally:
-                store.close()
+            if rc == -signal.SIGKILL:
+                fig.kills += 1
+                phase = self._phase_after_kill()
+                fig.phases[phase] = fig.phases.get(phase, 0) + 1
+            else:
+                fig.clean_exits += 1
+            if step.get("reopen"):
+                store, _ = self._reopen(how=step["reopen"])
+                try:
+                    self._check(store, marks, active)
+                finally:
+                    store.close()
+        self._final_compaction()
+        return fig
+
+    def run_dead_swap_then_clean(self) -> CrashFigures:
+        """A compaction dies halfway through its swap (a segment renamed, the ones it
+        replaces still there, the layout odd) while another process that already had the
+        partition open waits to compact it; that one then compacts before anything else
+        touched the partition, and must finish the dead swap first, not trip over it."""
+        fig = self.figures
+        self._load_cycle()
+        with LogStore(self.data) as store:  # compacted once: the old segments are small now
+            store.compact(self.topic)
+        marks, active = self._load_cycle()
+        go = self.root / "go"
+        waiting = Child(
+            self.action,
+            {"data": str(self.data), "topic": self.topic, "go": str(go)},
+            self.out_dir,
+            "waiting-cleaner",
+        )
+        waiting.wait_for_line("R")
+        dying = Child(
+            self.action,
+            {
+                "data": str(self.data),
+                "topic": self.topic,
+                "crash_on": f"replace:{0:020d}.timeindex.cleaned",
+            },
+            self.out_dir,
+            "dying-cleaner",
+        )
+        fig.cycles += 2
+        for child, want in ((dying, -signal.SIGKILL), (waiting, 0)):
+            if child is waiting:
+                phase = self._phase_after_kill()
+                fig.phases[phase] = fig.phases.get(phase, 0) + 1
+                go.touch()
+            rc = child.wait(READY_TIMEOUT_S)
+            if rc != want:
+                fig.anomaly("child_errors", f"{child.name} exited {rc}: {child.stderr_tail()}")
+        fig.kills += 1
+        fig.clean_exits += 1
+        store, _ = self._reopen(how="read")
+        try:
+            self._check(store, marks, active)
+        finally:
+            store.close()
         self._final_compaction()
         return fig
 

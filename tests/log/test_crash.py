@@ -87,6 +87,21 @@ def test_kill_during_compaction(tmp_path: Path) -> None:
     assert loop.completed >= 3, "uninterrupted compactions completed between the kills"
 
 
+@pytest.mark.timeout(300)
+def test_compactions_killed_back_to_back(tmp_path: Path) -> None:
+    """Kills at chosen steps of consecutive compactions: after a swap but before its journal
+    is removed, then mid-clean of the next one, then a reboot; and mid-swap while another
+    process that already had the partition open waits to compact it next."""
+    loop = procs.CompactionCrashLoop(tmp_path / "back-to-back", seed=SEED, partitions=1)
+    figures = loop.run_sequence(loop.BACK_TO_BACK)
+    _assert_clean(figures)
+    assert figures.kills == 2 and figures.reboots == 1
+    loop = procs.CompactionCrashLoop(tmp_path / "dead-swap", seed=SEED, partitions=1)
+    figures = loop.run_dead_swap_then_clean()
+    _assert_clean(figures)
+    assert figures.phases == {"mid-swap (layout odd)": 1}
+
+
 @pytest.mark.timeout(400)
 def test_kill_during_retention(tmp_path: Path) -> None:
     """Kill a process applying size retention to a topic of many small segments."""

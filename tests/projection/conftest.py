@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from framework.codec import Envelope  # noqa: E402
+from framework.consumer.coordinator import GroupCoordinator  # noqa: E402
 from framework.consumer.free import Consumer  # noqa: E402
 from framework.log import LogStore, TopicPartition  # noqa: E402
 from framework.log.partitioner import partition_for_key  # noqa: E402
@@ -219,6 +220,20 @@ class Workers:
         self.procs.append(proc)
         return proc
 
+    def wait_joined(
+        self, proc: subprocess.Popen[bytes], name: str = "balances", timeout: float = 120
+    ) -> None:
+        """Wait until ``proc`` is a member of group ``name`` owning a partition (a loaded
+        machine can take seconds to start a Python process)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            assert proc.poll() is None, f"worker exited with {proc.returncode}"
+            owners = group_members(self.data, name)
+            if owners.get(proc.pid):
+                return
+            assert time.monotonic() < deadline, f"worker {proc.pid} never joined: {owners}"
+            time.sleep(0.05)
+
     def kill9(self, proc: subprocess.Popen[bytes]) -> None:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -260,6 +275,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     rep = outcome.get_result()  # type: ignore[attr-defined]
     if rep.when == "call":
         item.rep_call = rep  # type: ignore[attr-defined]
+
+
+def group_members(data: Path, group: str) -> dict[int, list[TopicPartition]]:
+    """pid -> partitions owned, from the group's shared state (empty: no such group)."""
+    if not (data / "groups" / group).is_dir():
+        return {}
+    log = LogStore(data)
+    coord = GroupCoordinator(log, group)
+    try:
+        return {m.pid: sorted(m.owned) for m in coord.current().members.values()}
+    finally:
+        coord.close()
+        log.close()
 
 
 def positions(data: Path, name: str) -> dict[TopicPartition, int]:

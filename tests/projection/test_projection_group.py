@@ -20,7 +20,9 @@ from conftest import (
     Workers,
     child_env,
     fold_accounts,
+    group_members,
     integrity,
+    positions,
     read_balances,
     read_markers,
     wait_caught_up,
@@ -109,19 +111,21 @@ def test_three_workers_six_partitions_members_join_and_leave(
     try:
         time.sleep(1.0)
         joiner = workers.start(session_timeout_ms=1000, max_poll_records=100)  # joins
-        time.sleep(1.5)
+        workers.wait_joined(joiner)
+        time.sleep(1.0)
         assert workers.term(first[0]) == 0  # graceful leave: its partitions move at once
         time.sleep(1.0)
         workers.kill9(first[1])  # dies: its partitions move after the session timeout
         time.sleep(1.5)
         late = workers.start(session_timeout_ms=1000, max_poll_records=100)  # joins
-        time.sleep(1.5)
+        workers.wait_joined(late)
+        time.sleep(1.0)
         assert workers.term(joiner) == 0
         time.sleep(1.0)
     finally:
         stop_producing.set()
         feeder.join()
-    wait_caught_up(data, "balances", timeout=60)
+    wait_caught_up(data, "balances", timeout=120)
     assert workers.term(first[2]) == 0
     assert workers.term(late) == 0
     sampler.finish()
@@ -146,9 +150,8 @@ def test_frozen_worker_late_batch_is_fenced(
         time.sleep(0.02)
     in_hand = json.loads(flag.read_text())  # polled, not applied, process stopped
     other = workers.start(session_timeout_ms=1000)
-    wait_caught_up(data, "balances", timeout=60)  # the other worker applied everything
-    owned_after = group_owners(data, "balances")
-    assert len(owned_after) == 1  # the zombie was evicted
+    wait_caught_up(data, "balances", timeout=120)  # the other worker applied everything
+    assert list(group_members(data, "balances")) == [other.pid]  # the zombie was evicted
     zombie.send_signal(__import__("signal").SIGCONT)
     log_text = ""
     deadline = time.monotonic() + 30
@@ -161,7 +164,7 @@ def test_frozen_worker_late_batch_is_fenced(
     assert in_hand["spans"]
     # The zombie rejoins as a fresh member and shares the work from the stored positions.
     producer.deposits(2_000, accounts=100)
-    wait_caught_up(data, "balances", timeout=60)
+    wait_caught_up(data, "balances", timeout=120)
     assert workers.term(zombie) == 0
     assert workers.term(other) == 0
     sampler.finish()
@@ -186,12 +189,18 @@ def test_worker_frozen_inside_its_transaction(
         assert frozen.poll() is None and time.monotonic() < deadline
         time.sleep(0.02)
     other = workers.start(session_timeout_ms=1000)
-    time.sleep(3.0)  # the frozen member is evicted; the other waits on the write lock
-    assert len(group_owners(data, "balances")) == 1
+    # The frozen member is evicted and the other owns every partition; its claim now waits
+    # for the write lock the frozen transaction holds.
+    deadline = time.monotonic() + 120
+    while list(group_members(data, "balances")) != [other.pid]:
+        assert time.monotonic() < deadline, group_members(data, "balances")
+        time.sleep(0.05)
+    time.sleep(1.0)
+    assert sum(positions(data, "balances").values()) < producer.count  # still blocked
     frozen.send_signal(__import__("signal").SIGCONT)
-    wait_caught_up(data, "balances", timeout=60)
+    wait_caught_up(data, "balances", timeout=120)
     producer.deposits(1_000, accounts=100)
-    wait_caught_up(data, "balances", timeout=60)
+    wait_caught_up(data, "balances", timeout=120)
     assert workers.term(frozen) == 0
     assert workers.term(other) == 0
     sampler.finish()

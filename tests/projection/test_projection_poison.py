@@ -113,10 +113,10 @@ def test_poison_one_percent_dead_lettered_then_retried(
     for _ in range(10):  # and more keeps coming while they work
         producer.deposits(400, accounts=200, poison=poison)
         time.sleep(0.1)
-    wait_caught_up(data, "balances", timeout=60)
+    wait_caught_up(data, "balances", timeout=120)
     watch.stop.set()
     watch.join()
-    assert watch.longest < 3.0, f"a partition stalled for {watch.longest:.1f} s"
+    assert watch.longest < 5.0, f"a partition stalled for {watch.longest:.1f} s"
 
     fold = fold_accounts(data)
     assert 50 <= len(fold.poison) <= 150

@@ -95,19 +95,23 @@ def test_one_invoice_per_order_under_crashes_and_rebalances(
     for n in range(4):
         place_orders(runtime, 100 + 20 * n, 20)
         proc = workers.start("invoicing", session_timeout_ms=600, max_poll_records=20)
-        time.sleep(rng.uniform(0.7, 1.2))
+        workers.wait_joined(proc, "invoicing")
+        time.sleep(rng.uniform(0.05, 0.4))
         workers.kill9(proc)
     # 3. Rebalances: members join and leave while more orders arrive.
     a = workers.start("invoicing", session_timeout_ms=600, max_poll_records=20)
     b = workers.start("invoicing", session_timeout_ms=600, max_poll_records=20)
+    workers.wait_joined(a, "invoicing")
+    workers.wait_joined(b, "invoicing")
     place_orders(runtime, 180, ORDERS - 180)
-    time.sleep(1.0)
+    time.sleep(0.3)
     c = workers.start("invoicing", session_timeout_ms=600, max_poll_records=20)
-    time.sleep(1.0)
+    workers.wait_joined(c, "invoicing")
+    time.sleep(0.3)
     assert workers.term(a) == 0
     time.sleep(0.5)
     workers.kill9(b)
-    wait_caught_up(data, "invoicing", topic="orders", timeout=90)
+    wait_caught_up(data, "invoicing", topic="orders", timeout=120)
     assert workers.term(c) == 0
 
     counts, causes = invoices_on_the_log(data)

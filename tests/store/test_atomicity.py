@@ -1,6 +1,6 @@
 """``kill -9`` during multi-event saves: a save is stored whole or not at all.
 
-A child process (``store_procs.py atomic``) saves batches of 5–50 ``Tick`` events on a few
+A child process (``store_procs.py atomic``) saves batches of 5-50 ``Tick`` events on a few
 aggregates in a loop, each event naming its save number and its place in the save; it is
 killed with SIGKILL at a random moment (mid-append, mid-fsync, mid-index-update…). After
 every kill the partition's raw records are read without the store and must be whole saves
@@ -52,8 +52,14 @@ def kill_cycles(data: Path, cycles: int, seed: int) -> tuple[dict[str, int], int
     kills_mid_run = 0
     truncated = 0
     for cycle in range(cycles):
-        proc = spawn("atomic", data=str(data), seed=seed * 1000 + cycle, aggregates=AGGREGATES,
-                     min_size=5, max_size=50)
+        proc = spawn(
+            "atomic",
+            data=str(data),
+            seed=seed * 1000 + cycle,
+            aggregates=AGGREGATES,
+            min_size=5,
+            max_size=50,
+        )
         try:
             assert read_line(proc) == "R"
             time.sleep(rng.uniform(0.0, 0.12))

@@ -43,8 +43,14 @@ def _check_history(data: Path, cls: type[Counter], aggregate_id: str, total: int
 
 def _run_two_executors(data: Path, cls: type[Counter], aggregate_id: str) -> list[list[str]]:
     procs = [
-        spawn("execute", data=str(data), aggregate=aggregate_id, count=PER_PROCESS,
-              writer=f"p{i}", cls=cls.__name__)
+        spawn(
+            "execute",
+            data=str(data),
+            aggregate=aggregate_id,
+            count=PER_PROCESS,
+            writer=f"p{i}",
+            cls=cls.__name__,
+        )
         for i in (1, 2)
     ]
     for proc in procs:

@@ -12,7 +12,6 @@ from store_domain import (
     Account,
     AccountClosed,
     Counter,
-    Deposited,
     InsufficientFunds,
     Opened,
     Withdrawn,
@@ -86,8 +85,9 @@ def test_each_save_is_one_batch_and_histories_stay_in_one_partition(app: Applica
     assert sorted(streams) == sorted(f"acc-{i}" for i in range(20))
     for aggregate_id, stream in streams.items():
         assert [doc["aggregate_version"] for doc in stream] == [1, 2, 3]
-        assert {doc["_partition"] for doc in stream} == {app.store.partition_of("accounts",
-                                                                                aggregate_id)}
+        assert {doc["_partition"] for doc in stream} == {
+            app.store.partition_of("accounts", aggregate_id)
+        }
         offsets = [doc["_offset"] for doc in stream]
         assert offsets == list(range(offsets[0], offsets[0] + 3))  # one batch, adjacent
     assert len({doc["_partition"] for s in streams.values() for doc in s}) == 2
@@ -199,13 +199,13 @@ def test_reopened_application_sees_everything(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- bad records
-def append_raw(app: Application, aggregate_id: str, value: bytes,
-               headers: tuple[tuple[str, bytes], ...] = ()) -> tuple[int, int]:
+def append_raw(
+    app: Application, aggregate_id: str, value: bytes, headers: tuple[tuple[str, bytes], ...] = ()
+) -> tuple[int, int]:
     """Append a record for ``aggregate_id`` bypassing the store (as a buggy or foreign
     writer would); return its partition and offset."""
     partition = app.store.partition_of("accounts", aggregate_id)
-    result = app.log.append("accounts", partition, [(aggregate_id.encode(), value, headers,
-                                                     None)])
+    result = app.log.append("accounts", partition, [(aggregate_id.encode(), value, headers, None)])
     return partition, result.base_offset
 
 
@@ -213,10 +213,15 @@ def next_event(app: Application, aggregate_id: str, **changes: Any) -> bytes:
     """The JSON of a valid next event of the stream, with ``changes`` applied."""
     version = app.store.current_version("accounts", aggregate_id)
     doc: dict[str, Any] = {
-        "type": "Deposited", "version": 1, "aggregate_id": aggregate_id,
-        "aggregate_version": version + 1, "event_id": "6f1c1d1e-0000-4000-8000-000000000001",
-        "timestamp": "2024-05-01T12:00:00+00:00", "correlation_id": None,
-        "causation_id": None, "data": {"amount": 5},
+        "type": "Deposited",
+        "version": 1,
+        "aggregate_id": aggregate_id,
+        "aggregate_version": version + 1,
+        "event_id": "6f1c1d1e-0000-4000-8000-000000000001",
+        "timestamp": "2024-05-01T12:00:00+00:00",
+        "correlation_id": None,
+        "causation_id": None,
+        "data": {"amount": 5},
     }
     doc.update(changes)
     return orjson.dumps(doc)
@@ -254,7 +259,10 @@ def test_bad_records_fail_loudly_with_coordinates(
         app.load(Account, "acc-1")
     assert words in str(info.value)
     assert (info.value.topic, info.value.partition, info.value.offset) == (  # type: ignore[attr-defined]
-        "accounts", partition, offset)
+        "accounts",
+        partition,
+        offset,
+    )
     assert f"topic=accounts, partition={partition}, offset={offset}" in str(info.value)
     # Loading the history before the bad record still works; nothing stored was lost.
     assert app.load(Account, "acc-1", version=3).balance == 70

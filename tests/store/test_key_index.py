@@ -61,8 +61,14 @@ def verify_all(app: Application, topic: str = TOPIC) -> list[str]:
 def inspect(data: Path, partition: int, topic: str = TOPIC) -> list[str]:
     """``verify`` of an index as it is on disk (no repair on open), as the CLI runs it."""
     with make_app(data) as app:
-        index = KeyIndex(app.log, topic, partition, index_path(data / "store", topic, partition),
-                         mode=None, auto_repair=False)
+        index = KeyIndex(
+            app.log,
+            topic,
+            partition,
+            index_path(data / "store", topic, partition),
+            mode=None,
+            auto_repair=False,
+        )
         try:
             return list(index.verify().problems)
         finally:
@@ -147,8 +153,10 @@ def test_wrong_rows_are_caught_on_open(data: Path) -> None:
     """Rows edited without their meta data: the row count or checksum gives them away."""
     path = index_files(data)[0]
     with open_raw(path) as db:
-        db.execute("UPDATE entries SET offset = offset + 1 WHERE key = ?",
-                   (db.execute("SELECT key FROM entries LIMIT 1").fetchone()[0],))
+        db.execute(
+            "UPDATE entries SET offset = offset + 1 WHERE key = ?",
+            (db.execute("SELECT key FROM entries LIMIT 1").fetchone()[0],),
+        )
     assert any("checksum" in p for p in inspect(data, 0))
     with structlog.testing.capture_logs() as logs, make_app(data) as app:
         check_loads(app)
@@ -161,7 +169,8 @@ def _tamper_consistently(path: Path, statement: str, *args: object) -> None:
     with open_raw(path) as db:
         db.execute(statement, args)
         count, total = db.execute(
-            "SELECT count(*), coalesce(sum(offset + seq), 0) FROM entries").fetchone()
+            "SELECT count(*), coalesce(sum(offset + seq), 0) FROM entries"
+        ).fetchone()
         db.execute("UPDATE meta SET value = ? WHERE name = 'rows'", (count,))
         db.execute("UPDATE meta SET value = ? WHERE name = 'checksum'", (total,))
 
@@ -186,8 +195,9 @@ def test_wrong_rows_never_fool_the_version_check(data: Path) -> None:
     with make_app(data) as app:
         partition = app.store.partition_of(TOPIC, "c7")
     path = index_files(data)[partition]
-    _tamper_consistently(path, "UPDATE entries SET offset = offset - 1 WHERE key = ? AND seq = ?",
-                         b"c7", EVENTS)
+    _tamper_consistently(
+        path, "UPDATE entries SET offset = offset - 1 WHERE key = ? AND seq = ?", b"c7", EVENTS
+    )
     with make_app(data) as app:
         # A save expecting version EVENTS - 1 (what the index now suggests): a conflict.
         envelope = Envelope(Incremented(1), "c7", EVENTS)

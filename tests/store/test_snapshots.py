@@ -118,8 +118,9 @@ def test_a_snapshot_ahead_of_its_stream_is_ignored(tmp_path: Path) -> None:
         ahead = Snapshot("s", 500, 1, {"value": 500})
         record = app.repository.snapshots.encode(SnapCounter, ahead)
         partition = app.store.partition_of(SNAPSHOTS, "s")
-        app.log.append(SNAPSHOTS, partition, [(record.key, record.value,
-                                               tuple(record.headers), None)])
+        app.log.append(
+            SNAPSHOTS, partition, [(record.key, record.value, tuple(record.headers), None)]
+        )
         counter = app.load(SnapCounter, "s")
         assert (counter.version, counter.value) == (12, 12)
         assert snapshot_docs(app, "s")[-1]["aggregate_version"] == 12

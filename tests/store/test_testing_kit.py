@@ -67,8 +67,10 @@ def test_given_when_then(codec: EventCodec, with_codec: bool) -> None:
 
 def test_raises(codec: EventCodec) -> None:
     scenario = Scenario(Account, codec=codec)
-    error = scenario.given(Opened("ada"), Deposited(1)).when(lambda a: a.withdraw(4)).raises(
-        InsufficientFunds, match=r"balance 1 < 4"
+    error = (
+        scenario.given(Opened("ada"), Deposited(1))
+        .when(lambda a: a.withdraw(4))
+        .raises(InsufficientFunds, match=r"balance 1 < 4")
     )
     assert isinstance(error, InsufficientFunds)
     scenario.given().when(lambda a: a.deposit(1)).raises(AccountClosed)

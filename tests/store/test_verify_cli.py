@@ -22,8 +22,13 @@ EVENTLANE = Path(sys.executable).parent / "eventlane"
 
 
 def eventlane(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(EVENTLANE), "--data", str(data), "verify", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [str(EVENTLANE), "--data", str(data), "verify", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def verify_here(data: Path, *args: str) -> Result:
@@ -62,7 +67,9 @@ def test_verify_reports_a_healthy_store(data: Path) -> None:
     report = orjson.loads(eventlane(data, "--json").stdout)
     indexes = report["key_indexes"]
     assert [(r["topic"], r["partition"], r["problem_count"]) for r in indexes] == [
-        ("counters", 0, 0), ("counters", 1, 0)]
+        ("counters", 0, 0),
+        ("counters", 1, 0),
+    ]
     assert sum(r["entries"] for r in indexes) == 180
     assert all(r["next_offset"] == r["hwm"] for r in indexes)
 

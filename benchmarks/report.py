@@ -1,6 +1,6 @@
 """Print the results written by ``--json`` runs as markdown, for docs/performance.md.
 
-    .venv/bin/python benchmarks/report.py [bench_append bench_read ...]
+    .venv/bin/python benchmarks/report.py [--dir DIR] [bench_append bench_read ...]
 
 For each script (default: every ``benchmarks/results/*.json`` that is not a ``--quick``
 run), prints the exact command line, the machine and contention line, the results table and
@@ -9,6 +9,7 @@ the notes, in that order.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -20,7 +21,14 @@ from _harness import RESULTS_DIR
 def section(path: Path) -> str:
     body = json.loads(path.read_text())
     machine = body["machine"]
-    load = body.get("contention") or {}
+    load = body.get("contention") or {"steal_percent": body.get("steal_percent")}
+    busy = load.get("others_busy_percent")
+    context = f"steal {load.get('steal_percent')} %" + (
+        ""
+        if busy is None
+        else f", other processes busy {busy} % of the machine, load"
+        f" average {load.get('loadavg_1min', 0):.1f}"
+    )
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(body["started"]))
     command = " ".join([".venv/bin/python", f"benchmarks/{body['script']}", *body["argv"]])
     lines = [
@@ -30,9 +38,7 @@ def section(path: Path) -> str:
         f" ({machine['cpu_model']}), Python {machine['python']},"
         f" native extension {machine['native_extension']},"
         f" calibration `sum(range(1000))` = {machine['calibration_us_sum_range_1000']} µs;"
-        f" steal {load.get('steal_percent')} %, other processes busy"
-        f" {load.get('others_busy_percent')} % of the machine, load average"
-        f" {load.get('loadavg_1min')}.",
+        f" {context}.",
         "",
         body["markdown"],
         "",
@@ -42,10 +48,14 @@ def section(path: Path) -> str:
 
 
 def main(argv: list[str]) -> None:
-    if argv:
-        paths = [RESULTS_DIR / f"{name.removesuffix('.py')}.json" for name in argv]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=RESULTS_DIR, help="where the JSON files are")
+    parser.add_argument("scripts", nargs="*", help="script names (default: all)")
+    args = parser.parse_args(argv)
+    if args.scripts:
+        paths = [args.dir / f"{name.removesuffix('.py')}.json" for name in args.scripts]
     else:
-        paths = sorted(p for p in RESULTS_DIR.glob("*.json") if not p.stem.endswith("-quick"))
+        paths = sorted(p for p in args.dir.glob("*.json") if not p.stem.endswith("-quick"))
     for path in paths:
         print(section(path))
 

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from framework.observability import configure_logging
+
 PROCS_PATH = Path(__file__).resolve().parent.parent / "tests" / "log" / "procs.py"
 
 
@@ -63,8 +65,14 @@ def main() -> int:
     )
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    parser.add_argument(
+        "--log-level",
+        default="error",
+        help="this process's log level (recoveries log warnings; children log to files)",
+    )
     args = parser.parse_args()
 
+    configure_logging(level=args.log_level)
     procs = load_procs()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     root = args.dir or Path(tempfile.mkdtemp(prefix="eventlane-soak-"))

@@ -4,9 +4,11 @@
   in file order, in one fresh module namespace per file, with a temporary working directory
   and ``tempfile`` pointed into it. Use another fence (```` ```pycon ````, ```` ```text ````)
   for code that must not run.
-* ``docs/cli.md`` has a section (a heading naming ``eventlane <command path>``) for every
-  command of the click tree, and each section names every option of its command and its
-  arguments. ``--data``, accepted by every command, is documented once, with the root.
+* ``docs/cli.md`` has a section (a heading quoting ``eventlane <command path>``) for every
+  command of the framework's click tree, and each section names every option of its command
+  and its arguments. ``--data``, accepted by every command, is documented once, with the
+  root. Commands that installed applications contribute through entry points (e.g. the
+  example apps' ``eventlane invoicing``) are documented by those applications.
 """
 
 from __future__ import annotations
@@ -67,9 +69,11 @@ def test_every_doc_with_examples_is_found() -> None:
 def commands(
     group: click.Group, path: tuple[str, ...] = ()
 ) -> list[tuple[tuple[str, ...], click.Command]]:
-    """Every command under ``group`` with its path, groups included, depth first."""
+    """Every framework command under ``group`` with its path, groups included, depth first."""
     out: list[tuple[tuple[str, ...], click.Command]] = []
     for name, command in sorted(group.commands.items()):
+        if not getattr(command.callback, "__module__", "framework.").startswith("framework."):
+            continue  # contributed by an installed application (entry point plugin)
         out.append(((*path, name), command))
         if isinstance(command, click.Group):
             out.extend(commands(command, (*path, name)))

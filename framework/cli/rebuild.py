@@ -113,7 +113,8 @@ def _result_table(result: RebuildResult) -> Table:
     table.add_row("records", f"{counts.records:,}")
     table.add_row("applied / skipped", f"{counts.applied:,} / {counts.skipped:,}")
     table.add_row("dead letters", f"{counts.dead_lettered:,}")
-    table.add_row("tasks", str(result.tasks))
+    retried = f" ({result.retried_tasks} retried)" if result.retried_tasks else ""
+    table.add_row("tasks", f"{result.tasks}{retried}")
     table.add_row("seconds", f"{result.seconds:.2f} (replay {result.replay_seconds:.2f})")
     table.add_row("events/s", f"{result.events_per_second:,.0f}")
     if result.merge is not None and result.merge.seconds > 0:

@@ -321,6 +321,8 @@ class GroupCoordinator:
                 log.warning(
                     "members evicted on join: session expired", group=self.group, members=dead
                 )
+                for mid in dead:
+                    self._live.free(state.members[mid].slot, state.members[mid].token)
                 remove_members(state, dead)
             if state.members and state.assignor != assignor:
                 raise ConfigError(

@@ -841,6 +841,8 @@ class Partition:
                             topic,
                             partition,
                         ) from None
+                    if h.next_offset > end_offset:  # ``upto`` falls inside this batch
+                        records = [r for r in records if r.offset < end_offset]
                     out.extend(records)
                     offset = h.next_offset
                 rel += h.size

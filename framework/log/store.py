@@ -184,9 +184,11 @@ class LogStore:
 
     def _topic_meta(self, name: str, *, fresh: bool = False) -> _TopicMeta:
         now = time.monotonic()
-        if not isinstance(name, str):
-            validate_topic_name(name)  # raises InvalidTopicError (and no unhashable lookups)
-        meta = self._meta.get(name)
+        try:
+            meta = self._meta.get(name)
+        except TypeError:  # unhashable, so not a name: say so
+            validate_topic_name(name)
+            raise
         if meta is not None and not fresh and now - meta.checked < _META_TTL_S:
             return meta
         path = topic_dir(self.topics_root, name) / "topic.json"
@@ -289,14 +291,16 @@ class LogStore:
     # ------------------------------------------------------------------ partitions
     def partition(self, topic: str, partition: int) -> Partition:
         """The open partition object (opened, and recovered if needed, on first use)."""
-        if not isinstance(topic, str):
-            validate_topic_name(topic)  # raises InvalidTopicError
         if isinstance(partition, bool) or not isinstance(partition, int):
             # checked before the cache: True == 1 and 1.0 == 1 would find partition 1
             raise UnknownPartitionError(
                 f"partition must be an integer, got {partition!r}", topic=topic
             )
-        part = self._partitions.get((topic, partition))
+        try:
+            part = self._partitions.get((topic, partition))
+        except TypeError:  # an unhashable topic is not a name: say so
+            validate_topic_name(topic)
+            raise
         if part is not None:
             return part
         meta = self._topic_meta(topic)

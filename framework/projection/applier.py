@@ -26,6 +26,7 @@ event: it propagates, nothing of the batch is kept, and the worker fails.
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import time
 import traceback
@@ -123,13 +124,20 @@ class BatchApplier:
         # parallel and hold the lock only for their handlers' writes.
         decode = self._decode
         groups: dict[TopicPartition, tuple[list[Record], list[Decoded]]] = {}
-        for r in records:
-            tp = TopicPartition(r.topic, r.partition)
-            group = groups.get(tp)
-            if group is None:
-                group = groups[tp] = ([], [])
-            group[0].append(r)
-            group[1].append(decode(r))
+        collecting = gc.isenabled()
+        if collecting:  # thousands of live envelopes would each trigger a futile collection
+            gc.disable()
+        try:
+            for r in records:
+                tp = TopicPartition(r.topic, r.partition)
+                group = groups.get(tp)
+                if group is None:
+                    group = groups[tp] = ([], [])
+                group[0].append(r)
+                group[1].append(decode(r))
+        finally:
+            if collecting:
+                gc.enable()
         readmodel = self.readmodel
         counts = [0, 0, 0]
         with readmodel.transaction() as conn:

@@ -3,11 +3,12 @@
 Each worker is a separate OS process (``python -m framework.projection``) and a member
 of the projector's consumer group, so the topic's partitions are shared among them and move
 when one joins, leaves or dies. With ``restart=True`` a worker that dies (killed, crashed)
-is replaced; either way its partitions flow to the survivors within the session timeout. A
-worker that exits with status 2 could not start (bad app, pending migrations): it is never
-restarted, and when no worker is left the runner stops, with :attr:`Runner.failure` set to
-its error line. SIGTERM/SIGINT to the runner is forwarded to every worker, which finishes
-its batch, commits and leaves the group.
+is replaced (at once if it ran for 10 s, else after a delay doubling up to 30 s, so a
+crash loop does not spin); either way its partitions flow to the survivors within the
+session timeout. A worker that exits with status 2 could not start (bad app, pending
+migrations): it is never restarted, and when no worker is left the runner stops, with
+:attr:`Runner.failure` set to its error line. SIGTERM/SIGINT to the runner is forwarded
+to every worker, which finishes its batch, commits and leaves the group.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ import structlog
 from framework.projection.worker import EXIT_CANNOT_START
 
 log = structlog.get_logger("eventlane.projection")
+
+RESTART_RESET_S = 10.0
+"""A worker that lived this long is restarted at once; one that died younger waits."""
+RESTART_MAX_DELAY_S = 30.0
 
 
 @attrs.define
@@ -75,6 +80,8 @@ class Runner:
         self.failure: str | None = None
         """The error line of a worker that could not start (exit status 2), if any."""
         self._stopping = False
+        self._due: dict[int, float] = {}  # slot -> when its replacement starts
+        self._delays: dict[int, float] = {}  # slot -> the next restart delay
 
     def _spawn(self, slot: int) -> WorkerProcess:
         cmd = [
@@ -128,7 +135,15 @@ class Runner:
                 )
                 continue
             if self.restart and not self._stopping:
-                alive.append(self._spawn(worker.slot))
+                # A worker that keeps dying young is restarted with a growing delay.
+                lived = time.monotonic() - worker.started
+                delay = 0.0 if lived > RESTART_RESET_S else self._delays.get(worker.slot, 0.0)
+                self._delays[worker.slot] = min(RESTART_MAX_DELAY_S, max(1.0, 2 * delay))
+                self._due[worker.slot] = time.monotonic() + delay
+        for slot, due in sorted(self._due.items()):
+            if due <= time.monotonic() and not self._stopping:
+                del self._due[slot]
+                alive.append(self._spawn(slot))
                 self.restarts += 1
         self.procs = alive
         return codes
@@ -170,7 +185,11 @@ class Runner:
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.start()
-            while not self._stopping and self.procs and not (until is not None and until()):
+            while (
+                not self._stopping
+                and (self.procs or self._due)
+                and not (until is not None and until())
+            ):
                 self.supervise_once()
                 if tick is not None:
                     tick(self)

@@ -118,7 +118,9 @@ def projection_status(
     with ReadModelView(path) as view:
         positions = view.positions()
         dead = view.dead_letter_counts()
-        pending = [] if migrations is None else view.pending_migrations(migrations)
+        # A read model that does not exist yet is created at its latest schema: none pending.
+        exists = view.conn is not None
+        pending = [] if migrations is None or not exists else view.pending_migrations(migrations)
     rows = []
     total = 0
     for topic in topics:

@@ -16,7 +16,11 @@ SIGTERM / SIGINT: finish the current batch, commit, leave the group (the partiti
 once), exit 0. Process entry point (what :class:`~framework.projection.runner.Runner`
 starts)::
 
-    python -m framework.projection.worker APP NAME DATA [--session-timeout-ms MS]
+    python -m framework.projection APP NAME DATA [--session-timeout-ms MS]
+        [--max-poll-records N]
+
+(``python -m framework.projection.worker`` works too.) The read model can also be handed
+over under a running worker (a rebuild's hand-off): see :mod:`.pause`.
 
 Exit status: 0 after a clean stop, 2 when the worker cannot start (bad ``APP``, unknown
 projector, pending migrations: an error line on stderr; restarting would not help), 1 on
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import os
 import signal
 import sys
@@ -327,6 +332,7 @@ def worker_main(argv: list[str] | None = None) -> int:
             print(f"Error: {exc}", file=sys.stderr, flush=True)
             return EXIT_CANNOT_START
         worker.install_signal_handlers()
+        gc.freeze()  # the start-up heap (modules, classes) is never collected: skip it
         worker.run()
     return 0
 

@@ -53,6 +53,8 @@ class SparkBuild(NamedTuple):
     tasks: int
     merge: MergeStats
     replay_seconds: float
+    retried: int
+    """Tasks whose successful attempt was not the first (Spark retried them)."""
 
 
 def _run_tasks(
@@ -131,7 +133,8 @@ def build_spark(
             finalize(readmodel.conn, output, end)
         finally:
             readmodel.close()
-        return SparkBuild(counts, len(results), stats, replay_seconds)
+        retried = sum(1 for r in results if r.attempt > 0)
+        return SparkBuild(counts, len(results), stats, replay_seconds, retried)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

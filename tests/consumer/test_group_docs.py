@@ -1,4 +1,7 @@
-"""docs/consumer-groups.md: its Python examples run, and it shows every group CLI command."""
+"""docs/consumer-groups.md shows every group CLI command and option.
+
+(Its Python examples run with every other doc's in ``tests/test_docs.py``.)
+"""
 
 from __future__ import annotations
 
@@ -12,14 +15,8 @@ from framework.cli import main
 DOC = Path(__file__).resolve().parents[2] / "docs" / "consumer-groups.md"
 
 
-def test_python_examples_run_top_to_bottom(tmp_path, monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert len(blocks) >= 5
-    namespace: dict[str, object] = {"__name__": "docs_consumer_groups"}
-    for i, block in enumerate(blocks):
-        exec(compile(block, f"{DOC.name}[python block {i + 1}]", "exec"), namespace)
-    namespace["store"].close()  # type: ignore[attr-defined]
+def test_the_doc_has_runnable_examples() -> None:
+    assert len(re.findall(r"^```python\n", DOC.read_text(), flags=re.M)) >= 5
 
 
 def test_every_groups_command_and_consume_option_is_documented() -> None:

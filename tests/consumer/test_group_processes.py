@@ -121,6 +121,7 @@ def test_kill9_partitions_reassigned_and_nothing_lost(data, members, tmp_path) -
     victim, survivors = members[0], members[1:]
     # Kill it while it sleeps between processing a batch and committing it.
     seen = len(victim.of("processing"))
+    produce(store, 120, 6, start=10_000)  # fresh work, whatever the members did meanwhile
     wait_for(lambda: len(victim.of("processing")) > seen, 30, "victim processing", members)
     victim.proc.kill()
     killed_at = time.monotonic()
@@ -170,6 +171,7 @@ def test_sigstop_zombie_is_fenced(data, members, tmp_path) -> None:
     wait_for(lambda: counts(members) == [3, 3], START_S, "3/3", members)
     zombie, other = members
     seen = len(zombie.of("processing"))
+    produce(store, 120, 6, start=10_000)  # fresh work, whatever the members did meanwhile
     wait_for(lambda: len(zombie.of("processing")) > seen, 30, "zombie processing", members)
     zombie.signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
@@ -226,6 +228,7 @@ def test_at_most_once_skips_but_never_repeats(data, members, tmp_path) -> None:
     wait_for(lambda: counts(members) == [2, 2], START_S, "2/2", members)
     victim, survivor = members
     seen = len(victim.of("processing"))
+    produce(store, 80, 4, start=10_000)  # fresh work, whatever the members did meanwhile
     wait_for(lambda: len(victim.of("processing")) > seen, 30, "victim processing", members)
     victim.proc.kill()  # committed, not yet processed
     victim.proc.wait()

@@ -533,14 +533,23 @@ class CrashFigures:
         return not any(self.anomalies.values())
 
     def summary(self) -> str:
+        producers = bool(self.acked or self.reader_seen)
+        head = (
+            f"cycles={self.cycles} kills={self.kills} (at a chosen storage call: "
+            f"{self.crash_at_kills}"
+            + (f", two producers at once: {self.double_kills}" if producers else "")
+            + f") clean_exits={self.clean_exits} reboots_simulated={self.reboots}"
+        )
+        records = f"records_in_log={self.records_in_log}"
+        if producers:
+            records = (
+                f"acked_records={self.acked} {records} reader_seen={self.reader_seen} "
+                f"reader_kills={self.reader_kills}"
+            )
         return "\n".join(
             [
-                f"cycles={self.cycles} kills={self.kills} (at a storage call: "
-                f"{self.crash_at_kills}, two producers at once: {self.double_kills}) "
-                f"clean_exits={self.clean_exits} reboots_simulated={self.reboots} "
-                f"reader_kills={self.reader_kills}",
-                f"acked_records={self.acked} records_in_log={self.records_in_log} "
-                f"reader_seen={self.reader_seen}",
+                head,
+                records,
                 "anomalies: " + " ".join(f"{k}={v}" for k, v in self.anomalies.items()),
                 *(f"killed while {phase}: {n}" for phase, n in sorted(self.phases.items())),
                 f"recovery (lock-holder repair, open + first lock of every partition): "
@@ -757,25 +766,29 @@ class ProducerCrashLoop:
         children = [
             self._spawn_producer(base + "ab"[n], crash_at=plan) for n, plan in enumerate(plans)
         ]
-        for child in children:
-            child.wait_for_line("R")
-        if None in plans:
-            time.sleep(self.rng.uniform(0.0, self.max_delay))
-        for n, (child, plan) in enumerate(zip(children, plans, strict=True)):
-            if plan is None:
-                if n:
-                    time.sleep(self.rng.uniform(0.0, 0.05))
-                rc = child.kill()
-            else:
-                rc = child.wait(READY_TIMEOUT_S)
-            if rc == -signal.SIGKILL:
-                fig.kills += 1
-                if plan is not None:
-                    fig.crash_at_kills += 1
-            elif rc == 0:
-                fig.clean_exits += 1
-            else:
-                fig.anomaly("child_errors", f"{child.name} exited {rc}: {child.stderr_tail()}")
+        try:
+            for child in children:
+                child.wait_for_line("R")
+            if None in plans:
+                time.sleep(self.rng.uniform(0.0, self.max_delay))
+            for n, (child, plan) in enumerate(zip(children, plans, strict=True)):
+                if plan is None:
+                    if n:
+                        time.sleep(self.rng.uniform(0.0, 0.05))
+                    rc = child.kill()
+                else:
+                    rc = child.wait(READY_TIMEOUT_S)
+                if rc == -signal.SIGKILL:
+                    fig.kills += 1
+                    if plan is not None:
+                        fig.crash_at_kills += 1
+                elif rc == 0:
+                    fig.clean_exits += 1
+                else:
+                    fig.anomaly("child_errors", f"{child.name} exited {rc}: {child.stderr_tail()}")
+        finally:  # never leave a producer running (it would fill the disk)
+            for child in children:
+                child.kill()
         if two:
             fig.double_kills += 1
         self._recover_and_check(children, fig.cycles % self.reboot_every == 0)

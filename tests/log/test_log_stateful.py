@@ -488,7 +488,7 @@ class LogMachine(RuleBasedStateMachine):
 
 SOAK = os.environ.get("HYPOTHESIS_PROFILE") == "soak"
 LogMachine.TestCase.settings = settings(
-    max_examples=1500 if SOAK else 80,
+    max_examples=1500 if SOAK else 60,
     stateful_step_count=120 if SOAK else 60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

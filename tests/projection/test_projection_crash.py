@@ -79,6 +79,7 @@ def test_kill9_mid_batch_25_cycles(data: Path, workers: Workers, producer: Produ
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(4 * 3600)
 def test_kill9_mid_batch_soak(data: Path, workers: Workers, producer: Producer) -> None:
     cycles = int(os.environ.get("EVENTLANE_SOAK_CYCLES", "1000"))
     t0 = time.monotonic()

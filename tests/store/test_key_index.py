@@ -190,16 +190,17 @@ def test_wrong_rows_that_pass_the_open_checks_are_caught_by_reads(data: Path) ->
 
 
 def test_wrong_rows_never_fool_the_version_check(data: Path) -> None:
-    """An index whose last row for c7 names c7's previous record: a save that expects the
-    older version must still be refused, and the right one accepted."""
+    """An index that lost c7's first row and renumbered the rest (meta data fixed, so the
+    open checks pass) claims c7 is at version EVENTS - 1. A save expecting that version
+    would fork the history; the version check reads c7's last record, sees version EVENTS,
+    rebuilds the index and refuses it. The right save is accepted."""
     with make_app(data) as app:
         partition = app.store.partition_of(TOPIC, "c7")
     path = index_files(data)[partition]
-    _tamper_consistently(
-        path, "UPDATE entries SET offset = offset - 1 WHERE key = ? AND seq = ?", b"c7", EVENTS
-    )
+    _tamper_consistently(path, "DELETE FROM entries WHERE key = ? AND seq = 1", b"c7")
+    _tamper_consistently(path, "UPDATE entries SET seq = seq - 1 WHERE key = ?", b"c7")
     with make_app(data) as app:
-        # A save expecting version EVENTS - 1 (what the index now suggests): a conflict.
+        assert app.store.index(TOPIC, partition, "stream").head(b"c7") == EVENTS - 1
         envelope = Envelope(Incremented(1), "c7", EVENTS)
         with pytest.raises(ConcurrencyError) as info:
             app.store.append(TOPIC, "c7", EVENTS - 1, [envelope])

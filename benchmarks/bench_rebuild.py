@@ -1,0 +1,188 @@
+"""Spark rebuild against the single-process local engine, on an invoicing history.
+
+History: ``--events`` events (default 1M) of the invoicing example app
+(``example_apps.invoicing:app``) on topic ``invoices`` (``--partitions``, default 8):
+per invoice an ``InvoiceIssued`` (20k customers shared by every partition), then usually a
+``PaymentRecorded``, sometimes an ``InvoiceVoided``. Written straight to the log with the
+app's codec (as the event store lays them out), page cache warm.
+
+Projection rebuilt: ``customer_balances`` (two tables; ``customer_balances`` is written from
+every partition and merges by its declared rule ``sum``; ``invoice_owners`` is per invoice).
+Both engines run the projector's own handlers through ``BatchApplier``.
+
+Phases (each a fresh SparkSession; session start is never inside a figure):
+
+* A, ``local[2]``: each round runs ``local`` (the local engine, the baseline), then
+  ``spark2`` (the Spark engine); both results are checked equal (table checksums) once.
+* B, ``local[1]``: each round runs ``local`` again, then ``spark1``.
+
+Figures: events/s of each; ``spark2 / local`` per round (target >= 1.3); ``spark2 / spark1``
+from the phase medians (target >= 1.6); SparkSession start (cold JVM, and a restart with
+the JVM up); rows/s of the final SQLite write (the merge of the partials into the output,
+``merge rows / merge seconds``, in ``spark2`` runs).
+
+    .venv/bin/python benchmarks/bench_rebuild.py [--quick] [--runs 5] [--events N] [--json]
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch_dir
+
+from example_apps.invoicing.app import app as invoicing_app
+from example_apps.invoicing.events import InvoiceIssued, InvoiceVoided, PaymentRecorded
+from framework.codec import Envelope
+from framework.log import LogStore, Producer, ProducerRecord
+from framework.replay.checksum import compare, file_checksums
+from framework.replay.rebuild import RebuildResult, rebuild
+from framework.replay.session import spark_session
+
+APP = invoicing_app
+PROJECTION = "customer_balances"
+TOPIC = "invoices"
+
+
+def generate(data: Path, events: int, partitions: int, seed: int = 11) -> int:
+    """Append about ``events`` invoice events; return how many."""
+    log = LogStore(data)
+    log.create_topic(TOPIC, partitions, {"retention_ms": -1}, exist_ok=True)
+    with APP.open(log, create_topics=False) as runtime:
+        codec = runtime.codec
+        rnd = random.Random(seed)
+        producer = Producer(log)
+        customers = [f"customer-{i:06d}" for i in range(20_000)]
+        t0 = datetime(2024, 1, 1, tzinfo=UTC)
+        written, n, chunk = 0, 0, []
+        while written < events:
+            n += 1
+            inv = f"invoice-{n:08d}"
+            amount = rnd.randint(100, 100_000)
+            stream: list[Any] = [InvoiceIssued(f"order-{n:08d}", rnd.choice(customers), amount)]
+            roll = rnd.random()
+            if roll < 0.7:
+                stream.append(PaymentRecorded(amount if rnd.random() < 0.8 else amount // 2))
+            elif roll < 0.8:
+                stream.append(InvoiceVoided("customer changed mind"))
+            for version, event in enumerate(stream, 1):
+                env = Envelope(
+                    event,
+                    inv,
+                    version,
+                    event_id=uuid.UUID(int=rnd.getrandbits(128)),
+                    timestamp=t0 + timedelta(seconds=n, milliseconds=version),
+                )
+                key, value, headers = codec.encode(env)
+                chunk.append(ProducerRecord(key, value, tuple(headers)))
+            written += len(stream)
+            if len(chunk) >= 50_000:
+                producer.send_batch(TOPIC, chunk)
+                chunk = []
+        if chunk:
+            producer.send_batch(TOPIC, chunk)
+    log.close()
+    return written
+
+
+def main() -> None:
+    p = parser(__doc__ or "")
+    p.add_argument("--events", type=int, default=None, help="history size (default 1M)")
+    p.add_argument("--partitions", type=int, default=8)
+    args = p.parse_args()
+    quiet_logs()
+    events = args.events or (100_000 if args.quick else 1_000_000)
+    bench: Bench = bench_from_args(__file__, args)
+    with scratch_dir(args.tmp, "bench-rebuild-") as root:
+        data = root / "data"
+        t0 = time.perf_counter()
+        count = generate(data, events, args.partitions)
+        bench.notes.append(
+            f"history: {count:,} events on {args.partitions} partitions, generated in"
+            f" {time.perf_counter() - t0:.1f}s"
+        )
+        runtime = APP.open(data, create_topics=False)
+        merges: list[float] = []
+
+        def local() -> float:
+            r = rebuild(runtime, PROJECTION, engine="local", output=root / "local.sqlite")
+            return r.events_per_second
+
+        def spark_run(name: str, session: Any) -> float:
+            r: RebuildResult = rebuild(
+                runtime, PROJECTION, engine="spark", spark=session, output=root / f"{name}.sqlite"
+            )
+            if name == "spark2" and r.merge is not None and r.merge.seconds > 0:
+                merges.append(r.merge.rows / r.merge.seconds)
+                bench.record("merge_rows_per_s", r.merge.rows / r.merge.seconds)
+            return r.events_per_second
+
+        # ---- phase A: local[2]
+        t0 = time.perf_counter()
+        spark = spark_session("local[2]", {"spark.driver.memory": "1g"})
+        spark.range(1).count()
+        bench.record("session_cold_s", time.perf_counter() - t0)
+        spark_run("spark2", spark)  # warm-up: Python workers, imports
+        local()
+        same = compare(
+            file_checksums(root / "local.sqlite"), file_checksums(root / "spark2.sqlite")
+        )
+        assert all(d.equal for d in same), [d for d in same if not d.equal]
+        bench.notes.append("spark2 result == local result, table by table (checked once)")
+        for i in range(bench.runs):
+            a = local()
+            b = spark_run("spark2", spark)
+            bench.record("local_a", a)
+            bench.record("spark2", b)
+            bench.record("speedup_2_vs_local", b / a)
+            print(f"  A round {i + 1}: local {a:,.0f} ev/s, spark2 {b:,.0f} ev/s", flush=True)
+        spark.stop()
+
+        # ---- phase B: local[1]
+        t0 = time.perf_counter()
+        spark = spark_session("local[1]", {"spark.driver.memory": "1g"})
+        spark.range(1).count()
+        bench.record("session_warm_s", time.perf_counter() - t0)
+        spark_run("spark1", spark)
+        for i in range(bench.runs):
+            a = local()
+            b = spark_run("spark1", spark)
+            bench.record("local_b", a)
+            bench.record("spark1", b)
+            print(f"  B round {i + 1}: local {a:,.0f} ev/s, spark1 {b:,.0f} ev/s", flush=True)
+        spark.stop()
+        runtime.close()
+
+    s2 = statistics.median(bench.series["spark2"])
+    s1 = statistics.median(bench.series["spark1"])
+    bench.record("speedup_2_vs_1", s2 / s1)
+    bench.add("local engine (phase A)", "ev/s", "local_a")
+    bench.add("spark local[2] rebuild", "ev/s", "spark2", baseline="local_a")
+    bench.add(
+        "spark local[2] / local engine, per round",
+        "x",
+        "speedup_2_vs_local",
+        target=Target(">=", 1.3),
+    )
+    bench.add("local engine (phase B)", "ev/s", "local_b")
+    bench.add("spark local[1] rebuild", "ev/s", "spark1", baseline="local_b")
+    bench.add(
+        "spark local[2] / local[1] (phase medians)",
+        "x",
+        "speedup_2_vs_1",
+        target=Target(">=", 1.6),
+        note="one value: median spark2 / median spark1",
+    )
+    bench.add("SparkSession start, cold JVM (n=1)", "s", "session_cold_s")
+    bench.add("SparkSession restart, JVM up (n=1)", "s", "session_warm_s")
+    bench.add("final SQLite write (merge of partials)", "rows/s", "merge_rows_per_s")
+    bench.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -290,3 +290,11 @@ def rebuild_command(
             )
     if not ok:
         raise click.exceptions.Exit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover - the spark-submit entry (docs/spark.md)
+    import sys
+
+    from framework.cli import main
+
+    main(["rebuild", *sys.argv[1:]])

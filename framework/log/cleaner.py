@@ -32,7 +32,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, Final, NamedTuple, cast
 
 import orjson
 import structlog
@@ -40,13 +40,14 @@ import structlog
 from framework.errors import CorruptRecordError
 from framework.log.batch import (
     HEADER_SIZE,
+    NATIVE,
     BatchHeader,
     batch_crc_ok,
     decode_records,
     encode_batch,
 )
 from framework.log.files import fsync_dir, write_atomic
-from framework.log.record import Record
+from framework.log.record import Header, Record
 from framework.log.retention import cleaner_lock
 from framework.log.segment import (
     OFFSET_ENTRY,
@@ -139,18 +140,31 @@ def _apply_group(directory: Path, base: int, replaces: Sequence[int]) -> None:
                 path.unlink()
 
 
+# The cleaner decodes records into plain tuples (fields in ``Record`` order) where the native
+# decoder builds them: the cyclic GC untracks a plain tuple of atomic fields the first time it
+# sees it, but never a NamedTuple instance, so a segment's worth of ``Record`` objects makes
+# every collection slower (about 2x the cost of the decode itself). The pure-Python decoder
+# needs a class it can call, so the fallback keeps ``Record``; both are read by index.
+_DECODE_AS: type = tuple if NATIVE else Record
+_Fields = tuple[str, int, int, int, int, bytes | None, bytes | None, tuple[Header, ...]]
+"""A decoded record as the cleaner holds it: ``Record``'s fields, in its order."""
+_OFFSET_AT: Final = 2
+_TIMESTAMP_AT: Final = 3
+_KEY_AT: Final = 5
+_VALUE_AT: Final = 6
+_HEADERS_AT: Final = 7
+_KEY = operator.itemgetter(_KEY_AT)
+_VALUE = operator.itemgetter(_VALUE_AT)
+_OFFSET = operator.itemgetter(_OFFSET_AT)
+_TIMESTAMP = operator.itemgetter(_TIMESTAMP_AT)
+
+
 class _Batch(NamedTuple):
     """One stored batch as the cleaner sees it: header, exact bytes (CRC-checked), records."""
 
     header: BatchHeader
     raw: bytes
-    records: list[Record]
-
-
-_KEY = operator.attrgetter("key")
-_VALUE = operator.attrgetter("value")
-_OFFSET = operator.attrgetter("offset")
-_TIMESTAMP = operator.attrgetter("timestamp")
+    records: Sequence[_Fields]
 
 
 def _iter_batches(partition: Partition, base: int, end_offset: int) -> Iterator[_Batch]:
@@ -196,14 +210,14 @@ def _iter_batches(partition: Partition, base: int, end_offset: int) -> Iterator[
                 partition.topic,
                 partition.partition,
                 0,
-                Record,
+                _DECODE_AS,
             )
             yield _Batch(h, raw, records)
     finally:
         os.close(fd)
 
 
-def _key_ids(records: Sequence[Record]) -> list[bytes] | None:
+def _key_ids(records: Sequence[_Fields]) -> list[bytes] | None:
     """``key_id`` of every record's key, or ``None`` if some record has no key.
 
     Runs without a Python-level step per record when keys are short (the common case).
@@ -278,8 +292,8 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
                 last.update(zip(ids, map(_OFFSET, records), strict=True))
                 continue
             for r in records:  # a keyless record (written before the topic compacted)
-                if r.key is not None:
-                    last[key_id(r.key)] = r.offset
+                if r[_KEY_AT] is not None:
+                    last[key_id(r[_KEY_AT])] = r[_OFFSET_AT]
     # Pass 2: write cleaned groups.
     horizon = now - cfg.delete_retention_ms
     groups = plan_groups(cleanable, cfg.segment_bytes)
@@ -353,9 +367,12 @@ def _write_cleaned(
                 else:
                     raw = encode_batch(
                         base_offset,
-                        [(r.key, r.value, r.headers, r.timestamp) for r in kept],
+                        [
+                            (r[_KEY_AT], r[_VALUE_AT], r[_HEADERS_AT], r[_TIMESTAMP_AT])
+                            for r in kept
+                        ],
                         timestamp_type=batch.header.timestamp_type,
-                        offset_deltas=[r.offset - base_offset for r in kept],
+                        offset_deltas=[r[_OFFSET_AT] - base_offset for r in kept],
                         last_offset_delta=batch.header.last_offset_delta,
                     )
                 if (
@@ -379,7 +396,7 @@ def _write_cleaned(
     return kept_count, position
 
 
-def _kept(records: list[Record], last: dict[bytes, int], horizon: int) -> list[Record]:
+def _kept(records: Sequence[_Fields], last: dict[bytes, int], horizon: int) -> Sequence[_Fields]:
     """The records of one batch that compaction keeps, in order.
 
     A record is kept iff it is the last one of its key (``last``) and is not a tombstone
@@ -391,9 +408,9 @@ def _kept(records: list[Record], last: dict[bytes, int], horizon: int) -> list[R
         return [
             r
             for r in records
-            if r.key is not None
-            and last.get(key_id(r.key)) == r.offset
-            and not (r.value is None and r.timestamp < horizon)
+            if r[_KEY_AT] is not None
+            and last.get(key_id(r[_KEY_AT])) == r[_OFFSET_AT]
+            and not (r[_VALUE_AT] is None and r[_TIMESTAMP_AT] < horizon)
         ]
     flags = list(map(operator.eq, map(last.get, ids), map(_OFFSET, records)))
     if flags.count(True) == len(records):

@@ -3,7 +3,8 @@
 Defaults (every one can be overridden by passing the ``spark.*`` key in ``conf``):
 
 ========================================  ===========================================
-``spark.master``                          ``local[*]`` (``master=`` overrides)
+``spark.master``                          ``local[*]`` (``master=`` overrides; under
+                                          ``spark-submit``, its ``--master``)
 ``spark.ui.enabled``                      ``false``
 ``spark.driver.memory``                   ``1g`` (records never reach the driver)
 ``spark.sql.shuffle.partitions``          twice the local cores (4 on 2 cores)
@@ -124,10 +125,12 @@ def spark_session(
     settings.update(conf or {})
     if master is not None:
         settings["spark.master"] = master
-    settings.setdefault("spark.master", os.environ.get("SPARK_MASTER", "local[*]"))
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: its --master rules
+    if not submitted:
+        settings.setdefault("spark.master", os.environ.get("SPARK_MASTER", "local[*]"))
     if app_name is not None:
         settings["spark.app.name"] = app_name
-    chosen = settings["spark.master"]
+    chosen = settings.get("spark.master", "")
     if is_local(chosen):
         prepare_local_environment()
         settings.setdefault("spark.sql.shuffle.partitions", str(2 * _local_cores(chosen)))

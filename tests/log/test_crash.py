@@ -79,13 +79,13 @@ def test_kill_during_compaction(tmp_path: Path) -> None:
     """Kill a process compacting a topic of many segments: at each early step of the journal
     and the swap in turn, at random storage calls, and after random delays."""
     loop = procs.CompactionCrashLoop(tmp_path, seed=SEED)
-    figures = loop.run(10)
+    figures = loop.run(8)
     _assert_clean(figures)
-    assert figures.kills >= 5
+    assert figures.kills >= 4
     assert figures.phases.get("mid-swap (layout odd)", 0) >= 1, figures.phases
     assert figures.phases.get("inside a state write (seqlock left odd)", 0) >= 1, figures.phases
-    assert figures.reboots >= 3
-    assert loop.completed >= 3, "uninterrupted compactions completed between the kills"
+    assert figures.reboots >= 2
+    assert loop.completed >= 2, "uninterrupted compactions completed between the kills"
 
 
 @pytest.mark.timeout(300)
@@ -107,11 +107,11 @@ def test_compactions_killed_back_to_back(tmp_path: Path) -> None:
 def test_kill_during_retention(tmp_path: Path) -> None:
     """Kill a process applying size retention to a topic of many small segments."""
     loop = procs.RetentionCrashLoop(tmp_path, seed=SEED, partitions=1)
-    figures = loop.run(10)
+    figures = loop.run(8)
     _assert_clean(figures)
-    assert figures.kills >= 5
+    assert figures.kills >= 4
     assert figures.phases.get("LWM published, segments being unlinked", 0) >= 1, figures.phases
-    assert figures.reboots >= 3
+    assert figures.reboots >= 2
 
 
 @pytest.mark.soak

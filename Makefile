@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml setup.py
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/eventlane demo log --data ./demo-data
+	$(BIN)/eventlane demo invoicing --data ./demo-data
 
 lint: $(STAMP)
 	$(BIN)/ruff check framework tests benchmarks example_apps

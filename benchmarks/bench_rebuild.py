@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch_dir
 
 from example_apps.invoicing.app import app as invoicing_app
@@ -90,6 +91,20 @@ def generate(data: Path, events: int, partitions: int, seed: int = 11) -> int:
     return written
 
 
+def tree_cpu() -> float:
+    """CPU seconds (user + system) of this process and all its descendants so far: the
+    driver, the JVM it started, the JVM's Python workers."""
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--events", type=int, default=None, help="history size (default 1M)")
@@ -110,13 +125,17 @@ def main() -> None:
         merges: list[float] = []
 
         def local() -> float:
+            c0 = tree_cpu()
             r = rebuild(runtime, PROJECTION, engine="local", output=root / "local.sqlite")
+            bench.record("cpu_us_per_event_local", (tree_cpu() - c0) / count * 1e6)
             return r.events_per_second
 
         def spark_run(name: str, session: Any) -> float:
+            c0 = tree_cpu()
             r: RebuildResult = rebuild(
                 runtime, PROJECTION, engine="spark", spark=session, output=root / f"{name}.sqlite"
             )
+            bench.record(f"cpu_us_per_event_{name}", (tree_cpu() - c0) / count * 1e6)
             if name == "spark2" and r.merge is not None and r.merge.seconds > 0:
                 merges.append(r.merge.rows / r.merge.seconds)
                 bench.record("merge_rows_per_s", r.merge.rows / r.merge.seconds)
@@ -181,6 +200,20 @@ def main() -> None:
     bench.add("SparkSession start, cold JVM (n=1)", "s", "session_cold_s")
     bench.add("SparkSession restart, JVM up (n=1)", "s", "session_warm_s")
     bench.add("final SQLite write (merge of partials)", "rows/s", "merge_rows_per_s")
+    bench.add("CPU per event, local engine", "us", "cpu_us_per_event_local")
+    bench.add(
+        "CPU per event, spark local[2] (all processes)",
+        "us",
+        "cpu_us_per_event_spark2",
+        baseline="cpu_us_per_event_local",
+        note="driver + JVM + Python workers; ratio = Spark's extra CPU per event",
+    )
+    local_cpu = statistics.median(bench.series["cpu_us_per_event_local"])
+    spark_cpu = statistics.median(bench.series["cpu_us_per_event_spark2"])
+    bench.notes.append(
+        f"CPU-bound ceiling on 2 idle cores: 2 x {local_cpu:.1f} / {spark_cpu:.1f} ="
+        f" {2 * local_cpu / spark_cpu:.2f}x the local engine (if both cores were free)"
+    )
     bench.finish()
 
 

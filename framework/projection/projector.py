@@ -183,6 +183,9 @@ class Projector:
     """Keep per-key order: park later events of a key behind a dead-lettered one."""
     handler_attempts: ClassVar[int] = 3
     """Tries per event before it is dead-lettered."""
+    state_per_key: ClassVar[bool] = False
+    """Every row belongs to one aggregate (key): a parallel rebuild may split a partition
+    into key groups (more tasks than partitions); see :mod:`framework.replay`."""
 
     _handlers: ClassVar[Mapping[type[DomainEvent], Callable[..., None]]] = {}
 

@@ -60,6 +60,8 @@ def _warn_old_sqlite() -> None:
             " process",
             sqlite_version=sqlite3.sqlite_version,
         )
+        # Once per process tree: worker processes and Spark tasks inherit the marker.
+        os.environ["EVENTLANE_SQLITE_WARNED"] = "1"
 
 
 def readmodel_path(data_dir: Path, name: str) -> Path:

@@ -142,7 +142,7 @@ def rebuild(
         out.parent.mkdir(parents=True, exist_ok=True)
         pinned = dict(end) if end is not None else end_vector(log_, cls.topics)
         ranges = plan_ranges(log_, cls.topics, end=pinned)
-        per_key = bool(getattr(cls, "state_per_key", False))
+        per_key = cls.state_per_key
         if key_groups is not None and key_groups > 1 and not per_key:
             raise ConfigError(
                 f"key_groups needs a projector whose state is per key; {cls.__qualname__}"

@@ -64,3 +64,16 @@ def m001_create_orders(db: Database) -> None:
         ) WITHOUT ROWID"""
     )
     db.execute("CREATE INDEX IF NOT EXISTS orders_status ON orders (status)")
+
+
+@orders_by_status()
+def m002_track_order_lines(db: Database) -> None:
+    """Keep each open line's total so a removed line's amount can be taken off exactly."""
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS order_lines (
+            order_id TEXT NOT NULL,
+            sku TEXT NOT NULL,
+            total_cents INTEGER NOT NULL,
+            PRIMARY KEY (order_id, sku)
+        ) WITHOUT ROWID"""
+    )

@@ -244,6 +244,8 @@ def _print_summary(console: Console, summary: dict[str, Any]) -> None:
             "identical ✓" if rebuilt.get("identical") else "DIFFERENT ✗",
         )
         if "events" in rebuilt:
-            table.add_row("Spark rebuild (session start excluded)",
-                          f"{rebuilt['events']:,} events in {rebuilt['rebuild_s']:.1f} s")
+            table.add_row(
+                "Spark rebuild (session start excluded)",
+                f"{rebuilt['events']:,} events in {rebuilt['rebuild_s']:.1f} s",
+            )
     console.print(table)

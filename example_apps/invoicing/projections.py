@@ -134,6 +134,10 @@ class OrdersByStatus(Projector):
             "INSERT INTO orders VALUES (?, ?, 'placed', ?, ?)",
             (ctx.aggregate_id, event.customer_id, total, len(event.lines)),
         )
+        ctx.db.conn.executemany(
+            "INSERT INTO order_lines VALUES (?, ?, ?)",
+            [(ctx.aggregate_id, line.sku, line.total_cents) for line in event.lines],
+        )
 
     @handles(OrderLineAdded)
     def line_added(self, event: OrderLineAdded, ctx: EventContext) -> None:
@@ -141,13 +145,21 @@ class OrdersByStatus(Projector):
             "UPDATE orders SET total_cents = total_cents + ?, lines = lines + 1 WHERE order_id = ?",
             (event.line.total_cents, ctx.aggregate_id),
         )
+        ctx.db.execute(
+            "INSERT INTO order_lines VALUES (?, ?, ?)",
+            (ctx.aggregate_id, event.line.sku, event.line.total_cents),
+        )
 
     @handles(OrderLineRemoved)
     def line_removed(self, event: OrderLineRemoved, ctx: EventContext) -> None:
-        # The removed line's price is in the order's history, not in the event: the order's
-        # confirmed total (below) is authoritative; here only the line count changes.
         ctx.db.execute(
-            "UPDATE orders SET lines = lines - 1 WHERE order_id = ?", (ctx.aggregate_id,)
+            "UPDATE orders SET lines = lines - 1, total_cents = total_cents - (SELECT"
+            " total_cents FROM order_lines WHERE order_id = ? AND sku = ?) WHERE order_id = ?",
+            (ctx.aggregate_id, event.sku, ctx.aggregate_id),
+        )
+        ctx.db.execute(
+            "DELETE FROM order_lines WHERE order_id = ? AND sku = ?",
+            (ctx.aggregate_id, event.sku),
         )
 
     @handles(OrderConfirmed)

@@ -3,7 +3,8 @@
 Files, beside the read model in ``<data>/readmodels/``::
 
     <name>.pause              present while a pause is requested: JSON {"token", "requested_ms",
-                              "pid"}; written atomically (temp file + rename)
+                              "expires_ms", "pid", "host"}; written atomically (temp file +
+                              rename)
     <name>.pause-acks/<member id>
                               the token, written by a worker once it is paused
 
@@ -23,6 +24,11 @@ Protocol (a hand-off, :mod:`framework.replay.handoff`, is the requester):
 
 A worker also reopens the file whenever the path's inode differs from the one it opened
 (a replacement it did not pause for), so no worker can keep writing a replaced file.
+
+A requester that dies cannot leave the workers paused for ever: a pause whose requester
+process is gone (same host) or whose ``expires_ms`` has passed counts as lifted. Lifting a
+pause early is safe: a worker writing the old file makes the swap refuse (the file is
+open), and a file already swapped is reopened.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -50,15 +57,19 @@ class PauseControl:
 
     # ------------------------------------------------------------------ worker side
     def requested(self) -> str | None:
-        """The token of the pause in force, or ``None``."""
+        """The token of the pause in force, or ``None`` (no pause, or a stale one)."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
         try:
-            return str(orjson.loads(raw)["token"])
+            body = orjson.loads(raw)
+            token = str(body["token"])
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            return "?"  # a pause file we cannot read is still a pause
+            return "?"  # a pause file being replaced, or unreadable: still a pause
+        if _stale(body):
+            return None
+        return token
 
     def ack(self, member_id: str, token: str) -> None:
         self.acks.mkdir(parents=True, exist_ok=True)
@@ -68,11 +79,18 @@ class PauseControl:
         (self.acks / member_id).unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ requester side
-    def request(self) -> str:
-        """Request a pause; return its token."""
+    def request(self, expires_in: float = 600.0) -> str:
+        """Request a pause that lapses after ``expires_in`` seconds; return its token."""
         token = secrets.token_hex(8)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = {"token": token, "requested_ms": int(time.time() * 1000), "pid": os.getpid()}
+        now_ms = int(time.time() * 1000)
+        body = {
+            "token": token,
+            "requested_ms": now_ms,
+            "expires_ms": now_ms + int(expires_in * 1000),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        }
         write_atomic(self.path, orjson.dumps(body))
         return token
 
@@ -98,3 +116,19 @@ class PauseControl:
         """End the pause (workers reopen the read model and go on)."""
         self.path.unlink(missing_ok=True)
         shutil.rmtree(self.acks, ignore_errors=True)
+
+
+def _stale(body: dict[str, object]) -> bool:
+    """Whether a pause has lapsed or its requester (on this host) is gone."""
+    expires = body.get("expires_ms")
+    if isinstance(expires, int) and time.time() * 1000 > expires:
+        return True
+    pid = body.get("pid")
+    if body.get("host") == socket.gethostname() and isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False

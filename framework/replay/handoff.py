@@ -231,7 +231,7 @@ def rebuild_and_swap(
             if n < catch_up_records:
                 break
         progress.phase("pause")
-        token = control.request()
+        token = control.request(expires_in=2 * pause_timeout + 300)
         paused = True
         t_pause = time.monotonic()
         members = wait_for_pause(runtime.log, control, projection, token, pause_timeout)

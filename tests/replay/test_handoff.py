@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
+import orjson
 import pytest
+from click.testing import CliRunner
 
+from framework.cli import main
 from framework.errors import ReplayError
 from framework.projection import ReadModelView, readmodel_path
 from framework.projection.pause import PauseControl
 from framework.replay.handoff import rebuild_and_swap, shadow_path, swap_file
 from tests.replay import replay_app
-from tests.replay.conftest import Procs, expected_markers, make_history, rows
+from tests.replay.conftest import APP, Procs, expected_markers, make_history, rows
 
 
 def positions(data: Path) -> dict[object, int]:
@@ -91,3 +95,41 @@ def test_swap_refuses_a_file_another_connection_keeps_open(tmp_path: Path) -> No
     swap_file(live, shadow, timeout=5)
     assert rows(live, "SELECT v FROM t") == [("new",)] and not shadow.exists()
     assert not Path(f"{live}-wal").exists() or Path(f"{live}-wal").stat().st_size == 0
+
+
+def test_cli_swap(tmp_path: Path) -> None:
+    gen = make_history(tmp_path / "data", 200)
+    args = ["rebuild", APP, "-p", "sales", "--engine", "local", "--data", str(gen.data)]
+    runner = CliRunner()
+    bad = runner.invoke(main, [*args, "--swap", "--output", str(tmp_path / "x.sqlite")])
+    assert bad.exit_code == 2 and "exclude each other" in bad.output
+    done = runner.invoke(main, [*args, "--swap", "--verify", "--json"])
+    assert done.exit_code == 0, done.output
+    body = orjson.loads(done.stdout)
+    assert body["handoff"]["members"] == [] and body["rebuild"]["engine"] == "local"
+    live = readmodel_path(gen.data, "sales")
+    assert set(rows(live, "SELECT topic, partition, offset FROM applied")) == expected_markers(
+        gen.data
+    )
+    # a second rebuild verifies against the swapped-in model, which now stands at E
+    again = runner.invoke(main, [*args, "--output", str(tmp_path / "y.sqlite"), "--verify"])
+    assert again.exit_code == 0, again.output
+    assert "DIFFERENT" not in again.stdout and "equal" in again.stdout
+
+
+def test_a_pause_whose_requester_died_or_expired_is_lifted(tmp_path: Path) -> None:
+    control = PauseControl(tmp_path, "sales")
+    assert control.requested() is None
+    token = control.request(expires_in=60)
+    assert control.requested() == token
+    body = orjson.loads(control.path.read_bytes())
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    control.path.write_bytes(orjson.dumps({**body, "pid": dead.pid}))
+    assert control.requested() is None  # the requester is gone: workers go on
+    control.path.write_bytes(orjson.dumps({**body, "expires_ms": body["requested_ms"] - 1}))
+    assert control.requested() is None  # lapsed
+    control.ack("member-1", token)
+    assert control.acked(token) == {"member-1"}
+    control.resume()
+    assert not control.path.exists() and control.acked(token) == set()

@@ -6,7 +6,9 @@ Every equality here is table by table, by content checksum (``framework.replay.c
 
 from __future__ import annotations
 
+import doctest
 import gc
+import importlib
 import os
 import signal
 import sys
@@ -144,6 +146,12 @@ def test_data_source_offsets_and_splits(spark: Any, history: GeneratedLog) -> No
         (r["partition"], r["offset"]) for r in sliced.select("partition", "offset").collect()
     )
     assert got == [(0, o) for o in range(10, 20)] + [(1, o) for o in range(7)] + [(2, 5)]
+
+
+@pytest.mark.parametrize("module", ["framework.replay.datasource", "framework.replay.typed"])
+def test_docstring_examples(module: str) -> None:
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_reader_pins_the_end_when_planned(history: GeneratedLog, tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ class _Bar:
             TextColumn("[bold]{task.fields[phase]:<9}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("partitions"),
+            TextColumn("tasks"),
             TextColumn("{task.fields[records]:>12,} records"),
             TimeElapsedColumn(),
             console=stderr_console(),
@@ -293,8 +293,7 @@ def rebuild_command(
 
 
 if __name__ == "__main__":  # pragma: no cover - the spark-submit entry (docs/spark.md)
+    import importlib
     import sys
 
-    from framework.cli import main
-
-    main(["rebuild", *sys.argv[1:]])
+    importlib.import_module("framework.cli").main(["rebuild", *sys.argv[1:]])

@@ -45,7 +45,7 @@ import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import structlog
 
@@ -264,7 +264,7 @@ class Partial(NamedTuple):
 class MergeStats(NamedTuple):
     partials: int
     rows: int
-    """Rows read from the partials into the merged tables."""
+    """Rows of the partials inserted into, or merged with, the output's tables."""
     seconds: float
 
 
@@ -366,9 +366,7 @@ class _Merger:
 
     def _table(self, t: TableInfo, partial: Partial) -> int:
         conn = self.conn
-        count_row = conn.execute(f"SELECT count(*) FROM ({self._source(t)})").fetchone()
-        rows = int(count_row[0])
-        if rows == 0:
+        if conn.execute(f"SELECT 1 FROM part.{_q(t.name)} LIMIT 1").fetchone() is None:
             return 0
         rule = self.rules.get(t.name)
         cols = ", ".join(_q(c) for c in t.columns)
@@ -379,10 +377,9 @@ class _Merger:
             if t.name in self.seeded:
                 self._replace_seeds(t, partial)
             try:
-                conn.execute(insert)
+                return int(conn.execute(insert).rowcount)
             except sqlite3.IntegrityError as exc:
                 self._conflict(t, partial, exc)
-            return rows
         for c in t.columns:
             if c not in t.key and rule.row_by is None and (rule.column_rule(c) or "same") == "same":
                 self._check_same(t, c, partial)
@@ -397,10 +394,9 @@ class _Merger:
             action = "DO NOTHING"
         keys = ", ".join(_q(k) for k in t.key)
         try:
-            conn.execute(f"{insert} ON CONFLICT ({keys}) {action}")
+            return int(conn.execute(f"{insert} ON CONFLICT ({keys}) {action}").rowcount)
         except sqlite3.IntegrityError as exc:
             self._conflict(t, partial, exc, skip_key=True)
-        return rows
 
     def _replace_seeds(self, t: TableInfo, partial: Partial) -> None:
         """No rule: a seeded row one partial changed replaces the seed; a second change of
@@ -450,7 +446,7 @@ class _Merger:
 
     def _conflict(
         self, t: TableInfo, partial: Partial, exc: sqlite3.IntegrityError, skip_key: bool = False
-    ) -> None:
+    ) -> NoReturn:
         self.conn.execute("ROLLBACK")  # the diagnosis below attaches other files
         for cols in t.uniques:
             if skip_key and cols == t.key:

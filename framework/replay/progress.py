@@ -11,11 +11,12 @@ class Progress(Protocol):
     """Told what a rebuild has done; every method is called from the driver's threads."""
 
     def start(self, partitions: int, offsets: int) -> None:
-        """``partitions`` tasks will run over ``offsets`` offsets (an upper bound of the
-        records: compaction leaves gaps)."""
+        """``partitions`` tasks (one per log partition, or per partition and key group) will
+        run over ``offsets`` offsets (an upper bound of the records: compaction leaves
+        gaps)."""
 
     def update(self, partitions_done: int, records_done: int) -> None:
-        """Totals so far (not increments)."""
+        """Totals so far (tasks finished, records read), not increments."""
 
     def phase(self, name: str) -> None:
         """A new phase started: ``replay``, ``merge``, ``catch-up``, ``pause``, ``swap``."""

@@ -106,7 +106,8 @@ def plan_ranges(
     end: Mapping[TopicPartition, int] | None = None,
 ) -> list[OffsetRange]:
     """One range per partition of ``topics``: from ``start`` (default: the low-water mark)
-    to ``end`` (default: the high-water mark now). Ordered by topic, then partition.
+    to ``end`` (default: the high-water mark now). Ordered by topic, then partition. With
+    ``end``, exactly its partitions are planned (a partition added since is not).
 
     An explicit start below the low-water mark, or an end above the high-water mark, is a
     :class:`~framework.errors.ConfigError` naming the partition.
@@ -119,6 +120,8 @@ def plan_ranges(
             continue
         for p in range(log.partition_count(topic)):
             tp = TopicPartition(topic, p)
+            if end is not None and tp not in ends:
+                continue
             marks = log.offsets(topic, p)
             hi = ends.get(tp, marks.hwm)
             lo = starts.get(tp, marks.lwm)

@@ -148,7 +148,16 @@ def rebuild(
                 f"key_groups needs a projector whose state is per key; {cls.__qualname__}"
                 " does not declare state_per_key = True"
             )
-        progress.start(len(ranges), sum(r.size for r in ranges))
+        offsets = sum(r.size for r in ranges)
+        session = None
+        groups = 1
+        if engine == "spark":
+            # pyspark is an optional extra: imported only for this engine
+            from framework.replay.session import spark_session  # noqa: PLC0415
+
+            session = spark or spark_session(master, conf)
+            groups = key_groups or (_default_groups(session, len(ranges)) if per_key else 1)
+        progress.start(len(ranges) * groups, offsets)
         progress.phase("replay")
         t0 = time.perf_counter()
         log.info(
@@ -156,7 +165,7 @@ def rebuild(
             projection=projection,
             engine=engine,
             partitions=len(ranges),
-            offsets=sum(r.size for r in ranges),
+            offsets=offsets,
         )
         try:
             if engine == "local":
@@ -168,12 +177,9 @@ def rebuild(
                 retried = 0
                 replay_seconds = time.perf_counter() - t0
             else:
-                # pyspark is an optional extra: imported only for this engine
-                from framework.replay.session import spark_session  # noqa: PLC0415
                 from framework.replay.spark import build_spark  # noqa: PLC0415
 
-                session = spark or spark_session(master, conf)
-                groups = key_groups or (_default_groups(session, len(ranges)) if per_key else 1)
+                assert session is not None
                 built = build_spark(
                     session,
                     data_dir,

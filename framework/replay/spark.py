@@ -101,6 +101,8 @@ def build_spark(
         failure: list[BaseException] = []
 
         def job() -> None:
+            if not ranges:
+                return  # no partition: nothing for Spark to do
             try:
                 results.extend(
                     _run_tasks(spark, app, projection, str(data), work, ranges, key_groups)

@@ -2,7 +2,16 @@
 
 from framework.store.application import Application
 from framework.store.event_store import EventStore
-from framework.store.key_index import KeyIndex
+from framework.store.index_check import check_key_indexes
+from framework.store.key_index import IndexReport, KeyIndex
 from framework.store.repository import Repository, snapshot_topic
 
-__all__ = ["Application", "EventStore", "KeyIndex", "Repository", "snapshot_topic"]
+__all__ = [
+    "Application",
+    "EventStore",
+    "IndexReport",
+    "KeyIndex",
+    "Repository",
+    "check_key_indexes",
+    "snapshot_topic",
+]

@@ -30,9 +30,9 @@ Invariants:
 * Every write is a compare-and-set on ``next_offset`` inside one SQLite transaction, so
   entries are added in log order exactly once. Every write, and every checkpoint SQLite
   runs on commit or close, happens with the lock file held: one writing connection at a
-  time across all processes, which is what SQLite's WAL-reset bug (versions < 3.51.3)
-  needs to stay dormant. Readers never write, except :meth:`KeyIndex.catch_up` through
-  the same lock.
+  time across all processes. SQLite's WAL-reset bug (versions < 3.51.3; this machine has
+  3.40) needs two connections writing or checkpointing at once, so it cannot trigger.
+  Readers never write, except :meth:`KeyIndex.catch_up` through the same lock.
 * The index may lag the log (a writer died between its append and its index update, or
   the file was deleted): readers overlay the unindexed tail (:meth:`KeyIndex.view`) and
   index it themselves once it is longer than :data:`READER_CATCH_UP` offsets; appenders
@@ -42,6 +42,11 @@ Invariants:
   incarnation of the partition), ``rows`` and ``checksum`` match the table, and the anchor
   record in the log has the anchor key. A failed check empties the index (it is rebuilt
   on use). :meth:`KeyIndex.verify` compares every row with the log.
+* The event store never trusts a row blindly (:mod:`framework.store.event_store`): reads
+  check each record's key and version, and the version check of an append reads the
+  stream's last record. Not caught cheaply: an index edited by hand so that it drops a
+  stream's newest rows *and* keeps ``rows``/``checksum`` consistent; ``eventlane verify``
+  reports it.
 """
 
 from __future__ import annotations
@@ -178,6 +183,7 @@ class KeyIndex:
         self.trusted_upto = -1
         """Offsets below this were indexed from the log by this object after a reset."""
         self._lock = threading.RLock()
+        self._write_depth = 0
         self._log = log.bind(topic=topic, partition=partition)
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = path.with_name(path.name.removesuffix(INDEX_SUFFIX) + LOCK_SUFFIX)
@@ -300,13 +306,20 @@ class KeyIndex:
     # ------------------------------------------------------------------ locking
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
-        """Hold the write lock: this object's threads, then every process (flock)."""
+        """Hold the write lock: this object's threads, then every process (flock). Nests:
+        only the outermost holder takes and releases the flock."""
         with self._lock:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            self._write_depth += 1
             try:
-                yield
+                if self._write_depth == 1:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    if self._write_depth == 1:
+                        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                self._write_depth -= 1
 
     def _guard(self, operation: Callable[..., T], *args: Any) -> T:
         """Run ``operation(*args)``; if SQLite finds the file corrupt, replace the file with
@@ -425,14 +438,9 @@ class KeyIndex:
     def head_at(self, key: bytes, leo: int) -> tuple[int, int] | None:
         """``(seq, offset)`` of ``key``'s last record, from an index covering exactly the
         offsets below ``leo``. Call under the partition's append lock."""
-        while True:
+        with self._writing():  # no other writer until the answer is read
             self.sync_to(leo)
-            with self._lock:
-                read: tuple[int, tuple[int, int] | None]
-                read = self._guard(self._snapshot, self._head_entry, key)
-            nxt, entry = read
-            if nxt == leo:  # else emptied meanwhile by another process: again
-                return entry
+            return self._guard(self._head_entry, key)
 
     def scan(self, start: int, upto: int, key: bytes | None = None) -> list[tuple[bytes, int]]:
         """``(key, offset)`` of the keyed records in ``[start, upto)`` read from the log
@@ -528,9 +536,10 @@ class KeyIndex:
         Call under the partition's append lock (nothing can be appended meanwhile): an index
         ending past the log (an older incarnation of the partition) is emptied first.
         """
-        if self.next_offset() > leo:
-            self.reset(f"the index ends past the log end offset {leo}")
-        self.catch_up(leo)
+        with self._writing():
+            if self._guard(self._next_offset) > leo:
+                self._guard(self._clear_now, f"the index ends past the log end offset {leo}")
+            self.catch_up(leo)
 
     def add(self, key: bytes, first_seq: int, offsets: list[int], next_offset: int) -> bool:
         """Record that ``key``'s records ``first_seq, first_seq+1…`` are at ``offsets``, the
@@ -565,15 +574,18 @@ class KeyIndex:
                         if gone:
                             db.execute("DELETE FROM entries WHERE key=? AND seq<?", (key, seq))
                             count, total = count - gone, total - gone_total
-                db.executemany(
-                    "UPDATE meta SET value = value + ? WHERE name=?",
-                    [(count, "rows"), (total, "checksum")],
+                db.execute(
+                    "UPDATE meta SET value = value + CASE name WHEN 'rows' THEN ? ELSE ? END "
+                    "WHERE name IN ('rows', 'checksum')",
+                    (count, total),
                 )
-                db.executemany(
-                    "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                    [("last_key", rows[-1][0]), ("last_offset", rows[-1][2])],
+                db.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('last_key', ?), ('last_offset', ?), "
+                    "('next_offset', ?)",
+                    (rows[-1][0], rows[-1][2], next_offset),
                 )
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('next_offset', ?)", (next_offset,))
+            else:
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('next_offset', ?)", (next_offset,))
             db.execute("COMMIT")
             return True
         except sqlite3.IntegrityError as exc:  # rows that contradict the index: it is wrong

@@ -1,21 +1,24 @@
 """Append → visible latency across processes (figure 4) and idle tail CPU (figure 5).
 
-Figure 4. A writer process appends one record at a time, paced at ``--rate`` records/s
-(default 1,000), stamping ``time.monotonic_ns()`` (CLOCK_MONOTONIC: one clock for every
-process on a Linux machine) into the first 8 bytes of a 100-byte value just before the
-append; a reader process (started first, so it waits at the end of the partition) notes
-``time.monotonic_ns()`` as each record comes out of ``Consumer.poll`` and keeps the
-difference. Per run: ``--seconds`` of records (the first 100 dropped as warm-up);
-p50/p99/p99.9 in ms. Pairs, each run every round:
+Figure 4. One writer process, paced at ``--rate`` records/s (default 1,000), sends every
+record two ways, alternating which goes first: it appends it to the log (one record per
+``LogStore.append``) and it sends it by the raw baseline path. Each copy carries
+``time.monotonic_ns()`` (CLOCK_MONOTONIC: one clock for every process of a Linux machine),
+stamped just before that copy is sent, in the first 8 bytes of a 100-byte value. Two reader
+processes, started first: a free consumer at the end of the partition notes
+``time.monotonic_ns()`` as each record comes out of ``poll``; a pipe reader does the same as
+each stamp arrives. Sending both copies from one loop puts the subject and its baseline
+under the same disk and CPU conditions record by record (fsync latency on this machine
+drifts by 10x within minutes, too fast for round-by-round interleaving). Per run:
+``--seconds`` of records, the first 100 dropped as warm-up; p50/p99/p99.9/max in ms. Pairs:
 
-* ``pipe``          baseline: the same two processes, the stamp sent over a pipe
-                    (``multiprocessing.Pipe``): the cost floor of a cross-process wake-up
-* ``log_os``        ``LogStore.append`` with ``flush_policy="os"`` (Kafka's default: acked
-                    once in the page cache) → free consumer ``poll`` in the other process
-* ``pipe_fsync``    baseline: write the 100-byte record to a file + ``fdatasync``, then the
-                    pipe: the floor of a *durable* append seen by another process
-* ``log_always``    ``LogStore.append`` with ``flush_policy="always"`` (the default:
-                    visible only once fsynced) → free consumer ``poll``
+* ``os``        the log with ``flush_policy="os"`` (Kafka's default: acked once in the page
+                cache) vs the stamp sent over a pipe (``multiprocessing.Pipe``): the floor
+                of a cross-process wake-up
+* ``always``    the log with ``flush_policy="always"`` (the default: visible only once
+                fsynced) vs the 100-byte record written to a file + ``fdatasync``, then the
+                stamp sent over the pipe: the floor of a *durable* append seen by another
+                process
 
 Figure 5. A consumer process assigned to an idle partition calls ``poll(timeout=0.1)`` for
 ``--idle-seconds`` (default 10); its CPU time (user + system, all threads) as % of one core.
@@ -61,14 +64,41 @@ def _pace(index: int, start: float, rate: float) -> None:
         time.sleep(delay)
 
 
-def log_writer(data: str, topic: str, count: int, rate: float) -> None:
+def paired_writer(
+    data: str,
+    topic: str,
+    conn: multiprocessing.connection.Connection,
+    durable_path: str | None,
+    count: int,
+    rate: float,
+) -> None:
+    """Send each record to the log and by the raw path (see the module docstring)."""
     quiet_logs()
     store = LogStore(data)
     store.partition(topic, 0)  # open (and recover) before the clock starts
+    fd = -1
+    if durable_path is not None:
+        fd = os.open(durable_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def to_log() -> None:
+        store.append(topic, 0, [(b"key-000001", _stamp_value(), (), None)])
+
+    def raw() -> None:
+        value = _stamp_value()
+        if fd >= 0:
+            os.write(fd, value)
+            os.fdatasync(fd)
+        conn.send_bytes(value[:8])
+
     start = time.monotonic()
     for i in range(count):
         _pace(i, start, rate)
-        store.append(topic, 0, [(b"key-000001", _stamp_value(), (), None)])
+        first, second = (to_log, raw) if i % 2 == 0 else (raw, to_log)
+        first()
+        second()
+    if fd >= 0:
+        os.close(fd)
+    conn.close()
     store.close()
 
 
@@ -91,27 +121,6 @@ def log_reader(data: str, topic: str, count: int, ready: Event, out: str) -> Non
             latencies.append(now - int.from_bytes(record.value[:8], "big"))
     Path(out).write_bytes(latencies.tobytes())
     store.close()
-
-
-def pipe_writer(
-    conn: multiprocessing.connection.Connection, count: int, rate: float, durable_path: str | None
-) -> None:
-    fd = (
-        -1
-        if durable_path is None
-        else os.open(durable_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    )
-    start = time.monotonic()
-    for i in range(count):
-        _pace(i, start, rate)
-        value = _stamp_value()
-        if fd >= 0:
-            os.write(fd, value)
-            os.fdatasync(fd)
-        conn.send_bytes(value[:8])
-    if fd >= 0:
-        os.close(fd)
-    conn.close()
 
 
 def pipe_reader(
@@ -195,81 +204,60 @@ class Latency:
         self.data = root / "data"
         self.store = LogStore(self.data)
         self.n = 0
-        self.timeout = 60 + 2 * count / rate
+        self.timeout = 120 + 4 * count / rate
 
-    def _fresh(self, policy: str) -> str:
+    def paired(self, policy: str) -> Mapping[str, float]:
+        """One run: the log with ``policy`` and its raw baseline, record by record."""
         self.n += 1
         topic = f"lat-{self.n}"
         self.store.create_topic(topic, 1, {"flush_policy": policy})
-        return topic
-
-    def log(self, policy: str) -> Mapping[str, float]:
-        topic = self._fresh(policy)
-        out = self.root / f"{topic}.lat"
-        ready = CTX.Event()
-        reader = _start(log_reader, str(self.data), topic, self.count, ready, str(out))
-        if not ready.wait(120):
-            raise RuntimeError("reader did not start")
-        writer = _start(log_writer, str(self.data), topic, self.count, self.rate)
-        _join(writer, reader, timeout=self.timeout)
-        result = _summary(out.read_bytes())
-        self.store.delete_topic(topic)
-        return result
-
-    def pipe(self, durable: bool) -> Mapping[str, float]:
-        self.n += 1
-        out = self.root / f"pipe-{self.n}.lat"
-        durable_path = str(self.root / f"pipe-{self.n}.bin") if durable else None
+        log_out, pipe_out = self.root / f"{topic}.log.lat", self.root / f"{topic}.pipe.lat"
+        durable_path = str(self.root / f"{topic}.raw") if policy == "always" else None
         recv, send = CTX.Pipe(duplex=False)
-        ready = CTX.Event()
-        reader = _start(pipe_reader, recv, self.count, ready, str(out))
-        if not ready.wait(120):
-            raise RuntimeError("reader did not start")
-        writer = _start(pipe_writer, send, self.count, self.rate, durable_path)
+        log_ready, pipe_ready = CTX.Event(), CTX.Event()
+        log_reader_p = _start(
+            log_reader, str(self.data), topic, self.count, log_ready, str(log_out)
+        )
+        pipe_reader_p = _start(pipe_reader, recv, self.count, pipe_ready, str(pipe_out))
+        if not (log_ready.wait(120) and pipe_ready.wait(120)):
+            raise RuntimeError("readers did not start")
+        writer = _start(
+            paired_writer, str(self.data), topic, send, durable_path, self.count, self.rate
+        )
         send.close()
         recv.close()
-        _join(writer, reader, timeout=self.timeout)
+        _join(writer, log_reader_p, pipe_reader_p, timeout=self.timeout)
+        result = {f"log_{k}": v for k, v in _summary(log_out.read_bytes()).items()}
+        result.update({f"raw_{k}": v for k, v in _summary(pipe_out.read_bytes()).items()})
+        self.store.delete_topic(topic)
         if durable_path is not None:
             Path(durable_path).unlink()
-        return _summary(out.read_bytes())
+        return result
 
 
 def figure4(bench: Bench, root: Path, seconds: float, rate: float) -> None:
     lat = Latency(root, int(seconds * rate) + WARMUP, rate)
-    bench.rounds(
-        {
-            "pipe": lambda: lat.pipe(durable=False),
-            "log_os": lambda: lat.log("os"),
-            "pipe_fsync": lambda: lat.pipe(durable=True),
-            "log_always": lambda: lat.log("always"),
-        }
-    )
+    bench.rounds({"os": lambda: lat.paired("os"), "always": lambda: lat.paired("always")})
     lat.store.close()
     p50, p99 = Target("<", 2.0), Target("<", 10.0)
-    for series, base, label in (
-        ("log_os", "pipe", "flush_policy=os vs pipe"),
-        ("log_always", "pipe_fsync", "flush_policy=always vs write+fdatasync+pipe"),
+    for pair, label, base in (
+        ("os", "flush_policy=os", "pipe"),
+        ("always", "flush_policy=always", "write+fdatasync+pipe"),
     ):
-        bench.add(f"4. baseline for next rows: {base} p50", "ms", f"{base}.p50")
-        bench.add(f"4. baseline for next rows: {base} p99", "ms", f"{base}.p99")
-        bench.add(
-            f"4. append->visible p50, {label}",
-            "ms",
-            f"{series}.p50",
-            baseline=f"{base}.p50",
-            target=p50,
-        )
-        bench.add(
-            f"4. append->visible p99, {label}",
-            "ms",
-            f"{series}.p99",
-            baseline=f"{base}.p99",
-            target=p99,
-        )
-        bench.add(
-            f"4. append->visible p99.9, {label}", "ms", f"{series}.p999", baseline=f"{base}.p999"
-        )
-        bench.add(f"4. append->visible max, {label}", "ms", f"{series}.max")
+        for q, name, target in (
+            ("p50", "p50", p50),
+            ("p99", "p99", p99),
+            ("p999", "p99.9", None),
+            ("max", "max", None),
+        ):
+            bench.add(f"4. baseline: {base} {name}", "ms", f"{pair}.raw_{q}")
+            bench.add(
+                f"4. append->visible {name}, {label}",
+                "ms",
+                f"{pair}.log_{q}",
+                baseline=f"{pair}.raw_{q}",
+                target=target,
+            )
 
 
 def figure5(bench: Bench, root: Path, seconds: float) -> None:

@@ -19,7 +19,11 @@ Phases (each a fresh SparkSession; session start is never inside a figure):
 Figures: events/s of each; ``spark2 / local`` per round (target >= 1.3); ``spark2 / spark1``
 from the phase medians (target >= 1.6); SparkSession start (cold JVM, and a restart with
 the JVM up); rows/s of the final SQLite write (the merge of the partials into the output,
-``merge rows / merge seconds``, in ``spark2`` runs).
+``merge rows / merge seconds``, in ``spark2`` runs); and CPU microseconds per event of each
+engine, summed over every process involved (the driver, the JVM, its Python workers), from
+which the note derives the speed-up two *free* cores would give: on a shared machine the
+wall-clock ratios measure the neighbours as much as the engines (the table footer prints
+how busy other processes kept the machine).
 
     .venv/bin/python benchmarks/bench_rebuild.py [--quick] [--runs 5] [--events N] [--json]
 """

@@ -367,7 +367,7 @@ def main() -> None:
         figure_load(bench, data, args.partitions, max(args.scan_runs, bench.runs))
     if args.only in (None, "saves"):
         figure_saves(
-            bench, args.tmp, saves=100 if args.quick else 300, batches=10 if args.quick else 30
+            bench, args.tmp, saves=100 if args.quick else 1000, batches=10 if args.quick else 100
         )
     if args.only in (None, "codec"):
         figure_codec(bench, 5_000 if args.quick else 50_000)

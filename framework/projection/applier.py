@@ -104,6 +104,10 @@ class BatchApplier:
         handled = {event_type_of(c).name for c in projector.handled_types()}
         known = {event_type_of(c).name for c in codec.registry.classes()}
         self._skip_names = frozenset(n.encode() for n in known - handled)
+        # Projector.handle is a dict lookup and a call: done inline unless overridden.
+        self._handlers = (
+            type(projector)._handlers if type(projector).handle is Projector.handle else None
+        )
         self._park = bool(projector.park_after_dead_letter)
         self._parked: set[ParkedKey] = set()
         if self._park:
@@ -128,13 +132,19 @@ class BatchApplier:
         if collecting:  # thousands of live envelopes would each trigger a futile collection
             gc.disable()
         try:
-            for r in records:
-                tp = TopicPartition(r.topic, r.partition)
-                group = groups.get(tp)
-                if group is None:
-                    group = groups[tp] = ([], [])
-                group[0].append(r)
-                group[1].append(decode(r))
+            last: tuple[str, int] | None = None
+            recs: list[Record] = []
+            decoded: list[Decoded] = []
+            for r in records:  # a poll's records come in runs of one partition
+                if (r.topic, r.partition) != last:
+                    last = (r.topic, r.partition)
+                    tp = TopicPartition(r.topic, r.partition)
+                    group = groups.get(tp)
+                    if group is None:
+                        group = groups[tp] = ([], [])
+                    recs, decoded = group
+                recs.append(r)
+                decoded.append(decode(r))
         finally:
             if collecting:
                 gc.enable()
@@ -263,6 +273,13 @@ class BatchApplier:
             return False
         if isinstance(decoded, _DecodeFailedError):
             raise decoded
+        event = decoded.event
+        handlers = self._handlers
+        handler = None
+        if handlers is not None:  # the base class's dispatch, without its call
+            handler = handlers.get(type(event))
+            if handler is None:
+                return False
         readmodel = self.readmodel
         ctx = EventContext(
             rec.topic,
@@ -274,7 +291,10 @@ class BatchApplier:
             self.app,
             readmodel.conn,
         )
-        return self.projector.handle(decoded.event, ctx)
+        if handler is None:
+            return self.projector.handle(event, ctx)
+        handler(self.projector, event, ctx)
+        return True
 
     # ------------------------------------------------------------------ dead letters
     def _read_parked(self) -> set[ParkedKey]:

@@ -33,6 +33,7 @@ from framework.errors import ConfigError
 from framework.log import Log, LogStore, TopicPartition
 from framework.projection import App, Runtime, readmodel_path
 from framework.replay.build import BuildCounts, DeadLetterReport, dead_letter_report, remove_db
+from framework.replay.local import build_local
 from framework.replay.merge import MergeStats
 from framework.replay.progress import NO_PROGRESS, Progress
 from framework.replay.ranges import end_vector, plan_ranges
@@ -169,8 +170,6 @@ def rebuild(
         )
         try:
             if engine == "local":
-                from framework.replay.local import build_local  # noqa: PLC0415
-
                 counts = build_local(log_, app, projection, ranges, pinned, out, progress=progress)
                 merge = None
                 tasks = len(ranges)

@@ -14,8 +14,9 @@ aggregate's records, never scanning the partition.
 The index is derived data, so nothing here trusts it blindly:
 
 * the version check first reads the stream's last record from the log and compares its key
-  and ``aggregate_version`` with the index (one point read per save); on a difference the
-  index is rebuilt before deciding;
+  and ``aggregate_version`` with the index (one point read per save, skipped when the index
+  names exactly the head this store last appended or checked); on a difference the index
+  is rebuilt before deciding;
 * a read checks that every record has the stream's key and the next version; on a
   difference the index is rebuilt once and the read repeated. A difference that survives a
   rebuild is in the log itself: :class:`~framework.errors.SerializationError` naming the
@@ -49,6 +50,8 @@ _READ_BYTES_PER_RECORD = 4 << 10
 """Bytes fetched per wanted record when reading a run of adjacent offsets (capped at 1 MiB):
 enough for a store record, so a run is usually one ``pread``, never a MiB for one record."""
 _MAX_READ_BYTES = 1 << 20
+_CHECKED_HEADS = 1 << 16
+"""Stream heads remembered as checked against the log (the cache is cleared when full)."""
 
 
 class _IndexMismatchError(Exception):
@@ -83,6 +86,10 @@ class EventStore:
         self.index_dir = index_dir if index_dir is not None else log_.path / "store"
         self._indexes: dict[tuple[str, int], KeyIndex] = {}
         self._lock = threading.Lock()
+        # (topic, partition, key) → (version, offset) of a stream head this object checked
+        # against the log (or appended itself): the version check skips the log read when
+        # the index still names exactly that head.
+        self._checked_heads: dict[tuple[str, int, bytes], tuple[int, int]] = {}
 
     # ------------------------------------------------------------------ placement
     def partition_of(self, topic: str, aggregate_id: str) -> int:
@@ -148,7 +155,10 @@ class EventStore:
 
         def indexed(result: AppendResult) -> None:
             offsets = list(range(result.base_offset, result.last_offset + 1))
-            index.add(key, expected_version + 1, offsets, result.last_offset + 1)
+            if index.add(key, expected_version + 1, offsets, result.last_offset + 1):
+                self._remember_head(
+                    topic, partition, key, expected_version + len(offsets), result.last_offset
+                )
 
         result = self.log.append(
             topic, partition, records, precondition=check, on_appended=indexed, atomic=True
@@ -160,14 +170,18 @@ class EventStore:
 
     def _verified_head(self, index: KeyIndex, key: bytes, leo: int) -> int:
         """The stream's version below ``leo``, from the index checked against the log."""
+        where = (index.topic, index.partition, key)
         for attempt in (1, 2):
             entry = index.head_at(key, leo)
             if entry is None:
                 return 0
             seq, offset = entry
+            if self._checked_heads.get(where) == entry:
+                return seq
             record = index.record_at(offset)
             found = None if record is None or record.key != key else stored_version(record)
             if found == seq:
+                self._remember_head(*where, seq, offset)
                 return seq
             if attempt == 2:
                 raise SerializationError(
@@ -181,6 +195,13 @@ class EventStore:
                 f"its last entry for {key!r} (#{seq}, offset {offset}) disagrees with the log"
             )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _remember_head(
+        self, topic: str, partition: int, key: bytes, version: int, offset: int
+    ) -> None:
+        if len(self._checked_heads) >= _CHECKED_HEADS:
+            self._checked_heads.clear()
+        self._checked_heads[(topic, partition, key)] = (version, offset)
 
     # ------------------------------------------------------------------ reading
     def current_version(self, topic: str, aggregate_id: str) -> int:

@@ -5,8 +5,8 @@ has exactly one marker row, and ``PRAGMA integrity_check`` is ok.
 Each cycle starts a real worker process on a backlog, waits until it has committed at least
 one batch (so it is busy: polling, decoding and writing inside ``BEGIN IMMEDIATE``), waits a
 random 0-150 ms more and SIGKILLs it; the next worker must wait out the dead member's
-session (500 ms) before the group hands it the partitions. The backlog is topped up as it
-goes so every kill lands on a working worker. Soak: ``-m soak`` runs 1000 cycles
+session (500 ms) before the group hands it the partitions. The backlog is topped up
+before each cycle so every kill lands on a working worker. Soak: ``-m soak`` runs 1000 cycles
 (``EVENTLANE_SOAK_CYCLES`` to change).
 """
 
@@ -40,6 +40,8 @@ def kill_cycles(data: Path, workers: Workers, producer: Producer, cycles: int) -
     busy_kills = 0
     for cycle in range(cycles):
         before = sum(positions(data, "balances").values()) if cycle else 0
+        if producer.count - before < 8_000:  # keep a backlog: every kill lands mid-work
+            producer.deposits(rng.randint(8_000, 12_000), accounts=300)
         proc = workers.start(
             session_timeout_ms=SESSION_MS, max_poll_records=rng.choice([50, 200, 1000])
         )
@@ -53,8 +55,6 @@ def kill_cycles(data: Path, workers: Workers, producer: Producer, cycles: int) -
         lagging = sum(positions(data, "balances").values()) < producer.count
         workers.kill9(proc)
         busy_kills += lagging
-        if cycle % 4 == 3:
-            producer.deposits(rng.randint(3_000, 8_000), accounts=300)
     final = workers.start(session_timeout_ms=SESSION_MS)
     wait_caught_up(data, "balances", timeout=300)
     assert workers.term(final) == 0

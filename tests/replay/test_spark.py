@@ -18,20 +18,25 @@ from typing import Any
 
 import orjson
 import psutil
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from pyspark.sql import functions as F
 
+from example_apps.invoicing.app import app as invoicing
+from example_apps.invoicing.events import Address, OrderLine, OrderPlaced
 from framework.cli import main
-from framework.log import LogStore, TopicPartition
+from framework.codec import Envelope
+from framework.log import LogStore, Record, TopicPartition
 from framework.projection import ReadModelView, readmodel_path
 from framework.projection.pause import PauseControl
+from framework.replay.build import app_codec
 from framework.replay.checksum import POSITIONS, compare, file_checksums
-from framework.replay.datasource import EventlaneReader
+from framework.replay.datasource import EventlaneReader, records_to_arrow
 from framework.replay.handoff import rebuild_and_swap
 from framework.replay.merge import MergeConflictError
 from framework.replay.rebuild import rebuild
-from framework.replay.typed import event_frame
+from framework.replay.typed import arrow_schema, decode_batches, event_frame
 from tests.replay import replay_app
 from tests.replay.conftest import (
     APP,
@@ -412,3 +417,28 @@ def test_hand_off_under_load_has_no_gap_and_no_duplicate(
     assert all_equal(ref.path, live, skip=("_eventlane_dead_letters",)) == []
     assert POSITIONS in file_checksums(live)
     assert str(ROOT) in os.environ["PYTHONPATH"]
+
+
+def test_typed_rows_of_nested_events() -> None:
+    """Structs, arrays of structs: the example app's ``OrderPlaced`` (decoded without a
+    session: the same function ``mapInArrow`` runs in the workers)."""
+    event = OrderPlaced(
+        "customer-1",
+        (OrderLine("sku-1", 2, 450), OrderLine("sku-2", 1, 999)),
+        Address("1 Main St", "Oslo", "NO"),
+    )
+    key, value, headers = app_codec(invoicing).encode(Envelope(event, "order-1", 1))
+    raw = records_to_arrow(
+        [Record("orders", 0, 7, 1_700_000_000_000, 0, key, value, tuple(headers))]
+    )
+    (batch,) = list(decode_batches([raw], invoicing, OrderPlaced))
+    schema = arrow_schema(OrderPlaced)
+    assert pa.types.is_list(schema.field("lines").type)
+    assert pa.types.is_struct(schema.field("shipping_address").type)
+    row = batch.to_pylist()[0]
+    assert row["aggregate_id"] == "order-1" and row["offset"] == 7
+    assert row["lines"] == [
+        {"sku": "sku-1", "quantity": 2, "unit_price_cents": 450},
+        {"sku": "sku-2", "quantity": 1, "unit_price_cents": 999},
+    ]
+    assert row["shipping_address"] == {"street": "1 Main St", "city": "Oslo", "country": "NO"}

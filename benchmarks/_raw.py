@@ -116,7 +116,10 @@ def read_parse(paths: Sequence[Path], *, verify_crc: bool = True) -> int:
                     size = 12 + blen
                     if pos + size > end:
                         break
-                    if verify_crc and crc(mv[pos : pos + 13], crc(mv[pos + 17 : pos + size])) != stored:
+                    if (
+                        verify_crc
+                        and crc(mv[pos : pos + 13], crc(mv[pos + 17 : pos + size])) != stored
+                    ):
                         raise ValueError(f"CRC mismatch at {path}:{pos}")
                     out = []
                     p = pos + _BATCH_SIZE

@@ -767,6 +767,7 @@ native_decode_records(PyObject *module, PyObject *args)
     PyObject *default_cls = NULL;
     const unsigned char *b;
     int direct;
+    int untrack;
     (void)module;
 
     if (!PyArg_ParseTuple(args, "y*nnLLOOOL|O:decode_records", &view, &start, &end,
@@ -789,6 +790,12 @@ native_decode_records(PyObject *module, PyObject *args)
         record_cls = default_cls;
     }
     direct = direct_alloc_ok(record_cls);
+    /* Records hold only atoms (str, int, bytes, None) and tuples of atoms, so they can never
+     * be part of a reference cycle: untrack them from the cyclic GC, which would otherwise
+     * walk every decoded record again and again while a batch is alive (CPython untracks
+     * such tuples itself, but only lazily, during a collection). */
+    untrack = PyUnicode_CheckExact(topic) && PyLong_CheckExact(partition) &&
+              PyLong_CheckExact(timestamp_type);
     out = PyList_New(0);
     if (out == NULL) {
         goto error;
@@ -908,6 +915,7 @@ native_decode_records(PyObject *module, PyObject *args)
             }
             PyTuple_SET_ITEM(pair, 0, name);
             PyTuple_SET_ITEM(pair, 1, hval);
+            PyObject_GC_UnTrack(pair);
             PyTuple_SET_ITEM(headers, j, pair);
         }
         if (p != rec_end) {
@@ -954,6 +962,12 @@ native_decode_records(PyObject *module, PyObject *args)
                 PyTuple_SET_ITEM(rec, 5, key);
                 PyTuple_SET_ITEM(rec, 6, value);
                 PyTuple_SET_ITEM(rec, 7, headers);
+                if (untrack) {
+                    if (PyObject_GC_IsTracked(headers)) {
+                        PyObject_GC_UnTrack(headers);
+                    }
+                    PyObject_GC_UnTrack(rec);
+                }
             }
             else {
                 PyObject *argv[8];

@@ -485,8 +485,9 @@ def test_decoded_records_are_not_tracked_by_the_cyclic_gc() -> None:
 
     raw = encode_batch(0, [(b"k", b"v", (("h", b"x"), ("n", None)), 1000)] * 3)
     header = parse_header(raw, 0)
-    records = _native().decode_records(raw, HEADER_SIZE, header.size, 0,
-                                       header.base_timestamp, 0, "t", 0, 0, Record)
+    records = _native().decode_records(
+        raw, HEADER_SIZE, header.size, 0, header.base_timestamp, 0, "t", 0, 0, Record
+    )
     assert len(records) == 3
     for record in records:
         assert not gc.is_tracked(record)

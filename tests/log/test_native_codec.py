@@ -25,7 +25,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from framework.log import batch
-from framework.log.batch import _py_decode_records, _py_encode_records
+from framework.log.batch import (
+    HEADER_SIZE,
+    _py_decode_records,
+    _py_encode_records,
+    encode_batch,
+    parse_header,
+)
 from framework.log.record import Header, ProducerRecord, Record
 
 RecordTuple = tuple[bytes | None, bytes | None, tuple[Header, ...], int]
@@ -479,10 +485,6 @@ def test_batch_module_uses_native(native: ModuleType) -> None:
 def test_decoded_records_are_not_tracked_by_the_cyclic_gc() -> None:
     # Records hold only atoms and tuples of atoms; leaving them tracked made every GC pass
     # walk all decoded records held alive (half of send_batch's and compaction's time).
-    import gc
-
-    from framework.log.batch import HEADER_SIZE, encode_batch, parse_header
-
     raw = encode_batch(0, [(b"k", b"v", (("h", b"x"), ("n", None)), 1000)] * 3)
     header = parse_header(raw, 0)
     records = _native().decode_records(

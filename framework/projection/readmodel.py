@@ -20,6 +20,10 @@ generation is a former owner. The one exception is a group whose state was lost 
 still owns the partition in the group, yet the stored generation is higher) and takes the
 partition over.
 
+Writers take turns through ``<file>.lock`` (``flock``) before ``BEGIN IMMEDIATE``: SQLite's
+own busy handler sleeps up to 100 ms at a time, which would leave workers of one read model
+mostly asleep; the lock hands the file over within a millisecond.
+
 SQLite older than 3.51.3 has a rare WAL-reset corruption bug with several writing
 connections; a warning is logged, and each process keeps one writing connection per file.
 """
@@ -103,8 +107,8 @@ class ReadModel:
         with self._lock:
             if self._depth:  # nested (a migration inside a transaction): already held
                 raise ProjectionError("nested read-model transaction", path=self.path)
+            self._writer_lock()
             self._depth += 1
-            locked = self._writer_lock()
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -115,20 +119,19 @@ class ReadModel:
                     raise
                 self.conn.execute("COMMIT")
             finally:
-                if locked:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                 self._depth -= 1
 
-    def _writer_lock(self) -> bool:
-        """Take ``<file>.lock`` (``flock``) before ``BEGIN IMMEDIATE``; False if it could not
-        be had within the busy timeout (then SQLite's own busy handling decides).
+    def _writer_lock(self) -> None:
+        """Take ``<file>.lock`` (``flock``) before ``BEGIN IMMEDIATE``; raise
+        :class:`~framework.errors.ProjectionError` if it is not free within the busy timeout.
 
         SQLite makes a writer that finds the file locked sleep in steps of up to 100 ms, so
         workers taking turns would lose most of their time asleep; this lock hands over
-        within a fraction of a millisecond instead (polled, so a holder frozen by SIGSTOP
-        cannot block the others past the busy timeout). Every framework writer takes it;
-        a writer that does not is still serialised by SQLite. ``flock`` locks die with
-        their process, so a ``kill -9`` leaves no stale lock.
+        within a millisecond instead (polled, so a holder frozen by SIGSTOP makes the others
+        fail after the busy timeout rather than hang). Every framework writer takes it; a
+        writer that does not is still serialised by SQLite. ``flock`` locks die with their
+        process, so a ``kill -9`` leaves no stale lock.
         """
         fd = self._lock_fd
         delay = 0.0001
@@ -136,17 +139,18 @@ class ReadModel:
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
+                return
             except BlockingIOError:
                 pass
             now = time.monotonic()
             if not deadline:
                 deadline = now + BUSY_TIMEOUT_S
             elif now >= deadline:
-                log.warning(
-                    "read-model writer lock not free; waiting on SQLite", path=str(self.path)
+                raise ProjectionError(
+                    f"the read model's writer lock was held for {BUSY_TIMEOUT_S:.0f} s by"
+                    " another process (a writer frozen inside its transaction?)",
+                    path=self.path,
                 )
-                return False
             time.sleep(delay)
             delay = min(delay * 2, 0.001)
 

@@ -108,8 +108,9 @@ def app_codec(app: App) -> EventCodec:
 
 
 def remove_db(path: Path) -> None:
-    """Delete a SQLite file and its ``-wal``, ``-shm`` and ``-journal`` siblings."""
-    for suffix in ("", "-wal", "-shm", "-journal"):
+    """Delete a SQLite file and its ``-wal``, ``-shm``, ``-journal`` and ``.lock`` siblings
+    (never call it on a live read model: its workers hold those)."""
+    for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
@@ -222,7 +223,7 @@ def seal(conn: sqlite3.Connection, path: Path) -> None:
     conn.execute("UPDATE _eventlane_dead_letters SET published=1 WHERE published=0")
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
-    for suffix in ("-wal", "-shm", "-journal"):
+    for suffix in ("-wal", "-shm", "-journal", ".lock"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -1,6 +1,6 @@
 """Helpers of the projection tests: produce events fast, start worker processes, fold the log.
 
-Worker processes run ``python -m framework.projection.worker tests.projection.bankapp:app
+Worker processes run ``python -m framework.projection tests.projection.bankapp:app
 NAME DATA`` with the repository root on ``PYTHONPATH``; their stderr goes to a file under
 the test's ``tmp_path`` (read by the tests that look for a log line, and printed when a test
 fails). The *fold* is computed here independently of the framework: straight from the raw
@@ -201,7 +201,7 @@ class Workers:
             cmd = [
                 sys.executable,
                 "-m",
-                "framework.projection.worker",
+                "framework.projection",
                 APP,
                 name,
                 str(self.data),

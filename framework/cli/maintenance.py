@@ -19,9 +19,9 @@ is of Kafka's.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import orjson
@@ -45,10 +45,11 @@ from framework.log.batch import (
     decode_records,
     parse_header,
 )
-from framework.log.cleaner import CompactionReport, compact_partition
+from framework.log.cleaner import compact_partition
 from framework.log.config import TIMESTAMP_TYPES
+from framework.log.partition import Partition
 from framework.log.record import Record
-from framework.log.retention import RetentionReport, apply_retention
+from framework.log.retention import apply_retention
 from framework.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -79,6 +80,24 @@ def _json_out(value: object) -> None:
     click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
 
 
+R = TypeVar("R")
+
+
+def _each_partition(
+    log: LogStore, topic: str, label: str, work: Callable[[Partition], R]
+) -> list[R]:
+    """Run ``work`` on every partition of ``topic`` behind a progress bar."""
+    count = log.partition_count(topic)
+    reports: list[R] = []
+    with _progress(label) as progress:
+        task = progress.add_task(label, total=count, what="")
+        for p in range(count):
+            progress.update(task, what=f"partition {p}")
+            reports.append(work(log.partition(topic, p)))
+            progress.advance(task)
+    return reports
+
+
 # ---------------------------------------------------------------------------- compact
 @click.command()
 @click.argument("topic", type=TOPIC)
@@ -95,14 +114,7 @@ def compact(topic: str, as_json: bool) -> None:
             " --config cleanup.policy=compact)",
             topic=topic,
         )
-    count = log.partition_count(topic)
-    reports: list[CompactionReport] = []
-    with _progress(f"compacting {topic}") as progress:
-        task = progress.add_task("compact", total=count, what="")
-        for p in range(count):
-            progress.update(task, what=f"partition {p}")
-            reports.append(compact_partition(log.partition(topic, p)))
-            progress.advance(task)
+    reports = _each_partition(log, topic, f"compacting {topic}", compact_partition)
     if as_json:
         _json_out([r._asdict() for r in reports])
         return
@@ -145,14 +157,7 @@ def cleanup(topic: str, as_json: bool) -> None:
             " only to delete or compact,delete topics",
             topic=topic,
         )
-    count = log.partition_count(topic)
-    reports: list[RetentionReport] = []
-    with _progress(f"retention on {topic}") as progress:
-        task = progress.add_task("cleanup", total=count, what="")
-        for p in range(count):
-            progress.update(task, what=f"partition {p}")
-            reports.append(apply_retention(log.partition(topic, p)))
-            progress.advance(task)
+    reports = _each_partition(log, topic, f"retention on {topic}", apply_retention)
     if as_json:
         _json_out([r._asdict() for r in reports])
         return

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint soak bench clean
+.PHONY: demo test lint soak clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/eventlane demo invoicing --data ./demo-data
 
 lint: $(STAMP)
-	$(BIN)/ruff check framework tests benchmarks example_apps
+	$(BIN)/ruff check framework tests benchmarks example_apps migrations
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -368,7 +368,8 @@ class Partition:
         self.state.write(snap)
         self._open_writer(snap)
         (self._log.info if leo > lwm else self._log.debug)(
-            "partition recovered", lwm=lwm, leo=leo, segments=len(bases))
+            "partition recovered", lwm=lwm, leo=leo, segments=len(bases)
+        )
         return snap
 
     def _state_has_magic(self) -> bool:
@@ -454,23 +455,9 @@ class Partition:
                 ):
                     self._write_pending(pending_start, pending, index_entries, time_entries)
                     pending, index_entries, time_entries = [], [], []
-                    self._roll_locked(leo)
+                    layout = self._roll_locked(leo, now).layout
                     active_base, size, max_ts, last_index_pos, created = leo, 0, -1, 0, now
-                    layout += 2
                     pending_start = 0
-                    self.state.write(
-                        snap._replace(
-                            leo=leo,
-                            hwm=leo,
-                            active_base=leo,
-                            active_size=0,
-                            layout=layout,
-                            active_max_ts=-1,
-                            last_index_pos=0,
-                            active_created_ms=now,
-                        )
-                    )
-                    self._open_writer(self.state.read())
                 if size == 0 or size - last_index_pos >= cfg.index_interval_bytes:
                     index_entries.append(OFFSET_ENTRY.pack(leo - active_base, size))
                     time_entries.append(TIME_ENTRY.pack(max_ts, leo - active_base))
@@ -612,8 +599,9 @@ class Partition:
             os.write(self._w_index_fd, b"".join(index_entries))
             os.write(self._w_time_fd, b"".join(time_entries))
 
-    def _roll_locked(self, new_base: int) -> None:
-        """Close the active segment durably and start a new one at ``new_base``."""
+    def _roll_locked(self, new_base: int, now: int) -> Snapshot:
+        """Close the active segment durably, start a new one at ``new_base`` (the LEO: every
+        record before it is now fsynced), publish it and return the published state."""
         os.fsync(self._w_fd)
         os.fsync(self._w_index_fd)
         os.fsync(self._w_time_fd)
@@ -630,26 +618,27 @@ class Partition:
             path.touch()
         fsync_dir(self.dir)
         write_atomic(self.dir / "recovery-point", str(new_base).encode())
+        published = current._replace(
+            leo=new_base,
+            hwm=new_base,
+            active_base=new_base,
+            active_size=0,
+            layout=(current.layout | 1) + 1,
+            active_max_ts=-1,
+            last_index_pos=0,
+            active_created_ms=now,
+        )
+        self.state.write(published)
+        self._open_writer(published)
         self._log.debug("segment rolled", base=new_base)
+        return published
 
     def roll(self) -> None:
         """Roll the active segment now if it holds any record (used by retention and tests)."""
         with self.locked() as snap:
             if snap.active_size == 0:
                 return
-            self._roll_locked(snap.leo)
-            now = self.clock()
-            self.state.write(
-                snap._replace(
-                    active_base=snap.leo,
-                    active_size=0,
-                    layout=snap.layout + 2,
-                    active_max_ts=-1,
-                    last_index_pos=0,
-                    active_created_ms=now,
-                )
-            )
-            self._open_writer(self.state.read())
+            self._roll_locked(snap.leo, self.clock())
 
     # ------------------------------------------------------------------ read
     def offsets(self) -> Snapshot:

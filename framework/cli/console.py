@@ -1,0 +1,111 @@
+"""``eventlane console``: the web console (docs/console.md).
+
+    eventlane console [--data DIR | --log URL] [APP] [--host 127.0.0.1] [--port 8070]
+                      [--read-write]
+
+Serves until SIGTERM / Ctrl-C. Read-only unless ``--read-write``; bound to loopback unless
+``--host`` says otherwise (then a warning is printed: the console has no authentication).
+Prints ``eventlane console: http://HOST:PORT/ (read-only|read-write)`` on standard error
+once it listens.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import click
+import structlog
+
+from framework.cli.context import app as cli_app
+from framework.cli.context import data_option, stderr_console
+
+log = structlog.get_logger("eventlane.console")
+
+__all__ = ["console"]
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(host: str) -> bool:
+    """``True`` for 127.0.0.0/8, ::1 and ``localhost``.
+
+    >>> is_loopback("127.0.0.1"), is_loopback("0.0.0.0"), is_loopback("localhost")
+    (True, False, True)
+    """
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command()
+@click.argument("app_spec", metavar="[APP]", required=False, envvar="EVENTLANE_APP")
+@click.option("--log", "log_url", metavar="URL", help="The log to open, e.g. file:///srv/data.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8070, show_default=True, help="TCP port."
+)
+@click.option(
+    "--read-write",
+    is_flag=True,
+    help="Allow state changes: offset resets, dead-letter retries, rebuilds, SQL on read models.",
+)
+@click.option(
+    "--lag-interval",
+    type=click.FloatRange(0.2, 3600),
+    default=5.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds between the console's lag samples (lag charts).",
+)
+@data_option
+def console(
+    app_spec: str | None,
+    log_url: str | None,
+    host: str,
+    port: int,
+    read_write: bool,
+    lag_interval: float,
+) -> None:
+    """Serve the web console for the log (and APP's aggregates, projectors and codec)."""
+    try:
+        import uvicorn  # noqa: PLC0415  (the console extra is optional)
+
+        from framework.console import ConsoleData, create_app, open_log  # noqa: PLC0415
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the console needs the console extra: pip install 'eventlane[console]' ({exc})"
+        ) from None
+    data_dir: Path | None = cli_app().data
+    source = click.get_current_context().find_root().get_parameter_source("data")
+    if log_url is not None and source is click.core.ParameterSource.DEFAULT:
+        data_dir = None  # --log alone: the default data directory does not count
+    data = ConsoleData(open_log(data_dir, log_url), app_spec)
+    web = create_app(data, read_write=read_write, lag_interval=lag_interval)
+    err = stderr_console()
+    if not is_loopback(host):
+        log.warning("console bound to a non-loopback address", host=host)
+        err.print(
+            f"[yellow]warning:[/yellow] listening on {host}: the console has no authentication;"
+            " anyone who can reach this address can read every record"
+            + (" and change offsets" if read_write else "")
+        )
+    mode = "read-write" if read_write else "read-only"
+    config = uvicorn.Config(web, host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+
+    original = server.startup
+
+    async def startup(*args: object, **kwargs: object) -> None:
+        await original(*args, **kwargs)  # type: ignore[arg-type]
+        bound = port
+        for s in server.servers:
+            for sock in s.sockets:
+                bound = sock.getsockname()[1]
+        err.print(f"eventlane console: http://{host}:{bound}/ ({mode})", highlight=False)
+
+    server.startup = startup  # type: ignore[method-assign]
+    server.run()

@@ -1,0 +1,504 @@
+"""The console's web app: Starlette routes, Jinja2 pages, htmx fragments and SSE streams.
+
+Every view is served twice from the same dict of :class:`~framework.console.data.ConsoleData`:
+as an HTML page at ``PATH`` and as JSON at ``/api`` + ``PATH`` (docs/console.md lists them).
+Live views are server-sent events: the live tail (``/topics/{name}/tail/stream``) and a
+rebuild's progress (``/rebuilds/{id}/stream``).
+
+Security invariants:
+
+* read-only by default: :class:`ReadOnlyGuard` answers 403 to every request that is not
+  ``GET``/``HEAD``/``OPTIONS`` unless the console was started with ``--read-write``, before
+  any route runs (Datasette's included); every state change is a ``POST``;
+* a ``POST`` whose ``Origin`` is not this console's is refused (no cross-site forms);
+* templates autoescape everything (keys, values, headers are text, never markup);
+* names from URLs reach the file system only after validation (topic and group names by
+  Kafka's rule, projector names by lookup in the app), and Datasette serves only the app's
+  read-model files, with arbitrary SQL off unless ``--read-write``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+import structlog
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from framework.console.data import ConsoleData, Filters
+from framework.console.lag import LagSampler
+from framework.errors import AggregateNotFoundError, FrameworkError, UnknownTopicError
+
+log = structlog.get_logger("eventlane.console")
+
+__all__ = ["ReadOnlyGuard", "create_app"]
+
+HERE = Path(__file__).parent
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+TAIL_WAIT_S = 1.0
+"""How long the live tail sleeps on the log's wake-up word before it re-checks the client."""
+
+
+class ReadOnlyGuard:
+    """ASGI middleware: 403 for every unsafe method unless ``read_write``; 403 for a
+    cross-origin ``POST`` always."""
+
+    def __init__(self, app: ASGIApp, *, read_write: bool) -> None:
+        self.app = app
+        self.read_write = read_write
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in SAFE_METHODS:
+            reason = None
+            if not self.read_write:
+                reason = "read-only console: start it with --read-write to change anything"
+            else:
+                headers = dict(scope.get("headers") or [])
+                origin = headers.get(b"origin", b"").decode("latin-1")
+                host = headers.get(b"host", b"").decode("latin-1")
+                if origin and origin != "null" and urlsplit(origin).netloc != host:
+                    reason = f"cross-origin request from {origin} refused"
+            if reason is not None:
+                response = JSONResponse({"error": reason}, status_code=403)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _json_default(value: object) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(type(value).__name__)
+
+
+def _dumps(value: object) -> bytes:
+    return orjson.dumps(
+        value, default=_json_default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_INDENT_2
+    )
+
+
+class _Json(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return _dumps(content)
+
+
+def _templates(read_write: bool) -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+    def pretty(value: object) -> str:
+        return _dumps(value).decode()
+
+    def when(ms: int | None) -> str:
+        if ms is None:
+            return "-"
+        from datetime import UTC, datetime  # noqa: PLC0415
+
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+    def ago(ms: int | None) -> str:
+        if ms is None:
+            return "-"
+        seconds = ms / 1000
+        for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+            if seconds >= size:
+                return f"{seconds / size:.1f} {unit}"
+        return f"{seconds:.1f} s"
+
+    def tojson_attr(value: object) -> Markup:
+        # JSON for an HTML attribute or <script type=application/json>: escaped, not markup.
+        return Markup.escape(orjson.dumps(value).decode())
+
+    env.filters.update(pretty=pretty, when=when, ago=ago, tojson_attr=tojson_attr)
+    env.globals.update(read_write=read_write)
+    return env
+
+
+View = Callable[[Request], dict[str, Any]]
+
+
+def create_app(
+    data: ConsoleData,
+    *,
+    read_write: bool = False,
+    lag_interval: float = 5.0,
+    datasette: bool = True,
+) -> Starlette:
+    """The console as an ASGI app over ``data`` (which it closes on shutdown)."""
+    env = _templates(read_write)
+    sampler = LagSampler(data.group_lags, interval=lag_interval)
+
+    def html(template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        body = env.get_template(template).render(backend=data.backend(), **context)
+        return HTMLResponse(body, status_code=status)
+
+    def error_response(request: Request, exc: Exception) -> Response:
+        status = 404 if isinstance(exc, UnknownTopicError | AggregateNotFoundError) else 400
+        if request.url.path.startswith("/api/"):
+            return _Json({"error": str(exc)}, status_code=status)
+        return html("error.html", status=status, error=str(exc))
+
+    def page(template: str, view: View) -> tuple[Callable[[Request], Awaitable[Response]], ...]:
+        """The HTML endpoint and the JSON endpoint of one view function."""
+
+        async def as_html(request: Request) -> Response:
+            try:
+                context = await run_in_threadpool(view, request)
+            except FrameworkError as exc:
+                return error_response(request, exc)
+            return html(template, request=request, **context)
+
+        async def as_json(request: Request) -> Response:
+            try:
+                context = await run_in_threadpool(view, request)
+            except FrameworkError as exc:
+                return error_response(request, exc)
+            return _Json(context.get("api", context))
+
+        return as_html, as_json
+
+    def q(request: Request, name: str) -> str | None:
+        value = request.query_params.get(name)
+        return value if value not in (None, "") else None
+
+    def qint(request: Request, name: str, default: int) -> int:
+        value = q(request, name)
+        if value is None:
+            return default
+        if not value.lstrip("-").isdigit():
+            raise FrameworkError(f"{name} must be an integer, got {value!r}")
+        return int(value)
+
+    def filters(request: Request) -> Filters:
+        return Filters(
+            key=q(request, "key"),
+            header=q(request, "header"),
+            text=q(request, "text"),
+            jpath=q(request, "jpath"),
+        )
+
+    # ------------------------------------------------------------------ views
+    def overview(_request: Request) -> dict[str, Any]:
+        doc = data.overview()
+        return {"api": doc, "o": doc}
+
+    def topics(_request: Request) -> dict[str, Any]:
+        rows = data.topics()
+        return {"api": rows, "topics": rows}
+
+    def topic(request: Request) -> dict[str, Any]:
+        doc = data.topic(request.path_params["name"])
+        return {"api": doc, "t": doc}
+
+    def browse(request: Request) -> dict[str, Any]:
+        name = data.topic_name(request.path_params["name"])
+        key = q(request, "key")
+        partition_text = q(request, "partition")
+        if partition_text is None and key is not None:
+            partition = data.partition_of(name, key)  # the key's own partition
+        else:
+            partition = qint(request, "partition", 0)
+        page_ = data.browse(
+            name,
+            partition,
+            start=q(request, "start") or "oldest",
+            value=q(request, "value"),
+            filters=filters(request),
+            limit=qint(request, "limit", 100),
+        )
+        desc = data.topic(name, details=False)
+        return {"api": page_, "page": page_, "t": desc, "args": dict(request.query_params)}
+
+    def tail_page(request: Request) -> dict[str, Any]:
+        name = data.topic_name(request.path_params["name"])
+        partition = q(request, "partition")
+        positions = data.positions_at_end(name, None if partition is None else int(partition))
+        desc = data.topic(name, details=False)
+        args = dict(request.query_params)
+        start = ",".join(f"{p}:{o}" for p, o in positions.items())
+        return {"api": {"positions": positions}, "t": desc, "args": args, "start": start}
+
+    def aggregate(request: Request) -> dict[str, Any]:
+        type_name = q(request, "type")
+        agg_id = q(request, "id")
+        doc = None
+        if type_name and agg_id:
+            version = q(request, "version")
+            doc = data.aggregate(type_name, agg_id, None if version is None else int(version))
+        return {"api": doc, "a": doc, "types": data.aggregate_types(), "args": request.query_params}
+
+    def groups(request: Request) -> dict[str, Any]:
+        rows = data.groups()
+        state = q(request, "state")
+        min_lag = qint(request, "min_lag", 0)
+        rows = [r for r in rows if (state is None or r["state"] == state) and r["lag"] >= min_lag]
+        sort = q(request, "sort") or "group"
+        if sort not in ("group", "state", "lag", "lag_ms", "members"):
+            raise FrameworkError(f"cannot sort groups by {sort!r}")
+        rows.sort(key=lambda r: (r[sort], r["group"]), reverse=sort in ("lag", "lag_ms"))
+        return {"api": rows, "groups": rows, "args": request.query_params}
+
+    def group(request: Request) -> dict[str, Any]:
+        doc = data.group(request.path_params["group"])
+        doc["lag_history"] = sampler.history(doc["group"])
+        return {"api": doc, "g": doc}
+
+    def projectors(_request: Request) -> dict[str, Any]:
+        rows = data.projectors()
+        return {"api": rows, "projectors": rows, "readmodels": sorted(data.readmodel_files())}
+
+    def projector(request: Request) -> dict[str, Any]:
+        doc = data.projector(request.path_params["name"])
+        letters = data.dead_letters(doc["projector"], q(request, "status") or "all")
+        return {"api": doc, "p": doc, "letters": letters, "readmodels": data.readmodel_files()}
+
+    def dead_letters(request: Request) -> dict[str, Any]:
+        name = request.path_params["name"]
+        rows = data.dead_letters(name, q(request, "status") or "all")
+        return {"api": rows, "letters": rows, "name": name}
+
+    def dead_letter(request: Request) -> dict[str, Any]:
+        name = request.path_params["name"]
+        doc = data.dead_letter(name, int(request.path_params["letter"]))
+        return {"api": doc, "d": doc, "name": name}
+
+    def rebuild_job(request: Request) -> dict[str, Any]:
+        doc = data.job(int(request.path_params["job"])).to_json()
+        return {"api": doc, "j": doc}
+
+    views: list[tuple[str, str, View]] = [
+        ("/", "overview.html", overview),
+        ("/topics", "topics.html", topics),
+        ("/topics/{name}", "topic.html", topic),
+        ("/topics/{name}/records", "browse.html", browse),
+        ("/topics/{name}/tail", "tail.html", tail_page),
+        ("/aggregates", "aggregate.html", aggregate),
+        ("/groups", "groups.html", groups),
+        ("/groups/{group}", "group.html", group),
+        ("/projectors", "projectors.html", projectors),
+        ("/projectors/{name}", "projector.html", projector),
+        ("/projectors/{name}/dead-letters", "dead_letters.html", dead_letters),
+        ("/projectors/{name}/dead-letters/{letter:int}", "dead_letter.html", dead_letter),
+        ("/rebuilds/{job:int}", "rebuild.html", rebuild_job),
+    ]
+    routes: list[BaseRoute] = []
+    for path, template, view in views:
+        as_html, as_json = page(template, view)
+        routes.append(Route(path, as_html, methods=["GET"]))
+        routes.append(Route("/api/overview" if path == "/" else "/api" + path, as_json))
+
+    # ------------------------------------------------------------------ fragments & streams
+    async def group_fragment(request: Request) -> Response:
+        try:
+            context = await run_in_threadpool(group, request)
+        except FrameworkError as exc:
+            return error_response(request, exc)
+        return html("group_body.html", **context)
+
+    async def export(request: Request) -> Response:
+        try:
+            name = data.topic_name(request.path_params["name"])
+            partition = qint(request, "partition", 0)
+            chunks = data.export(name, partition, filters(request))
+            first = await run_in_threadpool(next, chunks, b"")
+        except FrameworkError as exc:
+            return error_response(request, exc)
+
+        async def body() -> AsyncIterator[bytes]:
+            chunk: bytes | None = first
+            while chunk is not None:
+                yield chunk
+                chunk = await run_in_threadpool(next, chunks, None)
+
+        filename = f"{name}-{partition}.ndjson"
+        return StreamingResponse(
+            body(),
+            media_type="application/x-ndjson",
+            headers={"content-disposition": f'attachment; filename="{filename}"'},
+        )
+
+    async def tail_stream(request: Request) -> Response:
+        try:
+            name = data.topic_name(request.path_params["name"])
+            wanted = filters(request)
+            positions = _positions(q(request, "from"))
+            if not positions:
+                partition = q(request, "partition")
+                positions = await run_in_threadpool(
+                    data.positions_at_end, name, None if partition is None else int(partition)
+                )
+        except (FrameworkError, ValueError) as exc:
+            return error_response(request, FrameworkError(str(exc)))
+        row = env.get_template("record_row.html")
+        as_json = q(request, "format") == "json"
+
+        async def events() -> AsyncIterator[dict[str, str]]:
+            while not await request.is_disconnected():
+                seen = data.wait_seq()
+                records = await run_in_threadpool(data.read_new, name, positions, wanted)
+                for r in records:
+                    body = orjson.dumps(r).decode() if as_json else row.render(r=r)
+                    yield {"event": "record", "data": body, "id": f"{r['partition']}:{r['offset']}"}
+                if not records:
+                    await run_in_threadpool(data.wait, seen, TAIL_WAIT_S)
+
+        return EventSourceResponse(events(), ping=15)
+
+    async def rebuild_stream(request: Request) -> Response:
+        try:
+            job = data.job(int(request.path_params["job"]))
+        except FrameworkError as exc:
+            return error_response(request, exc)
+        bar = env.get_template("rebuild_progress.html")
+
+        async def events() -> AsyncIterator[dict[str, str]]:
+            last = None
+            while not await request.is_disconnected():
+                doc = job.to_json()
+                if doc != last:
+                    yield {"event": "progress", "data": bar.render(j=doc)}
+                    last = doc
+                if doc["state"] != "running":
+                    yield {"event": "done", "data": doc["state"]}
+                    return
+                await asyncio.sleep(0.25)
+
+        return EventSourceResponse(events(), ping=15)
+
+    # ------------------------------------------------------------------ state changes (POST)
+    async def form(request: Request) -> dict[str, str]:
+        body = await request.body()
+        if request.headers.get("content-type", "").startswith("application/json"):
+            try:
+                doc = orjson.loads(body or b"{}")
+            except orjson.JSONDecodeError as exc:
+                raise FrameworkError(f"request body is not JSON: {exc}") from None
+            if not isinstance(doc, dict):
+                raise FrameworkError("request body must be a JSON object")
+            return {k: "" if v is None else str(v) for k, v in doc.items()}
+        return {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+
+    def wants_html(request: Request) -> bool:
+        return request.headers.get("hx-request") == "true"
+
+    async def reset_offsets(request: Request) -> Response:
+        try:
+            args = await form(request)
+            execute = args.get("execute", "false").lower() in ("1", "true", "yes", "on")
+            rows = await run_in_threadpool(
+                lambda: data.reset_offsets(
+                    request.path_params["group"],
+                    args.get("topic", ""),
+                    args.get("mode", ""),
+                    args.get("value") or None,
+                    execute=execute,
+                )
+            )
+        except FrameworkError as exc:
+            if wants_html(request):
+                return html("error_fragment.html", error=str(exc))
+            return error_response(request, exc)
+        doc = {"group": request.path_params["group"], "executed": execute, "offsets": rows}
+        if wants_html(request):
+            return html("reset_result.html", r=doc, args=args)
+        return _Json(doc)
+
+    async def retry(request: Request) -> Response:
+        try:
+            args = await form(request)
+            ids = [int(x) for x in args.get("ids", "").replace(",", " ").split() if x.isdigit()]
+            doc = await run_in_threadpool(data.retry_dead_letters, request.path_params["name"], ids)
+        except FrameworkError as exc:
+            return error_response(request, exc)
+        if wants_html(request):
+            return html("retry_result.html", r=doc)
+        return _Json(doc)
+
+    async def start_rebuild(request: Request) -> Response:
+        try:
+            args = await form(request)
+            job = await run_in_threadpool(
+                data.start_rebuild, request.path_params["name"], args.get("engine") or "local"
+            )
+        except FrameworkError as exc:
+            if wants_html(request):
+                return html("error_fragment.html", error=str(exc))
+            return error_response(request, exc)
+        if wants_html(request):
+            return html("rebuild_progress.html", j=job.to_json(), stream=True)
+        return _Json(job.to_json(), status_code=202)
+
+    routes += [
+        Route("/groups/{group}/body", group_fragment, methods=["GET"]),
+        Route("/topics/{name}/export.ndjson", export, methods=["GET"]),
+        Route("/topics/{name}/tail/stream", tail_stream, methods=["GET"]),
+        Route("/rebuilds/{job:int}/stream", rebuild_stream, methods=["GET"]),
+        Route("/api/groups/{group}/reset-offsets", reset_offsets, methods=["POST"]),
+        Route("/api/projectors/{name}/dead-letters/retry", retry, methods=["POST"]),
+        Route("/api/projectors/{name}/rebuild", start_rebuild, methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    files = data.readmodel_files()
+    if datasette and files:
+        routes.append(Mount("/readmodels", app=_datasette(files, read_write=read_write)))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        sampler.start()
+        try:
+            yield
+        finally:
+            sampler.stop()
+            data.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(ReadOnlyGuard, read_write=read_write)
+    app.state.sampler = sampler
+    return app
+
+
+def _positions(text: str | None) -> dict[int, int]:
+    """``"0:12,1:40"`` -> ``{0: 12, 1: 40}`` (where a live tail starts)."""
+    out: dict[int, int] = {}
+    for item in (text or "").split(","):
+        if item.strip():
+            p, _, o = item.partition(":")
+            out[int(p)] = int(o)
+    return out
+
+
+def _datasette(files: dict[str, Path], *, read_write: bool) -> ASGIApp:
+    """Datasette over the read-model files, under ``/readmodels/``; SQL only if read-write."""
+    from datasette.app import Datasette  # noqa: PLC0415  (heavy: imported only when mounted)
+
+    ds = Datasette(
+        files=[str(p) for p in files.values()],
+        settings={"base_url": "/readmodels/", "default_allow_sql": read_write},
+    )
+    inner: ASGIApp = ds.app()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        # Datasette routes on the full path and prefixes its links with base_url itself.
+        if scope["type"] == "http":
+            scope = {**scope, "path": scope.get("root_path", "") + scope["path"], "root_path": ""}
+        await inner(scope, receive, send)
+
+    return app

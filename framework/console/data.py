@@ -249,6 +249,9 @@ class ConsoleData:
             if self.runtime is not None
             else EventStore(log_, EventCodec(EventRegistry()))
         )
+        self._event_topics = frozenset(
+            c.topic for c in (self.app.aggregates if self.app is not None else ())
+        )
         self._jobs: dict[int, RebuildJob] = {}
         self._jobs_lock = threading.Lock()
 
@@ -482,14 +485,15 @@ class ConsoleData:
 
     def record_json(self, r: Record) -> dict[str, Any]:
         """A record for display: raw text, parsed JSON when it is JSON, and the envelope the
-        app's codec decodes when an app is given and the record is an event."""
+        app's codec decodes when an app is given and the record is on one of its event
+        topics (``error`` says why one could not be decoded)."""
         parsed: Any = None
         error = None
         if r.value is not None:
             with contextlib.suppress(orjson.JSONDecodeError):
                 parsed = orjson.loads(r.value)
         decoded = None
-        if self.runtime is not None and any(n == "event-type" for n, _ in r.headers):
+        if self.runtime is not None and r.topic in self._event_topics:
             try:
                 env = self.runtime.codec.decode(
                     r.key,

@@ -243,7 +243,8 @@ def create_app(
         if type_name and agg_id:
             version = q(request, "version")
             doc = data.aggregate(type_name, agg_id, None if version is None else int(version))
-        return {"api": doc, "a": doc, "types": data.aggregate_types(), "args": request.query_params}
+        types = data.aggregate_types()
+        return {"api": doc, "a": doc, "types": types, "args": dict(request.query_params)}
 
     def groups(request: Request) -> dict[str, Any]:
         rows = data.groups()
@@ -254,7 +255,7 @@ def create_app(
         if sort not in ("group", "state", "lag", "lag_ms", "members"):
             raise FrameworkError(f"cannot sort groups by {sort!r}")
         rows.sort(key=lambda r: (r[sort], r["group"]), reverse=sort in ("lag", "lag_ms"))
-        return {"api": rows, "groups": rows, "args": request.query_params}
+        return {"api": rows, "groups": rows, "args": dict(request.query_params)}
 
     def group(request: Request) -> dict[str, Any]:
         doc = data.group(request.path_params["group"])

@@ -1,0 +1,216 @@
+"""Helpers of the console's browser tests: invoicing data, a real ``eventlane console``
+process, and one real headless Chromium (Debian's ``chromium`` + ``chromium-driver``,
+driven by Selenium) per module.
+
+Screenshots for docs/console.md are written to docs/img/console-*.png only when
+``EVENTLANE_SCREENSHOTS=1`` (``make screenshots``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+
+from example_apps.invoicing import app
+from example_apps.invoicing.workload import Workload
+from framework.projection import Runner, Runtime, open_readmodel, readmodel_path
+
+APP = "example_apps.invoicing:app"
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "docs" / "img"
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+PROJECTOR = "orders_by_status"
+
+
+def screenshots_wanted() -> bool:
+    return os.environ.get("EVENTLANE_SCREENSHOTS") == "1"
+
+
+def seed(data: Path, orders: int = 30, run: int = 1) -> None:
+    """A seeded invoicing workload written through the app (orders, customers)."""
+    with app.open(data) as runtime:
+        for name in app.projectors:
+            open_readmodel(runtime, name, migrate=True).close()
+        for c in Workload(orders=orders, seed=5, run=run).commands():
+            runtime.execute(c.cls, c.aggregate_id, c.action, create=c.create)
+
+
+def projector_lag(data: Path, name: str = PROJECTOR) -> int:
+    with app.open(data, create_topics=False) as runtime:
+        return int(runtime.status(name)["lag"])
+
+
+def run_projector_until_caught_up(data: Path, name: str = PROJECTOR, timeout: float = 90) -> None:
+    runner = Runner(APP, name, data, workers=1, session_timeout_ms=2000)
+    runner.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while projector_lag(data, name):
+            assert time.monotonic() < deadline, "projector did not catch up"
+            runner.supervise_once()
+            time.sleep(0.2)
+        time.sleep(1.5)  # one group commit interval: the group's committed offsets too
+    finally:
+        runner.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Console:
+    """A running ``eventlane console`` process."""
+
+    def __init__(self, data: Path, *args: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = data.parent / f"console-{self.port}.log"
+        self._log = self.log_path.open("wb")
+        cmd = [
+            sys.executable,
+            "-c",
+            "from framework.cli import main; main()",
+            "console",
+            "--data",
+            str(data),
+            "--port",
+            str(self.port),
+            "--lag-interval",
+            "0.5",
+            *args,
+        ]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                self.get("/api/overview")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert self.proc.poll() is None, self.log_path.read_text()
+                assert time.monotonic() < deadline, "console did not start"
+                time.sleep(0.2)
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+        req = urllib.request.Request(self.url + path, data=body, method=method)
+        if body is not None:
+            req.add_header("content-type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        try:
+            return status, orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return status, raw.decode("utf-8", "replace")
+
+    def get(self, path: str) -> Any:
+        status, doc = self.request("GET", path)
+        assert status == 200, (path, status, doc)
+        return doc
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+@contextlib.contextmanager
+def console_process(data: Path, *args: str) -> Iterator[Console]:
+    console = Console(data, *args)
+    try:
+        yield console
+    finally:
+        console.stop()
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """One headless Chromium driven by Selenium, with a fresh profile."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.fail("Debian's chromium and chromium-driver are missing: run `make test-deps`")
+    profile = tempfile.mkdtemp(prefix="eventlane-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def shot(driver: Any, name: str) -> None:
+    """docs/img/console-NAME.png, only when screenshots are asked for."""
+    if screenshots_wanted():
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(SHOTS / f"console-{name}.png"))
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until truthy; an element replaced meanwhile (a page load, an htmx
+    swap) counts as not yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except (NoSuchElementException, StaleElementReferenceException):
+            value = None
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(interval)
+
+
+__all__ = [
+    "APP",
+    "PROJECTOR",
+    "Runtime",
+    "chromium",
+    "console_process",
+    "projector_lag",
+    "readmodel_path",
+    "run_projector_until_caught_up",
+    "seed",
+    "shot",
+    "wait_for",
+]

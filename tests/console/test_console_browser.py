@@ -1,0 +1,320 @@
+"""The console in a real headless Chromium against a real read-only ``eventlane console``
+process on invoicing data: every view, search by key and by time, the aggregate view, the
+live tail, lag falling to 0 while a worker runs, escaping, and read-only refusals.
+
+One console process and one browser serve the whole module (see console_helpers).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+from console_helpers import (
+    APP,
+    PROJECTOR,
+    chromium,
+    console_process,
+    projector_lag,
+    run_projector_until_caught_up,
+    seed,
+    shot,
+    wait_for,
+)
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from example_apps.invoicing.workload import Workload
+from framework.log import LogStore, Producer, ProducerRecord
+from framework.log.partitioner import partition_for_key
+from framework.projection import Runner
+
+XSS = b"<script>window.__xss = 1</script><b class='bold'>bold?</b>"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    data = tmp_path_factory.mktemp("console") / "data"
+    seed(data, orders=30)
+    run_projector_until_caught_up(data)
+    log = LogStore(data)
+    log.create_topic("notes", 1)
+    producer = Producer(log)
+    producer.send_batch(
+        "notes",
+        [
+            ProducerRecord(b"<i>key</i>", XSS, (("event-type", b"<u>Note</u>"),)),
+            ProducerRecord(b"plain", b"hello"),
+        ],
+    )
+    with console_process(data, APP) as console, chromium() as driver:
+        yield SimpleNamespace(data=data, log=log, producer=producer, console=console, b=driver)
+    producer.close()
+    log.close()
+
+
+def events_of(log: LogStore, topic: str, key: str) -> list[tuple[int, int, dict[str, Any]]]:
+    """``(offset, timestamp, value)`` of ``key``'s records, read straight from the log."""
+    p = partition_for_key(key.encode(), log.partition_count(topic))
+    marks = log.offsets(topic, p)
+    out = []
+    offset = marks.lwm
+    while offset < marks.hwm:
+        records, _ = log.read(topic, p, offset, upto=marks.hwm)
+        out += [
+            (r.offset, r.timestamp, orjson.loads(r.value)) for r in records if r.key == key.encode()
+        ]
+        offset = records[-1].offset + 1
+    return out
+
+
+def texts(b: Any, css: str) -> list[str]:
+    return [e.text for e in b.find_elements(By.CSS_SELECTOR, css)]
+
+
+def test_every_view_loads_in_the_browser_and_as_json(env: SimpleNamespace) -> None:
+    b, url = env.b, env.console.url
+    pages = {
+        "/": "Overview",
+        "/topics": "Topics",
+        "/topics/orders": "Topic orders",
+        "/topics/orders/records": "Records of orders",
+        "/topics/orders/tail": "Live tail of orders",
+        "/aggregates": "Aggregate",
+        "/groups": "Consumer groups",
+        f"/groups/{PROJECTOR}": f"Consumer group {PROJECTOR}",
+        "/projectors": "Projectors",
+        f"/projectors/{PROJECTOR}": f"Projector {PROJECTOR}",
+        f"/projectors/{PROJECTOR}/dead-letters": f"Dead letters of {PROJECTOR}",
+    }
+    for path, title in pages.items():
+        b.get(url + path)
+        assert b.find_element(By.TAG_NAME, "h1").text == title, path
+        assert not b.find_elements(By.ID, "error"), path
+        assert b.find_element(By.ID, "mode").text == "read-only"
+        if path != "/topics/orders/tail":  # its page only opens a stream
+            env.console.get("/api/overview" if path == "/" else "/api" + path)
+    b.get(url + f"/readmodels/{PROJECTOR}")
+    assert "orders" in b.page_source  # Datasette lists the read model's tables
+    # the numbers on the overview are the log's
+    b.get(url + "/")
+    total = sum(
+        env.log.offsets(t, p).hwm - env.log.offsets(t, p).lwm
+        for t in env.log.list_topics()
+        for p in range(env.log.partition_count(t))
+    )
+    assert b.find_element(By.ID, "n-records").text.replace(",", "") == str(total)
+    shot(b, "overview")
+    for name, path in (("topics", "/topics"), ("topic", "/topics/orders")):
+        b.get(url + path)
+        shot(b, name)
+
+
+def test_api_topics_has_partition_marks_and_api_groups_has_lag(env: SimpleNamespace) -> None:
+    topics = {t["name"]: t for t in env.console.get("/api/topics")}
+    assert set(topics) == set(env.log.list_topics())
+    for row in topics["orders"]["partition_details"]:
+        marks = env.log.offsets("orders", row["partition"])
+        assert (row["lwm"], row["hwm"], row["leo"]) == (marks.lwm, marks.hwm, marks.leo)
+    groups = {g["group"]: g for g in env.console.get("/api/groups")}
+    assert groups[PROJECTOR]["lag"] == 0
+    assert groups[PROJECTOR]["state"] == "Empty"
+
+
+def test_browser_finds_an_orders_events_by_key_and_by_time(env: SimpleNamespace) -> None:
+    b, url = env.b, env.console.url
+    order = Workload(orders=30, seed=5, run=1).order_id(3)
+    events = events_of(env.log, "orders", order)
+    assert len(events) >= 2
+    b.get(url + "/topics/orders/records")
+    b.find_element(By.ID, "f-key").send_keys(order)
+    b.find_element(By.ID, "f-go").click()
+    wait_for(lambda: "index" in b.find_element(By.ID, "page-meta").text)
+    rows = b.find_elements(By.CSS_SELECTOR, "#records tr.record")
+    assert [int(r.get_attribute("data-offset")) for r in rows] == [e[0] for e in events]
+    assert set(texts(b, "#records td.key")) == {order}
+    assert "OrderPlaced" in rows[0].text  # decoded with the app's codec
+    shot(b, "browse")
+    # by time: start at the timestamp of the order's second event, same key
+    second_offset, second_ts, _ = events[1]
+    iso = datetime.fromtimestamp(second_ts / 1000, UTC).isoformat(timespec="milliseconds")
+    b.get(url + "/topics/orders/records")
+    b.find_element(By.ID, "f-key").send_keys(order)
+    Select(b.find_element(By.ID, "f-start")).select_by_visible_text("timestamp")
+    b.find_element(By.ID, "f-value").send_keys(iso)
+    b.find_element(By.ID, "f-go").click()
+    wait_for(lambda: "timestamp" in b.current_url)
+    offsets = [
+        int(r.get_attribute("data-offset"))
+        for r in b.find_elements(By.CSS_SELECTOR, "#records tr.record")
+    ]
+    assert offsets == [e[0] for e in events if e[1] >= second_ts]
+    assert offsets[0] == second_offset
+    # filters by event type header and JSON path, through the API
+    page = env.console.get("/api/topics/orders/records?partition=0&header=OrderPlaced&limit=500")
+    assert page["records"] and all(
+        ["event-type", "OrderPlaced"] in r["headers"] for r in page["records"]
+    )
+    customer = events[0][2]["data"]["customer_id"]
+    p = partition_for_key(order.encode(), 6)
+    page = env.console.get(
+        f"/api/topics/orders/records?partition={p}&jpath=data.customer_id={customer}"
+    )
+    assert order in {r["key"] for r in page["records"]}
+    assert all(r["json"]["data"]["customer_id"] == customer for r in page["records"])
+    # NDJSON export of the key's records
+    status, body = env.console.request(
+        "GET", f"/topics/orders/export.ndjson?partition={p}&key={order}"
+    )
+    assert status == 200
+    lines = [orjson.loads(x) for x in str(body).splitlines()] if isinstance(body, str) else [body]
+    assert [x["offset"] for x in lines] == [e[0] for e in events]
+
+
+def test_aggregate_view_folds_the_orders_state(env: SimpleNamespace) -> None:
+    b, url = env.b, env.console.url
+    order = Workload(orders=30, seed=5, run=1).order_id(3)
+    kinds = [e[2]["type"] for e in events_of(env.log, "orders", order)]
+    expected = "placed"
+    for kind in kinds:
+        expected = {"OrderConfirmed": "confirmed", "OrderCancelled": "cancelled"}.get(
+            kind, expected
+        )
+    b.get(url + "/aggregates")
+    Select(b.find_element(By.ID, "a-type")).select_by_value("Order")
+    b.find_element(By.ID, "a-id").send_keys(order)
+    b.find_element(By.ID, "a-go").click()
+    state = orjson.loads(wait_for(lambda: b.find_elements(By.ID, "a-state"))[0].text)
+    assert state["status"] == expected
+    assert texts(b, "#a-events tr td:first-child") == [str(v) for v in range(1, len(kinds) + 1)]
+    shot(b, "aggregate")
+    b.get(url + f"/aggregates?type=Order&id={order}&version=1")
+    assert orjson.loads(b.find_element(By.ID, "a-state").text)["status"] == "placed"
+    assert b.find_element(By.ID, "a-at").text == "1"
+
+
+def test_values_keys_and_headers_render_as_text_not_markup(env: SimpleNamespace) -> None:
+    b = env.b
+    b.get(env.console.url + "/topics/notes/records")
+    value = b.find_element(By.CSS_SELECTOR, "#records tr.record td.value").text
+    assert value == XSS.decode()
+    assert b.execute_script("return window.__xss === undefined") is True
+    assert not b.find_elements(By.CSS_SELECTOR, "#records b.bold, #records i, #records u")
+    assert "<i>key</i>" in texts(b, "#records td.key")
+    assert "<u>Note</u>" in b.find_element(By.CSS_SELECTOR, "#records td.headers").text
+
+
+def _tail_body(b: Any) -> str:
+    return str(b.find_element(By.ID, "tail-body").text)
+
+
+def test_live_tail_shows_a_new_record_within_a_second_and_pauses(env: SimpleNamespace) -> None:
+    b = env.b
+    b.get(env.console.url + "/topics/notes/tail")
+    wait_for(lambda: b.find_element(By.ID, "tail").get_attribute("data-open") == "1")
+    marker = f"tail-{uuid.uuid4()}"
+    started = time.monotonic()
+    env.producer.send("notes", marker.encode(), key=b"k").result(timeout=10)
+    wait_for(lambda: marker in _tail_body(b), timeout=10, interval=0.02)
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.0, f"the live tail showed the record after {elapsed:.2f}s"
+    shot(b, "tail")
+    # pause: new records are held, not shown; resume shows them in order
+    b.find_element(By.ID, "pause").click()
+    held = f"held-{uuid.uuid4()}"
+    env.producer.send("notes", held.encode(), key=b"k").result(timeout=10)
+    wait_for(lambda: b.find_element(By.ID, "buffered").text == "1", timeout=10)
+    assert held not in _tail_body(b)
+    b.find_element(By.ID, "pause").click()
+    wait_for(lambda: held in _tail_body(b), timeout=5)
+    # a filtered tail skips what does not match
+    b.get(env.console.url + "/topics/notes/tail?text=wanted")
+    wait_for(lambda: b.find_element(By.ID, "tail").get_attribute("data-open") == "1")
+    env.producer.send("notes", b"something else", key=b"k").result(timeout=10)
+    env.producer.send("notes", b"this is wanted", key=b"k").result(timeout=10)
+    wait_for(lambda: "this is wanted" in _tail_body(b), timeout=10)
+    assert "something else" not in _tail_body(b)
+
+
+def test_groups_view_shows_lag_falling_to_zero_while_a_worker_runs(env: SimpleNamespace) -> None:
+    b = env.b
+    seed(env.data, orders=10, run=2)  # new orders: the projector's group falls behind
+    assert projector_lag(env.data) > 0
+    b.get(env.console.url + "/groups?sort=lag")
+
+    def shown_lag() -> int | None:
+        cells = b.find_elements(By.CSS_SELECTOR, f"#groups tr[data-group='{PROJECTOR}'] td.lag")
+        return int(cells[0].text) if cells else None
+
+    assert wait_for(lambda: (shown_lag() or 0) > 0, timeout=10)
+    shot(b, "groups")
+    runner = Runner(APP, PROJECTOR, env.data, workers=1, session_timeout_ms=2000)
+    runner.start()
+    try:
+        wait_for(lambda: shown_lag() == 0, timeout=90, interval=0.3)
+        b.get(env.console.url + f"/groups/{PROJECTOR}")
+        wait_for(lambda: b.find_elements(By.CSS_SELECTOR, "#lag-chart canvas"), timeout=10)
+        history = env.console.get(f"/api/groups/{PROJECTOR}")["lag_history"]
+        lags = [lag for _t, lag in history]
+        assert max(lags) > 0 and lags[-1] == 0, lags  # sampled by the console: it fell to 0
+        shot(b, "group")
+    finally:
+        runner.stop()
+    b.get(env.console.url + f"/projectors/{PROJECTOR}")
+    shot(b, "projector")
+
+
+def test_read_only_refuses_every_state_change(env: SimpleNamespace) -> None:
+    console = env.console
+    before = console.get(f"/api/groups/{PROJECTOR}")["offsets"]
+    body = orjson.dumps({"topic": "orders", "mode": "to-earliest", "execute": True})
+    for method, path in (
+        ("POST", f"/api/groups/{PROJECTOR}/reset-offsets"),
+        ("POST", f"/api/projectors/{PROJECTOR}/dead-letters/retry"),
+        ("POST", f"/api/projectors/{PROJECTOR}/rebuild"),
+        ("POST", f"/readmodels/{PROJECTOR}/orders"),
+        ("PUT", "/api/topics/orders"),
+        ("DELETE", f"/api/groups/{PROJECTOR}"),
+    ):
+        status, doc = console.request(method, path, body)
+        assert status == 403, (method, path, status, doc)
+        assert "read-only" in doc["error"]
+    assert console.get(f"/api/groups/{PROJECTOR}")["offsets"] == before
+    assert not (env.data / "readmodels" / f"{PROJECTOR}.rebuild.sqlite").exists()
+    status, _ = console.request("GET", f"/readmodels/{PROJECTOR}?sql=select+1")
+    assert status == 403  # no arbitrary SQL in read-only mode
+    env.b.get(console.url + f"/groups/{PROJECTOR}")
+    assert env.b.find_elements(By.ID, "reset-disabled")
+    assert not env.b.find_elements(By.ID, "reset-form")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/topics/..",
+        "/api/topics/..%2F..%2Fetc",
+        "/api/topics/a%2Fb/records",
+        "/api/groups/..",
+        "/api/projectors/..%2Fcustomers",
+        "/api/projectors/invoices.sqlite",
+        "/readmodels/..%2F..%2Fetc%2Fpasswd",
+        "/static/..%2F..%2Fdata.py",
+    ],
+)
+def test_no_path_traversal_through_names(env: SimpleNamespace, path: str) -> None:
+    status, body = env.console.request("GET", path)
+    assert status in (400, 404), (path, status)
+    assert "root:" not in str(body) and "ConsoleData" not in str(body)
+
+
+def test_binds_loopback_by_default(env: SimpleNamespace) -> None:
+    log = Path(env.console.log_path).read_text()
+    assert f"http://127.0.0.1:{env.console.port}/ (read-only)" in log
+    assert "warning" not in log.lower()

@@ -776,6 +776,7 @@ class ConsoleData:
                 job.error = f"{type(exc).__name__}: {exc}"
                 job.state = "failed"
             finally:
+                job.phase(job.state)
                 job.seconds = time.time() - job.started
 
         threading.Thread(target=work, name=f"console-rebuild-{job.id}", daemon=True).start()

@@ -427,7 +427,7 @@ class ConsoleData:
         else:
             lookup = "scan" if filters.active() else "none"
             offset = begin
-            while offset < marks.hwm and scanned < SCAN_LIMIT:
+            while offset < marks.hwm and scanned < SCAN_LIMIT and len(found) < limit:
                 records, _ = self.log.read(topic, partition, offset, upto=marks.hwm)
                 if not records:
                     break
@@ -435,13 +435,13 @@ class ConsoleData:
                     if r.offset < offset:
                         continue
                     scanned += 1
+                    offset = r.offset + 1
                     if filters.match(r):
                         found.append(r)
-                        if len(found) >= limit:
-                            break
-                offset = (found[-1] if len(found) >= limit else records[-1]).offset + 1
-                if len(found) >= limit:
-                    break
+                    if len(found) >= limit or scanned >= SCAN_LIMIT:
+                        break
+                else:
+                    offset = max(offset, records[-1].offset + 1)
             nxt = offset if offset < marks.hwm else None
         return {
             "topic": topic,

@@ -49,6 +49,9 @@ __all__ = ["ReadOnlyGuard", "create_app"]
 
 HERE = Path(__file__).parent
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+BAD_REQUEST = (FrameworkError, ValueError)
+"""Errors answered 400 (404 for an unknown topic or aggregate) with the message, never 500:
+framework errors name what was wrong; ``ValueError`` covers a malformed number in a URL."""
 TAIL_WAIT_S = 1.0
 """How long the live tail sleeps on the log's wake-up word before it re-checks the client."""
 
@@ -150,7 +153,7 @@ def create_app(
         body = env.get_template(template).render(backend=data.backend(), **context)
         return HTMLResponse(body, status_code=status)
 
-    def error_response(request: Request, exc: Exception) -> Response:
+    def error_response(request: Request, exc: BaseException) -> Response:
         status = 404 if isinstance(exc, UnknownTopicError | AggregateNotFoundError) else 400
         if request.url.path.startswith("/api/"):
             return _Json({"error": str(exc)}, status_code=status)
@@ -162,14 +165,14 @@ def create_app(
         async def as_html(request: Request) -> Response:
             try:
                 context = await run_in_threadpool(view, request)
-            except FrameworkError as exc:
+            except BAD_REQUEST as exc:
                 return error_response(request, exc)
             return html(template, request=request, **context)
 
         async def as_json(request: Request) -> Response:
             try:
                 context = await run_in_threadpool(view, request)
-            except FrameworkError as exc:
+            except BAD_REQUEST as exc:
                 return error_response(request, exc)
             return _Json(context.get("api", context))
 
@@ -310,7 +313,7 @@ def create_app(
     async def group_fragment(request: Request) -> Response:
         try:
             context = await run_in_threadpool(group, request)
-        except FrameworkError as exc:
+        except BAD_REQUEST as exc:
             return error_response(request, exc)
         return html("group_body.html", **context)
 
@@ -320,7 +323,7 @@ def create_app(
             partition = qint(request, "partition", 0)
             chunks = data.export(name, partition, filters(request))
             first = await run_in_threadpool(next, chunks, b"")
-        except FrameworkError as exc:
+        except BAD_REQUEST as exc:
             return error_response(request, exc)
 
         async def body() -> AsyncIterator[bytes]:
@@ -346,8 +349,8 @@ def create_app(
                 positions = await run_in_threadpool(
                     data.positions_at_end, name, None if partition is None else int(partition)
                 )
-        except (FrameworkError, ValueError) as exc:
-            return error_response(request, FrameworkError(str(exc)))
+        except BAD_REQUEST as exc:
+            return error_response(request, exc)
         row = env.get_template("record_row.html")
         as_json = q(request, "format") == "json"
 
@@ -366,7 +369,7 @@ def create_app(
     async def rebuild_stream(request: Request) -> Response:
         try:
             job = data.job(int(request.path_params["job"]))
-        except FrameworkError as exc:
+        except BAD_REQUEST as exc:
             return error_response(request, exc)
         bar = env.get_template("rebuild_progress.html")
 
@@ -400,52 +403,56 @@ def create_app(
     def wants_html(request: Request) -> bool:
         return request.headers.get("hx-request") == "true"
 
-    async def reset_offsets(request: Request) -> Response:
+    async def change(
+        request: Request,
+        work: Callable[[dict[str, str]], dict[str, Any]],
+        template: str,
+        status: int = 200,
+    ) -> Response:
+        """A state change: JSON for API clients, an htmx fragment (``r``) for the pages."""
         try:
             args = await form(request)
-            execute = args.get("execute", "false").lower() in ("1", "true", "yes", "on")
-            rows = await run_in_threadpool(
-                lambda: data.reset_offsets(
-                    request.path_params["group"],
-                    args.get("topic", ""),
-                    args.get("mode", ""),
-                    args.get("value") or None,
-                    execute=execute,
-                )
-            )
-        except FrameworkError as exc:
-            if wants_html(request):
+            doc = await run_in_threadpool(work, args)
+        except BAD_REQUEST as exc:
+            if wants_html(request):  # htmx swaps only 2xx answers in
                 return html("error_fragment.html", error=str(exc))
             return error_response(request, exc)
-        doc = {"group": request.path_params["group"], "executed": execute, "offsets": rows}
         if wants_html(request):
-            return html("reset_result.html", r=doc, args=args)
-        return _Json(doc)
+            return html(template, r=doc, args=args, stream=True)
+        return _Json(doc, status_code=status)
+
+    def truthy(text: str | None) -> bool:
+        return (text or "").lower() in ("1", "true", "yes", "on")
+
+    async def reset_offsets(request: Request) -> Response:
+        group_id = request.path_params["group"]
+
+        def work(args: dict[str, str]) -> dict[str, Any]:
+            execute = truthy(args.get("execute"))
+            rows = data.reset_offsets(
+                group_id,
+                args.get("topic", ""),
+                args.get("mode", ""),
+                args.get("value") or None,
+                execute=execute,
+            )
+            return {"group": group_id, "executed": execute, "offsets": rows}
+
+        return await change(request, work, "reset_result.html")
 
     async def retry(request: Request) -> Response:
-        try:
-            args = await form(request)
-            ids = [int(x) for x in args.get("ids", "").replace(",", " ").split() if x.isdigit()]
-            doc = await run_in_threadpool(data.retry_dead_letters, request.path_params["name"], ids)
-        except FrameworkError as exc:
-            return error_response(request, exc)
-        if wants_html(request):
-            return html("retry_result.html", r=doc)
-        return _Json(doc)
+        def work(args: dict[str, str]) -> dict[str, Any]:
+            ids = [int(x) for x in args.get("ids", "").replace(",", " ").split()]
+            return data.retry_dead_letters(request.path_params["name"], ids)
+
+        return await change(request, work, "retry_result.html")
 
     async def start_rebuild(request: Request) -> Response:
-        try:
-            args = await form(request)
-            job = await run_in_threadpool(
-                data.start_rebuild, request.path_params["name"], args.get("engine") or "local"
-            )
-        except FrameworkError as exc:
-            if wants_html(request):
-                return html("error_fragment.html", error=str(exc))
-            return error_response(request, exc)
-        if wants_html(request):
-            return html("rebuild_progress.html", j=job.to_json(), stream=True)
-        return _Json(job.to_json(), status_code=202)
+        def work(args: dict[str, str]) -> dict[str, Any]:
+            engine = args.get("engine") or "local"
+            return data.start_rebuild(request.path_params["name"], engine).to_json()
+
+        return await change(request, work, "rebuild_progress.html", status=202)
 
     routes += [
         Route("/groups/{group}/body", group_fragment, methods=["GET"]),
@@ -497,9 +504,17 @@ def _datasette(files: dict[str, Path], *, read_write: bool) -> ASGIApp:
     inner: ASGIApp = ds.app()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        # Datasette routes on the full path and prefixes its links with base_url itself.
+        # Datasette expects what a proxy hands it: the path without the mount prefix (it
+        # adds base_url to the links it makes itself).
         if scope["type"] == "http":
-            scope = {**scope, "path": scope.get("root_path", "") + scope["path"], "root_path": ""}
+            root = scope.get("root_path", "")
+            raw = scope.get("raw_path") or scope["path"].encode()
+            scope = {
+                **scope,
+                "root_path": "",
+                "path": scope["path"].removeprefix(root) or "/",
+                "raw_path": raw.removeprefix(root.encode()) or b"/",
+            }
         await inner(scope, receive, send)
 
     return app

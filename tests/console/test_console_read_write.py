@@ -127,9 +127,7 @@ def test_rebuild_streams_progress_and_ends_identical(env: SimpleNamespace) -> No
     with urllib.request.urlopen(
         env.console.url + f"/rebuilds/{started['id']}/stream", timeout=120
     ) as stream:
-        events = [
-            line.decode().strip() for line in stream if line.startswith(b"event:")
-        ]
+        events = [line.decode().strip() for line in stream if line.startswith(b"event:")]
     assert events[0] == "event: progress" and events[-1] == "event: done", events
     assert env.console.get(f"/api/rebuilds/{started['id']}")["state"] == "done"
 

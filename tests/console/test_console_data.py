@@ -1,0 +1,144 @@
+"""The console's data module on a plain log (no app, no server): paging, starts, filters,
+the scan bound, export, names. The browser tests cover the same through the pages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+import framework.console.data as console_data
+from framework.console import ConsoleData, Filters, open_log
+from framework.errors import ConfigError, FrameworkError
+from framework.log import LogStore, Producer, ProducerRecord
+
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def console(tmp_path: Path) -> Iterator[ConsoleData]:
+    log = LogStore(tmp_path / "data")
+    log.create_topic("t", 2)
+    records = [
+        ProducerRecord(
+            f"k{i % 3}".encode(),
+            orjson.dumps({"i": i, "data": {"even": i % 2 == 0, "tags": [f"t{i}"]}}),
+            (("event-type", b"Even" if i % 2 == 0 else b"Odd"),),
+            T0 + i * 1000,
+        )
+        for i in range(300)
+    ]
+    with Producer(log) as producer:
+        producer.send_batch("t", records, partition=0)
+        producer.send("t", b"not json", key=b"k9", partition=1).result()
+    data = ConsoleData(log)
+    yield data
+    data.close()
+
+
+def offsets(page: dict[str, object]) -> list[int]:
+    return [r["offset"] for r in page["records"]]  # type: ignore[attr-defined,index]
+
+
+def test_pages_follow_each_other_without_gap_or_overlap(console: ConsoleData) -> None:
+    seen: list[int] = []
+    page = console.browse("t", 0, limit=70)
+    while True:
+        seen += offsets(page)
+        if page["next"] is None:
+            break
+        page = console.browse("t", 0, start="offset", value=str(page["next"]), limit=70)
+    assert seen == list(range(300))
+
+
+def test_starts_oldest_newest_offset_and_timestamp(console: ConsoleData) -> None:
+    assert offsets(console.browse("t", 0, limit=3)) == [0, 1, 2]
+    assert offsets(console.browse("t", 0, start="newest", limit=3)) == [297, 298, 299]
+    assert offsets(console.browse("t", 0, start="offset", value="150", limit=2)) == [150, 151]
+    at = console.browse("t", 0, start="timestamp", value=str(T0 + 42_500), limit=1)
+    assert offsets(at) == [43]
+    iso = console.browse("t", 0, start="timestamp", value="2023-11-14T22:14:00Z", limit=1)
+    assert offsets(iso) == [40]  # T0 is 2023-11-14T22:13:20Z
+    with pytest.raises(ConfigError, match="start must be"):
+        console.browse("t", 0, start="middle")
+    with pytest.raises(ConfigError, match="partition 5 does not exist"):
+        console.browse("t", 5)
+
+
+def test_filters_by_key_header_text_and_json_path(console: ConsoleData) -> None:
+    by_key = console.browse("t", 0, filters=Filters(key="k1"), limit=500)
+    assert offsets(by_key) == list(range(1, 300, 3))
+    assert by_key["lookup"] == "scan"  # a raw topic has no per-key index: scanned
+    odd = console.browse("t", 0, filters=Filters(header="Odd"), limit=500)
+    assert offsets(odd) == list(range(1, 300, 2))
+    same = console.browse("t", 0, filters=Filters(header="event-type=Odd"), limit=500)
+    assert offsets(same) == offsets(odd)
+    assert offsets(console.browse("t", 0, filters=Filters(text='"i":7,'))) == [7]
+    tagged = console.browse("t", 0, filters=Filters(jpath="data.tags.0=t11"))
+    assert offsets(tagged) == [11]
+    evens = console.browse("t", 0, filters=Filters(jpath="$.data.even=true"), limit=500)
+    assert offsets(evens) == list(range(0, 300, 2))
+    both = console.browse("t", 0, filters=Filters(key="k0", header="Odd"), limit=500)
+    assert offsets(both) == [i for i in range(300) if i % 3 == 0 and i % 2 == 1]
+    raw = console.browse("t", 1, filters=Filters(jpath="data"))
+    assert raw["records"] == []  # not JSON: no path matches
+    assert console.browse("t", 1)["records"][0]["value"] == "not json"
+
+
+def test_a_filtered_page_reads_a_bounded_number_of_records(
+    console: ConsoleData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(console_data, "SCAN_LIMIT", 100)
+    page = console.browse("t", 0, filters=Filters(text="no such text"))
+    assert page["records"] == []
+    assert page["scanned"] == 100
+    assert page["next"] == 100  # the next page goes on from where this one stopped
+
+
+def test_export_is_ndjson_of_the_matching_records(console: ConsoleData) -> None:
+    lines = b"".join(console.export("t", 0, Filters(key="k2"))).splitlines()
+    docs = [orjson.loads(line) for line in lines]
+    assert [d["offset"] for d in docs] == list(range(2, 300, 3))
+    assert docs[0]["headers"] == [["event-type", "Even"]] and docs[0]["key"] == "k2"
+
+
+def test_topic_details_and_live_reads(console: ConsoleData) -> None:
+    topic = console.topic("t")
+    assert topic["records"] == 301
+    rows = {r["partition"]: r for r in topic["partition_details"]}
+    assert (rows[0]["lwm"], rows[0]["hwm"], rows[0]["last_append_ms"]) == (0, 300, T0 + 299_000)
+    positions = console.positions_at_end("t", None)
+    assert positions == {0: 300, 1: 1}
+    with Producer(console.log) as producer:
+        producer.send("t", b"new", key=b"k", partition=1).result()
+    new = console.read_new("t", positions, Filters())
+    assert [(r["partition"], r["value"]) for r in new] == [(1, "new")]
+    assert positions == {0: 300, 1: 2}
+
+
+@pytest.mark.parametrize("name", ["..", "a/b", "../../etc", "x\x00y", ""])
+def test_bad_topic_names_are_refused_before_any_file_is_touched(
+    console: ConsoleData, name: str
+) -> None:
+    with pytest.raises(FrameworkError):
+        console.topic(name)
+
+
+def test_views_that_need_an_app_say_so(console: ConsoleData) -> None:
+    assert console.projectors() == [] and console.readmodel_files() == {}
+    with pytest.raises(ConfigError, match="needs an APP"):
+        console.aggregate("Order", "o-1", None)
+    with pytest.raises(ConfigError, match="needs an APP"):
+        console.dead_letters("invoices")
+
+
+def test_open_log_refuses_a_directory_without_a_log(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no eventlane data"):
+        open_log(tmp_path, None)
+    with pytest.raises(ConfigError, match="file: logs only"):
+        open_log(None, "nats://127.0.0.1:4222")
+    with pytest.raises(ConfigError, match="name different logs"):
+        open_log(tmp_path / "a", f"file://{tmp_path}/b")
+    assert not (tmp_path / "topics").exists()

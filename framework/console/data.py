@@ -391,12 +391,12 @@ class ConsoleData:
         filters: Filters | None = None,
         limit: int = 100,
     ) -> dict[str, Any]:
-        """One page of records: ``{"topic", "partition", "lwm", "hwm", "from", "next",
+        """One page of records: ``{"topic", "partition", "lwm", "hwm", "from", "prev", "next",
         "lookup": "index"|"scan"|"none", "scanned", "records": [record]}``.
 
-        ``next`` is the offset the following page starts at (``null`` at the end). With a
-        key filter and an index, the key's offsets come from the index and only those
-        records are read."""
+        ``next`` is the offset the following page starts at (``null`` at the end), ``prev``
+        the start of the page before (unfiltered pages only). With a key filter and an
+        index, the key's offsets come from the index and only those records are read."""
         self._check_partition(topic, partition)
         filters = filters or Filters()
         limit = max(1, min(limit, PAGE_MAX))
@@ -449,6 +449,9 @@ class ConsoleData:
             "lwm": marks.lwm,
             "hwm": marks.hwm,
             "from": begin,
+            "prev": None
+            if filters.active() or begin <= marks.lwm
+            else max(marks.lwm, begin - limit),
             "next": nxt,
             "lookup": lookup,
             "scanned": scanned,

@@ -232,8 +232,8 @@ def create_app(
 
     def tail_page(request: Request) -> dict[str, Any]:
         name = data.topic_name(request.path_params["name"])
-        partition = q(request, "partition")
-        positions = data.positions_at_end(name, None if partition is None else int(partition))
+        partition = qint(request, "partition", -1)
+        positions = data.positions_at_end(name, None if partition < 0 else partition)
         desc = data.topic(name, details=False)
         args = dict(request.query_params)
         start = ",".join(f"{p}:{o}" for p, o in positions.items())
@@ -244,8 +244,8 @@ def create_app(
         agg_id = q(request, "id")
         doc = None
         if type_name and agg_id:
-            version = q(request, "version")
-            doc = data.aggregate(type_name, agg_id, None if version is None else int(version))
+            version = qint(request, "version", 0)
+            doc = data.aggregate(type_name, agg_id, version or None)
         types = data.aggregate_types()
         return {"api": doc, "a": doc, "types": types, "args": dict(request.query_params)}
 

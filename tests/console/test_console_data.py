@@ -56,7 +56,9 @@ def test_pages_follow_each_other_without_gap_or_overlap(console: ConsoleData) ->
 def test_starts_oldest_newest_offset_and_timestamp(console: ConsoleData) -> None:
     assert offsets(console.browse("t", 0, limit=3)) == [0, 1, 2]
     assert offsets(console.browse("t", 0, start="newest", limit=3)) == [297, 298, 299]
-    assert offsets(console.browse("t", 0, start="offset", value="150", limit=2)) == [150, 151]
+    middle = console.browse("t", 0, start="offset", value="150", limit=70)
+    assert offsets(middle)[:2] == [150, 151] and (middle["prev"], middle["next"]) == (80, 220)
+    assert console.browse("t", 0, limit=5)["prev"] is None
     at = console.browse("t", 0, start="timestamp", value=str(T0 + 42_500), limit=1)
     assert offsets(at) == [43]
     iso = console.browse("t", 0, start="timestamp", value="2023-11-14T22:14:00Z", limit=1)

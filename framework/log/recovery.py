@@ -127,9 +127,11 @@ def recover(
         if nxt <= lwm:
             Segment(directory, base).delete()
     bases = list_segment_bases(directory)
-    if not bases:
+    if not bases:  # a new partition (or every segment expired): start one, durably
         bases = [lwm]
-        Segment(directory, lwm).log.touch()
+        Segment(directory, lwm).create()
+        fsync_dir(directory)
+        fsync_dir(directory.parent)
     lwm = max(lwm, bases[0])
     recovery_point = read_int_file(directory / RECOVERY_POINT, 0)
     start = max(0, bisect.bisect_right(bases, recovery_point) - 1)

@@ -13,7 +13,8 @@ as they are, and the HTML views render the same dicts. Shapes:
   "config", "partition_details": [{"partition", "lwm", "hwm", "leo", "records", "segments",
   "bytes", "last_append_ms"}]}``;
 * record: ``{"topic", "partition", "offset", "timestamp", "key", "headers": [[name, text]],
-  "value": text, "json": object | null, "decoded": envelope | null, "error": text | null}``;
+  "value": text (UTF-8, else spaced hex), "binary": bool, "json": object | null,
+  "decoded": envelope | null, "error": text | null}``;
 * group: ``{"group", "state", "generation", "members", "lag", "lag_ms", "partitions"}``.
 
 Read-only by construction: nothing here changes state except :meth:`ConsoleData.reset_offsets`
@@ -171,6 +172,17 @@ class Filters:
 
 def _text(raw: bytes | None) -> str | None:
     return None if raw is None else raw.decode("utf-8", errors="replace")
+
+
+def _shown(raw: bytes | None) -> tuple[str | None, bool]:
+    """A value for display and whether it is binary: UTF-8 text as it is, other bytes as
+    spaced hex (so cipher text and binary formats show their bytes, not mojibake)."""
+    if raw is None:
+        return None, False
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.hex(" "), True
 
 
 class RebuildJob:
@@ -509,6 +521,7 @@ class ConsoleData:
                 decoded = self._envelope_json(env)
             except FrameworkError as exc:
                 error = str(exc)
+        value, binary = _shown(r.value)
         return {
             "topic": r.topic,
             "partition": r.partition,
@@ -516,7 +529,8 @@ class ConsoleData:
             "timestamp": r.timestamp,
             "key": _text(r.key),
             "headers": [[n, _text(v)] for n, v in r.headers],
-            "value": _text(r.value),
+            "value": value,
+            "binary": binary,
             "json": parsed,
             "decoded": decoded,
             "error": error,

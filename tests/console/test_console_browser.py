@@ -126,6 +126,11 @@ def test_api_topics_has_partition_marks_and_api_groups_has_lag(env: SimpleNamesp
     groups = {g["group"]: g for g in env.console.get("/api/groups")}
     assert groups[PROJECTOR]["lag"] == 0
     assert groups[PROJECTOR]["state"] == "Empty"
+    assert env.console.get("/api/groups?min_lag=1") == []  # filtered by lag
+    assert [g["group"] for g in env.console.get("/api/groups?state=Empty&sort=lag")] == [PROJECTOR]
+    assert env.console.get("/api/groups?state=Stable") == []
+    status, doc = env.console.request("GET", "/api/groups?sort=password")
+    assert status == 400 and "cannot sort" in doc["error"]
 
 
 def test_browser_finds_an_orders_events_by_key_and_by_time(env: SimpleNamespace) -> None:

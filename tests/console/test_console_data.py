@@ -33,6 +33,7 @@ def console(tmp_path: Path) -> Iterator[ConsoleData]:
     with Producer(log) as producer:
         producer.send_batch("t", records, partition=0)
         producer.send("t", b"not json", key=b"k9", partition=1).result()
+        producer.send("t", b"\x00\xff\xfe", key=b"k9", partition=1).result()
     data = ConsoleData(log)
     yield data
     data.close()
@@ -86,7 +87,9 @@ def test_filters_by_key_header_text_and_json_path(console: ConsoleData) -> None:
     assert offsets(both) == [i for i in range(300) if i % 3 == 0 and i % 2 == 1]
     raw = console.browse("t", 1, filters=Filters(jpath="data"))
     assert raw["records"] == []  # not JSON: no path matches
-    assert console.browse("t", 1)["records"][0]["value"] == "not json"
+    text, binary = console.browse("t", 1)["records"]
+    assert (text["value"], text["binary"]) == ("not json", False)
+    assert (binary["value"], binary["binary"]) == ("00 ff fe", True)  # bytes, not mojibake
 
 
 def test_a_filtered_page_reads_a_bounded_number_of_records(
@@ -108,16 +111,16 @@ def test_export_is_ndjson_of_the_matching_records(console: ConsoleData) -> None:
 
 def test_topic_details_and_live_reads(console: ConsoleData) -> None:
     topic = console.topic("t")
-    assert topic["records"] == 301
+    assert topic["records"] == 302
     rows = {r["partition"]: r for r in topic["partition_details"]}
     assert (rows[0]["lwm"], rows[0]["hwm"], rows[0]["last_append_ms"]) == (0, 300, T0 + 299_000)
     positions = console.positions_at_end("t", None)
-    assert positions == {0: 300, 1: 1}
+    assert positions == {0: 300, 1: 2}
     with Producer(console.log) as producer:
         producer.send("t", b"new", key=b"k", partition=1).result()
     new = console.read_new("t", positions, Filters())
     assert [(r["partition"], r["value"]) for r in new] == [(1, "new")]
-    assert positions == {0: 300, 1: 2}
+    assert positions == {0: 300, 1: 3}
 
 
 @pytest.mark.parametrize("name", ["..", "a/b", "../../etc", "x\x00y", ""])

@@ -7,6 +7,8 @@ One console process and one browser serve the whole module (see console_helpers)
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -323,3 +325,19 @@ def test_binds_loopback_by_default(env: SimpleNamespace) -> None:
     log = Path(env.console.log_path).read_text()
     assert f"http://127.0.0.1:{env.console.port}/ (read-only)" in log
     assert "warning" not in log.lower()
+
+
+def test_warns_before_listening_on_a_non_loopback_address(env: SimpleNamespace) -> None:
+    # 203.0.113.1 (TEST-NET-3) is not this machine's: the warning is printed, then binding
+    # fails, so nothing ever listens beyond loopback.
+    cli = [sys.executable, "-c", "from framework.cli import main; main()", "console"]
+    out = subprocess.run(
+        [*cli, "--data", str(env.data), "--host", "203.0.113.1", "--port", "0"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert "warning: listening on 203.0.113.1" in out.stderr
+    assert "no authentication" in out.stderr

@@ -153,3 +153,26 @@ def test_cross_origin_posts_are_refused(env: SimpleNamespace) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=30)
     assert err.value.code == 403
+
+
+def test_dead_letters_list_show_traceback_and_retry(env: SimpleNamespace) -> None:
+    """Runs last: it adds a poison record to the projector's topic."""
+    env.log.append(
+        "orders", 0, [(b"poison-1", b"{not json", [("event-type", b"OrderPlaced")], None)]
+    )
+    run_projector_until_caught_up(env.data)
+    b = env.b
+    b.get(env.console.url + f"/projectors/{PROJECTOR}")
+    assert b.find_element(By.ID, "p-status").text == "error"
+    rows = b.find_elements(By.CSS_SELECTOR, "#letters tr")[1:]
+    assert len(rows) == 1 and "poison-1" in rows[0].text
+    rows[0].find_element(By.TAG_NAME, "a").click()
+    traceback = wait_for(lambda: b.find_elements(By.ID, "traceback"), timeout=15)[0].text
+    assert "JSON" in traceback
+    assert "{not json" in b.page_source  # the raw value, as stored (escaped)
+    b.get(env.console.url + f"/projectors/{PROJECTOR}")
+    b.find_element(By.ID, "retry-all").click()
+    report = wait_for(lambda: b.find_elements(By.ID, "retry-report"), timeout=30)[0].text
+    assert report == "succeeded: 0 · failed: 1"  # still poison with today's code
+    letters = env.console.get(f"/api/projectors/{PROJECTOR}/dead-letters")
+    assert [d["key"] for d in letters] == ["poison-1"] and letters[0]["attempts"] >= 2

@@ -189,7 +189,7 @@ class RebuildJob:
     """One rebuild started from the console: its progress, then its result and verification.
 
     ``state`` is ``running``, ``done`` (the rebuilt file equals the local replay and the live
-    read model where comparable) , ``different`` or ``failed``. Implements the rebuild's
+    read model where comparable), ``different`` or ``failed``. Implements the rebuild's
     :class:`~framework.replay.progress.Progress` protocol; read from other threads through
     :meth:`to_json`.
     """
@@ -223,6 +223,24 @@ class RebuildJob:
         with self._lock:
             self.phase_name = name
 
+    def finish(
+        self,
+        state: str,
+        *,
+        result: dict[str, Any] | None = None,
+        verify: list[dict[str, Any]] | None = None,
+        error: str | None = None,
+    ) -> None:
+        with self._lock:
+            self.state, self.phase_name = state, state
+            self.result, self.verify, self.error = result, verify or [], error
+            self.seconds = time.time() - self.started
+
+    def _percent(self) -> int:
+        if self.state in ("done", "different"):
+            return 100
+        return int(100 * self.records_done / self.offsets) if self.offsets else 0
+
     def to_json(self) -> dict[str, Any]:
         with self._lock:
             return {
@@ -235,11 +253,7 @@ class RebuildJob:
                 "tasks_done": self.tasks_done,
                 "offsets": self.offsets,
                 "records_done": self.records_done,
-                "percent": 100
-                if self.state != "running"
-                else int(100 * self.records_done / self.offsets)
-                if self.offsets
-                else 0,
+                "percent": self._percent(),
                 "seconds": round(self.seconds or time.time() - self.started, 2),
                 "result": self.result,
                 "verify": self.verify,
@@ -776,7 +790,14 @@ class ConsoleData:
                 result = rebuild(runtime, projector, engine=engine, progress=job)
                 job.phase("verify")
                 comparisons = verify_rebuild(runtime, result)
-                job.verify = [
+            except Exception as exc:  # shown to the user; the job thread must not die silently
+                log.exception("console rebuild failed", projection=projector)
+                job.finish("failed", error=f"{type(exc).__name__}: {exc}")
+                return
+            job.finish(
+                "done" if all(c.ok for c in comparisons) else "different",
+                result=result.to_json(),
+                verify=[
                     {
                         "what": c.what,
                         "ok": c.ok,
@@ -785,16 +806,8 @@ class ConsoleData:
                         "differences": [d.table for d in c.differences],
                     }
                     for c in comparisons
-                ]
-                job.result = result.to_json()
-                job.state = "done" if all(c.ok for c in comparisons) else "different"
-            except Exception as exc:  # shown to the user; the job thread must not die silently
-                log.exception("console rebuild failed", projection=projector)
-                job.error = f"{type(exc).__name__}: {exc}"
-                job.state = "failed"
-            finally:
-                job.phase(job.state)
-                job.seconds = time.time() - job.started
+                ],
+            )
 
         threading.Thread(target=work, name=f"console-rebuild-{job.id}", daemon=True).start()
         return job

@@ -399,13 +399,15 @@ class ConsoleData:
         """The partition a key's records go to (Kafka's murmur2 placement)."""
         return partition_for_key(key.encode(), self.log.partition_count(self.topic_name(topic)))
 
-    def key_lookup(self, topic: str, partition: int, key: bytes) -> list[int] | None:
-        """Offsets of ``key``'s records through the partition's per-key index (a lookup, not
-        a scan), or ``None`` where the topic has no index (then the caller scans)."""
+    def key_records(self, topic: str, partition: int, key: bytes) -> list[Record] | None:
+        """``key``'s records in the partition, in offset order, found through the per-key
+        index (a lookup, not a scan); ``None`` where the topic has no index (the caller then
+        scans)."""
         root = Path(getattr(self.log, "path", ".")) / "store"
         if not index_path(root, topic, partition).exists():
             return None
-        return self._store.index(topic, partition).view(key).offsets
+        offsets = self._store.index(topic, partition).view(key).offsets
+        return self._store.read_records(topic, partition, offsets)
 
     def browse(
         self,
@@ -434,21 +436,20 @@ class ConsoleData:
         lookup = "none"
         scanned = 0
         nxt: int | None = None
-        offsets = (
-            self.key_lookup(topic, partition, filters.key_bytes)
+        keyed = (
+            self.key_records(topic, partition, filters.key_bytes)
             if filters.key_bytes is not None
             else None
         )
-        if offsets is not None:
+        if keyed is not None:
             lookup = "index"
-            wanted = [o for o in offsets if o >= begin]
-            for i, off in enumerate(wanted):
-                record = self._record_at(topic, partition, off)
+            wanted = [r for r in keyed if r.offset >= begin]
+            for i, record in enumerate(wanted):
                 scanned += 1
-                if record is not None and filters.match(record):
+                if filters.match(record):
                     found.append(record)
                 if len(found) >= limit:
-                    nxt = wanted[i + 1] if i + 1 < len(wanted) else None
+                    nxt = wanted[i + 1].offset if i + 1 < len(wanted) else None
                     break
         else:
             lookup = "scan" if filters.active() else "none"
@@ -524,15 +525,7 @@ class ConsoleData:
         decoded = None
         if self.runtime is not None and r.topic in self._event_topics:
             try:
-                env = self.runtime.codec.decode(
-                    r.key,
-                    r.value,
-                    r.headers,  # type: ignore[arg-type]
-                    topic=r.topic,
-                    partition=r.partition,
-                    offset=r.offset,
-                )
-                decoded = self._envelope_json(env)
+                decoded = self._decoded(r)
             except FrameworkError as exc:
                 error = str(exc)
         value, binary = _shown(r.value)
@@ -556,6 +549,19 @@ class ConsoleData:
             return self.runtime.codec.converter.unstructure(value)
         except Exception:  # a type the converter does not know: show its repr
             return repr(value)
+
+    def _decoded(self, r: Record) -> dict[str, Any]:
+        """The envelope of event record ``r``, decoded (and upcast) by the app's codec."""
+        assert self.runtime is not None
+        env = self.runtime.codec.decode(
+            r.key,
+            r.value,
+            r.headers,  # type: ignore[arg-type]
+            topic=r.topic,
+            partition=r.partition,
+            offset=r.offset,
+        )
+        return self._envelope_json(env)
 
     def _envelope_json(self, env: Any) -> dict[str, Any]:
         return {
@@ -618,26 +624,24 @@ class ConsoleData:
                 f"app {self.app.name!r} has no aggregate {type_name!r}; it has"
                 f" {', '.join(sorted(classes))}"
             )
-        envelopes = self._store.read(cls.topic, aggregate_id)
-        if not envelopes:
+        partition = self.partition_of(cls.topic, aggregate_id)
+        records = self.key_records(cls.topic, partition, aggregate_id.encode()) or []
+        if not records:
             raise AggregateNotFoundError(f"{type_name} {aggregate_id!r} has no events")
-        top = len(envelopes)
+        events = [{**self._decoded(r), "offset": r.offset} for r in records]
+        top = len(events)
         at = top if version is None else min(max(version, 1), top)
-        _partition, offsets = self._store.record_offsets(cls.topic, aggregate_id)
         agg = self.runtime.load(cls, aggregate_id, at)
         state = {name: self._unstructure(getattr(agg, name)) for name in cls.state_fields()}
         return {
             "type": type_name,
             "topic": cls.topic,
             "aggregate_id": aggregate_id,
-            "partition": self.partition_of(cls.topic, aggregate_id),
+            "partition": partition,
             "version": at,
             "latest_version": top,
             "state": state,
-            "events": [
-                {**self._envelope_json(env), "offset": off}
-                for env, off in zip(envelopes, offsets, strict=False)
-            ],
+            "events": events,
         }
 
     # ------------------------------------------------------------------ groups

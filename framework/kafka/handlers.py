@@ -32,7 +32,17 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeConfigsResponse,
 )
-from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.consumer import (
+    FetchResponse,
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    ListOffsetsResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -48,8 +58,10 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from framework.consumer.offsets import OffsetAndMetadata, OffsetStore
+from framework.kafka.groups import GroupCoordinator
 from framework.kafka.protocol import SUPPORTED, ErrorCode
-from framework.log import Log
+from framework.log import Log, TopicPartition
 
 log = structlog.get_logger("eventlane.kafka")
 
@@ -109,6 +121,17 @@ class Broker:
         self._producers: dict[tuple[int, str, int], _ProducerState] = {}
         self._next_pid = (int(time.time() * 1000) & 0xFFFFFFFFFF) << 12
         self._append_lock = asyncio.Lock()
+        self.offsets = OffsetStore(log_)
+        self.groups = GroupCoordinator(self.offsets, eventlane_live=self._eventlane_live)
+
+    def _eventlane_live(self, group: str) -> bool:
+        """Whether eventlane workers (its own coordinator) hold live members of ``group``."""
+        from framework.consumer.admin import describe_group  # noqa: PLC0415
+
+        try:
+            return bool(describe_group(self.log, group).get("members"))
+        except FrameworkError:
+            return False
 
     def advertise(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -126,6 +149,15 @@ class Broker:
             21: self.delete_records,
             22: self.init_producer_id,
             32: self.describe_configs,
+            8: self.offset_commit,
+            9: self.offset_fetch,
+            11: self.join_group,
+            12: self.heartbeat,
+            13: self.leave_group,
+            14: self.sync_group,
+            15: self.describe_groups,
+            16: self.list_groups,
+            42: self.delete_groups,
         }
 
     # -- ApiVersions ---------------------------------------------------------------------
@@ -535,6 +567,206 @@ class Broker:
                 parts.append(PartR(partition_index=p.partition_index, low_watermark=lwm, error_code=code))
             topics.append(TopicR(name=topic.name, partitions=parts))
         return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+
+
+    # -- groups ----------------------------------------------------------------------------
+    async def join_group(self, request: Any) -> Any:
+        client_id = request.header.client_id or ""
+        result = await self.groups.join(request, client_id, "/127.0.0.1")
+        Member = JoinGroupResponse.JoinGroupResponseMember
+        return JoinGroupResponse(
+            throttle_time_ms=0,
+            error_code=result["error_code"],
+            generation_id=result["generation_id"],
+            protocol_type=result["protocol_type"],
+            protocol_name=result["protocol_name"],
+            leader=result["leader"],
+            skip_assignment=False,
+            member_id=result["member_id"],
+            members=[
+                Member(member_id=m["member_id"], group_instance_id=m["group_instance_id"], metadata=m["metadata"])
+                for m in result["members"]
+            ],
+        )
+
+    async def sync_group(self, request: Any) -> Any:
+        code, assignment = await self.groups.sync(request)
+        group = self.groups.describe(request.group_id)
+        return SyncGroupResponse(
+            throttle_time_ms=0, error_code=code,
+            protocol_type=None if group is None else group.protocol_type,
+            protocol_name=None if group is None else group.protocol,
+            assignment=assignment,
+        )
+
+    async def heartbeat(self, request: Any) -> Any:
+        return HeartbeatResponse(throttle_time_ms=0, error_code=self.groups.heartbeat(request))
+
+    async def leave_group(self, request: Any) -> Any:
+        members = getattr(request, "members", None)
+        if members:
+            wanted = [(m.member_id, m.group_instance_id) for m in members]
+        else:
+            wanted = [(request.member_id, None)]
+        results = self.groups.leave(request.group_id, wanted)
+        code = results[0][2] if results and not members else ErrorCode.NONE
+        return LeaveGroupResponse(
+            throttle_time_ms=0,
+            error_code=code,
+            members=[
+                LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=c)
+                for m, i, c in results
+            ],
+        )
+
+    async def offset_commit(self, request: Any) -> Any:
+        TopicR = OffsetCommitResponse.OffsetCommitResponseTopic
+        PartR = TopicR.OffsetCommitResponsePartition
+        generation = request.generation_id_or_member_epoch
+        code = self.groups.check_commit(request.group_id, generation, request.member_id)
+        wanted: dict[TopicPartition, OffsetAndMetadata] = {}
+        errors: dict[TopicPartition, int] = {}
+        for topic in request.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition_index)
+                if code:
+                    errors[tp] = code
+                elif not self.log.topic_exists(topic.name) or p.partition_index >= self.log.partition_count(topic.name):
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    wanted[tp] = OffsetAndMetadata(p.committed_offset, p.committed_metadata or "")
+        if wanted:
+            try:
+                await asyncio.to_thread(
+                    self.offsets.commit, request.group_id, wanted,
+                    generation=generation, member_id=request.member_id or "kafka-simple",
+                )
+            except FrameworkError as exc:
+                for tp in wanted:
+                    errors[tp] = error_for(exc)
+        topics = []
+        for topic in request.topics:
+            parts = [
+                PartR(partition_index=p.partition_index, error_code=errors.get(TopicPartition(topic.name, p.partition_index), 0))
+                for p in topic.partitions
+            ]
+            topics.append(TopicR(name=topic.name, partitions=parts))
+        return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
+
+    async def offset_fetch(self, request: Any) -> Any:
+        groups = getattr(request, "groups", None)
+        if groups:
+            Group = OffsetFetchResponse.OffsetFetchResponseGroup
+            Topics = Group.OffsetFetchResponseTopics
+            Parts = Topics.OffsetFetchResponsePartitions
+            out = []
+            for g in groups:
+                found = await asyncio.to_thread(self._committed, g.group_id, g.topics)
+                out.append(
+                    Group(
+                        group_id=g.group_id, error_code=0,
+                        topics=[
+                            Topics(name=name, partitions=[
+                                Parts(partition_index=p, committed_offset=o, committed_leader_epoch=-1, metadata=m, error_code=0)
+                                for p, o, m in parts
+                            ])
+                            for name, parts in found
+                        ],
+                    )
+                )
+            return OffsetFetchResponse(throttle_time_ms=0, groups=out)
+        Topic = OffsetFetchResponse.OffsetFetchResponseTopic
+        Part = Topic.OffsetFetchResponsePartition
+        found = await asyncio.to_thread(self._committed, request.group_id, request.topics)
+        return OffsetFetchResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            topics=[
+                Topic(name=name, partitions=[
+                    Part(partition_index=p, committed_offset=o, committed_leader_epoch=-1, metadata=m, error_code=0)
+                    for p, o, m in parts
+                ])
+                for name, parts in found
+            ],
+        )
+
+    def _committed(self, group: str, topics: Any) -> list[tuple[str, list[tuple[int, int, str]]]]:
+        if not self.offsets.exists():
+            committed: dict[TopicPartition, Any] = {}
+        else:
+            committed = self.offsets.group_offsets(group)
+        if topics is None:
+            by_topic: dict[str, list[tuple[int, int, str]]] = {}
+            for tp, c in sorted(committed.items()):
+                by_topic.setdefault(tp.topic, []).append((tp.partition, c.offset, c.metadata or ""))
+            return sorted(by_topic.items())
+        out = []
+        for t in topics:
+            parts = []
+            for p in t.partition_indexes:
+                c = committed.get(TopicPartition(t.name, p))
+                parts.append((p, -1 if c is None else c.offset, "" if c is None else (c.metadata or "")))
+            out.append((t.name, parts))
+        return out
+
+    async def list_groups(self, request: Any) -> Any:
+        names = set(self.groups.groups)
+        if self.offsets.exists():
+            names |= await asyncio.to_thread(self.offsets.groups)
+        listed = []
+        for name in sorted(names):
+            group = self.groups.describe(name)
+            state = "Empty" if group is None else group.state
+            if getattr(request, "states_filter", None) and state not in request.states_filter:
+                continue
+            listed.append(
+                ListGroupsResponse.ListedGroup(
+                    group_id=name, protocol_type="consumer", group_state=state, group_type="classic"
+                )
+            )
+        return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=listed)
+
+    async def describe_groups(self, request: Any) -> Any:
+        Described = DescribeGroupsResponse.DescribedGroup
+        Member = Described.DescribedGroupMember
+        out = []
+        for name in request.groups:
+            group = self.groups.describe(name)
+            members = [] if group is None else list(group.members.values())
+            out.append(
+                Described(
+                    error_code=0, error_message=None, group_id=name,
+                    group_state="Dead" if group is None else group.state,
+                    protocol_type="" if group is None else (group.protocol_type or ""),
+                    protocol_data="" if group is None else (group.protocol or ""),
+                    members=[
+                        Member(
+                            member_id=m.member_id, group_instance_id=m.instance_id,
+                            client_id=m.client_id, client_host=m.client_host,
+                            member_metadata=dict(m.protocols).get(group.protocol or "", b"") if group else b"",
+                            member_assignment=m.assignment,
+                        )
+                        for m in members
+                    ],
+                )
+            )
+        return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
+
+    async def delete_groups(self, request: Any) -> Any:
+        results = []
+        for name in request.groups_names:
+            group = self.groups.describe(name)
+            code = ErrorCode.NONE
+            if group is not None and group.members:
+                code = ErrorCode.NON_EMPTY_GROUP
+            else:
+                try:
+                    await asyncio.to_thread(self.offsets.delete_group, name)
+                    self.groups.groups.pop(name, None)
+                except FrameworkError as exc:
+                    code = error_for(exc)
+            results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=name, error_code=code))
+        return DeleteGroupsResponse(throttle_time_ms=0, results=results)
 
     async def find_coordinator(self, request: Any) -> Any:
         keys = list(getattr(request, "coordinator_keys", None) or [request.key])

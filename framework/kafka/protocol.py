@@ -14,11 +14,23 @@ from typing import Any
 
 from kafka.protocol.admin import (
     CreateTopicsRequest,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
 )
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.consumer import (
+    FetchRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListOffsetsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
@@ -49,6 +61,8 @@ class ErrorCode(IntEnum):
     POLICY_VIOLATION = 44
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     INVALID_CONFIG = 40
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
     UNKNOWN_SERVER_ERROR = -1
 
 
@@ -66,6 +80,15 @@ REQUESTS: dict[int, Any] = {
         DeleteRecordsRequest,
         InitProducerIdRequest,
         DescribeConfigsRequest,
+        OffsetCommitRequest,
+        OffsetFetchRequest,
+        JoinGroupRequest,
+        HeartbeatRequest,
+        LeaveGroupRequest,
+        SyncGroupRequest,
+        DescribeGroupsRequest,
+        ListGroupsRequest,
+        DeleteGroupsRequest,
     )
 }
 
@@ -73,6 +96,8 @@ _CAPS: dict[int, int] = {
     0: 12,  # Produce: v13 names topics by id
     1: 12,  # Fetch: v13 names topics by id
     3: 12,  # Metadata
+    8: 9,  # OffsetCommit: v10 names topics by id
+    9: 9,  # OffsetFetch: v10 names topics by id
 }
 
 SUPPORTED: dict[int, tuple[int, int]] = {

@@ -30,7 +30,7 @@ class KafkaProcess:
         self.port = port
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
-        self.stderr = data.parent / f"kafka-{port}.log"
+        self.stderr = Path(os.environ.get("EVENTLANE_KAFKA_TEST_LOGS", str(data.parent))) / f"kafka-{port}.log"
 
     @property
     def bootstrap(self) -> str:

@@ -83,7 +83,14 @@ def serve(listen: str, advertised: str | None, auto_create_topics: bool) -> None
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        run(log_, host, port, advertised=advertised, auto_create_topics=auto_create_topics, ready=ready)
+        run(
+            log_,
+            host,
+            port,
+            advertised=advertised,
+            auto_create_topics=auto_create_topics,
+            ready=ready,
+        )
     except KeyboardInterrupt:
         pass
     except OSError as exc:

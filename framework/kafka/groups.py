@@ -119,7 +119,11 @@ class GroupCoordinator:
         group = self.groups.setdefault(req.group_id, Group(req.group_id))
         if not group.members and await asyncio.to_thread(self.eventlane_live, req.group_id):
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        if group.protocol_type is not None and group.members and req.protocol_type != group.protocol_type:
+        if (
+            group.protocol_type is not None
+            and group.members
+            and req.protocol_type != group.protocol_type
+        ):
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         names = {p.name for p in req.protocols}
         if group.members and not any(
@@ -138,7 +142,9 @@ class GroupCoordinator:
         loop = asyncio.get_running_loop()
         member.join = loop.create_future()
         group.joined.add(member.member_id)
-        self._prepare_rebalance(group, "member joined" if req.member_id == "" else "member rejoined")
+        self._prepare_rebalance(
+            group, "member joined" if req.member_id == "" else "member rejoined"
+        )
         self._maybe_complete_join(group)
         try:
             return await member.join
@@ -173,7 +179,9 @@ class GroupCoordinator:
         if group.timer is not None:
             group.timer.cancel()
         group.timer = loop.call_later(timeout, self._complete_join, group, True)
-        log.info("rebalance started", group=group.group_id, reason=reason, generation=group.generation)
+        log.info(
+            "rebalance started", group=group.group_id, reason=reason, generation=group.generation
+        )
 
     def _maybe_complete_join(self, group: Group) -> None:
         if group.state != "PreparingRebalance":
@@ -190,7 +198,9 @@ class GroupCoordinator:
             group.timer.cancel()
             group.timer = None
         for member_id in [m for m in group.members if m not in group.joined]:
-            log.info("member removed: did not rejoin in time", group=group.group_id, member_id=member_id)
+            log.info(
+                "member removed: did not rejoin in time", group=group.group_id, member_id=member_id
+            )
             del group.members[member_id]
         group.joined.clear()
         if not group.members:
@@ -203,7 +213,11 @@ class GroupCoordinator:
             group.leader = next(iter(group.members))
         group.state = "CompletingRebalance"
         members = [
-            {"member_id": m.member_id, "group_instance_id": m.instance_id, "metadata": dict(m.protocols)[group.protocol]}
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "metadata": dict(m.protocols)[group.protocol],
+            }
             for m in group.members.values()
         ]
         for m in group.members.values():
@@ -266,14 +280,20 @@ class GroupCoordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def leave(self, group_id: str, member_ids: list[tuple[str, str | None]]) -> list[tuple[str, str | None, int]]:
+    def leave(
+        self, group_id: str, member_ids: list[tuple[str, str | None]]
+    ) -> list[tuple[str, str | None, int]]:
         group = self.groups.get(group_id)
-        out = []
+        out: list[tuple[str, str | None, int]] = []
         for member_id, instance in member_ids:
             member = None
             if group is not None:
                 member = group.members.get(member_id) or next(
-                    (m for m in group.members.values() if instance is not None and m.instance_id == instance),
+                    (
+                        m
+                        for m in group.members.values()
+                        if instance is not None and m.instance_id == instance
+                    ),
                     None,
                 )
             if group is None or member is None:

@@ -28,11 +28,13 @@ from typing import Any
 import structlog
 from kafka.protocol.admin import (
     CreateTopicsResponse,
+    DeleteGroupsResponse,
     DeleteRecordsResponse,
     DeleteTopicsResponse,
     DescribeConfigsResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
 )
-from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.consumer import (
     FetchResponse,
     HeartbeatResponse,
@@ -48,6 +50,7 @@ from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from framework.consumer.offsets import OffsetAndMetadata, OffsetStore
 from framework.errors import (
     ConfigError,
     FrameworkError,
@@ -58,7 +61,6 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.consumer.offsets import OffsetAndMetadata, OffsetStore
 from framework.kafka.groups import GroupCoordinator
 from framework.kafka.protocol import SUPPORTED, ErrorCode
 from framework.log import Log, TopicPartition
@@ -194,8 +196,11 @@ class Broker:
             count = self.log.partition_count(name)
         except FrameworkError as exc:
             return Topic(
-                error_code=error_for(exc), name=name, topic_id=uuid.UUID(int=0),
-                is_internal=False, partitions=[],
+                error_code=error_for(exc),
+                name=name,
+                topic_id=uuid.UUID(int=0),
+                is_internal=False,
+                partitions=[],
             )
         return Topic(
             error_code=0,
@@ -204,8 +209,13 @@ class Broker:
             is_internal=name in _INTERNAL,
             partitions=[
                 Partition(
-                    error_code=0, partition_index=p, leader_id=NODE_ID, leader_epoch=0,
-                    replica_nodes=[NODE_ID], isr_nodes=[NODE_ID], offline_replicas=[],
+                    error_code=0,
+                    partition_index=p,
+                    leader_id=NODE_ID,
+                    leader_epoch=0,
+                    replica_nodes=[NODE_ID],
+                    isr_nodes=[NODE_ID],
+                    offline_replicas=[],
                 )
                 for p in range(count)
             ],
@@ -269,10 +279,14 @@ class Broker:
                     code, message = error_for(exc), str(exc)
             results.append(
                 Result(
-                    name=topic.name, topic_id=topic_id(topic.name), error_code=code,
-                    error_message=message, topic_config_error_code=0,
+                    name=topic.name,
+                    topic_id=topic_id(topic.name),
+                    error_code=code,
+                    error_message=message,
+                    topic_config_error_code=0,
                     num_partitions=partitions if code == 0 else -1,
-                    replication_factor=1 if code == 0 else -1, configs=None,
+                    replication_factor=1 if code == 0 else -1,
+                    configs=None,
                 )
             )
         return CreateTopicsResponse(throttle_time_ms=0, topics=results)
@@ -313,22 +327,33 @@ class Broker:
                 except FrameworkError as exc:
                     code, message, values = error_for(exc), str(exc), {}
             else:  # BROKER and others: what a client may ask for
-                values = {"broker.id": str(NODE_ID), "auto.create.topics.enable": str(self.auto_create_topics).lower()}
+                values = {
+                    "broker.id": str(NODE_ID),
+                    "auto.create.topics.enable": str(self.auto_create_topics).lower(),
+                }
             wanted = resource.configuration_keys
             for name, value in sorted(values.items()):
                 if wanted is None or name in wanted:
                     entries.append(
                         Entry(
-                            name=name, value=value, read_only=False, config_source=1,
-                            is_default=False, is_sensitive=False, synonyms=[], config_type=0,
+                            name=name,
+                            value=value,
+                            read_only=False,
+                            config_source=1,
+                            is_default=False,
+                            is_sensitive=False,
+                            synonyms=[],
+                            config_type=0,
                             documentation=None,
                         )
                     )
             results.append(
                 Result(
-                    error_code=code, error_message=message,
+                    error_code=code,
+                    error_message=message,
                     resource_type=resource.resource_type,
-                    resource_name=resource.resource_name, configs=entries,
+                    resource_name=resource.resource_name,
+                    configs=entries,
                 )
             )
         return DescribeConfigsResponse(throttle_time_ms=0, results=results)
@@ -337,8 +362,10 @@ class Broker:
     async def init_producer_id(self, request: Any) -> Any:
         if request.transactional_id is not None:
             return InitProducerIdResponse(
-                throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                producer_id=-1, producer_epoch=-1,
+                throttle_time_ms=0,
+                error_code=ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                producer_id=-1,
+                producer_epoch=-1,
             )
         self._next_pid += 1
         return InitProducerIdResponse(
@@ -357,9 +384,13 @@ class Broker:
                 )
                 parts.append(
                     Part(
-                        index=pdata.index, error_code=code, base_offset=base,
-                        log_append_time_ms=append_time, log_start_offset=lwm,
-                        record_errors=[], error_message=message,
+                        index=pdata.index,
+                        error_code=code,
+                        base_offset=base,
+                        log_append_time_ms=append_time,
+                        log_start_offset=lwm,
+                        record_errors=[],
+                        error_message=message,
                     )
                 )
             topics.append(Topic(name=topic.name, partition_responses=parts))
@@ -371,7 +402,13 @@ class Broker:
         self, topic: str, partition: int, raw: bytes | None, transactional_id: str | None
     ) -> tuple[int, int, int, int, str | None]:
         if transactional_id is not None:
-            return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, -1, -1, "transactions are not supported"
+            return (
+                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                -1,
+                -1,
+                -1,
+                "transactions are not supported",
+            )
         batches = []
         try:
             records = MemoryRecords(bytes(raw or b""))
@@ -383,8 +420,16 @@ class Broker:
         append_time = -1
         async with self._append_lock:
             for batch in batches:
-                if getattr(batch, "is_transactional", False) or getattr(batch, "is_control_batch", False):
-                    return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, -1, -1, "transactions are not supported"
+                if getattr(batch, "is_transactional", False) or getattr(
+                    batch, "is_control_batch", False
+                ):
+                    return (
+                        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                        -1,
+                        -1,
+                        -1,
+                        "transactions are not supported",
+                    )
                 if not batch.validate_crc():
                     return ErrorCode.CORRUPT_MESSAGE, -1, -1, -1, "record batch CRC mismatch"
                 tuples = [
@@ -409,7 +454,10 @@ class Broker:
                         continue
                     if state.next_seq >= 0 and seq != state.next_seq:
                         return (
-                            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, -1, -1,
+                            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                            -1,
+                            -1,
+                            -1,
                             f"expected sequence {state.next_seq}, got {seq}",
                         )
                 if not tuples:
@@ -424,7 +472,13 @@ class Broker:
                     first_base = result.base_offset
                 append_time = result.timestamps[0] if result.timestamps else -1
                 if state is not None:
-                    state.recent.append((batch.base_sequence, batch.base_sequence + len(tuples) - 1, result.base_offset))
+                    state.recent.append(
+                        (
+                            batch.base_sequence,
+                            batch.base_sequence + len(tuples) - 1,
+                            result.base_offset,
+                        )
+                    )
                     state.next_seq = (batch.base_sequence + len(tuples)) & 0x7FFFFFFF
         try:
             lwm = (await asyncio.to_thread(self.log.offsets, topic, partition)).lwm
@@ -463,26 +517,39 @@ class Broker:
                     if p.fetch_offset < lwm or p.fetch_offset > hwm:
                         raise OffsetOutOfRangeError(
                             f"offset {p.fetch_offset} outside [{lwm}, {hwm}]",
-                            topic=topic.topic, partition=p.partition, offset=p.fetch_offset,
+                            topic=topic.topic,
+                            partition=p.partition,
+                            offset=p.fetch_offset,
+                            lwm=lwm,
+                            leo=marks.leo,
                         )
                     limit = min(p.partition_max_bytes, max(budget - total, 0))
                     if limit > 0 and p.fetch_offset < hwm:
-                        blob = self._read_batches(topic.topic, p.partition, p.fetch_offset, hwm, limit, total == 0)
+                        blob = self._read_batches(
+                            topic.topic, p.partition, p.fetch_offset, hwm, limit, total == 0
+                        )
                         total += len(blob)
                 except FrameworkError as exc:
                     code = error_for(exc)
                 parts.append(
                     PartR(
-                        partition_index=p.partition, error_code=code, high_watermark=hwm,
-                        last_stable_offset=hwm, log_start_offset=lwm,
-                        aborted_transactions=None, preferred_read_replica=-1,
+                        partition_index=p.partition,
+                        error_code=code,
+                        high_watermark=hwm,
+                        last_stable_offset=hwm,
+                        log_start_offset=lwm,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
                         records=blob,
                     )
                 )
             topics.append(TopicR(topic=topic.topic, partitions=parts))
         return (
             FetchResponse(
-                throttle_time_ms=0, error_code=0, session_id=0, responses=topics,
+                throttle_time_ms=0,
+                error_code=0,
+                session_id=0,
+                responses=topics,
                 node_endpoints=[],
             ),
             total,
@@ -499,13 +566,16 @@ class Broker:
             return b""
         out = bytearray()
         builder = DefaultRecordBatchBuilder(
-            magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-            producer_epoch=-1, base_sequence=-1, batch_size=1 << 62,
+            magic=2,
+            compression_type=0,
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 62,
         )
-        count = 0
         for r in records:
             builder.append(r.offset, r.timestamp, r.key, r.value, list(r.headers))
-            count += 1
             if builder.size() >= limit and not (first and not out):
                 break
         out += builder.build()
@@ -521,14 +591,19 @@ class Broker:
             for p in topic.partitions:
                 code, offset, ts = ErrorCode.NONE, -1, -1
                 try:
-                    offset, ts = await asyncio.to_thread(self._offset_for, topic.name, p.partition_index, p.timestamp)
+                    offset, ts = await asyncio.to_thread(
+                        self._offset_for, topic.name, p.partition_index, p.timestamp
+                    )
                 except FrameworkError as exc:
                     code = error_for(exc)
                 parts.append(
                     PartR(
-                        partition_index=p.partition_index, error_code=code,
+                        partition_index=p.partition_index,
+                        error_code=code,
                         old_style_offsets=[offset] if offset >= 0 else [],
-                        timestamp=ts, offset=offset, leader_epoch=0,
+                        timestamp=ts,
+                        offset=offset,
+                        leader_epoch=0,
                     )
                 )
             topics.append(TopicR(name=topic.name, partitions=parts))
@@ -557,17 +632,20 @@ class Broker:
                 try:
                     offset = p.offset
                     if offset == -1:
-                        offset = (await asyncio.to_thread(self.log.offsets, topic.name, p.partition_index)).hwm
+                        offset = (
+                            await asyncio.to_thread(self.log.offsets, topic.name, p.partition_index)
+                        ).hwm
                     delete = getattr(self.log, "delete_records", None)
                     if delete is None:
                         raise ConfigError("this log cannot delete records", topic=topic.name)
                     lwm = await asyncio.to_thread(delete, topic.name, p.partition_index, offset)
                 except FrameworkError as exc:
                     code = error_for(exc)
-                parts.append(PartR(partition_index=p.partition_index, low_watermark=lwm, error_code=code))
+                parts.append(
+                    PartR(partition_index=p.partition_index, low_watermark=lwm, error_code=code)
+                )
             topics.append(TopicR(name=topic.name, partitions=parts))
         return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
-
 
     # -- groups ----------------------------------------------------------------------------
     async def join_group(self, request: Any) -> Any:
@@ -584,7 +662,11 @@ class Broker:
             skip_assignment=False,
             member_id=result["member_id"],
             members=[
-                Member(member_id=m["member_id"], group_instance_id=m["group_instance_id"], metadata=m["metadata"])
+                Member(
+                    member_id=m["member_id"],
+                    group_instance_id=m["group_instance_id"],
+                    metadata=m["metadata"],
+                )
                 for m in result["members"]
             ],
         )
@@ -593,7 +675,8 @@ class Broker:
         code, assignment = await self.groups.sync(request)
         group = self.groups.describe(request.group_id)
         return SyncGroupResponse(
-            throttle_time_ms=0, error_code=code,
+            throttle_time_ms=0,
+            error_code=code,
             protocol_type=None if group is None else group.protocol_type,
             protocol_name=None if group is None else group.protocol,
             assignment=assignment,
@@ -631,15 +714,20 @@ class Broker:
                 tp = TopicPartition(topic.name, p.partition_index)
                 if code:
                     errors[tp] = code
-                elif not self.log.topic_exists(topic.name) or p.partition_index >= self.log.partition_count(topic.name):
+                elif not self.log.topic_exists(
+                    topic.name
+                ) or p.partition_index >= self.log.partition_count(topic.name):
                     errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     wanted[tp] = OffsetAndMetadata(p.committed_offset, p.committed_metadata or "")
         if wanted:
             try:
                 await asyncio.to_thread(
-                    self.offsets.commit, request.group_id, wanted,
-                    generation=generation, member_id=request.member_id or "kafka-simple",
+                    self.offsets.commit,
+                    request.group_id,
+                    wanted,
+                    generation=generation,
+                    member_id=request.member_id or "kafka-simple",
                 )
             except FrameworkError as exc:
                 for tp in wanted:
@@ -647,7 +735,10 @@ class Broker:
         topics = []
         for topic in request.topics:
             parts = [
-                PartR(partition_index=p.partition_index, error_code=errors.get(TopicPartition(topic.name, p.partition_index), 0))
+                PartR(
+                    partition_index=p.partition_index,
+                    error_code=errors.get(TopicPartition(topic.name, p.partition_index), 0),
+                )
                 for p in topic.partitions
             ]
             topics.append(TopicR(name=topic.name, partitions=parts))
@@ -664,12 +755,22 @@ class Broker:
                 found = await asyncio.to_thread(self._committed, g.group_id, g.topics)
                 out.append(
                     Group(
-                        group_id=g.group_id, error_code=0,
+                        group_id=g.group_id,
+                        error_code=0,
                         topics=[
-                            Topics(name=name, partitions=[
-                                Parts(partition_index=p, committed_offset=o, committed_leader_epoch=-1, metadata=m, error_code=0)
-                                for p, o, m in parts
-                            ])
+                            Topics(
+                                name=name,
+                                partitions=[
+                                    Parts(
+                                        partition_index=p,
+                                        committed_offset=o,
+                                        committed_leader_epoch=-1,
+                                        metadata=m,
+                                        error_code=0,
+                                    )
+                                    for p, o, m in parts
+                                ],
+                            )
                             for name, parts in found
                         ],
                     )
@@ -682,10 +783,19 @@ class Broker:
             throttle_time_ms=0,
             error_code=0,
             topics=[
-                Topic(name=name, partitions=[
-                    Part(partition_index=p, committed_offset=o, committed_leader_epoch=-1, metadata=m, error_code=0)
-                    for p, o, m in parts
-                ])
+                Topic(
+                    name=name,
+                    partitions=[
+                        Part(
+                            partition_index=p,
+                            committed_offset=o,
+                            committed_leader_epoch=-1,
+                            metadata=m,
+                            error_code=0,
+                        )
+                        for p, o, m in parts
+                    ],
+                )
                 for name, parts in found
             ],
         )
@@ -705,7 +815,9 @@ class Broker:
             parts = []
             for p in t.partition_indexes:
                 c = committed.get(TopicPartition(t.name, p))
-                parts.append((p, -1 if c is None else c.offset, "" if c is None else (c.metadata or "")))
+                parts.append(
+                    (p, -1 if c is None else c.offset, "" if c is None else (c.metadata or ""))
+                )
             out.append((t.name, parts))
         return out
 
@@ -735,15 +847,21 @@ class Broker:
             members = [] if group is None else list(group.members.values())
             out.append(
                 Described(
-                    error_code=0, error_message=None, group_id=name,
+                    error_code=0,
+                    error_message=None,
+                    group_id=name,
                     group_state="Dead" if group is None else group.state,
                     protocol_type="" if group is None else (group.protocol_type or ""),
                     protocol_data="" if group is None else (group.protocol or ""),
                     members=[
                         Member(
-                            member_id=m.member_id, group_instance_id=m.instance_id,
-                            client_id=m.client_id, client_host=m.client_host,
-                            member_metadata=dict(m.protocols).get(group.protocol or "", b"") if group else b"",
+                            member_id=m.member_id,
+                            group_instance_id=m.instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=dict(m.protocols).get(group.protocol or "", b"")
+                            if group
+                            else b"",
                             member_assignment=m.assignment,
                         )
                         for m in members
@@ -765,7 +883,9 @@ class Broker:
                     self.groups.groups.pop(name, None)
                 except FrameworkError as exc:
                     code = error_for(exc)
-            results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=name, error_code=code))
+            results.append(
+                DeleteGroupsResponse.DeletableGroupResult(group_id=name, error_code=code)
+            )
         return DeleteGroupsResponse(throttle_time_ms=0, results=results)
 
     async def find_coordinator(self, request: Any) -> Any:
@@ -775,14 +895,20 @@ class Broker:
         else:
             code, message = ErrorCode.NONE, None
         return FindCoordinatorResponse(
-            throttle_time_ms=0, error_code=code, error_message=message,
-            node_id=NODE_ID if code == 0 else -1, host=self.host if code == 0 else "",
+            throttle_time_ms=0,
+            error_code=code,
+            error_message=message,
+            node_id=NODE_ID if code == 0 else -1,
+            host=self.host if code == 0 else "",
             port=self.port if code == 0 else -1,
             coordinators=[
                 FindCoordinatorResponse.Coordinator(
-                    key=k, node_id=NODE_ID if code == 0 else -1,
-                    host=self.host if code == 0 else "", port=self.port if code == 0 else -1,
-                    error_code=code, error_message=message,
+                    key=k,
+                    node_id=NODE_ID if code == 0 else -1,
+                    host=self.host if code == 0 else "",
+                    port=self.port if code == 0 else -1,
+                    error_code=code,
+                    error_message=message,
                 )
                 for k in keys
             ],

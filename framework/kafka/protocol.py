@@ -15,11 +15,11 @@ from typing import Any
 from kafka.protocol.admin import (
     CreateTopicsRequest,
     DeleteGroupsRequest,
-    DescribeGroupsRequest,
-    ListGroupsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -34,7 +34,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
-__all__ = ["REQUESTS", "SUPPORTED", "ErrorCode", "UnsupportedVersion", "decode_request"]
+__all__ = ["REQUESTS", "SUPPORTED", "ErrorCode", "UnsupportedVersionError", "decode_request"]
 
 
 class ErrorCode(IntEnum):
@@ -101,12 +101,11 @@ _CAPS: dict[int, int] = {
 }
 
 SUPPORTED: dict[int, tuple[int, int]] = {
-    key: (0, min(cls.max_version, _CAPS.get(key, cls.max_version)))
-    for key, cls in REQUESTS.items()
+    key: (0, min(cls.max_version, _CAPS.get(key, cls.max_version))) for key, cls in REQUESTS.items()
 }
 
 
-class UnsupportedVersion(Exception):
+class UnsupportedVersionError(Exception):
     """A request whose API or version this listener does not implement."""
 
 
@@ -115,5 +114,5 @@ def decode_request(payload: bytes) -> Any:
     api_key, version = struct.unpack_from(">hh", payload)
     supported = SUPPORTED.get(api_key)
     if supported is None or not supported[0] <= version <= supported[1]:
-        raise UnsupportedVersion(f"api key {api_key} version {version} is not supported")
+        raise UnsupportedVersionError(f"api key {api_key} version {version} is not supported")
     return REQUESTS[api_key].decode(payload, version=version, header=True)

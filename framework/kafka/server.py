@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from framework.kafka.handlers import Broker
-from framework.kafka.protocol import REQUESTS, SUPPORTED, UnsupportedVersion, decode_request
+from framework.kafka.protocol import REQUESTS, SUPPORTED, UnsupportedVersionError, decode_request
 from framework.log import Log
 
 __all__ = ["KafkaServer", "serve"]
@@ -71,7 +71,12 @@ class KafkaServer:
         self.port = sock[1]
         adv_host, _, adv_port = (self._advertised or f"{self.host}:{self.port}").rpartition(":")
         self.broker.advertise(adv_host, int(adv_port))
-        log.info("kafka listener started", host=self.host, port=self.port, advertised=f"{adv_host}:{adv_port}")
+        log.info(
+            "kafka listener started",
+            host=self.host,
+            port=self.port,
+            advertised=f"{adv_host}:{adv_port}",
+        )
 
     async def serve_forever(self) -> None:
         if self._server is None:
@@ -111,15 +116,29 @@ class KafkaServer:
         api_key, version, correlation_id = struct.unpack_from(">hhi", payload)
         try:
             request = decode_request(payload)
-        except UnsupportedVersion as exc:
+        except UnsupportedVersionError as exc:
             # Kafka answers an ApiVersions request it cannot parse with version 0 and error 35,
             # listing what it supports; any other unsupported request closes the connection.
             if api_key == 18:
                 return self.broker.api_versions_error(correlation_id)
-            log.warning("unsupported request", peer=str(peer), api_key=api_key, version=version, error=str(exc))
+            log.warning(
+                "unsupported request",
+                peer=str(peer),
+                api_key=api_key,
+                version=version,
+                error=str(exc),
+            )
             raise ConnectionError(str(exc)) from None
         handler = self._handlers[api_key]
-        response = await handler(request)
+        try:
+            response = await handler(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A bug, not a client error: log it with the request and drop the connection
+            # (the client retries on a new one), never the listener.
+            log.exception("request failed", api_key=api_key, version=version, peer=str(peer))
+            raise ConnectionError("request failed") from None
         if response is None:  # acks=0
             return None
         response.API_VERSION = version

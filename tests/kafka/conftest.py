@@ -30,7 +30,10 @@ class KafkaProcess:
         self.port = port
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
-        self.stderr = Path(os.environ.get("EVENTLANE_KAFKA_TEST_LOGS", str(data.parent))) / f"kafka-{port}.log"
+        self.stderr = (
+            Path(os.environ.get("EVENTLANE_KAFKA_TEST_LOGS", str(data.parent)))
+            / f"kafka-{port}.log"
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -40,9 +43,20 @@ class KafkaProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.stderr, "ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", "from framework.cli import main; main()", "--data", str(self.data), "serve",
-                 "--kafka", self.bootstrap, *self.extra],
-                stdout=subprocess.DEVNULL, stderr=err, env=env,
+                [
+                    sys.executable,
+                    "-c",
+                    "from framework.cli import main; main()",
+                    "--data",
+                    str(self.data),
+                    "serve",
+                    "--kafka",
+                    self.bootstrap,
+                    *self.extra,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
             )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -23,10 +23,16 @@ def write_assignment(path: str, partitions: list[int]) -> None:
 def confluent(bootstrap: str, topic: str, group: str, out: str) -> None:
     from confluent_kafka import Consumer  # noqa: PLC0415
 
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        }
+    )
     consumer.subscribe([topic])
     with open(out, "a") as f:
         while True:
@@ -43,8 +49,13 @@ def kafka_python(bootstrap: str, topic: str, group: str, out: str) -> None:
     from kafka import KafkaConsumer, OffsetAndMetadata  # noqa: PLC0415
 
     consumer = KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-        enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
     )
     with open(out, "a") as f:
         while True:

@@ -61,18 +61,28 @@ def test_confluent_kafka_produce_and_consume(kafka) -> None:
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     for f in admin.create_topics([NewTopic("ck", PARTITIONS, 1)]).values():
         f.result(10)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
-                         "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random", "linger.ms": 5}
+    )
     acks: list[tuple[int, int]] = []
     for key, value, ts in records("ck"):
-        producer.produce("ck", key=key, value=value, timestamp=ts, headers=[("client", b"ck")],
-                         on_delivery=lambda err, msg: acks.append((msg.partition(), msg.offset())) if err is None else None)
+        producer.produce(
+            "ck",
+            key=key,
+            value=value,
+            timestamp=ts,
+            headers=[("client", b"ck")],
+            on_delivery=lambda err, msg: (
+                acks.append((msg.partition(), msg.offset())) if err is None else None
+            ),
+        )
     assert producer.flush(30) == 0
     assert len(acks) == N
     check_log(kafka, "ck", "ck")
 
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "ck-reader",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": kafka.bootstrap, "group.id": "ck-reader", "enable.auto.commit": False}
+    )
     consumer.assign([CTP("ck", p, 0) for p in range(PARTITIONS)])
     got: dict[int, list] = {p: [] for p in range(PARTITIONS)}
     deadline = time.monotonic() + 30
@@ -92,7 +102,9 @@ def test_kafka_python_produce_and_consume(kafka) -> None:
     admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
     admin.create_topics([KNewTopic("kp", PARTITIONS, 1)])
     admin.close()
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, linger_ms=5)  # idempotent by default
+    producer = KafkaProducer(
+        bootstrap_servers=kafka.bootstrap, linger_ms=5
+    )  # idempotent by default
     futures = [
         producer.send("kp", key=k, value=v, timestamp_ms=ts, headers=[("client", b"kp")])
         for k, v, ts in records("kp")
@@ -101,8 +113,12 @@ def test_kafka_python_produce_and_consume(kafka) -> None:
     assert all(f.get(10).offset >= 0 for f in futures)
     producer.close()
     check_log(kafka, "kp", "kp")
-    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+    )
     consumer.assign([TopicPartition("kp", p) for p in range(PARTITIONS)])
     got: dict[int, list] = {p: [] for p in range(PARTITIONS)}
     for msg in consumer:
@@ -120,12 +136,17 @@ def test_aiokafka_produce_and_consume(kafka) -> None:
         try:
             LogStore(kafka.data).create_topic("ak", PARTITIONS)
             for k, v, ts in records("ak"):
-                await producer.send("ak", key=k, value=v, timestamp_ms=ts, headers=[("client", b"ak")])
+                await producer.send(
+                    "ak", key=k, value=v, timestamp_ms=ts, headers=[("client", b"ak")]
+                )
             await producer.flush()
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, auto_offset_reset="earliest",
-                                    enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka.bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         await consumer.start()
         got: dict[int, list] = {p: [] for p in range(PARTITIONS)}
         try:
@@ -149,16 +170,33 @@ def test_eventlane_consume_reads_what_kafka_clients_wrote(kafka) -> None:
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random"})
     LogStore(kafka.data).create_topic("mixed", 2)
     for i in range(10):
-        producer.produce("mixed", key=f"k{i}", value=f"v{i}", timestamp=T0 + i, headers=[("h", b"x")])
+        producer.produce(
+            "mixed", key=f"k{i}", value=f"v{i}", timestamp=T0 + i, headers=[("h", b"x")]
+        )
     assert producer.flush(10) == 0
     out = subprocess.run(
-        [sys.executable, "-c", "from framework.cli import main; main()", "--data", str(kafka.data),
-         "consume", "mixed", "--max", "10"],
-        capture_output=True, check=True, timeout=60,
+        [
+            sys.executable,
+            "-c",
+            "from framework.cli import main; main()",
+            "--data",
+            str(kafka.data),
+            "consume",
+            "mixed",
+            "--max",
+            "10",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=60,
     ).stdout
     rows = [orjson.loads(line) for line in out.splitlines() if line.strip()]
-    assert sorted((r["key"], r["value"]) for r in rows) == sorted((f"k{i}", f"v{i}") for i in range(10))
-    assert {r["partition"] for r in rows} == {partition_for_key(f"k{i}".encode(), 2) for i in range(10)}
+    assert sorted((r["key"], r["value"]) for r in rows) == sorted(
+        (f"k{i}", f"v{i}") for i in range(10)
+    )
+    assert {r["partition"] for r in rows} == {
+        partition_for_key(f"k{i}".encode(), 2) for i in range(10)
+    }
     assert all(r["timestamp"] >= T0 for r in rows)
 
 
@@ -170,8 +208,13 @@ def test_unknown_topic_without_auto_create(tmp_path, client) -> None:
     server.start()
     try:
         if client == "confluent":
-            producer = Producer({"bootstrap.servers": server.bootstrap, "message.timeout.ms": 5000,
-                                 "topic.metadata.propagation.max.ms": 200})
+            producer = Producer(
+                {
+                    "bootstrap.servers": server.bootstrap,
+                    "message.timeout.ms": 5000,
+                    "topic.metadata.propagation.max.ms": 200,
+                }
+            )
             errors = []
             producer.produce("nope", value=b"x", on_delivery=lambda err, msg: errors.append(err))
             producer.flush(10)

@@ -44,7 +44,9 @@ def produce(bootstrap: str, start: int, count: int) -> None:
     assert producer.flush(30) == 0
 
 
-def test_a_mixed_group_shares_partitions_survives_a_kill_and_commits_into_eventlane(kafka, tmp_path) -> None:
+def test_a_mixed_group_shares_partitions_survives_a_kill_and_commits_into_eventlane(
+    kafka, tmp_path
+) -> None:
     log = LogStore(kafka.data)
     log.create_topic(TOPIC, PARTITIONS)
     produce(kafka.bootstrap, 0, N // 2)
@@ -52,12 +54,17 @@ def test_a_mixed_group_shares_partitions_survives_a_kill_and_commits_into_eventl
     outs = [tmp_path / f"member-{i}.txt" for i in range(3)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     procs = [
-        subprocess.Popen([sys.executable, str(MEMBERS), kind, kafka.bootstrap, TOPIC, GROUP, str(out)],
-                         env=env, stderr=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, str(MEMBERS), kind, kafka.bootstrap, TOPIC, GROUP, str(out)],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
         for kind, out in zip(kinds, outs, strict=True)
     ]
     try:
-        wait(lambda: sorted(len(assignment(o)) for o in outs) == [2, 2, 2], 60, "a 2/2/2 assignment")
+        wait(
+            lambda: sorted(len(assignment(o)) for o in outs) == [2, 2, 2], 60, "a 2/2/2 assignment"
+        )
         owned = [assignment(o) for o in outs]
         assert sorted(p for ps in owned for p in ps) == list(range(PARTITIONS))
         victim = 0
@@ -75,7 +82,11 @@ def test_a_mixed_group_shares_partitions_survives_a_kill_and_commits_into_eventl
             seen = set()
             for out in outs:
                 if out.exists():
-                    seen |= {tuple(map(int, line.split())) for line in out.read_text().splitlines() if line.strip()}
+                    seen |= {
+                        tuple(map(int, line.split()))
+                        for line in out.read_text().splitlines()
+                        if line.strip()
+                    }
             return seen
 
         want = {(p, o) for p in range(PARTITIONS) for o in range(log.offsets(TOPIC, p).hwm)}
@@ -84,9 +95,20 @@ def test_a_mixed_group_shares_partitions_survives_a_kill_and_commits_into_eventl
 
         def lag_zero() -> bool:
             out = subprocess.run(
-                [sys.executable, "-c", "from framework.cli import main; main()", "--data", str(kafka.data),
-                 "groups", "describe", GROUP, "--json"],
-                capture_output=True, check=True, timeout=60,
+                [
+                    sys.executable,
+                    "-c",
+                    "from framework.cli import main; main()",
+                    "--data",
+                    str(kafka.data),
+                    "groups",
+                    "describe",
+                    GROUP,
+                    "--json",
+                ],
+                capture_output=True,
+                check=True,
+                timeout=60,
             ).stdout
             doc = json.loads(out)
             rows = [r for r in doc["offsets"] if r["topic"] == TOPIC]

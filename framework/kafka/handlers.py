@@ -464,7 +464,7 @@ class Broker:
                     continue
                 try:
                     result = await asyncio.to_thread(
-                        self.log.append, topic, partition, tuples, atomic=True
+                        self.log.append, topic, partition, tuples
                     )
                 except FrameworkError as exc:
                     return error_for(exc), -1, -1, -1, str(exc)

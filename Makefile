@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint soak clean test-deps screenshots
+.PHONY: demo test test-deps lint soak clean screenshots
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -21,13 +21,15 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# Debian's chromium + chromium-driver for the console's browser tests (tests/console/);
-# installed once, quietly, only when missing (needs root or sudo; nothing downloaded at run time).
+# System packages the tests drive (Debian): installed once, quietly, when missing (as root,
+# or through sudo): kcat (Kafka listener tests), chromium + chromium-driver (the console's
+# browser tests, tests/console/). Nothing is downloaded at test run time.
 test-deps:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	@command -v kcat >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 \
+	  && command -v chromedriver >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    kcat chromium chromium-driver >/dev/null; }
 
 test: lint test-deps
 	$(BIN)/python -m pytest -q

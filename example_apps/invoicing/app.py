@@ -12,8 +12,8 @@ from example_apps.invoicing.projections import (
     OrdersByStatus,
 )
 from example_apps.invoicing.state_topic import CustomerStatePublisher
+from framework.app import App
 from framework.codec import EventRegistry
-from framework.projection import App
 
 registry = EventRegistry()
 

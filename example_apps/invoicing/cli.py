@@ -19,9 +19,10 @@ from rich.console import Console
 
 from example_apps.invoicing.demo import run_demo
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
+from framework.app import Runtime
 from framework.cli.context import app as cli_app
 from framework.cli.context import data_option
-from framework.projection import Runtime, readmodel_path
+from framework.projection import readmodel_path
 from framework.replay.checksum import compare, file_checksums
 from framework.replay.rebuild import rebuild
 

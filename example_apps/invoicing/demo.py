@@ -30,8 +30,9 @@ from example_apps.invoicing.app import app
 from example_apps.invoicing.domain import Invoice
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
 from example_apps.invoicing.workload import Workload, pay, payment_for
+from framework.app import Runtime
 from framework.log import Log, TopicPartition
-from framework.projection import Runner, Runtime, open_readmodel, readmodel_path
+from framework.projection import Runner, open_readmodel, readmodel_path
 
 APP_SPEC = "example_apps.invoicing:app"
 EVENT_TOPICS = ("customers", "orders", "invoices")

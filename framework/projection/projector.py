@@ -51,26 +51,59 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from sqlite_utils import Database
 
 from framework.codec import Envelope
 from framework.domain import Aggregate, DomainEvent
 from framework.errors import ConfigError, ProjectionError
-from framework.log import RecordMetadata
+from framework.log import Log, RecordMetadata
 
 if TYPE_CHECKING:
     from sqlite_utils import Migrations
 
-    from framework.projection.app import Runtime
-
-__all__ = ["EventContext", "Projector", "handles"]
+__all__ = ["CommandSide", "EventContext", "Projector", "handles"]
 
 P = TypeVar("P", bound="Projector")
 E = TypeVar("E", bound=DomainEvent)
 A = TypeVar("A", bound=Aggregate)
 Handler = Callable[[P, E, "EventContext"], None]
+
+
+class CommandSide(Protocol):
+    """What a handler may do to the write side (``ctx.app``): load, save, execute and issue
+    commands. The application's runtime (:class:`framework.Runtime`) provides it; the
+    projection layer names only this Protocol, never the application layer."""
+
+    @property
+    def log(self) -> Log: ...
+
+    def load(self, cls: type[A], aggregate_id: str, version: int | None = None) -> A:
+        """The aggregate rebuilt from its events (``AggregateNotFoundError`` if none)."""
+        ...
+
+    def save(self, aggregate: Aggregate, **envelope: Any) -> list[RecordMetadata]:
+        """Append what the aggregate recorded (``ConcurrencyError`` on a conflict)."""
+        ...
+
+    def execute(
+        self, cls: type[A], aggregate_id: str, command: Callable[[A], Any], **options: Any
+    ) -> A:
+        """Load, run ``command``, save; retried on a write conflict."""
+        ...
+
+    def issue(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command: Callable[[A], Any],
+        *,
+        caused_by: Envelope[Any] | str,
+        create: bool = True,
+    ) -> list[RecordMetadata]:
+        """``execute`` at most once per ``caused_by`` event (see :meth:`EventContext.issue`)."""
+        ...
 
 _HANDLES_ATTR = "__eventlane_handles__"
 
@@ -106,7 +139,7 @@ class EventContext:
         envelope: Envelope[Any],
         db: Database,
         replaying: bool = False,
-        app: Runtime | None = None,
+        app: CommandSide | None = None,
         conn: sqlite3.Connection | None = None,
     ) -> None:
         self.topic = topic
@@ -156,7 +189,7 @@ class EventContext:
         ``f"invoice-{ctx.aggregate_id}"``), never a fresh uuid, and make the command a
         no-op when its work is already done. In a rebuild (``replaying``) nothing is
         issued. Returns what was appended (empty when nothing was).
-        See :meth:`framework.projection.Runtime.issue`.
+        See :meth:`framework.Runtime.issue`.
         """
         if self.replaying:
             return []

@@ -33,9 +33,10 @@ from typing import Any, NamedTuple
 
 import structlog
 
+from framework.app import App
 from framework.codec import EventCodec
 from framework.log import Log, Record, TopicPartition
-from framework.projection import App, BatchApplier, Projector, ReadModel, apply_migrations
+from framework.projection import BatchApplier, Projector, ReadModel, apply_migrations
 from framework.replay.ranges import OffsetRange, read_range
 
 log = structlog.get_logger("eventlane.replay")

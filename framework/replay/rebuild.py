@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import structlog
 
+from framework.app import App, Runtime
 from framework.errors import ConfigError
 from framework.log import Log, LogStore, TopicPartition
-from framework.projection import App, Runtime, readmodel_path
+from framework.projection import readmodel_path
 from framework.replay.build import BuildCounts, DeadLetterReport, dead_letter_report, remove_db
 from framework.replay.local import build_local
 from framework.replay.merge import MergeStats

@@ -12,8 +12,7 @@ from example_apps.invoicing.projections import (
     OrdersByStatus,
 )
 from example_apps.invoicing.state_topic import CustomerStatePublisher
-from framework.app import App
-from framework.codec import EventRegistry
+from framework import App, EventRegistry
 
 registry = EventRegistry()
 

@@ -56,7 +56,7 @@ import structlog
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
 from framework.domain import Aggregate, DomainEvent
-from framework.errors import AggregateNotFoundError, ConcurrencyError, ConfigError
+from framework.errors import ConfigError
 from framework.log import Log, LogStore, RecordMetadata, TopicPartition
 from framework.observability import configure_default_logging
 from framework.projection.projector import Projector
@@ -194,48 +194,12 @@ class Runtime:
         create: bool = True,
         attempts: int = 20,
     ) -> list[RecordMetadata]:
-        """Run ``command`` on aggregate ``aggregate_id`` and save what it records, unless an
-        event caused by ``caused_by`` is already in that aggregate's stream.
-
-        The idempotent command of a policy: the saved events carry ``caused_by``'s event id
-        as their ``causation_id`` (and its correlation id, or that event id, as their
-        ``correlation_id``). The check and the save are one optimistic-concurrency step: if
-        two deliveries of the same event race (a zombie and the partition's new owner), one
-        save conflicts, reloads, sees the other's event and does nothing. Hence: pick
-        ``aggregate_id`` deterministically from the triggering event, and still make the
-        command a no-op when its work is done (a command that records nothing leaves no
-        causation mark to find). The target's whole stream is read: keep policy targets
-        small (an invoice, a shipment), not a long-lived ledger.
-
-        Returns the appended records' metadata (empty when nothing was appended).
-        """
-        if isinstance(caused_by, str):
-            causation, correlation = caused_by, caused_by
-        else:
-            causation = str(caused_by.event_id)
-            correlation = caused_by.correlation_id or causation
-        for attempt in range(1, attempts + 1):
-            history = self.store.read(cls.topic, aggregate_id)
-            if any(env.causation_id == causation for env in history):
-                log.info(
-                    "command already issued for this event; not again",
-                    topic=cls.topic,
-                    aggregate_id=aggregate_id,
-                    causation_id=causation,
-                )
-                return []
-            if not history and not create:
-                raise AggregateNotFoundError(
-                    f"no events for {cls.__qualname__} {aggregate_id!r}", topic=cls.topic
-                )
-            aggregate = cls.rehydrate(aggregate_id, [env.event for env in history])
-            command(aggregate)
-            try:
-                return self.save(aggregate, correlation_id=correlation, causation_id=causation)
-            except ConcurrencyError:
-                if attempt == attempts:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        """A policy's command, at most once per ``caused_by`` event: see
+        :meth:`Repository.issue <framework.store.Repository.issue>` (``ctx.issue`` in a
+        handler calls it with the handled event)."""
+        return self.repository.issue(
+            cls, aggregate_id, command, caused_by=caused_by, create=create, attempts=attempts
+        )
 
     # ------------------------------------------------------------------ queries
     def projector(self, name: str) -> type[Projector]:
@@ -264,7 +228,7 @@ class Runtime:
         :func:`framework.projection.status.projection_status`)."""
         cls = self.app.projector(projector)
         return projection_status(
-            self.log, projector, cls.topics, self.readmodel_path(projector), cls.migrations
+            self.log, projector, cls.topic_names, self.readmodel_path(projector), cls.migrations
         )
 
     # ------------------------------------------------------------------ lifecycle

@@ -450,10 +450,8 @@ def dlq_retry(app_spec: str, projection: str, ids: tuple[int, ...], as_json: boo
             raise ConfigError(f"projector {projection!r} has no read model yet")
         readmodel = open_readmodel(runtime, projection)
         try:
-            projector = cls()
-            projector.setup(readmodel.db)
             report = retry_dead_letters(
-                projector, runtime.codec, readmodel, ids=list(ids) or None, app=runtime
+                cls(), runtime.codec, readmodel, ids=list(ids) or None, app=runtime
             )
         finally:
             readmodel.close()

@@ -44,7 +44,10 @@ def _is_event_class(value: object) -> bool:
 def event_class_of(method: Callable[..., Any], decorator: str) -> type[DomainEvent]:
     """The event class annotated on ``method``'s first parameter after ``self``."""
     where = getattr(method, "__qualname__", repr(method))
-    params = list(inspect.signature(method).parameters.values())
+    try:
+        params = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        raise ConfigError(f"{decorator} on {where}: not a method with a signature") from None
     if len(params) < 2:
         raise ConfigError(f"{decorator} on {where}: it must take (self, event, ...)")
     param = params[1]
@@ -80,7 +83,7 @@ def mark(target: object, attr: str, decorator: str) -> Any:
             return method
 
         return marker
-    if callable(target):
+    if callable(target) and not isinstance(target, type):
         setattr(target, attr, event_class_of(target, decorator))
         return target
     raise ConfigError(f"{decorator} needs a DomainEvent subclass, got {target!r}")

@@ -45,7 +45,7 @@ from sqlite_utils import Database, Migrations
 
 from framework.errors import FencedError, ProjectionError
 from framework.log import TopicPartition
-from migrations.eventlane import read_model as framework_migrations
+from framework.projection.system_tables import read_model as framework_migrations
 
 log = structlog.get_logger("eventlane.projection")
 

@@ -79,7 +79,6 @@ class Worker:
         self.name = name
         self.projector = runtime.app.projector(name)()
         self.readmodel = open_readmodel(runtime, name)
-        self.projector.setup(self.readmodel.db)
         self.applier = BatchApplier(self.projector, runtime.codec, self.readmodel, app=runtime)
         self.max_poll_records = max_poll_records
         self.poll_timeout = poll_timeout
@@ -96,7 +95,7 @@ class Worker:
         self._pause = PauseControl(runtime.log.path, name)
         self._readmodel_inode = _inode(self.readmodel.path)
         self._readmodel_open = True
-        for topic in self.projector.topics:
+        for topic in self.projector.topic_names:
             if not runtime.log.topic_exists(topic):
                 runtime.log.create_topic(
                     topic, runtime.partitions_for(topic), EVENT_TOPIC_CONFIG, exist_ok=True
@@ -104,7 +103,7 @@ class Worker:
         self.consumer = GroupConsumer(
             runtime.log,
             group_id=name,
-            topics=self.projector.topics,
+            topics=self.projector.topic_names,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=max(1, min(heartbeat_interval_ms, session_timeout_ms // 3)),
             enable_auto_commit=False,
@@ -266,7 +265,6 @@ class Worker:
         self.readmodel = open_readmodel(self.runtime, self.name)
         self._readmodel_inode = _inode(self.readmodel.path)
         self._readmodel_open = True
-        self.projector.setup(self.readmodel.db)
         self.applier = BatchApplier(
             self.projector, self.runtime.codec, self.readmodel, app=self.runtime
         )

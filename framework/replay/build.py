@@ -125,9 +125,7 @@ def open_build(path: Path, app: App, name: str) -> tuple[Projector, ReadModel]:
     conn.execute("PRAGMA cache_size=-65536")  # 64 MiB: the build owns the file
     cls = app.projector(name)
     apply_migrations(cls.migrations, readmodel)
-    projector = cls()
-    projector.setup(readmodel.db)
-    return projector, readmodel
+    return cls(), readmodel
 
 
 def replay_ranges(

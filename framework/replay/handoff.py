@@ -211,7 +211,7 @@ def rebuild_and_swap(
     live = readmodel_path(data, projection)
     shadow = shadow_path(data, projection)
     control = PauseControl(data, projection)
-    topics = runtime.app.projector(projection).topics
+    topics = runtime.app.projector(projection).topic_names
     result = rebuild(
         runtime, projection, engine=engine, output=shadow, progress=progress, **rebuild_options
     )

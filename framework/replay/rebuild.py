@@ -142,8 +142,8 @@ def rebuild(
                 path=out,
             )
         out.parent.mkdir(parents=True, exist_ok=True)
-        pinned = dict(end) if end is not None else end_vector(log_, cls.topics)
-        ranges = plan_ranges(log_, cls.topics, end=pinned)
+        pinned = dict(end) if end is not None else end_vector(log_, cls.topic_names)
+        ranges = plan_ranges(log_, cls.topic_names, end=pinned)
         per_key = cls.state_per_key
         if key_groups is not None and key_groups > 1 and not per_key:
             raise ConfigError(

@@ -115,6 +115,19 @@ class App:
                 f"{', '.join(sorted(self.projectors)) or 'none'}"
             ) from None
 
+    def codec(self) -> EventCodec:
+        """The event codec of this application, without opening anything: its registry
+        (``registry``, with the types of its aggregates, events and projectors' handlers
+        registered, and validated) and its converter hooks (``configure``). What a runtime
+        decodes with; golden-file tests of events need nothing more."""
+        registry = self.registry
+        registry.register_aggregate(*self.aggregates)
+        registry.register(*self.events)
+        for projector in self.projectors.values():
+            registry.register(*projector.handled_types())
+        registry.validate()
+        return EventCodec(registry, configure=self.configure)
+
     def open(self, log: Log | str | Path | None = None, *, create_topics: bool = True) -> Runtime:
         """Connect to a log (a :class:`~framework.log.Log`, or a data directory for the
         embedded one; default ``$EVENTLANE_DATA`` or ``./eventlane-data``).
@@ -144,16 +157,11 @@ class Runtime:
             self.log, self._owns_log = LogStore(log), True
         else:
             self.log, self._owns_log = log, False
-        registry = self.registry = app.registry
         for cls in app.aggregates:
             if not isinstance(getattr(cls, "topic", None), str):
                 raise ConfigError(f"aggregate {cls.__qualname__} does not name its topic")
-        registry.register_aggregate(*app.aggregates)
-        registry.register(*app.events)
-        for projector in app.projectors.values():
-            registry.register(*projector.handled_types())
-        registry.validate()
-        self.codec = EventCodec(registry, configure=app.configure)
+        self.registry = app.registry
+        self.codec = app.codec()
         self.store = EventStore(self.log, self.codec)
         self.repository = Repository(self.store, SnapshotCodec(configure=app.configure))
         self.partitions = app.partitions

@@ -97,15 +97,9 @@ ZERO = BuildCounts(0, 0, 0, 0)
 
 
 def app_codec(app: App) -> EventCodec:
-    """The codec a :class:`~framework.projection.Runtime` of ``app`` would build, without
-    opening a log (executors build it from a pickled :class:`App`)."""
-    registry = app.registry
-    registry.register_aggregate(*app.aggregates)
-    registry.register(*app.events)
-    for cls in app.projectors.values():
-        registry.register(*cls.handled_types())
-    registry.validate()
-    return EventCodec(registry, configure=app.configure)
+    """The codec a runtime of ``app`` uses (executors build it from a pickled :class:`App`):
+    :meth:`App.codec <framework.app.App.codec>`."""
+    return app.codec()
 
 
 def remove_db(path: Path) -> None:

@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlsplit
 import orjson
 import structlog
 
+from framework.app import App, Runtime, load_app
 from framework.codec import EventCodec, EventRegistry
 from framework.consumer.admin import (
     describe_group,
@@ -55,12 +56,9 @@ from framework.log import Log, LogStore, Record
 from framework.log.names import validate_topic_name
 from framework.log.partitioner import partition_for_key
 from framework.projection import (
-    App,
     ReadModelView,
-    Runtime,
     get_dead_letter,
     list_dead_letters,
-    load_app,
     open_readmodel,
     retry_dead_letters,
 )

@@ -31,7 +31,7 @@ from selenium.webdriver.chrome.service import Service
 
 from example_apps.invoicing import app
 from example_apps.invoicing.workload import Workload
-from framework.projection import Runner, Runtime, open_readmodel, readmodel_path
+from framework.projection import Runner, open_readmodel
 
 APP = "example_apps.invoicing:app"
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,11 +204,9 @@ def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> A
 __all__ = [
     "APP",
     "PROJECTOR",
-    "Runtime",
     "chromium",
     "console_process",
     "projector_lag",
-    "readmodel_path",
     "run_projector_until_caught_up",
     "seed",
     "shot",

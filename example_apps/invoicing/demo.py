@@ -196,7 +196,9 @@ def run_demo(
             summary["rebuild"] = rebuild(runtime, "invoices", console)
         _record_run(data, run)
     _print_summary(console, summary)
-    console.print(f"Look at it in a browser: eventlane console --data {data} {APP_SPEC}")
+    console.print(
+        f"Look at it in a browser: eventlane console --data {data} {APP_SPEC}", soft_wrap=True
+    )
     return summary
 
 

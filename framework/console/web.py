@@ -29,7 +29,6 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 import structlog
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from markupsafe import Markup
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -126,11 +125,7 @@ def _templates(read_write: bool) -> Environment:
                 return f"{seconds / size:.1f} {unit}"
         return f"{seconds:.1f} s"
 
-    def tojson_attr(value: object) -> Markup:
-        # JSON for an HTML attribute or <script type=application/json>: escaped, not markup.
-        return Markup.escape(orjson.dumps(value).decode())
-
-    env.filters.update(pretty=pretty, when=when, ago=ago, tojson_attr=tojson_attr)
+    env.filters.update(pretty=pretty, when=when, ago=ago)
     env.globals.update(read_write=read_write)
     return env
 

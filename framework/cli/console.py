@@ -79,10 +79,14 @@ def console(
         raise click.ClickException(
             f"the console needs the console extra: pip install 'eventlane[console]' ({exc})"
         ) from None
-    data_dir: Path | None = cli_app().data
-    source = click.get_current_context().find_root().get_parameter_source("data")
-    if log_url is not None and source is click.core.ParameterSource.DEFAULT:
-        data_dir = None  # --log alone: the default data directory does not count
+    ctx = click.get_current_context()
+    typed = click.core.ParameterSource.COMMANDLINE
+    data_given = typed in (
+        ctx.get_parameter_source("data"),
+        ctx.find_root().get_parameter_source("data"),
+    )
+    # --log wins over a data directory that was not typed (default, $EVENTLANE_DATA)
+    data_dir: Path | None = cli_app().data if data_given or log_url is None else None
     data = ConsoleData(open_log(data_dir, log_url), app_spec)
     web = create_app(data, read_write=read_write, lag_interval=lag_interval)
     err = stderr_console()

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from click.testing import CliRunner
 
 import framework.console.data as console_data
+from framework.cli import main
 from framework.console import ConsoleData, Filters, open_log
 from framework.errors import ConfigError, FrameworkError
 from framework.log import LogStore, Producer, ProducerRecord
@@ -147,3 +149,16 @@ def test_open_log_refuses_a_directory_without_a_log(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="name different logs"):
         open_log(tmp_path / "a", f"file://{tmp_path}/b")
     assert not (tmp_path / "topics").exists()
+
+
+def test_cli_refuses_a_missing_log_and_contradicting_locations(tmp_path: Path) -> None:
+    LogStore(tmp_path / "d").close()
+    (tmp_path / "d" / "topics").mkdir(exist_ok=True)
+    runner = CliRunner(env={"EVENTLANE_DATA": str(tmp_path / "elsewhere")})
+    both = runner.invoke(
+        main, ["console", "--data", str(tmp_path / "d"), "--log", f"file://{tmp_path}/e"]
+    )
+    assert both.exit_code == 1 and "name different logs" in both.output
+    missing = runner.invoke(main, ["console", "--log", f"file://{tmp_path}/none"])
+    assert missing.exit_code == 1 and "no eventlane data" in missing.output  # env not counted
+    assert not (tmp_path / "none").exists()

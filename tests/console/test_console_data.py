@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import structlog
 from click.testing import CliRunner
 
 import framework.console.data as console_data
@@ -155,10 +156,14 @@ def test_cli_refuses_a_missing_log_and_contradicting_locations(tmp_path: Path) -
     LogStore(tmp_path / "d").close()
     (tmp_path / "d" / "topics").mkdir(exist_ok=True)
     runner = CliRunner(env={"EVENTLANE_DATA": str(tmp_path / "elsewhere")})
-    both = runner.invoke(
-        main, ["console", "--data", str(tmp_path / "d"), "--log", f"file://{tmp_path}/e"]
-    )
+    saved = structlog.get_config()  # the CLI configures logging for its process
+    try:
+        both = runner.invoke(
+            main, ["console", "--data", str(tmp_path / "d"), "--log", f"file://{tmp_path}/e"]
+        )
+        missing = runner.invoke(main, ["console", "--log", f"file://{tmp_path}/none"])
+    finally:
+        structlog.configure(**saved)
     assert both.exit_code == 1 and "name different logs" in both.output
-    missing = runner.invoke(main, ["console", "--log", f"file://{tmp_path}/none"])
     assert missing.exit_code == 1 and "no eventlane data" in missing.output  # env not counted
     assert not (tmp_path / "none").exists()

@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	command -v strace >/dev/null || { apt-get update -qq && apt-get install -y -qq strace; } \
+		|| echo "could not install strace: the power-loss tests (tests/powerloss) will skip"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -28,6 +28,7 @@ import structlog
 
 from framework.errors import (
     ConfigError,
+    InvalidRecordError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -35,7 +36,7 @@ from framework.errors import (
 from framework.log.cleaner import CompactionReport, compact_partition
 from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, write_atomic
-from framework.log.names import topic_dir, validate_topic_name
+from framework.log.names import check_internal_policy, topic_dir, validate_topic_name
 from framework.log.partition import (
     AppendHook,
     AppendResult,
@@ -135,6 +136,7 @@ class LogStore:
                 topic=name,
             )
         cfg = config if isinstance(config, TopicConfig) else TopicConfig.from_mapping(config or {})
+        check_internal_policy(name, cfg.cleanup_policy)
         final = topic_dir(self.topics_root, name)
         if final.exists():
             if exist_ok:
@@ -244,6 +246,7 @@ class LogStore:
         """
         meta = self._topic_meta(name, fresh=True)
         cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
+        check_internal_policy(name, cfg.cleanup_policy)
         count = meta.partitions
         if partitions is not None:
             if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
@@ -336,6 +339,17 @@ class LogStore:
         on_appended: AppendHook | None = None,
         atomic: bool = False,
     ) -> AppendResult:
+        try:
+            bad = next((i for i, r in enumerate(records) if len(r) != 4), None)
+        except TypeError:
+            bad = next(i for i, r in enumerate(records) if not hasattr(r, "__len__"))
+        if bad is not None:
+            raise InvalidRecordError(
+                f"record {bad} is not a 4-tuple (key: bytes|None, value: bytes|None, headers, "
+                f"timestamp: int|None): {records[bad]!r:.200}",
+                topic=topic,
+                partition=partition,
+            )
         return self.partition(topic, partition).append(
             records, precondition=precondition, on_appended=on_appended, atomic=atomic
         )

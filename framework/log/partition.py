@@ -42,7 +42,9 @@ from framework.errors import (
     CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
+    PartitionReadOnlyError,
     RecordTooLargeError,
+    UnknownTopicError,
 )
 from framework.log.batch import (
     HEADER_SIZE,
@@ -142,15 +144,25 @@ class Partition:
         config: TopicConfig,
         notifier: Notifier,
         clock: Clock = wall_clock_ms,
+        *,
+        skip_lost_offsets: bool = False,
     ) -> None:
+        """Open (and recover if needed) the partition in ``directory``.
+
+        ``skip_lost_offsets=True`` is the explicit repair of a partition that refused to open
+        with :class:`~framework.errors.DataLossError`: it recovers now and keeps the lost
+        offsets taken (see :func:`framework.log.recovery.recover`).
+        """
         self.dir = directory
         self.topic = topic
         self.partition = partition
         self.config = config
         self.notifier = notifier
         self.clock = clock
-        directory.mkdir(parents=True, exist_ok=True)
-        self.state = PartitionState(directory / "state", on_stuck=self._wait_for_writer)
+        try:  # never creates the directory: a deleted topic's must not come back
+            self.state = PartitionState(directory / "state", on_stuck=self._wait_for_writer)
+        except FileNotFoundError:
+            raise self._deleted_error() from None
         self._append_lock = FileLock(directory / "lock")
         self._maintenance = FileLock(directory / "cleaner.lock")
         self._log = log.bind(topic=topic, partition=partition)
@@ -166,8 +178,13 @@ class Partition:
         self._r_fds: dict[int, int] = {}
         self._r_indexes: dict[int, OffsetIndex] = {}
         self._r_lock = threading.Lock()
+        self._failed: OSError | None = None
+        """Set when an fsync failed: appends are refused until the partition is reopened."""
+        self._skip_lost = skip_lost_offsets
         with self.locked():
-            pass
+            if skip_lost_offsets and self._skip_lost:  # not recovered by locked() itself
+                self._recover_locked()
+        self._skip_lost = False
 
     # ------------------------------------------------------------------ locking and sync
     @contextlib.contextmanager
@@ -183,12 +200,22 @@ class Partition:
         with self._maintenance:
             yield
 
+    def _deleted_error(self) -> UnknownTopicError:
+        return UnknownTopicError(
+            f"topic {self.topic!r} was deleted after this process opened it (it may have been"
+            " re-created since: that is another topic); nothing was appended or read",
+            topic=self.topic,
+            partition=self.partition,
+        )
+
     def _wait_for_writer(self) -> None:
         """Take and release the append lock: waits for a live writer, repairs a dead one's."""
         with self.locked():
             pass
 
     def _sync_locked(self) -> Snapshot:
+        if self.state.deleted:
+            raise self._deleted_error()
         if self.state.torn:  # seq left odd under the lock: a writer died inside write()
             self._log.warning("state update interrupted; recovering")
             return self._recover_locked()
@@ -255,7 +282,9 @@ class Partition:
             maintenance=self._maintenance,
             clock=self.clock,
             logger=self._log,
+            skip_lost=self._skip_lost,
         )
+        self._skip_lost = False
         self.state.write(snap)
         self._open_writer(snap)
         return snap
@@ -356,6 +385,8 @@ class Partition:
                 partition=self.partition,
             )
         with self.locked() as snap:
+            if self._failed is not None:
+                raise self._read_only_error()
             if precondition is not None:
                 precondition(snap.leo)
             now = self.clock()
@@ -405,7 +436,7 @@ class Partition:
                 leo += len(chunk)
             self._write_pending(pending_start, pending, index_entries, time_entries)
             if cfg.flush_policy == "always":
-                os.fdatasync(self._w_fd)
+                self._durable(os.fdatasync, self._w_fd)
             self.state.write(
                 Snapshot(
                     lwm=snap.lwm,
@@ -431,6 +462,45 @@ class Partition:
                     )
         self.notifier.bump()
         return result
+
+    def _durable(self, sync: Callable[[int], None], fd: int) -> None:
+        """``sync(fd)``; if it fails, the partition goes read-only (the fsyncgate rule).
+
+        After a failed fsync the kernel may have dropped the dirty pages and marked them
+        clean, so a retry can succeed without the data being on disk: nothing written since
+        the last acknowledged append is ever acknowledged. The unacknowledged bytes are cut
+        off, the layout is left odd (so the next lock holder in any process runs a full
+        recovery from the files), and this object refuses appends until it is reopened.
+        Caller holds the append lock.
+        """
+        try:
+            sync(fd)
+        except OSError as exc:
+            self._failed = exc
+            published = self.state.read()
+            self._log.error(
+                "fsync failed: partition is read-only until reopened",
+                error=str(exc),
+                file=str(log_path(self.dir, published.active_base)),
+                hwm=published.hwm,
+            )
+            with contextlib.suppress(OSError):
+                Segment(self.dir, published.active_base).truncate_to(
+                    self._w_fd, published.active_size
+                )
+            self.state.write(published._replace(layout=published.layout | 1))
+            self._close_writer()
+            raise self._read_only_error() from exc
+
+    def _read_only_error(self) -> PartitionReadOnlyError:
+        return PartitionReadOnlyError(
+            f"an fsync of this partition failed ({self._failed}): nothing written since the"
+            " last acknowledged append is acknowledged, and appends are refused until the"
+            " partition is reopened (which recovers it from its files)",
+            topic=self.topic,
+            partition=self.partition,
+            path=self.dir,
+        )
 
     def _split(self, records: Sequence[RecordTuple]) -> list[Sequence[RecordTuple]]:
         """Cut ``records`` into batches of at most ``MAX_BATCH_BYTES`` (estimated sizes).
@@ -537,7 +607,7 @@ class Partition:
     def _roll_locked(self, new_base: int, now: int) -> Snapshot:
         """Close the active segment durably, start a new one at ``new_base`` (the LEO: every
         record before it is now fsynced), publish it and return the published state."""
-        os.fsync(self._w_fd)
+        self._durable(os.fsync, self._w_fd)
         os.fsync(self._w_index_fd)
         os.fsync(self._w_time_fd)
         # An odd layout until the caller publishes the new active segment (layout + 2): if we
@@ -626,6 +696,8 @@ class Partition:
         batches were read. The returned cursor makes the next sequential read cheap.
         Raises :class:`OffsetOutOfRangeError` below the low-water mark or past the LEO.
         """
+        if self.state.deleted:
+            raise self._deleted_error()
         for attempt in range(200):
             with self._r_lock:
                 snap = self.state.read()
@@ -882,6 +954,12 @@ class Partition:
             finally:
                 os.close(fd)
         return problems
+
+    def mark_deleted(self) -> None:
+        """Mark this incarnation deleted in every process that has it open (the topic is
+        about to be renamed away): their appends and reads fail from now on."""
+        with self._append_lock:
+            self.state.mark_deleted()
 
     def close(self) -> None:
         with self._append_lock.mutex:

@@ -37,7 +37,8 @@ import orjson
 import structlog
 
 from framework._locks import FileLock
-from framework.errors import CorruptRecordError
+from framework.errors import CorruptRecordError, DataLossError
+from framework.log.batch import encode_skip_batch, parse_header
 from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, read_int_file, write_atomic
 from framework.log.segment import Segment, intact_batch_after, list_segment_bases
@@ -113,16 +114,35 @@ def recover(
     maintenance: FileLock,
     clock: Callable[[], int],
     logger: structlog.typing.FilteringBoundLogger,
+    skip_lost: bool = False,
 ) -> Snapshot:
     """Rebuild a partition's state from its files (see the module docstring).
 
     ``previous`` is the state as last written (``None`` if there is none): its high-water
     mark tells which offsets were acknowledged, and its layout is carried on (made even and
     bumped), so readers reload their file lists.
+
+    Acknowledged offsets are never given out again. If the files end below the previous
+    high-water mark, or the first segment starts above ``log-start-offset``, records that
+    were acknowledged are gone (a lying disk, a restored backup, a deleted file): recovery
+    raises :class:`~framework.errors.DataLossError` naming the missing range. With
+    ``skip_lost`` (the explicit, logged repair) it keeps the offsets taken instead: a lost
+    tail is covered by an empty batch up to the old high-water mark, a lost head by moving
+    ``log-start-offset`` up; nothing else changes.
     """
     _clear_leftovers(directory, previous, maintenance)
     bases = list_segment_bases(directory)
-    lwm = read_int_file(directory / LOG_START, bases[0] if bases else 0)
+    lwm = read_int_file(directory / LOG_START, -1)
+    if lwm < 0:  # recorded from the first open on, so a deleted first segment is seen
+        lwm = bases[0] if bases else 0
+        write_atomic(directory / LOG_START, str(lwm).encode())
+    if bases and bases[0] > lwm:
+        lost = (lwm, bases[0])
+        if not skip_lost:
+            raise _data_loss(directory, topic, partition, lost, "the first segment is missing")
+        logger.warning("skipping lost offsets at the start of the log", start=lwm, end=bases[0])
+        lwm = bases[0]
+        write_atomic(directory / LOG_START, str(lwm).encode())
     for base, nxt in itertools.pairwise(bases):
         if nxt <= lwm:
             Segment(directory, base).delete()
@@ -197,6 +217,25 @@ def recover(
         finally:
             os.close(fd)
     active = bases[-1]
+    if leo < durable:
+        lost = (leo, durable)
+        if not skip_lost:
+            raise _data_loss(directory, topic, partition, lost, "the log ends below its HWM")
+        marker = encode_skip_batch(leo, durable - leo, max(max_ts, clock()))
+        with open(Segment(directory, active).log, "r+b") as f:
+            f.seek(active_size)
+            f.write(marker)
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
+        logger.warning(
+            "skipped lost acknowledged offsets: they stay taken, never reused",
+            start=leo,
+            end=durable,
+            file=str(Segment(directory, active).log),
+        )
+        leo, active_size = durable, active_size + len(marker)
+        max_ts = max(max_ts, parse_header(marker, 0).max_timestamp)
     created = int(os.stat(Segment(directory, active).log).st_mtime * 1000)
     layout = ((previous.layout | 1) + 1) if previous is not None else 2
     snap = Snapshot(
@@ -215,3 +254,18 @@ def recover(
         "partition recovered", lwm=lwm, leo=leo, segments=len(bases)
     )
     return snap
+
+
+def _data_loss(
+    directory: Path, topic: str, partition: int, lost: tuple[int, int], what: str
+) -> DataLossError:
+    start, end = lost
+    return DataLossError(
+        f"acknowledged offsets [{start}, {end}) are missing ({what}); the partition will not"
+        " open, so that no acknowledged offset is given out twice. Restore the files, or"
+        f" skip the lost offsets for good: eventlane verify {topic} --skip-lost-offsets",
+        topic=topic,
+        partition=partition,
+        offset=start,
+        path=directory,
+    )

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import structlog
@@ -20,6 +21,9 @@ from click.testing import CliRunner, Result
 from framework.cli import main
 from framework.errors import DataLossError, UnknownTopicError
 from framework.log import LogStore, Record
+
+if TYPE_CHECKING:
+    from conftest import FakeClock
 
 TOPIC = "t"
 
@@ -217,3 +221,33 @@ def test_deleted_topic_directory_never_comes_back(data_dir: Path) -> None:
         assert TOPIC not in admin.list_topics()
         admin.create_topic(TOPIC, 1)  # not "already exists"
         assert admin.list_topics() == [TOPIC]
+
+
+# ------------------------------------------------------------------ 3: tombstones, log clock
+DAY = 86_400_000
+
+
+def test_tombstone_expires_by_the_logs_clock_not_the_producers(
+    store: LogStore, clock: FakeClock
+) -> None:
+    store.create_topic(
+        "c",
+        1,
+        {"cleanup_policy": "compact", "delete_retention_ms": DAY, "min_compaction_lag_ms": 0},
+    )
+    store.append("c", 0, [(b"k", b"v", (), None)])
+    store.append("c", 0, [(b"k", None, (), clock() - 2 * DAY)])  # stamped 2 days old
+    store.partition("c", 0).roll()
+    store.append("c", 0, [(b"other", b"x", (), None)])
+
+    def tombstones() -> list[int]:
+        return [r.offset for r in read_all(store, "c") if r.value is None]
+
+    store.compact("c")
+    assert tombstones() == [1]  # a consumer one record behind still sees the delete
+    clock.advance(DAY - 1)
+    store.compact("c")
+    assert tombstones() == [1]
+    clock.advance(2)  # a day after the cleaner first saw it, by the log's clock
+    store.compact("c")
+    assert tombstones() == []

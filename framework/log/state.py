@@ -20,6 +20,10 @@ process are seen by readers in others without a system call. File format of
     64  int64   last_index_pos      file position of the active segment's last index entry
     72  int64   active_created_ms   when the active segment was created (segment_ms roll)
     80  uint64  boot                hash of the boot id that wrote the state (unclean reboot check)
+   120  uint32  deleted             1 once the topic is being deleted: set (under the append lock)
+                                    before the topic directory is renamed away, so a process that
+                                    still has this incarnation mapped refuses to append to it or
+                                    read it (outside the seqlock; never cleared)
 
 Writers update fields only while holding the partition's append lock, inside a seqlock
 (``seq`` odd → even); readers retry until they see the same even ``seq`` before and after.
@@ -54,6 +58,7 @@ _SEQ = struct.Struct("<I")
 _FIELDS = struct.Struct("<qqqqqqqqqQ")
 _FIELDS_AT = 8
 _MAGIC_AT = 4
+_DELETED_AT = 120
 
 
 def _boot_hash() -> int:
@@ -100,6 +105,16 @@ class PartitionState:
             self._map = mmap.mmap(fd, STATE_SIZE)
         finally:
             os.close(fd)
+
+    @property
+    def deleted(self) -> bool:
+        """Whether the topic of this state was deleted (this incarnation is gone)."""
+        (word,) = _SEQ.unpack_from(self._map, _DELETED_AT)
+        return bool(word)
+
+    def mark_deleted(self) -> None:
+        """Mark this incarnation deleted (caller holds the partition's append lock)."""
+        _SEQ.pack_into(self._map, _DELETED_AT, 1)
 
     def has_magic(self) -> bool:
         """Whether the file was ever written by a writer (on any boot)."""

@@ -19,13 +19,14 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import orjson
 import structlog
 
+from framework._locks import FileLock
 from framework.errors import (
     ConfigError,
     InvalidRecordError,
@@ -33,7 +34,7 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.cleaner import CompactionReport, compact_partition
+from framework.log.cleaner import CompactionReport, LogCleaner, compact_partition
 from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, write_atomic
 from framework.log.names import check_internal_policy, topic_dir, validate_topic_name
@@ -49,13 +50,37 @@ from framework.log.partition import (
 )
 from framework.log.record import Record
 from framework.log.retention import RetentionReport, apply_retention
-from framework.log.state import Notifier
+from framework.log.state import Notifier, PartitionState
 
 log = structlog.get_logger("eventlane.log")
 
 DEFAULT_DATA_DIR = "eventlane-data"
 MAX_PARTITIONS = 10_000
 _META_TTL_S = 0.5
+
+
+MaintenanceProgress = Callable[[int, int], None]
+"""``progress(done, total)``: told before a maintenance pass over a topic's partitions starts
+(``done == 0``) and after each partition (``done`` partitions finished of ``total``)."""
+
+_R = TypeVar("_R")
+
+
+def _mark_deleted(directory: Path) -> None:
+    """Mark every partition of a topic about to be deleted, under its append lock, so that
+    processes holding it open refuse further appends and reads (:mod:`.state`, ``deleted``)."""
+    for entry in directory.iterdir():
+        state_path = entry / "state"
+        if not entry.name.isdigit() or not state_path.exists():
+            continue  # never opened: no process can hold it
+        lock = FileLock(entry / "lock")
+        try:
+            with lock:
+                state = PartitionState(state_path)
+                state.mark_deleted()
+                state.close()
+        finally:
+            lock.close()
 
 
 def default_data_dir() -> Path:
@@ -114,6 +139,7 @@ class LogStore:
         self._meta: dict[str, _TopicMeta] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._cleaner = LogCleaner(self.partition)
 
     # ------------------------------------------------------------------ topics
     def create_topic(
@@ -284,6 +310,7 @@ class LogStore:
         with self._lock:
             for key in [k for k in self._partitions if k[0] == name]:
                 self._partitions.pop(key).close()
+        _mark_deleted(directory)
         trash = self.topics_root / f".deleted-{uuid.uuid4().hex}"
         os.rename(directory, trash)
         fsync_dir(self.topics_root)
@@ -350,9 +377,14 @@ class LogStore:
                 topic=topic,
                 partition=partition,
             )
-        return self.partition(topic, partition).append(
-            records, precondition=precondition, on_appended=on_appended, atomic=atomic
-        )
+        part = self.partition(topic, partition)
+        try:
+            return part.append(
+                records, precondition=precondition, on_appended=on_appended, atomic=atomic
+            )
+        except UnknownTopicError:
+            self._forget(topic, partition, part)
+            raise
 
     def read(
         self,
@@ -380,9 +412,20 @@ class LogStore:
                 topic=topic,
                 partition=partition,
             )
-        return self.partition(topic, partition).read(
-            offset, max_bytes=max_bytes, cursor=cursor, upto=upto
-        )
+        part = self.partition(topic, partition)
+        try:
+            return part.read(offset, max_bytes=max_bytes, cursor=cursor, upto=upto)
+        except UnknownTopicError:
+            self._forget(topic, partition, part)
+            raise
+
+    def _forget(self, topic: str, partition: int, part: Partition) -> None:
+        """Drop a partition whose topic was deleted under us: the next call looks again."""
+        with self._lock:
+            if self._partitions.get((topic, partition)) is part:
+                del self._partitions[(topic, partition)]
+                part.close()
+        self._meta.pop(topic, None)
 
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         snap = self.partition(topic, partition).offsets()
@@ -406,15 +449,69 @@ class LogStore:
         self.notifier.wait(seen, timeout)
 
     # ------------------------------------------------------------------ maintenance
-    def compact(self, topic: str) -> list[CompactionReport]:
-        return [
-            compact_partition(self.partition(topic, p)) for p in range(self.partition_count(topic))
-        ]
+    def _each_partition(
+        self,
+        topic: str,
+        work: Callable[[Partition], _R],
+        progress: MaintenanceProgress | None,
+    ) -> list[_R]:
+        count = self.partition_count(topic)
+        if progress is not None:
+            progress(0, count)
+        reports = []
+        for p in range(count):
+            reports.append(work(self.partition(topic, p)))
+            if progress is not None:
+                progress(p + 1, count)
+        return reports
 
-    def cleanup(self, topic: str) -> list[RetentionReport]:
-        return [
-            apply_retention(self.partition(topic, p)) for p in range(self.partition_count(topic))
-        ]
+    def compact(
+        self, topic: str, *, progress: MaintenanceProgress | None = None
+    ) -> list[CompactionReport]:
+        """Compact every partition of ``topic`` now (a no-op unless its policy compacts)."""
+        return self._each_partition(topic, compact_partition, progress)
+
+    def cleanup(
+        self, topic: str, *, progress: MaintenanceProgress | None = None
+    ) -> list[RetentionReport]:
+        """Apply ``topic``'s retention to every partition now (no-op without ``delete``)."""
+        return self._each_partition(topic, apply_retention, progress)
+
+    def skip_lost_offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        """Repair a partition that refused to open with
+        :class:`~framework.errors.DataLossError`: recover it keeping the lost acknowledged
+        offsets taken (a logged warning names them), so they are skipped, never reused.
+        A partition with nothing lost is only recovered again."""
+        meta = self._topic_meta(topic, fresh=True)
+        if not 0 <= partition < meta.partitions:
+            raise UnknownPartitionError(
+                f"partition {partition!r} does not exist (topic has {meta.partitions})",
+                topic=topic,
+                partition=partition,
+            )
+        with self._lock:
+            old = self._partitions.pop((topic, partition), None)
+            if old is not None:
+                old.close()
+            part = Partition(
+                topic_dir(self.topics_root, topic) / str(partition),
+                topic,
+                partition,
+                meta.config,
+                self.notifier,
+                self.clock,
+                skip_lost_offsets=True,
+            )
+            self._partitions[(topic, partition)] = part
+        snap = part.offsets()
+        return PartitionOffsets(snap.lwm, snap.hwm, snap.leo)
+
+    def request_compaction(self, topic: str, partition: int) -> None:
+        """Ask the store's background cleaner to compact one partition soon; returns at once.
+
+        Repeated requests for a partition already queued coalesce; failures are logged.
+        """
+        self._cleaner.request(topic, partition)
 
     def verify(self, topic: str | None = None) -> list[Exception]:
         """Check every batch of ``topic`` (or of all topics); return the problems found."""
@@ -428,6 +525,7 @@ class LogStore:
         if self._closed:
             return
         self._closed = True
+        self._cleaner.stop()
         with self._lock:
             for part in self._partitions.values():
                 with contextlib.suppress(OSError):

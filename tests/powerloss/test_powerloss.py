@@ -24,11 +24,6 @@ def _report(fig: Figures) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a new partition's first segment is not made durable by a directory fsync "
-    "(board 06:5x, seams: framework/log/partition.py); remove this mark with the fix",
-)
 def test_power_loss_states_keep_every_acknowledgement() -> None:
     """Directory entries are durable only after an fsync of their directory (POSIX)."""
     fig = explore(size=2, seed=7, crash_points=24, states_per_point=2)

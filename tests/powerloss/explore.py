@@ -64,6 +64,26 @@ class Figures:
         )
 
 
+@dataclass
+class Recording:
+    """A recorded workload: the data directory it ran in and its operations."""
+
+    data: Path
+    ops: list[trace.Op]
+    seconds: float
+
+
+def record(size: int, seed: int) -> Recording:
+    """Record the workload once (its files are deleted; the trace is all that is kept)."""
+    work = Path(tempfile.mkdtemp(prefix="eventlane-powerloss-rec-"))
+    try:
+        t0 = time.monotonic()
+        data, ops = record_workload(work, size, seed)
+        return Recording(data, ops, time.monotonic() - t0)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def record_workload(work: Path, size: int, seed: int) -> tuple[Path, list[trace.Op]]:
     """Run the workload under strace in ``work``; return the data dir and its operations."""
     data, acks, tr = work / "data", work / "acks.jsonl", work / "trace.txt"
@@ -106,15 +126,17 @@ def explore(
     deadline_s: float | None = None,
     strict_dirs: bool = True,
     lying_disk: bool = False,
+    recording: Recording | None = None,
 ) -> Figures:
-    """Record one workload and check ``crash_points * states_per_point`` crash states."""
+    """Record one workload (or use ``recording``) and check ``crash_points *
+    states_per_point`` crash states."""
     fig = Figures()
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="eventlane-powerloss-"))
     try:
-        t0 = time.monotonic()
-        data, ops = record_workload(work, size, seed)
-        fig.record_s = time.monotonic() - t0
+        rec = recording if recording is not None else record(size, seed)
+        data, ops = rec.data, rec.ops
+        fig.record_s = rec.seconds
         fig.ops = len(ops)
         fig.fsyncs = sum(op.kind == "fsync" for op in ops)
         all_acks = [op.text for op in ops if op.kind == "ack"]

@@ -6,8 +6,8 @@ of the trace, knows what is **durable** and what is not, under these assumptions
 
 * **File data.** A write is durable once an ``fsync``/``fdatasync`` of the same file (any
   descriptor) has completed after it. Writes not yet synced may each be lost, or written in
-  part: every 4 KiB page of a write (aligned to the file offset) independently, in any
-  order (so a later write can survive an earlier one; a lost page inside a file's new size
+  part: every 512-byte sector of a write (aligned to the file offset) independently, in any
+  order (so a later write can survive an earlier one; a lost sector inside a file's new size
   reads as zeros). ``ftruncate``/``O_TRUNC`` are ordered with the writes of their file.
 * **Directory entries.** Creates, renames, unlinks and directory creation and removal are
   journaled in order: what survives is a **prefix** of them, at least up to the last one
@@ -34,7 +34,8 @@ from pathlib import Path
 
 from tests.powerloss.trace import Op
 
-PAGE = 4096
+SECTOR = 512
+"""Granularity of torn writes: a sector (any 4 KiB page is 8 of them, torn independently)."""
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Inode:
     durable: bytes = b""
     content: bytearray = field(default_factory=bytearray)
     pending: list[tuple[str, int, bytes]] = field(default_factory=list)
-    """Unsynced data operations: ("w", offset, data) per page piece, or ("t", size, b"")."""
+    """Unsynced data operations: ("w", offset, data) per sector piece, or ("t", size, b"")."""
 
 
 @dataclass
@@ -80,12 +81,12 @@ class CrashState:
 
 
 def _pieces(offset: int, data: bytes) -> list[tuple[str, int, bytes]]:
-    """Split a write at 4 KiB page boundaries of the file."""
+    """Split a write at sector boundaries of the file."""
     out = []
     pos = 0
     while pos < len(data):
         start = offset + pos
-        room = PAGE - start % PAGE
+        room = SECTOR - start % SECTOR
         out.append(("w", start, data[pos : pos + room]))
         pos += room
     return out
@@ -265,7 +266,7 @@ def _namespace(snap: Snapshot, count: int) -> tuple[dict[str, int], list[str]]:
 def crash_states(snap: Snapshot, rng: random.Random, count: int) -> list[CrashState]:
     """``count`` states a power loss at ``snap`` may leave: the first two are "every unsynced
     change lost" and "every change survived"; the rest draw a metadata prefix and, per file,
-    a strategy for its unsynced pages (all, none, a prefix, or a random subset)."""
+    a strategy for its unsynced sectors (all, none, a prefix, or a random subset)."""
     out = []
     for n in range(count):
         if n == 0:

@@ -34,10 +34,11 @@ import orjson
 from attrs import frozen
 from sqlite_utils import Database
 
+from framework.app import App
 from framework.domain import Aggregate, DomainEvent, applies, event
 from framework.errors import AggregateNotFoundError
 from framework.log import LogStore, Producer, ProducerRecord
-from framework.projection import App, EventContext, Projector, Worker, handles
+from framework.projection import EventContext, Projector, Worker, handles
 
 EVENTS = "events"
 LATEST = "latest"

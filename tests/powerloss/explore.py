@@ -144,7 +144,11 @@ def explore(
         candidates = [i for i, op in enumerate(ops) if op.kind in ("ack", "fsync")]
         # before and after each barrier; always the very end (everything acknowledged)
         points = sorted({i for c in candidates for i in (c, c + 1)} | {len(ops)})
-        chosen = set(rng.sample(points, min(crash_points - 1, len(points))))
+        # a third of the points inside compaction and retention passes, at any call
+        maintenance = _maintenance_windows(ops)
+        chosen = set(rng.sample(maintenance, min(crash_points // 3, len(maintenance))))
+        rest = [p for p in points if p not in chosen]
+        chosen.update(rng.sample(rest, min(crash_points - 1 - len(chosen), len(rest))))
         chosen.add(len(ops))
         t1 = time.monotonic()
         replay = crashfs.Replay(data, strict_dirs=strict_dirs, lying_disk=lying_disk)
@@ -173,6 +177,22 @@ def explore(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return fig
+
+
+def _maintenance_windows(ops: list[trace.Op]) -> list[int]:
+    """Every crash point inside a maintenance pass: after its ``begin`` acknowledgement and
+    before the next acknowledgement that is not part of the pass (its ``end`` lines)."""
+    out: list[int] = []
+    begin: int | None = None
+    for i, op in enumerate(ops):
+        if op.kind != "ack":
+            continue
+        if '"phase":"begin"' in op.text:
+            begin = i if begin is None else begin
+        elif '"phase":"end"' not in op.text and begin is not None:
+            out.extend(range(begin + 1, i + 1))
+            begin = None
+    return out
 
 
 def _check_state(

@@ -116,9 +116,9 @@ def run(data: Path, acks_path: Path, size: int, seed: int) -> None:
     rng = random.Random(seed)
     ack = Acks(acks_path, data)
     log = LogStore(data)
-    log.create_topic(EVENTS, 2, {"segment_bytes": 300, "retention_bytes": 400})
+    log.create_topic(EVENTS, 2, {"segment_bytes": 200, "retention_bytes": 100})
     log.create_topic(
-        LATEST, 1, {"segment_bytes": 500, "cleanup_policy": "compact", "min_compaction_lag_ms": 0}
+        LATEST, 1, {"segment_bytes": 250, "cleanup_policy": "compact", "min_compaction_lag_ms": 0}
     )
     ack.states()
     producer = Producer(log, linger_ms=2.0)
@@ -149,7 +149,7 @@ def run(data: Path, acks_path: Path, size: int, seed: int) -> None:
             assert rec.key is not None and rec.value is not None
             ack("rec", t=LATEST, p=0, o=md.offset, v=rec.value.decode(), key=rec.key.decode())
         ack.states()
-        if round_ % 3 == 2:
+        if round_ % 3 == 2 or round_ == size - 1:  # every run compacts and retains
             ack("compact", t=LATEST, phase="begin")
             log.compact(LATEST)
             ack("compact", t=LATEST, phase="end")

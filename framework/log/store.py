@@ -29,6 +29,7 @@ import structlog
 from framework._locks import FileLock
 from framework.errors import (
     ConfigError,
+    FrameworkError,
     InvalidRecordError,
     TopicExistsError,
     UnknownPartitionError,
@@ -366,17 +367,6 @@ class LogStore:
         on_appended: AppendHook | None = None,
         atomic: bool = False,
     ) -> AppendResult:
-        try:
-            bad = next((i for i, r in enumerate(records) if len(r) != 4), None)
-        except TypeError:
-            bad = next(i for i, r in enumerate(records) if not hasattr(r, "__len__"))
-        if bad is not None:
-            raise InvalidRecordError(
-                f"record {bad} is not a 4-tuple (key: bytes|None, value: bytes|None, headers, "
-                f"timestamp: int|None): {records[bad]!r:.200}",
-                topic=topic,
-                partition=partition,
-            )
         part = self.partition(topic, partition)
         try:
             return part.append(
@@ -385,6 +375,16 @@ class LogStore:
         except UnknownTopicError:
             self._forget(topic, partition, part)
             raise
+        except IndexError as exc:  # a record shorter than 4 fields (checked only on failure)
+            bad = next((i for i, r in enumerate(records) if len(r) != 4), None)
+            if bad is None or isinstance(exc, FrameworkError):
+                raise
+            raise InvalidRecordError(
+                f"record {bad} is not a 4-tuple (key: bytes|None, value: bytes|None, headers, "
+                f"timestamp: int|None): {records[bad]!r:.200}",
+                topic=topic,
+                partition=partition,
+            ) from None
 
     def read(
         self,

@@ -204,12 +204,9 @@ def parse(trace_path: Path, data: Path, acks: Path) -> list[Op]:
             fd, path = _fd(a[0])
             if fd in tracked:
                 ops.append(Op("lseek", fd=fd, offset=int(result.split()[0])))
-        elif name in ("fsync", "fdatasync", "sync_file_range", "msync"):
-            if name in ("sync_file_range", "msync"):
-                fd, path = _fd(a[0]) if name == "sync_file_range" else (-1, "")
-                if name == "msync" or mine(path):
-                    continue  # not a durability barrier (sync_file_range) / mapped memory
-                continue
+        elif name in ("sync_file_range", "msync"):
+            continue  # neither flushes the disk's cache nor metadata: not a barrier
+        elif name in ("fsync", "fdatasync"):
             fd, path = _fd(a[0])
             if fd in tracked or mine(path.removesuffix(" (deleted)")):
                 ops.append(Op("fsync", path=path, fd=fd))

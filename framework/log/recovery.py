@@ -47,6 +47,8 @@ from framework.log.state import BOOT, Snapshot
 JOURNAL = "cleaner-journal"
 CLEANED = ".cleaned"
 LOG_START = "log-start-offset"
+COMPACTED = "compacted"
+"""Present once the partition was ever compacted: gaps between batches are legal from then."""
 RECOVERY_POINT = "recovery-point"
 LEFTOVER_SUFFIXES = (CLEANED, ".swap", ".tmp")
 

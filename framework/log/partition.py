@@ -28,6 +28,7 @@ import bisect
 import contextlib
 import itertools
 import os
+import resource
 import struct
 import threading
 import time
@@ -97,6 +98,45 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _FdBudget:
+    """Bounds the file descriptors all partitions of this process keep open.
+
+    A partition keeps its lock file, its active segment and its indexes, and the segments it
+    read open between calls (~5 descriptors); a process that touches thousands of partitions
+    would run out (``ulimit -n`` is often 1024). Each partition that opens descriptors is
+    registered here; past ``limit`` warm partitions, the least recently used half gives its
+    descriptors back (a partition busy in another thread is skipped) and reopens them on
+    next use. Limit: a sixteenth of the soft ``RLIMIT_NOFILE``, at least 8.
+    """
+
+    def __init__(self) -> None:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.limit = max(8, (soft if soft > 0 else 1024) // 16)
+        self._warm: dict[Partition, None] = {}
+        self._lock = threading.Lock()
+
+    def opened(self, part: Partition) -> None:
+        with self._lock:
+            self._warm[part] = None
+            excess = len(self._warm) - self.limit
+            if excess <= 0:
+                return
+            by_age = sorted(self._warm, key=lambda p: p.last_used)
+            victims = [p for p in by_age[: excess + self.limit // 2] if p is not part]
+        released = [p for p in victims if p.release_fds()]
+        with self._lock:
+            for p in released:
+                self._warm.pop(p, None)
+
+    def forget(self, part: Partition) -> None:
+        with self._lock:
+            self._warm.pop(part, None)
+
+
+_FDS = _FdBudget()
+_USE = itertools.count()
+
+
 class _LayoutChangedError(Exception):
     """Internal: the segment list changed while a reader was opening files; retry."""
 
@@ -162,7 +202,11 @@ class Partition:
         self.notifier = notifier
         self.clock = clock
         try:  # never creates the directory: a deleted topic's must not come back
-            self.state = PartitionState(directory / "state", on_stuck=self._wait_for_writer)
+            self.state = PartitionState(
+                directory / "state",
+                on_stuck=self._wait_for_writer,
+                on_remap=lambda: _FDS.opened(self),
+            )
         except FileNotFoundError:
             raise self._deleted_error() from None
         self._append_lock = FileLock(directory / "lock")
@@ -182,6 +226,8 @@ class Partition:
         self._r_contiguous = True
         """Whether every batch starts where the previous one ended (never compacted)."""
         self._r_lock = threading.Lock()
+        self.last_used = next(_USE)
+        """When this partition was last locked or read (an ever-increasing counter)."""
         self._failed: OSError | None = None
         """Set when an fsync failed: appends are refused until the partition is reopened."""
         self._skip_lost = skip_lost_offsets
@@ -195,14 +241,18 @@ class Partition:
     def locked(self) -> Iterator[Snapshot]:
         """Hold the append lock (threads and processes) with the state made consistent."""
         with self._append_lock:
+            self.last_used = next(_USE)
             yield self._sync_locked()
 
     @contextlib.contextmanager
     def maintenance_lock(self) -> Iterator[None]:
         """Hold the maintenance lock (``cleaner.lock``): one compaction or retention pass
         at a time, in any process. Lock order: maintenance lock, then the append lock."""
-        with self._maintenance:
-            yield
+        try:
+            with self._maintenance:
+                yield
+        finally:
+            self._maintenance.release_fd()  # rarely used: no descriptor kept for it
 
     def _deleted_error(self) -> UnknownTopicError:
         return UnknownTopicError(
@@ -247,6 +297,7 @@ class Partition:
 
     def _open_writer(self, snap: Snapshot) -> None:
         self._close_writer()
+        _FDS.opened(self)
         base = snap.active_base
         flags = os.O_RDWR | os.O_CREAT
         self._w_fd = os.open(log_path(self.dir, base), flags, 0o644)
@@ -664,6 +715,8 @@ class Partition:
     def _reader_fd(self, base: int, snap: Snapshot) -> int:
         fd = self._r_fds.get(base)
         if fd is None:
+            if not self._r_fds:
+                _FDS.opened(self)
             fd = os.open(log_path(self.dir, base), os.O_RDONLY)
             self._r_fds[base] = fd
             self._check_layout(snap)
@@ -708,6 +761,7 @@ class Partition:
         """
         if self.state.deleted:
             raise self._deleted_error()
+        self.last_used = next(_USE)
         for attempt in range(200):
             with self._r_lock:
                 snap = self.state.read()
@@ -1200,6 +1254,30 @@ class Partition:
                 )
         return problems
 
+    def release_fds(self) -> bool:
+        """Close every descriptor this partition keeps between calls, unless a thread of
+        this process is using it (then ``False``). They are reopened on next use."""
+        if not self._append_lock.mutex.acquire(blocking=False):
+            return False
+        try:
+            if self._append_lock.held or not self._r_lock.acquire(blocking=False):
+                return False
+            try:
+                self._close_writer()
+                for fd in self._r_fds.values():
+                    os.close(fd)
+                self._r_fds.clear()
+                self._r_indexes.clear()
+                self._r_layout = -1
+                self._append_lock.release_fd()
+                self._maintenance.release_fd()
+                self.state.release()
+            finally:
+                self._r_lock.release()
+        finally:
+            self._append_lock.mutex.release()
+        return True
+
     def mark_deleted(self) -> None:
         """Mark this incarnation deleted in every process that has it open (the topic is
         about to be renamed away): their appends and reads fail from now on."""
@@ -1216,6 +1294,7 @@ class Partition:
             self._append_lock.close()
             self._maintenance.close()
             self.state.close()
+        _FDS.forget(self)
 
 
 def _reported_offset(h: BatchHeader, problem: str, expect: int, floor: int) -> int:

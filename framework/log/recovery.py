@@ -103,6 +103,7 @@ def _clear_leftovers(directory: Path, previous: Snapshot | None, maintenance: Fi
                 leftover.unlink()
     finally:
         maintenance.release()
+        maintenance.release_fd()
 
 
 # ---------------------------------------------------------------------------- recovery

@@ -367,3 +367,50 @@ def test_wrong_index_entries_never_skip_records(data_dir: Path) -> None:
         }
     result = cli(data_dir, "verify", TOPIC)
     assert result.exit_code == 1 and "offset index entry 4" in result.output
+
+
+# ------------------------------------------------------------------ 8: file descriptors
+_MANY_PARTITIONS_CHILD = textwrap.dedent(
+    """
+    import json, os, resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+    from click.testing import CliRunner
+    from framework.cli import main
+    from framework.log import LogStore
+
+    data, count = sys.argv[1], int(sys.argv[2])
+    with LogStore(data) as store:
+        store.create_topic("wide", count, {"flush_policy": "os"})
+        for p in range(count):
+            store.append("wide", p, [(b"k", b"p%d" % p, (), None)])
+        values = [store.read("wide", p, 0)[0][0].value for p in range(count)]
+        assert values == [b"p%d" % p for p in range(count)]
+        described = store.describe_topic("wide")
+        assert sum(d.hwm for d in described.partition_details) == count
+        assert store.verify("wide") == []
+        open_fds = len(os.listdir("/proc/self/fd"))
+    runner = CliRunner(env={"EVENTLANE_DATA": None, "EVENTLANE_LOG_LEVEL": None})
+    results = [
+        runner.invoke(main, ["--data", data, *args])
+        for args in (["topics", "describe", "wide"], ["verify", "wide"])
+    ]
+    print(json.dumps({"open_fds": open_fds, "exit_codes": [r.exit_code for r in results],
+                      "outputs": [r.output[-300:] for r in results]}))
+    """
+)
+
+
+def test_two_thousand_partitions_under_ulimit_1024(data_dir: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(
+        [sys.executable, "-c", _MANY_PARTITIONS_CHILD, str(data_dir), "2000"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["exit_codes"] == [0, 0], report["outputs"]
+    assert report["open_fds"] < 512, report

@@ -305,6 +305,12 @@ def test_holes_are_reported_by_verify_and_reads(data_dir: Path, hole: str) -> No
         assert err.offset == missing and "missing" in err.message
     result = cli(data_dir, "verify", TOPIC)
     assert result.exit_code == 1 and f"offset={missing}" in result.output
+    simulate_reboot(data_dir)  # recovery opens the partition: only the hole is unreadable
+    with LogStore(data_dir) as store:
+        got, err = read_until_error(store)
+        assert got == list(range(missing)) and err.offset == missing
+        records, _ = store.read(TOPIC, 0, store.offsets(TOPIC, 0).hwm - 1)
+        assert records  # past the hole, the log reads on
 
 
 def test_zero_filled_region_is_reported_at_its_real_offset(data_dir: Path) -> None:
@@ -321,7 +327,8 @@ def test_zero_filled_region_is_reported_at_its_real_offset(data_dir: Path) -> No
         assert got == [0, 1, 2, 3] and err.offset == 4
 
 
-def test_one_bad_batch_fails_only_reads_of_that_batch(data_dir: Path) -> None:
+@pytest.mark.parametrize("reopen", ["plain", "reboot"])
+def test_one_bad_batch_fails_only_reads_of_that_batch(data_dir: Path, reopen: str) -> None:
     with LogStore(data_dir) as store:  # 3 records a batch, one big segment, sparse index
         store.create_topic(TOPIC, 1, {"index_interval_bytes": 1 << 20})
         for i in range(0, 30, 3):
@@ -331,7 +338,10 @@ def test_one_bad_batch_fails_only_reads_of_that_batch(data_dir: Path) -> None:
     raw = bytearray(segment.read_bytes())
     raw[pos + 60] ^= 0x01
     segment.write_bytes(bytes(raw))
+    if reopen == "reboot":  # recovery scans the damage: it must not refuse the partition
+        simulate_reboot(data_dir)
     with LogStore(data_dir) as store:
+        assert store.offsets(TOPIC, 0).hwm == 30
         for offset in (6, 7, 8):
             with pytest.raises(CorruptRecordError):
                 store.read(TOPIC, 0, offset)

@@ -157,7 +157,10 @@ class PartitionState:
     @property
     def deleted(self) -> bool:
         """Whether the topic of this state was deleted (this incarnation is gone)."""
-        (word,) = _SEQ.unpack_from(self._m, _DELETED_AT)
+        try:
+            (word,) = _SEQ.unpack_from(self._map or self._open(), _DELETED_AT)
+        except ValueError:  # released by another thread meanwhile: map it again
+            (word,) = _SEQ.unpack_from(self._m, _DELETED_AT)
         return bool(word) or self._gone
 
     def mark_deleted(self) -> None:

@@ -72,13 +72,12 @@ def _json_out(value: object) -> None:
 
 @contextmanager
 def _partition_bar(label: str) -> Iterator[MaintenanceProgress]:
-    """A progress bar driven by the log's ``progress(done, total)`` callback."""
+    """A progress bar driven by the log's ``progress(done, total, partition)`` callback."""
     with _progress(label) as progress:
         task = progress.add_task(label, total=None, what="")
 
-        def report(done: int, total: int) -> None:
-            what = f"partition {done}" if done < total else ""
-            progress.update(task, completed=done, total=total, what=what)
+        def report(done: int, total: int, partition: int) -> None:
+            progress.update(task, completed=done, total=total, what=f"partition {partition}")
 
         yield report
 

@@ -41,12 +41,14 @@ from framework.errors import CorruptRecordError, DataLossError
 from framework.log.batch import encode_skip_batch, parse_header
 from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, read_int_file, write_atomic
-from framework.log.segment import Segment, intact_batch_after, list_segment_bases
+from framework.log.segment import OffsetIndex, Segment, intact_batch_after, list_segment_bases
 from framework.log.state import BOOT, Snapshot
 
 JOURNAL = "cleaner-journal"
 CLEANED = ".cleaned"
 LOG_START = "log-start-offset"
+COMPACTED = "compacted"
+"""Present once the partition was ever compacted: gaps between batches are legal from then."""
 RECOVERY_POINT = "recovery-point"
 LEFTOVER_SUFFIXES = (CLEANED, ".swap", ".tmp")
 
@@ -101,6 +103,7 @@ def _clear_leftovers(directory: Path, previous: Snapshot | None, maintenance: Fi
                 leftover.unlink()
     finally:
         maintenance.release()
+        maintenance.release_fd()
 
 
 # ---------------------------------------------------------------------------- recovery
@@ -156,6 +159,7 @@ def recover(
     recovery_point = read_int_file(directory / RECOVERY_POINT, 0)
     start = max(0, bisect.bisect_right(bases, recovery_point) - 1)
     durable = previous.hwm if previous is not None else -1
+    strict = not config.compact and not (directory / COMPACTED).exists()
     expect_after = -1
     leo = bases[0]
     active_size = 0
@@ -164,8 +168,17 @@ def recover(
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
         segment = Segment(directory, base)
+        nxt = bases[i + 1] if not last else 1 << 62
+        if strict and expect_after >= 0 and expect_after + 1 != base:
+            _log_gap(logger, segment, expect_after + 1, base)
+        expect_after = max(expect_after, base - 1)
         if i < start and segment.indexes_look_sane():
-            continue  # fsynced when rolled; rescanned only to rebuild damaged indexes
+            # fsynced when rolled; rescanned only to rebuild damaged indexes
+            try:
+                expect_after = _last_offset(segment, topic, partition, expect_after)
+            except CorruptRecordError:  # reads and verify report it; recovery need not
+                expect_after = nxt - 1
+            continue
         fd = os.open(segment.log, os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
@@ -173,40 +186,63 @@ def recover(
             seg_max = -1
             last_indexed = -(1 << 62)
             valid = 0
-            try:
-                for ref in segment.scan(
-                    fd, 0, size, topic=topic, partition=partition, expect_after=expect_after
-                ):
-                    h = ref.header
-                    if (
-                        ref.position == 0
-                        or ref.position - last_indexed >= config.index_interval_bytes
+            position = 0
+            while True:
+                try:
+                    for ref in segment.scan(
+                        fd,
+                        position,
+                        size,
+                        topic=topic,
+                        partition=partition,
+                        expect_after=expect_after,
+                        limit=nxt,
                     ):
-                        entries.append((h.base_offset - base, ref.position, seg_max))
-                        last_indexed = ref.position
-                    seg_max = max(seg_max, h.max_timestamp)
-                    expect_after = h.last_offset
-                    valid = ref.position + h.size
-            except CorruptRecordError as err:
-                # Only the end of the last segment can be a torn tail, and only if it holds
-                # no acknowledged offset (per the state, when there is one) and nothing
-                # intact follows it; anything else is damage to durable data.
-                next_offset = max(expect_after + 1, base)
-                if (
-                    not last
-                    or next_offset < durable
-                    or intact_batch_after(fd, valid, size, expect_after) is not None
-                ):
-                    raise
-                logger.warning(
-                    "truncating torn tail found by recovery",
-                    file=str(segment.log),
-                    position=valid,
-                    bytes=size - valid,
-                    reason=err.message,
-                )
-                os.ftruncate(fd, valid)
-                os.fsync(fd)
+                        h = ref.header
+                        if strict and h.base_offset != expect_after + 1:
+                            _log_gap(logger, segment, expect_after + 1, h.base_offset)
+                        if (
+                            ref.position == 0
+                            or ref.position - last_indexed >= config.index_interval_bytes
+                        ):
+                            entries.append((h.base_offset - base, ref.position, seg_max))
+                            last_indexed = ref.position
+                        seg_max = max(seg_max, h.max_timestamp)
+                        expect_after = h.last_offset
+                        valid = ref.position + h.size
+                    break
+                except CorruptRecordError as err:
+                    # Only the end of the last segment can be a torn tail, and only if it
+                    # holds no acknowledged offset (per the state, when there is one) and
+                    # nothing intact follows it: it is cut off. Anything else is damage to
+                    # durable data: it stays, reads of it fail, and the scan resumes at the
+                    # next intact batch (indexed, so reads past the damage start there).
+                    damaged = valid if err.position is None else err.position
+                    resume = intact_batch_after(fd, damaged, size, expect_after)
+                    if last and resume is None and max(expect_after + 1, base) >= durable:
+                        logger.warning(
+                            "truncating torn tail found by recovery",
+                            file=str(segment.log),
+                            position=valid,
+                            bytes=size - valid,
+                            reason=err.message,
+                        )
+                        os.ftruncate(fd, valid)
+                        os.fsync(fd)
+                        break
+                    if resume is None and last:
+                        raise  # the end of the acknowledged data is damaged: no safe LEO
+                    logger.error(
+                        "damaged batch in durable data; reads of it fail, the rest is read",
+                        file=str(segment.log),
+                        position=err.position,
+                        offset=err.offset,
+                        reason=err.message,
+                        resumes_at=resume,
+                    )
+                    if resume is None:
+                        break  # the rest of this closed segment is unreadable
+                    position, last_indexed = resume, -(1 << 62)
             segment.write_indexes(entries)
             if last:
                 leo = expect_after + 1 if expect_after >= base else base
@@ -269,3 +305,30 @@ def _data_loss(
         offset=start,
         path=directory,
     )
+
+
+def _log_gap(
+    logger: structlog.typing.FilteringBoundLogger, segment: Segment, start: int, end: int
+) -> None:
+    """A hole in the middle of a never-compacted log: reads of it fail and ``verify``
+    reports it; the rest of the partition stays readable (only the lost part is lost)."""
+    logger.error(
+        "offsets missing in the middle of the log (lost data); reads of them fail",
+        start=start,
+        end=end,
+        file=str(segment.log),
+    )
+
+
+def _last_offset(segment: Segment, topic: str, partition: int, expect_after: int) -> int:
+    """The last offset of a closed segment, from its last indexed batch onwards (headers
+    only; the segment was fsynced when rolled)."""
+    index = OffsetIndex(segment.index)
+    start = index.positions[-1] if len(index.positions) else 0
+    fd = os.open(segment.log, os.O_RDONLY)
+    try:
+        for ref in segment.scan(fd, start, topic=topic, partition=partition, verify_crc=False):
+            expect_after = max(expect_after, ref.header.last_offset)
+    finally:
+        os.close(fd)
+    return expect_after

@@ -60,9 +60,10 @@ MAX_PARTITIONS = 10_000
 _META_TTL_S = 0.5
 
 
-MaintenanceProgress = Callable[[int, int], None]
-"""``progress(done, total)``: told before a maintenance pass over a topic's partitions starts
-(``done == 0``) and after each partition (``done`` partitions finished of ``total``)."""
+MaintenanceProgress = Callable[[int, int, int], None]
+"""``progress(done, total, partition)``: called after each partition of a maintenance pass
+with the partitions done so far, the total, and the partition just finished (the port's
+``Progress``)."""
 
 _R = TypeVar("_R")
 
@@ -456,13 +457,11 @@ class LogStore:
         progress: MaintenanceProgress | None,
     ) -> list[_R]:
         count = self.partition_count(topic)
-        if progress is not None:
-            progress(0, count)
         reports = []
         for p in range(count):
             reports.append(work(self.partition(topic, p)))
             if progress is not None:
-                progress(p + 1, count)
+                progress(p + 1, count, p)
         return reports
 
     def compact(

@@ -52,7 +52,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 import threading
@@ -62,6 +61,7 @@ from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 import structlog
 
+from framework._locks import FileLock
 from framework.errors import FrameworkError, OffsetOutOfRangeError
 from framework.log import Log, Record
 from framework.log.partition import Cursor
@@ -208,11 +208,10 @@ class KeyIndex:
         self.trusted_upto = -1
         """Offsets below this were indexed from the log by this object after a reset."""
         self._lock = threading.RLock()
-        self._write_depth = 0
         self._log = log.bind(topic=topic, partition=partition)
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = path.with_name(path.name.removesuffix(INDEX_SUFFIX) + LOCK_SUFFIX)
-        self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._file_lock = FileLock(lock_path)
         self.mode: Mode = mode or "stream"
         try:
             with self._writing():
@@ -232,7 +231,7 @@ class KeyIndex:
                 if problem is not None:
                     self.reset(problem)
         except BaseException:
-            os.close(self._lock_fd)
+            self._file_lock.close()
             raise
 
     # ------------------------------------------------------------------ opening
@@ -345,18 +344,8 @@ class KeyIndex:
     def _writing(self) -> Iterator[None]:
         """Hold the write lock: this object's threads, then every process (flock). Nests:
         only the outermost holder takes and releases the flock."""
-        with self._lock:
-            self._write_depth += 1
-            try:
-                if self._write_depth == 1:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    if self._write_depth == 1:
-                        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            finally:
-                self._write_depth -= 1
+        with self._lock, self._file_lock:
+            yield
 
     def _guard(self, operation: Callable[..., T], *args: Any) -> T:
         """Run ``operation(*args)``; if SQLite finds the file corrupt, replace the file with
@@ -760,4 +749,4 @@ class KeyIndex:
     def close(self) -> None:
         with self._writing():  # closing may checkpoint: that is a write
             self._db.close()
-        os.close(self._lock_fd)
+        self._file_lock.close()

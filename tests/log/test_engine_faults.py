@@ -19,7 +19,7 @@ import structlog
 from click.testing import CliRunner, Result
 
 from framework.cli import main
-from framework.errors import DataLossError, UnknownTopicError
+from framework.errors import CorruptRecordError, DataLossError, UnknownTopicError
 from framework.log import LogStore, Record
 
 if TYPE_CHECKING:
@@ -251,3 +251,176 @@ def test_tombstone_expires_by_the_logs_clock_not_the_producers(
     clock.advance(2)  # a day after the cleaner first saw it, by the log's clock
     store.compact("c")
     assert tombstones() == []
+
+
+# ------------------------------------------------------------------ 2: holes in the log
+def segment_logs(data: Path) -> list[Path]:
+    return sorted(pdir(data).glob("*.log"))
+
+
+def read_until_error(store: LogStore) -> tuple[list[int], CorruptRecordError]:
+    got: list[int] = []
+    offset, cursor = 0, None
+    with pytest.raises(CorruptRecordError) as info:
+        while True:
+            records, cursor = store.read(TOPIC, 0, offset, max_bytes=100, cursor=cursor)
+            assert records, "read the whole log without meeting the hole"
+            got.extend(r.offset for r in records)
+            offset = records[-1].offset + 1
+    return got, info.value
+
+
+def cut_batch(path: Path, index: int) -> int:
+    """Remove one whole batch from a segment file; return its base offset."""
+    raw = path.read_bytes()
+    batches = batch_positions(path)
+    pos, base = batches[index]
+    end = batches[index + 1][0] if index + 1 < len(batches) else len(raw)
+    path.write_bytes(raw[:pos] + raw[end:])
+    return base
+
+
+@pytest.mark.parametrize("hole", ["middle_segment_deleted", "closed_segment_cut", "batch_cut"])
+def test_holes_are_reported_by_verify_and_reads(data_dir: Path, hole: str) -> None:
+    ten_records(data_dir, segment_bytes=200)
+    logs = segment_logs(data_dir)
+    assert len(logs) >= 4
+    victim = logs[1]
+    if hole == "middle_segment_deleted":
+        missing = int(victim.name[:20])
+        for suffix in (".log", ".index", ".timeindex"):
+            victim.with_suffix(suffix).unlink()
+    elif hole == "closed_segment_cut":  # truncated at a batch boundary
+        pos, missing = batch_positions(victim)[-1]
+        os.truncate(victim, pos)
+    else:
+        missing = cut_batch(victim, 1)
+    with LogStore(data_dir) as store:
+        problems = store.verify(TOPIC)
+        assert len(problems) == 1, problems
+        assert problems[0].offset == missing and "missing" in problems[0].message
+        assert problems[0].path is not None and problems[0].position is not None
+        got, err = read_until_error(store)
+        assert got == list(range(missing))  # every record before the hole, then the error
+        assert err.offset == missing and "missing" in err.message
+    result = cli(data_dir, "verify", TOPIC)
+    assert result.exit_code == 1 and f"offset={missing}" in result.output
+    simulate_reboot(data_dir)  # recovery opens the partition: only the hole is unreadable
+    with LogStore(data_dir) as store:
+        got, err = read_until_error(store)
+        assert got == list(range(missing)) and err.offset == missing
+        records, _ = store.read(TOPIC, 0, store.offsets(TOPIC, 0).hwm - 1)
+        assert records  # past the hole, the log reads on
+
+
+def test_zero_filled_region_is_reported_at_its_real_offset(data_dir: Path) -> None:
+    ten_records(data_dir)
+    segment = segment_logs(data_dir)[0]
+    pos, base = batch_positions(segment)[4]
+    raw = bytearray(segment.read_bytes())
+    raw[pos : pos + 100] = bytes(100)
+    segment.write_bytes(bytes(raw))
+    with LogStore(data_dir) as store:
+        [problem] = store.verify(TOPIC)
+        assert (problem.offset, problem.position) == (base, pos) == (4, pos)
+        got, err = read_until_error(store)
+        assert got == [0, 1, 2, 3] and err.offset == 4
+
+
+@pytest.mark.parametrize("reopen", ["plain", "reboot"])
+def test_one_bad_batch_fails_only_reads_of_that_batch(data_dir: Path, reopen: str) -> None:
+    with LogStore(data_dir) as store:  # 3 records a batch, one big segment, sparse index
+        store.create_topic(TOPIC, 1, {"index_interval_bytes": 1 << 20})
+        for i in range(0, 30, 3):
+            store.append(TOPIC, 0, [(b"k", b"v%d" % j, (), None) for j in range(i, i + 3)])
+    segment = segment_logs(data_dir)[0]
+    pos, _ = batch_positions(segment)[2]  # offsets 6..8
+    raw = bytearray(segment.read_bytes())
+    raw[pos + 60] ^= 0x01
+    segment.write_bytes(bytes(raw))
+    if reopen == "reboot":  # recovery scans the damage: it must not refuse the partition
+        simulate_reboot(data_dir)
+    with LogStore(data_dir) as store:
+        assert store.offsets(TOPIC, 0).hwm == 30
+        for offset in (6, 7, 8):
+            with pytest.raises(CorruptRecordError):
+                store.read(TOPIC, 0, offset)
+        for offset in (0, 9, 10, 20, 29):
+            records, _ = store.read(TOPIC, 0, offset)
+            assert records[0].offset == offset, offset
+
+
+# ------------------------------------------------------------------ 7: wrong index entries
+def test_wrong_index_entries_never_skip_records(data_dir: Path) -> None:
+    with LogStore(data_dir) as store:
+        store.create_topic(TOPIC, 1, {"index_interval_bytes": 1})  # every batch indexed
+        for i in range(10):
+            store.append(TOPIC, 0, [(b"k", b"v%d" % i, (), 1_000 * (i + 1))])
+    index = pdir(data_dir) / "00000000000000000000.index"
+    entries = bytearray(index.read_bytes())
+    entries[4 * 8 + 4 : 4 * 8 + 8] = entries[7 * 8 + 4 : 7 * 8 + 8]  # "offset 4 is where 7 is"
+    index.write_bytes(bytes(entries))
+    times = pdir(data_dir) / "00000000000000000000.timeindex"
+    stamps = bytearray(times.read_bytes())
+    stamps[2 * 12 : 2 * 12 + 8] = (0).to_bytes(8, "big")  # "nothing before offset 2 is late"
+    stamps[3 * 12 : 3 * 12 + 8] = (0).to_bytes(8, "big")
+    times.write_bytes(bytes(stamps))
+    with LogStore(data_dir) as store:
+        records, _ = store.read(TOPIC, 0, 4)
+        assert [r.offset for r in records] == [4, 5, 6, 7, 8, 9]
+        assert store.offset_for_time(TOPIC, 0, 2_500) == 2
+        problems = store.verify(TOPIC)
+        assert {(p.path, p.offset) for p in problems} == {
+            (str(index), 4),
+            (str(times), 2),
+            (str(times), 3),
+        }
+    result = cli(data_dir, "verify", TOPIC)
+    assert result.exit_code == 1 and "offset index entry 4" in result.output
+
+
+# ------------------------------------------------------------------ 8: file descriptors
+_MANY_PARTITIONS_CHILD = textwrap.dedent(
+    """
+    import json, os, resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+    from click.testing import CliRunner
+    from framework.cli import main
+    from framework.log import LogStore
+
+    data, count = sys.argv[1], int(sys.argv[2])
+    with LogStore(data) as store:
+        store.create_topic("wide", count, {"flush_policy": "os"})
+        for p in range(count):
+            store.append("wide", p, [(b"k", b"p%d" % p, (), None)])
+        values = [store.read("wide", p, 0)[0][0].value for p in range(count)]
+        assert values == [b"p%d" % p for p in range(count)]
+        described = store.describe_topic("wide")
+        assert sum(d.hwm for d in described.partition_details) == count
+        assert store.verify("wide") == []
+        open_fds = len(os.listdir("/proc/self/fd"))
+    runner = CliRunner(env={"EVENTLANE_DATA": None, "EVENTLANE_LOG_LEVEL": None})
+    results = [
+        runner.invoke(main, ["--data", data, *args])
+        for args in (["topics", "describe", "wide"], ["verify", "wide"])
+    ]
+    print(json.dumps({"open_fds": open_fds, "exit_codes": [r.exit_code for r in results],
+                      "outputs": [r.output[-300:] for r in results]}))
+    """
+)
+
+
+def test_two_thousand_partitions_under_ulimit_1024(data_dir: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(
+        [sys.executable, "-c", _MANY_PARTITIONS_CHILD, str(data_dir), "2000"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["exit_codes"] == [0, 0], report["outputs"]
+    assert report["open_fds"] < 512, report

@@ -23,15 +23,14 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# System packages the tests drive (Debian): installed once, quietly, when missing (as root,
-# or through sudo): kcat (Kafka listener tests), chromium + chromium-driver (the console's
+# System packages the tests drive (Debian): installed once, quietly, when missing: kcat (Kafka
+# listener tests), strace (power-loss explorer), chromium + chromium-driver (the console's
 # browser tests, tests/console/). Nothing is downloaded at test run time.
 test-deps:
-	@command -v kcat >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 \
-	  && command -v chromedriver >/dev/null 2>&1 || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-	    kcat chromium chromium-driver >/dev/null; }
+	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null)
+	@command -v strace >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq strace >/dev/null)
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
 
 test: lint test-deps
 	$(BIN)/python -m pytest -q
@@ -40,7 +39,7 @@ test: lint test-deps
 screenshots: $(STAMP) test-deps
 	EVENTLANE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/console
 
-soak: $(STAMP)
+soak: $(STAMP) test-deps
 	$(BIN)/python -m pytest -q -m soak
 
 clean:

@@ -272,10 +272,11 @@ def test_groups_view_shows_lag_falling_to_zero_while_a_worker_runs(env: SimpleNa
         lags = [lag for _t, lag in history]
         assert max(lags) > 0 and lags[-1] == 0, lags  # sampled by the console: it fell to 0
         shot(b, "group")
+        b.get(env.console.url + f"/projectors/{PROJECTOR}")
+        wait_for(lambda: b.find_element(By.ID, "p-status").text == "running", timeout=30)
+        shot(b, "projector")
     finally:
         runner.stop()
-    b.get(env.console.url + f"/projectors/{PROJECTOR}")
-    shot(b, "projector")
 
 
 def test_read_only_refuses_every_state_change(env: SimpleNamespace) -> None:

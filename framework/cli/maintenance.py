@@ -36,7 +36,7 @@ from framework.cli.context import (
     stdout_console,
 )
 from framework.cli.render import human_bytes, simple_table
-from framework.errors import ConfigError, CorruptRecordError, DataLossError
+from framework.errors import ConfigError, CorruptRecordError
 from framework.log.dump import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, batches, index_entries
 from framework.log.record import Record
 from framework.log.store import LogStore, MaintenanceProgress
@@ -273,32 +273,27 @@ def verify_log(
     """Check every partition of ``topics``; return how many were checked and the problems.
 
     With ``skip_lost``, a partition that refuses to open because acknowledged offsets are
-    missing (:class:`DataLossError`) is repaired by skipping them (logged), then checked.
+    missing (:class:`DataLossError`) is repaired by skipping them for good (the log says
+    which, as a warning), then checked.
     """
-    partitions = [(t, p) for t in topics for p in range(log.partition_count(t))]
+    counts = {t: log.partition_count(t) for t in topics}
     problems: list[CorruptRecordError] = []
-    with _progress("verifying") as progress:
-        task = progress.add_task("verify", total=len(partitions), what="")
-        for topic, p in partitions:
-            progress.update(task, what=f"{topic}/{p}")
-            try:
-                try:
-                    part = log.partition(topic, p)
-                except DataLossError as err:
-                    if not skip_lost:
-                        raise
-                    marks = log.skip_lost_offsets(topic, p)
-                    click.echo(
-                        f"REPAIRED topic={topic} partition={p}: {err.message.split(';')[0]};"
-                        f" those offsets are skipped, the log now ends at {marks.leo}",
-                        err=True,
-                    )
-                    part = log.partition(topic, p)
-                problems.extend(part.verify())
-            except CorruptRecordError as err:  # found while opening (recovery) the partition
+    with _progress("verifying") as bar:
+        task = bar.add_task("verify", total=sum(counts.values()), what="")
+        before = 0
+        for topic in topics:
+
+            def advance(
+                done: int, total: int, partition: int, topic: str = topic, before: int = before
+            ) -> None:
+                bar.update(task, completed=before + done, what=f"{topic}/{partition}")
+
+            for err in log.verify(topic, progress=advance, skip_lost_offsets=skip_lost):
+                if not isinstance(err, CorruptRecordError):
+                    raise err
                 problems.append(err)
-            progress.advance(task)
-    return len(partitions), problems
+            before += counts[topic]
+    return sum(counts.values()), problems
 
 
 def _echo_index_reports(reports: list[IndexReport]) -> None:

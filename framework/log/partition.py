@@ -809,6 +809,7 @@ class Partition:
                 # whose successor proves where it ended (only reads of it fail). Records
                 # before a damaged batch are returned first; the next read raises.
                 h = parse_header(buf, rel)
+                after = h.base_offset + h.last_offset_delta + 1  # h.next_offset
                 problem = check_header(h)
                 if problem is None and position + rel + h.size > path_limit:
                     problem = f"batch of {h.size} bytes runs past the end of the data"
@@ -821,8 +822,8 @@ class Partition:
                         )
                     elif h.base_offset < floor:
                         problem = f"offset {h.base_offset} does not follow {floor - 1}"
-                    elif h.last_offset >= limit:
-                        problem = f"batch ends at offset {h.last_offset}, inside the next segment"
+                    elif after > limit:
+                        problem = f"batch ends at offset {after - 1}, inside the next segment"
                 if problem is not None and from_index:
                     # The index entry does not point at the batch it names: derived data is
                     # wrong, the log may be fine. Scan this segment from its start instead.
@@ -873,7 +874,7 @@ class Partition:
                     if out:
                         done = True
                         break
-                    if skipped is None and h.next_offset <= offset and strict:
+                    if skipped is None and after <= offset and strict:
                         # wholly before what was asked: step over it, provided the next batch
                         # starts where this header says it ends and is intact
                         skipped = corrupt(
@@ -884,8 +885,7 @@ class Partition:
                             topic,
                             partition,
                         )
-                        expect = h.next_offset
-                        floor = h.next_offset
+                        expect = floor = after
                         rel += h.size
                         continue
                     raise corrupt(
@@ -904,12 +904,12 @@ class Partition:
                         offset=skipped.offset,
                     )
                     skipped = None
-                expect = h.next_offset if strict else -1
-                floor = h.next_offset
+                expect = after if strict else -1
+                floor = after
                 if h.base_offset >= end_offset:
                     done = True
                     break
-                if h.next_offset > offset:
+                if after > offset:
                     try:
                         records = decode_records(
                             buf,
@@ -935,10 +935,10 @@ class Partition:
                             topic,
                             partition,
                         ) from None
-                    if h.next_offset > end_offset:  # ``upto`` falls inside this batch
+                    if after > end_offset:  # ``upto`` falls inside this batch
                         records = [r for r in records if r.offset < end_offset]
                     out.extend(records)
-                    offset = h.next_offset
+                    offset = after
                 rel += h.size
                 if out:  # batches skipped before the first record do not count
                     used += h.size

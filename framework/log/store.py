@@ -31,6 +31,8 @@ from framework.errors import (
     ConfigError,
     CorruptRecordError,
     DataLossError,
+    FrameworkError,
+    InvalidRecordError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -38,7 +40,7 @@ from framework.errors import (
 from framework.log.cleaner import CompactionReport, LogCleaner, compact_partition
 from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, write_atomic
-from framework.log.names import topic_dir, validate_topic_name
+from framework.log.names import check_internal_policy, topic_dir, validate_topic_name
 from framework.log.partition import (
     AppendHook,
     AppendResult,
@@ -164,6 +166,7 @@ class LogStore:
                 topic=name,
             )
         cfg = config if isinstance(config, TopicConfig) else TopicConfig.from_mapping(config or {})
+        check_internal_policy(name, cfg.cleanup_policy)
         final = topic_dir(self.topics_root, name)
         if final.exists():
             if exist_ok:
@@ -273,6 +276,7 @@ class LogStore:
         """
         meta = self._topic_meta(name, fresh=True)
         cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
+        check_internal_policy(name, cfg.cleanup_policy)
         count = meta.partitions
         if partitions is not None:
             if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
@@ -374,6 +378,16 @@ class LogStore:
         except UnknownTopicError:
             self._forget(topic, partition, part)
             raise
+        except IndexError as exc:  # a record shorter than 4 fields (checked only on failure)
+            bad = next((i for i, r in enumerate(records) if len(r) != 4), None)
+            if bad is None or isinstance(exc, FrameworkError):
+                raise
+            raise InvalidRecordError(
+                f"record {bad} is not a 4-tuple (key: bytes|None, value: bytes|None, headers, "
+                f"timestamp: int|None): {records[bad]!r:.200}",
+                topic=topic,
+                partition=partition,
+            ) from None
 
     def read(
         self,

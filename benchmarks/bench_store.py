@@ -42,7 +42,7 @@ from attrs import frozen
 from framework.codec import Envelope
 from framework.domain import Aggregate, DomainEvent, applies, event
 from framework.log import LogStore
-from framework.log.partition import Cursor
+from framework.log.types import Cursor
 from framework.store import Application
 
 TOPIC = "bench-accounts"

@@ -40,10 +40,10 @@ import structlog
 
 from framework.errors import ConfigError, PreconditionFailedError, UnknownTopicError
 from framework.log.cleaner import compact_partition
-from framework.log.partition import Cursor
 from framework.log.port import Log
 from framework.log.record import TopicPartition
 from framework.log.store import LogStore
+from framework.log.types import Cursor
 
 __all__ = [
     "OFFSETS_TOPIC",

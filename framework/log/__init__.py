@@ -15,7 +15,8 @@ from framework.log.record import (
     TimestampType,
     TopicPartition,
 )
-from framework.log.store import LogStore, PartitionOffsets, TopicDescription
+from framework.log.store import LogStore
+from framework.log.types import PartitionOffsets, TopicDescription
 
 __all__ = [
     "Log",

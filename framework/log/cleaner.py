@@ -57,6 +57,7 @@ from framework.log.segment import (
     scan_batches,
     timeindex_path,
 )
+from framework.log.types import CompactionReport as CompactionReport  # noqa: PLC0414 (re-exported)
 
 if TYPE_CHECKING:
     from framework.log.partition import Partition
@@ -65,18 +66,6 @@ log = structlog.get_logger("eventlane.log")
 
 JOURNAL = "cleaner-journal"
 CLEANED = ".cleaned"
-
-
-class CompactionReport(NamedTuple):
-    topic: str
-    partition: int
-    segments_before: int
-    segments_after: int
-    records_scanned: int
-    records_kept: int
-    bytes_before: int
-    bytes_after: int
-    seconds: float
 
 
 def key_id(key: bytes) -> bytes:

@@ -14,18 +14,19 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from framework.log.cleaner import CompactionReport
     from framework.log.config import TopicConfig
-    from framework.log.partition import (
+    from framework.log.record import Record
+    from framework.log.types import (
         AppendHook,
         AppendResult,
+        CompactionReport,
         Cursor,
+        PartitionOffsets,
         Precondition,
         RecordTuple,
+        RetentionReport,
+        TopicDescription,
     )
-    from framework.log.record import Record
-    from framework.log.retention import RetentionReport
-    from framework.log.store import PartitionOffsets, TopicDescription
 
 
 @runtime_checkable

@@ -20,6 +20,7 @@ import structlog
 
 from framework.log.files import write_atomic
 from framework.log.segment import index_path, log_path, timeindex_path
+from framework.log.types import RetentionReport as RetentionReport  # noqa: PLC0414 (re-exported)
 
 if TYPE_CHECKING:
     from framework.log.partition import Partition
@@ -34,17 +35,6 @@ class ClosedSegment(NamedTuple):
     size: int
     max_timestamp: int
     modified_ms: int
-
-
-class RetentionReport(NamedTuple):
-    topic: str
-    partition: int
-    old_lwm: int
-    new_lwm: int
-    segments_deleted: int
-    bytes_deleted: int
-    records_deleted: int
-    seconds: float
 
 
 def plan_retention(

@@ -32,23 +32,26 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.cleaner import CompactionReport, compact_partition
+from framework.log.cleaner import compact_partition
 from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, write_atomic
 from framework.log.names import topic_dir, validate_topic_name
-from framework.log.partition import (
+from framework.log.partition import Clock, Partition, wall_clock_ms
+from framework.log.record import Record
+from framework.log.retention import apply_retention
+from framework.log.state import Notifier
+from framework.log.types import (
     AppendHook,
     AppendResult,
-    Clock,
+    CompactionReport,
     Cursor,
-    Partition,
+    PartitionDescription,
     Precondition,
     RecordTuple,
-    wall_clock_ms,
+    RetentionReport,
 )
-from framework.log.record import Record
-from framework.log.retention import RetentionReport, apply_retention
-from framework.log.state import Notifier
+from framework.log.types import PartitionOffsets as PartitionOffsets  # noqa: PLC0414 (re-exported)
+from framework.log.types import TopicDescription as TopicDescription  # noqa: PLC0414 (re-exported)
 
 log = structlog.get_logger("eventlane.log")
 
@@ -59,38 +62,6 @@ _META_TTL_S = 0.5
 
 def default_data_dir() -> Path:
     return Path(os.environ.get("EVENTLANE_DATA") or DEFAULT_DATA_DIR)
-
-
-class PartitionOffsets(NamedTuple):
-    """The three marks of a partition: ``lwm <= hwm <= leo``."""
-
-    lwm: int
-    hwm: int
-    leo: int
-
-
-class PartitionDescription(NamedTuple):
-    partition: int
-    lwm: int
-    hwm: int
-    leo: int
-    segments: int
-    bytes: int
-
-
-class TopicDescription(NamedTuple):
-    name: str
-    partitions: int
-    config: TopicConfig
-    partition_details: tuple[PartitionDescription, ...]
-
-    def to_dict(self) -> dict[str, object]:
-        """The JSON shape of ``eventlane topics describe --json``."""
-        return {
-            "name": self.name,
-            "partitions": [p._asdict() for p in self.partition_details],
-            "config": self.config.to_dict(),
-        }
 
 
 class _TopicMeta(NamedTuple):

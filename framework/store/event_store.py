@@ -40,8 +40,8 @@ from framework.errors import (
     SerializationError,
 )
 from framework.log import Log, Record, RecordMetadata
-from framework.log.partition import AppendResult, Cursor
 from framework.log.partitioner import partition_for_key
+from framework.log.types import AppendResult, Cursor
 from framework.store.key_index import IndexReport, KeyIndex, Mode, index_path
 
 log = structlog.get_logger("eventlane.store")

@@ -64,7 +64,7 @@ import structlog
 
 from framework.errors import OffsetOutOfRangeError
 from framework.log import Log, Record
-from framework.log.partition import Cursor
+from framework.log.types import Cursor
 
 log = structlog.get_logger("eventlane.store")
 

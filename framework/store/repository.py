@@ -31,7 +31,7 @@ from framework.errors import (
     StaleSnapshotError,
 )
 from framework.log import RecordMetadata
-from framework.log.partition import AppendResult
+from framework.log.types import AppendResult
 from framework.store.event_store import EventStore
 
 log = structlog.get_logger("eventlane.store")

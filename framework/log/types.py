@@ -1,0 +1,162 @@
+"""The log port's value types: what goes into and comes out of a :class:`~framework.log.Log`.
+
+Every engine (the embedded ``LogStore``, a JetStream or Kafka adapter) speaks these types, so
+they live apart from any implementation. This module imports only :mod:`.record` and
+:mod:`.config`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+from framework.log.config import TopicConfig
+from framework.log.record import Header
+
+__all__ = [
+    "AppendHook",
+    "AppendResult",
+    "Capabilities",
+    "CompactionReport",
+    "Cursor",
+    "Expect",
+    "PartitionDescription",
+    "PartitionOffsets",
+    "Precondition",
+    "Progress",
+    "RecordTuple",
+    "RetentionReport",
+    "TopicDescription",
+]
+
+RecordTuple = tuple[bytes | None, bytes | None, tuple[Header, ...], int | None]
+"""``(key, value, headers, timestamp)``; :class:`ProducerRecord` has this shape."""
+
+
+class AppendResult(NamedTuple):
+    """Offsets given to one append call, and the timestamp the log set (LogAppendTime)."""
+
+    base_offset: int
+    last_offset: int
+    timestamps: list[int]
+
+
+class Cursor(NamedTuple):
+    """Where a sequential reader left off, so the next read skips the index lookup.
+
+    Opaque to callers: pass back what ``read`` returned. An engine may put its own meaning in
+    the fields (the embedded log: segment layout, segment base, byte position, next offset).
+    """
+
+    layout: int
+    segment: int
+    position: int
+    offset: int
+
+
+class Expect(NamedTuple):
+    """A condition on an append, checked by the engine atomically with the append.
+
+    "Append only if the last record with key ``key`` in this partition is at offset
+    ``last_offset``" (``None``: no record with this key exists yet). When it does not hold,
+    ``append`` raises :class:`~framework.errors.ConcurrencyError` and writes nothing. It is a
+    value, so a server can check it (JetStream: ``Nats-Expected-Last-Subject-Sequence``).
+    """
+
+    key: bytes
+    last_offset: int | None
+
+
+class PartitionOffsets(NamedTuple):
+    """The three marks of a partition: ``lwm <= hwm <= leo``."""
+
+    lwm: int
+    hwm: int
+    leo: int
+
+
+class PartitionDescription(NamedTuple):
+    partition: int
+    lwm: int
+    hwm: int
+    leo: int
+    segments: int
+    bytes: int
+
+
+class TopicDescription(NamedTuple):
+    name: str
+    partitions: int
+    config: TopicConfig
+    partition_details: tuple[PartitionDescription, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON shape of ``eventlane topics describe --json``."""
+        return {
+            "name": self.name,
+            "partitions": [p._asdict() for p in self.partition_details],
+            "config": self.config.to_dict(),
+        }
+
+
+class CompactionReport(NamedTuple):
+    topic: str
+    partition: int
+    segments_before: int
+    segments_after: int
+    records_scanned: int
+    records_kept: int
+    bytes_before: int
+    bytes_after: int
+    seconds: float
+
+
+class RetentionReport(NamedTuple):
+    topic: str
+    partition: int
+    old_lwm: int
+    new_lwm: int
+    segments_deleted: int
+    bytes_deleted: int
+    records_deleted: int
+    seconds: float
+
+
+class Capabilities(NamedTuple):
+    """What an engine can do beyond the core port; the contract kit skips tests only here.
+
+    * ``key_reads``: ``read_key``/``key_head`` and ``append(expect=...)`` are supported.
+    * ``compaction``: ``compact`` does something (topics with ``cleanup_policy=compact``).
+    * ``retention``: ``cleanup`` deletes old records.
+    * ``offset_for_time``: timestamps are indexed.
+    * ``atomic_batches``: ``append(atomic=True)`` makes all records visible at once.
+    * ``multi_process``: several processes may open the same log at once.
+    """
+
+    key_reads: bool = True
+    compaction: bool = True
+    retention: bool = True
+    offset_for_time: bool = True
+    atomic_batches: bool = True
+    multi_process: bool = True
+
+
+class Progress(Protocol):
+    """Told how a long maintenance operation (compact, cleanup, verify) advances.
+
+    Called with ``done == 0`` before the first unit of work and after each unit (one
+    partition, for the embedded log); ``what`` names the unit being worked on next or just
+    finished (``"topic/partition"``).
+    """
+
+    def __call__(self, done: int, total: int, what: str) -> None: ...
+
+
+Precondition = Callable[[int], None]
+"""Embedded adapter only: called with the log end offset under the append lock; raise to
+refuse the append. Not part of the port (a callback cannot be sent to a server)."""
+
+AppendHook = Callable[[AppendResult], None]
+"""Embedded adapter only: called under the append lock once an append is durable and
+published (derived data such as the key index is updated here, so no other appender can
+interleave). Its errors are logged, never raised: the append has already happened."""

@@ -8,18 +8,17 @@
 * ``verify [TOPIC]`` checks every batch of every segment (framing, CRC32C, offset order).
   Exit status 1 when anything is corrupt, with one line per bad spot naming the topic,
   partition, file, byte position and offset. Then it compares the event store's key
-  indexes (``<data>/store``) with the log (:mod:`framework.store.index_check`); ``--repair``
+  indexes (``<data>/store``) with the log (``Log.check_keys``); ``--repair``
   rebuilds those that differ. Exit status 1 when one differs and was not repaired.
 
-These commands work on the embedded store itself (partition by partition, for progress bars),
-not only through the log port: they are tools of this storage engine, as ``kafka-dump-log``
-is of Kafka's.
+``compact``, ``cleanup`` and ``verify`` go through the log port (its ``progress`` callback
+drives the bars); ``dump`` reads one file of the embedded engine (:mod:`framework.log.dump`),
+as ``kafka-dump-log`` does for Kafka's.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,29 +36,11 @@ from framework.cli.context import (
 )
 from framework.cli.render import human_bytes, simple_table
 from framework.errors import ConfigError, CorruptRecordError
-from framework.log.batch import (
-    HEADER_SIZE,
-    BatchHeader,
-    batch_crc_ok,
-    check_header,
-    decode_records,
-    parse_header,
-)
-from framework.log.cleaner import compact_partition
-from framework.log.config import TIMESTAMP_TYPES
-from framework.log.partition import Partition
+from framework.log.dump import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, batches, index_entries
+from framework.log.port import Log
 from framework.log.record import Record
-from framework.log.retention import apply_retention
-from framework.log.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    OFFSET_ENTRY,
-    TIME_ENTRY,
-    TIMEINDEX_SUFFIX,
-)
-from framework.log.store import LogStore
-from framework.store.index_check import check_key_indexes
-from framework.store.key_index import IndexReport
+from framework.log.types import KeyIndexReport
+from framework.log.types import Progress as LogProgress
 
 
 def _progress(label: str) -> Progress:
@@ -83,19 +64,15 @@ def _json_out(value: object) -> None:
 R = TypeVar("R")
 
 
-def _each_partition(
-    log: LogStore, topic: str, label: str, work: Callable[[Partition], R]
-) -> list[R]:
-    """Run ``work`` on every partition of ``topic`` behind a progress bar."""
-    count = log.partition_count(topic)
-    reports: list[R] = []
-    with _progress(label) as progress:
-        task = progress.add_task(label, total=count, what="")
-        for p in range(count):
-            progress.update(task, what=f"partition {p}")
-            reports.append(work(log.partition(topic, p)))
-            progress.advance(task)
-    return reports
+def _each_partition(log: Log, topic: str, label: str, work: Callable[[LogProgress], R]) -> R:
+    """Run ``work`` (a port maintenance call taking ``progress``) behind a progress bar."""
+    with _progress(label) as bar:
+        task = bar.add_task(label, total=log.partition_count(topic), what="")
+
+        def advance(done: int, total: int, partition: int) -> None:
+            bar.update(task, completed=done, total=total, what=f"partition {partition}")
+
+        return work(advance)
 
 
 # ---------------------------------------------------------------------------- compact
@@ -114,7 +91,9 @@ def compact(topic: str, as_json: bool) -> None:
             " --config cleanup.policy=compact)",
             topic=topic,
         )
-    reports = _each_partition(log, topic, f"compacting {topic}", compact_partition)
+    reports = _each_partition(
+        log, topic, f"compacting {topic}", lambda p: log.compact(topic, progress=p)
+    )
     if as_json:
         _json_out([r._asdict() for r in reports])
         return
@@ -157,7 +136,9 @@ def cleanup(topic: str, as_json: bool) -> None:
             " only to delete or compact,delete topics",
             topic=topic,
         )
-    reports = _each_partition(log, topic, f"retention on {topic}", apply_retention)
+    reports = _each_partition(
+        log, topic, f"retention on {topic}", lambda p: log.cleanup(topic, progress=p)
+    )
     if as_json:
         _json_out([r._asdict() for r in reports])
         return
@@ -195,74 +176,6 @@ def _record_dict(r: Record) -> dict[str, Any]:
     }
 
 
-def _coordinates(path: Path) -> tuple[str, int]:
-    """``(topic, partition)`` from ``<topic>/<partition>/<segment>``, when the path has them."""
-    partition = path.parent.name
-    return path.parent.parent.name or "?", int(partition) if partition.isdigit() else -1
-
-
-def _segment_base(path: Path) -> int:
-    stem = path.name.split(".", 1)[0]
-    return int(stem) if stem.isdigit() else 0
-
-
-def _batches(path: Path) -> Iterator[dict[str, Any]]:
-    """Every batch of a segment file as a dict; a malformed one ends the scan with ``error``."""
-    topic, partition = _coordinates(path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        pos = 0
-        while pos < size:
-            head = os.pread(fd, HEADER_SIZE, pos)
-            if len(head) < HEADER_SIZE:
-                yield {"position": pos, "error": f"truncated batch header ({len(head)} bytes)"}
-                return
-            h: BatchHeader = parse_header(head, 0)
-            problem = check_header(h)
-            if problem is None and pos + h.size > size:
-                problem = f"batch of {h.size} bytes runs past the end of the file ({size})"
-            if problem is not None:
-                yield {"position": pos, "base_offset": h.base_offset, "error": problem}
-                return
-            buf = os.pread(fd, h.size, pos)
-            crc_valid = batch_crc_ok(buf, 0, h)
-            batch: dict[str, Any] = {
-                "position": pos,
-                "base_offset": h.base_offset,
-                "last_offset": h.last_offset,
-                "count": h.record_count,
-                "size": h.size,
-                "magic": h.magic,
-                "crc": h.crc,
-                "crc_valid": crc_valid,
-                "timestamp_type": TIMESTAMP_TYPES[h.timestamp_type],
-                "base_timestamp": h.base_timestamp,
-                "max_timestamp": h.max_timestamp,
-                "error": None if crc_valid else "CRC32C mismatch",
-            }
-            try:
-                batch["records"] = decode_records(
-                    buf,
-                    HEADER_SIZE,
-                    h.size,
-                    h.base_offset,
-                    h.base_timestamp,
-                    h.timestamp_type,
-                    topic,
-                    partition,
-                    0,
-                    Record,
-                )
-            except ValueError as exc:
-                batch["records"] = []
-                batch["error"] = f"malformed record: {exc}"
-            yield batch
-            pos += h.size
-    finally:
-        os.close(fd)
-
-
 def _quote(text: str | None) -> str:
     return "null" if text is None else orjson.dumps(text).decode()
 
@@ -271,7 +184,7 @@ def _dump_log(path: Path, as_json: bool, with_records: bool) -> int:
     problems = 0
     if not as_json:
         click.echo(f"Dumping {path}")
-    for batch in _batches(path):
+    for batch in batches(path):
         if batch["error"] is not None:
             problems += 1
         if "last_offset" not in batch:  # a malformed header: nothing more can be read
@@ -308,25 +221,16 @@ def _dump_log(path: Path, as_json: bool, with_records: bool) -> int:
 
 
 def _dump_index(path: Path, as_json: bool) -> int:
-    base = _segment_base(path)
-    raw = path.read_bytes()
-    time_index = path.name.endswith(TIMEINDEX_SUFFIX)
-    entry = TIME_ENTRY if time_index else OFFSET_ENTRY
+    rows, trailing = index_entries(path)
     if not as_json:
-        click.echo(f"Dumping {path} ({len(raw) // entry.size} entries)")
-    for fields in entry.iter_unpack(raw[: len(raw) - len(raw) % entry.size]):
-        if time_index:
-            ts, rel = fields
-            row: dict[str, int] = {"timestamp": ts, "offset": base + rel}
-        else:
-            rel, position = fields
-            row = {"offset": base + rel, "position": position}
+        click.echo(f"Dumping {path} ({len(rows)} entries)")
+    for row in rows:
         if as_json:
             click.echo(orjson.dumps(row).decode())
         else:
             click.echo(" ".join(f"{k}: {v}" for k, v in row.items()))
-    if len(raw) % entry.size:
-        click.echo(f"trailing {len(raw) % entry.size} byte(s) are not a whole entry", err=True)
+    if trailing:
+        click.echo(f"trailing {trailing} byte(s) are not a whole entry", err=True)
         return 1
     return 0
 
@@ -366,23 +270,29 @@ def _problem_dict(err: CorruptRecordError) -> dict[str, Any]:
     }
 
 
-def verify_log(log: LogStore, topics: list[str]) -> tuple[int, list[CorruptRecordError]]:
+def verify_log(log: Log, topics: list[str]) -> tuple[int, list[CorruptRecordError]]:
     """Check every partition of ``topics``; return how many were checked and the problems."""
-    partitions = [(t, p) for t in topics for p in range(log.partition_count(t))]
+    counts = {t: log.partition_count(t) for t in topics}
     problems: list[CorruptRecordError] = []
-    with _progress("verifying") as progress:
-        task = progress.add_task("verify", total=len(partitions), what="")
-        for topic, p in partitions:
-            progress.update(task, what=f"{topic}/{p}")
-            try:
-                problems.extend(log.partition(topic, p).verify())
-            except CorruptRecordError as err:  # found while opening (recovery) the partition
+    with _progress("verifying") as bar:
+        task = bar.add_task("verify", total=sum(counts.values()), what="")
+        before = 0
+        for topic in topics:
+
+            def advance(
+                done: int, total: int, partition: int, topic: str = topic, before: int = before
+            ) -> None:
+                bar.update(task, completed=before + done, what=f"{topic}/{partition}")
+
+            for err in log.verify(topic, progress=advance):
+                if not isinstance(err, CorruptRecordError):
+                    raise err
                 problems.append(err)
-            progress.advance(task)
-    return len(partitions), problems
+            before += counts[topic]
+    return sum(counts.values()), problems
 
 
-def _echo_index_reports(reports: list[IndexReport]) -> None:
+def _echo_index_reports(reports: list[KeyIndexReport]) -> None:
     for r in reports:
         where = f"topic={r.topic} partition={r.partition} file={r.path}"
         if r.repaired:
@@ -410,7 +320,7 @@ def verify(topic: str | None, repair: bool, as_json: bool) -> None:
     checked, problems = verify_log(log, topics)
     # Key indexes are derived from the log: check them only against an intact log.
     index_topics = None if topic is None else [topic]
-    indexes = [] if problems else check_key_indexes(log, topics=index_topics, repair=repair)
+    indexes = [] if problems else log.check_keys(index_topics, repair=repair)
     bad_indexes = [r for r in indexes if not r.ok and not r.repaired]
     if as_json:
         _json_out(

@@ -55,7 +55,7 @@ from framework.log.batch import (
 from framework.log.cleaner import finish_interrupted_swap
 from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, read_int_file, write_atomic
-from framework.log.record import Header, Record
+from framework.log.record import RECORD_OVERHEAD, Header, Record
 from framework.log.segment import (
     OFFSET_ENTRY,
     TIME_ENTRY,
@@ -83,7 +83,6 @@ log = structlog.get_logger("eventlane.log")
 
 MAX_BATCH_BYTES = 1 << 20
 _IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
-RECORD_OVERHEAD = 28
 
 Clock = Callable[[], int]
 

@@ -19,34 +19,39 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import orjson
 import structlog
 
 from framework.errors import (
     ConfigError,
+    CorruptRecordError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
 )
 from framework.log.cleaner import compact_partition
-from framework.log.config import TopicConfig
+from framework.log.config import MAX_PARTITIONS, TopicConfig
 from framework.log.files import fsync_dir, write_atomic
+from framework.log.keys import KeyIndexes
+from framework.log.local import LocalDir
 from framework.log.names import topic_dir, validate_topic_name
 from framework.log.partition import Clock, Partition, wall_clock_ms
 from framework.log.record import Record
 from framework.log.retention import apply_retention
 from framework.log.state import Notifier
 from framework.log.types import (
-    AppendHook,
     AppendResult,
+    Capabilities,
     CompactionReport,
     Cursor,
+    Expect,
+    KeyIndexReport,
     PartitionDescription,
-    Precondition,
+    Progress,
     RecordTuple,
     RetentionReport,
 )
@@ -55,8 +60,9 @@ from framework.log.types import TopicDescription as TopicDescription  # noqa: PL
 
 log = structlog.get_logger("eventlane.log")
 
+R = TypeVar("R")
+
 DEFAULT_DATA_DIR = "eventlane-data"
-MAX_PARTITIONS = 10_000
 _META_TTL_S = 0.5
 
 
@@ -80,10 +86,20 @@ class LogStore:
         self.topics_root.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.notifier = Notifier(self.path / ".notify")
+        self.keys = KeyIndexes(self, self.local.key_indexes())
+        self._cleaner: threading.Thread | None = None
+        self._compaction_requests: set[tuple[str, int]] = set()
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._meta: dict[str, _TopicMeta] = {}
         self._lock = threading.Lock()
         self._closed = False
+
+    capabilities = Capabilities()
+
+    @property
+    def local(self) -> LocalDir:
+        """The data directory: read models, groups and key indexes live beside the topics."""
+        return LocalDir(self.path)
 
     # ------------------------------------------------------------------ topics
     def create_topic(
@@ -196,7 +212,13 @@ class LogStore:
             segs = part.segments()
             details.append(
                 PartitionDescription(
-                    p, marks.lwm, marks.hwm, marks.leo, len(segs), sum(s.size for s in segs)
+                    p,
+                    marks.lwm,
+                    marks.hwm,
+                    marks.leo,
+                    len(segs),
+                    sum(s.size for s in segs),
+                    marks.active_base,
                 )
             )
         return TopicDescription(name, meta.partitions, meta.config, tuple(details))
@@ -303,13 +325,37 @@ class LogStore:
         partition: int,
         records: Sequence[RecordTuple],
         *,
-        precondition: Precondition | None = None,
-        on_appended: AppendHook | None = None,
+        expect: Expect | None = None,
         atomic: bool = False,
+        precondition: Callable[[int], None] | None = None,
     ) -> AppendResult:
-        return self.partition(topic, partition).append(
-            records, precondition=precondition, on_appended=on_appended, atomic=atomic
-        )
+        """The port's append. ``precondition`` (embedded engine only, not in the port) is
+        called with the log end offset under the append lock and refuses the append by
+        raising: the file-based group coordination fences its commits with it."""
+        part = self.partition(topic, partition)
+        if expect is not None:
+            if precondition is not None:
+                raise ConfigError("pass expect= or precondition=, not both", topic=topic)
+            check, indexed = self.keys.conditional(topic, partition, expect, records)
+            return part.append(records, precondition=check, on_appended=indexed, atomic=atomic)
+        hook = self.keys.indexing_hook(topic, partition, records)
+        return part.append(records, precondition=precondition, on_appended=hook, atomic=atomic)
+
+    def read_key(
+        self, topic: str, partition: int, key: bytes, *, after: int | None = None
+    ) -> list[Record]:
+        return self.keys.read_key(topic, partition, key, after)
+
+    def key_head(self, topic: str, partition: int, key: bytes) -> int | None:
+        return self.keys.head(topic, partition, key)
+
+    def check_keys(
+        self, topics: Collection[str] | None = None, *, repair: bool = False
+    ) -> list[KeyIndexReport]:
+        return self.keys.check(topics, repair=repair)
+
+    def rebuild_keys(self, topic: str, partition: int) -> int:
+        return self.keys.rebuild(topic, partition)
 
     def read(
         self,
@@ -362,29 +408,84 @@ class LogStore:
         """Sleep until anything is appended anywhere after ``seen`` was read, or timeout."""
         self.notifier.wait(seen, timeout)
 
+    def wake(self) -> None:
+        """Wake every waiter of this data directory, in every process."""
+        self.notifier.bump()
+
     # ------------------------------------------------------------------ maintenance
-    def compact(self, topic: str) -> list[CompactionReport]:
-        return [
-            compact_partition(self.partition(topic, p)) for p in range(self.partition_count(topic))
-        ]
+    def roll(self, topic: str, partition: int) -> None:
+        self.partition(topic, partition).roll()
 
-    def cleanup(self, topic: str) -> list[RetentionReport]:
-        return [
-            apply_retention(self.partition(topic, p)) for p in range(self.partition_count(topic))
-        ]
+    def _each_partition(
+        self, topic: str, work: Callable[[Partition], R], progress: Progress | None
+    ) -> list[R]:
+        count = self.partition_count(topic)
+        out = []
+        for p in range(count):
+            out.append(work(self.partition(topic, p)))
+            if progress is not None:
+                progress(p + 1, count, p)
+        return out
 
-    def verify(self, topic: str | None = None) -> list[Exception]:
-        """Check every batch of ``topic`` (or of all topics); return the problems found."""
+    def compact(self, topic: str, *, progress: Progress | None = None) -> list[CompactionReport]:
+        return self._each_partition(topic, compact_partition, progress)
+
+    def request_compaction(self, topic: str, partition: int) -> None:
+        """Compact ``topic``/``partition`` soon in a background thread (one at a time per
+        store; a request while it runs is coalesced into the next round)."""
+        with self._lock:
+            self._compaction_requests.add((topic, partition))
+            if self._closed or (self._cleaner is not None and self._cleaner.is_alive()):
+                return
+            self._cleaner = threading.Thread(
+                target=self._run_compactions, name="eventlane-cleaner", daemon=True
+            )
+            self._cleaner.start()
+
+    def _run_compactions(self) -> None:
+        while True:
+            with self._lock:
+                if not self._compaction_requests or self._closed:
+                    self._cleaner = None
+                    return
+                topic, p = self._compaction_requests.pop()
+            try:
+                report = compact_partition(self.partition(topic, p))
+                log.debug("compacted", topic=topic, partition=p, report=report._asdict())
+            except Exception:
+                log.exception("background compaction failed", topic=topic, partition=p)
+
+    def cleanup(self, topic: str, *, progress: Progress | None = None) -> list[RetentionReport]:
+        return self._each_partition(topic, apply_retention, progress)
+
+    def verify(
+        self, topic: str | None = None, *, progress: Progress | None = None
+    ) -> list[Exception]:
+        """Check every batch of ``topic`` (or of all topics); return the problems found.
+
+        A partition that fails while being opened (recovery) is reported, not raised.
+        """
         problems: list[Exception] = []
         for name in [topic] if topic is not None else self.list_topics():
-            for p in range(self._topic_meta(name, fresh=True).partitions):
-                problems.extend(self.partition(name, p).verify())
+            count = self._topic_meta(name, fresh=True).partitions
+            for p in range(count):
+                try:
+                    problems.extend(self.partition(name, p).verify())
+                except CorruptRecordError as err:
+                    problems.append(err)
+                if progress is not None:
+                    progress(p + 1, count, p)
         return problems
 
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            cleaner = self._cleaner
+        if cleaner is not None:
+            cleaner.join()
+        self.keys.close()
         with self._lock:
             for part in self._partitions.values():
                 with contextlib.suppress(OSError):

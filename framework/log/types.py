@@ -20,6 +20,7 @@ __all__ = [
     "CompactionReport",
     "Cursor",
     "Expect",
+    "KeyIndexReport",
     "PartitionDescription",
     "PartitionOffsets",
     "Precondition",
@@ -82,6 +83,16 @@ class PartitionDescription(NamedTuple):
     leo: int
     segments: int
     bytes: int
+    active_base: int = 0
+    """First offset of the active (last) segment: compaction never touches it (an engine
+    without segments reports its log end offset)."""
+
+    def to_dict(self) -> dict[str, int]:
+        """The documented JSON shape (``eventlane topics describe --json``)."""
+        return {k: getattr(self, k) for k in _PARTITION_JSON}
+
+
+_PARTITION_JSON = ("partition", "lwm", "hwm", "leo", "segments", "bytes")
 
 
 class TopicDescription(NamedTuple):
@@ -94,7 +105,7 @@ class TopicDescription(NamedTuple):
         """The JSON shape of ``eventlane topics describe --json``."""
         return {
             "name": self.name,
-            "partitions": [p._asdict() for p in self.partition_details],
+            "partitions": [p.to_dict() for p in self.partition_details],
             "config": self.config.to_dict(),
         }
 
@@ -122,6 +133,33 @@ class RetentionReport(NamedTuple):
     seconds: float
 
 
+class KeyIndexReport(NamedTuple):
+    """A check of an engine's per-key state (the embedded key index) against the log.
+
+    ``problems`` lists the first few differences; ``problem_count`` counts them all.
+    """
+
+    topic: str
+    partition: int
+    path: str
+    mode: str
+    entries: int
+    next_offset: int
+    hwm: int
+    problems: tuple[str, ...]
+    problem_count: int
+    repaired: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    @property
+    def unindexed(self) -> int:
+        """Offsets between the index's end and the high-water mark (lag, not an error)."""
+        return max(0, self.hwm - self.next_offset)
+
+
 class Capabilities(NamedTuple):
     """What an engine can do beyond the core port; the contract kit skips tests only here.
 
@@ -142,14 +180,11 @@ class Capabilities(NamedTuple):
 
 
 class Progress(Protocol):
-    """Told how a long maintenance operation (compact, cleanup, verify) advances.
+    """Told how a long maintenance operation (compact, cleanup, verify) advances: called
+    after each partition with the partitions done so far, the total, and the partition
+    just finished."""
 
-    Called with ``done == 0`` before the first unit of work and after each unit (one
-    partition, for the embedded log); ``what`` names the unit being worked on next or just
-    finished (``"topic/partition"``).
-    """
-
-    def __call__(self, done: int, total: int, what: str) -> None: ...
+    def __call__(self, done: int, total: int, partition: int) -> None: ...
 
 
 Precondition = Callable[[int], None]

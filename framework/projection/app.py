@@ -29,7 +29,6 @@ from framework.domain import Aggregate, DomainEvent
 from framework.errors import AggregateNotFoundError, ConcurrencyError, ConfigError
 from framework.log import Log, RecordMetadata, TopicPartition
 from framework.projection.projector import Projector
-from framework.projection.readmodel import readmodel_path
 from framework.projection.status import offsets_after, projection_status, wait_for_offsets
 from framework.store import Application
 
@@ -106,7 +105,7 @@ class Runtime(Application):
 
     def readmodel_path(self, projector: str) -> Path:
         self.app.projector(projector)
-        return readmodel_path(self.log.path, projector)
+        return self.log.local.readmodel(projector)
 
     # ------------------------------------------------------------------ queries
     def wait_for(

@@ -40,8 +40,9 @@ from typing import Any, TypeVar
 from framework.codec import EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
 from framework.domain import Aggregate, DomainEvent
+from framework.engine import open_log
 from framework.errors import ConfigError
-from framework.log import Log, LogStore, RecordMetadata
+from framework.log import Log, RecordMetadata
 from framework.store.event_store import EventStore
 from framework.store.repository import Repository
 
@@ -71,8 +72,8 @@ class Application:
         configure: Callable[[OrjsonConverter], None] | None = None,
         create_topics: bool = True,
     ) -> None:
-        self._owns_log = not hasattr(log, "append")
-        self.log: Log = LogStore(log) if self._owns_log else log  # type: ignore[assignment,arg-type]
+        self._owns_log = log is None or isinstance(log, (str, Path))
+        self.log: Log = open_log(log) if self._owns_log else log  # type: ignore[assignment,arg-type]
         self.registry = registry if registry is not None else EventRegistry()
         self.aggregates: tuple[type[Aggregate], ...] = tuple(aggregates)
         for cls in self.aggregates:

@@ -30,10 +30,8 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
-
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import structlog

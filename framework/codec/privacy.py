@@ -342,6 +342,19 @@ class FieldCipher:
             )
         return value
 
+    def seal_value(self, subject: str, value: Any, name: str, bound_to: str) -> dict[str, Any]:
+        """The cipher object of one JSON ``value`` of ``subject``, bound to ``name`` (a field)
+        and ``bound_to`` (an event id)."""
+        version, key = self.keys.current(subject)
+        nonce = os.urandom(_NONCE)
+        body = _aead()(key).encrypt(nonce, orjson.dumps(value), _aad(subject, name, bound_to))
+        return {
+            CIPHER_MARK: _SCHEME,
+            "s": subject,
+            "k": version,
+            "c": base64.b64encode(nonce + body).decode(),
+        }
+
     def seal(
         self, cls: type, data: dict[str, Any], aggregate_id: str, event_id: str
     ) -> dict[str, Any]:
@@ -350,20 +363,52 @@ class FieldCipher:
         if not plan.fields:
             return data
         subject = self.subject_of(cls, data, aggregate_id)
-        version, key = self.keys.current(subject)
-        aead = _aead()(key)
         sealed = dict(data)
         for f in plan.fields:
-            nonce = os.urandom(_NONCE)
-            aad = _aad(subject, f.name, event_id)
-            body = aead.encrypt(nonce, orjson.dumps(data[f.name]), aad)
-            sealed[f.name] = {
-                CIPHER_MARK: _SCHEME,
-                "s": subject,
-                "k": version,
-                "c": base64.b64encode(nonce + body).decode(),
-            }
+            sealed[f.name] = self.seal_value(subject, data[f.name], f.name, event_id)
         return sealed
+
+    def open_value(
+        self,
+        sealed: dict[str, Any],
+        name: str,
+        bound_to: str,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> Any:
+        """The JSON value inside one cipher object, or ``None`` when its key is forgotten.
+
+        Raises :class:`~framework.errors.SerializationError` (with the coordinates) for a
+        malformed object or one that fails authentication: never wrong plain text.
+        """
+        try:
+            subject, version, blob = sealed["s"], sealed["k"], base64.b64decode(sealed["c"])
+            if sealed[CIPHER_MARK] != _SCHEME or type(version) is not int:
+                raise ValueError(f"unknown cipher scheme {sealed[CIPHER_MARK]!r}")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SerializationError(
+                f"field {name!r} holds a malformed cipher object: {exc}",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            ) from None
+        key = self.keys.get(subject, version)
+        if key is None:
+            return None
+        try:
+            aad = _aad(subject, name, bound_to)
+            plain = _aead()(key).decrypt(blob[:_NONCE], blob[_NONCE:], aad)
+        except (_invalid_tag(), ValueError) as exc:
+            raise SerializationError(
+                f"personal field {name!r} of subject {subject!r} fails authentication "
+                f"(tampered cipher text or wrong key): {type(exc).__name__}",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            ) from None
+        return orjson.loads(plain)
 
     def open(
         self,
@@ -383,35 +428,14 @@ class FieldCipher:
                 continue
             if opened is None:
                 opened = dict(data)
-            try:
-                subject, version, blob = value["s"], value["k"], base64.b64decode(value["c"])
-                if value[CIPHER_MARK] != _SCHEME or type(version) is not int:
-                    raise ValueError(f"unknown cipher scheme {value[CIPHER_MARK]!r}")
-            except (KeyError, TypeError, ValueError) as exc:
-                raise SerializationError(
-                    f"field {name!r} holds a malformed cipher object: {exc}",
-                    topic=topic,
-                    partition=partition,
-                    offset=offset,
-                ) from None
-            key = self.keys.get(subject, version)
-            if key is None:
-                opened[name] = Sealed(subject)
+            plain = self.open_value(
+                value, name, event_id, topic=topic, partition=partition, offset=offset
+            )
+            if plain is None:
+                opened[name] = Sealed(str(value.get("s")))
                 erased.append(name)
-                continue
-            try:
-                plain = _aead()(key).decrypt(
-                    blob[:_NONCE], blob[_NONCE:], _aad(subject, name, event_id)
-                )
-            except (_invalid_tag(), ValueError) as exc:
-                raise SerializationError(
-                    f"personal field {name!r} of subject {subject!r} fails authentication "
-                    f"(tampered cipher text or wrong key): {type(exc).__name__}",
-                    topic=topic,
-                    partition=partition,
-                    offset=offset,
-                ) from None
-            opened[name] = orjson.loads(plain)
+            else:
+                opened[name] = plain
         return (data if opened is None else opened), tuple(erased)
 
     def erase(self, cls: type, data: dict[str, Any]) -> dict[str, Any]:

@@ -7,16 +7,17 @@ store, ``forget`` and the whole-app acceptance are in tests/privacy/.
 from __future__ import annotations
 
 import base64
+from typing import ClassVar
 
 import orjson
 import pytest
 from attrs import frozen
 
-from framework.codec import Envelope, EventCodec, EventRegistry
+from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.privacy import CIPHER_MARK, MemoryKeyStore
-from framework.domain import DomainEvent, event
+from framework.domain import Aggregate, DomainEvent, Snapshot, event
 from framework.domain.privacy import ERASED, personal, subject
-from framework.errors import ConfigError, SerializationError
+from framework.errors import ConfigError, SerializationError, StaleSnapshotError
 
 
 @frozen
@@ -47,6 +48,16 @@ class Referred(DomainEvent):
 @frozen
 class Renamed(DomainEvent):
     full_name: str = personal()
+
+
+class Customer(Aggregate):
+    topic: ClassVar[str] = "customers"
+    snapshot_every: ClassVar[int | None] = 2
+    snapshot_subject: ClassVar[str | None] = "id"
+    name: str
+
+    def init_state(self) -> None:
+        self.name = ""
 
 
 def make_codec(keys: MemoryKeyStore | None = None) -> EventCodec:
@@ -176,21 +187,6 @@ def test_declaration_errors() -> None:
 
 
 def test_snapshots_of_aggregates_with_a_subject_are_sealed_and_erased() -> None:
-    from typing import ClassVar
-
-    from framework.codec import SnapshotCodec
-    from framework.domain import Aggregate, Snapshot
-    from framework.errors import StaleSnapshotError
-
-    class Customer(Aggregate):
-        topic: ClassVar[str] = "customers"
-        snapshot_every: ClassVar[int | None] = 2
-        snapshot_subject: ClassVar[str | None] = "id"
-        name: str
-
-        def init_state(self) -> None:
-            self.name = ""
-
     keys = MemoryKeyStore()
     codec = SnapshotCodec(keys=keys)
     snap = Snapshot(aggregate_id="c-1", aggregate_version=4, snapshot_version=1,

@@ -170,6 +170,11 @@ class LogKeyStore:
         self._checked = 0.0
         self._lock = threading.RLock()
 
+    @property
+    def refresh_seconds(self) -> float:
+        """How stale this store's cache may be: it catches up at most this often."""
+        return self._refresh_s
+
     # -- reading ---------------------------------------------------------------------------
     def _catch_up(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -57,6 +57,8 @@ from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
 from framework.domain import Aggregate, DomainEvent
 from framework.errors import ConfigError
+from framework.codec.privacy import KeyStore, LogKeyStore
+from framework.domain.privacy import personal_fields
 from framework.log import Log, LogStore, RecordMetadata, TopicPartition
 from framework.observability import configure_default_logging
 from framework.projection.projector import Projector
@@ -89,6 +91,9 @@ class App:
         registry: EventRegistry | None = None,
         partitions: int | Mapping[str, int] = DEFAULT_PARTITIONS,
         configure: Callable[[OrjsonConverter], None] | None = None,
+        keys: Callable[[Log], KeyStore] | None = None,
+        keys_topic: str | None = None,
+        on_forget: Iterable[Callable[[Runtime, str], None]] = (),
     ) -> None:
         self.name = name
         self.aggregates = tuple(aggregates)
@@ -104,6 +109,9 @@ class App:
         self.registry = registry if registry is not None else EventRegistry()
         self.partitions = partitions
         self.configure = configure
+        self.keys = keys
+        self.keys_topic = keys_topic or f"{name}.keys"
+        self.on_forget = tuple(on_forget)
 
     def projector(self, name: str) -> type[Projector]:
         """The projector named ``name``; a ``ConfigError`` naming the known ones otherwise."""
@@ -115,18 +123,36 @@ class App:
                 f"{', '.join(sorted(self.projectors)) or 'none'}"
             ) from None
 
-    def codec(self) -> EventCodec:
-        """The event codec of this application, without opening anything: its registry
-        (``registry``, with the types of its aggregates, events and projectors' handlers
-        registered, and validated) and its converter hooks (``configure``). What a runtime
-        decodes with; golden-file tests of events need nothing more."""
+    def _registered(self) -> EventRegistry:
         registry = self.registry
         registry.register_aggregate(*self.aggregates)
         registry.register(*self.events)
         for projector in self.projectors.values():
             registry.register(*projector.handled_types())
         registry.validate()
-        return EventCodec(registry, configure=self.configure)
+        return registry
+
+    def codec(self, keys: KeyStore | None = None) -> EventCodec:
+        """The event codec of this application, without opening anything: its registry
+        (``registry``, with the types of its aggregates, events and projectors' handlers
+        registered, and validated) and its converter hooks (``configure``). What a runtime
+        decodes with; golden-file tests of events need nothing more (events with personal
+        fields also need ``keys``, e.g. a :class:`~framework.codec.privacy.MemoryKeyStore`)."""
+        return EventCodec(self._registered(), configure=self.configure, keys=keys)
+
+    def has_personal_data(self) -> bool:
+        """Whether any event class of the app declares personal fields (``personal()``)."""
+        return any(personal_fields(cls) for cls in self._registered().classes())
+
+    def key_store(self, log: Log) -> KeyStore | None:
+        """Where this app's personal-data keys live on ``log``: the ``keys`` factory given
+        to the app, else (when an event declares personal fields) the compacted topic
+        ``keys_topic`` (default ``<name>.keys``); ``None`` when nothing is personal."""
+        if self.keys is not None:
+            return self.keys(log)
+        if not self.has_personal_data():
+            return None
+        return LogKeyStore(log, self.keys_topic)
 
     def open(self, log: Log | str | Path | None = None, *, create_topics: bool = True) -> Runtime:
         """Connect to a log (a :class:`~framework.log.Log`, or a data directory for the
@@ -161,9 +187,12 @@ class Runtime:
             if not isinstance(getattr(cls, "topic", None), str):
                 raise ConfigError(f"aggregate {cls.__qualname__} does not name its topic")
         self.registry = app.registry
-        self.codec = app.codec()
+        self.keys = app.key_store(self.log)
+        self.codec = app.codec(keys=self.keys)
         self.store = EventStore(self.log, self.codec)
-        self.repository = Repository(self.store, SnapshotCodec(configure=app.configure))
+        self.repository = Repository(
+            self.store, SnapshotCodec(configure=app.configure, keys=self.keys)
+        )
         self.partitions = app.partitions
         if create_topics:
             for cls in app.aggregates:

@@ -27,6 +27,7 @@ from framework.cli.maintenance import cleanup, compact, dump, verify
 from framework.cli.plugins import add_plugins
 from framework.cli.project import dlq, migrate, project
 from framework.cli.rebuild import rebuild_command
+from framework.cli.forget import forget
 from framework.cli.records import consume, produce
 from framework.cli.serve import serve
 from framework.cli.topics import topics
@@ -100,5 +101,6 @@ main.add_command(migrate)
 main.add_command(dlq)
 main.add_command(rebuild_command)
 main.add_command(serve)
+main.add_command(forget)
 add_plugins(main, "eventlane.commands")
 add_plugins(demo, "eventlane.demos")

@@ -40,7 +40,6 @@ from framework.domain.privacy import PersonalField, personal_fields, subject_fie
 from framework.errors import ConcurrencyError, ConfigError, SerializationError
 from framework.log import Log
 from framework.log.partitioner import partition_for_key
-from framework.log.types import Expect
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -156,19 +155,26 @@ class LogKeyStore:
         *,
         partitions: int = 1,
         refresh_ms: int = 50,
-        create: bool = True,
     ) -> None:
         self.log = log_
         self.topic = topic
-        if create:
-            log_.create_topic(topic, partitions, KEY_TOPIC_CONFIG, exist_ok=True)
-        self._partitions = log_.partition_count(topic)
+        self._create_partitions = partitions
+        self._partitions = 0  # known once the topic exists (created on the first key)
         self._refresh_s = refresh_ms / 1000.0
-        self._positions = [0] * self._partitions
+        self._positions: list[int] = []
         self._keys: dict[str, list[bytes] | None] = {}
         self._heads: dict[str, int] = {}  # subject -> offset of its last record
         self._checked = 0.0
         self._lock = threading.RLock()
+
+    def _ensure_topic(self) -> None:
+        """Create the key topic on the first key written (reads of a missing topic see no
+        keys, so opening an app that only looks never creates it)."""
+        if not self._partitions:
+            self.log.create_topic(
+                self.topic, self._create_partitions, KEY_TOPIC_CONFIG, exist_ok=True
+            )
+            self._catch_up(force=True)
 
     @property
     def refresh_seconds(self) -> float:
@@ -181,6 +187,12 @@ class LogKeyStore:
         if not force and now - self._checked < self._refresh_s:
             return
         with self._lock:
+            if not self._partitions:
+                if not self.log.topic_exists(self.topic):
+                    self._checked = now
+                    return
+                self._partitions = self.log.partition_count(self.topic)
+                self._positions = [0] * self._partitions
             for p in range(self._partitions):
                 offsets = self.log.offsets(self.topic, p)
                 position = max(self._positions[p], offsets.lwm)
@@ -227,6 +239,9 @@ class LogKeyStore:
     # -- writing ---------------------------------------------------------------------------
     def _write(self, subject: str, keys: list[bytes] | None) -> None:
         """Append the subject's new key list (or a tombstone), conditional on its head."""
+        from framework.log.types import Expect  # noqa: PLC0415
+
+        self._ensure_topic()
         key = subject.encode()
         partition = partition_for_key(key, self._partitions)
         value = None if keys is None else orjson.dumps(
@@ -294,9 +309,11 @@ class LogKeyStore:
     def erase_history(self) -> None:
         """Make forgotten keys unrecoverable from the log: close the active segments and
         compact the key topic, so only tombstones remain of forgotten subjects."""
+        self._catch_up(force=True)
         for p in range(self._partitions):
             self.log.roll(self.topic, p)
-        self.log.compact(self.topic)
+        if self._partitions:
+            self.log.compact(self.topic)
 
 
 class Sealed:

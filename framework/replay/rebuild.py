@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from datetime import datetime
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from framework.replay.build import BuildCounts, DeadLetterReport, dead_letter_re
 from framework.replay.local import build_local
 from framework.replay.merge import MergeStats
 from framework.replay.progress import NO_PROGRESS, Progress
-from framework.replay.ranges import end_vector, plan_ranges
+from framework.replay.ranges import end_vector, end_vector_at, plan_ranges
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -121,8 +122,14 @@ def rebuild(
     conf: Mapping[str, str] | None = None,
     key_groups: int | None = None,
     progress: Progress = NO_PROGRESS,
+    as_of: datetime | int | None = None,
 ) -> RebuildResult:
     """Rebuild ``projection`` of ``target`` (a Runtime, or an App with ``data=``).
+
+    ``as_of`` (a timezone-aware datetime, or epoch milliseconds) is time travel: the end
+    vector is each partition's first offset stamped after that moment
+    (:func:`~framework.replay.ranges.end_vector_at`), so the read model is the one the
+    projection held then; it cannot be combined with ``end``.
 
     ``engine="spark"`` uses ``spark`` (or starts a session with ``master``/``conf``, see
     :func:`framework.replay.session.spark_session`). ``key_groups`` (Spark, projectors with
@@ -229,6 +236,17 @@ def rebuild(
     finally:
         if owns_log:
             log_.close()
+
+
+def as_of_ms(moment: datetime | int) -> int:
+    """Epoch milliseconds of ``moment`` (a timezone-aware datetime, or already ms)."""
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            raise ConfigError(f"as_of must be timezone-aware, got {moment.isoformat()}")
+        return int(moment.timestamp() * 1000)
+    if isinstance(moment, bool) or not isinstance(moment, int):
+        raise ConfigError(f"as_of must be a datetime or epoch milliseconds, got {moment!r}")
+    return moment
 
 
 def _default_groups(spark: SparkSession, partitions: int) -> int:

@@ -55,10 +55,10 @@ import structlog
 
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
-from framework.domain import Aggregate, DomainEvent
-from framework.errors import ConfigError
 from framework.codec.privacy import KeyStore, LogKeyStore
+from framework.domain import Aggregate, DomainEvent
 from framework.domain.privacy import personal_fields
+from framework.errors import ConfigError
 from framework.log import Log, LogStore, RecordMetadata, TopicPartition
 from framework.observability import configure_default_logging
 from framework.projection.projector import Projector

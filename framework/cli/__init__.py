@@ -22,12 +22,12 @@ import click
 
 from framework.cli.context import DATA_HELP, AppContext
 from framework.cli.demo import demo
+from framework.cli.forget import forget
 from framework.cli.groups import groups
 from framework.cli.maintenance import cleanup, compact, dump, verify
 from framework.cli.plugins import add_plugins
 from framework.cli.project import dlq, migrate, project
 from framework.cli.rebuild import rebuild_command
-from framework.cli.forget import forget
 from framework.cli.records import consume, produce
 from framework.cli.serve import serve
 from framework.cli.topics import topics

@@ -64,10 +64,14 @@ def forget(
         return
     console = stdout_console()
     for subject in report.subjects:
-        state = "key destroyed" if subject in report.keys_destroyed else "no key (already forgotten?)"
+        state = (
+            "key destroyed" if subject in report.keys_destroyed else "no key (already forgotten?)"
+        )
         console.print(f"{subject}: {state}")
     for topic, count in sorted(report.unreadable.items()):
-        console.print(f"  {count:,} records of {topic} carry personal fields that are now unreadable")
+        console.print(
+            f"  {count:,} records of {topic} carry personal fields that are now unreadable"
+        )
     if report.snapshots_removed:
         console.print(f"  {report.snapshots_removed} snapshots removed")
     if report.rebuilt:

@@ -291,7 +291,7 @@ def rebuild_command(
         if result is not None:
             if as_of is not None:
                 vector = ", ".join(
-                    f"{tp.topic}/{tp.partition}={offset}" for tp, offset in sorted(result.end.items())
+                    f"{tp.topic}/{tp.partition}={off}" for tp, off in sorted(result.end.items())
                 )
                 console.print(f"as of {as_of}: offsets {vector}")
             console.print(_result_table(result))

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from datetime import datetime
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -149,7 +149,12 @@ def rebuild(
                 path=out,
             )
         out.parent.mkdir(parents=True, exist_ok=True)
-        pinned = dict(end) if end is not None else end_vector(log_, cls.topic_names)
+        if as_of is not None:
+            if end is not None:
+                raise ConfigError("rebuild takes as_of or end, not both")
+            pinned = end_vector_at(log_, cls.topic_names, as_of_ms(as_of))
+        else:
+            pinned = dict(end) if end is not None else end_vector(log_, cls.topic_names)
         ranges = plan_ranges(log_, cls.topic_names, end=pinned)
         per_key = cls.state_per_key
         if key_groups is not None and key_groups > 1 and not per_key:

@@ -48,18 +48,20 @@ history.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
 
+from framework.app.moments import as_of_ms
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
 from framework.codec.privacy import KeyStore, LogKeyStore
 from framework.domain import Aggregate, DomainEvent
 from framework.domain.privacy import personal_fields
 from framework.engine import open_log
-from framework.errors import ConfigError
+from framework.errors import AggregateNotFoundError, ConfigError
 from framework.log import Log, RecordMetadata, TopicPartition
 from framework.observability import configure_default_logging
 from framework.projection.projector import Projector
@@ -211,9 +213,36 @@ class Runtime:
         """See :meth:`Repository.save`."""
         return self.repository.save(aggregate, **envelope)
 
-    def load(self, cls: type[A], aggregate_id: str, version: int | None = None) -> A:
-        """See :meth:`Repository.load`."""
-        return self.repository.load(cls, aggregate_id, version)
+    def load(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        version: int | None = None,
+        *,
+        as_of: datetime | int | None = None,
+    ) -> A:
+        """The aggregate at ``version`` (default: latest; see :meth:`Repository.load`), or as
+        it was at the moment ``as_of`` (a timezone-aware datetime or epoch ms): its events
+        before the partition's first record stamped after that moment (time travel,
+        ``docs/time-travel.md``). :class:`~framework.errors.AggregateNotFoundError` when it
+        had no event yet."""
+        if as_of is None:
+            return self.repository.load(cls, aggregate_id, version)
+        if version is not None:
+            raise ConfigError("load takes version= or as_of=, not both")
+        when = as_of_ms(as_of)
+        topic = cls.topic
+        partition = self.store.partition_of(topic, aggregate_id)
+        cut = self.log.offset_for_time(topic, partition, when + 1)
+        records = self.log.read_key(topic, partition, aggregate_id.encode())
+        count = sum(1 for r in records if cut is None or r.offset < cut)
+        if count == 0:
+            raise AggregateNotFoundError(
+                f"{cls.__qualname__} {aggregate_id!r} had no events as of {as_of!r}",
+                topic=topic,
+                partition=partition,
+            )
+        return self.repository.load(cls, aggregate_id, count)
 
     def execute(
         self, cls: type[A], aggregate_id: str, command: Callable[[A], Any], **options: Any
@@ -255,10 +284,13 @@ class Runtime:
         timeout: float = 10.0,
     ) -> bool:
         """Read-your-writes: wait until ``projector`` has applied ``written`` (what
-        :meth:`save` returned, or ``{partition: next offset}``). False on timeout."""
-        return wait_for_offsets(
-            self.log, self.readmodel_path(projector), offsets_after(written), timeout
-        )
+        :meth:`save` returned, or ``{partition: next offset}``). False on timeout.
+
+        Records of topics the projector does not consume are ignored (it has nothing to
+        apply there), so one ``written`` list serves every projector."""
+        topics = set(self.app.projector(projector).topic_names)
+        wanted = {tp: off for tp, off in offsets_after(written).items() if tp.topic in topics}
+        return wait_for_offsets(self.log, self.readmodel_path(projector), wanted, timeout)
 
     def status(self, projector: str) -> dict[str, Any]:
         """Positions, high-water marks, lag and members of ``projector`` (see

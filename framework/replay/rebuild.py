@@ -31,6 +31,7 @@ import attrs
 import structlog
 
 from framework.app import App, Runtime
+from framework.app.moments import as_of_ms
 from framework.engine import open_log
 from framework.errors import ConfigError
 from framework.log import Log, TopicPartition
@@ -243,17 +244,6 @@ def rebuild(
     finally:
         if owns_log:
             log_.close()
-
-
-def as_of_ms(moment: datetime | int) -> int:
-    """Epoch milliseconds of ``moment`` (a timezone-aware datetime, or already ms)."""
-    if isinstance(moment, datetime):
-        if moment.tzinfo is None:
-            raise ConfigError(f"as_of must be timezone-aware, got {moment.isoformat()}")
-        return int(moment.timestamp() * 1000)
-    if isinstance(moment, bool) or not isinstance(moment, int):
-        raise ConfigError(f"as_of must be a datetime or epoch milliseconds, got {moment!r}")
-    return moment
 
 
 def _default_groups(spark: SparkSession, partitions: int) -> int:

@@ -346,6 +346,15 @@ class FieldCipher:
         self.keys = keys
         self._unstructure = unstructure or (lambda value: value)
         self._plans: dict[type, _Plan] = {}
+        self._aeads: dict[bytes, Any] = {}  # key bytes -> AESGCM (its set-up costs ~µs)
+
+    def _aead_for(self, key: bytes) -> Any:
+        aead = self._aeads.get(key)
+        if aead is None:
+            if len(self._aeads) >= 4096:
+                self._aeads.clear()
+            aead = self._aeads[key] = _aead()(key)
+        return aead
 
     def plan(self, cls: type) -> _Plan:
         found = self._plans.get(cls)
@@ -369,7 +378,8 @@ class FieldCipher:
         and ``bound_to`` (an event id)."""
         version, key = self.keys.current(subject)
         nonce = os.urandom(_NONCE)
-        body = _aead()(key).encrypt(nonce, orjson.dumps(value), _aad(subject, name, bound_to))
+        aad = _aad(subject, name, bound_to)
+        body = self._aead_for(key).encrypt(nonce, orjson.dumps(value), aad)
         return {
             CIPHER_MARK: _SCHEME,
             "s": subject,
@@ -421,7 +431,7 @@ class FieldCipher:
             return None
         try:
             aad = _aad(subject, name, bound_to)
-            plain = _aead()(key).decrypt(blob[:_NONCE], blob[_NONCE:], aad)
+            plain = self._aead_for(key).decrypt(blob[:_NONCE], blob[_NONCE:], aad)
         except (_invalid_tag(), ValueError) as exc:
             raise SerializationError(
                 f"personal field {name!r} of subject {subject!r} fails authentication "

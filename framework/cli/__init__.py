@@ -22,6 +22,7 @@ import click
 
 from framework.cli.context import DATA_HELP, AppContext
 from framework.cli.demo import demo
+from framework.cli.forget import forget
 from framework.cli.groups import groups
 from framework.cli.maintenance import cleanup, compact, dump, verify
 from framework.cli.plugins import add_plugins
@@ -100,5 +101,6 @@ main.add_command(migrate)
 main.add_command(dlq)
 main.add_command(rebuild_command)
 main.add_command(serve)
+main.add_command(forget)
 add_plugins(main, "eventlane.commands")
 add_plugins(demo, "eventlane.demos")

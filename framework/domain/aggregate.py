@@ -105,6 +105,10 @@ class Aggregate:
     topic: ClassVar[str]
     snapshot_every: ClassVar[int | None] = None
     snapshot_version: ClassVar[int] = 1
+    snapshot_subject: ClassVar[str | None] = None
+    """Whose personal data the state may hold: a state attribute naming the subject, or
+    ``"id"`` (the aggregate itself). With a key store, snapshots of such an aggregate are
+    encrypted under that subject's key, so forgetting the subject also erases them."""
 
     _appliers: ClassVar[Mapping[type[DomainEvent], Callable[[Any, Any], None]]] = MappingProxyType(
         {}

@@ -99,6 +99,26 @@ def end_vector(log: Log, topics: Iterable[str]) -> dict[TopicPartition, int]:
     return out
 
 
+def end_vector_at(log: Log, topics: Iterable[str], when_ms: int) -> dict[TopicPartition, int]:
+    """Time travel: per partition of ``topics``, the first offset whose timestamp is *after*
+    ``when_ms`` (Kafka's ``offsetsForTimes(when_ms + 1)``), or the high-water mark when no
+    record is that recent. Replaying up to this vector sees exactly the records of each
+    partition that the log's time index places at or before ``when_ms``.
+
+    The vector cuts every partition into a prefix, never a filter: with producer timestamps
+    (CreateTime), a record stamped at or before ``when_ms`` that comes *after* the first
+    record stamped later is left out, as Kafka's ``offsetsForTimes`` would leave it.
+    """
+    out: dict[TopicPartition, int] = {}
+    for topic in topics:
+        if not log.topic_exists(topic):
+            continue
+        for p in range(log.partition_count(topic)):
+            found = log.offset_for_time(topic, p, when_ms + 1)
+            out[TopicPartition(topic, p)] = log.offsets(topic, p).hwm if found is None else found
+    return out
+
+
 def plan_ranges(
     log: Log,
     topics: Iterable[str],

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from framework.domain import DomainEvent as DomainEvent
     from framework.domain import applies as applies
     from framework.domain import event as event
+    from framework.domain import personal as personal
+    from framework.domain import subject as subject
     from framework.errors import AggregateNotFoundError as AggregateNotFoundError
     from framework.errors import ConcurrencyError as ConcurrencyError
     from framework.errors import ConfigError as ConfigError
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from framework.projection import Projector as Projector
     from framework.projection import Worker as Worker
     from framework.projection import handles as handles
+    from framework.replay import forget as forget
     from framework.replay import rebuild as rebuild
     from framework.replay import verify_rebuild as verify_rebuild
     from framework.testing import Scenario as Scenario
@@ -68,8 +71,11 @@ _EXPORTS: dict[str, str] = {
     "Worker": "framework.projection",
     "applies": "framework.domain",
     "event": "framework.domain",
+    "forget": "framework.replay",
     "handles": "framework.projection",
+    "personal": "framework.domain",
     "rebuild": "framework.replay",
+    "subject": "framework.domain",
     "verify_rebuild": "framework.replay",
 }
 """Public name -> the module it is imported from on first use."""
@@ -99,8 +105,11 @@ __all__ = [
     "Worker",
     "applies",
     "event",
+    "forget",
     "handles",
+    "personal",
     "rebuild",
+    "subject",
     "verify_rebuild",
 ]
 

@@ -11,7 +11,7 @@ from example_apps.invoicing.projections import (
     InvoicingPolicy,
     OrdersByStatus,
 )
-from example_apps.invoicing.state_topic import CustomerStatePublisher
+from example_apps.invoicing.state_topic import CustomerStatePublisher, forget_profile
 from framework import App, EventRegistry
 
 registry = EventRegistry()
@@ -20,6 +20,8 @@ registry = EventRegistry()
 @registry.upcaster("OrderPlaced", 1)
 def _order_placed_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     """Version 1 stored the shipping address as one line, "street, city, country"."""
+    if not isinstance(data["shipping_address"], str):
+        return data  # erased personal data (docs/privacy.md): nothing to split
     street, city, country = (part.strip() for part in data["shipping_address"].split(",", 2))
     return {**data, "shipping_address": {"street": street, "city": city, "country": country}}
 
@@ -36,4 +38,5 @@ app = App(
     ],
     registry=registry,
     partitions=6,
+    on_forget=[forget_profile],
 )

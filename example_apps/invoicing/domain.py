@@ -73,6 +73,7 @@ class Customer(Aggregate):
 class Order(Aggregate):
     topic: ClassVar[str] = "orders"
     snapshot_every: ClassVar[int | None] = 50
+    snapshot_subject: ClassVar[str | None] = "customer_id"  # its shipping address is personal
     customer_id: str
     lines: dict[str, OrderLine]
     shipping_address: Address | None

@@ -2,13 +2,17 @@
 
 Amounts are integer cents. ``OrderPlaced`` is at schema version 2 (version 1 stored the
 shipping address as one string); the upcaster lives in :mod:`.app`.
+
+Personal data (``docs/privacy.md``): a customer's name and addresses are encrypted per
+customer, so ``eventlane forget`` of a customer erases them everywhere; an order's shipping
+address belongs to its customer (``customer_id`` is the subject).
 """
 
 from __future__ import annotations
 
 from attrs import frozen
 
-from framework import DomainEvent, event
+from framework import DomainEvent, event, personal, subject
 
 
 @frozen
@@ -29,27 +33,31 @@ class Address:
     country: str
 
 
+NO_ADDRESS = Address("", "", "")
+"""What an erased address reads as."""
+
+
 # -- customers --------------------------------------------------------------------------
 @event("CustomerRegistered")
 @frozen
 class CustomerRegistered(DomainEvent):
-    name: str
-    address: Address
+    name: str = personal()
+    address: Address = personal(erased=NO_ADDRESS)
 
 
 @event("CustomerMoved")
 @frozen
 class CustomerMoved(DomainEvent):
-    address: Address
+    address: Address = personal(erased=NO_ADDRESS)
 
 
 # -- orders -----------------------------------------------------------------------------
 @event("OrderPlaced", version=2)
 @frozen
 class OrderPlaced(DomainEvent):
-    customer_id: str
+    customer_id: str = subject()
     lines: tuple[OrderLine, ...]
-    shipping_address: Address
+    shipping_address: Address = personal(erased=NO_ADDRESS)
 
 
 @event("OrderLineAdded")

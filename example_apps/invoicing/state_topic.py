@@ -5,15 +5,22 @@ id, on a compacted topic: compaction keeps the latest profile per customer, so a
 can bootstrap every customer's current address by reading one small topic from the start.
 Publishing the same profile twice after a redelivery is harmless: it is the same latest
 value.
+
+The profiles copy personal data out of the encrypted events, so forgetting a customer must
+remove them too: :func:`forget_profile` (the app's ``on_forget`` hook) writes a tombstone for
+the customer and compacts the topic, so only the tombstone is left.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import orjson
 
 from example_apps.invoicing.domain import Customer
 from example_apps.invoicing.events import CustomerMoved, CustomerRegistered
 from framework import EventContext, Projector, handles
+from framework.log.partitioner import partition_for_key
 
 STATE_TOPIC = "customers.state"
 
@@ -53,3 +60,16 @@ class CustomerStatePublisher(Projector):
         log.append(
             STATE_TOPIC, ctx.partition, [(customer.id.encode(), orjson.dumps(profile), (), None)]
         )
+
+
+def forget_profile(runtime: Any, customer_id: str) -> None:
+    """``on_forget`` hook: tombstone the customer's profile and compact it away."""
+    log = runtime.log
+    if not log.topic_exists(STATE_TOPIC):
+        return
+    key = customer_id.encode()
+    count = log.partition_count(STATE_TOPIC)
+    partition = partition_for_key(key, count)
+    log.append(STATE_TOPIC, partition, [(key, None, (), None)])
+    log.roll(STATE_TOPIC, partition)
+    log.compact(STATE_TOPIC)

@@ -48,19 +48,23 @@ history.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
 
+from framework.app.moments import as_of_ms
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
+from framework.codec.privacy import KeyStore, LogKeyStore
 from framework.domain import Aggregate, DomainEvent
-from framework.errors import ConfigError
-from framework.log import Log, LogStore, RecordMetadata, TopicPartition
+from framework.domain.privacy import personal_fields
+from framework.engine import open_log
+from framework.errors import AggregateNotFoundError, ConfigError
+from framework.log import Log, RecordMetadata, TopicPartition
 from framework.observability import configure_default_logging
 from framework.projection.projector import Projector
-from framework.projection.readmodel import readmodel_path
 from framework.projection.status import offsets_after, projection_status, wait_for_offsets
 from framework.store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore, Repository
 
@@ -89,6 +93,9 @@ class App:
         registry: EventRegistry | None = None,
         partitions: int | Mapping[str, int] = DEFAULT_PARTITIONS,
         configure: Callable[[OrjsonConverter], None] | None = None,
+        keys: Callable[[Log], KeyStore] | None = None,
+        keys_topic: str | None = None,
+        on_forget: Iterable[Callable[[Runtime, str], None]] = (),
     ) -> None:
         self.name = name
         self.aggregates = tuple(aggregates)
@@ -104,6 +111,9 @@ class App:
         self.registry = registry if registry is not None else EventRegistry()
         self.partitions = partitions
         self.configure = configure
+        self.keys = keys
+        self.keys_topic = keys_topic or f"{name}.keys"
+        self.on_forget = tuple(on_forget)
 
     def projector(self, name: str) -> type[Projector]:
         """The projector named ``name``; a ``ConfigError`` naming the known ones otherwise."""
@@ -115,18 +125,36 @@ class App:
                 f"{', '.join(sorted(self.projectors)) or 'none'}"
             ) from None
 
-    def codec(self) -> EventCodec:
-        """The event codec of this application, without opening anything: its registry
-        (``registry``, with the types of its aggregates, events and projectors' handlers
-        registered, and validated) and its converter hooks (``configure``). What a runtime
-        decodes with; golden-file tests of events need nothing more."""
+    def _registered(self) -> EventRegistry:
         registry = self.registry
         registry.register_aggregate(*self.aggregates)
         registry.register(*self.events)
         for projector in self.projectors.values():
             registry.register(*projector.handled_types())
         registry.validate()
-        return EventCodec(registry, configure=self.configure)
+        return registry
+
+    def codec(self, keys: KeyStore | None = None) -> EventCodec:
+        """The event codec of this application, without opening anything: its registry
+        (``registry``, with the types of its aggregates, events and projectors' handlers
+        registered, and validated) and its converter hooks (``configure``). What a runtime
+        decodes with; golden-file tests of events need nothing more (events with personal
+        fields also need ``keys``, e.g. a :class:`~framework.codec.privacy.MemoryKeyStore`)."""
+        return EventCodec(self._registered(), configure=self.configure, keys=keys)
+
+    def has_personal_data(self) -> bool:
+        """Whether any event class of the app declares personal fields (``personal()``)."""
+        return any(personal_fields(cls) for cls in self._registered().classes())
+
+    def key_store(self, log: Log) -> KeyStore | None:
+        """Where this app's personal-data keys live on ``log``: the ``keys`` factory given
+        to the app, else (when an event declares personal fields) the compacted topic
+        ``keys_topic`` (default ``<name>.keys``); ``None`` when nothing is personal."""
+        if self.keys is not None:
+            return self.keys(log)
+        if not self.has_personal_data():
+            return None
+        return LogKeyStore(log, self.keys_topic)
 
     def open(self, log: Log | str | Path | None = None, *, create_topics: bool = True) -> Runtime:
         """Connect to a log (a :class:`~framework.log.Log`, or a data directory for the
@@ -154,16 +182,19 @@ class Runtime:
         self.app = app
         self.log: Log
         if log is None or isinstance(log, str | Path):
-            self.log, self._owns_log = LogStore(log), True
+            self.log, self._owns_log = open_log(log), True
         else:
             self.log, self._owns_log = log, False
         for cls in app.aggregates:
             if not isinstance(getattr(cls, "topic", None), str):
                 raise ConfigError(f"aggregate {cls.__qualname__} does not name its topic")
         self.registry = app.registry
-        self.codec = app.codec()
+        self.keys = app.key_store(self.log)
+        self.codec = app.codec(keys=self.keys)
         self.store = EventStore(self.log, self.codec)
-        self.repository = Repository(self.store, SnapshotCodec(configure=app.configure))
+        self.repository = Repository(
+            self.store, SnapshotCodec(configure=app.configure, keys=self.keys)
+        )
         self.partitions = app.partitions
         if create_topics:
             for cls in app.aggregates:
@@ -182,9 +213,36 @@ class Runtime:
         """See :meth:`Repository.save`."""
         return self.repository.save(aggregate, **envelope)
 
-    def load(self, cls: type[A], aggregate_id: str, version: int | None = None) -> A:
-        """See :meth:`Repository.load`."""
-        return self.repository.load(cls, aggregate_id, version)
+    def load(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        version: int | None = None,
+        *,
+        as_of: datetime | int | None = None,
+    ) -> A:
+        """The aggregate at ``version`` (default: latest; see :meth:`Repository.load`), or as
+        it was at the moment ``as_of`` (a timezone-aware datetime or epoch ms): its events
+        before the partition's first record stamped after that moment (time travel,
+        ``docs/time-travel.md``). :class:`~framework.errors.AggregateNotFoundError` when it
+        had no event yet."""
+        if as_of is None:
+            return self.repository.load(cls, aggregate_id, version)
+        if version is not None:
+            raise ConfigError("load takes version= or as_of=, not both")
+        when = as_of_ms(as_of)
+        topic = cls.topic
+        partition = self.store.partition_of(topic, aggregate_id)
+        cut = self.log.offset_for_time(topic, partition, when + 1)
+        records = self.log.read_key(topic, partition, aggregate_id.encode())
+        count = sum(1 for r in records if cut is None or r.offset < cut)
+        if count == 0:
+            raise AggregateNotFoundError(
+                f"{cls.__qualname__} {aggregate_id!r} had no events as of {as_of!r}",
+                topic=topic,
+                partition=partition,
+            )
+        return self.repository.load(cls, aggregate_id, count)
 
     def execute(
         self, cls: type[A], aggregate_id: str, command: Callable[[A], Any], **options: Any
@@ -217,7 +275,7 @@ class Runtime:
     def readmodel_path(self, projector: str) -> Path:
         """Where projector ``projector``'s read-model file is."""
         self.app.projector(projector)
-        return readmodel_path(self.log.path, projector)
+        return self.log.local.readmodel(projector)
 
     def wait_for(
         self,
@@ -226,10 +284,13 @@ class Runtime:
         timeout: float = 10.0,
     ) -> bool:
         """Read-your-writes: wait until ``projector`` has applied ``written`` (what
-        :meth:`save` returned, or ``{partition: next offset}``). False on timeout."""
-        return wait_for_offsets(
-            self.log, self.readmodel_path(projector), offsets_after(written), timeout
-        )
+        :meth:`save` returned, or ``{partition: next offset}``). False on timeout.
+
+        Records of topics the projector does not consume are ignored (it has nothing to
+        apply there), so one ``written`` list serves every projector."""
+        topics = set(self.app.projector(projector).topic_names)
+        wanted = {tp: off for tp, off in offsets_after(written).items() if tp.topic in topics}
+        return wait_for_offsets(self.log, self.readmodel_path(projector), wanted, timeout)
 
     def status(self, projector: str) -> dict[str, Any]:
         """Positions, high-water marks, lag and members of ``projector`` (see

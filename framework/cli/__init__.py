@@ -23,6 +23,7 @@ import click
 from framework.cli.console import console
 from framework.cli.context import DATA_HELP, AppContext
 from framework.cli.demo import demo
+from framework.cli.forget import forget
 from framework.cli.groups import groups
 from framework.cli.maintenance import cleanup, compact, dump, verify
 from framework.cli.plugins import add_plugins
@@ -31,8 +32,8 @@ from framework.cli.rebuild import rebuild_command
 from framework.cli.records import consume, produce
 from framework.cli.serve import serve
 from framework.cli.topics import topics
+from framework.engine import DEFAULT_DATA_DIR
 from framework.errors import FrameworkError
-from framework.log.store import DEFAULT_DATA_DIR
 from framework.observability import configure_logging, log_level_name
 
 __all__ = ["main"]
@@ -102,5 +103,6 @@ main.add_command(dlq)
 main.add_command(rebuild_command)
 main.add_command(console)
 main.add_command(serve)
+main.add_command(forget)
 add_plugins(main, "eventlane.commands")
 add_plugins(demo, "eventlane.demos")

@@ -45,6 +45,7 @@ from framework.cli.context import (
 )
 from framework.cli.context import app as cli_app
 from framework.cli.project import app_argument, projection_option
+from framework.consumer.admin import parse_datetime_ms
 from framework.errors import ConfigError, ReplayError
 from framework.replay.handoff import HandoffResult, rebuild_and_swap
 from framework.replay.rebuild import ENGINES, RebuildResult, rebuild
@@ -207,6 +208,12 @@ def _comparison_json(comp: Comparison) -> dict[str, Any]:
     show_default=True,
     help="Seconds to wait for the live workers to pause (--swap).",
 )
+@click.option(
+    "--as-of",
+    metavar="TIME",
+    help="Time travel: rebuild the read model as of TIME (ISO 8601, UTC unless it names a"
+    " zone, or epoch ms) and print the offset vector it stopped at.",
+)
 @data_option
 @json_option
 def rebuild_command(
@@ -220,6 +227,7 @@ def rebuild_command(
     conf_pairs: tuple[tuple[str, str], ...],
     key_groups: int | None,
     pause_timeout: float,
+    as_of: str | None,
     as_json: bool,
 ) -> None:
     """Rebuild projection NAME of APP from the log's low-water marks.
@@ -230,6 +238,8 @@ def rebuild_command(
         raise click.UsageError(
             "--output and --swap exclude each other (--swap replaces the live file)"
         )
+    if as_of is not None and swap:
+        raise click.UsageError("--as-of builds a past read model: it cannot --swap the live one")
     conf = _spark_conf(conf_pairs)
     application = load_app(app_spec)
     application.projector(projection)  # an unknown name fails before anything starts
@@ -237,6 +247,8 @@ def rebuild_command(
     comparisons: list[Comparison] = []
     handoff: HandoffResult | None = None
     options: dict[str, Any] = {"key_groups": key_groups}
+    if as_of is not None:
+        options["as_of"] = int(as_of) if as_of.isdigit() else parse_datetime_ms(as_of)
     if engine == "spark":
         options.update(master=master, conf=conf)
     with application.open(log, create_topics=False) as runtime, _Bar(not as_json) as bar:
@@ -277,6 +289,11 @@ def rebuild_command(
     else:
         console = stdout_console()
         if result is not None:
+            if as_of is not None:
+                vector = ", ".join(
+                    f"{tp.topic}/{tp.partition}={off}" for tp, off in sorted(result.end.items())
+                )
+                console.print(f"as of {as_of}: offsets {vector}")
             console.print(_result_table(result))
             if result.dead_letters:
                 console.print(_dead_letter_table(result))

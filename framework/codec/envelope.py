@@ -94,6 +94,9 @@ class Envelope(Generic[E]):
     causation_id: str | None = None
     type_name: str = field(default=Factory(_declared_name, takes_self=True))
     schema_version: int = field(default=Factory(_declared_version, takes_self=True))
+    erased: tuple[str, ...] = ()
+    """Personal fields whose subject was forgotten: they hold their declared ``erased``
+    value (see :mod:`framework.codec.privacy`)."""
 
     def __attrs_post_init__(self) -> None:
         # One hook instead of per-field validators: envelopes are built on every decode.

@@ -38,9 +38,11 @@ from framework.codec.envelope import (
     EncodedRecord,
     Envelope,
 )
+from framework.codec.privacy import CIPHER_MARK, FieldCipher, KeyStore
 from framework.codec.registry import EventRegistry
 from framework.codec.upcasting import UpcastChain
 from framework.domain import DomainEvent
+from framework.domain.privacy import personal_fields, subject_field
 from framework.errors import SerializationError
 
 __all__ = ["EventCodec"]
@@ -56,6 +58,7 @@ class _Writer:
     name_bytes: bytes
     version_bytes: bytes
     unstructure: Callable[[Any], Any]
+    personal: bool
 
 
 @frozen
@@ -81,6 +84,7 @@ class EventCodec:
         registry: EventRegistry,
         *,
         configure: Callable[[OrjsonConverter], None] | None = None,
+        keys: KeyStore | None = None,
     ) -> None:
         self._registry = registry
         self._converter = make_converter()
@@ -91,6 +95,14 @@ class EventCodec:
         self._writers: dict[type[DomainEvent], _Writer] = {}
         self._readers: dict[tuple[str, int], _Reader] = {}
         self._generation = -1
+        self._cipher = (
+            None if keys is None else FieldCipher(keys, self._converter.unstructure)
+        )
+
+    @property
+    def keys(self) -> KeyStore | None:
+        """The key store personal fields are encrypted with (``None``: not configured)."""
+        return None if self._cipher is None else self._cipher.keys
 
     @property
     def registry(self) -> EventRegistry:
@@ -119,6 +131,7 @@ class EventCodec:
             name_bytes=declared.name.encode(),
             version_bytes=str(declared.version).encode(),
             unstructure=self._converter.get_unstructure_hook(cls),
+            personal=_declares_personal(cls),
         )
         self._writers[cls] = writer
         return writer
@@ -141,6 +154,25 @@ class EventCodec:
                 version=envelope.schema_version,
             )
         try:
+            data = writer.unstructure(event)
+        except Exception as exc:
+            raise SerializationError(
+                f"cannot encode {type(event).__qualname__} as JSON: {exc}",
+                type_name=writer.name,
+                version=writer.version,
+            ) from exc
+        if self._cipher is not None:
+            data = self._cipher.seal(
+                type(event), data, envelope.aggregate_id, str(envelope.event_id)
+            )
+        elif writer.personal:
+            raise SerializationError(
+                f"{type(event).__qualname__} has personal fields but the codec has no key "
+                "store: give the App a key store (App(..., keys=...)) to encrypt them",
+                type_name=writer.name,
+                version=writer.version,
+            )
+        try:
             value = orjson.dumps(
                 {
                     "type": writer.name,
@@ -151,7 +183,7 @@ class EventCodec:
                     "timestamp": envelope.timestamp,
                     "correlation_id": envelope.correlation_id,
                     "causation_id": envelope.causation_id,
-                    "data": writer.unstructure(event),
+                    "data": data,
                 }
             )
         except Exception as exc:
@@ -272,8 +304,15 @@ class EventCodec:
             )
         if headers:
             self._check_headers(headers, reader, name, version, topic, partition, offset)
+        erased: tuple[str, ...] = ()
+        if self._cipher is not None:
+            data, erased = self._cipher.open(
+                data, event_id, topic=topic, partition=partition, offset=offset
+            )
         if reader.chain is not None:
             data = reader.chain(data, topic=topic, partition=partition, offset=offset)
+        if erased:
+            data = self._cipher.erase(reader.cls, data)  # type: ignore[union-attr]
         try:
             event = reader.structure(data, reader.cls)
         except Exception as exc:
@@ -289,6 +328,7 @@ class EventCodec:
                 causation_id,
                 reader.name,
                 reader.version,
+                erased,
             )
         except (ValueError, TypeError) as exc:
             raise SerializationError(
@@ -372,6 +412,18 @@ class EventCodec:
         upcast = (
             "" if reader.chain is None else f" (upcast from version {reader.chain.from_version})"
         )
+        if self._cipher is None and any(
+            type(v) is dict and CIPHER_MARK in v for v in data.values()
+        ):
+            return SerializationError(
+                f"{reader.name} has encrypted personal fields and the codec has no key store: "
+                "open the App with its key store to read them",
+                type_name=reader.name,
+                version=reader.version,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            )
         return SerializationError(
             f"cannot decode {reader.name}{upcast} into {reader.cls.__qualname__}: "
             f"{describe_structure_error(exc, root='data')}",
@@ -381,6 +433,13 @@ class EventCodec:
             partition=partition,
             offset=offset,
         )
+
+
+def _declares_personal(cls: type) -> bool:
+    """Whether ``cls`` has personal fields (checking its declaration: see
+    :func:`~framework.domain.privacy.subject_field`)."""
+    subject_field(cls)
+    return bool(personal_fields(cls))
 
 
 def _has_type(value: object, field: str) -> bool:

@@ -13,6 +13,13 @@ Layout of one snapshot record:
 The state attributes and their types come from :meth:`Aggregate.state_fields`; they are
 encoded with the same converter rules as events (``framework.codec.converter``).
 
+Personal data: when the codec has a key store and the aggregate class names a
+``snapshot_subject``, ``state`` is one cipher object (see :mod:`framework.codec.privacy`)
+sealed under that subject's key, with the associated data bound to the aggregate id and
+version. Once the subject is forgotten the snapshot cannot be opened: decoding raises
+:class:`~framework.errors.StaleSnapshotError`, and the store rebuilds from the events
+(whose personal fields then read as erased).
+
 A snapshot whose ``snapshot_version`` is not the class's current one raises
 :class:`~framework.errors.StaleSnapshotError` *before* its state is read: the store ignores
 it and rebuilds from events. Any other defect raises
@@ -29,6 +36,7 @@ import orjson
 
 from framework.codec.converter import OrjsonConverter, describe_structure_error, make_converter
 from framework.codec.envelope import EncodedRecord
+from framework.codec.privacy import CIPHER_MARK, FieldCipher, KeyStore
 from framework.domain import Aggregate, Snapshot
 from framework.errors import SerializationError, StaleSnapshotError
 
@@ -45,7 +53,13 @@ class SnapshotCodec:
     :class:`~framework.codec.EventCodec`.
     """
 
-    def __init__(self, *, configure: Callable[[OrjsonConverter], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        configure: Callable[[OrjsonConverter], None] | None = None,
+        keys: KeyStore | None = None,
+    ) -> None:
+        self._cipher = None if keys is None else FieldCipher(keys)
         self._converter = make_converter()
         self._detailed = make_converter(detailed_validation=True)
         if configure is not None:
@@ -72,6 +86,12 @@ class SnapshotCodec:
         state_cls = self._state_class(aggregate_cls)
         try:
             state = self._converter.unstructure(state_cls(**snapshot.state), state_cls)
+            subject = self._subject(aggregate_cls, snapshot)
+            if subject is not None:
+                assert self._cipher is not None
+                state = self._cipher.seal_value(
+                    subject, state, "state", _snapshot_id(snapshot.aggregate_id, snapshot)
+                )
             value = orjson.dumps(
                 {
                     "aggregate_id": snapshot.aggregate_id,
@@ -91,6 +111,13 @@ class SnapshotCodec:
             (HEADER_AGGREGATE_VERSION, str(snapshot.aggregate_version).encode()),
         ]
         return EncodedRecord(snapshot.aggregate_id.encode(), value, headers)
+
+    def _subject(self, aggregate_cls: type[Aggregate], snapshot: Snapshot) -> str | None:
+        attribute = aggregate_cls.snapshot_subject
+        if attribute is None or self._cipher is None:
+            return None
+        subject = snapshot.aggregate_id if attribute == "id" else snapshot.state.get(attribute)
+        return subject if isinstance(subject, str) and subject else None
 
     def decode(
         self,
@@ -150,13 +177,32 @@ class SnapshotCodec:
                     version=version,
                     **where,
                 )
+        raw_state = doc["state"]
+        if CIPHER_MARK in raw_state:
+            if self._cipher is None:
+                raise StaleSnapshotError(
+                    f"snapshot of {name} {doc['aggregate_id']!r} is encrypted and the codec "
+                    "has no key store: rebuild from events",
+                    version=version,
+                    **where,
+                )
+            raw_state = self._cipher.open_value(
+                raw_state, "state", _snapshot_id(doc["aggregate_id"], doc), **where
+            )
+            if raw_state is None:
+                raise StaleSnapshotError(
+                    f"snapshot of {name} {doc['aggregate_id']!r}: its subject was forgotten; "
+                    "rebuild from events",
+                    version=version,
+                    **where,
+                )
         state_cls = self._state_class(aggregate_cls)
         try:
-            state: Any = self._converter.structure(doc["state"], state_cls)
+            state: Any = self._converter.structure(raw_state, state_cls)
         except Exception as exc:
             error: BaseException = exc
             try:
-                self._detailed.structure(doc["state"], state_cls)
+                self._detailed.structure(raw_state, state_cls)
             except Exception as detailed:
                 error = detailed
             raise SerializationError(
@@ -176,3 +222,11 @@ class SnapshotCodec:
             raise SerializationError(
                 f"bad snapshot record of {name}: {exc}", version=version, **where
             ) from None
+
+
+def _snapshot_id(aggregate_id: str, snapshot: Any) -> str:
+    """What a sealed snapshot state is bound to: aggregate id and version."""
+    version = (
+        snapshot["aggregate_version"] if isinstance(snapshot, dict) else snapshot.aggregate_version
+    )
+    return f"snapshot:{aggregate_id}@{version}"

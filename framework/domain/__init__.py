@@ -4,7 +4,9 @@
   type name and schema version);
 * :class:`Aggregate` and :func:`applies` declare aggregates (command methods record events,
   apply methods change state);
-* :class:`Snapshot` is an aggregate's state captured at a version.
+* :class:`Snapshot` is an aggregate's state captured at a version;
+* :func:`personal` and :func:`subject` mark personal-data fields of events (encrypted per
+  subject by the codec; see :mod:`framework.domain.privacy`).
 
 Events hold only domain fields; the envelope (aggregate id and version, event id,
 timestamp, correlation and causation ids) belongs to :mod:`framework.codec`.
@@ -12,6 +14,7 @@ timestamp, correlation and causation ids) belongs to :mod:`framework.codec`.
 
 from framework.domain.aggregate import Aggregate, applies
 from framework.domain.events import DomainEvent, EventType, event, event_type_of
+from framework.domain.privacy import personal, subject
 from framework.domain.snapshot import Snapshot
 
 __all__ = [
@@ -22,4 +25,6 @@ __all__ = [
     "event",
     "event_type_of",
     "Snapshot",
+    "personal",
+    "subject",
 ]

@@ -105,6 +105,10 @@ class Aggregate:
     topic: ClassVar[str]
     snapshot_every: ClassVar[int | None] = None
     snapshot_version: ClassVar[int] = 1
+    snapshot_subject: ClassVar[str | None] = None
+    """Whose personal data the state may hold: a state attribute naming the subject, or
+    ``"id"`` (the aggregate itself). With a key store, snapshots of such an aggregate are
+    encrypted under that subject's key, so forgetting the subject also erases them."""
 
     _appliers: ClassVar[Mapping[type[DomainEvent], Callable[[Any, Any], None]]] = MappingProxyType(
         {}
@@ -115,6 +119,9 @@ class Aggregate:
     _version: int
     _pending: list[DomainEvent]
     _mutable: bool
+    _stored_offset: int | None = None
+    """Log offset of the last stored event this object was built from or saved (set by the
+    repository; ``None`` when unknown): the expected offset of the next conditional append."""
 
     def __init_subclass__(cls, *, topic: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

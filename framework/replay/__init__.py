@@ -8,6 +8,9 @@ Guide: ``docs/spark.md``. The pieces:
   partial files merged by :mod:`.merge`'s rules);
 * :func:`rebuild_and_swap` (:mod:`.handoff`): shadow build, catch-up, pause the live
   workers, atomic swap, resume;
+* :func:`forget` (:mod:`.forget`): erase subjects' personal data (crypto-shredding) and
+  rebuild the read models that held it; ``rebuild(..., as_of=...)`` and
+  :func:`end_vector_at` replay up to a moment (time travel);
 * :mod:`.checksum` and :mod:`.verify`: table-by-table content checksums, comparisons with
   the local engine and the live model;
 * :mod:`.datasource` (the ``eventlane`` PySpark data source), :mod:`.typed` (typed event
@@ -23,9 +26,10 @@ from framework.replay.checksum import (
     file_checksums,
     table_checksums,
 )
+from framework.replay.forget import ForgetReport, forget
 from framework.replay.handoff import HandoffResult, rebuild_and_swap
 from framework.replay.merge import MergeConflictError, merge_partials, merge_rows, parse_rule
-from framework.replay.ranges import OffsetRange, plan_ranges, read_range
+from framework.replay.ranges import OffsetRange, end_vector_at, plan_ranges, read_range
 from framework.replay.rebuild import ENGINES, RebuildResult, rebuild
 from framework.replay.verify import Comparison, verify_rebuild
 
@@ -35,6 +39,9 @@ __all__ = [
     "rebuild",
     "HandoffResult",
     "rebuild_and_swap",
+    "ForgetReport",
+    "forget",
+    "end_vector_at",
     "BuildCounts",
     "DeadLetterReport",
     "KeyGroup",

@@ -96,10 +96,11 @@ class BuildCounts(NamedTuple):
 ZERO = BuildCounts(0, 0, 0, 0)
 
 
-def app_codec(app: App) -> EventCodec:
-    """The codec a runtime of ``app`` uses (executors build it from a pickled :class:`App`):
-    :meth:`App.codec <framework.app.App.codec>`."""
-    return app.codec()
+def app_codec(app: App, log: Log | None = None) -> EventCodec:
+    """The codec a runtime of ``app`` on ``log`` uses (executors build it from a pickled
+    :class:`App`): :meth:`App.codec <framework.app.App.codec>` with the app's key store on
+    ``log``, so personal fields decrypt (or read as erased) in replays too."""
+    return app.codec(keys=None if log is None else app.key_store(log))
 
 
 def remove_db(path: Path) -> None:

@@ -40,7 +40,7 @@ def build_local(
         progress.update(done[0], done[1])
 
     try:
-        applier = BatchApplier(projector, app_codec(app), readmodel, replaying=True)
+        applier = BatchApplier(projector, app_codec(app, log), readmodel, replaying=True)
         counts = BuildCounts(0, 0, 0, 0)
         for rng in ranges:
             counts += replay_ranges(log, applier, [rng], progress=advance)

@@ -26,8 +26,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from framework.engine import open_log
 from framework.errors import ConfigError
-from framework.log import Log, LogStore, Record, TopicPartition
+from framework.log import Log, Record, TopicPartition
 
 __all__ = [
     "OffsetRange",
@@ -60,18 +61,18 @@ class OffsetRange(NamedTuple):
         return self.end - self.start
 
 
-_stores: dict[str, LogStore] = {}
+_stores: dict[str, Log] = {}
 
 
-def open_store(path: str) -> LogStore:
-    """This process's :class:`LogStore` for ``path`` (opened once, then reused): what an
+def open_store(path: str) -> Log:
+    """This process's log for ``path`` (opened once, then reused): what an
     executor reads segment files with. A directory without ``topics/`` is refused rather
     than created empty (a wrong path on a cluster node must fail, not read nothing)."""
     store = _stores.get(path)
     if store is None:
         if not (Path(path) / "topics").is_dir():
             raise ConfigError(f"no eventlane data directory at {path!r}", path=path)
-        store = _stores[path] = LogStore(path)
+        store = _stores[path] = open_log(path)
     return store
 
 
@@ -95,6 +96,26 @@ def end_vector(log: Log, topics: Iterable[str]) -> dict[TopicPartition, int]:
             continue
         for p in range(log.partition_count(topic)):
             out[TopicPartition(topic, p)] = log.offsets(topic, p).hwm
+    return out
+
+
+def end_vector_at(log: Log, topics: Iterable[str], when_ms: int) -> dict[TopicPartition, int]:
+    """Time travel: per partition of ``topics``, the first offset whose timestamp is *after*
+    ``when_ms`` (Kafka's ``offsetsForTimes(when_ms + 1)``), or the high-water mark when no
+    record is that recent. Replaying up to this vector sees exactly the records of each
+    partition that the log's time index places at or before ``when_ms``.
+
+    The vector cuts every partition into a prefix, never a filter: with producer timestamps
+    (CreateTime), a record stamped at or before ``when_ms`` that comes *after* the first
+    record stamped later is left out, as Kafka's ``offsetsForTimes`` would leave it.
+    """
+    out: dict[TopicPartition, int] = {}
+    for topic in topics:
+        if not log.topic_exists(topic):
+            continue
+        for p in range(log.partition_count(topic)):
+            found = log.offset_for_time(topic, p, when_ms + 1)
+            out[TopicPartition(topic, p)] = log.offsets(topic, p).hwm if found is None else found
     return out
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,14 +31,16 @@ import attrs
 import structlog
 
 from framework.app import App, Runtime
+from framework.app.moments import as_of_ms
+from framework.engine import open_log
 from framework.errors import ConfigError
-from framework.log import Log, LogStore, TopicPartition
-from framework.projection import readmodel_path
+from framework.log import Log, TopicPartition
+from framework.log.local import LocalDir
 from framework.replay.build import BuildCounts, DeadLetterReport, dead_letter_report, remove_db
 from framework.replay.local import build_local
 from framework.replay.merge import MergeStats
 from framework.replay.progress import NO_PROGRESS, Progress
-from framework.replay.ranges import end_vector, plan_ranges
+from framework.replay.ranges import end_vector, end_vector_at, plan_ranges
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -94,8 +97,9 @@ class RebuildResult:
         }
 
 
-def default_output(data: Path, projection: str) -> Path:
-    return readmodel_path(data, projection).with_suffix(".rebuild.sqlite")
+def default_output(data: Path | LocalDir, projection: str) -> Path:
+    local = data if isinstance(data, LocalDir) else LocalDir(Path(data))
+    return local.rebuild_output(projection)
 
 
 def _resolve(target: Runtime | App, data: Path | str | None) -> tuple[App, Log, bool]:
@@ -104,7 +108,7 @@ def _resolve(target: Runtime | App, data: Path | str | None) -> tuple[App, Log, 
     if isinstance(target, App):
         if data is None:
             raise ConfigError("rebuild(app, ...) needs data= (the data directory)")
-        return target, LogStore(data), True
+        return target, open_log(data), True
     raise ConfigError(f"rebuild needs a Runtime or an App, got {type(target).__name__}")
 
 
@@ -121,8 +125,14 @@ def rebuild(
     conf: Mapping[str, str] | None = None,
     key_groups: int | None = None,
     progress: Progress = NO_PROGRESS,
+    as_of: datetime | int | None = None,
 ) -> RebuildResult:
     """Rebuild ``projection`` of ``target`` (a Runtime, or an App with ``data=``).
+
+    ``as_of`` (a timezone-aware datetime, or epoch milliseconds) is time travel: the end
+    vector is each partition's first offset stamped after that moment
+    (:func:`~framework.replay.ranges.end_vector_at`), so the read model is the one the
+    projection held then; it cannot be combined with ``end``.
 
     ``engine="spark"`` uses ``spark`` (or starts a session with ``master``/``conf``, see
     :func:`framework.replay.session.spark_session`). ``key_groups`` (Spark, projectors with
@@ -134,15 +144,20 @@ def rebuild(
     app, log_, owns_log = _resolve(target, data)
     try:
         cls = app.projector(projection)
-        data_dir = Path(log_.path)
-        out = Path(output) if output is not None else default_output(data_dir, projection)
-        if out.resolve() == readmodel_path(data_dir, projection).resolve():
+        local = log_.local
+        out = Path(output) if output is not None else local.rebuild_output(projection)
+        if out.resolve() == local.readmodel(projection).resolve():
             raise ConfigError(
                 "the rebuild output must not be the live read model; use --swap to hand it over",
                 path=out,
             )
         out.parent.mkdir(parents=True, exist_ok=True)
-        pinned = dict(end) if end is not None else end_vector(log_, cls.topic_names)
+        if as_of is not None:
+            if end is not None:
+                raise ConfigError("rebuild takes as_of or end, not both")
+            pinned = end_vector_at(log_, cls.topic_names, as_of_ms(as_of))
+        else:
+            pinned = dict(end) if end is not None else end_vector(log_, cls.topic_names)
         ranges = plan_ranges(log_, cls.topic_names, end=pinned)
         per_key = cls.state_per_key
         if key_groups is not None and key_groups > 1 and not per_key:
@@ -182,7 +197,7 @@ def rebuild(
                 assert session is not None
                 built = build_spark(
                     session,
-                    data_dir,
+                    local.root,
                     app,
                     projection,
                     ranges,

@@ -118,7 +118,7 @@ def run_task(spec: TaskSpec, app: App, projection: str, data: str, work: str) ->
     store = open_store(data)
     projector, readmodel = open_build(tmp, app, projection)
     try:
-        applier = BatchApplier(projector, app_codec(app), readmodel, replaying=True)
+        applier = BatchApplier(projector, app_codec(app, store), readmodel, replaying=True)
         counts = replay_ranges(
             store, applier, [spec.range], key_group=spec.key_group, progress=report
         )

@@ -1,0 +1,78 @@
+"""``eventlane forget APP SUBJECT...``: erase subjects' personal data (crypto-shredding).
+
+See ``docs/privacy.md``: the subjects' keys are destroyed (a tombstone, then compaction of
+the key topic), their snapshots dropped, the app's ``on_forget`` hooks run, and the read
+models that hold personal fields rebuilt and swapped in; then it reports what became
+unreadable.
+"""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+from framework.app import load_app
+from framework.cli.context import app as cli_app
+from framework.cli.context import data_option, json_option, stdout_console
+from framework.cli.project import app_argument
+from framework.replay.forget import forget as forget_subjects
+from framework.replay.rebuild import ENGINES
+
+
+@click.command()
+@app_argument
+@click.argument("subjects", nargs=-1, required=True, metavar="SUBJECT...")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="local",
+    show_default=True,
+    help="How the read models that held personal data are rebuilt.",
+)
+@click.option(
+    "--no-scan",
+    is_flag=True,
+    help="Skip counting the records that carried the subjects' cipher texts.",
+)
+@click.option(
+    "--no-rebuild",
+    is_flag=True,
+    help="Do not rebuild read models now (then they still show the erased values).",
+)
+@data_option
+@json_option
+def forget(
+    app_spec: str,
+    subjects: tuple[str, ...],
+    engine: str,
+    no_scan: bool,
+    no_rebuild: bool,
+    as_json: bool,
+) -> None:
+    """Forget SUBJECT... of APP: destroy their keys so their personal data is unreadable.
+
+    APP is the application as module:attribute [env EVENTLANE_APP].
+    """
+    application = load_app(app_spec)
+    log = cli_app().open_log(create=False)
+    with application.open(log, create_topics=False) as runtime:
+        report = forget_subjects(
+            runtime, subjects, engine=engine, scan=not no_scan, rebuild_readmodels=not no_rebuild
+        )
+    if as_json:
+        click.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        return
+    console = stdout_console()
+    for subject in report.subjects:
+        state = (
+            "key destroyed" if subject in report.keys_destroyed else "no key (already forgotten?)"
+        )
+        console.print(f"{subject}: {state}")
+    for topic, count in sorted(report.unreadable.items()):
+        console.print(
+            f"  {count:,} records of {topic} carry personal fields that are now unreadable"
+        )
+    if report.snapshots_removed:
+        console.print(f"  {report.snapshots_removed} snapshots removed")
+    if report.rebuilt:
+        console.print(f"  read models rebuilt: {', '.join(report.rebuilt)}")

@@ -37,7 +37,6 @@ import orjson
 import structlog
 
 from framework.app import App, Runtime, load_app
-from framework.codec import EventCodec, EventRegistry
 from framework.consumer.admin import (
     describe_group,
     list_groups,
@@ -45,6 +44,7 @@ from framework.consumer.admin import (
     reset_offsets,
 )
 from framework.consumer.coordinator import validate_group_id
+from framework.engine import open_log as engine_open_log
 from framework.errors import (
     AggregateNotFoundError,
     ConfigError,
@@ -52,7 +52,7 @@ from framework.errors import (
     OffsetOutOfRangeError,
     ProjectionError,
 )
-from framework.log import Log, LogStore, Record
+from framework.log import Log, Record
 from framework.log.names import validate_topic_name
 from framework.log.partitioner import partition_for_key
 from framework.projection import (
@@ -64,8 +64,6 @@ from framework.projection import (
 )
 from framework.replay.rebuild import ENGINES, rebuild
 from framework.replay.verify import verify_rebuild
-from framework.store.event_store import EventStore
-from framework.store.key_index import index_path
 
 log = structlog.get_logger("eventlane.console")
 
@@ -80,24 +78,24 @@ POINT_READ_BYTES = 16 << 10
 
 
 def open_log(data: Path | None, url: str | None) -> Log:
-    """The log named by ``--log URL`` (``file:///dir`` or a plain directory) or ``--data``.
+    """The log named by ``--log URL`` (any engine :func:`framework.engine.open_log` knows:
+    ``file:///dir``, a plain directory, ``nats://...``) or by ``--data DIR``.
 
-    Refuses a directory that holds no log (a wrong path is the usual mistake)."""
-    if url is not None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("", "file"):
-            raise ConfigError(
-                f"--log {url!r}: this console build opens file: logs only (got {parts.scheme}:)"
-            )
-        path = Path(unquote(parts.path) if parts.scheme else url)
+    An embedded log must exist already: a directory that holds none is refused (a wrong path
+    is the usual mistake) and nothing is created. For another engine ``--data`` names its
+    local directory (read models, group state)."""
+    if url is not None and urlsplit(url).scheme in ("", "file"):
+        path = Path(unquote(urlsplit(url).path) if "://" in url else url)
         if data is not None and path.resolve() != data.resolve():
             raise ConfigError(f"--log {url!r} and --data {str(data)!r} name different logs")
-        data = path
+        data, url = path, None
+    if url is not None:
+        return engine_open_log(url, data_dir=data)
     if data is None:
         raise ConfigError("give --data DIR or --log URL")
     if not (data / "topics").is_dir():
         raise ConfigError(f"no eventlane data in {str(data)!r}", path=data)
-    return LogStore(data)
+    return engine_open_log(data)
 
 
 class Filters:
@@ -268,11 +266,6 @@ class ConsoleData:
         self.runtime: Runtime | None = (
             self.app.open(log_, create_topics=False) if self.app is not None else None
         )
-        self._store = (
-            self.runtime.store
-            if self.runtime is not None
-            else EventStore(log_, EventCodec(EventRegistry()))
-        )
         self._event_topics = frozenset(
             c.topic for c in (self.app.aggregates if self.app is not None else ())
         )
@@ -282,15 +275,13 @@ class ConsoleData:
     def close(self) -> None:
         if self.runtime is not None:
             self.runtime.close()
-        else:
-            self._store.close()
         self.log.close()
 
     # ------------------------------------------------------------------ overview
     def backend(self) -> dict[str, Any]:
         return {
             "engine": type(self.log).__name__,
-            "location": str(getattr(self.log, "path", "")),
+            "location": str(self.log.local.root),
             "app": None if self.app is None else self.app.name,
         }
 
@@ -398,14 +389,12 @@ class ConsoleData:
         return partition_for_key(key.encode(), self.log.partition_count(self.topic_name(topic)))
 
     def key_records(self, topic: str, partition: int, key: bytes) -> list[Record] | None:
-        """``key``'s records in the partition, in offset order, found through the per-key
-        index (a lookup, not a scan); ``None`` where the topic has no index (the caller then
-        scans)."""
-        root = Path(getattr(self.log, "path", ".")) / "store"
-        if not index_path(root, topic, partition).exists():
+        """``key``'s records in the partition, in offset order, through the engine's per-key
+        reads (the embedded log's key index: a lookup, not a scan); ``None`` where the engine
+        has none (the caller then scans)."""
+        if not self.log.capabilities.key_reads:
             return None
-        offsets = self._store.index(topic, partition).view(key).offsets
-        return self._store.read_records(topic, partition, offsets)
+        return self.log.read_key(topic, partition, key)
 
     def browse(
         self,

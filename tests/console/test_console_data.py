@@ -76,7 +76,7 @@ def test_starts_oldest_newest_offset_and_timestamp(console: ConsoleData) -> None
 def test_filters_by_key_header_text_and_json_path(console: ConsoleData) -> None:
     by_key = console.browse("t", 0, filters=Filters(key="k1"), limit=500)
     assert offsets(by_key) == list(range(1, 300, 3))
-    assert by_key["lookup"] == "scan"  # a raw topic has no per-key index: scanned
+    assert by_key["lookup"] == "index"  # the embedded log reads a key through its index
     odd = console.browse("t", 0, filters=Filters(header="Odd"), limit=500)
     assert offsets(odd) == list(range(1, 300, 2))
     same = console.browse("t", 0, filters=Filters(header="event-type=Odd"), limit=500)
@@ -145,7 +145,7 @@ def test_views_that_need_an_app_say_so(console: ConsoleData) -> None:
 def test_open_log_refuses_a_directory_without_a_log(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no eventlane data"):
         open_log(tmp_path, None)
-    with pytest.raises(ConfigError, match="file: logs only"):
+    with pytest.raises(ConfigError, match="no log engine for URL scheme"):
         open_log(None, "nats://127.0.0.1:4222")
     with pytest.raises(ConfigError, match="name different logs"):
         open_log(tmp_path / "a", f"file://{tmp_path}/b")

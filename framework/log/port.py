@@ -73,6 +73,7 @@ class Log(Protocol):
         precondition: Precondition | None = None,
         on_appended: AppendHook | None = None,
         atomic: bool = False,
+        combine: bool = False,
     ) -> AppendResult: ...
     def read(
         self,

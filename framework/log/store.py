@@ -367,11 +367,16 @@ class LogStore:
         precondition: Precondition | None = None,
         on_appended: AppendHook | None = None,
         atomic: bool = False,
+        combine: bool = False,
     ) -> AppendResult:
         part = self.partition(topic, partition)
         try:
             return part.append(
-                records, precondition=precondition, on_appended=on_appended, atomic=atomic
+                records,
+                precondition=precondition,
+                on_appended=on_appended,
+                atomic=atomic,
+                combine=combine,
             )
         except UnknownTopicError:
             self._forget(topic, partition, part)

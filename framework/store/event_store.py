@@ -166,8 +166,15 @@ class EventStore:
                     topic, partition, key, expected_version + len(offsets), result.last_offset
                 )
 
+        # combine: concurrent saves of other streams of this partition share the fsync.
         result = self.log.append(
-            topic, partition, records, precondition=check, on_appended=indexed, atomic=True
+            topic,
+            partition,
+            records,
+            precondition=check,
+            on_appended=indexed,
+            atomic=True,
+            combine=True,
         )
         return [
             RecordMetadata(topic, partition, result.base_offset + i, ts)

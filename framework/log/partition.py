@@ -114,6 +114,38 @@ class SegmentInfo(NamedTuple):
     size: int
 
 
+class _Append:
+    """One caller's append while it waits in (or is written by) a group; see
+    :meth:`Partition.append`."""
+
+    __slots__ = (
+        "batches",
+        "count",
+        "error",
+        "keys",
+        "on_appended",
+        "pending",
+        "precondition",
+        "result",
+    )
+
+    def __init__(
+        self,
+        batches: list[Sequence[RecordTuple]],
+        count: int,
+        precondition: Precondition | None,
+        on_appended: AppendHook | None,
+    ) -> None:
+        self.batches = batches
+        self.count = count
+        self.precondition = precondition
+        self.on_appended = on_appended
+        self.keys: frozenset[bytes] = frozenset()
+        self.pending: AppendResult | None = None
+        self.result: AppendResult | None = None
+        self.error: BaseException | None = None
+
+
 class Partition:
     """A partition opened by this process; safe for use from several threads and processes."""
 
@@ -167,6 +199,9 @@ class Partition:
         self._r_lock = threading.Lock()
         self.last_used = next_use()
         """When this partition was last locked or read (an ever-increasing counter)."""
+        self._combine_lock = threading.Lock()
+        self._waiting: list[_Append] = []
+        """Appends of this process waiting to be written as one group (``combine=True``)."""
         self._failed: OSError | None = None
         """Set when an fsync failed: appends are refused until the partition is reopened."""
         self._skip_lost = skip_lost_offsets
@@ -358,6 +393,7 @@ class Partition:
         precondition: Precondition | None = None,
         on_appended: AppendHook | None = None,
         atomic: bool = False,
+        combine: bool = False,
     ) -> AppendResult:
         """Append ``records`` in order and return their offsets once they are durable.
 
@@ -366,12 +402,19 @@ class Partition:
         ``atomic=True`` they must fit one batch, which a crash can never split.
         ``precondition(leo)`` runs under the append lock before anything is written, and
         ``on_appended(result)`` under the same lock once the records are published.
+
+        ``combine=True`` (with ``atomic=True``) is *group commit* for conditional appends:
+        appends of this process waiting for the lock are written by whichever holds it, one
+        batch each, under one fsync, as long as their record keys are disjoint (an append
+        whose keys meet one of the group's waits for the next group). Each keeps its own
+        outcome: its precondition runs with the log end offset the group started at, so it
+        must depend only on the history of its own records' keys (the event store's
+        per-stream version check does); one that fails raises alone, the others are written.
         """
         if not records:
             raise InvalidRecordError(
                 "nothing to append", topic=self.topic, partition=self.partition
             )
-        cfg = self.config
         batches = self._split(records)
         if atomic and len(batches) > 1:
             raise RecordTooLargeError(
@@ -380,13 +423,48 @@ class Partition:
                 topic=self.topic,
                 partition=self.partition,
             )
-        with self.locked() as snap:
+        request = _Append(batches, len(records), precondition, on_appended)
+        if not (combine and atomic):
+            with self.locked() as snap:
+                self._write_locked(snap, [request], raise_errors=True)
+            self.notifier.bump()
+            assert request.result is not None
+            return request.result
+        request.keys = frozenset(r[0] for r in records if r[0] is not None)
+        with self._combine_lock:
+            self._waiting.append(request)
+        with self.locked():
+            while request.result is None and request.error is None:
+                self._write_locked(self._sync_locked(), self._next_group(), raise_errors=False)
+        self.notifier.bump()
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    def _next_group(self) -> list[_Append]:
+        """The waiting appends with pairwise disjoint keys, oldest first."""
+        group: list[_Append] = []
+        rest: list[_Append] = []
+        keys: set[bytes] = set()
+        with self._combine_lock:
+            for request in self._waiting:
+                if keys.isdisjoint(request.keys):
+                    group.append(request)
+                    keys |= request.keys
+                else:
+                    rest.append(request)
+            self._waiting = rest
+        return group
+
+    def _write_locked(self, snap: Snapshot, requests: list[_Append], *, raise_errors: bool) -> None:
+        """Write ``requests`` after ``snap``'s end under one fsync (see :meth:`append`); set
+        each one's result or error. ``raise_errors``: raise a single append's error instead."""
+        cfg = self.config
+        try:
             if self._failed is not None:
                 raise self._read_only_error()
-            if precondition is not None:
-                precondition(snap.leo)
             now = self.clock()
-            timestamps: list[int] = []
             leo = snap.leo
             size = snap.active_size
             max_ts = snap.active_max_ts
@@ -399,37 +477,59 @@ class Partition:
             index_entries: list[bytes] = []
             time_entries: list[bytes] = []
             ts_type = 1 if cfg.log_append_time else 0
-            for chunk in batches:
-                resolved = [
-                    (r[0], r[1], r[2], now if (ts_type or r[3] is None) else r[3]) for r in chunk
-                ]
-                try:
-                    raw = encode_batch(leo, resolved, timestamp_type=ts_type)
-                except (TypeError, ValueError, OverflowError, struct.error) as exc:
-                    raise InvalidRecordError(
-                        f"cannot encode record: {exc}",
-                        topic=self.topic,
-                        partition=self.partition,
-                        offset=leo,
-                    ) from None
-                if size > 0 and (
-                    size + len(raw) > cfg.segment_bytes or now - created >= cfg.segment_ms
-                ):
-                    self._write_pending(pending_start, pending, index_entries, time_entries)
-                    pending, index_entries, time_entries = [], [], []
-                    layout = self._roll_locked(leo, now).layout
-                    active_base, size, max_ts, last_index_pos, created = leo, 0, -1, 0, now
-                    pending_start = 0
-                if size == 0 or size - last_index_pos >= cfg.index_interval_bytes:
-                    index_entries.append(OFFSET_ENTRY.pack(leo - active_base, size))
-                    time_entries.append(TIME_ENTRY.pack(max_ts, leo - active_base))
-                    last_index_pos = size
-                pending.append(raw)
-                size += len(raw)
-                stamps = [r[3] for r in resolved]
-                max_ts = max(max_ts, *stamps)
-                timestamps.extend(stamps)
-                leo += len(chunk)
+            written: list[_Append] = []
+            for request in requests:
+                if request.precondition is not None:
+                    try:
+                        request.precondition(snap.leo)
+                    except Exception as exc:
+                        if raise_errors:
+                            raise
+                        request.error = exc
+                        continue
+                timestamps: list[int] = []
+                base = leo
+                for chunk in request.batches:
+                    resolved = [
+                        (r[0], r[1], r[2], now if (ts_type or r[3] is None) else r[3])
+                        for r in chunk
+                    ]
+                    try:
+                        raw = encode_batch(leo, resolved, timestamp_type=ts_type)
+                    except (TypeError, ValueError, OverflowError, struct.error) as exc:
+                        error = InvalidRecordError(
+                            f"cannot encode record: {exc}",
+                            topic=self.topic,
+                            partition=self.partition,
+                            offset=leo,
+                        )
+                        if raise_errors or len(request.batches) > 1:
+                            raise error from None
+                        request.error = error
+                        break
+                    if size > 0 and (
+                        size + len(raw) > cfg.segment_bytes or now - created >= cfg.segment_ms
+                    ):
+                        self._write_pending(pending_start, pending, index_entries, time_entries)
+                        pending, index_entries, time_entries = [], [], []
+                        layout = self._roll_locked(leo, now).layout
+                        active_base, size, max_ts, last_index_pos, created = leo, 0, -1, 0, now
+                        pending_start = 0
+                    if size == 0 or size - last_index_pos >= cfg.index_interval_bytes:
+                        index_entries.append(OFFSET_ENTRY.pack(leo - active_base, size))
+                        time_entries.append(TIME_ENTRY.pack(max_ts, leo - active_base))
+                        last_index_pos = size
+                    pending.append(raw)
+                    size += len(raw)
+                    stamps = [r[3] for r in resolved]
+                    max_ts = max(max_ts, *stamps)
+                    timestamps.extend(stamps)
+                    leo += len(chunk)
+                if request.error is None:
+                    request.pending = AppendResult(base, leo - 1, timestamps)
+                    written.append(request)
+            if not written:
+                return
             self._write_pending(pending_start, pending, index_entries, time_entries)
             if cfg.flush_policy == "always":
                 self._durable(os.fdatasync, self._w_fd)
@@ -447,17 +547,23 @@ class Partition:
                     boot=snap.boot,
                 )
             )
-            result = AppendResult(leo - len(records), leo - 1, timestamps)
-            if on_appended is not None:
+        except Exception as exc:
+            if raise_errors:
+                raise
+            for request in requests:  # nothing of the group was acknowledged
+                if request.error is None:
+                    request.error = exc
+            return
+        for request in written:
+            result = request.result = request.pending
+            if request.on_appended is not None and result is not None:
                 try:
-                    on_appended(result)
+                    request.on_appended(result)
                 except Exception:
                     self._log.exception(
                         "append hook failed (the append itself succeeded)",
                         offset=result.base_offset,
                     )
-        self.notifier.bump()
-        return result
 
     def _durable(self, sync: Callable[[int], None], fd: int) -> None:
         """``sync(fd)``; if it fails, the partition goes read-only (the fsyncgate rule).

@@ -355,6 +355,7 @@ class LogStore:
         expect: Expect | None = None,
         atomic: bool = False,
         precondition: Callable[[int], None] | None = None,
+        combine: bool = False,
     ) -> AppendResult:
         """The port's append. ``precondition`` (embedded engine only, not in the port) is
         called with the log end offset under the append lock and refuses the append by
@@ -365,9 +366,14 @@ class LogStore:
                 if precondition is not None:
                     raise ConfigError("pass expect= or precondition=, not both", topic=topic)
                 check, indexed = self.keys.conditional(topic, partition, expect, records)
-                return part.append(records, precondition=check, on_appended=indexed, atomic=atomic)
+                # conditional appends of other keys waiting on this partition share one fsync
+                return part.append(
+                    records, precondition=check, on_appended=indexed, atomic=atomic, combine=True
+                )
             hook = self.keys.indexing_hook(topic, partition, records)
-            return part.append(records, precondition=precondition, on_appended=hook, atomic=atomic)
+            return part.append(
+                records, precondition=precondition, on_appended=hook, atomic=atomic, combine=combine
+            )
         except UnknownTopicError:
             self._forget(topic, partition, part)
             raise

@@ -280,21 +280,27 @@ class BatchApplier:
             handler = handlers.get(type(event))
             if handler is None:
                 return False
+        ctx = self._context(rec, decoded)
+        if handler is None:
+            return self.projector.handle(event, ctx)
+        handler(self.projector, event, ctx)
+        return True
+
+    def _context(self, rec: Record, envelope: Envelope[Any]) -> EventContext:
         readmodel = self.readmodel
-        ctx = EventContext(
+        return EventContext(
             rec.topic,
             rec.partition,
             rec.offset,
-            decoded,
+            envelope,
             readmodel.db,
             self.replaying,
             self.app,
             readmodel.conn,
         )
-        if handler is None:
-            return self.projector.handle(event, ctx)
-        handler(self.projector, event, ctx)
-        return True
+
+    def close(self) -> None:
+        """Release what the applier holds (nothing here; see the parallel applier)."""
 
     # ------------------------------------------------------------------ dead letters
     def _read_parked(self) -> set[ParkedKey]:

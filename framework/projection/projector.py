@@ -147,6 +147,20 @@ def _setup_migrations(cls: type[Projector]) -> Migrations:
     return migrations
 
 
+def _check_concurrency(cls: type[Projector]) -> None:
+    """The rule of per-key parallelism: concurrent handlers run outside the read model's
+    transaction, so a projector with ``concurrency > 1`` may not have tables to write."""
+    n = cls.concurrency
+    if type(n) is not int or n < 1:
+        raise ConfigError(f"{cls.__qualname__}.concurrency must be an int >= 1, got {n!r}")
+    if n > 1 and cls.migrations is not None:
+        raise ConfigError(
+            f"{cls.__qualname__}: concurrency = {n} runs handlers of different keys at once,"
+            " outside the read model's transaction, so they may not write a read model; drop"
+            " its migrations/setup (a policy that issues commands), or keep concurrency = 1"
+        )
+
+
 class EventContext:
     """Where an event came from, its envelope, and the session to write the read model.
 
@@ -247,6 +261,12 @@ class Projector:
     """Keep per-key order: park later events of a key behind a dead-lettered one."""
     handler_attempts: ClassVar[int] = 3
     """Tries per event before it is dead-lettered."""
+    concurrency: ClassVar[int] = 1
+    """Per-key parallelism inside a partition (see :mod:`framework.projection.parallel`):
+    with ``N > 1``, events of different keys of one partition are handled by up to ``N``
+    threads at once, events of one key strictly in order. Only for projectors that do not
+    write a read model (policies issuing commands): no ``migrations``, no ``setup``, and
+    ``ctx.db``/``ctx.conn`` raise. Ignored in rebuilds (nothing is issued there)."""
     state_per_key: ClassVar[bool] = False
     """Every row belongs to one aggregate (key): a parallel rebuild may split a partition
     into key groups (more tasks than partitions); see :mod:`framework.replay`."""
@@ -266,6 +286,7 @@ class Projector:
                     " not both (setup() is the first migration of a projector without any)"
                 )
             cls.migrations = _setup_migrations(cls)
+        _check_concurrency(cls)
 
     @classmethod
     def handled_types(cls) -> tuple[type[DomainEvent], ...]:

@@ -37,9 +37,10 @@ import structlog
 from framework.consumer.group import GroupConsumer
 from framework.errors import CommitFailedError, FencedError, FrameworkError
 from framework.log import Record, TopicPartition
-from framework.projection.applier import BatchApplier, BatchResult
+from framework.projection.applier import BatchResult
 from framework.projection.dead_letters import publish_dead_letters
 from framework.projection.host import ProjectionHost
+from framework.projection.parallel import applier_for
 from framework.projection.pause import PauseControl
 from framework.projection.schema import open_readmodel
 from framework.projection.status import notify_applied
@@ -79,7 +80,7 @@ class Worker:
         self.name = name
         self.projector = runtime.app.projector(name)()
         self.readmodel = open_readmodel(runtime, name)
-        self.applier = BatchApplier(self.projector, runtime.codec, self.readmodel, app=runtime)
+        self.applier = applier_for(self.projector, runtime.codec, self.readmodel, app=runtime)
         self.max_poll_records = max_poll_records
         self.poll_timeout = poll_timeout
         self.group_commit_interval_s = group_commit_interval_s
@@ -265,7 +266,8 @@ class Worker:
         self.readmodel = open_readmodel(self.runtime, self.name)
         self._readmodel_inode = _inode(self.readmodel.path)
         self._readmodel_open = True
-        self.applier = BatchApplier(
+        self.applier.close()
+        self.applier = applier_for(
             self.projector, self.runtime.codec, self.readmodel, app=self.runtime
         )
         self._published = -1
@@ -275,6 +277,7 @@ class Worker:
         self._log.info("read model reopened after a hand-off", member=member)
 
     def close(self) -> None:
+        self.applier.close()
         if not self._readmodel_open:  # stopped while paused: the file is not ours to touch
             self.consumer.close(autocommit=False)
             return

@@ -195,6 +195,7 @@ class Workers:
         env: dict[str, str] | None = None,
         module: str | None = None,
         max_poll_records: int = 500,
+        app: str = APP,
     ) -> subprocess.Popen[bytes]:
         self.n += 1
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -207,7 +208,7 @@ class Workers:
                 str(self.data),
                 "project",
                 "worker",
-                APP,
+                app,
                 name,
                 "--session-timeout-ms",
                 str(session_timeout_ms),

@@ -1,0 +1,276 @@
+"""Per-key parallelism inside a partition, for projectors with ``concurrency = N > 1``.
+
+A partition is a total order, but a policy only needs the order *per key* (per aggregate):
+waiting for one order's invoice to be saved before looking at the next order is head-of-line
+blocking. :class:`ParallelApplier` splits each poll's events of a partition by key and hands
+the keys to up to ``N`` threads: events of one key run strictly in offset order on one
+thread, events of different keys at once (a policy's handlers mostly wait on the event
+store's fsyncs, so threads suffice).
+
+**The rule.** Concurrent handlers run outside the read model's transaction, so a projector
+with ``concurrency > 1`` may not write a read model: no ``migrations``/``setup``
+(:class:`~framework.errors.ConfigError` when the class is created) and ``ctx.db``/``ctx.conn``
+raise :class:`~framework.errors.ProjectionError`. Its effects go through ``ctx.issue``
+(exactly once per triggering event by its causation check). The framework alone writes the
+read model, from the applying thread: positions, dead letters and the offset map.
+
+**Positions: the lowest unfinished offset.** As handlers finish, the applying thread commits
+(every ``commit_interval_s`` and at the end of the batch), in one transaction per commit:
+
+* the partition's position = its *lowest unfinished offset* (LUO): every event below it has
+  finished (handled, skipped, or dead-lettered), so the position never passes an event that
+  has not finished;
+* the offset map: the finished offsets at or above the LUO, in ``_eventlane_parallel_done``
+  (``topic, partition, offset``), and only those (rows below the position are deleted);
+* the dead letters of finished events.
+
+After a crash the partition restarts at its position and skips the offsets in the map: only
+unfinished work is redelivered (Confluent's parallel-consumer keeps the same map in Kafka's
+commit metadata). Fencing is checked at every commit: a zombie's commit raises
+:class:`~framework.errors.FencedError`, its threads stop at their next event, and what they
+did meanwhile was idempotent (``ctx.issue``).
+
+Parking (``park_after_dead_letter``) holds per key: a key parked before the batch, or whose
+event is dead-lettered in it, parks its later events; ``handler_attempts`` retries a failed
+handler on its key's thread before dead-lettering it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+
+import structlog
+
+from framework.codec import EventCodec
+from framework.errors import ProjectionError
+from framework.log import Record, TopicPartition
+from framework.projection.applier import (
+    BatchApplier,
+    BatchResult,
+    Decoded,
+    _DecodeFailedError,
+    _describe,
+    _type_name,
+)
+from framework.projection.projector import EventContext, Projector
+from framework.projection.readmodel import ReadModel
+
+__all__ = ["DONE_TABLE", "ParallelApplier", "applier_for"]
+
+log = structlog.get_logger("eventlane.projection")
+
+DONE_TABLE = "_eventlane_parallel_done"
+"""The offset map: finished offsets at or above each partition's position."""
+
+_CREATE_DONE = (
+    f"CREATE TABLE IF NOT EXISTS {DONE_TABLE} (topic TEXT NOT NULL, partition INTEGER NOT NULL,"
+    " offset INTEGER NOT NULL, PRIMARY KEY (topic, partition, offset)) WITHOUT ROWID"
+)
+
+_DeadLetter = tuple[Record, str, "str | None", int, str]
+"""``(record, error, type name, attempts, status)`` of an event to dead-letter."""
+
+
+class _NoReadModel:
+    """``ctx.db``/``ctx.conn`` of a concurrent handler: any use raises."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        raise ProjectionError(
+            f"projector {self._name!r} has concurrency > 1: its handlers run concurrently,"
+            " outside the read model's transaction, and may not use ctx.db/ctx.conn"
+            f" (tried .{attr}); issue commands with ctx.issue, or set concurrency = 1"
+        )
+
+
+class _Partition:
+    """Progress of one partition's events in a batch: the offset map's in-memory side."""
+
+    def __init__(self, tp: TopicPartition, offsets: list[int], first: int) -> None:
+        self.tp = tp
+        self.offsets = offsets  # the batch's offsets still to finish, ascending
+        self.first = first
+        self.finished: set[int] = set()
+        self.saved: set[int] = set()  # finished offsets already in the done table
+        self.dead: list[_DeadLetter] = []
+        self.cursor = 0
+        self.end = offsets[-1] + 1 if offsets else first
+
+    def lowest_unfinished(self) -> int:
+        """The position that is safe to commit: no unfinished event below it."""
+        offsets, finished = self.offsets, self.finished
+        while self.cursor < len(offsets) and offsets[self.cursor] in finished:
+            self.cursor += 1
+        return offsets[self.cursor] if self.cursor < len(offsets) else self.end
+
+
+class ParallelApplier(BatchApplier):
+    """A :class:`BatchApplier` running different keys of a partition concurrently (see the
+    module docstring); one per worker, used from one thread."""
+
+    def __init__(
+        self,
+        projector: Projector,
+        codec: EventCodec,
+        readmodel: ReadModel,
+        *,
+        app: Any = None,
+        clock: Callable[[], float] = time.time,
+        commit_interval_s: float = 0.2,
+    ) -> None:
+        super().__init__(projector, codec, readmodel, app=app, clock=clock)
+        self.concurrency = projector.concurrency
+        self.commit_interval_s = commit_interval_s
+        self._pool = ThreadPoolExecutor(
+            self.concurrency, thread_name_prefix=f"eventlane-{projector.name}"
+        )
+        self._guard: Any = _NoReadModel(projector.name)
+        self._mutex = threading.Lock()  # finished sets, dead letters, counts, _parked
+        self._stop = threading.Event()
+        with readmodel.transaction() as conn:
+            conn.execute(_CREATE_DONE)
+
+    def apply(self, records: list[Record], generation: int = 0) -> BatchResult:
+        """Apply ``records`` exactly once, keys concurrently; raises :class:`FencedError`
+        (nothing more committed, threads stopped) when a partition moved on."""
+        if not records:
+            return BatchResult(0, 0, 0)
+        groups: dict[TopicPartition, list[tuple[Record, Decoded]]] = {}
+        for r in records:
+            groups.setdefault(TopicPartition(r.topic, r.partition), []).append((r, self._decode(r)))
+        readmodel = self.readmodel
+        progress: dict[TopicPartition, _Partition] = {}
+        keys: dict[tuple[TopicPartition, bytes | None], list[tuple[Record, Decoded]]] = {}
+        with readmodel.transaction() as conn:
+            if self._park:
+                self._parked = self._read_parked()
+            for tp, items in groups.items():
+                first = items[0][0].offset
+                start = readmodel.check_and_advance(conn, tp, generation, first, first)
+                done = {
+                    int(o)
+                    for (o,) in conn.execute(
+                        f"SELECT offset FROM {DONE_TABLE} WHERE topic=? AND partition=?"
+                        " AND offset>=?",
+                        (tp.topic, tp.partition, start),
+                    )
+                }
+                todo = [(r, d) for r, d in items if r.offset >= start and r.offset not in done]
+                part = progress[tp] = _Partition(tp, [r.offset for r, _ in todo], start)
+                part.end = items[-1][0].offset + 1
+                part.saved = done
+                for r, d in todo:
+                    keys.setdefault((tp, r.key), []).append((r, d))
+        counts = [0, 0, 0]
+        self._stop.clear()
+        pending: set[Future[None]] = {
+            self._pool.submit(self._run_key, progress[tp], events, counts)
+            for (tp, _), events in keys.items()
+        }
+        try:
+            while pending:
+                # Not FIRST_COMPLETED: one wake per finished key would cost O(keys) each.
+                _, pending = wait(pending, timeout=self.commit_interval_s)
+                if pending:
+                    self._commit(progress, generation)
+        except BaseException:
+            self._stop.set()
+            wait(pending)
+            raise
+        self._commit(progress, generation)
+        self.dead_lettered_total += counts[2]
+        return BatchResult(*counts)
+
+    # ------------------------------------------------------------------ one key's events
+    def _run_key(
+        self, part: _Partition, events: list[tuple[Record, Decoded]], counts: list[int]
+    ) -> None:
+        for rec, decoded in events:
+            if self._stop.is_set():
+                return
+            outcome, dead = self._one(rec, decoded)
+            with self._mutex:
+                counts[outcome] += 1
+                if dead is not None:
+                    part.dead.append(dead)
+                    if self._park and rec.key is not None:
+                        self._parked.add((rec.topic, rec.key))
+                part.finished.add(rec.offset)
+
+    def _one(self, rec: Record, decoded: Decoded) -> tuple[int, _DeadLetter | None]:
+        """Handle one event: ``(0 applied | 1 skipped | 2 dead-lettered, dead letter)``."""
+        if self._park and (rec.topic, rec.key) in self._parked:
+            reason = "parked behind an earlier dead letter of the same key"
+            return 2, (rec, reason, None, 0, "parked")
+        if isinstance(decoded, _DecodeFailedError):  # deterministic: no retries
+            return 2, (rec, decoded.describe(), decoded.type_name, 1, "dead")
+        attempts = max(1, self.projector.handler_attempts)
+        for attempt in range(1, attempts + 1):
+            try:
+                return (0 if self._handle(rec, decoded) else 1), None
+            except Exception as exc:
+                if attempt == attempts or self._stop.is_set():
+                    return 2, (rec, _describe(exc), _type_name(rec), attempt, "dead")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _context(self, rec: Record, envelope: Any) -> EventContext:
+        guard = self._guard
+        return EventContext(
+            rec.topic, rec.partition, rec.offset, envelope, guard, False, self.app, guard
+        )
+
+    # ------------------------------------------------------------------ commits
+    def _commit(self, progress: dict[TopicPartition, _Partition], generation: int) -> None:
+        """One transaction: positions at the lowest unfinished offsets, the offset map
+        above them, and the dead letters of finished events."""
+        with self._mutex:
+            plan = []
+            for tp, part in progress.items():
+                luo = part.lowest_unfinished()
+                above = sorted(o for o in part.finished if o >= luo and o not in part.saved)
+                plan.append((tp, part, luo, above, part.dead))
+                part.dead = []
+        try:
+            with self.readmodel.transaction() as conn:
+                for tp, part, luo, above, dead in plan:
+                    self.readmodel.check_and_advance(conn, tp, generation, part.first, luo)
+                    for rec, error, type_name, attempts, status in dead:
+                        self._dead_letter(rec, error, type_name, attempts, status=status)
+                    conn.executemany(
+                        f"INSERT OR IGNORE INTO {DONE_TABLE} VALUES (?, ?, ?)",
+                        [(tp.topic, tp.partition, o) for o in above],
+                    )
+                    conn.execute(
+                        f"DELETE FROM {DONE_TABLE} WHERE topic=? AND partition=? AND offset<?",
+                        (tp.topic, tp.partition, luo),
+                    )
+        except BaseException:
+            with self._mutex:  # not committed: write them with the next commit
+                for _, part, _, _, dead in plan:
+                    part.dead[:0] = dead
+            raise
+        for _, part, _, above, _ in plan:
+            part.saved.update(above)
+
+    def close(self) -> None:
+        """Stop the handler threads (after their current event)."""
+        self._stop.set()
+        self._pool.shutdown(wait=True)
+
+
+def applier_for(
+    projector: Projector, codec: EventCodec, readmodel: ReadModel, *, app: Any = None
+) -> BatchApplier:
+    """The applier a worker runs ``projector`` with: parallel per key when its
+    ``concurrency`` is above 1, the in-order :class:`BatchApplier` otherwise."""
+    if projector.concurrency > 1:
+        return ParallelApplier(projector, codec, readmodel, app=app)
+    return BatchApplier(projector, codec, readmodel, app=app)

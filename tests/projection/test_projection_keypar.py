@@ -1,0 +1,189 @@
+"""Per-key parallelism (``Projector.concurrency``): the rule it enforces, and ``kill -9``
+during parallel processing.
+
+The crash test runs real worker processes of ``tests.projection.keyapp`` (a policy with 8
+threads folding ticks per key through ``ctx.issue``) and SIGKILLs them mid-work, many
+cycles. After every kill it checks, from the raw records of the log, that the committed
+position never passed an unfinished event: every tick below a partition's position, and
+every tick in the offset map above it, has its effect (a ``Folded`` whose causation id is
+the tick's event id) on the log. At the end every key's fold is exactly ``1..N`` in order
+(each tick applied once, in key order), with no dead letter.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import Workers, positions, wait_caught_up
+
+from framework.app import Runtime
+from framework.codec import Envelope
+from framework.errors import ConfigError, ProjectionError
+from framework.log import LogStore, TopicPartition
+from framework.log.partitioner import partition_for_key
+from framework.projection import EventContext, Projector, ReadModelView, Worker, handles
+from framework.projection.parallel import DONE_TABLE, ParallelApplier
+from framework.projection.readmodel import readmodel_path
+from tests.projection import keyapp
+
+APP = "tests.projection.keyapp:app"
+SESSION_MS = 500
+
+
+def produce(runtime: Runtime, keys: int, ticks: int, first: int = 1) -> None:
+    """Ticks ``first..first+ticks-1`` of ``keys`` sources, interleaved across keys."""
+    count = runtime.log.partition_count("ticks")
+    batches: dict[int, list[tuple[bytes, bytes, tuple[tuple[str, bytes], ...], None]]] = {}
+    for n in range(first, first + ticks):
+        for k in range(keys):
+            key, value, headers = runtime.codec.encode(Envelope(keyapp.Ticked(n), f"src-{k}", n))
+            batches.setdefault(partition_for_key(key, count), []).append(
+                (key, value, tuple(headers), None)
+            )
+    for p, records in batches.items():
+        runtime.log.append("ticks", p, records)
+
+
+def raw(data: Path, topic: str) -> dict[int, list[tuple[int, dict[str, object]]]]:
+    """Every record of ``topic`` per partition: ``(offset, JSON value)``, read straight."""
+    log = LogStore(data)
+    try:
+        out: dict[int, list[tuple[int, dict[str, object]]]] = {}
+        for p in range(log.partition_count(topic)):
+            records, offset = [], log.offsets(topic, p).lwm
+            while True:
+                batch, _ = log.read(topic, p, offset, max_bytes=1 << 20)
+                if not batch:
+                    break
+                records += [(r.offset, orjson.loads(r.value)) for r in batch]
+                offset = batch[-1].offset + 1
+            out[p] = records
+        return out
+    finally:
+        log.close()
+
+
+def done_map(data: Path) -> set[tuple[int, int]]:
+    with sqlite3.connect(readmodel_path(data, "folder")) as conn:
+        return {(p, o) for p, o in conn.execute(f"SELECT partition, offset FROM {DONE_TABLE}")}
+
+
+def check_committed_finished(data: Path) -> int:
+    """No committed position past an unfinished tick; returns the ticks committed."""
+    effects = {v["causation_id"] for recs in raw(data, "folds").values() for _, v in recs}
+    pos = positions(data, "folder")
+    above = done_map(data)
+    committed = 0
+    for p, recs in raw(data, "ticks").items():
+        position = pos.get(TopicPartition("ticks", p), 0)
+        assert all(o >= position for q, o in above if q == p)  # the map holds only what is above
+        for offset, value in recs:
+            if offset < position or (p, offset) in above:
+                committed += 1
+                assert value["event_id"] in effects, f"ticks-{p}@{offset} committed unfinished"
+    return committed
+
+
+def check_folds(data: Path, keys: int, ticks: int) -> None:
+    """Independent fold: each key's ``Folded`` events are exactly 1..N, one per tick."""
+    folds: dict[str, list[int]] = {}
+    causes: list[object] = []
+    for recs in raw(data, "folds").values():
+        for _, v in recs:
+            folds.setdefault(str(v["aggregate_id"]), []).append(v["data"]["n"])  # type: ignore[index]
+            causes.append(v["causation_id"])
+    assert folds == {f"fold-{k}": list(range(1, ticks + 1)) for k in range(keys)}
+    tick_ids = {v["event_id"] for recs in raw(data, "ticks").values() for _, v in recs}
+    assert len(causes) == len(set(causes)) and set(causes) == tick_ids
+    with ReadModelView(readmodel_path(data, "folder")) as view:
+        assert view.dead_letter_counts() == {}
+
+
+def test_kill9_during_per_key_parallel_processing(data: Path, workers: Workers) -> None:
+    keys, ticks, rng = 40, 0, random.Random(15)
+    kills_mid_work = 0
+    with keyapp.app.open(data) as runtime:
+        for _ in range(8):
+            before = sum(positions(data, "folder").values()) if ticks else 0
+            if keys * ticks - before < 200:  # keep a backlog: every kill lands mid-work
+                produce(runtime, keys, 8, first=ticks + 1)
+                ticks += 8
+            proc = workers.start(
+                "folder",
+                app=APP,
+                session_timeout_ms=SESSION_MS,
+                max_poll_records=rng.choice([30, 200]),
+            )
+            deadline = time.monotonic() + 120
+            while (
+                not (data / "readmodels" / "folder.sqlite").exists()
+                or sum(positions(data, "folder").values()) <= before
+            ):
+                assert proc.poll() is None, f"worker died by itself: {proc.returncode}"
+                assert time.monotonic() < deadline, "worker made no progress in 120 s"
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0, 0.2))
+            workers.kill9(proc)
+            kills_mid_work += check_committed_finished(data) < keys * ticks
+    assert kills_mid_work >= 4  # the kills landed on working workers
+    final = workers.start("folder", app=APP, session_timeout_ms=SESSION_MS)
+    wait_caught_up(data, "folder", topic="ticks", timeout=300)
+    assert workers.term(final) == 0
+    assert check_committed_finished(data) == keys * ticks
+    assert done_map(data) == set()  # everything finished: the map is empty
+    check_folds(data, keys, ticks)
+
+
+def test_concurrency_refuses_a_read_model() -> None:
+    with pytest.raises(ConfigError, match="may not write a read model"):
+
+        class Writes(Projector):
+            name = "writes"
+            topics = ("ticks",)
+            concurrency = 4
+
+            def setup(self, db: object) -> None:
+                pass
+
+    with pytest.raises(ConfigError, match="int >= 1"):
+
+        class Zero(Projector):
+            name = "zero"
+            topics = ("ticks",)
+            concurrency = 0
+
+
+class _UsesDb(Projector):
+    name = "usesdb"
+    topics = (keyapp.Source,)
+    concurrency = 2
+    handler_attempts = 1
+
+    @handles
+    def ticked(self, event: keyapp.Ticked, ctx: EventContext) -> None:
+        ctx.db.execute("SELECT 1")
+
+
+def test_concurrent_handler_touching_the_read_model_is_dead_lettered(data: Path) -> None:
+    app = keyapp.App("usesdb", aggregates=[keyapp.Source, keyapp.Fold], projectors=[_UsesDb])
+    with app.open(data) as runtime:
+        produce(runtime, 3, 2)
+        worker = Worker(runtime, "usesdb", poll_timeout=0.2)
+        try:
+            assert isinstance(worker.applier, ParallelApplier)
+            while worker.run_once():
+                pass
+            with ReadModelView(readmodel_path(data, "usesdb")) as view:
+                assert view.dead_letter_counts() == {"dead": 6}
+                assert sum(view.positions().values()) == 6
+            error = worker.readmodel.conn.execute(
+                "SELECT error FROM _eventlane_dead_letters LIMIT 1"
+            ).fetchone()[0]
+            assert ProjectionError.__name__ in error and "ctx.issue" in error
+        finally:
+            worker.close()

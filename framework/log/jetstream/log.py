@@ -82,7 +82,6 @@ log = structlog.get_logger("eventlane.log")
 T = TypeVar("T")
 MAX_BATCH_RECORDS = 1000  # JetStream's limit of messages in one atomic batch
 MAX_BATCH_BYTES = 1 << 20  # as the embedded log: one atomic append is at most 1 MiB
-WRONG_LAST_SEQUENCE = 10071
 STREAM_NOT_FOUND = 10059
 _META_TTL_S = 0.5
 _TRANSIENT = (
@@ -509,7 +508,7 @@ class JetStreamLog:
                 seqs = self._run(self._publish(msgs, extra))
                 break
             except nats.js.errors.APIError as exc:
-                if exc.err_code != WRONG_LAST_SEQUENCE:
+                if not (exc.description or "").startswith("wrong last sequence"):
                     raise _api_error(exc, topic, partition) from None
                 if (
                     precondition is not None

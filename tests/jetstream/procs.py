@@ -1,0 +1,90 @@
+"""Child processes of the JetStream tests: ``python tests/jetstream/procs.py ROLE '<json>'``.
+
+Roles (arguments: ``url``, ``namespace``, ``topic``, ``tag`` plus the role's own):
+
+``cas``      ``count`` conditional appends to key ``key`` of partition 0: read the key's head,
+             append with ``Expect(key, head)``; on a conflict retry if ``retry`` else print
+             ``L`` (lost) and stop. Prints ``A <offset> <tag>:<i>`` per acknowledged append.
+             With ``go``, waits for that file before starting (both children start together).
+``produce``  appends single records ``<tag>:<i>`` to partition 0 until the file ``stop``
+             exists or ``seconds`` pass, half of them conditional on the key's head
+             (``Expect``). Prints ``A <offset> <tag>:<i> <unix time>`` per acknowledged append
+             and ``E <unix time> <error>`` per failed one. These lines are the oracle of the
+             failover test: an ``A`` line is an acknowledged record.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from framework.errors import FrameworkError, PreconditionFailedError  # noqa: E402
+from framework.log.jetstream.log import Expect, JetStreamLog  # noqa: E402
+
+
+def out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def cas(log: JetStreamLog, args: dict[str, object]) -> None:
+    topic, key, tag = str(args["topic"]), str(args["key"]).encode(), args["tag"]
+    go = args.get("go")
+    out("R")
+    while go and not Path(str(go)).exists():
+        time.sleep(0.005)
+    for i in range(int(str(args["count"]))):
+        while True:
+            head = log.key_head(topic, 0, key)
+            try:
+                res = log.append(
+                    topic, 0, [(key, f"{tag}:{i}".encode(), (), None)], expect=Expect(key, head)
+                )
+            except PreconditionFailedError:
+                if not args.get("retry"):
+                    out("L")
+                    return
+                continue
+            out(f"A {res.base_offset} {tag}:{i}")
+            break
+    out("D")
+
+
+def produce(log: JetStreamLog, args: dict[str, object]) -> None:
+    topic, tag = str(args["topic"]), args["tag"]
+    stop = Path(str(args["stop"]))
+    key = f"agg-{tag}".encode()
+    deadline = time.monotonic() + float(str(args["seconds"]))
+    head: int | None = log.key_head(topic, 0, key)
+    out("R")
+    i = 0
+    while not stop.exists() and time.monotonic() < deadline:
+        conditional = i % 2 == 0
+        try:
+            res = log.append(
+                topic,
+                0,
+                [(key, f"{tag}:{i}".encode(), (), None)],
+                expect=Expect(key, head) if conditional else None,
+            )
+        except FrameworkError as exc:
+            out(f"E {time.time():.3f} {type(exc).__name__}: {str(exc)[:120]}")
+            head = log.key_head(topic, 0, key)
+            i += 1
+            continue
+        head = res.base_offset
+        out(f"A {res.base_offset} {tag}:{i} {time.time():.3f}")
+        i += 1
+    out("D")
+
+
+if __name__ == "__main__":
+    role, raw = sys.argv[1], json.loads(sys.argv[2])
+    with JetStreamLog.from_url(
+        str(raw["url"]), namespace=str(raw["namespace"]), retry_s=20.0
+    ) as js:
+        {"cas": cas, "produce": produce}[role](js, raw)

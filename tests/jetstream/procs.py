@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from framework.errors import FrameworkError, PreconditionFailedError  # noqa: E402
-from framework.log.jetstream.log import Expect, JetStreamLog  # noqa: E402
+from framework.errors import FrameworkError, PreconditionFailedError
+from framework.log.jetstream.log import Expect, JetStreamLog
 
 
 def out(line: str) -> None:

@@ -195,6 +195,20 @@ class LocalCluster:
                     )
                 time.sleep(0.1)
 
+    def stream_state(self, name: str, stream: str) -> dict[str, int] | None:
+        """The state of ``stream``'s replica *on node* ``name`` (monitoring ``/jsz``), or
+        ``None`` if that node holds no replica of it."""
+        node = self.node(name)
+        url = f"http://127.0.0.1:{node.http}/jsz?accounts=true&streams=true"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            body = orjson.loads(resp.read())
+        for account in body.get("account_details") or []:
+            for detail in account.get("stream_detail") or []:
+                if detail.get("name") == stream:
+                    state: dict[str, int] = detail["state"]
+                    return state
+        return None
+
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one node (by its PID) and wait for it to exit."""
         node = self.node(name)

@@ -900,6 +900,14 @@ class JetStreamLog:
                         )
         return problems
 
+    def placement(self, topic: str, partition: int) -> tuple[str, str | None, list[str]]:
+        """``(stream, leader node, replica nodes)`` of a partition, for operators and tests."""
+        self._check_partition(topic, partition)
+        stream = m.stream_name(self.namespace, topic, partition)
+        info = self._run(self._retry(functools.partial(self._js.stream_info, stream)))
+        replicas = [r.name for r in (info.cluster.replicas if info.cluster else None) or []]
+        return stream, info.cluster.leader if info.cluster else None, replicas
+
     def close(self) -> None:
         if self._closed:
             return

@@ -8,6 +8,7 @@ must be repopulated by its peers.
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -81,7 +82,7 @@ def _until(what: str, check, timeout: float = 60.0) -> None:  # type: ignore[no-
 
 def _stall(producer: Producer, since: float) -> float:
     times = [t for *_, t in producer.acks()]
-    return max(b - a for a, b in zip(times, times[1:], strict=False) if b > since)
+    return max(b - a for a, b in itertools.pairwise(times) if b > since)
 
 
 def test_leader_sigkill_loses_and_duplicates_nothing_and_nodes_rejoin(

@@ -905,7 +905,9 @@ class JetStreamLog:
         self._check_partition(topic, partition)
         stream = m.stream_name(self.namespace, topic, partition)
         info = self._run(self._retry(functools.partial(self._js.stream_info, stream)))
-        replicas = [r.name for r in (info.cluster.replicas if info.cluster else None) or []]
+        replicas = [
+            r.name for r in (info.cluster.replicas if info.cluster else None) or [] if r.name
+        ]
         return stream, info.cluster.leader if info.cluster else None, replicas
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from framework.cli.cluster import cluster
 from framework.cli.context import DATA_HELP, AppContext
 from framework.cli.demo import demo
 from framework.cli.groups import groups
@@ -98,5 +99,6 @@ main.add_command(project)
 main.add_command(migrate)
 main.add_command(dlq)
 main.add_command(rebuild_command)
+main.add_command(cluster)
 add_plugins(main, "eventlane.commands")
 add_plugins(demo, "eventlane.demos")

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from framework.log.jetstream.cluster import STATE_FILE, LocalCluster
+
 DIR_HELP = "Directory for the cluster's configuration, logs and data."
 
 
@@ -32,8 +34,6 @@ def cluster() -> None:
 )
 def up(nodes: int, directory: Path) -> None:
     """Start NODES nats-server processes forming one JetStream cluster; print its URL."""
-    from framework.log.jetstream.cluster import STATE_FILE, LocalCluster
-
     if (directory / STATE_FILE).exists():
         running = LocalCluster.load(directory)
         if any(n.pid for n in running.nodes):
@@ -57,8 +57,6 @@ def up(nodes: int, directory: Path) -> None:
 )
 def down(directory: Path) -> None:
     """Stop the cluster recorded in DIR (SIGTERM by PID, SIGKILL after 10 s). Data is kept."""
-    from framework.log.jetstream.cluster import LocalCluster
-
     local = LocalCluster.load(directory)
     local.stop()
     click.echo(f"stopped {len(local.nodes)} nodes")

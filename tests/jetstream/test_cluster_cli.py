@@ -31,4 +31,3 @@ def test_cluster_up_serves_a_log_and_down_stops_every_server(tmp_path: Path) -> 
     for pid in pids:
         assert pid and not Path(f"/proc/{pid}").exists()  # stopped and reaped
     assert all(n.pid == 0 for n in LocalCluster.load(where).nodes)
-

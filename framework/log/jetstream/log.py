@@ -125,6 +125,10 @@ class Capabilities:
     retention_uses_log_clock: bool = False
 
 
+Progress = Callable[[int, int, int], None]
+"""``progress(done, total, partition)``, called after each partition of a maintenance run."""
+
+
 class _Meta(NamedTuple):
     partitions: int
     config: TopicConfig
@@ -174,6 +178,7 @@ class JetStreamLog:
         self.timeout = timeout
         self.retry_s = retry_s
         self._meta: dict[str, _Meta] = {}
+        self._marks: dict[str, tuple[int, int]] = {}  # stream -> (lwm, hwm) last seen
         self._wake_seq = 0
         self._wake = threading.Condition()
         self._closed = False
@@ -396,6 +401,7 @@ class JetStreamLog:
             ) from None
         last = info.state.last_seq
         lwm = max(info.state.first_seq - 1, 0) if info.state.messages else last
+        self._marks[stream] = (lwm, last)
         return lwm, last, info.state.bytes
 
     async def _states(self, topic: str, count: int) -> list[tuple[int, int, int]]:
@@ -458,6 +464,8 @@ class JetStreamLog:
 
         self._run(delete())
         self._meta.pop(name, None)
+        for p in range(meta.partitions):
+            self._marks.pop(m.stream_name(self.namespace, name, p), None)
         log.info("topic deleted", topic=name, engine="jetstream")
 
     # ------------------------------------------------------------------ append
@@ -510,17 +518,16 @@ class JetStreamLog:
             except nats.js.errors.APIError as exc:
                 if not (exc.description or "").startswith("wrong last sequence"):
                     raise _api_error(exc, topic, partition) from None
-                if (
-                    precondition is not None
-                    and expect is None
-                    and "Subject" not in (exc.description or "")
-                ):
+                if precondition is not None and expect is None:
                     continue  # the end moved: ask the precondition again
                 raise PreconditionFailedError(
                     f"conditional append refused: {exc.description}",
                     topic=topic,
                     partition=partition,
                 ) from None
+        stream = m.stream_name(self.namespace, topic, partition)
+        if (known := self._marks.get(stream)) is not None:
+            self._marks[stream] = (known[0], max(known[1], seqs[-1]))
         result = AppendResult(seqs[0] - 1, seqs[-1] - 1, [int(h[m.H_TS]) for _, _, h in msgs])
         self._bump()
         if on_appended is not None:
@@ -663,12 +670,30 @@ class JetStreamLog:
             raise ConfigError(
                 f"upto must be an integer or None, got {upto!r}", topic=topic, partition=partition
             )
-        self._check_partition(topic, partition)
-        return self._run(self._read(topic, partition, offset, max_bytes, upto)), None
+        compacted = self._check_partition(topic, partition).config.compact
+        records = self._run(self._read(topic, partition, offset, max_bytes, upto, compacted))
+        return records, None
 
     async def _read(
-        self, topic: str, partition: int, offset: int, max_bytes: int, upto: int | None
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        upto: int | None,
+        compacted: bool,
     ) -> list[Record]:
+        stream = m.stream_name(self.namespace, topic, partition)
+        known = self._marks.get(stream)
+        if known is not None and known[0] <= offset < known[1]:
+            # records below a HWM seen before exist unless retention removed them since:
+            # skip asking the leader, and fall back to it if the answer has a gap
+            end = known[1] if upto is None else min(known[1], upto)
+            if offset >= end:
+                return []
+            got = await self._direct(topic, partition, {"seq": offset + 1}, end, max_bytes)
+            if got and (compacted or got[0].offset == offset):
+                return got
         lwm, hwm, _ = await self._state(topic, partition)
         if offset < lwm or offset > hwm:
             raise OffsetOutOfRangeError(
@@ -820,11 +845,43 @@ class JetStreamLog:
         self._run(self._nc.publish(m.wake_subject(self.namespace), b""))
 
     # ------------------------------------------------------------------ maintenance
-    def compact(self, topic: str) -> list[CompactionReport]:
+    def compact(self, topic: str, *, progress: Progress | None = None) -> list[CompactionReport]:
         """Purge tombstones older than ``delete.retention.ms`` (values are compacted by the
         server at once, ``max_msgs_per_subject=1``)."""
         meta = self._topic_meta(topic, fresh=True)
-        return [self._compact_one(topic, p, meta.config) for p in range(meta.partitions)]
+        reports = []
+        for p in range(meta.partitions):
+            reports.append(self._compact_one(topic, p, meta.config))
+            if progress is not None:
+                progress(p + 1, meta.partitions, p)
+        return reports
+
+    def request_compaction(self, topic: str, partition: int) -> None:
+        """Nothing to schedule: the server compacts values at once (see :meth:`compact`)."""
+        self._check_partition(topic, partition)
+
+    def roll(self, topic: str, partition: int) -> None:
+        """JetStream has no segments to roll; checks the partition exists."""
+        self._check_partition(topic, partition)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Delete every record below ``before_offset`` (Kafka's DeleteRecords); the new LWM."""
+        self._check_partition(topic, partition)
+        lwm, hwm, _ = self._run(self._state(topic, partition))
+        if not isinstance(before_offset, int) or before_offset > hwm or before_offset < 0:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records before {before_offset!r}: outside [0, {hwm}]",
+                topic=topic,
+                partition=partition,
+                offset=before_offset,
+                lwm=lwm,
+                leo=hwm,
+            )
+        if before_offset > lwm:
+            stream = m.stream_name(self.namespace, topic, partition)
+            purge = functools.partial(self._js.purge_stream, stream, seq=before_offset + 1)
+            self._run(self._retry(purge, what="delete records"))
+        return self.offsets(topic, partition).lwm
 
     def _compact_one(self, topic: str, p: int, cfg: TopicConfig) -> CompactionReport:
         started = time.monotonic()
@@ -867,38 +924,45 @@ class JetStreamLog:
             time.monotonic() - started,
         )
 
-    def cleanup(self, topic: str) -> list[RetentionReport]:
+    def cleanup(self, topic: str, *, progress: Progress | None = None) -> list[RetentionReport]:
         """Retention is applied continuously by the server (stream limits): report marks."""
         meta = self._topic_meta(topic, fresh=True)
         reports = []
         for p in range(meta.partitions):
             lwm, _, _ = self._run(self._state(topic, p))
             reports.append(RetentionReport(topic, p, lwm, lwm, 0, 0, 0, 0.0))
+            if progress is not None:
+                progress(p + 1, meta.partitions, p)
         return reports
 
-    def verify(self, topic: str | None = None) -> list[Exception]:
+    def verify(
+        self, topic: str | None = None, *, progress: Progress | None = None
+    ) -> list[Exception]:
         """Check that every partition stream exists with its replicas current."""
         problems: list[Exception] = []
         for name in [topic] if topic is not None else self.list_topics():
             meta = self._topic_meta(name, fresh=True)
             for p in range(meta.partitions):
-                stream = m.stream_name(self.namespace, name, p)
-                try:
-                    info = self._run(self._retry(functools.partial(self._js.stream_info, stream)))
-                except nats.js.errors.NotFoundError:
-                    problems.append(LogError("partition stream missing", topic=name, partition=p))
-                    continue
-                for replica in (info.cluster.replicas if info.cluster else None) or []:
-                    if replica.offline or not replica.current:
-                        problems.append(
-                            LogError(
-                                f"replica {replica.name} is"
-                                f" {'offline' if replica.offline else 'behind'}",
-                                topic=name,
-                                partition=p,
-                            )
-                        )
+                problems.extend(self._verify_one(name, p))
+                if progress is not None:
+                    progress(p + 1, meta.partitions, p)
         return problems
+
+    def _verify_one(self, topic: str, p: int) -> list[Exception]:
+        stream = m.stream_name(self.namespace, topic, p)
+        try:
+            info = self._run(self._retry(functools.partial(self._js.stream_info, stream)))
+        except nats.js.errors.NotFoundError:
+            return [LogError("partition stream missing", topic=topic, partition=p)]
+        return [
+            LogError(
+                f"replica {r.name} is {'offline' if r.offline else 'behind'}",
+                topic=topic,
+                partition=p,
+            )
+            for r in (info.cluster.replicas if info.cluster else None) or []
+            if r.offline or not r.current
+        ]
 
     def placement(self, topic: str, partition: int) -> tuple[str, str | None, list[str]]:
         """``(stream, leader node, replica nodes)`` of a partition, for operators and tests."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from framework.cli.cluster import cluster
+from framework.cli.cluster import cluster, migrate_log
 from framework.cli.context import DATA_HELP, AppContext
 from framework.cli.demo import demo
 from framework.cli.groups import groups
@@ -100,5 +100,6 @@ main.add_command(migrate)
 main.add_command(dlq)
 main.add_command(rebuild_command)
 main.add_command(cluster)
+main.add_command(migrate_log)
 add_plugins(main, "eventlane.commands")
 add_plugins(demo, "eventlane.demos")

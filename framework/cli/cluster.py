@@ -1,9 +1,10 @@
-"""``eventlane cluster up|down``: a local NATS JetStream cluster for development.
+"""``eventlane cluster up|down`` (a local NATS JetStream cluster) and ``eventlane migrate-log``.
 
 ``up`` starts N ``nats-server`` processes on free 127.0.0.1 ports with their data under
 ``--dir`` (see :mod:`framework.log.jetstream.cluster`), waits until JetStream is ready, and
 prints the ``--log`` URL; the servers keep running after the command exits. ``down`` stops
-them by the PIDs recorded in ``<dir>/cluster.json``.
+them by the PIDs recorded in ``<dir>/cluster.json``. ``migrate-log`` copies the embedded log
+to a cluster and verifies the copy (:mod:`framework.log.jetstream.migrate`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ from pathlib import Path
 
 import click
 
+from framework.cli.context import app
 from framework.log.jetstream.cluster import STATE_FILE, LocalCluster
+from framework.log.jetstream.log import JetStreamLog
+from framework.log.jetstream.migrate import PartitionCopy, migrate
 
 DIR_HELP = "Directory for the cluster's configuration, logs and data."
+NAMESPACE_HELP = "Prefix of the cluster's streams and topic registry (several logs per cluster)."
 
 
 @click.group()
@@ -60,3 +65,31 @@ def down(directory: Path) -> None:
     local = LocalCluster.load(directory)
     local.stop()
     click.echo(f"stopped {len(local.nodes)} nodes")
+
+
+@click.command("migrate-log")
+@click.argument("url")
+@click.option("--topic", "topics", multiple=True, help="Copy only this topic (repeatable).")
+@click.option("--namespace", default="eventlane", show_default=True, help=NAMESPACE_HELP)
+@click.pass_context
+def migrate_log(ctx: click.Context, url: str, topics: tuple[str, ...], namespace: str) -> None:
+    """Copy the embedded log in --data to the JetStream cluster at URL, then verify it.
+
+    Offsets, keys, values, headers and timestamps are preserved; a topic that already exists
+    on the cluster is refused. Exit status 1 if any partition failed verification.
+    """
+    source = app(ctx).open_log()
+    with JetStreamLog.from_url(url, namespace=namespace) as target:
+        copies = migrate(source, target, list(topics) or None, progress=_show_copy)
+    bad = [c for c in copies if c.problems]
+    click.echo(f"copied {sum(c.records for c in copies)} records in {len(copies)} partitions")
+    if bad:
+        raise click.ClickException(f"{len(bad)} partitions failed verification")
+
+
+def _show_copy(copy: PartitionCopy) -> None:
+    status = "ok" if not copy.problems else "; ".join(copy.problems)
+    click.echo(
+        f"{copy.topic}[{copy.partition}] offsets {copy.lwm}..{copy.hwm}"
+        f" records {copy.records} gaps kept {copy.fillers}: {status}"
+    )

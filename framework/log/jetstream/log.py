@@ -964,6 +964,30 @@ class JetStreamLog:
             if r.offline or not r.current
         ]
 
+    # ------------------------------------------------------------------ migration support
+    def start_at(self, topic: str, partition: int, offset: int) -> None:
+        """Make an empty partition start at ``offset`` (its LWM and HWM become ``offset``)."""
+        _, hwm, _ = self._run(self._state(topic, partition))
+        if hwm != 0:
+            raise LogError("start_at needs an empty partition", topic=topic, partition=partition)
+        stream = m.stream_name(self.namespace, topic, partition)
+        self._run(self._retry(functools.partial(self._js.purge_stream, stream, seq=offset + 1)))
+
+    def fill_gap(self, topic: str, partition: int, count: int) -> int:
+        """Append ``count`` empty filler messages on the reserved subject ``<prefix>.g``
+        (removed by :meth:`purge_fillers`), so the next record lands ``count`` offsets on."""
+        subject = f"{m.subject_prefix(self.namespace, topic, partition)}.{m.FILLER}"
+        msgs = [(subject, b"", {m.H_TS: "0"})] * count
+        if count:
+            self._run(self._publish_only(msgs, {}))
+        return count
+
+    def purge_fillers(self, topic: str, partition: int) -> None:
+        stream = m.stream_name(self.namespace, topic, partition)
+        subject = f"{m.subject_prefix(self.namespace, topic, partition)}.{m.FILLER}"
+        purge = functools.partial(self._js.purge_stream, stream, subject=subject)
+        self._run(self._retry(purge, what="purge fillers"))
+
     def placement(self, topic: str, partition: int) -> tuple[str, str | None, list[str]]:
         """``(stream, leader node, replica nodes)`` of a partition, for operators and tests."""
         self._check_partition(topic, partition)

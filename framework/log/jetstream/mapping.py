@@ -5,9 +5,10 @@
 * ``enc`` keeps ``[A-Za-z0-9]`` and writes every other byte as ``_XX`` (upper-case hex), so
   it is reversible and collision-free, and the result is a legal stream name and subject
   token (no ``.``, ``*``, ``>``, whitespace or path separator). ``orders.v1`` -> ``orders_2Ev1``.
-* A record key is the last subject token: ``_`` for no key, ``k<base64url(key)>`` for keys of
-  up to :data:`MAX_INLINE_KEY` bytes, else ``h<blake2b-256 hex>`` with the key itself in the
-  ``El-Key`` header. The server's per-subject state is therefore the per-key state.
+* A record key is the last subject token (``g`` is reserved): ``_`` for no key,
+  ``k<base64url(key)>`` for keys of up to :data:`MAX_INLINE_KEY` bytes, else
+  ``h<blake2b-256 hex>`` with the key itself in the ``El-Key`` header. The server's
+  per-subject state is therefore the per-key state.
 * Headers: ``El-Ts`` (timestamp, ms), ``El-Tt: 1`` (LogAppendTime), ``El-Null: 1`` (a
   tombstone: null value), ``El-H`` (the record's ordered headers, base64url of a JSON list of
   ``[name, base64url(value) | null]``). The payload is the value bytes.
@@ -27,6 +28,7 @@ from framework.log.record import Header
 MAX_INLINE_KEY = 192
 H_TS, H_TT, H_NULL, H_HDRS, H_KEY = "El-Ts", "El-Tt", "El-Null", "El-H", "El-Key"
 NO_KEY = "_"
+FILLER = "g"  # reserved token: offset-keeping fillers of a migration, purged after it
 _PLAIN = re.compile(rb"[A-Za-z0-9]")
 _NAMESPACE = re.compile(r"[A-Za-z0-9]{1,32}")
 _ESCAPE = re.compile(r"_([0-9A-F]{2})")

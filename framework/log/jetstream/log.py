@@ -211,6 +211,7 @@ class JetStreamLog:
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.2,
             allow_reconnect=True,
+            no_echo=True,  # our own wake messages are counted locally (_bump)
         )
         self._js = self._nc.jetstream(timeout=self.timeout)
         await self._nc.subscribe(m.wake_subject(self.namespace), cb=self._on_wake)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from framework.errors import OffsetOutOfRangeError
+from framework.errors import OffsetOutOfRangeError, UnknownTopicError
 from framework.log.jetstream import mapping
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
@@ -82,3 +82,33 @@ def test_names_are_reversible_and_collision_free() -> None:
     assert len(set(encoded)) == len(names)
     assert [mapping.decode_name(e) for e in encoded] == names
     assert all(e.replace("_", "").isalnum() for e in encoded)
+
+
+def test_an_append_on_one_connection_wakes_a_waiter_on_another(
+    js: JetStreamLog, cluster: LocalCluster, namespace: str
+) -> None:
+    js.create_topic("w", 1)
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as other:
+        seen = other.wait_seq()
+        started = time.monotonic()
+        js.append("w", 0, [(None, b"v", (), None)])
+        other.wait(seen, 10.0)
+        assert time.monotonic() - started < 2.0 and other.wait_seq() != seen
+        seen = js.wait_seq()
+        other.wake()  # an explicit wake reaches the other connection too
+        js.wait(seen, 10.0)
+        assert js.wait_seq() != seen
+
+
+def test_appending_to_a_topic_deleted_elsewhere_fails_fast(
+    js: JetStreamLog, cluster: LocalCluster, namespace: str
+) -> None:
+    js.create_topic("gone", 2)
+    js.append("gone", 0, [(None, b"v", (), None)])  # metadata now cached
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as other:
+        other.delete_topic("gone")
+    started = time.monotonic()
+    for records in ([(None, b"v", (), None)], [(None, b"v", (), None)] * 3):
+        with pytest.raises(UnknownTopicError):
+            js.append("gone", 0, records)
+    assert time.monotonic() - started < 5.0

@@ -84,6 +84,7 @@ MAX_BATCH_RECORDS = 1000  # JetStream's limit of messages in one atomic batch
 MAX_BATCH_BYTES = 1 << 20  # as the embedded log: one atomic append is at most 1 MiB
 STREAM_NOT_FOUND = 10059
 _META_TTL_S = 0.5
+_NO_STREAM = (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError)
 _TRANSIENT = (
     nats.errors.TimeoutError,
     nats.errors.NoRespondersError,
@@ -228,8 +229,14 @@ class JetStreamLog:
             self._wake_seq += 1
             self._wake.notify_all()
 
-    async def _retry(self, op: Callable[[], Awaitable[T]], *, what: str = "request") -> T:
-        """Run ``op``, retrying transient cluster errors for up to ``retry_s`` seconds."""
+    async def _retry(
+        self, op: Callable[[], Awaitable[T]], *, what: str = "request", topic: str | None = None
+    ) -> T:
+        """Run ``op``, retrying transient cluster errors for up to ``retry_s`` seconds.
+
+        With ``topic``, "no responders" (no stream takes the subject) is first checked against
+        the topic registry: a deleted topic raises :class:`UnknownTopicError` at once.
+        """
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
         while True:
@@ -237,6 +244,8 @@ class JetStreamLog:
                 return await op()
             except _TRANSIENT as exc:
                 err: Exception = exc
+                if topic is not None and isinstance(exc, _NO_STREAM):
+                    await self._raise_if_gone(topic)
             except nats.js.errors.APIError as exc:
                 if exc.code != 503 and exc.err_code not in (10008, 10077):
                     raise
@@ -246,6 +255,13 @@ class JetStreamLog:
             log.debug("jetstream retry", what=what, error=repr(err))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+    async def _raise_if_gone(self, topic: str) -> None:
+        try:
+            await self._kv.get(topic)
+        except nats.js.errors.KeyNotFoundError:
+            self._meta.pop(topic, None)
+            raise UnknownTopicError(f"topic {topic!r} does not exist", topic=topic) from None
 
     # ------------------------------------------------------------------ topics
     def _stream_config(self, topic: str, p: int, cfg: TopicConfig) -> StreamConfig:
@@ -514,7 +530,7 @@ class JetStreamLog:
                 precondition(hwm)
                 extra["Nats-Expected-Last-Sequence"] = str(hwm)
             try:
-                seqs = self._run(self._publish(msgs, extra))
+                seqs = self._run(self._publish(topic, msgs, extra))
                 break
             except nats.js.errors.APIError as exc:
                 if not (exc.description or "").startswith("wrong last sequence"):
@@ -588,21 +604,23 @@ class JetStreamLog:
         return msgs
 
     async def _publish(
-        self, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
+        self, topic: str, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
     ) -> list[int]:
         """Publish and return the stream sequences of ``msgs``; then wake tailing readers."""
-        seqs = await self._publish_only(msgs, extra)
+        seqs = await self._publish_only(topic, msgs, extra)
         await self._nc.publish(m.wake_subject(self.namespace), b"")
         return seqs
 
     async def _publish_only(
-        self, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
+        self, topic: str, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
     ) -> list[int]:
         if len(msgs) == 1:
             subject, payload, hdrs = msgs[0]
             headers = {**hdrs, **extra, "Nats-Msg-Id": uuid.uuid4().hex}
             ack = await self._retry(
-                lambda: self._js.publish(subject, payload, headers=headers), what="append"
+                lambda: self._js.publish(subject, payload, headers=headers),
+                what="append",
+                topic=topic,
             )
             return [ack.seq]
         seqs: list[int] = []
@@ -614,7 +632,10 @@ class JetStreamLog:
                 if size > MAX_BATCH_BYTES and end > start:
                     break
                 end += 1
-            last = await self._batch(msgs[start:end], extra if first else {})
+            piece, head = msgs[start:end], extra if first else {}
+            last = await self._retry(
+                functools.partial(self._batch, piece, head), what="append", topic=topic
+            )
             seqs.extend(range(last - (end - start) + 1, last + 1))
             start, first = end, False
         return seqs
@@ -640,7 +661,9 @@ class JetStreamLog:
             headers.update(extra)
         try:
             reply = await self._nc.request(subject, payload, headers=headers, timeout=self.timeout)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+        except nats.errors.NoRespondersError:
+            raise  # nothing took the batch: safe to retry
+        except nats.errors.TimeoutError as exc:
             raise LogError(
                 f"atomic append: no answer from the cluster ({exc!r}); it may or may not have"
                 " been stored"
@@ -980,7 +1003,7 @@ class JetStreamLog:
         subject = f"{m.subject_prefix(self.namespace, topic, partition)}.{m.FILLER}"
         msgs = [(subject, b"", {m.H_TS: "0"})] * count
         if count:
-            self._run(self._publish_only(msgs, {}))
+            self._run(self._publish_only(topic, msgs, {}))
         return count
 
     def purge_fillers(self, topic: str, partition: int) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from framework.errors import FrameworkError, PreconditionFailedError
+from framework.errors import ConcurrencyError, FrameworkError
 from framework.log.jetstream.log import Expect, JetStreamLog
 
 
@@ -44,7 +44,7 @@ def cas(log: JetStreamLog, args: dict[str, object]) -> None:
                 res = log.append(
                     topic, 0, [(key, f"{tag}:{i}".encode(), (), None)], expect=Expect(key, head)
                 )
-            except PreconditionFailedError:
+            except ConcurrencyError:
                 if not args.get("retry"):
                     out("L")
                     return

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import PreconditionFailedError
+from framework.errors import ConcurrencyError
 from framework.log import Log, LogStore, Producer, ProducerRecord
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import Expect, JetStreamLog
@@ -68,9 +68,10 @@ def test_expect_is_checked_by_the_server_per_key(js: JetStreamLog) -> None:
     a1 = js.append("orders", 0, [(b"A", b"1", (), None)], expect=Expect(b"A", None))
     js.append("orders", 0, [(b"B", b"1", (), None)], expect=Expect(b"B", None))
     assert js.key_head("orders", 0, b"A") == a1.base_offset == 0
-    with pytest.raises(PreconditionFailedError):  # stale: A already has a record
+    with pytest.raises(ConcurrencyError) as info:  # stale: A already has a record
         js.append("orders", 0, [(b"A", b"x", (), None)], expect=Expect(b"A", None))
-    with pytest.raises(PreconditionFailedError):  # atomic batch refused as a whole
+    assert (info.value.expected, info.value.actual) == (-1, 0)
+    with pytest.raises(ConcurrencyError):  # atomic batch refused as a whole
         js.append("orders", 0, [(b"A", b"y", (), None)] * 3, expect=Expect(b"A", 7), atomic=True)
     res = js.append("orders", 0, [(b"A", b"2", (), None)] * 2, expect=Expect(b"A", 0), atomic=True)
     assert (res.base_offset, res.last_offset) == (2, 3)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 import threading
 import time
 import uuid
@@ -45,6 +46,7 @@ from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 
 from framework.errors import (
+    ConcurrencyError,
     ConfigError,
     InvalidRecordError,
     LogError,
@@ -126,8 +128,9 @@ class Capabilities:
     retention_uses_log_clock: bool = False
 
 
-Progress = Callable[[int, int, int], None]
-"""``progress(done, total, partition)``, called after each partition of a maintenance run."""
+Progress = Callable[[int, int, str], None]
+"""``progress(done, total, what)``: called with ``done == 0`` first, then after each partition
+(``what`` = ``"topic/partition"``), as the port's ``Progress``."""
 
 
 class _Meta(NamedTuple):
@@ -537,11 +540,7 @@ class JetStreamLog:
                     raise _api_error(exc, topic, partition) from None
                 if precondition is not None and expect is None:
                     continue  # the end moved: ask the precondition again
-                raise PreconditionFailedError(
-                    f"conditional append refused: {exc.description}",
-                    topic=topic,
-                    partition=partition,
-                ) from None
+                raise _conflict(exc, expect, topic, partition) from None
         stream = m.stream_name(self.namespace, topic, partition)
         if (known := self._marks.get(stream)) is not None:
             self._marks[stream] = (known[0], max(known[1], seqs[-1]))
@@ -872,13 +871,22 @@ class JetStreamLog:
     def compact(self, topic: str, *, progress: Progress | None = None) -> list[CompactionReport]:
         """Purge tombstones older than ``delete.retention.ms`` (values are compacted by the
         server at once, ``max_msgs_per_subject=1``)."""
-        meta = self._topic_meta(topic, fresh=True)
-        reports = []
-        for p in range(meta.partitions):
-            reports.append(self._compact_one(topic, p, meta.config))
+        cfg = self._topic_meta(topic, fresh=True).config
+        return self._each_partition(topic, progress, lambda p: self._compact_one(topic, p, cfg))
+
+    def _each_partition(
+        self, topic: str, progress: Progress | None, work: Callable[[int], T]
+    ) -> list[T]:
+        """``work(p)`` for every partition of ``topic``, telling ``progress`` as it goes."""
+        total = self._topic_meta(topic, fresh=True).partitions
+        out = []
+        for p in range(total):
+            if progress is not None and p == 0:
+                progress(0, total, f"{topic}/0")
+            out.append(work(p))
             if progress is not None:
-                progress(p + 1, meta.partitions, p)
-        return reports
+                progress(p + 1, total, f"{topic}/{p}")
+        return out
 
     def request_compaction(self, topic: str, partition: int) -> None:
         """Nothing to schedule: the server compacts values at once (see :meth:`compact`)."""
@@ -950,14 +958,12 @@ class JetStreamLog:
 
     def cleanup(self, topic: str, *, progress: Progress | None = None) -> list[RetentionReport]:
         """Retention is applied continuously by the server (stream limits): report marks."""
-        meta = self._topic_meta(topic, fresh=True)
-        reports = []
-        for p in range(meta.partitions):
+
+        def marks(p: int) -> RetentionReport:
             lwm, _, _ = self._run(self._state(topic, p))
-            reports.append(RetentionReport(topic, p, lwm, lwm, 0, 0, 0, 0.0))
-            if progress is not None:
-                progress(p + 1, meta.partitions, p)
-        return reports
+            return RetentionReport(topic, p, lwm, lwm, 0, 0, 0, 0.0)
+
+        return self._each_partition(topic, progress, marks)
 
     def verify(
         self, topic: str | None = None, *, progress: Progress | None = None
@@ -965,11 +971,9 @@ class JetStreamLog:
         """Check that every partition stream exists with its replicas current."""
         problems: list[Exception] = []
         for name in [topic] if topic is not None else self.list_topics():
-            meta = self._topic_meta(name, fresh=True)
-            for p in range(meta.partitions):
-                problems.extend(self._verify_one(name, p))
-                if progress is not None:
-                    progress(p + 1, meta.partitions, p)
+            check = functools.partial(self._verify_one, name)
+            for found in self._each_partition(name, progress, check):
+                problems.extend(found)
         return problems
 
     def _verify_one(self, topic: str, p: int) -> list[Exception]:
@@ -1071,6 +1075,26 @@ def _server_time(stamp: str | None) -> int:
     head, _, frac = stamp.rstrip("Z").partition(".")
     base = datetime.fromisoformat(head + "+00:00")
     return int(base.timestamp() * 1000) + int((frac + "000")[:3])
+
+
+def _conflict(
+    exc: nats.js.errors.APIError, expect: Expect | None, topic: str, partition: int
+) -> Exception:
+    """The server refused an expected-sequence header: ``ConcurrencyError`` for an
+    :class:`Expect` (offsets: ``expected`` = ``last_offset`` or -1 for "none yet", ``actual`` =
+    the key's last offset as the server saw it, -1 if none, when it says)."""
+    if expect is None:
+        return PreconditionFailedError(
+            f"conditional append refused: {exc.description}", topic=topic, partition=partition
+        )
+    found = re.search(r"(\d+)\s*$", exc.description or "")
+    return ConcurrencyError(
+        f"key {expect.key!r} moved on",
+        expected=-1 if expect.last_offset is None else expect.last_offset,
+        actual=int(found.group(1)) - 1 if found else -1,
+        topic=topic,
+        partition=partition,
+    )
 
 
 def _api_error(exc: nats.js.errors.APIError, topic: str, partition: int) -> Exception:

@@ -15,7 +15,9 @@ Roles (arguments: ``url``, ``namespace``, ``topic``, ``tag`` plus the role's own
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -83,6 +85,7 @@ def produce(log: JetStreamLog, args: dict[str, object]) -> None:
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand (diagnosis)
     role, raw = sys.argv[1], json.loads(sys.argv[2])
     with JetStreamLog.from_url(
         str(raw["url"]), namespace=str(raw["namespace"]), retry_s=20.0

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from framework.log import Record
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
 
@@ -63,6 +64,11 @@ class Producer:
             if p and p[0] == "A"
         ]
 
+    def dump(self) -> list[str]:
+        """The last lines, after asking the child to print its threads' stacks to stderr."""
+        self.proc.send_signal(signal.SIGUSR1)
+        return self.lines[-2:]
+
     def stop(self) -> None:
         try:
             self.proc.wait(timeout=60)
@@ -73,16 +79,32 @@ class Producer:
         self.thread.join(timeout=10)
 
 
-def _until(what: str, check, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+def _until(what: str, check, timeout: float = 60.0, detail=None) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {detail and detail()}"
         time.sleep(0.1)
 
 
 def _stall(producer: Producer, since: float) -> float:
     times = [t for *_, t in producer.acks()]
     return max(b - a for a, b in itertools.pairwise(times) if b > since)
+
+
+def _check_oracle(js: JetStreamLog, producers: list[Producer]) -> list[Record]:
+    """Every acknowledged record is in the partition once, at its acknowledged offset."""
+    records: list[Record] = []
+    offset = 0
+    while batch := js.read("fo", 0, offset)[0]:
+        records.extend(batch)
+        offset = batch[-1].offset + 1
+    ids = [r.value.decode() for r in records if r.value is not None]
+    assert len(ids) == len(set(ids)), "a record was stored twice"
+    at = {r.offset: r.value.decode() for r in records if r.value is not None}
+    acked = [a for p in producers for a in p.acks()]
+    lost = [(o, i) for o, i, _ in acked if at.get(o) != i]
+    assert not lost, f"acknowledged records lost or moved: {lost[:5]}"
+    return records
 
 
 def test_leader_sigkill_loses_and_duplicates_nothing_and_nodes_rejoin(
@@ -116,15 +138,7 @@ def test_leader_sigkill_loses_and_duplicates_nothing_and_nodes_rejoin(
         assert new_leader is not None
 
         acked = [a for p in producers for a in p.acks()]
-        records, offset = [], 0
-        while batch := js.read("fo", 0, offset)[0]:
-            records.extend(batch)
-            offset = batch[-1].offset + 1
-        ids = [r.value.decode() for r in records if r.value is not None]
-        assert len(ids) == len(set(ids)), "a record was stored twice"
-        at = {r.offset: r.value.decode() for r in records if r.value is not None}
-        lost = [(o, i) for o, i, _ in acked if at.get(o) != i]
-        assert not lost, f"acknowledged records lost or moved: {lost[:5]}"
+        records = _check_oracle(js, producers)
         conditional_after = [i for _, i, t in acked if t > killed_at and int(i[2:]) % 2 == 0]
         assert conditional_after, "conditional appends did not resume"
         hwm = js.offsets("fo", 0).hwm
@@ -143,6 +157,50 @@ def test_leader_sigkill_loses_and_duplicates_nothing_and_nodes_rejoin(
             ),
         )
         assert js.verify("fo") == []
+    finally:
+        stop.touch()
+        for p in producers:
+            p.stop()
+        js.close()
+
+
+@pytest.mark.soak
+def test_soak_repeated_leader_kills(
+    own_cluster: LocalCluster, tmp_path: Path, namespace: str
+) -> None:
+    """Eight cycles: SIGKILL the stream leader under load, restart it, wait until current."""
+    js = JetStreamLog.from_url(own_cluster.url, namespace=namespace)
+    stop = tmp_path / "stop"
+    producers: list[Producer] = []
+    stalls = []
+    try:
+        js.create_topic("fo", 1)
+        producers = [Producer(own_cluster, namespace, tag, stop) for tag in ("p", "q", "r")]
+        for _ in range(8):
+            _, leader, _ = js.placement("fo", 0)
+            assert leader is not None
+            before = [len(p.acks()) for p in producers]
+            _until(
+                "appends",
+                lambda b=before: all(
+                    len(p.acks()) >= n + 20 for p, n in zip(producers, b, strict=True)
+                ),
+            )
+            killed_at = time.time()
+            own_cluster.kill(leader, signal.SIGKILL)
+            _until(
+                "appends after the kill",
+                lambda k=killed_at: all(sum(t > k for *_, t in p.acks()) >= 20 for p in producers),
+                detail=lambda: [p.dump() for p in producers],
+            )
+            stalls.append(max(_stall(p, killed_at) for p in producers))
+            own_cluster.start_node(leader)
+            _until("replicas current", lambda: js.verify("fo") == [])
+        stop.touch()
+        for p in producers:
+            p.stop()
+        _check_oracle(js, producers)
+        print(f"\nstalls after each leader kill (s): {[round(s, 2) for s in stalls]}")
     finally:
         stop.touch()
         for p in producers:

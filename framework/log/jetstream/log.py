@@ -25,6 +25,7 @@ once is stored once.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import re
@@ -206,7 +207,13 @@ class JetStreamLog:
         if self._closed:
             coro.close()
             raise LogError("the JetStream log is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            # every coroutine bounds its own waits; this is the backstop against a wedge
+            return future.result(timeout=self.retry_s + 6 * self.timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise LogError("JetStream call did not finish in time; gave up") from None
 
     async def _connect(self, servers: list[str]) -> None:
         self._nc = await nats.connect(
@@ -216,6 +223,9 @@ class JetStreamLog:
             reconnect_time_wait=0.2,
             allow_reconnect=True,
             no_echo=True,  # our own wake messages are counted locally (_bump)
+            error_cb=self._on_error,
+            disconnected_cb=self._on_disconnect,
+            reconnected_cb=self._on_reconnect,
         )
         self._js = self._nc.jetstream(timeout=self.timeout)
         await self._nc.subscribe(m.wake_subject(self.namespace), cb=self._on_wake)
@@ -223,6 +233,15 @@ class JetStreamLog:
         self._kv: KeyValue = await self._retry(
             lambda: self._js.create_key_value(bucket=bucket, history=1, replicas=self.replicas)
         )
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.info("jetstream connection error", error=repr(exc))
+
+    async def _on_disconnect(self) -> None:
+        log.info("jetstream disconnected; reconnecting")
+
+    async def _on_reconnect(self) -> None:
+        log.info("jetstream reconnected", server=str(self._nc.connected_url))
 
     async def _on_wake(self, _msg: object) -> None:
         self._bump()
@@ -244,7 +263,7 @@ class JetStreamLog:
         delay = 0.05
         while True:
             try:
-                return await op()
+                return await asyncio.wait_for(op(), 3 * self.timeout)
             except _TRANSIENT as exc:
                 err: Exception = exc
                 if topic is not None and isinstance(exc, _NO_STREAM):
@@ -642,7 +661,22 @@ class JetStreamLog:
     async def _batch(
         self, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
     ) -> int:
-        """One JetStream atomic batch: all of ``msgs`` or none; returns the last sequence."""
+        """One JetStream atomic batch: all of ``msgs`` or none; returns the last sequence.
+
+        "No responders" means nobody took it (safe to retry); no answer in time means the
+        outcome is unknown, which is raised as a :class:`LogError` (never retried blindly).
+        """
+        try:
+            return await asyncio.wait_for(self._batch_once(msgs, extra), 2 * self.timeout)
+        except TimeoutError as exc:
+            raise LogError(
+                f"atomic append: no answer from the cluster ({exc!r}); it may or may not have"
+                " been stored"
+            ) from exc
+
+    async def _batch_once(
+        self, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
+    ) -> int:
         batch_id = uuid.uuid4().hex
         for i, (subject, payload, hdrs) in enumerate(msgs[:-1]):
             headers = {**hdrs, "Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(i + 1)}
@@ -658,15 +692,7 @@ class JetStreamLog:
         }
         if len(msgs) == 1:
             headers.update(extra)
-        try:
-            reply = await self._nc.request(subject, payload, headers=headers, timeout=self.timeout)
-        except nats.errors.NoRespondersError:
-            raise  # nothing took the batch: safe to retry
-        except nats.errors.TimeoutError as exc:
-            raise LogError(
-                f"atomic append: no answer from the cluster ({exc!r}); it may or may not have"
-                " been stored"
-            ) from exc
+        reply = await self._nc.request(subject, payload, headers=headers, timeout=self.timeout)
         body = orjson.loads(reply.data)
         if "error" in body:
             raise nats.js.errors.APIError.from_error(body["error"])

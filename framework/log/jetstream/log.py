@@ -1002,21 +1002,28 @@ class JetStreamLog:
                 problems.extend(found)
         return problems
 
-    def _verify_one(self, topic: str, p: int) -> list[Exception]:
+    def _verify_one(self, topic: str, p: int, *, settle_s: float = 3.0) -> list[Exception]:
+        """Problems of one partition stream; a replica still catching up is re-checked for
+        ``settle_s`` (a new or restarted replica is briefly behind) before it is reported."""
         stream = m.stream_name(self.namespace, topic, p)
-        try:
-            info = self._run(self._retry(functools.partial(self._js.stream_info, stream)))
-        except nats.js.errors.NotFoundError:
-            return [LogError("partition stream missing", topic=topic, partition=p)]
-        return [
-            LogError(
-                f"replica {r.name} is {'offline' if r.offline else 'behind'}",
-                topic=topic,
-                partition=p,
-            )
-            for r in (info.cluster.replicas if info.cluster else None) or []
-            if r.offline or not r.current
-        ]
+        deadline = time.monotonic() + settle_s
+        while True:
+            try:
+                info = self._run(self._retry(functools.partial(self._js.stream_info, stream)))
+            except nats.js.errors.NotFoundError:
+                return [LogError("partition stream missing", topic=topic, partition=p)]
+            problems: list[Exception] = [
+                LogError(
+                    f"replica {r.name} is {'offline' if r.offline else 'behind'}",
+                    topic=topic,
+                    partition=p,
+                )
+                for r in (info.cluster.replicas if info.cluster else None) or []
+                if r.offline or not r.current
+            ]
+            if not problems or time.monotonic() > deadline:
+                return problems
+            time.sleep(0.1)
 
     # ------------------------------------------------------------------ migration support
     def start_at(self, topic: str, partition: int, offset: int) -> None:

@@ -203,6 +203,27 @@ class JetStreamLog:
         return cls(**{**parse_url(url), **kwargs})
 
     # ------------------------------------------------------------------ plumbing
+    # For modules built on this connection (framework.log.jetstream.kv): run a coroutine on
+    # the log's event loop, retry transient errors, the clients, an atomic batch.
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._run(coro)
+
+    async def retry(self, op: Callable[[], Awaitable[T]], *, what: str = "request") -> T:
+        return await self._retry(op, what=what)
+
+    async def batch(
+        self, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
+    ) -> int:
+        return await self._batch(msgs, extra)
+
+    @property
+    def js(self) -> Any:
+        return self._js
+
+    @property
+    def nc(self) -> Any:
+        return self._nc
+
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:
             coro.close()

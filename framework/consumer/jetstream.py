@@ -125,6 +125,7 @@ class KvCoordinator(GroupCoordinator):
         self._rev = 0
 
     def on_change(self) -> None:
+        """Another handle changed the state (called on the log's event loop thread)."""
         with self._cache_lock:
             self._changes += 1
         if self.wake is not None:

@@ -105,3 +105,18 @@ def test_commits_are_fenced_by_the_state_revision(js: JetStreamLog) -> None:
         )
     assert offsets.committed("g", tp).offset == 5  # type: ignore[union-attr]
     assert offsets.groups() == {"g"} and coordination.group_names() == {"g"}
+
+
+def test_a_state_change_wakes_waiters_of_other_processes(
+    js: JetStreamLog, cluster: LocalCluster, namespace: str
+) -> None:
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as other:
+        watcher = JetStreamCoordination(other).coordinator("g", wake=other.wake)
+        assert watcher.current().members == {}
+        seen = js.wait_seq()
+        JetStreamCoordination(js).coordinator("g").join(
+            topics=("t",), assignor="range", session_timeout_ms=10_000
+        )
+        js.wait(seen, 10.0)  # the watcher's wake() (on its loop thread) reached us
+        assert js.wait_seq() != seen
+        assert len(watcher.current().members) == 1

@@ -228,6 +228,9 @@ class JetStreamLog:
         if self._closed:
             coro.close()
             raise LogError("the JetStream log is closed")
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise LogError("a blocking JetStream call from the log's own event loop thread")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             # every coroutine bounds its own waits; this is the backstop against a wedge
@@ -910,9 +913,14 @@ class JetStreamLog:
             self._wake.wait_for(lambda: self._wake_seq != seen, timeout)
 
     def wake(self) -> None:
-        """Wake every waiter of this namespace, in every process."""
+        """Wake every waiter of this namespace, in every process (callable from any thread,
+        the log's own event loop included)."""
         self._bump()
-        self._run(self._nc.publish(m.wake_subject(self.namespace), b""))
+        publish = self._nc.publish(m.wake_subject(self.namespace), b"")
+        if threading.current_thread() is self._thread:
+            self._loop.create_task(publish)
+        else:
+            self._run(publish)
 
     # ------------------------------------------------------------------ maintenance
     def compact(self, topic: str, *, progress: Progress | None = None) -> list[CompactionReport]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from framework.app import App
 from framework.log import Log, TopicPartition
-from framework.projection import App, BatchApplier
+from framework.projection import BatchApplier
 from framework.replay.build import BuildCounts, app_codec, finalize, open_build, replay_ranges
 from framework.replay.progress import NO_PROGRESS, Progress
 from framework.replay.ranges import OffsetRange

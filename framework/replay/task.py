@@ -24,8 +24,9 @@ from typing import NamedTuple
 
 import structlog
 
+from framework.app import App
 from framework.observability import configure_logging
-from framework.projection import App, BatchApplier
+from framework.projection import BatchApplier
 from framework.replay.build import BuildCounts, KeyGroup, app_codec, open_build, replay_ranges
 from framework.replay.ranges import OffsetRange, open_store
 

@@ -36,10 +36,10 @@ import attrs
 import orjson
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
+from framework.app import App
 from framework.codec import EventCodec, event_type_from_headers
 from framework.domain import DomainEvent
 from framework.errors import ConfigError, FrameworkError
-from framework.projection import App
 from framework.replay.build import app_codec
 
 if TYPE_CHECKING:

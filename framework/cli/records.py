@@ -43,7 +43,15 @@ import click
 import orjson
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from framework.cli.context import OFFSET, PARTITION, TOPIC, app, data_option, stderr_console
+from framework.cli.context import (
+    OFFSET,
+    PARTITION,
+    SECONDS,
+    TOPIC,
+    app,
+    data_option,
+    stderr_console,
+)
 from framework.cli.groups import GROUP, consume_group
 from framework.consumer.free import Consumer
 from framework.errors import (
@@ -55,6 +63,7 @@ from framework.errors import (
     UnknownPartitionError,
 )
 from framework.log.config import TopicConfig
+from framework.log.names import refuse_internal
 from framework.log.partition import RECORD_OVERHEAD
 from framework.log.producer import Producer
 from framework.log.record import ProducerRecord, Record, TopicPartition
@@ -201,6 +210,7 @@ def produce(
     """Append one record per line of standard input to TOPIC."""
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
+    refuse_internal(topic, "produce to it")
     log = app().open_log()
     config = log.topic_config(topic)
     count = log.partition_count(topic)
@@ -326,7 +336,7 @@ def _free_consumer(log: LogStore, topic: str, partition: int | None, offset: str
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (tail -f).")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     metavar="S",
     help="Wait for new records like --follow, but stop after S seconds without one.",
 )

@@ -122,9 +122,7 @@ class Aggregate:
             if not isinstance(topic, str) or not topic:
                 raise ConfigError(f"{cls.__qualname__}: topic must be a non-empty string")
             cls.topic = topic
-        cls._appliers = MappingProxyType(
-            collect_marked(cls, _APPLIES_ATTR, "apply", cls._appliers)
-        )
+        cls._appliers = MappingProxyType(collect_marked(cls, _APPLIES_ATTR, "apply", cls._appliers))
         cls._state_fields = None
         every = cls.__dict__.get("snapshot_every")
         if every is not None and (

@@ -287,7 +287,8 @@ class JetStreamLog:
         delay = 0.05
         while True:
             try:
-                return await asyncio.wait_for(op(), 3 * self.timeout)
+                async with asyncio.timeout(3 * self.timeout):  # no extra task, unlike wait_for
+                    return await op()
             except _TRANSIENT as exc:
                 err: Exception = exc
                 if topic is not None and isinstance(exc, _NO_STREAM):
@@ -691,7 +692,8 @@ class JetStreamLog:
         outcome is unknown, which is raised as a :class:`LogError` (never retried blindly).
         """
         try:
-            return await asyncio.wait_for(self._batch_once(msgs, extra), 2 * self.timeout)
+            async with asyncio.timeout(2 * self.timeout):
+                return await self._batch_once(msgs, extra)
         except TimeoutError as exc:
             raise LogError(
                 f"atomic append: no answer from the cluster ({exc!r}); it may or may not have"

@@ -12,7 +12,8 @@
   rebuilds those that differ. Exit status 1 when one differs and was not repaired.
 
 ``compact`` and ``cleanup`` go through the log (its ``progress`` callback drives the bar);
-``dump`` and ``verify`` are tools of this storage engine, as ``kafka-dump-log`` is of Kafka's.
+``dump`` reads one file of the embedded engine (:mod:`framework.log.dump`) and ``verify``
+checks its files, as ``kafka-dump-log`` does for Kafka's.
 """
 
 from __future__ import annotations
@@ -35,18 +36,9 @@ from framework.cli.context import (
     stdout_console,
 )
 from framework.cli.render import human_bytes, simple_table
-from framework.errors import ConfigError, CorruptRecordError, DataLossError
-from framework.log.batch import HEADER_SIZE, decode_records
-from framework.log.config import TIMESTAMP_TYPES
+from framework.errors import ConfigError, CorruptRecordError
+from framework.log.dump import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, batches, index_entries
 from framework.log.record import Record
-from framework.log.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    OFFSET_ENTRY,
-    TIME_ENTRY,
-    TIMEINDEX_SUFFIX,
-    Segment,
-)
 from framework.log.store import LogStore, MaintenanceProgress
 from framework.store.index_check import check_key_indexes
 from framework.store.key_index import IndexReport
@@ -181,63 +173,6 @@ def _record_dict(r: Record) -> dict[str, Any]:
     }
 
 
-def _coordinates(path: Path) -> tuple[str, int]:
-    """``(topic, partition)`` from ``<topic>/<partition>/<segment>``, when the path has them."""
-    partition = path.parent.name
-    return path.parent.parent.name or "?", int(partition) if partition.isdigit() else -1
-
-
-def _segment_base(path: Path) -> int:
-    stem = path.name.split(".", 1)[0]
-    return int(stem) if stem.isdigit() else 0
-
-
-def _batches(path: Path) -> Iterator[dict[str, Any]]:
-    """Every batch of a segment file as a dict (:meth:`Segment.scan_lenient`); a malformed
-    one ends the scan with ``error`` and no ``last_offset``."""
-    topic, partition = _coordinates(path)
-    for found in Segment(path.parent, _segment_base(path)).scan_lenient():
-        h = found.header
-        if h is None or not found.raw:
-            yield {
-                "position": found.position,
-                **({} if h is None else {"base_offset": h.base_offset}),
-                "error": found.error,
-            }
-            return
-        batch: dict[str, Any] = {
-            "position": found.position,
-            "base_offset": h.base_offset,
-            "last_offset": h.last_offset,
-            "count": h.record_count,
-            "size": h.size,
-            "magic": h.magic,
-            "crc": h.crc,
-            "crc_valid": found.error is None,
-            "timestamp_type": TIMESTAMP_TYPES[h.timestamp_type],
-            "base_timestamp": h.base_timestamp,
-            "max_timestamp": h.max_timestamp,
-            "error": found.error,
-        }
-        try:
-            batch["records"] = decode_records(
-                found.raw,
-                HEADER_SIZE,
-                h.size,
-                h.base_offset,
-                h.base_timestamp,
-                h.timestamp_type,
-                topic,
-                partition,
-                0,
-                Record,
-            )
-        except ValueError as exc:
-            batch["records"] = []
-            batch["error"] = f"malformed record: {exc}"
-        yield batch
-
-
 def _quote(text: str | None) -> str:
     return "null" if text is None else orjson.dumps(text).decode()
 
@@ -246,7 +181,7 @@ def _dump_log(path: Path, as_json: bool, with_records: bool) -> int:
     problems = 0
     if not as_json:
         click.echo(f"Dumping {path}")
-    for batch in _batches(path):
+    for batch in batches(path):
         if batch["error"] is not None:
             problems += 1
         if "last_offset" not in batch:  # a malformed header: nothing more can be read
@@ -283,25 +218,16 @@ def _dump_log(path: Path, as_json: bool, with_records: bool) -> int:
 
 
 def _dump_index(path: Path, as_json: bool) -> int:
-    base = _segment_base(path)
-    raw = path.read_bytes()
-    time_index = path.name.endswith(TIMEINDEX_SUFFIX)
-    entry = TIME_ENTRY if time_index else OFFSET_ENTRY
+    rows, trailing = index_entries(path)
     if not as_json:
-        click.echo(f"Dumping {path} ({len(raw) // entry.size} entries)")
-    for fields in entry.iter_unpack(raw[: len(raw) - len(raw) % entry.size]):
-        if time_index:
-            ts, rel = fields
-            row: dict[str, int] = {"timestamp": ts, "offset": base + rel}
-        else:
-            rel, position = fields
-            row = {"offset": base + rel, "position": position}
+        click.echo(f"Dumping {path} ({len(rows)} entries)")
+    for row in rows:
         if as_json:
             click.echo(orjson.dumps(row).decode())
         else:
             click.echo(" ".join(f"{k}: {v}" for k, v in row.items()))
-    if len(raw) % entry.size:
-        click.echo(f"trailing {len(raw) % entry.size} byte(s) are not a whole entry", err=True)
+    if trailing:
+        click.echo(f"trailing {trailing} byte(s) are not a whole entry", err=True)
         return 1
     return 0
 
@@ -347,32 +273,27 @@ def verify_log(
     """Check every partition of ``topics``; return how many were checked and the problems.
 
     With ``skip_lost``, a partition that refuses to open because acknowledged offsets are
-    missing (:class:`DataLossError`) is repaired by skipping them (logged), then checked.
+    missing (:class:`DataLossError`) is repaired by skipping them for good (the log says
+    which, as a warning), then checked.
     """
-    partitions = [(t, p) for t in topics for p in range(log.partition_count(t))]
+    counts = {t: log.partition_count(t) for t in topics}
     problems: list[CorruptRecordError] = []
-    with _progress("verifying") as progress:
-        task = progress.add_task("verify", total=len(partitions), what="")
-        for topic, p in partitions:
-            progress.update(task, what=f"{topic}/{p}")
-            try:
-                try:
-                    part = log.partition(topic, p)
-                except DataLossError as err:
-                    if not skip_lost:
-                        raise
-                    marks = log.skip_lost_offsets(topic, p)
-                    click.echo(
-                        f"REPAIRED topic={topic} partition={p}: {err.message.split(';')[0]};"
-                        f" those offsets are skipped, the log now ends at {marks.leo}",
-                        err=True,
-                    )
-                    part = log.partition(topic, p)
-                problems.extend(part.verify())
-            except CorruptRecordError as err:  # found while opening (recovery) the partition
+    with _progress("verifying") as bar:
+        task = bar.add_task("verify", total=sum(counts.values()), what="")
+        before = 0
+        for topic in topics:
+
+            def advance(
+                done: int, total: int, partition: int, topic: str = topic, before: int = before
+            ) -> None:
+                bar.update(task, completed=before + done, what=f"{topic}/{partition}")
+
+            for err in log.verify(topic, progress=advance, skip_lost_offsets=skip_lost):
+                if not isinstance(err, CorruptRecordError):
+                    raise err
                 problems.append(err)
-            progress.advance(task)
-    return len(partitions), problems
+            before += counts[topic]
+    return sum(counts.values()), problems
 
 
 def _echo_index_reports(reports: list[IndexReport]) -> None:

@@ -28,7 +28,6 @@ import bisect
 import contextlib
 import itertools
 import os
-import resource
 import struct
 import threading
 import time
@@ -56,7 +55,9 @@ from framework.log.batch import (
     encode_batch,
     parse_header,
 )
+from framework.log.check import checked_time_start, verify_files
 from framework.log.config import TopicConfig
+from framework.log.fds import FDS, next_use
 from framework.log.files import fsync_dir, write_atomic
 from framework.log.record import Header, Record
 from framework.log.recovery import (
@@ -96,45 +97,6 @@ Clock = Callable[[], int]
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class _FdBudget:
-    """Bounds the file descriptors all partitions of this process keep open.
-
-    A partition keeps its lock file, its active segment and its indexes, and the segments it
-    read open between calls (~5 descriptors); a process that touches thousands of partitions
-    would run out (``ulimit -n`` is often 1024). Each partition that opens descriptors is
-    registered here; past ``limit`` warm partitions, the least recently used half gives its
-    descriptors back (a partition busy in another thread is skipped) and reopens them on
-    next use. Limit: a sixteenth of the soft ``RLIMIT_NOFILE``, at least 8.
-    """
-
-    def __init__(self) -> None:
-        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        self.limit = max(8, (soft if soft > 0 else 1024) // 16)
-        self._warm: dict[Partition, None] = {}
-        self._lock = threading.Lock()
-
-    def opened(self, part: Partition) -> None:
-        with self._lock:
-            self._warm[part] = None
-            excess = len(self._warm) - self.limit
-            if excess <= 0:
-                return
-            by_age = sorted(self._warm, key=lambda p: p.last_used)
-            victims = [p for p in by_age[: excess + self.limit // 2] if p is not part]
-        released = [p for p in victims if p.release_fds()]
-        with self._lock:
-            for p in released:
-                self._warm.pop(p, None)
-
-    def forget(self, part: Partition) -> None:
-        with self._lock:
-            self._warm.pop(part, None)
-
-
-_FDS = _FdBudget()
-_USE = itertools.count()
 
 
 class _LayoutChangedError(Exception):
@@ -205,7 +167,7 @@ class Partition:
             self.state = PartitionState(
                 directory / "state",
                 on_stuck=self._wait_for_writer,
-                on_remap=lambda: _FDS.opened(self),
+                on_remap=lambda: FDS.opened(self),
             )
         except FileNotFoundError:
             raise self._deleted_error() from None
@@ -226,7 +188,7 @@ class Partition:
         self._r_contiguous = True
         """Whether every batch starts where the previous one ended (never compacted)."""
         self._r_lock = threading.Lock()
-        self.last_used = next(_USE)
+        self.last_used = next_use()
         """When this partition was last locked or read (an ever-increasing counter)."""
         self._failed: OSError | None = None
         """Set when an fsync failed: appends are refused until the partition is reopened."""
@@ -241,7 +203,7 @@ class Partition:
     def locked(self) -> Iterator[Snapshot]:
         """Hold the append lock (threads and processes) with the state made consistent."""
         with self._append_lock:
-            self.last_used = next(_USE)
+            self.last_used = next_use()
             yield self._sync_locked()
 
     @contextlib.contextmanager
@@ -297,7 +259,7 @@ class Partition:
 
     def _open_writer(self, snap: Snapshot) -> None:
         self._close_writer()
-        _FDS.opened(self)
+        FDS.opened(self)
         base = snap.active_base
         flags = os.O_RDWR | os.O_CREAT
         self._w_fd = os.open(log_path(self.dir, base), flags, 0o644)
@@ -716,7 +678,7 @@ class Partition:
         fd = self._r_fds.get(base)
         if fd is None:
             if not self._r_fds:
-                _FDS.opened(self)
+                FDS.opened(self)
             fd = os.open(log_path(self.dir, base), os.O_RDONLY)
             self._r_fds[base] = fd
             self._check_layout(snap)
@@ -761,7 +723,7 @@ class Partition:
         """
         if self.state.deleted:
             raise self._deleted_error()
-        self.last_used = next(_USE)
+        self.last_used = next_use()
         for attempt in range(200):
             with self._r_lock:
                 snap = self.state.read()
@@ -847,6 +809,7 @@ class Partition:
                 # whose successor proves where it ended (only reads of it fail). Records
                 # before a damaged batch are returned first; the next read raises.
                 h = parse_header(buf, rel)
+                after = h.base_offset + h.last_offset_delta + 1  # h.next_offset
                 problem = check_header(h)
                 if problem is None and position + rel + h.size > path_limit:
                     problem = f"batch of {h.size} bytes runs past the end of the data"
@@ -859,8 +822,8 @@ class Partition:
                         )
                     elif h.base_offset < floor:
                         problem = f"offset {h.base_offset} does not follow {floor - 1}"
-                    elif h.last_offset >= limit:
-                        problem = f"batch ends at offset {h.last_offset}, inside the next segment"
+                    elif after > limit:
+                        problem = f"batch ends at offset {after - 1}, inside the next segment"
                 if problem is not None and from_index:
                     # The index entry does not point at the batch it names: derived data is
                     # wrong, the log may be fine. Scan this segment from its start instead.
@@ -911,7 +874,7 @@ class Partition:
                     if out:
                         done = True
                         break
-                    if skipped is None and h.next_offset <= offset and strict:
+                    if skipped is None and after <= offset and strict:
                         # wholly before what was asked: step over it, provided the next batch
                         # starts where this header says it ends and is intact
                         skipped = corrupt(
@@ -922,8 +885,7 @@ class Partition:
                             topic,
                             partition,
                         )
-                        expect = h.next_offset
-                        floor = h.next_offset
+                        expect = floor = after
                         rel += h.size
                         continue
                     raise corrupt(
@@ -942,12 +904,12 @@ class Partition:
                         offset=skipped.offset,
                     )
                     skipped = None
-                expect = h.next_offset if strict else -1
-                floor = h.next_offset
+                expect = after if strict else -1
+                floor = after
                 if h.base_offset >= end_offset:
                     done = True
                     break
-                if h.next_offset > offset:
+                if after > offset:
                     try:
                         records = decode_records(
                             buf,
@@ -973,10 +935,10 @@ class Partition:
                             topic,
                             partition,
                         ) from None
-                    if h.next_offset > end_offset:  # ``upto`` falls inside this batch
+                    if after > end_offset:  # ``upto`` falls inside this batch
                         records = [r for r in records if r.offset < end_offset]
                     out.extend(records)
-                    offset = h.next_offset
+                    offset = after
                 rel += h.size
                 if out:  # batches skipped before the first record do not count
                     used += h.size
@@ -1045,7 +1007,14 @@ class Partition:
         for base in bases:
             if base < snap.lwm and self._next_after(bases, base) <= snap.lwm:
                 continue
-            start_rel = self._time_start(base, timestamp)
+            start_rel = checked_time_start(
+                self.dir,
+                base,
+                timestamp,
+                topic=self.topic,
+                partition=self.partition,
+                logger=self._log,
+            )
             offset = max(base + start_rel, snap.lwm)
             nxt = self._next_after(bases, base)
             while offset < min(nxt, snap.hwm):
@@ -1057,48 +1026,6 @@ class Partition:
                         return r.offset
                 offset = records[-1].offset + 1
         return None
-
-    def _time_start(self, base: int, timestamp: int) -> int:
-        """Relative offset to scan from for records at or after ``timestamp`` in segment
-        ``base``, from its time index, once the entry used is checked against the batches
-        it summarises (the largest timestamp before it); 0 (the whole segment) if it is
-        wrong, so a damaged entry can make the lookup slower, never wrong."""
-        times = TimeIndex(timeindex_path(self.dir, base))
-        i = bisect.bisect_left(times.timestamps, timestamp) - 1
-        if i < 0:
-            return 0
-        index = OffsetIndex(index_path(self.dir, base))
-        if i < len(index.offsets) and index.offsets[i] == times.offsets[i]:
-            start = index.positions[i - 1] if i else 0
-            before = times.timestamps[i - 1] if i else -1
-            path = log_path(self.dir, base)
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                return 0
-            try:
-                for ref in scan_batches(
-                    fd,
-                    path,
-                    start,
-                    index.positions[i],
-                    topic=self.topic,
-                    partition=self.partition,
-                    verify_crc=False,
-                ):
-                    before = max(before, ref.header.max_timestamp)
-            except CorruptRecordError:
-                before = -2  # the scan below will meet the damage and report it
-            finally:
-                os.close(fd)
-            if before == times.timestamps[i]:
-                return times.offsets[i]
-        self._log.warning(
-            "time index entry does not match its batches; scanning the segment",
-            file=str(timeindex_path(self.dir, base)),
-            entry=i,
-        )
-        return 0
 
     @staticmethod
     def _next_after(bases: list[int], base: int) -> int:
@@ -1140,119 +1067,15 @@ class Partition:
         return not self.config.compact and not (self.dir / COMPACTED).exists()
 
     def verify(self) -> list[CorruptRecordError]:
-        """Check every batch of every segment and every index entry; return the problems.
-
-        Batches: CRC, framing, offset order, each inside its segment's range; without
-        compaction also continuity (each batch, and each segment, starts where the previous
-        ended), the first segment at the low-water mark and the data up to the high-water
-        mark. Index entries: each offset-index entry points at a batch with its offset, and
-        each time-index entry names that batch and the largest timestamp before it.
-        """
-        problems: list[CorruptRecordError] = []
-        snap = self.state.read()
-        strict = self.contiguous()
-        bases = list_segment_bases(self.dir)
-        if bases and bases[0] > snap.lwm:
-            problems.append(
-                corrupt(
-                    f"offsets [{snap.lwm}, {bases[0]}) are missing: no segment holds them",
-                    log_path(self.dir, bases[0]),
-                    0,
-                    snap.lwm,
-                    self.topic,
-                    self.partition,
-                )
-            )
-        expect_after = -1
-        for i, base in enumerate(bases):
-            segment = Segment(self.dir, base)
-            nxt = bases[i + 1] if i + 1 < len(bases) else None
-            try:
-                fd = os.open(segment.log, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                end = snap.active_size if base == snap.active_base else os.fstat(fd).st_size
-                if strict and expect_after >= 0 and expect_after + 1 != base:
-                    problems.append(
-                        corrupt(
-                            f"offsets [{expect_after + 1}, {base}) are missing between segments",
-                            segment.log,
-                            0,
-                            expect_after + 1,
-                            self.topic,
-                            self.partition,
-                        )
-                    )
-                expect_after = max(expect_after, base - 1)
-                batches: list[tuple[int, int, int]] = []  # position, base offset, max ts before
-                running = -1
-                try:
-                    for ref in segment.scan(
-                        fd,
-                        0,
-                        end,
-                        topic=self.topic,
-                        partition=self.partition,
-                        expect_after=expect_after,
-                        contiguous=strict,
-                        limit=(1 << 62) if nxt is None else nxt,
-                    ):
-                        batches.append((ref.position, ref.header.base_offset, running))
-                        running = max(running, ref.header.max_timestamp)
-                        expect_after = ref.header.last_offset
-                except CorruptRecordError as err:
-                    problems.append(err)
-                    expect_after = (nxt - 1) if nxt is not None else expect_after
-                    continue
-                problems.extend(self._verify_indexes(segment, batches, end))
-            finally:
-                os.close(fd)
-        if strict and bases and expect_after + 1 < snap.hwm and not problems:
-            problems.append(
-                corrupt(
-                    f"acknowledged offsets [{expect_after + 1}, {snap.hwm}) are missing at the"
-                    " end of the log",
-                    log_path(self.dir, bases[-1]),
-                    snap.active_size,
-                    expect_after + 1,
-                    self.topic,
-                    self.partition,
-                )
-            )
-        return problems
-
-    def _verify_indexes(
-        self, segment: Segment, batches: list[tuple[int, int, int]], end: int
-    ) -> list[CorruptRecordError]:
-        at = {position: (offset, before) for position, offset, before in batches}
-        problems = []
-        times = TimeIndex(segment.timeindex)
-        index = OffsetIndex(segment.index)
-        for i, (rel, position) in enumerate(zip(index.offsets, index.positions, strict=True)):
-            if position >= end:
-                continue  # past the valid end: ignored by readers, trimmed by the writer
-            found = at.get(position)
-            problem = None
-            if found is None or found[0] != segment.base + rel:
-                problem = (
-                    f"offset index entry {i} says offset {segment.base + rel} is at position"
-                    f" {position}, but "
-                    + ("no batch starts there" if found is None else f"offset {found[0]} is")
-                )
-            elif i >= len(times.offsets) or times.offsets[i] != rel:
-                problem = f"time index entry {i} does not name offset {segment.base + rel}"
-            elif times.timestamps[i] != found[1]:
-                problem = (
-                    f"time index entry {i} says {times.timestamps[i]} for the records before"
-                    f" offset {segment.base + rel}; they reach {found[1]}"
-                )
-            if problem is not None:
-                path = segment.index if "offset index" in problem else segment.timeindex
-                problems.append(
-                    corrupt(problem, path, i, segment.base + rel, self.topic, self.partition)
-                )
-        return problems
+        """Check every batch of every segment and every index entry; return the problems
+        (see :func:`framework.log.check.verify_files`)."""
+        return verify_files(
+            self.dir,
+            self.state.read(),
+            strict=self.contiguous(),
+            topic=self.topic,
+            partition=self.partition,
+        )
 
     def release_fds(self) -> bool:
         """Close every descriptor this partition keeps between calls, unless a thread of
@@ -1294,7 +1117,7 @@ class Partition:
             self._append_lock.close()
             self._maintenance.close()
             self.state.close()
-        _FDS.forget(self)
+        FDS.forget(self)
 
 
 def _reported_offset(h: BatchHeader, problem: str, expect: int, floor: int) -> int:

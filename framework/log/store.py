@@ -29,6 +29,8 @@ import structlog
 from framework._locks import FileLock
 from framework.errors import (
     ConfigError,
+    CorruptRecordError,
+    DataLossError,
     FrameworkError,
     InvalidRecordError,
     TopicExistsError,
@@ -512,12 +514,34 @@ class LogStore:
         """
         self._cleaner.request(topic, partition)
 
-    def verify(self, topic: str | None = None) -> list[Exception]:
-        """Check every batch of ``topic`` (or of all topics); return the problems found."""
+    def verify(
+        self,
+        topic: str | None = None,
+        *,
+        progress: MaintenanceProgress | None = None,
+        skip_lost_offsets: bool = False,
+    ) -> list[Exception]:
+        """Check every batch and index entry of ``topic`` (or of all topics); return the
+        problems found. A partition that refuses to open is one problem (its
+        :class:`~framework.errors.DataLossError`, unless ``skip_lost_offsets`` repairs it:
+        see :meth:`skip_lost_offsets`)."""
         problems: list[Exception] = []
         for name in [topic] if topic is not None else self.list_topics():
-            for p in range(self._topic_meta(name, fresh=True).partitions):
-                problems.extend(self.partition(name, p).verify())
+            count = self._topic_meta(name, fresh=True).partitions
+            for p in range(count):
+                try:
+                    try:
+                        part = self.partition(name, p)
+                    except DataLossError:
+                        if not skip_lost_offsets:
+                            raise
+                        self.skip_lost_offsets(name, p)
+                        part = self.partition(name, p)
+                    problems.extend(part.verify())
+                except CorruptRecordError as err:  # found while opening (recovering) it
+                    problems.append(err)
+                if progress is not None:
+                    progress(p + 1, count, p)
         return problems
 
     def close(self) -> None:

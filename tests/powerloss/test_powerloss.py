@@ -12,9 +12,11 @@ import pytest
 from tests.powerloss import trace
 from tests.powerloss.explore import Figures, Recording, explore, record
 
-pytestmark = pytest.mark.skipif(
-    not trace.strace_available(), reason="strace is not installed (make test installs it)"
-)
+
+@pytest.fixture(scope="module", autouse=True)
+def _strace() -> None:
+    # Not a skip: `make test` installs strace (test-deps), so a missing one is a broken set-up.
+    assert trace.strace_available(), "strace is not installed: run `make test-deps`"
 
 
 def _report(fig: Figures) -> str:

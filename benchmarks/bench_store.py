@@ -43,7 +43,7 @@ from framework.app import App, Runtime
 from framework.codec import Envelope
 from framework.domain import Aggregate, DomainEvent, applies, event
 from framework.log import LogStore
-from framework.log.partition import Cursor
+from framework.log.types import Cursor
 
 TOPIC = "bench-accounts"
 TARGET = "bench-target"
@@ -135,7 +135,7 @@ def build(data: Path, records: int, partitions: int, keys: int) -> None:
                     f"  {written + n + 1:,} records, {time.perf_counter() - t0:.0f} s", flush=True
                 )
         for p in range(partitions):  # index the tail of partitions the target is not in
-            index = app.store.index(TOPIC, p)
+            index = app.log.keys.index(TOPIC, p)  # type: ignore[attr-defined]
             index.catch_up(app.log.offsets(TOPIC, p).hwm)
     (data / "bench-complete").write_text(f"{records} {partitions} {keys}\n")
     print(f"built in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -182,7 +182,9 @@ class DomainError(FrameworkError):
 
 
 class ConcurrencyError(FrameworkError):
-    """Optimistic concurrency: the aggregate's stored version is not the expected one.
+    """Optimistic concurrency: the aggregate's stored version (or, for a conditional append
+    on the log, the key's last offset: ``unit="last offset"``, ``None`` for "no record") is
+    not the expected one. Nothing was written.
 
     A write conflict, not a rejected command: it is not a :class:`DomainError`. Retriable:
     reload the aggregate and run the command again (``execute`` and ``ctx.issue`` do)."""
@@ -193,15 +195,16 @@ class ConcurrencyError(FrameworkError):
         self,
         message: str,
         *,
-        expected: int,
-        actual: int,
+        expected: int | None,
+        actual: int | None,
+        unit: str = "version",
         topic: str | None = None,
         partition: int | None = None,
     ) -> None:
         self.expected = expected
         self.actual = actual
         super().__init__(
-            f"{message}: expected version {expected}, actual {actual}",
+            f"{message}: expected {unit} {expected}, actual {actual}",
             topic=topic,
             partition=partition,
         )

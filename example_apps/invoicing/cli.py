@@ -21,7 +21,6 @@ from example_apps.invoicing.demo import run_demo
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
 from framework import Runtime, rebuild
 from framework.cli.plugins import data_dir, data_option, open_log
-from framework.projection import readmodel_path
 from framework.replay import compare, file_checksums
 
 
@@ -55,7 +54,7 @@ def serve(seconds: float | None) -> None:
     if seconds is not None:
         threading.Timer(seconds, stop.set).start()
     try:
-        answered = serve_queries(log, str(readmodel_path(log.path, "invoices")), stop)
+        answered = serve_queries(log, str(log.local.readmodel("invoices")), stop)
     except KeyboardInterrupt:
         answered = 0
     click.echo(f"answered {answered} queries", err=True)
@@ -69,7 +68,7 @@ def spark_rebuild(runtime: Runtime, name: str, console: Console) -> dict[str, An
     )
     started = time.perf_counter()
     result = rebuild(runtime, name, engine="spark")
-    live = file_checksums(readmodel_path(runtime.log.path, name))
+    live = file_checksums(runtime.log.local.readmodel(name))
     rebuilt = file_checksums(Path(result.path))
     diffs = compare(live, rebuilt)
     identical = all(d.equal for d in diffs)

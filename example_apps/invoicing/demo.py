@@ -40,7 +40,7 @@ EVENT_TOPICS = ("customers", "orders", "invoices")
 
 def _lag(runtime: Runtime, name: str) -> int:
     """Records of the projector's topics not yet applied to its read model."""
-    path = readmodel_path(runtime.log.path, name)
+    path = runtime.log.local.readmodel(name)
     positions: dict[TopicPartition, int] = {}
     if path.exists():
         with (

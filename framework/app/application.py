@@ -56,11 +56,11 @@ import structlog
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
 from framework.domain import Aggregate, DomainEvent
+from framework.engine import open_log
 from framework.errors import ConfigError
-from framework.log import Log, LogStore, RecordMetadata, TopicPartition
+from framework.log import Log, RecordMetadata, TopicPartition
 from framework.observability import configure_default_logging
 from framework.projection.projector import Projector
-from framework.projection.readmodel import readmodel_path
 from framework.projection.status import offsets_after, projection_status, wait_for_offsets
 from framework.store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore, Repository
 
@@ -154,7 +154,7 @@ class Runtime:
         self.app = app
         self.log: Log
         if log is None or isinstance(log, str | Path):
-            self.log, self._owns_log = LogStore(log), True
+            self.log, self._owns_log = open_log(log), True
         else:
             self.log, self._owns_log = log, False
         for cls in app.aggregates:
@@ -217,7 +217,7 @@ class Runtime:
     def readmodel_path(self, projector: str) -> Path:
         """Where projector ``projector``'s read-model file is."""
         self.app.projector(projector)
-        return readmodel_path(self.log.path, projector)
+        return self.log.local.readmodel(projector)
 
     def wait_for(
         self,

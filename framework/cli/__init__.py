@@ -31,8 +31,8 @@ from framework.cli.rebuild import rebuild_command
 from framework.cli.records import consume, produce
 from framework.cli.serve import serve
 from framework.cli.topics import topics
+from framework.engine import DEFAULT_DATA_DIR
 from framework.errors import FrameworkError
-from framework.log.store import DEFAULT_DATA_DIR
 from framework.observability import configure_logging, log_level_name
 
 __all__ = ["main"]

@@ -20,9 +20,11 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
+from framework.engine import DEFAULT_DATA_DIR, open_log
 from framework.errors import ConfigError, FrameworkError
+from framework.log import Log
+from framework.log.config import MAX_PARTITIONS
 from framework.log.names import validate_topic_name
-from framework.log.store import DEFAULT_DATA_DIR, MAX_PARTITIONS, LogStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,9 +34,9 @@ class AppContext:
 
     def __init__(self, data: Path) -> None:
         self.data = data
-        self._log: LogStore | None = None
+        self._log: Log | None = None
 
-    def open_log(self, *, create: bool = False) -> LogStore:
+    def open_log(self, *, create: bool = False) -> Log:
         """The log in :attr:`data`; ``create=False`` refuses a directory that holds none."""
         if self._log is not None:
             return self._log
@@ -45,7 +47,7 @@ class AppContext:
                 f"no eventlane data in {str(self.data)!r}: create a topic first, or point"
                 " --data / EVENTLANE_DATA at an existing data directory"
             )
-        self._log = LogStore(self.data)
+        self._log = open_log(self.data)
         return self._log
 
     def close(self) -> None:

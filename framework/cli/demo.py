@@ -1,7 +1,7 @@
 """``eventlane demo log``: a short walkthrough of the embedded log, narrated step by step.
 
 It creates (or reuses) three topics in the data directory and exercises the log through its
-public API only (:class:`~framework.log.store.LogStore`, :class:`~framework.log.Producer`,
+public API only (the :class:`~framework.log.Log` port, :class:`~framework.log.Producer`,
 :class:`~framework.consumer.Consumer`): keyed produce with Kafka's partitioner, reading a
 partition by offset, the low-water mark / high-water mark / log end offset, compaction by key
 (offsets kept, gaps appear), size-based retention (the low-water mark advances and older
@@ -25,9 +25,9 @@ from framework.cli.render import config_table, human_bytes, partitions_table, si
 from framework.consumer.free import Consumer
 from framework.errors import OffsetOutOfRangeError
 from framework.log.partitioner import murmur2
+from framework.log.port import Log
 from framework.log.producer import Producer
 from framework.log.record import ProducerRecord, Record, TopicPartition
-from framework.log.store import LogStore
 
 ORDERS = "demo.orders"
 CUSTOMERS = "demo.customers"
@@ -40,7 +40,7 @@ def demo() -> None:
     """Guided walkthroughs."""
 
 
-def _read(log: LogStore, topic: str, partition: int, start: int | None = None) -> list[Record]:
+def _read(log: Log, topic: str, partition: int, start: int | None = None) -> list[Record]:
     """Every record of one partition from ``start`` (default: the low-water mark) to the HWM."""
     consumer = Consumer(log, auto_offset_reset="earliest")
     tp = TopicPartition(topic, partition)
@@ -77,7 +77,7 @@ class _Narrator:
         self.console.print(f"[dim]{text}[/dim]")
 
 
-def _topics(n: _Narrator, log: LogStore) -> None:
+def _topics(n: _Narrator, log: Log) -> None:
     n.title("Topics")
     n.note("A topic is split into partitions; each partition is an ordered, append-only log.")
     specs: Sequence[tuple[str, int, dict[str, object], str]] = (
@@ -102,7 +102,7 @@ def _topics(n: _Narrator, log: LogStore) -> None:
         n.say(f"  {verb} [bold]{name}[/bold]: {what}")
 
 
-def _produce(n: _Narrator, log: LogStore, run: str) -> tuple[int, int]:
+def _produce(n: _Narrator, log: Log, run: str) -> tuple[int, int]:
     n.title(f"Produce keyed records to {ORDERS}")
     n.note(
         "A record's key picks its partition exactly as Kafka's default partitioner does:"
@@ -148,7 +148,7 @@ def _produce(n: _Narrator, log: LogStore, run: str) -> tuple[int, int]:
     return first.partition, first.offset
 
 
-def _consume(n: _Narrator, log: LogStore, partition: int, start: int) -> None:
+def _consume(n: _Narrator, log: Log, partition: int, start: int) -> None:
     n.title(f"Consume partition {partition} of {ORDERS} from offset {start}")
     n.note(
         "A consumer reads one partition in offset order, up to the high-water mark. Offsets"
@@ -164,7 +164,7 @@ def _consume(n: _Narrator, log: LogStore, partition: int, start: int) -> None:
     )
 
 
-def _marks(n: _Narrator, log: LogStore) -> None:
+def _marks(n: _Narrator, log: Log) -> None:
     n.title("Low-water mark, high-water mark, log end offset")
     n.note(
         "LWM: the first offset still readable (retention moves it up). HWM: records below it"
@@ -174,7 +174,7 @@ def _marks(n: _Narrator, log: LogStore) -> None:
     n.console.print(partitions_table(log.describe_topic(ORDERS)))
 
 
-def _compaction(n: _Narrator, log: LogStore, run: str) -> None:
+def _compaction(n: _Narrator, log: Log, run: str) -> None:
     n.title(f"Compaction by key on {CUSTOMERS}")
     n.note(
         "Three customers change their e-mail address four times; carol is then deleted with a"
@@ -199,7 +199,7 @@ def _compaction(n: _Narrator, log: LogStore, run: str) -> None:
         f" {human_bytes(report.bytes_before)} -> {human_bytes(report.bytes_after)})"
     )
     kept = {r.offset for r in after}
-    active_base = log.partition(CUSTOMERS, 0).offsets().active_base
+    active_base = log.describe_topic(CUSTOMERS).partition_details[0].active_base
     n.console.print(
         simple_table(
             f"{CUSTOMERS} / partition 0 after compaction",
@@ -226,7 +226,7 @@ def _compaction(n: _Narrator, log: LogStore, run: str) -> None:
     )
 
 
-def _retention(n: _Narrator, log: LogStore, run: str) -> None:
+def _retention(n: _Narrator, log: Log, run: str) -> None:
     n.title(f"Retention on {CLICKS}")
     n.note(
         "Retention deletes whole old segments and advances the low-water mark. This topic"
@@ -264,14 +264,14 @@ def _retention(n: _Narrator, log: LogStore, run: str) -> None:
     )
 
 
-def _describe(n: _Narrator, log: LogStore) -> None:
+def _describe(n: _Narrator, log: Log) -> None:
     n.title(f"Describe {ORDERS}")
     description = log.describe_topic(ORDERS)
     n.console.print(config_table(description.config, title=f"Config of {ORDERS}"))
     n.console.print(partitions_table(description))
 
 
-def _verify(n: _Narrator, log: LogStore) -> None:
+def _verify(n: _Narrator, log: Log) -> None:
     n.title("Verify")
     checked, problems = verify_log(log, [ORDERS, CUSTOMERS, CLICKS])
     if problems:

@@ -8,12 +8,12 @@
 * ``verify [TOPIC]`` checks every batch of every segment (framing, CRC32C, offset order).
   Exit status 1 when anything is corrupt, with one line per bad spot naming the topic,
   partition, file, byte position and offset. Then it compares the event store's key
-  indexes (``<data>/store``) with the log (:mod:`framework.store.index_check`); ``--repair``
+  indexes (``<data>/store``) with the log (``Log.check_keys``); ``--repair``
   rebuilds those that differ. Exit status 1 when one differs and was not repaired.
 
-``compact`` and ``cleanup`` go through the log (its ``progress`` callback drives the bar);
-``dump`` reads one file of the embedded engine (:mod:`framework.log.dump`) and ``verify``
-checks its files, as ``kafka-dump-log`` does for Kafka's.
+``compact``, ``cleanup`` and ``verify`` go through the log port (its ``progress`` callback
+drives the bars); ``dump`` reads one file of the embedded engine (:mod:`framework.log.dump`),
+as ``kafka-dump-log`` does for Kafka's.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from framework.cli.context import (
 from framework.cli.render import human_bytes, simple_table
 from framework.errors import ConfigError, CorruptRecordError
 from framework.log.dump import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, batches, index_entries
+from framework.log.port import Log
 from framework.log.record import Record
-from framework.log.store import LogStore, MaintenanceProgress
-from framework.store.index_check import check_key_indexes
-from framework.store.key_index import IndexReport
+from framework.log.types import KeyIndexReport
+from framework.log.types import Progress as LogProgress
 
 
 def _progress(label: str) -> Progress:
@@ -63,7 +63,7 @@ def _json_out(value: object) -> None:
 
 
 @contextmanager
-def _partition_bar(label: str) -> Iterator[MaintenanceProgress]:
+def _partition_bar(label: str) -> Iterator[LogProgress]:
     """A progress bar driven by the log's ``progress(done, total, partition)`` callback."""
     with _progress(label) as progress:
         task = progress.add_task(label, total=None, what="")
@@ -268,7 +268,7 @@ def _problem_dict(err: CorruptRecordError) -> dict[str, Any]:
 
 
 def verify_log(
-    log: LogStore, topics: list[str], *, skip_lost: bool = False
+    log: Log, topics: list[str], *, skip_lost: bool = False
 ) -> tuple[int, list[CorruptRecordError]]:
     """Check every partition of ``topics``; return how many were checked and the problems.
 
@@ -296,7 +296,7 @@ def verify_log(
     return sum(counts.values()), problems
 
 
-def _echo_index_reports(reports: list[IndexReport]) -> None:
+def _echo_index_reports(reports: list[KeyIndexReport]) -> None:
     for r in reports:
         where = f"topic={r.topic} partition={r.partition} file={r.path}"
         if r.repaired:
@@ -330,7 +330,7 @@ def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bo
     checked, problems = verify_log(log, topics, skip_lost=skip_lost_offsets)
     # Key indexes are derived from the log: check them only against an intact log.
     index_topics = None if topic is None else [topic]
-    indexes = [] if problems else check_key_indexes(log, topics=index_topics, repair=repair)
+    indexes = [] if problems else log.check_keys(index_topics, repair=repair)
     bad_indexes = [r for r in indexes if not r.ok and not r.repaired]
     if as_json:
         _json_out(

@@ -119,12 +119,13 @@ def run_command(
     """
     with _runtime(app_spec, create=True) as runtime:
         runtime.app.projector(projection)
-        data = runtime.log.path.resolve()
+        local = runtime.log.local
+        data = local.root.resolve()
         # Refuse pending migrations here, once, with the same error a worker would give.
         open_readmodel(runtime, projection).close()
         console = stdout_console()
         show = console.is_terminal if live is None else live
-        log_path = data / "readmodels" / f"{projection}.log" if show else None
+        log_path = local.worker_log(projection) if show else None
         runner = Runner(
             app_spec,
             projection,

@@ -64,10 +64,9 @@ from framework.errors import (
 )
 from framework.log.config import TopicConfig
 from framework.log.names import refuse_internal
-from framework.log.partition import RECORD_OVERHEAD
+from framework.log.port import Log
 from framework.log.producer import Producer
-from framework.log.record import ProducerRecord, Record, TopicPartition
-from framework.log.store import LogStore
+from framework.log.record import RECORD_OVERHEAD, ProducerRecord, Record, TopicPartition
 
 READ_CHUNK = 1 << 20
 """Most bytes read from stdin per batch."""
@@ -282,7 +281,7 @@ def record_json(record: Record, encode: Callable[[bytes | None], str | None] = _
     )
 
 
-def _free_consumer(log: LogStore, topic: str, partition: int | None, offset: str | int) -> Consumer:
+def _free_consumer(log: Log, topic: str, partition: int | None, offset: str | int) -> Consumer:
     """A free consumer positioned per ``--partition``/``--offset``.
 
     (A later ``--group`` builds a group member here instead.)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from rich.table import Table
 
 from framework.log.config import TopicConfig
-from framework.log.store import TopicDescription
+from framework.log.types import TopicDescription
 
 _UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
 

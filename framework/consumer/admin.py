@@ -14,7 +14,6 @@ commands work whether members are running or not.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -22,9 +21,15 @@ from typing import Any
 
 import structlog
 
-from framework.consumer.coordinator import GroupCoordinator, groups_root, validate_group_id
+from framework.consumer.coordination import (
+    Coordinator,
+    FileCoordination,
+    GroupCoordination,
+    OffsetStorage,
+)
+from framework.consumer.coordinator import validate_group_id
 from framework.consumer.membership import GroupState
-from framework.consumer.offsets import ADMIN_MEMBER, OffsetAndMetadata, OffsetStore
+from framework.consumer.offsets import ADMIN_MEMBER, OffsetAndMetadata
 from framework.errors import ConfigError, ConsumerError, UnknownTopicError
 from framework.log.port import Log
 from framework.log.record import TopicPartition
@@ -44,42 +49,44 @@ log = structlog.get_logger("eventlane.consumer.admin")
 RESET_MODES = ("to-earliest", "to-latest", "to-offset", "to-datetime", "shift-by")
 
 
-def group_exists(log_: Log, group: str, offsets: OffsetStore | None = None) -> bool:
+def _coordination(log_: Log, coordination: GroupCoordination | None) -> GroupCoordination:
+    return coordination if coordination is not None else FileCoordination(log_)
+
+
+def group_exists(log_: Log, group: str, coordination: GroupCoordination | None = None) -> bool:
     validate_group_id(group)
-    if (groups_root(log_) / group).is_dir():
-        return True
-    return group in (offsets or OffsetStore(log_)).groups()
+    groups = _coordination(log_, coordination)
+    return groups.has_state(group) or group in groups.offsets.groups()
 
 
-def _require(log_: Log, group: str, offsets: OffsetStore) -> None:
-    if not group_exists(log_, group, offsets):
+def _require(log_: Log, group: str, groups: GroupCoordination) -> None:
+    if not group_exists(log_, group, groups):
         raise ConsumerError(f"consumer group {group!r} does not exist")
 
 
 @contextmanager
-def _coordinator(log_: Log, group: str) -> Iterator[GroupCoordinator]:
-    coord = GroupCoordinator(log_, group)
+def _coordinator(groups: GroupCoordination, group: str) -> Iterator[Coordinator]:
+    coord = groups.coordinator(group)
     try:
         yield coord
     finally:
         coord.close()
 
 
-def list_groups(log_: Log) -> list[dict[str, Any]]:
-    """Every group with a state directory or committed offsets:
+def list_groups(log_: Log, coordination: GroupCoordination | None = None) -> list[dict[str, Any]]:
+    """Every group with membership state or committed offsets:
     ``[{"group", "state", "generation", "members"}]`` sorted by name."""
-    offsets = OffsetStore(log_)
-    names = set(offsets.groups())
-    root = groups_root(log_)
-    if root.is_dir():
-        names.update(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    groups = _coordination(log_, coordination)
+    names = set(groups.offsets.groups())
+    with_state = groups.group_names()
+    names.update(with_state)
     out = []
     for name in sorted(names):
         try:
             validate_group_id(name)
         except ConfigError:
             continue
-        state = _live_state(log_, name) if (root / name).is_dir() else GroupState(name)
+        state = _live_state(groups, name) if name in with_state else GroupState(name)
         out.append(
             {
                 "group": name,
@@ -91,13 +98,15 @@ def list_groups(log_: Log) -> list[dict[str, Any]]:
     return out
 
 
-def _live_state(log_: Log, group: str) -> GroupState:
-    with _coordinator(log_, group) as coord:
+def _live_state(groups: GroupCoordination, group: str) -> GroupState:
+    with _coordinator(groups, group) as coord:
         coord.evict_expired()
         return coord.current().copy()
 
 
-def describe_group(log_: Log, group: str) -> dict[str, Any]:
+def describe_group(
+    log_: Log, group: str, coordination: GroupCoordination | None = None
+) -> dict[str, Any]:
     """The ``groups describe --json`` document::
 
         {"group", "state", "generation",
@@ -106,10 +115,10 @@ def describe_group(log_: Log, group: str) -> dict[str, Any]:
 
     ``committed`` and ``lag`` are ``null`` for a partition the group never committed.
     """
-    offsets = OffsetStore(log_)
-    _require(log_, group, offsets)
-    has_dir = (groups_root(log_) / group).is_dir()
-    state = _live_state(log_, group) if has_dir else GroupState(group)
+    groups = _coordination(log_, coordination)
+    offsets = groups.offsets
+    _require(log_, group, groups)
+    state = _live_state(groups, group) if groups.has_state(group) else GroupState(group)
     committed = offsets.group_offsets(group)
     topics = state.topics() | {tp.topic for tp in committed}
     rows = []
@@ -171,7 +180,7 @@ def parse_datetime_ms(text: str) -> int:
 
 
 def _plan(
-    log_: Log, group: str, topic: str, mode: str, value: int | str | None, offsets: OffsetStore
+    log_: Log, group: str, topic: str, mode: str, value: int | str | None, offsets: OffsetStorage
 ) -> list[dict[str, Any]]:
     if mode not in RESET_MODES:
         raise ConfigError(f"reset mode must be one of {', '.join(RESET_MODES)}, got {mode!r}")
@@ -210,7 +219,7 @@ def _plan(
     return rows
 
 
-def _refuse_if_live(coord: GroupCoordinator, state: GroupState, action: str) -> None:
+def _refuse_if_live(coord: Coordinator, state: GroupState, action: str) -> None:
     expired = set(coord.expired(state))
     live = sorted(mid for mid in state.members if mid not in expired)
     if live:
@@ -228,6 +237,7 @@ def reset_offsets(
     value: int | str | None = None,
     *,
     execute: bool = False,
+    coordination: GroupCoordination | None = None,
 ) -> list[dict[str, Any]]:
     """Plan (and with ``execute``, commit) new offsets of ``group`` for every partition of
     ``topic``: ``[{"topic", "partition", "current", "new"}]``.
@@ -239,8 +249,9 @@ def reset_offsets(
     while the group has live members.
     """
     validate_group_id(group)
-    offsets = OffsetStore(log_)
-    with _coordinator(log_, group) as coord, coord.locked() as state:
+    groups = _coordination(log_, coordination)
+    offsets = groups.offsets
+    with _coordinator(groups, group) as coord, coord.locked() as state:
         _refuse_if_live(coord, state, "reset offsets of")
         rows = _plan(log_, group, topic, mode, value, offsets)
         if execute:
@@ -258,15 +269,15 @@ def reset_offsets(
         return rows
 
 
-def delete_group(log_: Log, group: str) -> int:
+def delete_group(log_: Log, group: str, coordination: GroupCoordination | None = None) -> int:
     """Delete ``group``: tombstone its committed offsets and remove its state directory.
     Refused while it has live members. Returns how many offsets were deleted."""
-    offsets = OffsetStore(log_)
-    _require(log_, group, offsets)
-    root = groups_root(log_)
-    with _coordinator(log_, group) as coord, coord.locked() as state:
+    groups = _coordination(log_, coordination)
+    offsets = groups.offsets
+    _require(log_, group, groups)
+    with _coordinator(groups, group) as coord, coord.locked() as state:
         _refuse_if_live(coord, state, "delete")
         deleted = offsets.delete_group(group)
-        shutil.rmtree(root / group, ignore_errors=True)
+        groups.delete_state(group)
     log.info("group deleted", group=group, offsets=deleted)
     return deleted

@@ -91,7 +91,8 @@ def validate_group_id(group: object, what: str = "group id") -> str:
 
 
 def groups_root(log_: Log) -> Path:
-    return Path(log_.path) / "groups"
+    """Where the file-based coordination keeps group state: the log's local directory."""
+    return log_.local.groups()
 
 
 def _partition_counts(log_: Log, topics: set[str]) -> dict[str, int]:

@@ -21,9 +21,9 @@ from typing import NamedTuple
 import structlog
 
 from framework.errors import ConfigError, NoOffsetForPartitionError, OffsetOutOfRangeError
-from framework.log.partition import Cursor
 from framework.log.port import Log
 from framework.log.record import Record, TopicPartition
+from framework.log.types import Cursor
 
 log = structlog.get_logger("eventlane.consumer")
 

@@ -39,7 +39,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import structlog
 
 from framework.consumer.assignors import get_assignor
-from framework.consumer.coordinator import GroupCoordinator, validate_group_id
+from framework.consumer.coordination import (
+    Coordinator,
+    FileCoordination,
+    GroupCoordination,
+    OffsetStorage,
+)
+from framework.consumer.coordinator import validate_group_id
 from framework.consumer.free import OFFSET_RESETS, Consumer
 from framework.consumer.listener import CallbackListener, Partitions, RebalanceListener
 from framework.consumer.membership import Member, needs_release, to_release, validate_commit
@@ -47,7 +53,6 @@ from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata, Offse
 from framework.errors import CommitFailedError, ConfigError, ConsumerError
 from framework.log.port import Log
 from framework.log.record import Record, TopicPartition
-from framework.log.store import LogStore
 
 __all__ = ["GroupConsumer", "RebalanceListener"]
 
@@ -74,6 +79,9 @@ class GroupConsumer:
                 handle(record)
             consumer.commit()  # at-least-once: commit after processing
         consumer.close()       # leave: the partitions move to the others at once
+
+    ``coordination`` is the engine's group coordination (``open_engine(...).groups``);
+    by default the file-based one of the embedded log (:class:`FileCoordination`).
     """
 
     def __init__(
@@ -98,6 +106,7 @@ class GroupConsumer:
         max_poll_records: int = 500,
         fetch_max_bytes: int = 1 << 20,
         offset_store: OffsetStore | None = None,
+        coordination: GroupCoordination | None = None,
     ) -> None:
         self.group_id = validate_group_id(group_id)
         if group_instance_id is not None:
@@ -134,9 +143,12 @@ class GroupConsumer:
             max_poll_records=max_poll_records,
             fetch_max_bytes=fetch_max_bytes,
         )
-        self._offsets = offset_store or OffsetStore(log_)
-        wake = log_.notifier.bump if isinstance(log_, LogStore) else None
-        self._coord = GroupCoordinator(log_, self.group_id, wake=wake)
+        if coordination is None:
+            coordination = FileCoordination(log_, offset_store)
+        elif offset_store is not None:
+            raise ConfigError("pass coordination= or offset_store=, not both")
+        self._offsets: OffsetStorage = coordination.offsets
+        self._coord: Coordinator = coordination.coordinator(self.group_id, wake=log_.wake)
         self._member: Member | None = None
         self._owned: set[TopicPartition] = set()
         self._unpositioned: set[TopicPartition] = set()

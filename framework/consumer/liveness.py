@@ -26,7 +26,7 @@ import mmap
 import os
 from pathlib import Path
 
-from framework.log.state import BOOT
+from framework._host import BOOT
 
 __all__ = ["LIVE_SIZE", "MAX_MEMBERS", "LiveFile"]
 

@@ -17,33 +17,35 @@ Reading back is a replay of that partition, cached in each process and refreshed
 incrementally from where the cache stopped (usually a single ``offsets()`` call when nothing
 new was committed).
 
-Compaction: after every ``compact_every`` commits it appended to a partition, a store runs
-the cleaner on that partition in a background thread (one at a time per store), so the topic
-stays about one segment plus one record per key, and a new process's replay stays short.
+Compaction: after every ``compact_every`` commits it appended to a partition, a store asks
+the log to compact that partition (``Log.request_compaction``: the log schedules it in the
+background), so the topic stays about one segment plus one record per key, and a new
+process's replay stays short.
 
 Fencing: :meth:`OffsetStore.commit` appends with a *precondition* that the caller supplies
 (the group's membership/ownership check); it runs under the partition's append lock, so a
-commit is accepted iff it is valid at the instant it is ordered in the log. A new owner of a
+commit is accepted iff it is valid at the instant it is ordered in the log. That needs an
+engine whose ``append`` takes ``precondition=`` (:class:`FencingLog`: the embedded one); this
+store is the file-based coordination's offset store, not part of the log port. A new owner of a
 partition calls :meth:`OffsetStore.barrier` before reading committed offsets: it waits for
 every append that was validated before it, so it always sees the last accepted commit.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import NamedTuple, Protocol, cast
 
 import orjson
 import structlog
 
 from framework.errors import ConfigError, PreconditionFailedError, UnknownTopicError
-from framework.log.cleaner import compact_partition
-from framework.log.partition import Cursor
 from framework.log.port import Log
 from framework.log.record import TopicPartition
-from framework.log.store import LogStore
+from framework.log.types import AppendResult, Cursor, Expect, RecordTuple
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -138,6 +140,34 @@ class _PartitionCache:
         self.entries: dict[tuple[str, str, int], CommittedOffset] = {}
 
 
+class FencingLog(Log, Protocol):
+    """A log whose ``append`` also takes ``precondition``: a callable run with the log end
+    offset under the partition's append lock, refusing the append by raising. Only an
+    embedded engine can offer it (a callback cannot be sent to a server)."""
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        expect: Expect | None = None,
+        atomic: bool = False,
+        precondition: Callable[[int], None] | None = None,
+    ) -> AppendResult: ...
+
+
+def fencing_log(log_: Log) -> FencingLog:
+    """``log_`` as a :class:`FencingLog`, or a :class:`ConfigError` saying this engine needs
+    its own group coordination."""
+    if "precondition" not in inspect.signature(log_.append).parameters:
+        raise ConfigError(
+            f"{type(log_).__name__} has no fenced appends: the file-based group coordination"
+            " works only on the embedded log; use the engine's own coordination"
+        )
+    return cast("FencingLog", log_)
+
+
 class OffsetStore:
     """Reads and writes group offsets in ``__consumer_offsets``. Thread-safe.
 
@@ -154,10 +184,9 @@ class OffsetStore:
     ) -> None:
         if partitions < 1:
             raise ConfigError(f"offsets topic partitions must be >= 1, got {partitions}")
-        self.log = log_
+        self.log = fencing_log(log_)
         self.compact_every = compact_every
         self._compacted_at: dict[int, int] = {}
-        self._cleaner: threading.Thread | None = None
         self._create_partitions = partitions
         self._count: int | None = None
         self._caches: dict[int, _PartitionCache] = {}
@@ -336,24 +365,10 @@ class OffsetStore:
 
     def _maybe_compact(self, partition: int, last_offset: int) -> None:
         since = self._compacted_at.setdefault(partition, last_offset)
-        if last_offset - since < self.compact_every or not isinstance(self.log, LogStore):
-            return
-        if self._cleaner is not None and self._cleaner.is_alive():
+        if last_offset - since < self.compact_every:
             return
         self._compacted_at[partition] = last_offset
-        part = self.log.partition(OFFSETS_TOPIC, partition)
-
-        def run() -> None:
-            try:
-                report = compact_partition(part)
-                log.debug(
-                    "compacted __consumer_offsets", partition=partition, report=report._asdict()
-                )
-            except Exception:
-                log.exception("compaction of __consumer_offsets failed", partition=partition)
-
-        self._cleaner = threading.Thread(target=run, name="eventlane-offsets-cleaner", daemon=True)
-        self._cleaner.start()
+        self.log.request_compaction(OFFSETS_TOPIC, partition)
 
     def delete_group(self, group: str, *, precondition: Callable[[], None] | None = None) -> int:
         """Tombstone every committed offset of ``group``; returns how many were deleted."""

@@ -115,6 +115,9 @@ class Aggregate:
     _version: int
     _pending: list[DomainEvent]
     _mutable: bool
+    _stored_offset: int | None = None
+    """Log offset of the last stored event this object was built from or saved (set by the
+    repository; ``None`` when unknown): the expected offset of the next conditional append."""
 
     def __init_subclass__(cls, *, topic: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -1,10 +1,18 @@
 """The partitioned, append-only log (bytes only; knows nothing of events).
 
-Public surface: :class:`Log` (the port), :class:`LogStore` (the embedded implementation),
-:class:`Producer`, records and topic configuration.
+Public surface: :class:`Log` (the port) and its value types (:mod:`.types`), the
+:class:`LocalDir` of local state, :class:`Producer`, records and topic configuration.
+:class:`LogStore`, the embedded implementation, is loaded on first use (PEP 562), so that
+importing the port does not import an engine; layers above open an engine through
+:mod:`framework.engine`, never by naming ``LogStore``.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from framework.log.config import TopicConfig
+from framework.log.local import LocalDir
 from framework.log.port import Log
 from framework.log.producer import Producer
 from framework.log.record import (
@@ -15,19 +23,35 @@ from framework.log.record import (
     TimestampType,
     TopicPartition,
 )
-from framework.log.store import LogStore, PartitionOffsets, TopicDescription
+from framework.log.types import Capabilities, Expect, PartitionOffsets, TopicDescription
+
+if TYPE_CHECKING:
+    from framework.log.store import LogStore
 
 __all__ = [
+    "Capabilities",
+    "Expect",
+    "Header",
+    "LocalDir",
     "Log",
     "LogStore",
+    "PartitionOffsets",
     "Producer",
-    "TopicConfig",
-    "Header",
     "ProducerRecord",
     "Record",
     "RecordMetadata",
     "TimestampType",
-    "TopicPartition",
-    "PartitionOffsets",
+    "TopicConfig",
     "TopicDescription",
+    "TopicPartition",
 ]
+
+
+if not TYPE_CHECKING:  # type checkers see the import above
+
+    def __getattr__(name: str) -> Any:
+        if name == "LogStore":
+            from framework.log.store import LogStore  # noqa: PLC0415
+
+            return LogStore
+        raise AttributeError(f"module 'framework.log' has no attribute {name!r}")

@@ -64,22 +64,11 @@ from framework.log.partition import Partition
 from framework.log.record import Header, Record
 from framework.log.recovery import CLEANED
 from framework.log.segment import OFFSET_ENTRY, TIME_ENTRY, Segment, log_path, scan_batches
+from framework.log.types import CompactionReport as CompactionReport  # noqa: PLC0414 (re-exported)
 
 log = structlog.get_logger("eventlane.log")
 
 FIRST_SEEN = "cleaner-first-seen"
-
-
-class CompactionReport(NamedTuple):
-    topic: str
-    partition: int
-    segments_before: int
-    segments_after: int
-    records_scanned: int
-    records_kept: int
-    bytes_before: int
-    bytes_after: int
-    seconds: float
 
 
 def key_id(key: bytes) -> bytes:

@@ -15,6 +15,8 @@ import attrs
 from framework.errors import ConfigError
 
 DAY_MS = 24 * 60 * 60 * 1000
+MAX_PARTITIONS = 10_000
+"""The most partitions a topic may have."""
 CleanupPolicy = Literal["delete", "compact", "compact,delete"]
 CLEANUP_POLICIES: tuple[str, ...] = ("delete", "compact", "compact,delete")
 TIMESTAMP_TYPES: tuple[str, ...] = ("CreateTime", "LogAppendTime")

@@ -59,7 +59,7 @@ from framework.log.check import checked_time_start, verify_files
 from framework.log.config import TopicConfig
 from framework.log.fds import FDS, next_use
 from framework.log.files import fsync_dir, write_atomic
-from framework.log.record import Header, Record
+from framework.log.record import RECORD_OVERHEAD, Header, Record
 from framework.log.recovery import (
     COMPACTED,
     JOURNAL,
@@ -85,12 +85,18 @@ from framework.log.segment import (
     timeindex_path,
 )
 from framework.log.state import Notifier, PartitionState, Snapshot
+from framework.log.types import (  # re-exported: older imports name them here
+    AppendHook as AppendHook,  # noqa: PLC0414
+)
+from framework.log.types import AppendResult as AppendResult  # noqa: PLC0414 (re-exported)
+from framework.log.types import Cursor as Cursor  # noqa: PLC0414 (re-exported)
+from framework.log.types import Precondition as Precondition  # noqa: PLC0414 (re-exported)
+from framework.log.types import RecordTuple as RecordTuple  # noqa: PLC0414 (re-exported)
 
 log = structlog.get_logger("eventlane.log")
 
 MAX_BATCH_BYTES = 1 << 20
 _IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
-RECORD_OVERHEAD = 28
 
 Clock = Callable[[], int]
 
@@ -103,38 +109,9 @@ class _LayoutChangedError(Exception):
     """Internal: the segment list changed while a reader was opening files; retry."""
 
 
-class AppendResult(NamedTuple):
-    """Offsets given to one append call, and the timestamp the log set (LogAppendTime)."""
-
-    base_offset: int
-    last_offset: int
-    timestamps: list[int]
-
-
-class Cursor(NamedTuple):
-    """Where a sequential reader left off, so the next read skips the index lookup."""
-
-    layout: int
-    segment: int
-    position: int
-    offset: int
-
-
 class SegmentInfo(NamedTuple):
     base: int
     size: int
-
-
-RecordTuple = tuple[bytes | None, bytes | None, tuple[Header, ...], int | None]
-"""``(key, value, headers, timestamp)``; :class:`ProducerRecord` has this shape."""
-
-Precondition = Callable[[int], None]
-"""Called with the log end offset under the append lock; raise to refuse the append."""
-
-AppendHook = Callable[["AppendResult"], None]
-"""Called under the append lock once an append is durable and published (derived data such as
-a key index is updated here, so no other appender can interleave). Its errors are logged,
-never raised: the append has already happened."""
 
 
 class Partition:

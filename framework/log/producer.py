@@ -33,7 +33,7 @@ from framework.log.port import Log
 from framework.log.record import Header, ProducerRecord, RecordMetadata
 
 if TYPE_CHECKING:
-    from framework.log.partition import AppendResult
+    from framework.log.types import AppendResult
 
 log = structlog.get_logger("eventlane.producer")
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
+RECORD_OVERHEAD = 28
+"""Bytes a record takes in a batch beyond its key and value (an upper bound for the size
+check against ``max_record_bytes``)."""
+
 Header = tuple[str, bytes | None]
 """One header: a UTF-8 name and an optional byte value. Names may repeat; order is kept."""
 

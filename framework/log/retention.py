@@ -18,6 +18,7 @@ import structlog
 
 from framework.log.partition import Partition
 from framework.log.segment import log_path
+from framework.log.types import RetentionReport as RetentionReport  # noqa: PLC0414 (re-exported)
 
 log = structlog.get_logger("eventlane.log")
 
@@ -29,17 +30,6 @@ class ClosedSegment(NamedTuple):
     size: int
     max_timestamp: int
     modified_ms: int
-
-
-class RetentionReport(NamedTuple):
-    topic: str
-    partition: int
-    old_lwm: int
-    new_lwm: int
-    segments_deleted: int
-    bytes_deleted: int
-    records_deleted: int
-    seconds: float
 
 
 def plan_retention(

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
 import mmap
 import os
 import platform
@@ -52,6 +51,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from framework._host import BOOT as BOOT  # noqa: PLC0414 (re-exported)
+
 STATE_SIZE = 128
 MAGIC = 0x314C5345
 _SEQ = struct.Struct("<I")
@@ -59,17 +60,6 @@ _FIELDS = struct.Struct("<qqqqqqqqqQ")
 _FIELDS_AT = 8
 _MAGIC_AT = 4
 _DELETED_AT = 120
-
-
-def _boot_hash() -> int:
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = str(round(time.time() - time.monotonic(), -1))
-    return int.from_bytes(hashlib.blake2b(boot.encode(), digest_size=8).digest(), "little")
-
-
-BOOT = _boot_hash()
 
 
 class Snapshot(NamedTuple):

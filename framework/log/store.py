@@ -19,7 +19,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -37,37 +37,41 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.cleaner import CompactionReport, LogCleaner, compact_partition
-from framework.log.config import TopicConfig
+from framework.log.cleaner import LogCleaner, compact_partition
+from framework.log.config import MAX_PARTITIONS, TopicConfig
 from framework.log.files import fsync_dir, write_atomic
+from framework.log.keys import KeyIndexes
+from framework.log.local import LocalDir
 from framework.log.names import check_internal_policy, topic_dir, validate_topic_name
-from framework.log.partition import (
-    AppendHook,
-    AppendResult,
-    Clock,
-    Cursor,
-    Partition,
-    Precondition,
-    RecordTuple,
-    wall_clock_ms,
-)
+from framework.log.partition import Clock, Partition, wall_clock_ms
 from framework.log.record import Record
-from framework.log.retention import RetentionReport, apply_retention
+from framework.log.retention import apply_retention
 from framework.log.state import Notifier, PartitionState
+from framework.log.types import (
+    AppendResult,
+    Capabilities,
+    CompactionReport,
+    Cursor,
+    Expect,
+    KeyIndexReport,
+    PartitionDescription,
+    Progress,
+    RecordTuple,
+    RetentionReport,
+)
+from framework.log.types import PartitionOffsets as PartitionOffsets  # noqa: PLC0414 (re-exported)
+from framework.log.types import TopicDescription as TopicDescription  # noqa: PLC0414 (re-exported)
 
 log = structlog.get_logger("eventlane.log")
 
+R = TypeVar("R")
+
 DEFAULT_DATA_DIR = "eventlane-data"
-MAX_PARTITIONS = 10_000
 _META_TTL_S = 0.5
 
 
-MaintenanceProgress = Callable[[int, int, int], None]
-"""``progress(done, total, partition)``: called after each partition of a maintenance pass
-with the partitions done so far, the total, and the partition just finished (the port's
-``Progress``)."""
-
-_R = TypeVar("_R")
+MaintenanceProgress = Progress
+"""``progress(done, total, partition)`` (the port's :class:`~framework.log.types.Progress`)."""
 
 
 def _mark_deleted(directory: Path) -> None:
@@ -91,38 +95,6 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("EVENTLANE_DATA") or DEFAULT_DATA_DIR)
 
 
-class PartitionOffsets(NamedTuple):
-    """The three marks of a partition: ``lwm <= hwm <= leo``."""
-
-    lwm: int
-    hwm: int
-    leo: int
-
-
-class PartitionDescription(NamedTuple):
-    partition: int
-    lwm: int
-    hwm: int
-    leo: int
-    segments: int
-    bytes: int
-
-
-class TopicDescription(NamedTuple):
-    name: str
-    partitions: int
-    config: TopicConfig
-    partition_details: tuple[PartitionDescription, ...]
-
-    def to_dict(self) -> dict[str, object]:
-        """The JSON shape of ``eventlane topics describe --json``."""
-        return {
-            "name": self.name,
-            "partitions": [p._asdict() for p in self.partition_details],
-            "config": self.config.to_dict(),
-        }
-
-
 class _TopicMeta(NamedTuple):
     partitions: int
     config: TopicConfig
@@ -139,11 +111,19 @@ class LogStore:
         self.topics_root.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.notifier = Notifier(self.path / ".notify")
+        self.keys = KeyIndexes(self, self.local.key_indexes())
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._meta: dict[str, _TopicMeta] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._cleaner = LogCleaner(self.partition)
+
+    capabilities = Capabilities()
+
+    @property
+    def local(self) -> LocalDir:
+        """The data directory: read models, groups and key indexes live beside the topics."""
+        return LocalDir(self.path)
 
     # ------------------------------------------------------------------ topics
     def create_topic(
@@ -257,7 +237,13 @@ class LogStore:
             segs = part.segments()
             details.append(
                 PartitionDescription(
-                    p, marks.lwm, marks.hwm, marks.leo, len(segs), sum(s.size for s in segs)
+                    p,
+                    marks.lwm,
+                    marks.hwm,
+                    marks.leo,
+                    len(segs),
+                    sum(s.size for s in segs),
+                    marks.active_base,
                 )
             )
         return TopicDescription(name, meta.partitions, meta.config, tuple(details))
@@ -366,15 +352,22 @@ class LogStore:
         partition: int,
         records: Sequence[RecordTuple],
         *,
-        precondition: Precondition | None = None,
-        on_appended: AppendHook | None = None,
+        expect: Expect | None = None,
         atomic: bool = False,
+        precondition: Callable[[int], None] | None = None,
     ) -> AppendResult:
+        """The port's append. ``precondition`` (embedded engine only, not in the port) is
+        called with the log end offset under the append lock and refuses the append by
+        raising: the file-based group coordination fences its commits with it."""
         part = self.partition(topic, partition)
         try:
-            return part.append(
-                records, precondition=precondition, on_appended=on_appended, atomic=atomic
-            )
+            if expect is not None:
+                if precondition is not None:
+                    raise ConfigError("pass expect= or precondition=, not both", topic=topic)
+                check, indexed = self.keys.conditional(topic, partition, expect, records)
+                return part.append(records, precondition=check, on_appended=indexed, atomic=atomic)
+            hook = self.keys.indexing_hook(topic, partition, records)
+            return part.append(records, precondition=precondition, on_appended=hook, atomic=atomic)
         except UnknownTopicError:
             self._forget(topic, partition, part)
             raise
@@ -388,6 +381,22 @@ class LogStore:
                 topic=topic,
                 partition=partition,
             ) from None
+
+    def read_key(
+        self, topic: str, partition: int, key: bytes, *, after: int | None = None
+    ) -> list[Record]:
+        return self.keys.read_key(topic, partition, key, after)
+
+    def key_head(self, topic: str, partition: int, key: bytes) -> int | None:
+        return self.keys.head(topic, partition, key)
+
+    def check_keys(
+        self, topics: Collection[str] | None = None, *, repair: bool = False
+    ) -> list[KeyIndexReport]:
+        return self.keys.check(topics, repair=repair)
+
+    def rebuild_keys(self, topic: str, partition: int) -> int:
+        return self.keys.rebuild(topic, partition)
 
     def read(
         self,
@@ -451,13 +460,22 @@ class LogStore:
         """Sleep until anything is appended anywhere after ``seen`` was read, or timeout."""
         self.notifier.wait(seen, timeout)
 
+    def wake(self) -> None:
+        """Wake every waiter of this data directory, in every process."""
+        self.notifier.bump()
+
     # ------------------------------------------------------------------ maintenance
+    def roll(self, topic: str, partition: int) -> None:
+        """Close the active segment of ``topic``/``partition`` (so maintenance can reach its
+        records: compaction never touches the active segment)."""
+        self.partition(topic, partition).roll()
+
     def _each_partition(
         self,
         topic: str,
-        work: Callable[[Partition], _R],
-        progress: MaintenanceProgress | None,
-    ) -> list[_R]:
+        work: Callable[[Partition], R],
+        progress: Progress | None,
+    ) -> list[R]:
         count = self.partition_count(topic)
         reports = []
         for p in range(count):
@@ -467,13 +485,13 @@ class LogStore:
         return reports
 
     def compact(
-        self, topic: str, *, progress: MaintenanceProgress | None = None
+        self, topic: str, *, progress: Progress | None = None
     ) -> list[CompactionReport]:
         """Compact every partition of ``topic`` now (a no-op unless its policy compacts)."""
         return self._each_partition(topic, compact_partition, progress)
 
     def cleanup(
-        self, topic: str, *, progress: MaintenanceProgress | None = None
+        self, topic: str, *, progress: Progress | None = None
     ) -> list[RetentionReport]:
         """Apply ``topic``'s retention to every partition now (no-op without ``delete``)."""
         return self._each_partition(topic, apply_retention, progress)
@@ -518,7 +536,7 @@ class LogStore:
         self,
         topic: str | None = None,
         *,
-        progress: MaintenanceProgress | None = None,
+        progress: Progress | None = None,
         skip_lost_offsets: bool = False,
     ) -> list[Exception]:
         """Check every batch and index entry of ``topic`` (or of all topics); return the
@@ -549,6 +567,7 @@ class LogStore:
             return
         self._closed = True
         self._cleaner.stop()
+        self.keys.close()
         with self._lock:
             for part in self._partitions.values():
                 with contextlib.suppress(OSError):

@@ -43,17 +43,19 @@ from pathlib import Path
 import orjson
 
 from framework.log.files import write_atomic
+from framework.log.local import LocalDir
 
 __all__ = ["PauseControl"]
 
 
 class PauseControl:
-    """The pause files of projector ``name`` in data directory ``data``."""
+    """The pause files of projector ``name`` in the local directory ``local`` (a
+    :class:`~framework.log.local.LocalDir`, or a data directory path)."""
 
-    def __init__(self, data: Path, name: str) -> None:
-        folder = Path(data) / "readmodels"
-        self.path = folder / f"{name}.pause"
-        self.acks = folder / f"{name}.pause-acks"
+    def __init__(self, local: LocalDir | Path, name: str) -> None:
+        local = local if isinstance(local, LocalDir) else LocalDir(Path(local))
+        self.path = local.pause(name)
+        self.acks = local.pause_acks(name)
 
     # ------------------------------------------------------------------ worker side
     def requested(self) -> str | None:

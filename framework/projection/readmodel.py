@@ -44,6 +44,7 @@ from sqlite_utils import Database, Migrations
 from framework._locks import FileLock
 from framework.errors import FencedError, ProjectionError
 from framework.log import TopicPartition
+from framework.log.local import LocalDir
 from framework.projection.system_tables import read_model as framework_migrations
 
 log = structlog.get_logger("eventlane.projection")
@@ -65,8 +66,10 @@ def _warn_old_sqlite() -> None:
         os.environ["EVENTLANE_SQLITE_WARNED"] = "1"
 
 
-def readmodel_path(data_dir: Path, name: str) -> Path:
-    return data_dir / "readmodels" / f"{name}.sqlite"
+def readmodel_path(data_dir: Path | LocalDir, name: str) -> Path:
+    """The read model file of projector ``name`` (see :class:`~framework.log.local.LocalDir`)."""
+    local = data_dir if isinstance(data_dir, LocalDir) else LocalDir(Path(data_dir))
+    return local.readmodel(name)
 
 
 class ReadModel:

@@ -20,7 +20,7 @@ from sqlite_utils import Migrations
 
 from framework.errors import ProjectionError
 from framework.projection.host import ProjectionHost
-from framework.projection.readmodel import ReadModel, readmodel_path
+from framework.projection.readmodel import ReadModel
 
 __all__ = ["apply_migrations", "migrate_all", "open_readmodel", "pending_migrations"]
 
@@ -54,7 +54,7 @@ def open_readmodel(runtime: ProjectionHost, name: str, *, migrate: bool = False)
     """Open projector ``name``'s read model, refusing pending migrations (see the module
     docstring); ``migrate=True`` applies them instead."""
     migrations = runtime.app.projector(name).migrations
-    readmodel = ReadModel(readmodel_path(runtime.log.path, name))
+    readmodel = ReadModel(runtime.log.local.readmodel(name))
     try:
         pending = pending_migrations(migrations, readmodel)
         if not pending:
@@ -79,7 +79,7 @@ def migrate_all(runtime: ProjectionHost) -> dict[str, list[str]]:
     tables included); return ``{projector: [migration names applied]}``."""
     done: dict[str, list[str]] = {}
     for name in sorted(runtime.app.projectors):
-        readmodel = ReadModel(readmodel_path(runtime.log.path, name))
+        readmodel = ReadModel(runtime.log.local.readmodel(name))
         try:
             own = [f"eventlane.read_model:{m}" for m in readmodel.framework_migrations_applied]
             migrations = runtime.app.projector(name).migrations

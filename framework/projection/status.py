@@ -28,9 +28,9 @@ from typing import Any
 
 from sqlite_utils import Migrations
 
-from framework.consumer.coordinator import GroupCoordinator, groups_root
+from framework.consumer.coordination import FileCoordination
 from framework.errors import UnknownTopicError
-from framework.log import Log, LogStore, RecordMetadata, TopicPartition
+from framework.log import Log, RecordMetadata, TopicPartition
 from framework.projection.readmodel import ReadModelView
 
 __all__ = ["notify_applied", "offsets_after", "projection_status", "wait_for_offsets"]
@@ -80,8 +80,7 @@ def wait_for_offsets(
 
 def notify_applied(log: Log) -> None:
     """Wake read-your-writes waiters (called by workers after each committed batch)."""
-    if isinstance(log, LogStore):
-        log.notifier.bump()
+    log.wake()
 
 
 def projection_status(
@@ -95,8 +94,9 @@ def projection_status(
     members: list[dict[str, Any]] = []
     owners: dict[TopicPartition, str] = {}
     generation: int | None = None
-    if (groups_root(log) / name).is_dir():
-        coord = GroupCoordinator(log, name)
+    groups = FileCoordination(log)
+    if groups.has_state(name):
+        coord = groups.coordinator(name)
         try:
             state = coord.current()
             alive = set(coord.alive(state))

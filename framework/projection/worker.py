@@ -92,7 +92,7 @@ class Worker:
         self._log = log.bind(projector=name, group=name, pid=os.getpid())
         self._next_group_commit = 0.0
         self._published = -1
-        self._pause = PauseControl(runtime.log.path, name)
+        self._pause = PauseControl(runtime.log.local, name)
         self._readmodel_inode = _inode(self.readmodel.path)
         self._readmodel_open = True
         for topic in self.projector.topic_names:

@@ -48,7 +48,8 @@ from framework.consumer.admin import describe_group, group_exists
 from framework.errors import ReplayError
 from framework.log import Log, TopicPartition
 from framework.log.files import fsync_dir
-from framework.projection import BatchApplier, ReadModel, ReadModelView, readmodel_path
+from framework.log.local import LocalDir
+from framework.projection import BatchApplier, ReadModel, ReadModelView
 from framework.projection.pause import PauseControl
 from framework.replay.build import (
     BuildCounts,
@@ -96,8 +97,9 @@ class HandoffResult:
         }
 
 
-def shadow_path(data: Path, projection: str) -> Path:
-    return readmodel_path(data, projection).with_suffix(".shadow.sqlite")
+def shadow_path(data: Path | LocalDir, projection: str) -> Path:
+    local = data if isinstance(data, LocalDir) else LocalDir(Path(data))
+    return local.shadow(projection)
 
 
 def catch_up(log_: Log, applier: BatchApplier, topics: tuple[str, ...]) -> int:
@@ -207,10 +209,10 @@ def rebuild_and_swap(
     result before anything else happens (``--verify`` checks it there); raising from it
     deletes the shadow and leaves everything live as it was.
     """
-    data = Path(runtime.log.path)
-    live = readmodel_path(data, projection)
-    shadow = shadow_path(data, projection)
-    control = PauseControl(data, projection)
+    local = runtime.log.local
+    live = local.readmodel(projection)
+    shadow = local.shadow(projection)
+    control = PauseControl(local, projection)
     topics = runtime.app.projector(projection).topic_names
     result = rebuild(
         runtime, projection, engine=engine, output=shadow, progress=progress, **rebuild_options

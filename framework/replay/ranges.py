@@ -26,8 +26,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from framework.engine import open_log
 from framework.errors import ConfigError
-from framework.log import Log, LogStore, Record, TopicPartition
+from framework.log import Log, Record, TopicPartition
 
 __all__ = [
     "OffsetRange",
@@ -60,18 +61,18 @@ class OffsetRange(NamedTuple):
         return self.end - self.start
 
 
-_stores: dict[str, LogStore] = {}
+_stores: dict[str, Log] = {}
 
 
-def open_store(path: str) -> LogStore:
-    """This process's :class:`LogStore` for ``path`` (opened once, then reused): what an
+def open_store(path: str) -> Log:
+    """This process's log for ``path`` (opened once, then reused): what an
     executor reads segment files with. A directory without ``topics/`` is refused rather
     than created empty (a wrong path on a cluster node must fail, not read nothing)."""
     store = _stores.get(path)
     if store is None:
         if not (Path(path) / "topics").is_dir():
             raise ConfigError(f"no eventlane data directory at {path!r}", path=path)
-        store = _stores[path] = LogStore(path)
+        store = _stores[path] = open_log(path)
     return store
 
 

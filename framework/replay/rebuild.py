@@ -30,9 +30,10 @@ import attrs
 import structlog
 
 from framework.app import App, Runtime
+from framework.engine import open_log
 from framework.errors import ConfigError
-from framework.log import Log, LogStore, TopicPartition
-from framework.projection import readmodel_path
+from framework.log import Log, TopicPartition
+from framework.log.local import LocalDir
 from framework.replay.build import BuildCounts, DeadLetterReport, dead_letter_report, remove_db
 from framework.replay.local import build_local
 from framework.replay.merge import MergeStats
@@ -94,8 +95,9 @@ class RebuildResult:
         }
 
 
-def default_output(data: Path, projection: str) -> Path:
-    return readmodel_path(data, projection).with_suffix(".rebuild.sqlite")
+def default_output(data: Path | LocalDir, projection: str) -> Path:
+    local = data if isinstance(data, LocalDir) else LocalDir(Path(data))
+    return local.rebuild_output(projection)
 
 
 def _resolve(target: Runtime | App, data: Path | str | None) -> tuple[App, Log, bool]:
@@ -104,7 +106,7 @@ def _resolve(target: Runtime | App, data: Path | str | None) -> tuple[App, Log, 
     if isinstance(target, App):
         if data is None:
             raise ConfigError("rebuild(app, ...) needs data= (the data directory)")
-        return target, LogStore(data), True
+        return target, open_log(data), True
     raise ConfigError(f"rebuild needs a Runtime or an App, got {type(target).__name__}")
 
 
@@ -134,9 +136,9 @@ def rebuild(
     app, log_, owns_log = _resolve(target, data)
     try:
         cls = app.projector(projection)
-        data_dir = Path(log_.path)
-        out = Path(output) if output is not None else default_output(data_dir, projection)
-        if out.resolve() == readmodel_path(data_dir, projection).resolve():
+        local = log_.local
+        out = Path(output) if output is not None else local.rebuild_output(projection)
+        if out.resolve() == local.readmodel(projection).resolve():
             raise ConfigError(
                 "the rebuild output must not be the live read model; use --swap to hand it over",
                 path=out,
@@ -182,7 +184,7 @@ def rebuild(
                 assert session is not None
                 built = build_spark(
                     session,
-                    data_dir,
+                    local.root,
                     app,
                     projection,
                     ranges,

@@ -19,7 +19,6 @@ import attrs
 
 from framework.app import Runtime
 from framework.log import Log, TopicPartition
-from framework.projection import readmodel_path
 from framework.replay.build import remove_db
 from framework.replay.checksum import (
     DEAD_LETTERS,
@@ -105,7 +104,7 @@ def verify_rebuild(runtime: Runtime, result: RebuildResult) -> list[Comparison]:
     """``--verify``: a Spark result against the local engine at the same ``E`` (skipped for
     a local result: it is the reference), and against the live model when it is at ``E``."""
     out = []
-    live = readmodel_path(Path(runtime.log.path), result.projection)
+    live = runtime.log.local.readmodel(result.projection)
     if result.engine == "local":
         out.append(Comparison("local engine", [], skipped="the result is the local engine's"))
     else:

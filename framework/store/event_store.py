@@ -2,47 +2,39 @@
 
 An aggregate's events are records keyed by its id, so they all land in one partition of the
 aggregate class's topic (Kafka's partitioner), totally ordered. What Kafka cannot do and this
-store does: an append is *conditional* on the stream's current version. The check runs under
-the partition's append lock, against the per-key index caught up to the log end offset, so
+store does: an append is *conditional*. It uses only the log port: ``append(expect=Expect(key,
+last_offset))`` appends iff the stream's last record is still at the offset the aggregate was
+built from (``None`` for a new stream), checked by the engine atomically with the append, so
 two writers can never fork a history: the loser gets
 :class:`~framework.errors.ConcurrencyError` and nothing of its batch is written. A save's
 events form one batch (``atomic=True``), so a crash never leaves part of a save visible.
 
-Reading a stream uses the key index (:mod:`framework.store.key_index`) to fetch only the
-aggregate's records, never scanning the partition.
+When the caller knows only the expected *version* (not the offset), the store reads the
+stream's last record (``key_head`` + one point read), compares its ``aggregate_version`` and
+appends expecting that offset: still one atomic check in the engine.
 
-The index is derived data, so nothing here trusts it blindly:
-
-* the version check first reads the stream's last record from the log and compares its key
-  and ``aggregate_version`` with the index (one point read per save, skipped when the index
-  names exactly the head this store last appended or checked); on a difference the index
-  is rebuilt before deciding;
-* a read checks that every record has the stream's key and the next version; on a
-  difference the index is rebuilt once and the read repeated. A difference that survives a
-  rebuild is in the log itself: :class:`~framework.errors.SerializationError` naming the
-  topic, partition and offset.
+Reading a stream uses the engine's per-key reads (``read_key``: the embedded engine's key
+index, never a partition scan). Records come back checked by key; the store checks each
+record's ``aggregate_version`` continues the stream. On a gap the engine's per-key state is
+rebuilt once (``rebuild_keys``) and the read repeated. A difference that survives a rebuild
+is in the log itself: :class:`~framework.errors.SerializationError` naming the topic,
+partition and offset.
 """
 
 from __future__ import annotations
 
-import threading
+import enum
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 import orjson
 import structlog
 
 from framework.codec import Envelope, EventCodec
-from framework.errors import (
-    ConcurrencyError,
-    OffsetOutOfRangeError,
-    SerializationError,
-)
+from framework.errors import ConcurrencyError, SerializationError
 from framework.log import Log, Record, RecordMetadata
-from framework.log.partition import AppendResult, Cursor
 from framework.log.partitioner import partition_for_key
-from framework.store.key_index import IndexReport, KeyIndex, Mode, index_path
+from framework.log.types import Expect, KeyIndexReport
 
 log = structlog.get_logger("eventlane.store")
 
@@ -52,16 +44,9 @@ low-water mark sees the whole history)."""
 DEFAULT_PARTITIONS = 6
 """The partition count of an event topic an application creates, unless it says otherwise."""
 
-_READ_BYTES_PER_RECORD = 4 << 10
-"""Bytes fetched per wanted record when reading a run of adjacent offsets (capped at 1 MiB):
-enough for a store record, so a run is usually one ``pread``, never a MiB for one record."""
-_MAX_READ_BYTES = 1 << 20
-_CHECKED_HEADS = 1 << 16
-"""Stream heads remembered as checked against the log (the cache is cleared when full)."""
 
-
-class _IndexMismatchError(Exception):
-    """Internal: the key index named a record the log does not have at that offset."""
+class _StreamMismatchError(Exception):
+    """Internal: a record of the stream does not continue its version sequence."""
 
     def __init__(self, offset: int, problem: str) -> None:
         super().__init__(problem)
@@ -79,46 +64,36 @@ def stored_version(record: Record) -> int | None:
     return version if type(version) is int else None
 
 
+class StreamRead(NamedTuple):
+    """What :meth:`EventStore.read_stream` read."""
+
+    envelopes: list[Envelope[Any]]
+    """The envelopes in the requested version range."""
+    last_offset: int | None
+    """Offset of the last record read (``None``: none)."""
+    version: int
+    """Version of the last record read (``after_version`` when none was read after it)."""
+
+
+class UnknownOffset(enum.Enum):
+    """The caller does not know the stream's last offset (only its version)."""
+
+    TOKEN = 0
+
+
+UNKNOWN_OFFSET: Final = UnknownOffset.TOKEN
+
+
 class EventStore:
-    """Appends and reads aggregate event streams on a :class:`~framework.log.Log`.
+    """Appends and reads aggregate event streams on a :class:`~framework.log.Log`."""
 
-    Key indexes live under ``index_dir`` (default ``<data>/store``), one per partition,
-    opened on first use and kept open until :meth:`close`.
-    """
-
-    def __init__(self, log_: Log, codec: EventCodec, *, index_dir: Path | None = None) -> None:
+    def __init__(self, log_: Log, codec: EventCodec) -> None:
         self.log = log_
         self.codec = codec
-        self.index_dir = index_dir if index_dir is not None else log_.path / "store"
-        self._indexes: dict[tuple[str, int], KeyIndex] = {}
-        self._lock = threading.Lock()
-        # (topic, partition, key) → (version, offset) of a stream head this object checked
-        # against the log (or appended itself): the version check skips the log read when
-        # the index still names exactly that head.
-        self._checked_heads: dict[tuple[str, int, bytes], tuple[int, int]] = {}
 
     # ------------------------------------------------------------------ placement
     def partition_of(self, topic: str, aggregate_id: str) -> int:
         return partition_for_key(aggregate_id.encode(), self.log.partition_count(topic))
-
-    def index(self, topic: str, partition: int, mode: Mode | None = None) -> KeyIndex:
-        """The key index of a partition (opened and checked on first use).
-
-        ``mode``: ``stream`` for event topics (what the append and read paths ask for),
-        ``latest`` for snapshot topics; ``None`` takes the existing file's mode (maintenance).
-        An index found in the other mode is emptied and switched (it is derived data).
-        """
-        idx = self._indexes.get((topic, partition))
-        if idx is None:
-            with self._lock:
-                idx = self._indexes.get((topic, partition))
-                if idx is None:
-                    path = index_path(self.index_dir, topic, partition)
-                    idx = KeyIndex(self.log, topic, partition, path, mode=mode)
-                    self._indexes[(topic, partition)] = idx
-        if mode is not None:
-            idx.use_mode(mode)
-        return idx
 
     # ------------------------------------------------------------------ writing
     def append(
@@ -127,10 +102,14 @@ class EventStore:
         aggregate_id: str,
         expected_version: int,
         envelopes: Sequence[Envelope[Any]],
+        *,
+        expected_offset: int | UnknownOffset | None = UNKNOWN_OFFSET,
     ) -> list[RecordMetadata]:
         """Append ``envelopes`` (versions ``expected_version + 1 …``) iff the stream is at
         ``expected_version``; raise :class:`ConcurrencyError` otherwise (nothing written).
 
+        ``expected_offset``: the log offset of the stream's record ``expected_version``, when
+        the caller knows it (the repository does): the append then reads nothing first.
         The envelopes are one batch: all of them are appended, or none.
         """
         if not envelopes:
@@ -146,140 +125,80 @@ class EventStore:
         records = [(r.key, r.value, tuple(r.headers), None) for r in encoded]
         key = aggregate_id.encode()
         partition = self.partition_of(topic, aggregate_id)
-        index = self.index(topic, partition, "stream")
-
-        def check(leo: int) -> None:
-            actual = self._verified_head(index, key, leo)
-            if actual != expected_version:
-                raise ConcurrencyError(
-                    f"aggregate {aggregate_id!r} changed concurrently",
-                    expected=expected_version,
-                    actual=actual,
-                    topic=topic,
-                    partition=partition,
-                )
-
-        def indexed(result: AppendResult) -> None:
-            offsets = list(range(result.base_offset, result.last_offset + 1))
-            if index.add(key, expected_version + 1, offsets, result.last_offset + 1):
-                self._remember_head(
-                    topic, partition, key, expected_version + len(offsets), result.last_offset
-                )
-
-        result = self.log.append(
-            topic, partition, records, precondition=check, on_appended=indexed, atomic=True
-        )
+        if expected_version == 0:
+            expected_offset = None
+        elif isinstance(expected_offset, UnknownOffset):
+            version, expected_offset = self._head(topic, partition, key)
+            if version != expected_version:
+                raise self._conflict(aggregate_id, expected_version, version, topic, partition)
+        try:
+            result = self.log.append(
+                topic, partition, records, expect=Expect(key, expected_offset), atomic=True
+            )
+        except ConcurrencyError:
+            actual = self._version_after(topic, partition, key, expected_version, expected_offset)
+            raise self._conflict(aggregate_id, expected_version, actual, topic, partition) from None
         return [
             RecordMetadata(topic, partition, result.base_offset + i, ts)
             for i, ts in enumerate(result.timestamps)
         ]
 
-    def _verified_head(self, index: KeyIndex, key: bytes, leo: int) -> int:
-        """The stream's version below ``leo``, from the index checked against the log."""
-        where = (index.topic, index.partition, key)
-        for attempt in (1, 2):
-            entry = index.head_at(key, leo)
-            if entry is None:
-                return 0
-            seq, offset = entry
-            if self._checked_heads.get(where) == entry:
-                return seq
-            record = index.record_at(offset)
-            found = None if record is None or record.key != key else stored_version(record)
-            if found == seq:
-                self._remember_head(*where, seq, offset)
-                return seq
-            if attempt == 2:
-                raise SerializationError(
-                    f"stream {key.decode(errors='replace')!r}: its record #{seq} at this offset "
-                    f"has aggregate_version {found} (the log itself is inconsistent)",
-                    topic=index.topic,
-                    partition=index.partition,
-                    offset=offset,
-                )
-            index.reset(
-                f"its last entry for {key!r} (#{seq}, offset {offset}) disagrees with the log"
-            )
-        raise AssertionError("unreachable")  # pragma: no cover
+    @staticmethod
+    def _conflict(
+        aggregate_id: str, expected: int, actual: int, topic: str, partition: int
+    ) -> ConcurrencyError:
+        return ConcurrencyError(
+            f"aggregate {aggregate_id!r} changed concurrently",
+            expected=expected,
+            actual=actual,
+            topic=topic,
+            partition=partition,
+        )
 
-    def _remember_head(
-        self, topic: str, partition: int, key: bytes, version: int, offset: int
-    ) -> None:
-        if len(self._checked_heads) >= _CHECKED_HEADS:
-            self._checked_heads.clear()
-        self._checked_heads[(topic, partition, key)] = (version, offset)
+    def _version_after(
+        self, topic: str, partition: int, key: bytes, version: int, offset: int | None
+    ) -> int:
+        """The stream's version now, read as the records after ``offset`` (the record of
+        ``version``), which must continue the version sequence: what changed concurrently.
+        A record that does not continue it means the log itself is inconsistent."""
+        if offset is None:
+            return self._head(topic, partition, key)[0]
+        for record in self.log.read_key(topic, partition, key, after=offset):
+            found = stored_version(record)
+            if found != version + 1:
+                raise SerializationError(
+                    f"stream {key.decode(errors='replace')!r}: the record after version"
+                    f" {version} has aggregate_version {found} (the log itself is inconsistent)",
+                    topic=topic,
+                    partition=partition,
+                    offset=record.offset,
+                )
+            version = found
+        return version
+
+    def _head(self, topic: str, partition: int, key: bytes) -> tuple[int, int | None]:
+        """``(version, offset)`` of the stream's last record (``(0, None)``: no record)."""
+        offset = self.log.key_head(topic, partition, key)
+        if offset is None:
+            return 0, None
+        records = self.log.read_key(topic, partition, key, after=offset - 1)
+        record = records[0] if records and records[0].offset == offset else None
+        version = None if record is None else stored_version(record)
+        if version is None:
+            raise SerializationError(
+                f"stream {key.decode(errors='replace')!r}: its last record has no"
+                " aggregate_version",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            )
+        return version, offset
 
     # ------------------------------------------------------------------ reading
     def current_version(self, topic: str, aggregate_id: str) -> int:
         """The stream's last version (0 when it has no events)."""
         partition = self.partition_of(topic, aggregate_id)
-        view = self.index(topic, partition, "stream").view(aggregate_id.encode(), upto_seq=0)
-        return view.head
-
-    def record_offsets(
-        self,
-        topic: str,
-        aggregate_id: str,
-        after_version: int = 0,
-        upto_version: int | None = None,
-    ) -> tuple[int, list[int]]:
-        """``(partition, offsets)`` of the stream's records with versions in the range."""
-        partition = self.partition_of(topic, aggregate_id)
-        index = self.index(topic, partition, "stream")
-        view = index.view(aggregate_id.encode(), after_version, upto_version)
-        return partition, view.offsets
-
-    def read_records(self, topic: str, partition: int, offsets: Sequence[int]) -> list[Record]:
-        """The records at ``offsets`` (ascending); one read per run of adjacent offsets.
-
-        Raises :class:`~framework.errors.SerializationError` when the log has no record at
-        one of them.
-        """
-        try:
-            return self._read_records(topic, partition, offsets)
-        except _IndexMismatchError as exc:
-            raise SerializationError(
-                exc.problem, topic=topic, partition=partition, offset=exc.offset
-            ) from None
-
-    def _read_records(self, topic: str, partition: int, offsets: Sequence[int]) -> list[Record]:
-        out: list[Record] = []
-        i, n = 0, len(offsets)
-        while i < n:
-            j = i
-            while j + 1 < n and offsets[j + 1] == offsets[j] + 1:
-                j += 1
-            start, end = offsets[i], offsets[j] + 1
-            position = start
-            cursor: Cursor | None = None
-            while position < end:
-                want = min((end - position) * _READ_BYTES_PER_RECORD, _MAX_READ_BYTES)
-                try:
-                    batch, cursor = self.log.read(
-                        topic,
-                        partition,
-                        position,
-                        max_bytes=want,
-                        cursor=cursor,
-                        upto=end,
-                    )
-                except OffsetOutOfRangeError:
-                    batch = []
-                if not batch or batch[0].offset != position:
-                    raise _IndexMismatchError(
-                        position, "the key index names an offset with no record"
-                    )
-                for record in batch:
-                    if record.offset >= end:  # the rest of the last batch: not asked for
-                        break
-                    if record.offset != position:
-                        raise _IndexMismatchError(
-                            position, "the key index names an offset with no record"
-                        )
-                    out.append(record)
-                    position += 1
-            i = j + 1
-        return out
+        return self._head(topic, partition, aggregate_id.encode())[0]
 
     def read(
         self,
@@ -288,17 +207,34 @@ class EventStore:
         after_version: int = 0,
         upto_version: int | None = None,
     ) -> list[Envelope[Any]]:
-        """The stream's envelopes with ``after_version < version <= upto_version``, checked
-        against the stream's key and version sequence (see the module docstring)."""
+        """The stream's envelopes with ``after_version < version <= upto_version``."""
+        return self.read_stream(topic, aggregate_id, after_version, upto_version).envelopes
+
+    def read_stream(
+        self,
+        topic: str,
+        aggregate_id: str,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        *,
+        after_offset: int | None = None,
+    ) -> StreamRead:
+        """The envelopes with ``after_version < version <= upto_version``, checked against
+        the stream's version sequence (see the module docstring).
+
+        ``after_offset``: the offset of the stream's record ``after_version``, when known (a
+        snapshot records it): only the records after it are read.
+        """
         key = aggregate_id.encode()
         partition = self.partition_of(topic, aggregate_id)
-        index = self.index(topic, partition, "stream")
         for attempt in (1, 2):
-            view = index.view(key, after_version, upto_version)
+            records = self.log.read_key(topic, partition, key, after=after_offset)
             try:
-                return self._decode_stream(topic, partition, key, after_version, view.offsets)
-            except _IndexMismatchError as exc:
-                if attempt == 2 or exc.offset < index.trusted_upto:
+                return self._decode_stream(
+                    topic, partition, records, after_version, upto_version, after_offset
+                )
+            except _StreamMismatchError as exc:
+                if attempt == 2:
                     raise SerializationError(
                         f"stream {aggregate_id!r}: {exc.problem}",
                         topic=topic,
@@ -306,27 +242,41 @@ class EventStore:
                         offset=exc.offset,
                     ) from None
                 log.warning(
-                    "key index disagrees with the log; rebuilding it",
+                    "stream disagrees with the key index; rebuilding it",
                     topic=topic,
                     partition=partition,
                     offset=exc.offset,
                     problem=exc.problem,
                 )
-                index.rebuild()
+                self.log.rebuild_keys(topic, partition)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _decode_stream(
-        self, topic: str, partition: int, key: bytes, after_version: int, offsets: list[int]
-    ) -> list[Envelope[Any]]:
-        envelopes = []
-        expected = after_version + 1
+        self,
+        topic: str,
+        partition: int,
+        records: list[Record],
+        after_version: int,
+        upto_version: int | None,
+        after_offset: int | None,
+    ) -> StreamRead:
+        envelopes: list[Envelope[Any]] = []
+        last: int | None = None
+        # Without the offset of ``after_version``, the stream is read from its start.
+        expected = after_version + 1 if after_offset is not None else 1
         decode = self.codec.decode
-        for record in self._read_records(topic, partition, offsets):
-            if record.key != key:
-                raise _IndexMismatchError(
-                    record.offset,
-                    f"expected the record of version {expected}, found one of {record.key!r}",
-                )
+        for record in records:
+            if upto_version is not None and expected > upto_version:
+                break
+            if expected <= after_version:  # before the range: check the version only
+                if stored_version(record) != expected:
+                    raise _StreamMismatchError(
+                        record.offset,
+                        f"expected version {expected}, found version {stored_version(record)}",
+                    )
+                last = record.offset
+                expected += 1
+                continue
             env = decode(
                 record.key,
                 record.value,
@@ -336,25 +286,27 @@ class EventStore:
                 offset=record.offset,
             )
             if env.aggregate_version != expected:
-                raise _IndexMismatchError(
+                raise _StreamMismatchError(
                     record.offset,
                     f"expected version {expected}, found version {env.aggregate_version}",
                 )
             envelopes.append(env)
+            last = record.offset
             expected += 1
-        return envelopes
+        return StreamRead(envelopes, last, expected - 1)
 
     # ------------------------------------------------------------------ maintenance
-    def verify_index(self, topic: str, partition: int) -> IndexReport:
-        """Compare the partition's key index with a fresh scan of the log."""
-        return self.index(topic, partition).verify()
+    def verify_index(self, topic: str, partition: int) -> KeyIndexReport:
+        """Compare the partition's per-key state with a fresh scan of the log."""
+        for report in self.log.check_keys([topic]):
+            if report.partition == partition:
+                return report
+        hwm = self.log.offsets(topic, partition).hwm
+        return KeyIndexReport(topic, partition, "", "none", 0, hwm, hwm, (), 0)
 
     def rebuild_index(self, topic: str, partition: int) -> int:
-        """Rebuild the partition's key index from the log; returns the records indexed."""
-        return self.index(topic, partition).rebuild()
+        """Rebuild the partition's per-key state from the log; returns the records indexed."""
+        return self.log.rebuild_keys(topic, partition)
 
     def close(self) -> None:
-        with self._lock:
-            for index in self._indexes.values():
-                index.close()
-            self._indexes.clear()
+        """Nothing to release: per-key state belongs to the log."""

@@ -7,8 +7,10 @@ retry on concurrency conflicts (load, run, save; again on :class:`ConcurrencyErr
 
 Snapshots live in the compacted topic ``<topic>.snapshots`` (created on the first snapshot
 with the event topic's partition count; keyed by aggregate id, so compaction keeps the
-latest per aggregate; a ``latest``-mode key index finds it without a scan). One is written
-whenever a save crosses a multiple of the class's ``snapshot_every``. A snapshot is
+latest per aggregate; the log's per-key read finds it without a scan). One is written
+whenever a save crosses a multiple of the class's ``snapshot_every``. Its header
+``event-offset`` holds the log offset of the event it was taken at, so a load reads only the
+events after that offset. A snapshot is
 *ignored*, never misread, when its ``snapshot_version`` is not the class's current one,
 when it cannot be decoded, or when it is ahead of the stream; the aggregate is then rebuilt
 from its events, and a load of the latest version writes a fresh snapshot. Writing a
@@ -17,7 +19,7 @@ snapshot is best effort: the events are already saved, so a failure is logged, n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import structlog
@@ -31,8 +33,7 @@ from framework.errors import (
     StaleSnapshotError,
 )
 from framework.log import RecordMetadata
-from framework.log.partition import AppendResult
-from framework.store.event_store import EventStore
+from framework.store.event_store import UNKNOWN_OFFSET, EventStore, StreamRead
 
 log = structlog.get_logger("eventlane.store")
 
@@ -49,8 +50,19 @@ with segments small enough for compaction (which never touches the active segmen
 reclaim space early."""
 
 
+HEADER_EVENT_OFFSET = "event-offset"
+"""Snapshot record header: the log offset of the event the snapshot was taken at."""
+
+
 def snapshot_topic(topic: str) -> str:
     return topic + SNAPSHOT_SUFFIX
+
+
+def _event_offset(headers: Sequence[tuple[str, bytes | None]]) -> int | None:
+    for name, raw in headers:
+        if name == HEADER_EVENT_OFFSET and raw is not None and raw.isdigit():
+            return int(raw)
+    return None
 
 
 class Repository:
@@ -87,8 +99,16 @@ class Repository:
             for i, event in enumerate(pending, start=1)
         ]
         topic = type(aggregate).topic
-        written = self.store.append(topic, aggregate.id, base, envelopes)
+        known = aggregate._stored_offset
+        written = self.store.append(
+            topic,
+            aggregate.id,
+            base,
+            envelopes,
+            expected_offset=UNKNOWN_OFFSET if base and known is None else known,
+        )
         aggregate.mark_committed()
+        aggregate._stored_offset = written[-1].offset
         every = type(aggregate).snapshot_every
         if every and aggregate.version // every > base // every:
             self._save_snapshot(aggregate)
@@ -103,25 +123,11 @@ class Repository:
                 topic, log_.partition_count(cls.topic), SNAPSHOT_TOPIC_CONFIG, exist_ok=True
             )
             record = self.snapshots.encode(cls, aggregate.take_snapshot())
+            headers = tuple(record.headers)
+            if aggregate._stored_offset is not None:
+                headers += ((HEADER_EVENT_OFFSET, str(aggregate._stored_offset).encode()),)
             partition = self.store.partition_of(topic, aggregate.id)
-            index = self.store.index(topic, partition, mode="latest")
-            key = aggregate.id.encode()
-            seen = [0]
-
-            def check(leo: int) -> None:
-                entry = index.head_at(key, leo)
-                seen[0] = 0 if entry is None else entry[0]
-
-            def indexed(result: AppendResult) -> None:
-                index.add(key, seen[0] + 1, [result.base_offset], result.last_offset + 1)
-
-            log_.append(
-                topic,
-                partition,
-                [(record.key, record.value, tuple(record.headers), None)],
-                precondition=check,
-                on_appended=indexed,
-            )
+            log_.append(topic, partition, [(record.key, record.value, headers, None)])
             log.debug(
                 "snapshot saved",
                 topic=topic,
@@ -151,24 +157,26 @@ class Repository:
             raise AggregateNotFoundError(
                 f"{cls.__qualname__} {aggregate_id!r} has no version {version}", topic=cls.topic
             )
-        snapshot, unusable = self._load_snapshot(cls, aggregate_id, version)
-        if snapshot is not None and snapshot.aggregate_version > self.store.current_version(
-            cls.topic, aggregate_id
-        ):  # the snapshot is ahead of the stream: the event topic was recreated
-            log.warning(
-                "snapshot ahead of its stream ignored",
-                topic=cls.topic,
-                aggregate_id=aggregate_id,
-                version=snapshot.aggregate_version,
-            )
-            snapshot, unusable = None, True
-        after = snapshot.aggregate_version if snapshot is not None else 0
-        envelopes = self.store.read(cls.topic, aggregate_id, after, version)
+        snapshot, at, unusable = self._load_snapshot(cls, aggregate_id, version)
+        if snapshot is not None and at is not None:
+            stream = self._read_after_snapshot(cls, aggregate_id, snapshot, at, version)
+            if stream is None:
+                snapshot, unusable = None, True
+        if snapshot is None or at is None:
+            after = snapshot.aggregate_version if snapshot is not None else 0
+            stream = self.store.read_stream(cls.topic, aggregate_id, after, version)
+            if snapshot is not None and stream.version < snapshot.aggregate_version:
+                self._ahead(cls, aggregate_id, snapshot)  # the event topic was recreated
+                snapshot, unusable = None, True
+                stream = self.store.read_stream(cls.topic, aggregate_id, 0, version)
+        assert stream is not None
+        envelopes = stream.envelopes
         if snapshot is None and not envelopes:
             raise AggregateNotFoundError(
                 f"no events for {cls.__qualname__} {aggregate_id!r}", topic=cls.topic
             )
         aggregate = cls.rehydrate(aggregate_id, [e.event for e in envelopes], snapshot=snapshot)
+        aggregate._stored_offset = stream.last_offset if stream.last_offset is not None else at
         if version is not None and aggregate.version != version:
             raise AggregateNotFoundError(
                 f"{cls.__qualname__} {aggregate_id!r} has {aggregate.version} events, not"
@@ -180,29 +188,56 @@ class Repository:
             self._save_snapshot(aggregate)
         return aggregate
 
+    @staticmethod
+    def _ahead(aggregate_cls: type[Aggregate], aggregate_id: str, snapshot: Snapshot) -> None:
+        log.warning(
+            "snapshot ahead of its stream ignored",
+            topic=aggregate_cls.topic,
+            aggregate_id=aggregate_id,
+            version=snapshot.aggregate_version,
+        )
+
+    def _read_after_snapshot(
+        self, cls: type[A], aggregate_id: str, snapshot: Snapshot, at: int, version: int | None
+    ) -> StreamRead | None:
+        """The events after a snapshot taken at offset ``at``; ``None`` when the stream does
+        not continue it (the event topic was recreated: the snapshot is ignored)."""
+        partition = self.store.partition_of(cls.topic, aggregate_id)
+        head = self.store.log.key_head(cls.topic, partition, aggregate_id.encode())
+        if head is None or head < at:
+            self._ahead(cls, aggregate_id, snapshot)
+            return None
+        try:
+            return self.store.read_stream(
+                cls.topic, aggregate_id, snapshot.aggregate_version, version, after_offset=at
+            )
+        except SerializationError as exc:
+            log.warning(
+                "snapshot does not continue its stream; ignored",
+                topic=cls.topic,
+                aggregate_id=aggregate_id,
+                error=str(exc),
+            )
+            return None
+
     def _load_snapshot(
         self, cls: type[A], aggregate_id: str, version: int | None
-    ) -> tuple[Snapshot | None, bool]:
-        """The latest usable snapshot at or below ``version``, and whether the latest one
-        stored was unusable (stale schema, undecodable, or pointing nowhere)."""
+    ) -> tuple[Snapshot | None, int | None, bool]:
+        """The latest usable snapshot at or below ``version``, the event offset it was
+        taken at (``None``: not recorded), and whether the latest one stored was unusable
+        (stale schema, undecodable)."""
         if not cls.snapshot_every:
-            return None, False
+            return None, None, False
         topic = snapshot_topic(cls.topic)
         log_ = self.store.log
         if not log_.topic_exists(topic):
-            return None, False
+            return None, None, False
         partition = self.store.partition_of(topic, aggregate_id)
-        index = self.store.index(topic, partition, mode="latest")
-        key = aggregate_id.encode()
-        offset = index.last(key)
-        if offset is None:
-            return None, False
-        record = index.record_at(offset)
-        where = {"topic": topic, "partition": partition, "offset": offset}
-        if record is None or record.key != key:
-            log.warning("snapshot index names no snapshot; rebuilding it", **where)
-            index.rebuild()
-            return None, True
+        records = log_.read_key(topic, partition, aggregate_id.encode())
+        if not records:
+            return None, None, False
+        record = records[-1]
+        where = {"topic": topic, "partition": partition, "offset": record.offset}
         try:
             snap = self.snapshots.decode(
                 cls,
@@ -211,19 +246,19 @@ class Repository:
                 record.headers,  # type: ignore[arg-type]
                 topic=topic,
                 partition=partition,
-                offset=offset,
+                offset=record.offset,
             )
         except StaleSnapshotError:
             log.info("stale snapshot ignored", aggregate_id=aggregate_id, **where)
-            return None, True
+            return None, None, True
         except SerializationError as exc:
             log.warning(
                 "undecodable snapshot ignored", aggregate_id=aggregate_id, error=str(exc), **where
             )
-            return None, True
+            return None, None, True
         if version is not None and snap.aggregate_version > version:
-            return None, False
-        return snap, False
+            return None, None, False
+        return snap, _event_offset(record.headers), False
 
     # ------------------------------------------------------------------ commands
     def execute(

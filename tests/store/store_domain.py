@@ -179,8 +179,9 @@ def raw_streams(log: Log, topic: str) -> dict[str, list[dict[str, Any]]]:
 
 
 class CountingLog:
-    """A real :class:`LogStore` that counts the records its ``read`` calls return (so a test
-    can tell how much of a partition a load touched). Everything else is delegated."""
+    """A real :class:`LogStore` that counts the records its ``read`` and ``read_key`` calls
+    return (so a test can tell how much of a partition a load touched). Everything else is
+    delegated."""
 
     def __init__(self, path: Path) -> None:
         self._inner = LogStore(path)
@@ -193,6 +194,13 @@ class CountingLog:
         self.reads += 1
         self.records_read += len(records)
         return records, cursor
+
+    def read_key(self, *args: Any, **kwargs: Any) -> list[Record]:
+        """Per-key reads happen inside the engine: count the records they return."""
+        records: list[Record] = self._inner.read_key(*args, **kwargs)
+        self.reads += 1
+        self.records_read += len(records)
+        return records
 
     def reset_counts(self) -> None:
         self.reads = self.records_read = 0

@@ -38,8 +38,8 @@ from typing import Any
 from store_domain import Batcher, Counter, SnapCounter, make_app
 
 from framework.errors import AggregateNotFoundError, ConcurrencyError
+from framework.log.key_index import KeyIndex
 from framework.observability import configure_logging
-from framework.store.key_index import KeyIndex
 
 
 def emit(line: str) -> None:
@@ -118,7 +118,7 @@ def role_die_before_index(args: dict[str, Any]) -> None:
         except AggregateNotFoundError:
             counter = Counter(args["aggregate"])
         counter.increment(args.get("by", 1), "dying")
-        KeyIndex.add = die  # type: ignore[method-assign]
+        KeyIndex.add_appended = die  # type: ignore[method-assign]
         app.save(counter)
         emit("survived")  # never reached
 

@@ -17,7 +17,8 @@ from store_helpers import close, spawn, stderr_of
 from framework.app import Runtime
 from framework.codec import Envelope
 from framework.errors import ConcurrencyError
-from framework.store.key_index import READER_CATCH_UP, KeyIndex, index_path
+from framework.log.key_index import READER_CATCH_UP, KeyIndex, index_path
+from framework.log.store import LogStore
 
 TOPIC = Counter.topic
 AGGREGATES = 24
@@ -45,6 +46,12 @@ def check_loads(app: Runtime, aggregates: int = AGGREGATES, events: int = EVENTS
 
 def index_files(data: Path, topic: str = TOPIC) -> list[Path]:
     return sorted((data / "store" / topic).glob("*.keyindex.sqlite"))
+
+
+def index_of(app: Runtime, partition: int) -> KeyIndex:
+    """The embedded log's live key index of a partition of TOPIC."""
+    assert isinstance(app.log, LogStore)
+    return app.log.keys.index(TOPIC, partition)
 
 
 def open_raw(path: Path) -> sqlite3.Connection:
@@ -107,7 +114,7 @@ def test_deleted_index_files_are_rebuilt(data: Path) -> None:
         check_loads(app)  # the first load catches up: the tail is longer than READER_CATCH_UP
         for partition in range(2):
             marks = app.log.offsets(TOPIC, partition)
-            assert app.store.index(TOPIC, partition).next_offset() == marks.hwm
+            assert index_of(app, partition).next_offset() == marks.hwm
         assert verify_all(app) == []
 
 
@@ -118,7 +125,7 @@ def test_a_short_unindexed_tail_is_overlaid_then_indexed_by_the_next_save(tmp_pa
         os.unlink(path)
     with make_app(data) as app:
         partition = app.store.partition_of(TOPIC, "c0")
-        index = app.store.index(TOPIC, partition)
+        index = index_of(app, partition)
         check_loads(app, aggregates=4, events=20)
         assert index.next_offset() == 0  # readers overlaid the tail without writing
         app.execute(Counter, "c0", lambda c: c.increment())
@@ -200,7 +207,7 @@ def test_wrong_rows_never_fool_the_version_check(data: Path) -> None:
     _tamper_consistently(path, "DELETE FROM entries WHERE key = ? AND seq = 1", b"c7")
     _tamper_consistently(path, "UPDATE entries SET seq = seq - 1 WHERE key = ?", b"c7")
     with make_app(data) as app:
-        assert app.store.index(TOPIC, partition, "stream").head(b"c7") == EVENTS - 1
+        assert index_of(app, partition).head(b"c7") == EVENTS - 1
         envelope = Envelope(Incremented(1), "c7", EVENTS)
         with pytest.raises(ConcurrencyError) as info:
             app.store.append(TOPIC, "c7", EVENTS - 1, [envelope])
@@ -244,7 +251,7 @@ def test_an_index_of_another_incarnation_of_the_topic_is_discarded(data: Path) -
 def test_a_writer_killed_between_append_and_index_update(data: Path) -> None:
     with make_app(data) as app:
         partition = app.store.partition_of(TOPIC, "c2")
-        indexed_before = app.store.index(TOPIC, partition).next_offset()
+        indexed_before = index_of(app, partition).next_offset()
     proc = spawn("die_before_index", data=str(data), aggregate="c2", by=1000)
     try:
         proc.wait(timeout=120)
@@ -252,7 +259,7 @@ def test_a_writer_killed_between_append_and_index_update(data: Path) -> None:
     finally:
         close(proc)
     with make_app(data) as app:
-        index = app.store.index(TOPIC, partition)
+        index = index_of(app, partition)
         hwm = app.log.offsets(TOPIC, partition).hwm
         assert index.next_offset() == indexed_before == hwm - 1  # appended, never indexed
         counter = app.load(Counter, "c2")  # the overlay of the unindexed tail finds it
@@ -265,19 +272,20 @@ def test_a_writer_killed_between_append_and_index_update(data: Path) -> None:
 
 
 def test_a_long_unindexed_tail_is_indexed_by_the_reader(tmp_path: Path) -> None:
-    """Records appended behind the store's back (no index update) beyond READER_CATCH_UP:
-    the next load indexes them instead of scanning them on every load."""
+    """Records appended behind the index's back (by a log that never opened it) beyond
+    READER_CATCH_UP: the next load indexes them instead of scanning them on every load."""
     data = tmp_path / "data"
     with make_app(data, partitions=1) as app:
         counter = Counter("seed")
         counter.increment()
         app.save(counter)
-        index = app.store.index(TOPIC, 0)
+        index = index_of(app, 0)
         records = []
         for version in range(1, READER_CATCH_UP + 100):
             key, value, headers = app.codec.encode(Envelope(Incremented(1), "raw", version))
             records.append((key, value, tuple(headers), None))
-        app.log.append(TOPIC, 0, records)
+        with LogStore(data) as other:  # another process's log: it does not index them
+            other.append(TOPIC, 0, records)
         assert index.next_offset() == 1
         assert app.load(Counter, "raw").version == READER_CATCH_UP + 99
         assert index.next_offset() == READER_CATCH_UP + 100

@@ -6,9 +6,9 @@ on open) and compared row by row with its partition (:meth:`KeyIndex.verify`). W
 files of an index whose topic or partition no longer exists are deleted.
 
     >>> import tempfile
-    >>> from framework.log import LogStore
+    >>> from framework.log.store import LogStore
     >>> with tempfile.TemporaryDirectory() as data, LogStore(data) as log:
-    ...     check_key_indexes(log)
+    ...     check_key_indexes(log, log.local.key_indexes())
     []
 """
 
@@ -22,17 +22,17 @@ from pathlib import Path
 import structlog
 
 from framework.errors import InvalidTopicError
-from framework.log import Log
-from framework.store.key_index import (
+from framework.log.key_index import (
     INDEX_SUFFIX,
     LOCK_SUFFIX,
-    IndexReport,
     KeyIndex,
     as_unreadable,
     is_damage,
 )
+from framework.log.port import Log
+from framework.log.types import KeyIndexReport as IndexReport
 
-log = structlog.get_logger("eventlane.store")
+log = structlog.get_logger("eventlane.log")
 
 
 def key_index_files(root: Path) -> Iterator[tuple[str, int, Path]]:
@@ -65,19 +65,19 @@ def _delete_orphan(path: Path) -> None:
 
 def check_key_indexes(
     log_: Log,
+    index_dir: Path,
     *,
     topics: Collection[str] | None = None,
     repair: bool = False,
-    index_dir: Path | None = None,
 ) -> list[IndexReport]:
-    """Verify every key index (of ``topics``, default all) under ``index_dir`` (default
-    ``<data>/store``); with ``repair``, rebuild those that differ and delete orphans.
+    """Verify every key index (of ``topics``, default all) under ``index_dir``
+    (``<data>/store``); with ``repair``, rebuild those that differ and delete orphans.
 
     A repaired index's report keeps the problems that were found, with ``repaired=True``;
     one still wrong after its rebuild reports the problems left.
     """
     reports: list[IndexReport] = []
-    for topic, partition, path in key_index_files(index_dir or log_.path / "store"):
+    for topic, partition, path in key_index_files(index_dir):
         if topics is not None and topic not in topics:
             continue
         if not _partition_exists(log_, topic, partition):

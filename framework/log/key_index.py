@@ -63,10 +63,12 @@ import structlog
 
 from framework._locks import FileLock
 from framework.errors import FrameworkError, OffsetOutOfRangeError
-from framework.log import Log, Record
-from framework.log.partition import Cursor
+from framework.log.port import Log
+from framework.log.record import Record
+from framework.log.types import Cursor
+from framework.log.types import KeyIndexReport as IndexReport
 
-log = structlog.get_logger("eventlane.store")
+log = structlog.get_logger("eventlane.log")
 
 T = TypeVar("T")
 Mode = Literal["stream", "latest"]
@@ -108,30 +110,6 @@ class View(NamedTuple):
     """Offsets of the key's records in the requested ``seq`` range, ascending."""
     hwm: int
     """The partition's high-water mark the view is complete up to."""
-
-
-class IndexReport(NamedTuple):
-    """What :meth:`KeyIndex.verify` found. ``problems`` lists the first few differences."""
-
-    topic: str
-    partition: int
-    path: str
-    mode: str
-    entries: int
-    next_offset: int
-    hwm: int
-    problems: tuple[str, ...]
-    problem_count: int
-    repaired: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.problem_count == 0
-
-    @property
-    def unindexed(self) -> int:
-        """Offsets between the index's end and the high-water mark (lag, not an error)."""
-        return max(0, self.hwm - self.next_offset)
 
 
 class _Problems:
@@ -567,12 +545,16 @@ class KeyIndex:
                 self._guard(self._clear_now, f"the index ends past the log end offset {leo}")
             self.catch_up(leo)
 
-    def add(self, key: bytes, first_seq: int, offsets: list[int], next_offset: int) -> bool:
-        """Record that ``key``'s records ``first_seq, first_seq+1…`` are at ``offsets``, the
-        records just appended; applies only if the index ends at ``offsets[0]``."""
-        rows = [(key, first_seq + i, off) for i, off in enumerate(offsets)]
+    def add_appended(
+        self, pairs: Sequence[tuple[bytes, int]], first_offset: int, next_offset: int
+    ) -> bool:
+        """Index the keyed records ``(key, offset)`` of an append that covered the offsets
+        ``[first_offset, next_offset)``; applies only if the index ends at ``first_offset``
+        (else it lags, and catches up on use). Call under the partition's append lock."""
         with self._writing():
-            return self._guard(self._write, rows, offsets[0], next_offset)
+            return self._guard(
+                self._write, self._guard(self._number, pairs), first_offset, next_offset
+            )
 
     def _write(
         self, rows: list[tuple[bytes, int, int]], expected_next: int, next_offset: int

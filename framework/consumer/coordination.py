@@ -1,0 +1,141 @@
+"""Group coordination as a port: membership, generations, heartbeats and committed offsets.
+
+Kafka's broker is a log *and* a group coordinator. Here the coordinator is a separate port,
+so each engine brings its own:
+
+* :class:`GroupCoordination`: a :class:`Coordinator` per group (membership, generations,
+  heartbeats, assignment) and the :class:`OffsetStorage` (fenced commits, list, reset,
+  delete);
+* :class:`FileCoordination`: the embedded engine's, on files under the log's local
+  directory (``LocalDir.groups()``, :mod:`.coordinator`) and the ``__consumer_offsets``
+  topic (:mod:`.offsets`, whose fenced commits need the embedded log).
+
+A JetStream engine provides one on its KV store (issue 13). :func:`framework.engine.open_engine`
+picks the coordination that goes with the log.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Protocol, TypeVar
+
+from framework.consumer.coordinator import GroupCoordinator, groups_root
+from framework.consumer.membership import GroupState, Member
+from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata, OffsetStore
+from framework.log.port import Log
+from framework.log.record import TopicPartition
+
+__all__ = ["Coordinator", "FileCoordination", "GroupCoordination", "OffsetStorage"]
+
+T = TypeVar("T")
+
+
+class Coordinator(Protocol):
+    """One process's handle on one group's shared state. Thread-safe.
+
+    Every state change happens under the group's lock (one writer at a time, across
+    processes); readers see the last complete state.
+    """
+
+    group: str
+
+    def current(self) -> GroupState: ...
+    def version(self) -> int: ...
+    def locked(self) -> AbstractContextManager[GroupState]: ...
+    def mutate(self, change: Callable[[GroupState], T]) -> T: ...
+    def try_mutate(self, change: Callable[[GroupState], T]) -> tuple[bool, T | None]: ...
+    def expired(self, state: GroupState, now_ns: int | None = None) -> list[str]: ...
+    def alive(self, state: GroupState) -> list[str]: ...
+    def evict_expired(self, *, blocking: bool = True) -> list[str]: ...
+    def beat(self, member: Member) -> bool: ...
+    def polled(self, member: Member) -> None: ...
+    def join(
+        self,
+        *,
+        topics: tuple[str, ...],
+        assignor: str,
+        session_timeout_ms: int,
+        instance_id: str | None = None,
+        client_id: str = "eventlane",
+    ) -> Member: ...
+    def leave(self, member_id: str, reason: str = "close", *, blocking: bool = True) -> bool: ...
+    def release(self, member_id: str, partitions: set[TopicPartition]) -> bool: ...
+    def refresh_partitions(self, *, blocking: bool = True) -> bool: ...
+    def close(self) -> None: ...
+
+
+class OffsetStorage(Protocol):
+    """Committed offsets of every group. A commit is accepted iff its ``precondition``
+    holds at the instant it is ordered (fencing); :meth:`barrier` waits for every commit
+    already validated, so a new owner reads the last accepted one."""
+
+    def exists(self) -> bool: ...
+    def committed(self, group: str, tp: TopicPartition) -> CommittedOffset | None: ...
+    def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]: ...
+    def groups(self) -> set[str]: ...
+    def history(self, group: str) -> Iterator[tuple[int, TopicPartition, int | None]]: ...
+    def commit(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        *,
+        generation: int,
+        member_id: str,
+        precondition: Callable[[], None] | None = None,
+        now_ms: Callable[[], int] | None = None,
+    ) -> int: ...
+    def delete_group(
+        self, group: str, *, precondition: Callable[[], None] | None = None
+    ) -> int: ...
+    def barrier(self, group: str) -> None: ...
+
+
+class GroupCoordination(Protocol):
+    """An engine's group coordinator and offset store."""
+
+    @property
+    def offsets(self) -> OffsetStorage: ...
+    def coordinator(self, group: str, *, wake: Callable[[], None] | None = None) -> Coordinator:
+        """A handle on ``group`` (created on first use); close it when done."""
+        ...
+
+    def group_names(self) -> set[str]:
+        """Groups with membership state (those with only committed offsets excluded)."""
+        ...
+
+    def has_state(self, group: str) -> bool: ...
+    def delete_state(self, group: str) -> None:
+        """Forget ``group``'s membership state (its offsets are deleted separately)."""
+        ...
+
+
+class FileCoordination:
+    """The embedded engine's coordination: group files under ``log.local.groups()`` and
+    offsets in ``__consumer_offsets`` on the (embedded) log itself."""
+
+    def __init__(self, log_: Log, offsets: OffsetStore | None = None) -> None:
+        self.log = log_
+        self._offsets = offsets if offsets is not None else OffsetStore(log_)
+
+    @property
+    def offsets(self) -> OffsetStore:
+        return self._offsets
+
+    def coordinator(
+        self, group: str, *, wake: Callable[[], None] | None = None
+    ) -> GroupCoordinator:
+        return GroupCoordinator(self.log, group, wake=wake)
+
+    def group_names(self) -> set[str]:
+        root = groups_root(self.log)
+        if not root.is_dir():
+            return set()
+        return {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")}
+
+    def has_state(self, group: str) -> bool:
+        return (groups_root(self.log) / group).is_dir()
+
+    def delete_state(self, group: str) -> None:
+        shutil.rmtree(groups_root(self.log) / group, ignore_errors=True)

@@ -1,0 +1,130 @@
+"""Opening an engine: the one place above ``framework/log`` that names ``LogStore``.
+
+:func:`open_log` turns a data directory or a URL into a :class:`~framework.log.Log`;
+:func:`open_engine` returns the :class:`Engine` bundle an application runs on: the log, the
+local directory (read models, pause files, shadows) and the consumer-group coordination.
+
+* A path (or ``file://`` URL, or nothing: ``$EVENTLANE_DATA`` or ``./eventlane-data``) opens
+  the embedded engine, ``LogStore``, whose local directory is the data directory itself.
+* Another scheme (``nats://...``) is looked up among the registered openers: those added by
+  :func:`register_engine` and those of the entry-point group ``eventlane.engines`` (loaded
+  only when that scheme is asked for, so this module imports no optional dependency).
+  An unknown scheme is a :class:`~framework.errors.ConfigError` naming the known ones.
+
+An opener is ``opener(url: str, local: LocalDir) -> Log``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+from framework.consumer.coordination import FileCoordination, GroupCoordination
+from framework.errors import ConfigError
+from framework.log.local import LocalDir
+from framework.log.port import Log
+from framework.log.store import DEFAULT_DATA_DIR, LogStore, default_data_dir
+
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "ENTRY_POINT_GROUP",
+    "Engine",
+    "Opener",
+    "default_data_dir",
+    "open_engine",
+    "open_log",
+    "register_engine",
+]
+
+ENTRY_POINT_GROUP = "eventlane.engines"
+
+Opener = Callable[[str, LocalDir], Log]
+"""Opens the log at a URL; ``local`` is the local directory the caller chose."""
+
+_openers: dict[str, Opener] = {}
+
+
+def register_engine(scheme: str, opener: Opener) -> None:
+    """Make ``open_log``/``open_engine`` open URLs of ``scheme`` with ``opener``."""
+    _openers[scheme.lower()] = opener
+
+
+def _scheme(target: str) -> str | None:
+    """The URL scheme of ``target``, or ``None`` for a plain path (``C:`` is no scheme)."""
+    if "://" not in target:
+        return None
+    return urlsplit(target).scheme.lower() or None
+
+
+def _opener(scheme: str) -> Opener:
+    opener = _openers.get(scheme)
+    if opener is not None:
+        return opener
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name.lower() == scheme:
+            loaded: Opener = ep.load()
+            _openers[scheme] = loaded
+            return loaded
+    known = sorted({"file", *_openers, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
+    raise ConfigError(
+        f"no log engine for URL scheme {scheme!r}: known schemes are {', '.join(known)}"
+        " (or pass a data directory path)"
+    )
+
+
+def open_log(target: str | Path | None = None, *, data_dir: str | Path | None = None) -> Log:
+    """The log at ``target``: a data directory, a ``file://`` URL or another engine's URL
+    (default: the data directory). ``data_dir`` is the local directory of a non-embedded
+    engine (default: the same default data directory)."""
+    local = LocalDir(Path(data_dir) if data_dir is not None else default_data_dir())
+    if target is None:
+        return LogStore(local.root)
+    text = os.fspath(target)
+    scheme = _scheme(text)
+    if scheme is None:
+        return LogStore(text)
+    if scheme == "file":
+        path = urlsplit(text).path
+        if not path:
+            raise ConfigError(f"file URL {text!r} names no directory")
+        return LogStore(path)
+    return _opener(scheme)(text, local)
+
+
+class Engine(NamedTuple):
+    """What an application runs on. Close it with :meth:`close` (or use ``with``)."""
+
+    log: Log
+    local: LocalDir
+    groups: GroupCoordination
+
+    def close(self) -> None:
+        self.log.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_engine(
+    data_dir: str | Path | None = None,
+    log_url: str | None = None,
+    *,
+    groups: Callable[[Log], GroupCoordination] | None = None,
+) -> Engine:
+    """Open the engine: the log at ``log_url`` (default: the embedded log in ``data_dir``)
+    with ``data_dir`` as the local directory, and group coordination (default: the
+    file-based one, which only the embedded engine supports)."""
+    log_ = open_log(log_url if log_url is not None else data_dir, data_dir=data_dir)
+    try:
+        coordination = (groups or FileCoordination)(log_)
+    except BaseException:
+        log_.close()
+        raise
+    return Engine(log_, log_.local, coordination)

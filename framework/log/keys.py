@@ -1,0 +1,270 @@
+"""The embedded engine's per-key state: the port's ``read_key``, ``key_head`` and
+``append(expect=...)`` on top of one :class:`~framework.log.key_index.KeyIndex` per partition.
+
+Index files live under ``LocalDir.key_indexes()`` (``<data>/store``). A topic whose cleanup
+policy includes ``compact`` gets a ``latest``-mode index (one row per key: compaction keeps
+only the last record anyway), every other topic a ``stream``-mode index.
+
+Nothing here trusts an index blindly (it is derived data):
+
+* an ``expect`` check reads the key's last record from the log and checks its key (skipped
+  when the index names exactly the head this object appended or checked); on a difference
+  the index is emptied and caught up again before deciding;
+* ``read_key`` checks that every record it returns has the key; on a difference the index is
+  rebuilt once and the read repeated. A difference that survives a rebuild is in the log
+  itself: :class:`~framework.errors.SerializationError` naming topic, partition and offset.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+import structlog
+
+from framework.errors import ConcurrencyError, OffsetOutOfRangeError, SerializationError
+from framework.log.key_check import check_key_indexes
+from framework.log.key_index import KeyIndex, Mode, index_path
+from framework.log.port import Log
+from framework.log.record import Record
+from framework.log.types import (
+    AppendHook,
+    AppendResult,
+    Cursor,
+    Expect,
+    KeyIndexReport,
+    Precondition,
+    RecordTuple,
+)
+
+log = structlog.get_logger("eventlane.log")
+
+_READ_BYTES_PER_RECORD = 4 << 10
+"""Bytes fetched per wanted record when reading a run of adjacent offsets (capped at 1 MiB):
+enough for an event record, so a run is usually one ``pread``, never a MiB for one record."""
+_MAX_READ_BYTES = 1 << 20
+_CHECKED_HEADS = 1 << 16
+"""Key heads remembered as checked against the log (the cache is cleared when full)."""
+
+
+_NO_RECORD = "the key index names an offset with no record"
+
+
+class _MismatchError(Exception):
+    def __init__(self, offset: int, problem: str) -> None:
+        super().__init__(problem)
+        self.offset = offset
+        self.problem = problem
+
+
+class KeyIndexes:
+    """The key indexes of one embedded log (``log_``), opened on first use."""
+
+    def __init__(self, log_: Log, root: Path) -> None:
+        self.log = log_
+        self.root = root
+        self._indexes: dict[tuple[str, int], KeyIndex] = {}
+        self._lock = threading.Lock()
+        # (topic, partition, key) -> offset of a head this object checked or appended
+        self._checked: dict[tuple[str, int, bytes], int] = {}
+
+    def mode_of(self, topic: str) -> Mode:
+        return "latest" if self.log.topic_config(topic).compact else "stream"
+
+    def index(self, topic: str, partition: int) -> KeyIndex:
+        """The key index of a partition (opened and checked on first use)."""
+        idx = self._indexes.get((topic, partition))
+        if idx is None:
+            mode = self.mode_of(topic)
+            with self._lock:
+                idx = self._indexes.get((topic, partition))
+                if idx is None:
+                    path = index_path(self.root, topic, partition)
+                    idx = KeyIndex(self.log, topic, partition, path, mode=mode)
+                    self._indexes[(topic, partition)] = idx
+        return idx
+
+    def open_index(self, topic: str, partition: int) -> KeyIndex | None:
+        return self._indexes.get((topic, partition))
+
+    # ------------------------------------------------------------------ appends
+    def indexing_hook(
+        self, topic: str, partition: int, records: Sequence[RecordTuple]
+    ) -> AppendHook | None:
+        """A hook keeping an already open index current with a plain append (else the
+        index lags and catches up on use)."""
+        index = self._indexes.get((topic, partition))
+        if index is None:
+            return None
+
+        def indexed(result: AppendResult) -> None:
+            base, last = result.base_offset, result.last_offset
+            pairs = [(r[0], base + i) for i, r in enumerate(records) if r[0] is not None]
+            index.add_appended(pairs, base, last + 1)
+
+        return indexed
+
+    def conditional(
+        self, topic: str, partition: int, expect: Expect, records: Sequence[RecordTuple]
+    ) -> tuple[Precondition, AppendHook]:
+        """The precondition checking ``expect`` under the append lock, and the hook that
+        indexes the appended records."""
+        index = self.index(topic, partition)
+        key = expect.key
+        where = (topic, partition, key)
+
+        def check(leo: int) -> None:
+            found = self._verified_head(index, key, leo)
+            if found != expect.last_offset:
+                raise ConcurrencyError(
+                    f"key {key.decode(errors='replace')!r} changed concurrently",
+                    expected=expect.last_offset,
+                    actual=found,
+                    unit="last offset",
+                    topic=topic,
+                    partition=partition,
+                )
+
+        def indexed(result: AppendResult) -> None:
+            base, last = result.base_offset, result.last_offset
+            pairs = [(r[0], base + i) for i, r in enumerate(records) if r[0] is not None]
+            if index.add_appended(pairs, base, last + 1):
+                mine = [offset for k, offset in pairs if k == key]
+                if mine:
+                    self._remember(where, mine[-1])
+
+        return check, indexed
+
+    def _verified_head(self, index: KeyIndex, key: bytes, leo: int) -> int | None:
+        where = (index.topic, index.partition, key)
+        for attempt in (1, 2):
+            entry = index.head_at(key, leo)
+            if entry is None:
+                return None
+            offset = entry[1]
+            if self._checked.get(where) == offset:
+                return offset
+            record = index.record_at(offset)
+            if record is not None and record.key == key:
+                self._remember(where, offset)
+                return offset
+            if attempt == 2:
+                raise SerializationError(
+                    f"key {key.decode(errors='replace')!r}: the log has no record of it at the"
+                    " offset its freshly rebuilt index names",
+                    topic=index.topic,
+                    partition=index.partition,
+                    offset=offset,
+                )
+            index.reset(f"its last entry for {key!r} (offset {offset}) disagrees with the log")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _remember(self, where: tuple[str, int, bytes], offset: int) -> None:
+        if len(self._checked) >= _CHECKED_HEADS:
+            self._checked.clear()
+        self._checked[where] = offset
+
+    # ------------------------------------------------------------------ reads
+    def head(self, topic: str, partition: int, key: bytes) -> int | None:
+        """The offset of ``key``'s last record below the high-water mark, or ``None``."""
+        index = self.index(topic, partition)
+        indexed = index.head(key)
+        offsets = index.view(key, after_seq=max(0, indexed - 1)).offsets
+        return offsets[-1] if offsets else None
+
+    def read_key(
+        self, topic: str, partition: int, key: bytes, after: int | None = None
+    ) -> list[Record]:
+        """``key``'s records with offsets above ``after``, ascending, each checked."""
+        index = self.index(topic, partition)
+        for attempt in (1, 2):
+            offsets = index.view(key).offsets
+            if index.mode == "latest":  # the tail overlay may hold older records of the key
+                offsets = offsets[-1:]
+            if after is not None:
+                offsets = [o for o in offsets if o > after]
+            try:
+                records = self._read(topic, partition, offsets)
+                for record in records:
+                    if record.key != key:
+                        raise _MismatchError(
+                            record.offset, f"the key index names a record of {record.key!r}"
+                        )
+                return records
+            except _MismatchError as exc:
+                if attempt == 2 or exc.offset < index.trusted_upto:
+                    raise SerializationError(
+                        f"key {key.decode(errors='replace')!r}: {exc.problem}",
+                        topic=topic,
+                        partition=partition,
+                        offset=exc.offset,
+                    ) from None
+                log.warning(
+                    "key index disagrees with the log; rebuilding it",
+                    topic=topic,
+                    partition=partition,
+                    offset=exc.offset,
+                    problem=exc.problem,
+                )
+                index.rebuild()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read(self, topic: str, partition: int, offsets: Sequence[int]) -> list[Record]:
+        """The records at ``offsets`` (ascending); one read per run of adjacent offsets."""
+        out: list[Record] = []
+        i, n = 0, len(offsets)
+        while i < n:
+            j = i
+            while j + 1 < n and offsets[j + 1] == offsets[j] + 1:
+                j += 1
+            start, end = offsets[i], offsets[j] + 1
+            position = start
+            cursor: Cursor | None = None
+            while position < end:
+                want = min((end - position) * _READ_BYTES_PER_RECORD, _MAX_READ_BYTES)
+                try:
+                    batch, cursor = self.log.read(
+                        topic, partition, position, max_bytes=want, cursor=cursor, upto=end
+                    )
+                except OffsetOutOfRangeError:
+                    batch = []
+                if not batch or batch[0].offset != position:
+                    raise _MismatchError(position, _NO_RECORD)
+                for record in batch:
+                    if record.offset >= end:  # the rest of the last batch: not asked for
+                        break
+                    if record.offset != position:
+                        raise _MismatchError(
+                            position, "the key index names an offset with no record"
+                        )
+                    out.append(record)
+                    position += 1
+            i = j + 1
+        return out
+
+    # ------------------------------------------------------------------ maintenance
+    def rebuild(self, topic: str, partition: int) -> int:
+        """Rebuild a partition's index from the log (skipped, returning 0, when this object
+        rebuilt it and nothing was appended since); returns the records indexed."""
+        index = self.index(topic, partition)
+        if index.trusted_upto >= self.log.offsets(topic, partition).hwm:
+            return 0
+        with self._lock:
+            self._checked = {k: v for k, v in self._checked.items() if k[:2] != (topic, partition)}
+        return index.rebuild()
+
+    def check(
+        self, topics: Collection[str] | None = None, *, repair: bool = False
+    ) -> list[KeyIndexReport]:
+        """Verify every index file as it is on disk (see :mod:`.key_check`)."""
+        if repair:  # open indexes are rebuilt behind this object's back: forget them
+            self.close()
+        return check_key_indexes(self.log, self.root, topics=topics, repair=repair)
+
+    def close(self) -> None:
+        with self._lock:
+            for index in self._indexes.values():
+                index.close()
+            self._indexes.clear()
+            self._checked.clear()

@@ -1,0 +1,201 @@
+"""The log port's value types: what goes into and comes out of a :class:`~framework.log.Log`.
+
+Every engine (the embedded ``LogStore``, a JetStream or Kafka adapter) speaks these types, so
+they live apart from any implementation. This module imports only :mod:`.record` and
+:mod:`.config`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+from framework.log.config import TopicConfig
+from framework.log.record import Header
+
+__all__ = [
+    "AppendHook",
+    "AppendResult",
+    "Capabilities",
+    "CompactionReport",
+    "Cursor",
+    "Expect",
+    "KeyIndexReport",
+    "PartitionDescription",
+    "PartitionOffsets",
+    "Precondition",
+    "Progress",
+    "RecordTuple",
+    "RetentionReport",
+    "TopicDescription",
+]
+
+RecordTuple = tuple[bytes | None, bytes | None, tuple[Header, ...], int | None]
+"""``(key, value, headers, timestamp)``; :class:`ProducerRecord` has this shape."""
+
+
+class AppendResult(NamedTuple):
+    """Offsets given to one append call, and the timestamp the log set (LogAppendTime)."""
+
+    base_offset: int
+    last_offset: int
+    timestamps: list[int]
+
+
+class Cursor(NamedTuple):
+    """Where a sequential reader left off, so the next read skips the index lookup.
+
+    Opaque to callers: pass back what ``read`` returned. An engine may put its own meaning in
+    the fields (the embedded log: segment layout, segment base, byte position, next offset).
+    """
+
+    layout: int
+    segment: int
+    position: int
+    offset: int
+
+
+class Expect(NamedTuple):
+    """A condition on an append, checked by the engine atomically with the append.
+
+    "Append only if the last record with key ``key`` in this partition is at offset
+    ``last_offset``" (``None``: no record with this key exists yet). When it does not hold,
+    ``append`` raises :class:`~framework.errors.ConcurrencyError` and writes nothing. It is a
+    value, so a server can check it (JetStream: ``Nats-Expected-Last-Subject-Sequence``).
+    """
+
+    key: bytes
+    last_offset: int | None
+
+
+class PartitionOffsets(NamedTuple):
+    """The three marks of a partition: ``lwm <= hwm <= leo``."""
+
+    lwm: int
+    hwm: int
+    leo: int
+
+
+class PartitionDescription(NamedTuple):
+    partition: int
+    lwm: int
+    hwm: int
+    leo: int
+    segments: int
+    bytes: int
+    active_base: int = 0
+    """First offset of the active (last) segment: compaction never touches it (an engine
+    without segments reports its log end offset)."""
+
+    def to_dict(self) -> dict[str, int]:
+        """The documented JSON shape (``eventlane topics describe --json``)."""
+        return {k: getattr(self, k) for k in _PARTITION_JSON}
+
+
+_PARTITION_JSON = ("partition", "lwm", "hwm", "leo", "segments", "bytes")
+
+
+class TopicDescription(NamedTuple):
+    name: str
+    partitions: int
+    config: TopicConfig
+    partition_details: tuple[PartitionDescription, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON shape of ``eventlane topics describe --json``."""
+        return {
+            "name": self.name,
+            "partitions": [p.to_dict() for p in self.partition_details],
+            "config": self.config.to_dict(),
+        }
+
+
+class CompactionReport(NamedTuple):
+    topic: str
+    partition: int
+    segments_before: int
+    segments_after: int
+    records_scanned: int
+    records_kept: int
+    bytes_before: int
+    bytes_after: int
+    seconds: float
+
+
+class RetentionReport(NamedTuple):
+    topic: str
+    partition: int
+    old_lwm: int
+    new_lwm: int
+    segments_deleted: int
+    bytes_deleted: int
+    records_deleted: int
+    seconds: float
+
+
+class KeyIndexReport(NamedTuple):
+    """A check of an engine's per-key state (the embedded key index) against the log.
+
+    ``problems`` lists the first few differences; ``problem_count`` counts them all.
+    """
+
+    topic: str
+    partition: int
+    path: str
+    mode: str
+    entries: int
+    next_offset: int
+    hwm: int
+    problems: tuple[str, ...]
+    problem_count: int
+    repaired: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    @property
+    def unindexed(self) -> int:
+        """Offsets between the index's end and the high-water mark (lag, not an error)."""
+        return max(0, self.hwm - self.next_offset)
+
+
+class Capabilities(NamedTuple):
+    """What an engine can do beyond the core port; the contract kit skips tests only here.
+
+    * ``key_reads``: ``read_key``/``key_head`` and ``append(expect=...)`` are supported.
+    * ``compaction``: ``compact`` does something (topics with ``cleanup_policy=compact``).
+    * ``retention``: ``cleanup`` deletes old records.
+    * ``offset_for_time``: timestamps are indexed.
+    * ``atomic_batches``: ``append(atomic=True)`` makes all records visible at once.
+    * ``multi_process``: several processes may open the same log at once.
+    * ``lazy_compaction``: compaction runs only when asked (``compact``, or the cleaner's
+      schedule), honouring ``min_compaction_lag_ms``: superseded records stay readable
+      until then. ``False`` for an engine that keeps only a key's last record at once.
+    """
+
+    key_reads: bool = True
+    compaction: bool = True
+    retention: bool = True
+    offset_for_time: bool = True
+    atomic_batches: bool = True
+    multi_process: bool = True
+    lazy_compaction: bool = True
+
+
+class Progress(Protocol):
+    """Told how a long maintenance operation (compact, cleanup, verify) advances: called
+    after each partition with the partitions done so far, the total, and the partition
+    just finished."""
+
+    def __call__(self, done: int, total: int, partition: int) -> None: ...
+
+
+Precondition = Callable[[int], None]
+"""Embedded adapter only: called with the log end offset under the append lock; raise to
+refuse the append. Not part of the port (a callback cannot be sent to a server)."""
+
+AppendHook = Callable[[AppendResult], None]
+"""Embedded adapter only: called under the append lock once an append is durable and
+published (derived data such as the key index is updated here, so no other appender can
+interleave). Its errors are logged, never raised: the append has already happened."""

@@ -14,6 +14,7 @@ import test_log_contract as kit
 from framework.log import Log
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
+from framework.log.local import LocalDir
 
 if TYPE_CHECKING:
     from conftest import FakeClock
@@ -24,10 +25,7 @@ class TestJetStreamContract(kit.LogContract):
     def _cluster(self, cluster: LocalCluster, namespace: str) -> None:
         self._url, self._ns = cluster.url, namespace
 
-    def test_implements_the_port(self, log: Log) -> None:
-        if "path" in getattr(Log, "__annotations__", {}):  # removed by the honest port
-            pytest.skip("this port still names Log.path, which a cluster has no meaning for")
-        super().test_implements_the_port(log)
-
     def make_log(self, directory: Path, clock: FakeClock) -> Log:
-        return JetStreamLog.from_url(self._url, namespace=self._ns, clock=clock)  # type: ignore[return-value]
+        return JetStreamLog.from_url(
+            self._url, namespace=self._ns, clock=clock, local=LocalDir(directory)
+        )

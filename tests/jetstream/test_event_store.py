@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("framework.engine", reason="the event store on JetStream needs the honest log port (framework.engine, expect=/read_key in the store)")
+pytest.importorskip(
+    "framework.engine",
+    reason="the event store on JetStream needs the honest log port (framework.engine, expect=/read_key in the store)",
+)
 
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog

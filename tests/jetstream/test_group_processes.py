@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("framework.engine", reason="GroupConsumer(coordination=...) comes with the honest log port (framework.engine)")
+pytest.importorskip(
+    "framework.engine",
+    reason="GroupConsumer(coordination=...) comes with the honest log port (framework.engine)",
+)
 
 from framework.consumer.jetstream import JetStreamCoordination
 from framework.log import TopicPartition

@@ -32,12 +32,11 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-import attrs
 import nats
 import nats.errors
 import nats.js.errors
@@ -52,31 +51,30 @@ from framework.errors import (
     InvalidRecordError,
     LogError,
     OffsetOutOfRangeError,
-    PreconditionFailedError,
     RecordTooLargeError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.cleaner import CompactionReport
-from framework.log.config import TopicConfig
+from framework.log.config import MAX_PARTITIONS, TopicConfig
 from framework.log.jetstream import mapping as m
+from framework.log.local import LocalDir
 from framework.log.names import validate_topic_name
-from framework.log.partition import (
-    AppendHook,
-    AppendResult,
-    Clock,
-    Cursor,
-    Precondition,
-    RecordTuple,
-    wall_clock_ms,
-)
+from framework.log.partition import Clock, wall_clock_ms
 from framework.log.record import Record, TimestampType
-from framework.log.retention import RetentionReport
-from framework.log.store import (
-    MAX_PARTITIONS,
+from framework.log.store import default_data_dir
+from framework.log.types import (
+    AppendResult,
+    Capabilities,
+    CompactionReport,
+    Cursor,
+    Expect,
+    KeyIndexReport,
     PartitionDescription,
     PartitionOffsets,
+    Progress,
+    RecordTuple,
+    RetentionReport,
     TopicDescription,
 )
 
@@ -99,45 +97,21 @@ _TRANSIENT = (
 )
 
 
-class Expect(NamedTuple):
-    """A conditional append a server can check: the last record with ``key`` in the partition
-    is at ``last_offset`` (``None``: there is none yet)."""
-
-    key: bytes
-    last_offset: int | None
-
-
-@attrs.frozen
-class Capabilities:
-    """What this engine can and cannot do, declared so the contract kit and callers can ask.
-
-    ``lazy_compaction``: compaction keeps older values until a dirty ratio is reached (Kafka,
-    the embedded log). JetStream compacts at once (``max_msgs_per_subject=1``), so
-    ``min.compaction.lag.ms`` and the dirty ratio cannot be honoured.
-    ``segment_retention``: retention drops whole segments; JetStream drops single messages.
-    ``callback_precondition``: a Python callback runs under the append lock (emulated here
-    with ``Nats-Expected-Last-Sequence`` and re-checks; prefer :class:`Expect`).
-    """
-
-    lazy_compaction: bool = False
-    segment_retention: bool = False
-    callback_precondition: bool = True
-    key_conditional_append: bool = True
-    atomic_append: bool = True
-    per_key_reads: bool = True
-    replicated: bool = True
-    retention_uses_log_clock: bool = False
-
-
-Progress = Callable[[int, int, str], None]
-"""``progress(done, total, what)``: called with ``done == 0`` first, then after each partition
-(``what`` = ``"topic/partition"``), as the port's ``Progress``."""
+CAPABILITIES = Capabilities(lazy_compaction=False)
+"""Everything the port names but lazy compaction: a compacted topic keeps only a key's last
+record at once (``max_msgs_per_subject=1``), so ``min.compaction.lag.ms`` and the dirty ratio
+are not honoured. Also (docs/scale-out.md): retention drops single records by server time."""
 
 
 class _Meta(NamedTuple):
     partitions: int
     config: TopicConfig
     checked: float
+
+
+def open_url(url: str, local: LocalDir) -> JetStreamLog:
+    """The engine opener for ``nats://`` URLs (entry point ``eventlane.engines: nats``)."""
+    return JetStreamLog.from_url(url, local=local)
 
 
 def parse_url(url: str) -> dict[str, Any]:
@@ -165,7 +139,7 @@ def parse_url(url: str) -> dict[str, Any]:
 class JetStreamLog:
     """The log port on NATS JetStream. ``JetStreamLog.from_url("nats://h:p,h:p")``."""
 
-    capabilities = Capabilities()
+    capabilities = CAPABILITIES
 
     def __init__(
         self,
@@ -176,7 +150,9 @@ class JetStreamLog:
         clock: Clock = wall_clock_ms,
         timeout: float = 5.0,
         retry_s: float = 30.0,
+        local: LocalDir | None = None,
     ) -> None:
+        self.local = local if local is not None else LocalDir(default_data_dir())
         self.namespace = m.check_namespace(namespace)
         self.replicas = replicas
         self.clock = clock
@@ -539,19 +515,19 @@ class JetStreamLog:
         partition: int,
         records: Sequence[RecordTuple],
         *,
-        precondition: Precondition | None = None,
-        on_appended: AppendHook | None = None,
-        atomic: bool = False,
         expect: Expect | None = None,
+        atomic: bool = False,
+        precondition: Callable[[int], None] | None = None,
     ) -> AppendResult:
         """Append ``records`` in order; return once a majority of replicas acknowledged them.
 
-        ``expect`` is checked by the server (``Nats-Expected-Last-Subject-Sequence``);
-        ``precondition`` is called with the leader's end offset, and the append is then
-        conditional on that end offset (``Nats-Expected-Last-Sequence``), re-checked if
-        another writer got in between. Records of one call get consecutive offsets when they
-        fit in one atomic batch (1000 records, 1 MiB); larger non-atomic calls are split and
-        another writer's records may fall between the pieces.
+        ``expect`` is checked by the server (``Nats-Expected-Last-Subject-Sequence``) and
+        refused with :class:`ConcurrencyError`, nothing written. ``precondition`` (outside the
+        port; the contract kit's callback form) is called with the leader's end offset and
+        the append is then conditional on it (``Nats-Expected-Last-Sequence``), asked again
+        if another writer got in between. Records of one call get
+        consecutive offsets when they fit in one atomic batch (1000 records, 1 MiB); larger
+        non-atomic calls are split and another writer's records may fall between the pieces.
         """
         meta = self._check_partition(topic, partition)
         msgs = self._encode(topic, partition, meta.config, records)
@@ -582,19 +558,14 @@ class JetStreamLog:
             except nats.js.errors.APIError as exc:
                 if not (exc.description or "").startswith("wrong last sequence"):
                     raise _api_error(exc, topic, partition) from None
-                if precondition is not None and expect is None:
-                    continue  # the end moved: ask the precondition again
+                if expect is None:
+                    continue  # only the end moved: ask the precondition again
                 raise _conflict(exc, expect, topic, partition) from None
         stream = m.stream_name(self.namespace, topic, partition)
         if (known := self._marks.get(stream)) is not None:
             self._marks[stream] = (known[0], max(known[1], seqs[-1]))
         result = AppendResult(seqs[0] - 1, seqs[-1] - 1, [int(h[m.H_TS]) for _, _, h in msgs])
         self._bump()
-        if on_appended is not None:
-            try:
-                on_appended(result)
-            except Exception:
-                log.exception("append hook failed", topic=topic, partition=partition)
         return result
 
     def _encode(
@@ -881,6 +852,17 @@ class JetStreamLog:
             return None
         return int(msg.seq or 0) - 1
 
+    def check_keys(
+        self, topics: Collection[str] | None = None, *, repair: bool = False
+    ) -> list[KeyIndexReport]:
+        """Nothing to check: the server's per-subject state is the per-key state."""
+        return []
+
+    def rebuild_keys(self, topic: str, partition: int) -> int:
+        """Nothing to rebuild (see :meth:`check_keys`); checks the partition exists."""
+        self._check_partition(topic, partition)
+        return 0
+
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         self._check_partition(topic, partition)
         lwm, hwm, _ = self._run(self._state(topic, partition))
@@ -938,11 +920,9 @@ class JetStreamLog:
         total = self._topic_meta(topic, fresh=True).partitions
         out = []
         for p in range(total):
-            if progress is not None and p == 0:
-                progress(0, total, f"{topic}/0")
             out.append(work(p))
             if progress is not None:
-                progress(p + 1, total, f"{topic}/{p}")
+                progress(p + 1, total, p)
         return out
 
     def request_compaction(self, topic: str, partition: int) -> None:
@@ -1142,15 +1122,11 @@ def _server_time(stamp: str | None) -> int:
 
 
 def _conflict(
-    exc: nats.js.errors.APIError, expect: Expect | None, topic: str, partition: int
-) -> Exception:
+    exc: nats.js.errors.APIError, expect: Expect, topic: str, partition: int
+) -> ConcurrencyError:
     """The server refused an expected-sequence header: ``ConcurrencyError`` for an
     :class:`Expect` (offsets: ``expected`` = ``last_offset`` or -1 for "none yet", ``actual`` =
     the key's last offset as the server saw it, -1 if none, when it says)."""
-    if expect is None:
-        return PreconditionFailedError(
-            f"conditional append refused: {exc.description}", topic=topic, partition=partition
-        )
     found = re.search(r"(\d+)\s*$", exc.description or "")
     return ConcurrencyError(
         f"key {expect.key!r} moved on",

@@ -560,6 +560,7 @@ class JetStreamLog:
                     raise _api_error(exc, topic, partition) from None
                 if expect is None:
                     continue  # only the end moved: ask the precondition again
+                self._await_visible(topic, partition, expect)
                 raise _conflict(exc, expect, topic, partition) from None
         stream = m.stream_name(self.namespace, topic, partition)
         if (known := self._marks.get(stream)) is not None:
@@ -567,6 +568,16 @@ class JetStreamLog:
         result = AppendResult(seqs[0] - 1, seqs[-1] - 1, [int(h[m.H_TS]) for _, _, h in msgs])
         self._bump()
         return result
+
+    def _await_visible(self, topic: str, partition: int, expect: Expect) -> None:
+        """Wait (up to 2 s) until the write that beat ours is readable at the leader: the
+        leader checks expectations against writes it has accepted but not yet applied, and
+        a loser that reloads at once must see the winner (as on the embedded log)."""
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            if self.key_head(topic, partition, expect.key) != expect.last_offset:
+                return
+            time.sleep(0.005)
 
     def _encode(
         self, topic: str, partition: int, cfg: TopicConfig, records: Sequence[RecordTuple]
@@ -753,7 +764,12 @@ class JetStreamLog:
         end = hwm if upto is None else min(hwm, upto)
         if offset >= end:
             return []
-        return await self._direct(topic, partition, {"seq": offset + 1}, end, max_bytes)
+        got = await self._direct(topic, partition, {"seq": offset + 1}, end, max_bytes)
+        if not got:  # replicas still behind the leader: one record from the leader
+            prefix = m.subject_prefix(self.namespace, topic, partition)
+            one = await self._leader_next(topic, partition, offset + 1, prefix + ".*")
+            got = [one] if one is not None and one.offset < end else []
+        return got
 
     async def _direct(
         self, topic: str, partition: int, req: dict[str, Any], end: int, max_bytes: int
@@ -828,13 +844,31 @@ class JetStreamLog:
                 got = await self._direct(
                     topic, partition, {"seq": first, "next_by_subj": subject}, end, 1 << 24
                 )
-                if not got:
-                    break
+                if not got:  # replicas still behind the leader's head: ask the leader
+                    one = await self._leader_next(topic, partition, first, subject)
+                    if one is None or one.offset >= end:
+                        break
+                    got = [one]
                 out.extend(got)
                 first = got[-1].offset + 2
             return out
 
         return self._run(go())
+
+    async def _leader_next(
+        self, topic: str, partition: int, seq: int, subject: str
+    ) -> Record | None:
+        """The first record at or after stream sequence ``seq`` on ``subject``, read from the
+        stream leader (never a lagging replica); ``None`` if there is none."""
+        stream = m.stream_name(self.namespace, topic, partition)
+        get = functools.partial(self._js.get_msg, stream, seq, subject, False, True)
+        try:
+            msg = await self._retry(get, what="leader read")
+        except nats.js.errors.NotFoundError:
+            return None
+        hdrs = dict(msg.headers or {})
+        where = msg.subject or subject
+        return _record(topic, partition, int(msg.seq or 0) - 1, where, msg.data or b"", hdrs)
 
     def key_head(self, topic: str, partition: int, key: bytes) -> int | None:
         """The offset of the last record with ``key`` (``None``: none), from the leader."""

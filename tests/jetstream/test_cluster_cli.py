@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 from framework.cli import main
 from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
+from framework.engine import register_engine
+from framework.log.jetstream.log import JetStreamLog, open_url
 
 
 def test_cluster_up_serves_a_log_and_down_stops_every_server(tmp_path: Path) -> None:
@@ -31,3 +32,22 @@ def test_cluster_up_serves_a_log_and_down_stops_every_server(tmp_path: Path) -> 
     for pid in pids:
         assert pid and not Path(f"/proc/{pid}").exists()  # stopped and reaped
     assert all(n.pid == 0 for n in LocalCluster.load(where).nodes)
+
+
+def test_cli_commands_work_against_the_cluster_with_log_url(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    register_engine("nats", open_url)  # what the entry point eventlane.engines:nats does
+    url = f"{cluster.url}?namespace={namespace}"
+    runner = CliRunner()
+    base = ["--data", str(tmp_path / "local"), "--log", url]
+    made = runner.invoke(main, [*base, "topics", "create", "orders", "--partitions", "3"])
+    assert made.exit_code == 0, made.output
+    sent = runner.invoke(
+        main, [*base, "produce", "orders", "--key-separator", ":"], input="k1:hi\n"
+    )
+    assert sent.exit_code == 0, sent.output
+    listed = runner.invoke(main, ["topics", "list", "--log", url])  # on the subcommand too
+    assert listed.exit_code == 0 and "orders" in listed.output, listed.output
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as log:
+        assert sum(log.offsets("orders", p).hwm for p in range(3)) == 1

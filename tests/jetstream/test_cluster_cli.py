@@ -7,8 +7,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from framework.cli import main
-from framework.log.jetstream.cluster import LocalCluster
 from framework.engine import register_engine
+from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog, open_url
 
 

@@ -18,9 +18,7 @@ from framework.errors import (
 
 def test_retriable_errors_are_exactly_the_retry_cases() -> None:
     classes = [
-        c
-        for _, c in inspect.getmembers(errors, inspect.isclass)
-        if issubclass(c, FrameworkError)
+        c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, FrameworkError)
     ]
     retriable = {c for c in classes if c.retriable}
     assert retriable == {ConcurrencyError, CommitFailedError, RebalanceInProgressError}

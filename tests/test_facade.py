@@ -62,7 +62,7 @@ def test_package_ships_py_typed() -> None:
     assert re.search(r'framework = \[[^]]*"py\.typed"', pyproject)
 
 
-USER_APP = '''
+USER_APP = """
 from framework import DomainEvent, EventContext, Projector, event, handles
 from attrs import frozen
 
@@ -80,7 +80,7 @@ class Members(Projector):
     @handles(MemberJoined)
     def joined(self, e: MemberJoined, ctx: EventContext) -> None:
         ctx.db.execute("INSERT INTO members VALUES (?)", (e.{field},))
-'''
+"""
 
 
 def test_user_mypy_sees_the_types_and_fails_on_a_handler_typo(tmp_path: Path) -> None:
@@ -91,7 +91,15 @@ def test_user_mypy_sees_the_types_and_fails_on_a_handler_typo(tmp_path: Path) ->
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("MYPYPATH", None)
     run = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "good_app.py", "typo_app.py"],
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "good_app.py",
+            "typo_app.py",
+        ],
         check=False,
         cwd=tmp_path,
         env=env,

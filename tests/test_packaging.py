@@ -25,7 +25,10 @@ def build_wheel(files: list[str], tmp_path: Path, project: str = ".") -> zipfile
             shutil.copy2(ROOT / name, source / name)
     pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
     subprocess.run(
-        [*pip, "--wheel-dir", str(out), str(source / project)], check=True, capture_output=True, timeout=300
+        [*pip, "--wheel-dir", str(out), str(source / project)],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     (wheel,) = out.glob("*.whl")
     return zipfile.ZipFile(wheel)
@@ -45,7 +48,12 @@ def test_the_eventlane_wheel_installs_only_framework(tmp_path: Path) -> None:
     assert "framework/projection/system_tables.py" in names  # the framework's own schema
     assert {"framework/console/templates/base.html", "framework/console/static/htmx.min.js"} <= names
     assert not any(n.startswith(("migrations/", "example_apps/")) for n in names)
-    assert entry_points(wheel).split() == ["[console_scripts]", "eventlane", "=", "framework.cli:main"]
+    assert entry_points(wheel).split() == [
+        "[console_scripts]",
+        "eventlane",
+        "=",
+        "framework.cli:main",
+    ]
 
 
 def test_the_sample_app_is_a_distribution_of_its_own(tmp_path: Path) -> None:

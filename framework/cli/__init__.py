@@ -20,8 +20,9 @@ from typing import Any
 
 import click
 
+from framework.cli.cluster import cluster, migrate_log
 from framework.cli.console import console
-from framework.cli.context import DATA_HELP, AppContext
+from framework.cli.context import DATA_HELP, LOG_HELP, AppContext
 from framework.cli.demo import demo
 from framework.cli.forget import forget
 from framework.cli.groups import groups
@@ -67,9 +68,10 @@ class _RootGroup(click.Group):
     metavar="DIR",
     help=DATA_HELP,
 )
+@click.option("--log", "log_url", envvar="EVENTLANE_LOG", metavar="URL", help=LOG_HELP)
 @click.version_option(package_name="eventlane", prog_name="eventlane")
 @click.pass_context
-def main(ctx: click.Context, data: Path) -> None:
+def main(ctx: click.Context, data: Path, log_url: str | None) -> None:
     """eventlane: an embedded, partitioned, append-only log with Kafka's semantics.
 
     Topics are split into partitions; records are appended with a key (which picks the
@@ -81,7 +83,7 @@ def main(ctx: click.Context, data: Path) -> None:
         configure_logging()
     except FrameworkError as err:
         raise click.ClickException(str(err)) from None
-    state = AppContext(data)
+    state = AppContext(data, log_url or None)
     ctx.obj = state
     ctx.call_on_close(state.close)
 
@@ -102,6 +104,8 @@ main.add_command(migrate)
 main.add_command(dlq)
 main.add_command(rebuild_command)
 main.add_command(console)
+main.add_command(cluster)
+main.add_command(migrate_log)
 main.add_command(serve)
 main.add_command(forget)
 add_plugins(main, "eventlane.commands")

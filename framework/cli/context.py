@@ -32,13 +32,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 class AppContext:
     """Per-invocation state: the chosen data directory and the log, opened on first use."""
 
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, log_url: str | None = None) -> None:
         self.data = data
+        self.log_url = log_url  # another engine's log (``--log nats://...``); data stays local
         self._log: Log | None = None
 
     def open_log(self, *, create: bool = False) -> Log:
         """The log in :attr:`data`; ``create=False`` refuses a directory that holds none."""
         if self._log is not None:
+            return self._log
+        if self.log_url:
+            self._log = open_log(self.log_url, data_dir=self.data)
             return self._log
         if self.data.exists() and not self.data.is_dir():
             raise ConfigError(f"data directory {str(self.data)!r} is not a directory")
@@ -76,8 +80,33 @@ def _set_data(ctx: click.Context, _param: click.Parameter, value: Path | None) -
 DATA_HELP = "Data directory of the log [env EVENTLANE_DATA; default ./eventlane-data]."
 
 
+def _set_log_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value:
+        app(ctx).log_url = value
+
+
+LOG_HELP = (
+    "The log's URL, e.g. nats://host:port[,host:port] (a JetStream cluster) [env"
+    " EVENTLANE_LOG; default: the embedded log in --data]."
+)
+
+
+def log_option(f: F) -> F:
+    """``--log URL`` (parameter ``log_url``): the engine holding the log."""
+    return click.option(
+        "--log",
+        "log_url",
+        expose_value=False,
+        callback=_set_log_url,
+        metavar="URL",
+        help=LOG_HELP,
+    )(f)
+
+
 def data_option(f: F) -> F:
-    """``--data DIR`` on a subcommand (overrides the root option and the environment)."""
+    """``--data DIR`` (and ``--log URL``) on a subcommand (overrides the root option and the
+    environment)."""
+    f = log_option(f)
     return click.option(
         "--data",
         type=click.Path(path_type=Path),

@@ -56,6 +56,18 @@ ROOT = MEMBERS.parents[2]
 
 
 # ---------------------------------------------------------------------------- child side
+def _open(args: dict[str, Any]) -> tuple[Any, Any]:
+    """The member's log and group coordination: the embedded log in ``data``, or a JetStream
+    cluster (``log_url``, ``namespace``: tests/jetstream reuse these members)."""
+    if "log_url" not in args:
+        return LogStore(args["data"]), None
+    from framework.consumer.jetstream import JetStreamCoordination  # noqa: PLC0415
+    from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+
+    log = JetStreamLog.from_url(args["log_url"], namespace=args["namespace"])
+    return log, JetStreamCoordination(log)
+
+
 def _run_member(args: dict[str, Any]) -> None:
     configure_logging(level="info")  # on stderr, kept in <name>.stderr for failures
     fd = os.open(args["events"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -71,7 +83,7 @@ def _run_member(args: dict[str, Any]) -> None:
         stopping = True
 
     signal.signal(signal.SIGTERM, on_term)
-    store = LogStore(args["data"])
+    store, coordination = _open(args)
     consumer: GroupConsumer
 
     def listener(kind: str) -> Any:
@@ -87,6 +99,7 @@ def _run_member(args: dict[str, Any]) -> None:
 
     consumer = GroupConsumer(
         store,
+        coordination=coordination,
         group_id=args["group"],
         topics=[args["topic"]],
         group_instance_id=args.get("instance_id"),

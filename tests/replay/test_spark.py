@@ -379,11 +379,14 @@ def test_hand_off_under_load_has_no_gap_and_no_duplicate(
         [sys.executable, "-m", "tests.replay.replay_app", str(data), str(stop), "500000"],
         "producer",
     )
+
     def appended() -> int:
         log = LogStore(data)
         try:
             return sum(
-                log.offsets(t, p).hwm for t in ("orders", "payments") for p in range(log.partition_count(t))
+                log.offsets(t, p).hwm
+                for t in ("orders", "payments")
+                for p in range(log.partition_count(t))
             )
         finally:
             log.close()

@@ -1,0 +1,344 @@
+"""Group coordination on a JetStream cluster: membership and committed offsets in one
+replicated KV bucket, changed only by compare-and-set (issue 13).
+
+Keys of the bucket ``<ns>-groups`` (:class:`~framework.log.jetstream.kv.Kv`)::
+
+    <group>.state                 the group state (GroupState JSON), its revision = version
+    <group>.live.<token>          a member's last heartbeat (wall-clock ns of its host)
+    <group>.off.<enc(topic)>.<p>  the committed offset of a partition (JSON)
+
+Invariants:
+
+* The state changes only by a compare-and-set on its revision: a process reads it from the
+  leader, applies the change, and writes it back expecting that revision; if another process
+  wrote in between, it re-reads and re-applies. So every member on every host agrees on one
+  sequence of generations, with no lock and no shared file.
+* A commit is an atomic batch of offset keys *fenced* by the state's revision: the server
+  accepts it only if the state is still the one the commit's precondition (generation,
+  ownership) was checked against. A zombie (an old generation, an evicted member) is
+  rejected, as Kafka's coordinator rejects it.
+* Heartbeats are wall-clock stamps (hosts are assumed NTP-synchronised; session timeouts are
+  seconds). An evicted member's heartbeat key is deleted, so its next beat fails and it
+  knows it was fenced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
+
+import orjson
+import structlog
+
+from framework.consumer.coordinator import GroupCoordinator, validate_group_id
+from framework.consumer.membership import GroupState
+from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata
+from framework.errors import ConcurrencyError
+from framework.log.jetstream import mapping
+from framework.log.jetstream.kv import Kv
+from framework.log.jetstream.log import JetStreamLog
+from framework.log.record import TopicPartition
+
+__all__ = ["KvCoordinator", "KvLiveness", "KvOffsets", "JetStreamCoordination"]
+
+log = structlog.get_logger("eventlane.consumer.group")
+T = TypeVar("T")
+
+
+class KvLiveness:
+    """Heartbeats in the bucket, with the interface the coordinator uses of ``LiveFile``
+    (``slot`` is ignored; a member is its ``token``)."""
+
+    def __init__(self, kv: Kv, group: str) -> None:
+        self.kv = kv
+        self.group = group
+        self._revs: dict[int, int] = {}
+
+    def _key(self, token: int) -> str:
+        return f"{self.group}.live.{token}"
+
+    def reset_if_new_boot(self) -> bool:
+        return False
+
+    def claim(self, slot: int, token: int, now_ns: int) -> None:
+        self._revs[token] = self.kv.put(self._key(token), b"%d" % time.time_ns())
+
+    def beat(self, slot: int, token: int, now_ns: int) -> bool:
+        """Stamp the heartbeat; False if the member was evicted (its key deleted)."""
+        try:
+            rev = self._revs.get(token)
+            if rev is None:
+                _, rev = self.kv.get(self._key(token))
+            self._revs[token] = self.kv.put(self._key(token), b"%d" % time.time_ns(), expect=rev)
+        except ConcurrencyError:
+            self._revs.pop(token, None)
+            return False
+        return True
+
+    def polled(self, slot: int, token: int, now_ns: int) -> None:
+        """Poll times stay local (max.poll.interval is enforced by the member itself)."""
+
+    def age_ns(self, slot: int, token: int, now_ns: int) -> int | None:
+        raw, _ = self.kv.get(self._key(token))
+        if raw is None:
+            return None
+        return max(time.time_ns() - int(raw), 0)
+
+    def free(self, slot: int, token: int) -> None:
+        self.kv.delete(self._key(token))
+        self._revs.pop(token, None)
+
+    def close(self) -> None:
+        self._revs.clear()
+
+
+class KvCoordinator(GroupCoordinator):
+    """:class:`GroupCoordinator`'s protocol with its state in the bucket (compare-and-set
+    instead of a file lock). Join, leave, release and eviction are the same code."""
+
+    def __init__(
+        self,
+        log_: JetStreamLog,
+        kv: Kv,
+        group: str,
+        *,
+        wake: Callable[[], None] | None = None,
+        changed: Callable[[str], None] | None = None,
+    ) -> None:
+        self.changed = changed
+        self.log = log_  # type: ignore[assignment]
+        self.group = validate_group_id(group)
+        self.wake = wake
+        self.kv = kv
+        self.key = f"{group}.state"
+        self._live = KvLiveness(kv, group)  # type: ignore[assignment]
+        self._mutex = threading.RLock()
+        self._cache: GroupState | None = None
+        self._cache_seen = -1
+        self._cache_lock = threading.Lock()
+        self._closed = False
+        self._changes = 0  # bumped by the change feed: another process wrote the state
+        self._rev = 0
+
+    def on_change(self) -> None:
+        """Another handle changed the state (called on the log's event loop thread)."""
+        with self._cache_lock:
+            self._changes += 1
+        if self.wake is not None:
+            self.wake()
+
+    def _read(self) -> tuple[GroupState, int]:
+        raw, rev = self.kv.get(self.key)
+        state = GroupState(self.group) if raw is None else GroupState.from_json(raw)
+        return state, rev
+
+    def install(self, state: GroupState, rev: int, seen: int | None = None) -> None:
+        """Make ``state`` (read at ``rev``, after change number ``seen`` was known) this
+        process's current view. A change announced after ``seen`` keeps the view stale."""
+        with self._cache_lock:
+            if rev >= self._rev:
+                self._rev = rev
+                self._cache = state
+                self._cache_seen = self._changes if seen is None else seen
+
+    def current(self) -> GroupState:
+        with self._cache_lock:
+            seen = self._changes
+            if self._cache is not None and self._cache_seen == seen:
+                return self._cache
+        state, rev = self._read()
+        self.install(state, rev, seen)
+        return state
+
+    def version(self) -> int:
+        with self._cache_lock:
+            return self._rev * 1_000_003 + self._changes
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[GroupState]:
+        yield self._read()[0]
+
+    def mutate(self, change: Callable[[GroupState], T]) -> T:
+        """Apply ``change`` by compare-and-set, re-reading and re-applying on a conflict."""
+        with self._mutex:
+            for _ in range(1000):
+                state, rev = self._read()
+                before = state.to_json()
+                result = change(state)
+                if state.to_json() == before:
+                    self.install(state, rev)
+                    return result
+                state.version += 1
+                state.updated_ms = time.time_ns() // 1_000_000
+                try:
+                    new_rev = self.kv.put(self.key, state.to_json(), expect=rev)
+                except ConcurrencyError:
+                    continue
+                self.install(state, new_rev)
+                if self.changed is not None:  # other handles in this process (no echo)
+                    self.changed(self.key)
+                elif self.wake is not None:
+                    self.wake()
+                return result
+        raise ConcurrencyError(f"group {self.group!r}: state kept changing", expected=0, actual=0)
+
+    def try_mutate(self, change: Callable[[GroupState], T]) -> tuple[bool, T | None]:
+        return True, self.mutate(change)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class KvOffsets:
+    """Committed offsets in the bucket, fenced by the group state's revision."""
+
+    def __init__(self, kv: Kv, coordination: JetStreamCoordination) -> None:
+        self.kv = kv
+        self.coordination = coordination
+
+    @staticmethod
+    def _key(group: str, tp: TopicPartition) -> str:
+        return f"{group}.off.{mapping.encode_name(tp.topic)}.{tp.partition}"
+
+    def exists(self) -> bool:
+        return True
+
+    def committed(self, group: str, tp: TopicPartition) -> CommittedOffset | None:
+        raw, rev = self.kv.get(self._key(group, tp))
+        return None if raw is None else _committed(raw, rev)
+
+    def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        out = {}
+        for key in self.kv.list(f"{group}.off."):
+            _, _, enc, p = key.rsplit(".", 3)
+            tp = TopicPartition(mapping.decode_name(enc), int(p))
+            found = self.committed(group, tp)
+            if found is not None:
+                out[tp] = found
+        return out
+
+    def groups(self) -> set[str]:
+        return {k.split(".off.", 1)[0] for k in self.kv.list() if ".off." in k}
+
+    def history(self, group: str) -> Iterator[tuple[int, TopicPartition, int | None]]:
+        """Only the latest commit per partition is kept (a KV): yields those."""
+        for tp, c in sorted(self.group_offsets(group).items()):
+            yield c.log_offset, tp, c.offset
+
+    def commit(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        *,
+        generation: int,
+        member_id: str,
+        precondition: Callable[[], None] | None = None,
+        now_ms: Callable[[], int] | None = None,
+    ) -> int:
+        """Check ``precondition`` against the state read from the leader, then write the
+        offsets fenced by that state's revision; re-check if the state moved meanwhile."""
+        for _ in range(1000):
+            rev = self.coordination.refresh(group)
+            if precondition is not None:
+                precondition()
+            stamp = now_ms() if now_ms is not None else time.time_ns() // 1_000_000
+            values = {
+                self._key(group, tp): orjson.dumps(
+                    {
+                        "offset": om.offset,
+                        "metadata": om.metadata,
+                        "generation": generation,
+                        "member_id": member_id,
+                        "commit_ms": stamp,
+                    }
+                )
+                for tp, om in offsets.items()
+            }
+            if not values:
+                return rev
+            try:
+                return self.kv.put_many(values, fence=(f"{group}.state", rev))
+            except ConcurrencyError:
+                continue
+        raise ConcurrencyError(f"group {group!r}: state kept changing", expected=0, actual=0)
+
+    def delete_group(self, group: str, *, precondition: Callable[[], None] | None = None) -> int:
+        if precondition is not None:
+            precondition()
+        keys = list(self.kv.list(f"{group}.off."))
+        for key in keys:
+            self.kv.delete(key)
+        return len(keys)
+
+    def barrier(self, group: str) -> None:
+        """Commits are acknowledged only once ordered: nothing is in flight to wait for."""
+
+
+def _committed(raw: bytes, rev: int) -> CommittedOffset:
+    body = orjson.loads(raw)
+    return CommittedOffset(
+        int(body["offset"]),
+        str(body.get("metadata", "")),
+        int(body["generation"]),
+        str(body["member_id"]),
+        int(body["commit_ms"]),
+        rev,
+    )
+
+
+class JetStreamCoordination:
+    """The :class:`~framework.consumer.coordination.GroupCoordination` of a JetStream
+    engine: one bucket ``<namespace>-groups`` for every group's state, heartbeats and
+    offsets."""
+
+    def __init__(self, log_: JetStreamLog) -> None:
+        self.log = log_
+        self.kv = Kv(log_, f"{log_.namespace}-groups")
+        self._offsets = KvOffsets(self.kv, self)
+        self._coordinators: dict[str, weakref.WeakSet[KvCoordinator]] = {}
+        self._lock = threading.Lock()
+        self.kv.subscribe("", self._on_write)
+
+    def _on_write(self, key: str) -> None:
+        group, _, rest = key.partition(".")
+        if rest != "state":
+            return
+        with self._lock:
+            members = list(self._coordinators.get(group, ()))
+        for coordinator in members:
+            coordinator.on_change()
+
+    @property
+    def offsets(self) -> KvOffsets:
+        return self._offsets
+
+    def coordinator(self, group: str, *, wake: Callable[[], None] | None = None) -> KvCoordinator:
+        coordinator = KvCoordinator(self.log, self.kv, group, wake=wake, changed=self._on_write)
+        with self._lock:
+            self._coordinators.setdefault(group, weakref.WeakSet()).add(coordinator)
+        return coordinator
+
+    def refresh(self, group: str) -> int:
+        """Read ``group``'s state from the leader into every local handle; its revision."""
+        raw, rev = self.kv.get(f"{group}.state")
+        state = GroupState(group) if raw is None else GroupState.from_json(raw)
+        with self._lock:
+            members = list(self._coordinators.get(group, ()))
+        for coordinator in members:
+            coordinator.install(state.copy(), rev)
+        return rev
+
+    def group_names(self) -> set[str]:
+        return {k[: -len(".state")] for k in self.kv.list() if k.endswith(".state")}
+
+    def has_state(self, group: str) -> bool:
+        return self.kv.get(f"{group}.state")[0] is not None
+
+    def delete_state(self, group: str) -> None:
+        self.kv.delete(f"{group}.state")
+        for key in self.kv.list(f"{group}.live."):
+            self.kv.delete(key)

@@ -1,0 +1,1183 @@
+"""``JetStreamLog``: the log port on a replicated NATS JetStream cluster (bytes only).
+
+Mapping (see :mod:`.mapping` and docs/scale-out.md): one R=3 file stream per topic
+partition, offset = stream sequence - 1, LWM = ``first_seq - 1``, HWM = LEO = ``last_seq``
+(an acknowledged publish is on a majority and, with ``sync_interval: always``, fsynced).
+Topic metadata (partition count and :class:`TopicConfig`) lives in the replicated KV bucket
+``<ns>-topics``; ``describe`` reads it back. Retention maps to stream limits (``max_age``,
+``max_bytes``), compaction to ``max_msgs_per_subject=1`` plus a tombstone purge after
+``delete.retention.ms`` in :meth:`JetStreamLog.compact`.
+
+Threads: nats-py is asyncio; one event loop runs in a daemon thread per ``JetStreamLog`` and
+every public method submits a coroutine to it and waits, so the object may be shared by
+threads. It must not be shared across ``fork()``.
+
+Reads use batched direct gets, which any replica may answer; a replica can lag the leader
+by a few milliseconds, so reads first learn the leader's ``last_seq`` and re-ask until the
+answer reaches it (bounded), which keeps read-your-writes.
+
+Transient cluster errors (no leader during an election, timeouts, reconnects) are retried
+for up to ``retry_s`` seconds. Single-record appends carry a ``Nats-Msg-Id`` so a retried
+publish is de-duplicated by the server (duplicate window 2 minutes): a record acknowledged
+once is stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import re
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import nats
+import nats.errors
+import nats.js.errors
+import orjson
+import structlog
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.kv import KeyValue
+
+from framework.errors import (
+    ConcurrencyError,
+    ConfigError,
+    InvalidRecordError,
+    LogError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from framework.log.config import MAX_PARTITIONS, TopicConfig
+from framework.log.jetstream import mapping as m
+from framework.log.local import LocalDir
+from framework.log.names import validate_topic_name
+from framework.log.partition import Clock, wall_clock_ms
+from framework.log.record import Record, TimestampType
+from framework.log.store import default_data_dir
+from framework.log.types import (
+    AppendResult,
+    Capabilities,
+    CompactionReport,
+    Cursor,
+    Expect,
+    KeyIndexReport,
+    PartitionDescription,
+    PartitionOffsets,
+    Progress,
+    RecordTuple,
+    RetentionReport,
+    TopicDescription,
+)
+
+log = structlog.get_logger("eventlane.log")
+
+T = TypeVar("T")
+MAX_BATCH_RECORDS = 1000  # JetStream's limit of messages in one atomic batch
+MAX_BATCH_BYTES = 1 << 20  # as the embedded log: one atomic append is at most 1 MiB
+STREAM_NOT_FOUND = 10059
+_META_TTL_S = 0.5
+_NO_STREAM = (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError)
+_TRANSIENT = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    asyncio.TimeoutError,
+)
+
+
+CAPABILITIES = Capabilities(lazy_compaction=False)
+"""Everything the port names but lazy compaction: a compacted topic keeps only a key's last
+record at once (``max_msgs_per_subject=1``), so ``min.compaction.lag.ms`` and the dirty ratio
+are not honoured. Also (docs/scale-out.md): retention drops single records by server time."""
+
+
+class _Meta(NamedTuple):
+    partitions: int
+    config: TopicConfig
+    checked: float
+
+
+def open_url(url: str, local: LocalDir) -> JetStreamLog:
+    """The engine opener for ``nats://`` URLs (entry point ``eventlane.engines: nats``)."""
+    return JetStreamLog.from_url(url, local=local)
+
+
+def parse_url(url: str) -> dict[str, Any]:
+    """``nats://h1:p1,h2:p2?namespace=ns&replicas=3`` -> keyword arguments of the log.
+
+    >>> parse_url("nats://127.0.0.1:4222,127.0.0.1:4223?replicas=1")["servers"]
+    ['nats://127.0.0.1:4222', 'nats://127.0.0.1:4223']
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "nats" or not parts.netloc:
+        raise ConfigError(
+            f"a JetStream log URL looks like nats://host:port[,host:port], got {url!r}"
+        )
+    out: dict[str, Any] = {"servers": [f"nats://{h}" for h in parts.netloc.split(",") if h]}
+    for name, values in parse_qs(parts.query).items():
+        if name == "namespace":
+            out["namespace"] = values[-1]
+        elif name == "replicas":
+            out["replicas"] = int(values[-1])
+        else:
+            raise ConfigError(f"unknown option {name!r} in log URL {url!r}")
+    return out
+
+
+class JetStreamLog:
+    """The log port on NATS JetStream. ``JetStreamLog.from_url("nats://h:p,h:p")``."""
+
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self,
+        servers: Sequence[str],
+        *,
+        namespace: str = "eventlane",
+        replicas: int = 3,
+        clock: Clock = wall_clock_ms,
+        timeout: float = 5.0,
+        retry_s: float = 30.0,
+        local: LocalDir | None = None,
+    ) -> None:
+        self.local = local if local is not None else LocalDir(default_data_dir())
+        self.namespace = m.check_namespace(namespace)
+        self.replicas = replicas
+        self.clock = clock
+        self.timeout = timeout
+        self.retry_s = retry_s
+        self._meta: dict[str, _Meta] = {}
+        self._marks: dict[str, tuple[int, int]] = {}  # stream -> (lwm, hwm) last seen
+        self._wake_seq = 0
+        self._wake = threading.Condition()
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="eventlane-jetstream", daemon=True
+        )
+        self._thread.start()
+        try:
+            self._run(self._connect(list(servers)))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> JetStreamLog:
+        return cls(**{**parse_url(url), **kwargs})
+
+    # ------------------------------------------------------------------ plumbing
+    # For modules built on this connection (framework.log.jetstream.kv): run a coroutine on
+    # the log's event loop, retry transient errors, the clients, an atomic batch.
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._run(coro)
+
+    async def retry(self, op: Callable[[], Awaitable[T]], *, what: str = "request") -> T:
+        return await self._retry(op, what=what)
+
+    async def batch(
+        self, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
+    ) -> int:
+        return await self._batch(msgs, extra)
+
+    @property
+    def js(self) -> Any:
+        return self._js
+
+    @property
+    def nc(self) -> Any:
+        return self._nc
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise LogError("the JetStream log is closed")
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise LogError("a blocking JetStream call from the log's own event loop thread")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            # every coroutine bounds its own waits; this is the backstop against a wedge
+            return future.result(timeout=self.retry_s + 6 * self.timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise LogError("JetStream call did not finish in time; gave up") from None
+
+    async def _connect(self, servers: list[str]) -> None:
+        self._nc = await nats.connect(
+            servers=servers,
+            connect_timeout=self.timeout,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2,
+            allow_reconnect=True,
+            no_echo=True,  # our own wake messages are counted locally (_bump)
+            error_cb=self._on_error,
+            disconnected_cb=self._on_disconnect,
+            reconnected_cb=self._on_reconnect,
+        )
+        self._js = self._nc.jetstream(timeout=self.timeout)
+        await self._nc.subscribe(m.wake_subject(self.namespace), cb=self._on_wake)
+        bucket = f"{self.namespace}-topics"
+        self._kv: KeyValue = await self._retry(
+            lambda: self._js.create_key_value(bucket=bucket, history=1, replicas=self.replicas)
+        )
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.info("jetstream connection error", error=repr(exc))
+
+    async def _on_disconnect(self) -> None:
+        log.info("jetstream disconnected; reconnecting")
+
+    async def _on_reconnect(self) -> None:
+        log.info("jetstream reconnected", server=str(self._nc.connected_url))
+
+    async def _on_wake(self, _msg: object) -> None:
+        self._bump()
+
+    def _bump(self) -> None:
+        with self._wake:
+            self._wake_seq += 1
+            self._wake.notify_all()
+
+    async def _retry(
+        self, op: Callable[[], Awaitable[T]], *, what: str = "request", topic: str | None = None
+    ) -> T:
+        """Run ``op``, retrying transient cluster errors for up to ``retry_s`` seconds.
+
+        With ``topic``, "no responders" (no stream takes the subject) is first checked against
+        the topic registry: a deleted topic raises :class:`UnknownTopicError` at once.
+        """
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.05
+        while True:
+            try:
+                async with asyncio.timeout(3 * self.timeout):  # no extra task, unlike wait_for
+                    return await op()
+            except _TRANSIENT as exc:
+                err: Exception = exc
+                if topic is not None and isinstance(exc, _NO_STREAM):
+                    await self._raise_if_gone(topic)
+            except nats.js.errors.APIError as exc:
+                if exc.code != 503 and exc.err_code not in (10008, 10077):
+                    raise
+                err = exc
+            if time.monotonic() > deadline:
+                raise LogError(f"JetStream {what} failed for {self.retry_s}s: {err!r}") from err
+            log.debug("jetstream retry", what=what, error=repr(err))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def _raise_if_gone(self, topic: str) -> None:
+        try:
+            await self._kv.get(topic)
+        except nats.js.errors.KeyNotFoundError:
+            self._meta.pop(topic, None)
+            raise UnknownTopicError(f"topic {topic!r} does not exist", topic=topic) from None
+
+    # ------------------------------------------------------------------ topics
+    def _stream_config(self, topic: str, p: int, cfg: TopicConfig) -> StreamConfig:
+        ns = self.namespace
+        by_time = cfg.delete and cfg.retention_ms > 0
+        max_age = cfg.retention_ms / 1000 if by_time else 0
+        return StreamConfig(
+            name=m.stream_name(ns, topic, p),
+            subjects=[m.subject_prefix(ns, topic, p) + ".*"],
+            num_replicas=self.replicas,
+            storage=StorageType.FILE,
+            allow_direct=True,
+            allow_atomic=True,
+            allow_rollup_hdrs=True,
+            discard=DiscardPolicy.OLD,
+            max_age=max_age,
+            max_bytes=cfg.retention_bytes if cfg.delete else -1,
+            max_msgs_per_subject=1 if cfg.compact else -1,
+            duplicate_window=min(120, max_age) if max_age else 120,
+            metadata={"eventlane.topic": topic, "eventlane.partition": str(p)},
+        )
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: TopicConfig | Mapping[str, object] | None = None,
+        *,
+        exist_ok: bool = False,
+    ) -> TopicDescription:
+        """Create the partition streams, then register the topic (create-if-absent in KV)."""
+        validate_topic_name(name)
+        if (
+            not isinstance(partitions, int)
+            or isinstance(partitions, bool)
+            or not (1 <= partitions <= MAX_PARTITIONS)
+        ):
+            raise ConfigError(
+                f"partitions must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}",
+                topic=name,
+            )
+        cfg = config if isinstance(config, TopicConfig) else TopicConfig.from_mapping(config or {})
+        if len(m.stream_name(self.namespace, name, partitions)) > 255:
+            raise ConfigError("topic name too long for a JetStream stream name", topic=name)
+        if self.topic_exists(name):
+            if exist_ok:
+                return self.describe_topic(name)
+            raise TopicExistsError(f"topic {name!r} already exists", topic=name)
+        self._run(self._add_streams(name, range(partitions), cfg))
+        body = orjson.dumps(
+            {
+                "name": name,
+                "partitions": partitions,
+                "config": cfg.to_dict(),
+                "created_ms": self.clock(),
+            }
+        )
+        try:
+            self._run(self._retry(lambda: self._kv.create(name, body), what="create topic"))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            if exist_ok:
+                return self.describe_topic(name)
+            raise TopicExistsError(f"topic {name!r} already exists", topic=name) from None
+        log.info("topic created", topic=name, partitions=partitions, engine="jetstream")
+        self._meta.pop(name, None)
+        return self.describe_topic(name)
+
+    async def _add_streams(self, topic: str, parts: range, cfg: TopicConfig) -> None:
+        async def one(p: int) -> None:
+            sc = self._stream_config(topic, p, cfg)
+            await self._retry(lambda: self._js.add_stream(sc), what="create stream")
+
+        await asyncio.gather(*(one(p) for p in parts))
+
+    def list_topics(self) -> list[str]:
+        async def keys() -> list[str]:
+            try:
+                return list(await self._kv.keys())
+            except nats.js.errors.NoKeysError:
+                return []
+
+        return sorted(self._run(self._retry(keys, what="list topics")))
+
+    def topic_exists(self, name: str) -> bool:
+        validate_topic_name(name)
+        try:
+            self._topic_meta(name, fresh=True)
+        except UnknownTopicError:
+            return False
+        return True
+
+    def _topic_meta(self, name: str, *, fresh: bool = False) -> _Meta:
+        now = time.monotonic()
+        meta = self._meta.get(name) if isinstance(name, str) else None
+        if meta is not None and not fresh and now - meta.checked < _META_TTL_S:
+            return meta
+        validate_topic_name(name)
+
+        async def get() -> bytes | None:
+            try:
+                entry = await self._kv.get(name)
+            except nats.js.errors.KeyNotFoundError:
+                return None
+            return entry.value
+
+        raw = self._run(self._retry(get, what="read topic metadata"))
+        if not raw:
+            self._meta.pop(name, None)
+            raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)
+        body = orjson.loads(raw)
+        meta = _Meta(int(body["partitions"]), TopicConfig.from_mapping(body["config"]), now)
+        self._meta[name] = meta
+        return meta
+
+    def partition_count(self, name: str) -> int:
+        return self._topic_meta(name).partitions
+
+    def topic_config(self, name: str) -> TopicConfig:
+        return self._topic_meta(name).config
+
+    def _check_partition(self, topic: str, partition: int) -> _Meta:
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            raise UnknownPartitionError(
+                f"partition must be an integer, got {partition!r}", topic=topic
+            )
+        meta = self._topic_meta(topic)
+        if not 0 <= partition < meta.partitions:
+            meta = self._topic_meta(topic, fresh=True)
+            if not 0 <= partition < meta.partitions:
+                raise UnknownPartitionError(
+                    f"partition {partition} does not exist (topic has {meta.partitions})",
+                    topic=topic,
+                    partition=partition,
+                )
+        return meta
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        meta = self._topic_meta(name, fresh=True)
+        states = self._run(self._states(name, meta.partitions))
+        details = tuple(
+            PartitionDescription(p, lwm, hwm, hwm, 1, size)
+            for p, (lwm, hwm, size) in enumerate(states)
+        )
+        return TopicDescription(name, meta.partitions, meta.config, details)
+
+    async def _state(self, topic: str, p: int) -> tuple[int, int, int]:
+        """``(lwm, hwm, bytes)`` of one partition, from its stream leader."""
+        stream = m.stream_name(self.namespace, topic, p)
+        try:
+            info = await self._retry(lambda: self._js.stream_info(stream), what="stream info")
+        except nats.js.errors.NotFoundError:
+            raise UnknownTopicError(
+                f"topic {topic!r} has no stream for partition {p}", topic=topic, partition=p
+            ) from None
+        last = info.state.last_seq
+        lwm = max(info.state.first_seq - 1, 0) if info.state.messages else last
+        self._marks[stream] = (lwm, last)
+        return lwm, last, info.state.bytes
+
+    async def _states(self, topic: str, count: int) -> list[tuple[int, int, int]]:
+        return list(await asyncio.gather(*(self._state(topic, p) for p in range(count))))
+
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        config: Mapping[str, object] | None = None,
+    ) -> TopicDescription:
+        """Change config values (stream limits follow) or add partitions (never remove)."""
+        meta = self._topic_meta(name, fresh=True)
+        cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
+        count = meta.partitions
+        if partitions is not None:
+            if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
+                raise ConfigError(f"partitions must be an integer <= {MAX_PARTITIONS}", topic=name)
+            if partitions < meta.partitions:
+                raise ConfigError(
+                    f"cannot decrease partitions of {name!r} from {meta.partitions} to"
+                    f" {partitions}: records would be lost",
+                    topic=name,
+                )
+            if partitions > meta.partitions:
+                log.warning(
+                    "partition count increased: new records with the same key may land"
+                    " in a different partition than older ones",
+                    topic=name,
+                    old=meta.partitions,
+                    new=partitions,
+                )
+                self._run(self._add_streams(name, range(meta.partitions, partitions), cfg))
+                count = partitions
+
+        async def update() -> None:
+            for p in range(count):
+                sc = self._stream_config(name, p, cfg)
+                await self._retry(
+                    functools.partial(self._js.update_stream, sc), what="update stream"
+                )
+            body = {"name": name, "partitions": count, "config": cfg.to_dict()}
+            await self._retry(lambda: self._kv.put(name, orjson.dumps(body)), what="alter topic")
+
+        self._run(update())
+        self._meta.pop(name, None)
+        return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        """Unregister the topic, then delete its streams."""
+        meta = self._topic_meta(name, fresh=True)
+
+        async def delete() -> None:
+            await self._retry(lambda: self._kv.purge(name), what="delete topic")
+            for p in range(meta.partitions):
+                stream = m.stream_name(self.namespace, name, p)
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    await self._retry(functools.partial(self._js.delete_stream, stream))
+
+        self._run(delete())
+        self._meta.pop(name, None)
+        for p in range(meta.partitions):
+            self._marks.pop(m.stream_name(self.namespace, name, p), None)
+        log.info("topic deleted", topic=name, engine="jetstream")
+
+    # ------------------------------------------------------------------ append
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        expect: Expect | None = None,
+        atomic: bool = False,
+        precondition: Callable[[int], None] | None = None,
+    ) -> AppendResult:
+        """Append ``records`` in order; return once a majority of replicas acknowledged them.
+
+        ``expect`` is checked by the server (``Nats-Expected-Last-Subject-Sequence``) and
+        refused with :class:`ConcurrencyError`, nothing written. ``precondition`` (outside the
+        port; the contract kit's callback form) is called with the leader's end offset and
+        the append is then conditional on it (``Nats-Expected-Last-Sequence``), asked again
+        if another writer got in between. Records of one call get
+        consecutive offsets when they fit in one atomic batch (1000 records, 1 MiB); larger
+        non-atomic calls are split and another writer's records may fall between the pieces.
+        """
+        meta = self._check_partition(topic, partition)
+        msgs = self._encode(topic, partition, meta.config, records)
+        if atomic and (len(msgs) > MAX_BATCH_RECORDS or _size(msgs) > MAX_BATCH_BYTES):
+            raise RecordTooLargeError(
+                f"atomic append of {len(msgs)} records ({_size(msgs)} bytes) exceeds one batch"
+                f" ({MAX_BATCH_RECORDS} records, {MAX_BATCH_BYTES} bytes)",
+                topic=topic,
+                partition=partition,
+            )
+        extra: dict[str, str] = {}
+        if expect is not None:
+            subject = (
+                f"{m.subject_prefix(self.namespace, topic, partition)}.{m.key_token(expect.key)}"
+            )
+            last = 0 if expect.last_offset is None else expect.last_offset + 1
+            extra = {"Nats-Expected-Last-Subject-Sequence": str(last)}
+            if subject != msgs[0][0]:
+                extra["Nats-Expected-Last-Subject-Sequence-Subject"] = subject
+        while True:
+            if precondition is not None:
+                _, hwm, _ = self._run(self._state(topic, partition))
+                precondition(hwm)
+                extra["Nats-Expected-Last-Sequence"] = str(hwm)
+            try:
+                seqs = self._run(self._publish(topic, msgs, extra))
+                break
+            except nats.js.errors.APIError as exc:
+                if not (exc.description or "").startswith("wrong last sequence"):
+                    raise _api_error(exc, topic, partition) from None
+                if expect is None:
+                    continue  # only the end moved: ask the precondition again
+                self._await_visible(topic, partition, expect)
+                raise _conflict(exc, expect, topic, partition) from None
+        stream = m.stream_name(self.namespace, topic, partition)
+        if (known := self._marks.get(stream)) is not None:
+            self._marks[stream] = (known[0], max(known[1], seqs[-1]))
+        result = AppendResult(seqs[0] - 1, seqs[-1] - 1, [int(h[m.H_TS]) for _, _, h in msgs])
+        self._bump()
+        return result
+
+    def _await_visible(self, topic: str, partition: int, expect: Expect) -> None:
+        """Wait (up to 2 s) until the write that beat ours is readable at the leader: the
+        leader checks expectations against writes it has accepted but not yet applied, and
+        a loser that reloads at once must see the winner (as on the embedded log)."""
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            if self.key_head(topic, partition, expect.key) != expect.last_offset:
+                return
+            time.sleep(0.005)
+
+    def _encode(
+        self, topic: str, partition: int, cfg: TopicConfig, records: Sequence[RecordTuple]
+    ) -> list[tuple[str, bytes, dict[str, str]]]:
+        if not records:
+            raise InvalidRecordError(
+                "append needs at least one record", topic=topic, partition=partition
+            )
+        prefix = m.subject_prefix(self.namespace, topic, partition)
+        now = self.clock()
+        msgs = []
+        for i, rec in enumerate(records):
+            try:
+                key, value, headers, ts = rec
+            except (TypeError, ValueError):
+                raise InvalidRecordError(
+                    f"record {i} must be (key, value, headers, timestamp)",
+                    topic=topic,
+                    partition=partition,
+                ) from None
+            if cfg.compact and key is None:
+                raise InvalidRecordError(
+                    f"record {i} has no key; a compacted topic needs a key on every record",
+                    topic=topic,
+                    partition=partition,
+                )
+            if (key is not None and not isinstance(key, bytes)) or (
+                value is not None and not isinstance(value, bytes)
+            ):
+                raise InvalidRecordError(
+                    f"record {i}: key and value must be bytes or None",
+                    topic=topic,
+                    partition=partition,
+                )
+            size = (
+                len(key or b"")
+                + len(value or b"")
+                + sum(len(n.encode()) + len(v or b"") for n, v in headers)
+            )
+            if size > cfg.max_record_bytes:
+                raise RecordTooLargeError(
+                    f"record {i} is {size} bytes; max_record_bytes is {cfg.max_record_bytes}",
+                    topic=topic,
+                    partition=partition,
+                )
+            stamp = now if ts is None or cfg.log_append_time else ts
+            hdrs = m.encode_headers(key, value, tuple(headers), stamp, cfg.log_append_time)
+            msgs.append((f"{prefix}.{m.key_token(key)}", value or b"", hdrs))
+        return msgs
+
+    async def _publish(
+        self, topic: str, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
+    ) -> list[int]:
+        """Publish and return the stream sequences of ``msgs``; then wake tailing readers."""
+        seqs = await self._publish_only(topic, msgs, extra)
+        await self._nc.publish(m.wake_subject(self.namespace), b"")
+        return seqs
+
+    async def _publish_only(
+        self, topic: str, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
+    ) -> list[int]:
+        if len(msgs) == 1:
+            subject, payload, hdrs = msgs[0]
+            headers = {**hdrs, **extra, "Nats-Msg-Id": uuid.uuid4().hex}
+            ack = await self._retry(
+                lambda: self._js.publish(subject, payload, headers=headers),
+                what="append",
+                topic=topic,
+            )
+            return [ack.seq]
+        seqs: list[int] = []
+        start, first = 0, True
+        while start < len(msgs):
+            end, size = start, 0
+            while end < len(msgs) and end - start < MAX_BATCH_RECORDS:
+                size += len(msgs[end][1]) + 64
+                if size > MAX_BATCH_BYTES and end > start:
+                    break
+                end += 1
+            piece, head = msgs[start:end], extra if first else {}
+            last = await self._retry(
+                functools.partial(self._batch, piece, head), what="append", topic=topic
+            )
+            seqs.extend(range(last - (end - start) + 1, last + 1))
+            start, first = end, False
+        return seqs
+
+    async def _batch(
+        self, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
+    ) -> int:
+        """One JetStream atomic batch: all of ``msgs`` or none; returns the last sequence.
+
+        "No responders" means nobody took it (safe to retry); no answer in time means the
+        outcome is unknown, which is raised as a :class:`LogError` (never retried blindly).
+        """
+        try:
+            async with asyncio.timeout(2 * self.timeout):
+                return await self._batch_once(msgs, extra)
+        except TimeoutError as exc:
+            raise LogError(
+                f"atomic append: no answer from the cluster ({exc!r}); it may or may not have"
+                " been stored"
+            ) from exc
+
+    async def _batch_once(
+        self, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
+    ) -> int:
+        batch_id = uuid.uuid4().hex
+        for i, (subject, payload, hdrs) in enumerate(msgs[:-1]):
+            headers = {**hdrs, "Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(i + 1)}
+            if i == 0:
+                headers.update(extra)
+            await self._nc.publish(subject, payload, headers=headers)
+        subject, payload, hdrs = msgs[-1]
+        headers = {
+            **hdrs,
+            "Nats-Batch-Id": batch_id,
+            "Nats-Batch-Sequence": str(len(msgs)),
+            "Nats-Batch-Commit": "1",
+        }
+        if len(msgs) == 1:
+            headers.update(extra)
+        reply = await self._nc.request(subject, payload, headers=headers, timeout=self.timeout)
+        body = orjson.loads(reply.data)
+        if "error" in body:
+            raise nats.js.errors.APIError.from_error(body["error"])
+        return int(body["seq"])
+
+    # ------------------------------------------------------------------ read
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = 1 << 20,
+        cursor: Cursor | None = None,
+        upto: int | None = None,
+    ) -> tuple[list[Record], Cursor | None]:
+        """Records from ``offset`` below ``min(HWM, upto)``, about ``max_bytes`` at most (at
+        least one record if any is there)."""
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise ConfigError(
+                f"offset must be an integer, got {offset!r}", topic=topic, partition=partition
+            )
+        if upto is not None and (not isinstance(upto, int) or isinstance(upto, bool)):
+            raise ConfigError(
+                f"upto must be an integer or None, got {upto!r}", topic=topic, partition=partition
+            )
+        compacted = self._check_partition(topic, partition).config.compact
+        records = self._run(self._read(topic, partition, offset, max_bytes, upto, compacted))
+        return records, None
+
+    async def _read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        upto: int | None,
+        compacted: bool,
+    ) -> list[Record]:
+        stream = m.stream_name(self.namespace, topic, partition)
+        known = self._marks.get(stream)
+        if known is not None and known[0] <= offset < known[1]:
+            # records below a HWM seen before exist unless retention removed them since:
+            # skip asking the leader, and fall back to it if the answer has a gap
+            end = known[1] if upto is None else min(known[1], upto)
+            if offset >= end:
+                return []
+            got = await self._direct(topic, partition, {"seq": offset + 1}, end, max_bytes)
+            if got and (compacted or got[0].offset == offset):
+                return got
+        lwm, hwm, _ = await self._state(topic, partition)
+        if offset < lwm or offset > hwm:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{lwm}, {hwm}]",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                lwm=lwm,
+                leo=hwm,
+            )
+        end = hwm if upto is None else min(hwm, upto)
+        if offset >= end:
+            return []
+        got = await self._direct(topic, partition, {"seq": offset + 1}, end, max_bytes)
+        if not got:  # replicas still behind the leader: one record from the leader
+            prefix = m.subject_prefix(self.namespace, topic, partition)
+            one = await self._leader_next(topic, partition, offset + 1, prefix + ".*")
+            got = [one] if one is not None and one.offset < end else []
+        return got
+
+    async def _direct(
+        self, topic: str, partition: int, req: dict[str, Any], end: int, max_bytes: int
+    ) -> list[Record]:
+        """One batched direct get of records from ``req["seq"]`` up to offset ``end - 1``.
+
+        Any replica may answer; one that lags the leader answers with fewer records (a
+        prefix) or none. An empty answer below ``end`` is re-asked (bounded, about 0.1 s):
+        the caller learnt ``end`` from the leader, so the records exist.
+        """
+        stream = m.stream_name(self.namespace, topic, partition)
+        body = {
+            **req,
+            "batch": min(end - int(req["seq"]) + 1, MAX_BATCH_RECORDS),
+            "max_bytes": max(max_bytes, 1),
+        }
+        for attempt in range(25):
+            got = await self._direct_once(stream, body, topic, partition, end)
+            if got:
+                return got
+            await asyncio.sleep(0.001 * (attempt + 1) / 2)
+        return []
+
+    async def _direct_once(
+        self, stream: str, body: dict[str, Any], topic: str, partition: int, end: int
+    ) -> list[Record]:
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox)
+        records: list[Record] = []
+        try:
+            await self._nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(body), reply=inbox)
+            while True:
+                msg = await sub.next_msg(timeout=self.timeout)
+                hdrs = msg.headers or {}
+                if hdrs.get("Status"):
+                    break  # 204: end of batch; 404: nothing there (yet)
+                seq = int(hdrs["Nats-Sequence"])
+                if seq <= end:
+                    records.append(
+                        _record(topic, partition, seq - 1, hdrs["Nats-Subject"], msg.data, hdrs)
+                    )
+                if "Nats-Num-Pending" not in hdrs:
+                    break  # a single-message answer has no end-of-batch marker
+        finally:
+            await sub.unsubscribe()
+        return records
+
+    def read_key(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        *,
+        after: int | None = None,
+        upto: int | None = None,
+    ) -> list[Record]:
+        """The records with ``key`` in the partition, oldest first, with offsets above
+        ``after`` and below ``upto`` (a subject-filtered read, no index of our own)."""
+        self._check_partition(topic, partition)
+        subject = f"{m.subject_prefix(self.namespace, topic, partition)}.{m.key_token(key)}"
+
+        async def go() -> list[Record]:
+            head = await self._key_head(topic, partition, subject)
+            if head is None:
+                return []
+            end = head + 1 if upto is None else min(head + 1, upto)
+            first = 1 if after is None else after + 2
+            if first > end:
+                return []
+            out: list[Record] = []
+            while first <= end:
+                got = await self._direct(
+                    topic, partition, {"seq": first, "next_by_subj": subject}, end, 1 << 24
+                )
+                if not got:  # replicas still behind the leader's head: ask the leader
+                    one = await self._leader_next(topic, partition, first, subject)
+                    if one is None or one.offset >= end:
+                        break
+                    got = [one]
+                out.extend(got)
+                first = got[-1].offset + 2
+            return out
+
+        return self._run(go())
+
+    async def _leader_next(
+        self, topic: str, partition: int, seq: int, subject: str
+    ) -> Record | None:
+        """The first record at or after stream sequence ``seq`` on ``subject``, read from the
+        stream leader (never a lagging replica); ``None`` if there is none."""
+        stream = m.stream_name(self.namespace, topic, partition)
+        get = functools.partial(self._js.get_msg, stream, seq, subject, False, True)
+        try:
+            msg = await self._retry(get, what="leader read")
+        except nats.js.errors.NotFoundError:
+            return None
+        hdrs = dict(msg.headers or {})
+        where = msg.subject or subject
+        return _record(topic, partition, int(msg.seq or 0) - 1, where, msg.data or b"", hdrs)
+
+    def key_head(self, topic: str, partition: int, key: bytes) -> int | None:
+        """The offset of the last record with ``key`` (``None``: none), from the leader."""
+        self._check_partition(topic, partition)
+        subject = f"{m.subject_prefix(self.namespace, topic, partition)}.{m.key_token(key)}"
+        return self._run(self._key_head(topic, partition, subject))
+
+    async def _key_head(self, topic: str, partition: int, subject: str) -> int | None:
+        stream = m.stream_name(self.namespace, topic, partition)
+        try:
+            msg = await self._retry(
+                lambda: self._js.get_msg(stream, subject=subject), what="key head"
+            )
+        except nats.js.errors.NotFoundError:
+            return None
+        return int(msg.seq or 0) - 1
+
+    def check_keys(
+        self, topics: Collection[str] | None = None, *, repair: bool = False
+    ) -> list[KeyIndexReport]:
+        """Nothing to check: the server's per-subject state is the per-key state."""
+        return []
+
+    def rebuild_keys(self, topic: str, partition: int) -> int:
+        """Nothing to rebuild (see :meth:`check_keys`); checks the partition exists."""
+        self._check_partition(topic, partition)
+        return 0
+
+    def offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        self._check_partition(topic, partition)
+        lwm, hwm, _ = self._run(self._state(topic, partition))
+        return PartitionOffsets(lwm, hwm, hwm)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= ``timestamp`` (a scan)."""
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+            raise ConfigError(
+                f"timestamp must be an integer (ms), got {timestamp!r}",
+                topic=topic,
+                partition=partition,
+            )
+        offset = self.offsets(topic, partition).lwm
+        while True:
+            records, _ = self.read(topic, partition, offset)
+            if not records:
+                return None
+            for r in records:
+                if r.timestamp >= timestamp:
+                    return r.offset
+            offset = records[-1].offset + 1
+
+    # ------------------------------------------------------------------ waiting
+    def wait_seq(self) -> int:
+        with self._wake:
+            return self._wake_seq
+
+    def wait(self, seen: int, timeout: float) -> None:
+        """Sleep until an append (by any eventlane process on the cluster) after ``seen``."""
+        with self._wake:
+            self._wake.wait_for(lambda: self._wake_seq != seen, timeout)
+
+    def wake(self) -> None:
+        """Wake every waiter of this namespace, in every process (callable from any thread,
+        the log's own event loop included)."""
+        self._bump()
+        publish = self._nc.publish(m.wake_subject(self.namespace), b"")
+        if threading.current_thread() is self._thread:
+            self._loop.create_task(publish)
+        else:
+            self._run(publish)
+
+    # ------------------------------------------------------------------ maintenance
+    def compact(self, topic: str, *, progress: Progress | None = None) -> list[CompactionReport]:
+        """Purge tombstones older than ``delete.retention.ms`` (values are compacted by the
+        server at once, ``max_msgs_per_subject=1``)."""
+        cfg = self._topic_meta(topic, fresh=True).config
+        return self._each_partition(topic, progress, lambda p: self._compact_one(topic, p, cfg))
+
+    def _each_partition(
+        self, topic: str, progress: Progress | None, work: Callable[[int], T]
+    ) -> list[T]:
+        """``work(p)`` for every partition of ``topic``, telling ``progress`` as it goes."""
+        total = self._topic_meta(topic, fresh=True).partitions
+        out = []
+        for p in range(total):
+            out.append(work(p))
+            if progress is not None:
+                progress(p + 1, total, p)
+        return out
+
+    def request_compaction(self, topic: str, partition: int) -> None:
+        """Nothing to schedule: the server compacts values at once (see :meth:`compact`)."""
+        self._check_partition(topic, partition)
+
+    def roll(self, topic: str, partition: int) -> None:
+        """JetStream has no segments to roll; checks the partition exists."""
+        self._check_partition(topic, partition)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Delete every record below ``before_offset`` (Kafka's DeleteRecords); the new LWM."""
+        self._check_partition(topic, partition)
+        lwm, hwm, _ = self._run(self._state(topic, partition))
+        if not isinstance(before_offset, int) or before_offset > hwm or before_offset < 0:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records before {before_offset!r}: outside [0, {hwm}]",
+                topic=topic,
+                partition=partition,
+                offset=before_offset,
+                lwm=lwm,
+                leo=hwm,
+            )
+        if before_offset > lwm:
+            stream = m.stream_name(self.namespace, topic, partition)
+            purge = functools.partial(self._js.purge_stream, stream, seq=before_offset + 1)
+            self._run(self._retry(purge, what="delete records"))
+        return self.offsets(topic, partition).lwm
+
+    def _compact_one(self, topic: str, p: int, cfg: TopicConfig) -> CompactionReport:
+        started = time.monotonic()
+        lwm, hwm, size_before = self._run(self._state(topic, p))
+        scanned, purged = 0, 0
+        if cfg.compact:
+            cutoff = self.clock() - cfg.delete_retention_ms
+            stream = m.stream_name(self.namespace, topic, p)
+            offset = lwm
+            while offset < hwm:
+                records, _ = self.read(topic, p, offset)
+                if not records:
+                    break
+                for r in records:
+                    scanned += 1
+                    if r.value is None and r.timestamp <= cutoff and r.key is not None:
+                        subject = (
+                            f"{m.subject_prefix(self.namespace, topic, p)}.{m.key_token(r.key)}"
+                        )
+                        self._run(
+                            self._retry(
+                                functools.partial(
+                                    self._js.purge_stream, stream, subject=subject, seq=r.offset + 2
+                                ),
+                                what="purge tombstone",
+                            )
+                        )
+                        purged += 1
+                offset = records[-1].offset + 1
+        _, _, size_after = self._run(self._state(topic, p))
+        return CompactionReport(
+            topic,
+            p,
+            1,
+            1,
+            scanned,
+            scanned - purged,
+            size_before,
+            size_after,
+            time.monotonic() - started,
+        )
+
+    def cleanup(self, topic: str, *, progress: Progress | None = None) -> list[RetentionReport]:
+        """Retention is applied continuously by the server (stream limits): report marks."""
+
+        def marks(p: int) -> RetentionReport:
+            lwm, _, _ = self._run(self._state(topic, p))
+            return RetentionReport(topic, p, lwm, lwm, 0, 0, 0, 0.0)
+
+        return self._each_partition(topic, progress, marks)
+
+    def verify(
+        self, topic: str | None = None, *, progress: Progress | None = None
+    ) -> list[Exception]:
+        """Check that every partition stream exists with its replicas current."""
+        problems: list[Exception] = []
+        for name in [topic] if topic is not None else self.list_topics():
+            check = functools.partial(self._verify_one, name)
+            for found in self._each_partition(name, progress, check):
+                problems.extend(found)
+        return problems
+
+    def _verify_one(self, topic: str, p: int, *, settle_s: float = 3.0) -> list[Exception]:
+        """Problems of one partition stream; a replica still catching up is re-checked for
+        ``settle_s`` (a new or restarted replica is briefly behind) before it is reported."""
+        stream = m.stream_name(self.namespace, topic, p)
+        deadline = time.monotonic() + settle_s
+        while True:
+            try:
+                info = self._run(self._retry(functools.partial(self._js.stream_info, stream)))
+            except nats.js.errors.NotFoundError:
+                return [LogError("partition stream missing", topic=topic, partition=p)]
+            problems: list[Exception] = [
+                LogError(
+                    f"replica {r.name} is {'offline' if r.offline else 'behind'}",
+                    topic=topic,
+                    partition=p,
+                )
+                for r in (info.cluster.replicas if info.cluster else None) or []
+                if r.offline or not r.current
+            ]
+            if not problems or time.monotonic() > deadline:
+                return problems
+            time.sleep(0.1)
+
+    # ------------------------------------------------------------------ migration support
+    def start_at(self, topic: str, partition: int, offset: int) -> None:
+        """Make an empty partition start at ``offset`` (its LWM and HWM become ``offset``)."""
+        _, hwm, _ = self._run(self._state(topic, partition))
+        if hwm != 0:
+            raise LogError("start_at needs an empty partition", topic=topic, partition=partition)
+        stream = m.stream_name(self.namespace, topic, partition)
+        self._run(self._retry(functools.partial(self._js.purge_stream, stream, seq=offset + 1)))
+
+    def fill_gap(self, topic: str, partition: int, count: int) -> int:
+        """Append ``count`` empty filler messages on the reserved subject ``<prefix>.g``
+        (removed by :meth:`purge_fillers`), so the next record lands ``count`` offsets on."""
+        subject = f"{m.subject_prefix(self.namespace, topic, partition)}.{m.FILLER}"
+        msgs = [(subject, b"", {m.H_TS: "0"})] * count
+        if count:
+            self._run(self._publish_only(topic, msgs, {}))
+        return count
+
+    def purge_fillers(self, topic: str, partition: int) -> None:
+        stream = m.stream_name(self.namespace, topic, partition)
+        subject = f"{m.subject_prefix(self.namespace, topic, partition)}.{m.FILLER}"
+        purge = functools.partial(self._js.purge_stream, stream, subject=subject)
+        self._run(self._retry(purge, what="purge fillers"))
+
+    def placement(self, topic: str, partition: int) -> tuple[str, str | None, list[str]]:
+        """``(stream, leader node, replica nodes)`` of a partition, for operators and tests."""
+        self._check_partition(topic, partition)
+        stream = m.stream_name(self.namespace, topic, partition)
+        info = self._run(self._retry(functools.partial(self._js.stream_info, stream)))
+        replicas = [
+            r.name for r in (info.cluster.replicas if info.cluster else None) or [] if r.name
+        ]
+        return stream, info.cluster.leader if info.cluster else None, replicas
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._run(self._nc.close())
+        finally:
+            self._closed = True
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> JetStreamLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _size(msgs: list[tuple[str, bytes, dict[str, str]]]) -> int:
+    return sum(len(payload) for _, payload, _ in msgs)
+
+
+def _record(
+    topic: str, partition: int, offset: int, subject: str, data: bytes, hdrs: dict[str, str]
+) -> Record:
+    token = subject.rsplit(".", 1)[-1]
+    ts = int(hdrs[m.H_TS]) if m.H_TS in hdrs else _server_time(hdrs.get("Nats-Time-Stamp"))
+    return Record(
+        topic,
+        partition,
+        offset,
+        ts,
+        TimestampType.LOG_APPEND_TIME if hdrs.get(m.H_TT) else TimestampType.CREATE_TIME,
+        m.key_from_token(token, hdrs),
+        None if hdrs.get(m.H_NULL) else data,
+        m.decode_headers(hdrs.get(m.H_HDRS)),
+    )
+
+
+def _server_time(stamp: str | None) -> int:
+    if not stamp:
+        return 0
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    base = datetime.fromisoformat(head + "+00:00")
+    return int(base.timestamp() * 1000) + int((frac + "000")[:3])
+
+
+def _conflict(
+    exc: nats.js.errors.APIError, expect: Expect, topic: str, partition: int
+) -> ConcurrencyError:
+    """The server refused an expected-sequence header: ``ConcurrencyError`` for an
+    :class:`Expect` (offsets: ``expected`` = ``last_offset`` or -1 for "none yet", ``actual`` =
+    the key's last offset as the server saw it, -1 if none, when it says)."""
+    found = re.search(r"(\d+)\s*$", exc.description or "")
+    return ConcurrencyError(
+        f"key {expect.key!r} moved on",
+        expected=-1 if expect.last_offset is None else expect.last_offset,
+        actual=int(found.group(1)) - 1 if found else -1,
+        topic=topic,
+        partition=partition,
+    )
+
+
+def _api_error(exc: nats.js.errors.APIError, topic: str, partition: int) -> Exception:
+    if exc.err_code == STREAM_NOT_FOUND or exc.code == 404:
+        return UnknownTopicError(f"topic {topic!r} has no stream: {exc.description}", topic=topic)
+    if exc.code == 413 or "maximum payload" in (exc.description or ""):
+        return RecordTooLargeError(
+            f"rejected by the server: {exc.description}", topic=topic, partition=partition
+        )
+    return LogError(
+        f"JetStream refused the append: {exc.description}", topic=topic, partition=partition
+    )

@@ -1,0 +1,114 @@
+"""What JetStream does differently, checked on the real cluster: compaction at once with
+Kafka's tombstone rule, retention by stream limits, DeleteRecords, reversible names."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from framework.errors import OffsetOutOfRangeError, UnknownTopicError
+from framework.log.jetstream import mapping
+from framework.log.jetstream.cluster import LocalCluster
+from framework.log.jetstream.log import JetStreamLog
+
+if TYPE_CHECKING:
+    from conftest import FakeClock
+
+
+@pytest.fixture
+def js(cluster: LocalCluster, namespace: str, clock: FakeClock) -> Iterator[JetStreamLog]:
+    with JetStreamLog.from_url(cluster.url, namespace=namespace, clock=clock) as log:
+        yield log
+
+
+def _all(js: JetStreamLog, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    offset, out = js.offsets(topic, 0).lwm, []
+    while records := js.read(topic, 0, offset)[0]:
+        out.extend((r.offset, r.key, r.value) for r in records)
+        offset = records[-1].offset + 1
+    return out
+
+
+def test_compaction_keeps_the_latest_value_and_tombstones_for_delete_retention(
+    js: JetStreamLog, clock: FakeClock
+) -> None:
+    js.create_topic("state.v1", 1, {"cleanup.policy": "compact", "delete.retention.ms": 60_000})
+    for i in range(9):
+        js.append("state.v1", 0, [(b"k%d" % (i % 3), b"%d" % i, (), None)])
+    js.append("state.v1", 0, [(b"k0", None, (), None)])  # tombstone for k0
+    assert _all(js, "state.v1") == [(7, b"k1", b"7"), (8, b"k2", b"8"), (9, b"k0", None)]
+    assert js.offsets("state.v1", 0) == (7, 10, 10)
+    js.compact("state.v1")  # tombstone younger than delete.retention.ms: still readable
+    assert (9, b"k0", None) in _all(js, "state.v1")
+    clock.advance(60_001)
+    calls: list[tuple[int, int, int]] = []
+    (report,) = js.compact("state.v1", progress=lambda *a: calls.append(a))
+    assert calls == [(1, 1, 0)] and report.records_kept == 2
+    assert _all(js, "state.v1") == [(7, b"k1", b"7"), (8, b"k2", b"8")]  # k0 purged
+    assert js.read_key("state.v1", 0, b"k0") == [] and js.key_head("state.v1", 0, b"k0") is None
+    assert js.describe_topic("state.v1").config.delete_retention_ms == 60_000
+    assert "state.v1" in js.list_topics()
+
+
+def test_retention_by_time_is_a_stream_limit(js: JetStreamLog) -> None:
+    js.create_topic("short", 1, {"retention.ms": 1000})
+    js.append("short", 0, [(None, b"old", (), None)] * 3)
+    deadline = time.monotonic() + 15
+    while js.offsets("short", 0).lwm < 3:
+        assert time.monotonic() < deadline, "records not expired by max_age"
+        time.sleep(0.2)
+    js.append("short", 0, [(None, b"new", (), None)])
+    assert [r.value for r in js.read("short", 0, 3)[0]] == [b"new"]
+    with pytest.raises(OffsetOutOfRangeError):
+        js.read("short", 0, 0)
+
+
+def test_delete_records_advances_the_low_water_mark(js: JetStreamLog) -> None:
+    js.create_topic("d", 1)
+    js.append("d", 0, [(b"k", b"%d" % i, (), None) for i in range(10)])
+    assert js.delete_records("d", 0, 4) == 4
+    assert js.offsets("d", 0) == (4, 10, 10)
+    assert js.read("d", 0, 4)[0][0].value == b"4"
+    with pytest.raises(OffsetOutOfRangeError):
+        js.delete_records("d", 0, 11)
+
+
+def test_names_are_reversible_and_collision_free() -> None:
+    names = ["a.b", "a_b", "a-b", "a_2Eb", "A.B", "x" * 249]
+    encoded = [mapping.encode_name(n) for n in names]
+    assert len(set(encoded)) == len(names)
+    assert [mapping.decode_name(e) for e in encoded] == names
+    assert all(e.replace("_", "").isalnum() for e in encoded)
+
+
+def test_an_append_on_one_connection_wakes_a_waiter_on_another(
+    js: JetStreamLog, cluster: LocalCluster, namespace: str
+) -> None:
+    js.create_topic("w", 1)
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as other:
+        seen = other.wait_seq()
+        started = time.monotonic()
+        js.append("w", 0, [(None, b"v", (), None)])
+        other.wait(seen, 10.0)
+        assert time.monotonic() - started < 2.0 and other.wait_seq() != seen
+        seen = js.wait_seq()
+        other.wake()  # an explicit wake reaches the other connection too
+        js.wait(seen, 10.0)
+        assert js.wait_seq() != seen
+
+
+def test_appending_to_a_topic_deleted_elsewhere_fails_fast(
+    js: JetStreamLog, cluster: LocalCluster, namespace: str
+) -> None:
+    js.create_topic("gone", 2)
+    js.append("gone", 0, [(None, b"v", (), None)])  # metadata now cached
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as other:
+        other.delete_topic("gone")
+    started = time.monotonic()
+    for records in ([(None, b"v", (), None)], [(None, b"v", (), None)] * 3):
+        with pytest.raises(UnknownTopicError):
+            js.append("gone", 0, records)
+    assert time.monotonic() - started < 5.0

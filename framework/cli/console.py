@@ -43,7 +43,6 @@ def is_loopback(host: str) -> bool:
 
 @click.command()
 @click.argument("app_spec", metavar="[APP]", required=False, envvar="EVENTLANE_APP")
-@click.option("--log", "log_url", metavar="URL", help="The log to open, e.g. file:///srv/data.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8070, show_default=True, help="TCP port."
@@ -64,7 +63,6 @@ def is_loopback(host: str) -> bool:
 @data_option
 def console(
     app_spec: str | None,
-    log_url: str | None,
     host: str,
     port: int,
     read_write: bool,
@@ -80,6 +78,7 @@ def console(
             f"the console needs the console extra: pip install 'eventlane[console]' ({exc})"
         ) from None
     ctx = click.get_current_context()
+    log_url = cli_app().log_url  # the shared --log option (root or subcommand)
     typed = click.core.ParameterSource.COMMANDLINE
     data_given = typed in (
         ctx.get_parameter_source("data"),

@@ -12,7 +12,7 @@ This keeps the dependency direction: the framework never imports an application.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 import click
 import structlog
@@ -20,13 +20,26 @@ import structlog
 log = structlog.get_logger("eventlane.cli")
 
 
+def plugin_points(entry_point_group: str) -> dict[str, EntryPoint]:
+    """The entry points declared under ``entry_point_group``, by command name."""
+    return {ep.name: ep for ep in entry_points(group=entry_point_group)}
+
+
+def load_plugin(ep: EntryPoint | None) -> click.Command | None:
+    """The click command ``ep`` declares; ``None`` (with a warning) when it cannot be loaded."""
+    if ep is None:
+        return None
+    try:
+        command = ep.load()
+    except Exception as exc:  # a broken plugin must not break the whole CLI
+        log.warning("cannot load eventlane plugin", entry_point=ep.value, error=str(exc))
+        return None
+    return command if isinstance(command, click.Command) else None
+
+
 def add_plugins(group: click.Group, entry_point_group: str) -> None:
     """Register every command declared under ``entry_point_group`` on ``group``."""
     for ep in entry_points(group=entry_point_group):
-        try:
-            command = ep.load()
-        except Exception as exc:  # a broken plugin must not break the whole CLI
-            log.warning("cannot load eventlane plugin", entry_point=ep.value, error=str(exc))
-            continue
-        if isinstance(command, click.Command):
+        command = load_plugin(ep)
+        if command is not None:
             group.add_command(command, ep.name)

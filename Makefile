@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -140,6 +140,10 @@ def main() -> None:
                 runtime, PROJECTION, engine="spark", spark=session, output=root / f"{name}.sqlite"
             )
             bench.record(f"cpu_us_per_event_{name}", (tree_cpu() - c0) / count * 1e6)
+            # where the wall time goes: the replay (tasks, parallel across cores) and the
+            # driver's serial tail (merge of the partials into the output, finalize)
+            bench.record(f"{name}_replay_s", r.replay_seconds)
+            bench.record(f"{name}_serial_s", r.seconds - r.replay_seconds)
             if name == "spark2" and r.merge is not None and r.merge.seconds > 0:
                 merges.append(r.merge.rows / r.merge.seconds)
                 bench.record("merge_rows_per_s", r.merge.rows / r.merge.seconds)
@@ -217,6 +221,17 @@ def main() -> None:
     bench.notes.append(
         f"CPU-bound ceiling on 2 idle cores: 2 x {local_cpu:.1f} / {spark_cpu:.1f} ="
         f" {2 * local_cpu / spark_cpu:.2f}x the local engine (if both cores were free)"
+    )
+    bench.add("spark local[1]: replay (tasks)", "s", "spark1_replay_s")
+    bench.add("spark local[1]: serial tail (merge, finalize)", "s", "spark1_serial_s")
+    bench.add("spark local[2]: replay (tasks)", "s", "spark2_replay_s", baseline="spark1_replay_s")
+    bench.add("spark local[2]: serial tail (merge, finalize)", "s", "spark2_serial_s")
+    replay1 = statistics.median(bench.series["spark1_replay_s"])
+    serial1 = statistics.median(bench.series["spark1_serial_s"])
+    bench.notes.append(
+        f"Amdahl ceiling of local[2]/local[1] from local[1]'s own phases: the replay halves at"
+        f" best, the serial tail does not: ({replay1:.2f} + {serial1:.2f}) /"
+        f" ({replay1:.2f} / 2 + {serial1:.2f}) = {(replay1 + serial1) / (replay1 / 2 + serial1):.2f}x"
     )
     bench.finish()
 

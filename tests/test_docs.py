@@ -72,7 +72,10 @@ def commands(
 ) -> list[tuple[tuple[str, ...], click.Command]]:
     """Every framework command under ``group`` with its path, groups included, depth first."""
     out: list[tuple[tuple[str, ...], click.Command]] = []
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the root group imports its subcommands lazily
+        command = group.get_command(ctx, name)
+        assert command is not None, name
         if not getattr(command.callback, "__module__", "framework.").startswith("framework."):
             continue  # contributed by an installed application (entry point plugin)
         out.append(((*path, name), command))

@@ -1,8 +1,11 @@
 """The ``eventlane`` command line: admin, produce/consume and maintenance of the log.
 
 The CLI is the top layer: it may import every layer and nothing imports it. Each subcommand
-module defines a click command or group and is registered here with one
-``main.add_command(...)`` line.
+module defines a click command or group and is registered here with one line of
+:data:`COMMANDS` (``name: "module:attribute"``). Subcommand modules, and commands contributed
+by installed applications (entry points, see :mod:`framework.cli.plugins`), are imported
+only when the command line names them (or ``--help`` lists them), so ``eventlane topics list``
+never pays for Spark, sqlite-utils or the projection runtime.
 
 Error contract: every :class:`~framework.errors.FrameworkError` (and an ``OSError`` such as a
 permission problem) reaching the root is printed as one ``Error: ...`` line on standard error,
@@ -15,32 +18,87 @@ standard error, so standard output carries only the command's result.
 
 from __future__ import annotations
 
+from importlib import import_module
+from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
 
 import click
 
-from framework.cli.cluster import cluster, migrate_log
-from framework.cli.console import console
 from framework.cli.context import DATA_HELP, LOG_HELP, AppContext
-from framework.cli.demo import demo
-from framework.cli.forget import forget
-from framework.cli.groups import groups
-from framework.cli.maintenance import cleanup, compact, dump, verify
-from framework.cli.plugins import add_plugins
-from framework.cli.project import dlq, migrate, project
-from framework.cli.rebuild import rebuild_command
-from framework.cli.records import consume, produce
-from framework.cli.serve import serve
-from framework.cli.topics import topics
+from framework.cli.plugins import add_plugins, load_plugin, plugin_points
 from framework.engine import DEFAULT_DATA_DIR
 from framework.errors import FrameworkError
 from framework.observability import configure_logging, log_level_name
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "main"]
+
+COMMANDS: dict[str, str] = {
+    "topics": "framework.cli.topics:topics",
+    "produce": "framework.cli.records:produce",
+    "consume": "framework.cli.records:consume",
+    "groups": "framework.cli.groups:groups",
+    "compact": "framework.cli.maintenance:compact",
+    "cleanup": "framework.cli.maintenance:cleanup",
+    "dump": "framework.cli.maintenance:dump",
+    "verify": "framework.cli.maintenance:verify",
+    "demo": "framework.cli.demo:demo",
+    "project": "framework.cli.project:project",
+    "migrate": "framework.cli.project:migrate",
+    "dlq": "framework.cli.project:dlq",
+    "rebuild": "framework.cli.rebuild:rebuild_command",
+    "forget": "framework.cli.forget:forget",
+    "console": "framework.cli.console:console",
+    "cluster": "framework.cli.cluster:cluster",
+    "migrate-log": "framework.cli.cluster:migrate_log",
+    "serve": "framework.cli.serve:serve",
+}
+"""Every built-in subcommand: its name and where it is defined (imported on first use)."""
+
+_PLUGIN_GROUPS = {"": "eventlane.commands", "demo": "eventlane.demos"}
+"""Entry point group of the commands installed applications add, per (sub)group path."""
 
 
-class _RootGroup(click.Group):
+class _LazyGroup(click.Group):
+    """A group whose subcommands are imported when first looked up.
+
+    ``lazy`` maps a name to ``"module:attribute"``; ``plugins`` names the entry point group
+    whose commands are added beside them (a built-in name wins over a plugin's).
+    """
+
+    def __init__(
+        self, *args: Any, lazy: dict[str, str] | None = None, plugins: str = "", **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+        self.plugins = plugins
+
+    def _plugin_points(self) -> dict[str, EntryPoint]:
+        return plugin_points(self.plugins) if self.plugins else {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx)) | set(self.lazy)
+        return sorted(names | set(self._plugin_points()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        if cmd_name in self.lazy:
+            module, _, attr = self.lazy[cmd_name].partition(":")
+            command = getattr(import_module(module), attr)
+            plugins = _PLUGIN_GROUPS.get(cmd_name, "")
+            if plugins and isinstance(command, click.Group):
+                add_plugins(command, plugins)
+        else:
+            command = load_plugin(self._plugin_points().get(cmd_name))
+        if not isinstance(command, click.Command):
+            return None
+        self.add_command(command, cmd_name)
+        return command
+
+
+class _RootGroup(_LazyGroup):
     """The root group: turns framework errors into a clean message and exit status 1."""
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -59,7 +117,12 @@ class _RootGroup(click.Group):
             raise click.ClickException(f"{err.strerror or err}{where}") from None
 
 
-@click.group(cls=_RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_RootGroup,
+    lazy=COMMANDS,
+    plugins=_PLUGIN_GROUPS[""],
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option(
     "--data",
     type=click.Path(path_type=Path),
@@ -86,27 +149,3 @@ def main(ctx: click.Context, data: Path, log_url: str | None) -> None:
     state = AppContext(data, log_url or None)
     ctx.obj = state
     ctx.call_on_close(state.close)
-
-
-# One line per subcommand module.
-
-main.add_command(topics)
-main.add_command(produce)
-main.add_command(consume)
-main.add_command(groups)
-main.add_command(compact)
-main.add_command(cleanup)
-main.add_command(dump)
-main.add_command(verify)
-main.add_command(demo)
-main.add_command(project)
-main.add_command(migrate)
-main.add_command(dlq)
-main.add_command(rebuild_command)
-main.add_command(console)
-main.add_command(cluster)
-main.add_command(migrate_log)
-main.add_command(serve)
-main.add_command(forget)
-add_plugins(main, "eventlane.commands")
-add_plugins(demo, "eventlane.demos")

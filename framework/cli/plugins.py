@@ -14,7 +14,7 @@ command), :func:`data_dir` (the data directory chosen) and :func:`open_log` (the
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 import click
@@ -38,13 +38,26 @@ def open_log(*, create: bool = False) -> Log:
     return app().open_log(create=create)
 
 
+def plugin_points(entry_point_group: str) -> dict[str, EntryPoint]:
+    """The entry points declared under ``entry_point_group``, by command name."""
+    return {ep.name: ep for ep in entry_points(group=entry_point_group)}
+
+
+def load_plugin(ep: EntryPoint | None) -> click.Command | None:
+    """The click command ``ep`` declares; ``None`` (with a warning) when it cannot be loaded."""
+    if ep is None:
+        return None
+    try:
+        command = ep.load()
+    except Exception as exc:  # a broken plugin must not break the whole CLI
+        log.warning("cannot load eventlane plugin", entry_point=ep.value, error=str(exc))
+        return None
+    return command if isinstance(command, click.Command) else None
+
+
 def add_plugins(group: click.Group, entry_point_group: str) -> None:
     """Register every command declared under ``entry_point_group`` on ``group``."""
     for ep in entry_points(group=entry_point_group):
-        try:
-            command = ep.load()
-        except Exception as exc:  # a broken plugin must not break the whole CLI
-            log.warning("cannot load eventlane plugin", entry_point=ep.value, error=str(exc))
-            continue
-        if isinstance(command, click.Command):
+        command = load_plugin(ep)
+        if command is not None:
             group.add_command(command, ep.name)

@@ -35,17 +35,26 @@ readable message (:func:`describe_structure_error`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any, NoReturn
+from types import NoneType, UnionType
+from typing import Any, NoReturn, Union, get_args, get_origin
 from uuid import UUID, SafeUUID
 
+import attrs
 import cattrs
 from cattrs.preconf.orjson import OrjsonConverter
 from cattrs.preconf.orjson import make_converter as _make_orjson_converter
 from cattrs.v import format_exception
 
-__all__ = ["OrjsonConverter", "describe_structure_error", "make_converter", "parse_uuid"]
+__all__ = [
+    "OrjsonConverter",
+    "describe_structure_error",
+    "fast_structure_fn",
+    "make_converter",
+    "parse_uuid",
+]
 
 
 def _wrong_type(value: object, expected: str) -> NoReturn:
@@ -160,6 +169,68 @@ def make_converter(*, detailed_validation: bool = False) -> OrjsonConverter:
     converter.register_unstructure_hook(datetime, _unstructure_datetime)
     converter.register_structure_hook(datetime, _structure_datetime)
     return converter
+
+
+_EXACT = (str, int, bool, float)
+
+
+def _exact_check(var: str, tp: Any) -> str | None:
+    """A Python condition true when ``var`` is *not* exactly of JSON-native type ``tp``."""
+    if tp in _EXACT:
+        return f"{var}.__class__ is not {tp.__name__}"
+    if get_origin(tp) in (Union, UnionType):
+        members = [m for m in get_args(tp) if m is not NoneType]
+        if len(members) == 1 and len(get_args(tp)) == 2 and members[0] in _EXACT:
+            return f"({var} is not None and {var}.__class__ is not {members[0].__name__})"
+    return None
+
+
+def fast_structure_fn(
+    cls: type, fallback: Callable[[Any, type], Any]
+) -> Callable[[Any, type], Any] | None:
+    """A structure function for ``cls`` specialised to its fields, or ``None``.
+
+    Made for attrs classes whose every field is a ``str``, ``int``, ``bool``, ``float`` or
+    one of those ``| None`` (the common event). It reads each key, checks each value's exact
+    JSON type and calls ``cls`` once, with no call per field; any other input (a missing key,
+    a value of another type, a float field holding an int) goes to ``fallback`` (the
+    converter's generated hook), so results and errors are exactly the converter's own.
+    """
+    if not attrs.has(cls):
+        return None
+    try:
+        attrs.resolve_types(cls)  # string annotations (PEP 563) become types
+    except Exception:  # an annotation that does not resolve: leave it to cattrs
+        return None
+    fields = attrs.fields(cls)
+    reads, checks, args = [], [], []
+    for i, f in enumerate(fields):
+        if not f.init or f.name.startswith("_") or f.alias != f.name:
+            return None
+        check = _exact_check(f"v{i}", f.type)
+        if check is None:
+            return None
+        reads.append(f"v{i} = d[{f.name!r}]")
+        checks.append(check)
+        args.append(f"{f.name}=v{i}" if f.kw_only else f"v{i}")
+    if not fields:
+        return None
+    body = "\n".join(
+        [
+            "def structure(d, _cls):",
+            "    try:",
+            *(f"        {r}" for r in reads),
+            "    except (KeyError, TypeError):",
+            "        return fallback(d, cls)",
+            f"    if {' or '.join(checks)}:",
+            "        return fallback(d, cls)",
+            f"    return cls({', '.join(args)})",
+        ]
+    )
+    namespace: dict[str, Any] = {"cls": cls, "fallback": fallback}
+    exec(compile(body, f"<eventlane fast structure {cls.__qualname__}>", "exec"), namespace)
+    fn: Callable[[Any, type], Any] = namespace["structure"]
+    return fn
 
 
 def _format_exception(exc: BaseException, type_: type | None) -> str:

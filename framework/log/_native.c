@@ -10,6 +10,8 @@
  *   encode_records(records, base_timestamp, offset_deltas) -> bytes
  *   decode_records(buf, start, end, base_offset, base_timestamp, timestamp_type,
  *                  topic, partition, min_offset[, record_cls]) -> list[record_cls]
+ *   index_keys(buf, start, end, base_offset, last, key_id) -> int    (the cleaner's pass 1)
+ *   metadata_list(cls, topic, partition, base_offset, timestamps) -> list[cls]  (producer)
  *
  * The record layout (all integers big-endian) is documented in framework/log/batch.py:
  *
@@ -704,15 +706,16 @@ error:
 /* decode_records                                                                          */
 /* ------------------------------------------------------------------------------------- */
 
-/* Whether instances of record_cls may be built directly as tuples of 8 items: a tuple
- * subclass with the tuple layout (no extra slots, no __dict__) and 8 NamedTuple _fields,
- * as framework.log.record.Record is. Anything else is called as record_cls(*fields). */
+/* Whether instances of record_cls may be built directly as tuples of nfields items: a tuple
+ * subclass with the tuple layout (no extra slots, no __dict__) and nfields NamedTuple
+ * _fields, as framework.log.record.Record (8) and RecordMetadata (4) are. Anything else is called as record_cls(*fields). */
 static int
-direct_alloc_ok(PyObject *record_cls)
+direct_alloc_ok(PyObject *record_cls, Py_ssize_t nfields)
 {
 #if PY_VERSION_HEX >= 0x030E0000
     /* 3.14 caches tuple hashes in the object: let tuple.__new__ set that up. */
     (void)record_cls;
+    (void)nfields;
     return 0;
 #else
     PyTypeObject *tp;
@@ -735,7 +738,7 @@ direct_alloc_ok(PyObject *record_cls)
         PyErr_Clear();
         return 0;
     }
-    ok = PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == 8;
+    ok = PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == nfields;
     Py_DECREF(fields);
     return ok;
 #endif
@@ -755,6 +758,120 @@ bytes_or_none(const unsigned char *p, int32_t len)
         PyErr_Format(PyExc_ValueError, __VA_ARGS__); \
         goto error;                                   \
     } while (0)
+
+/* One record's framing, checked: where its fields lie in the buffer. */
+typedef struct {
+    Py_ssize_t end;        /* first byte after the record */
+    int32_t delta;         /* offset delta */
+    int64_t ts_delta;      /* timestamp delta */
+    Py_ssize_t key_at;     /* key bytes (klen == -1: null key) */
+    int32_t klen;
+    Py_ssize_t value_at;   /* value bytes (vlen == -1: null value) */
+    int32_t vlen;
+    Py_ssize_t headers_at; /* first header; hcount headers, each framed and in bounds */
+    int32_t hcount;
+} RecordSpan;
+
+/* Parse the record at b[pos:end] into *r, checking every length against the record and the
+ * record against end; header names are not decoded. 0 on success; -1 with ValueError set.
+ * decode_records and index_keys share it, so both accept exactly the same framing. */
+static int
+parse_record(const unsigned char *b, Py_ssize_t pos, Py_ssize_t end, RecordSpan *r)
+{
+    int32_t length, j;
+    Py_ssize_t p;
+    const char *bad = NULL;
+    int badval = 0;
+
+    if (end - pos < 20) {
+        PyErr_SetString(PyExc_ValueError, "record header runs past the batch end");
+        return -1;
+    }
+    length = rd_i32(b + pos);
+    r->delta = rd_i32(b + pos + 4);
+    r->ts_delta = rd_i64(b + pos + 8);
+    r->klen = rd_i32(b + pos + 16);
+    if (length < 20 || (int64_t)length > (int64_t)(end - pos) - 4) {
+        PyErr_Format(PyExc_ValueError, "record length %d runs past the batch end", (int)length);
+        return -1;
+    }
+    r->end = pos + 4 + (Py_ssize_t)length;
+    p = pos + 20;
+    r->key_at = p;
+    if (r->klen >= 0 && r->klen <= r->end - p) {
+        p += r->klen;
+    }
+    else if (r->klen != -1) {
+        PyErr_Format(PyExc_ValueError, "bad key length %d", (int)r->klen);
+        return -1;
+    }
+    if (r->end - p < 4) {
+        goto mismatch;
+    }
+    r->vlen = rd_i32(b + p);
+    p += 4;
+    r->value_at = p;
+    if (r->vlen >= 0 && r->vlen <= r->end - p) {
+        p += r->vlen;
+    }
+    else if (r->vlen != -1) {
+        PyErr_Format(PyExc_ValueError, "bad value length %d", (int)r->vlen);
+        return -1;
+    }
+    if (r->end - p < 4) {
+        goto mismatch;
+    }
+    r->hcount = rd_i32(b + p);
+    p += 4;
+    r->headers_at = p;
+    /* Each header takes at least 8 bytes: a larger count cannot fit (checked before the
+     * decoder allocates, so a corrupt count cannot make it allocate more than the record). */
+    if (r->hcount < 0 || r->hcount > length || (Py_ssize_t)r->hcount > (r->end - p) / 8) {
+        PyErr_Format(PyExc_ValueError, "bad header count %d", (int)r->hcount);
+        return -1;
+    }
+    for (j = 0; j < r->hcount; j++) {
+        int32_t nlen, hlen;
+        if (r->end - p < 4) {
+            bad = "header runs past the record end";
+            break;
+        }
+        nlen = rd_i32(b + p);
+        p += 4;
+        if (nlen < 0 || nlen > r->end - p) {
+            bad = "bad header name length %d";
+            badval = nlen;
+            break;
+        }
+        p += nlen;
+        if (r->end - p < 4) {
+            bad = "header runs past the record end";
+            break;
+        }
+        hlen = rd_i32(b + p);
+        p += 4;
+        if (hlen != -1 && (hlen < 0 || hlen > r->end - p)) {
+            bad = "bad header value length %d";
+            badval = hlen;
+            break;
+        }
+        if (hlen > 0) {
+            p += hlen;
+        }
+    }
+    if (bad != NULL) {
+        PyErr_Format(PyExc_ValueError, bad, badval);
+        return -1;
+    }
+    if (p != r->end) {
+        goto mismatch;
+    }
+    return 0;
+
+mismatch:
+    PyErr_SetString(PyExc_ValueError, "record length does not match its fields");
+    return -1;
+}
 
 static PyObject *
 native_decode_records(PyObject *module, PyObject *args)
@@ -789,7 +906,7 @@ native_decode_records(PyObject *module, PyObject *args)
         }
         record_cls = default_cls;
     }
-    direct = direct_alloc_ok(record_cls);
+    direct = direct_alloc_ok(record_cls, 8);
     /* Records hold only atoms (str, int, bytes, None) and tuples of atoms, so they can never
      * be part of a reference cycle: untrack them from the cyclic GC, which would otherwise
      * walk every decoded record again and again while a batch is alive (CPython untracks
@@ -807,98 +924,46 @@ native_decode_records(PyObject *module, PyObject *args)
     b = (const unsigned char *)view.buf;
     pos = start;
     while (pos < end) {
-        int32_t length, delta, klen, vlen, hcount, j;
-        int64_t ts_delta, offset;
-        Py_ssize_t rec_end, p;
+        RecordSpan r;
+        int32_t j;
+        int64_t offset;
+        Py_ssize_t p;
 
-        if (end - pos < 20) {
-            BAD("record header runs past the batch end");
+        if (parse_record(b, pos, end, &r) < 0) {
+            goto error;
         }
-        length = rd_i32(b + pos);
-        delta = rd_i32(b + pos + 4);
-        ts_delta = rd_i64(b + pos + 8);
-        klen = rd_i32(b + pos + 16);
-        if (length < 20 || (int64_t)length > (int64_t)(end - pos) - 4) {
-            BAD("record length %d runs past the batch end", (int)length);
-        }
-        rec_end = pos + 4 + (Py_ssize_t)length;
-        p = pos + 20;
-
-        if (klen == -1) {
+        if (r.klen == -1) {
             key = Py_None;
             Py_INCREF(key);
         }
-        else if (klen >= 0 && klen <= rec_end - p) {
-            key = PyBytes_FromStringAndSize((const char *)b + p, klen);
-            if (key == NULL) {
-                goto error;
-            }
-            p += klen;
+        else if ((key = PyBytes_FromStringAndSize((const char *)b + r.key_at, r.klen)) == NULL) {
+            goto error;
         }
-        else {
-            BAD("bad key length %d", (int)klen);
-        }
-
-        if (rec_end - p < 4) {
-            BAD("record length does not match its fields");
-        }
-        vlen = rd_i32(b + p);
-        p += 4;
-        if (vlen == -1) {
+        if (r.vlen == -1) {
             value = Py_None;
             Py_INCREF(value);
         }
-        else if (vlen >= 0 && vlen <= rec_end - p) {
-            value = PyBytes_FromStringAndSize((const char *)b + p, vlen);
-            if (value == NULL) {
-                goto error;
-            }
-            p += vlen;
+        else if ((value = PyBytes_FromStringAndSize((const char *)b + r.value_at, r.vlen)) ==
+                 NULL) {
+            goto error;
         }
-        else {
-            BAD("bad value length %d", (int)vlen);
-        }
-
-        if (rec_end - p < 4) {
-            BAD("record length does not match its fields");
-        }
-        hcount = rd_i32(b + p);
-        p += 4;
-        /* Each header takes at least 8 bytes: a larger count cannot fit (checked before
-         * allocating, so a corrupt count cannot make us allocate more than the record). */
-        if (hcount < 0 || hcount > length || (Py_ssize_t)hcount > (rec_end - p) / 8) {
-            BAD("bad header count %d", (int)hcount);
-        }
-        headers = PyTuple_New(hcount);
+        headers = PyTuple_New(r.hcount);
         if (headers == NULL) {
             goto error;
         }
-        for (j = 0; j < hcount; j++) {
+        p = r.headers_at;
+        for (j = 0; j < r.hcount; j++) { /* framing checked by parse_record */
             int32_t nlen, hlen;
             PyObject *name, *hval, *pair;
-            if (rec_end - p < 4) {
-                BAD("header runs past the record end");
-            }
             nlen = rd_i32(b + p);
             p += 4;
-            if (nlen < 0 || nlen > rec_end - p) {
-                BAD("bad header name length %d", (int)nlen);
-            }
             name = PyUnicode_DecodeUTF8((const char *)b + p, nlen, NULL);
             if (name == NULL) {
                 goto error;
             }
             p += nlen;
-            if (rec_end - p < 4) {
-                Py_DECREF(name);
-                BAD("header runs past the record end");
-            }
             hlen = rd_i32(b + p);
             p += 4;
-            if (hlen != -1 && (hlen < 0 || hlen > rec_end - p)) {
-                Py_DECREF(name);
-                BAD("bad header value length %d", (int)hlen);
-            }
             hval = bytes_or_none(b + p, hlen);
             if (hval == NULL) {
                 Py_DECREF(name);
@@ -918,27 +983,24 @@ native_decode_records(PyObject *module, PyObject *args)
             PyObject_GC_UnTrack(pair);
             PyTuple_SET_ITEM(headers, j, pair);
         }
-        if (p != rec_end) {
-            BAD("record length does not match its fields");
-        }
 
-        if (add_overflows(base_offset, delta)) {
+        if (add_overflows(base_offset, r.delta)) {
             /* Only a corrupt or absurd base offset gets here; the Python reference would
              * produce an offset beyond int64, which no log can hold. */
-            BAD("record offset %lld%+d does not fit in 64 bits", base_offset, (int)delta);
+            BAD("record offset %lld%+d does not fit in 64 bits", base_offset, (int)r.delta);
         }
-        offset = (int64_t)base_offset + delta;
+        offset = (int64_t)base_offset + r.delta;
         if (offset >= min_offset) {
             PyObject *off_obj, *ts_obj;
-            if (add_overflows(base_timestamp, ts_delta)) {
+            if (add_overflows(base_timestamp, r.ts_delta)) {
                 BAD("record timestamp %lld%+lld does not fit in 64 bits", base_timestamp,
-                    (long long)ts_delta);
+                    (long long)r.ts_delta);
             }
             off_obj = PyLong_FromLongLong(offset);
             if (off_obj == NULL) {
                 goto error;
             }
-            ts_obj = PyLong_FromLongLong((long long)(base_timestamp + ts_delta));
+            ts_obj = PyLong_FromLongLong((long long)(base_timestamp + r.ts_delta));
             if (ts_obj == NULL) {
                 Py_DECREF(off_obj);
                 goto error;
@@ -1001,7 +1063,7 @@ native_decode_records(PyObject *module, PyObject *args)
             Py_CLEAR(value);
             Py_CLEAR(headers);
         }
-        pos = rec_end;
+        pos = r.end;
     }
     PyBuffer_Release(&view);
     Py_XDECREF(default_cls);
@@ -1019,6 +1081,172 @@ error:
 }
 
 #undef BAD
+
+/* ------------------------------------------------------------------------------------- */
+/* index_keys: the cleaner's key-only scan                                                */
+/* ------------------------------------------------------------------------------------- */
+
+#define BAD(...)                                      \
+    do {                                              \
+        PyErr_Format(PyExc_ValueError, __VA_ARGS__); \
+        goto error;                                   \
+    } while (0)
+
+/* index_keys(buf, start, end, base_offset, last, key_id) -> int
+ *
+ * For every record of buf[start:end], in order: last[key] = offset, with the key as bytes
+ * when it is at most 16 bytes long and key_id(key) otherwise; keyless records are skipped.
+ * Returns the number of records. Values and headers are skipped without being copied; the
+ * framing is checked exactly as decode_records checks it (header names are not UTF-8
+ * decoded). */
+static PyObject *
+native_index_keys(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t start, end, pos, count = 0;
+    long long base_offset;
+    PyObject *last, *key_id, *key = NULL, *off_obj = NULL;
+    const unsigned char *b;
+    (void)module;
+
+    if (!PyArg_ParseTuple(args, "y*nnLO!O:index_keys", &view, &start, &end, &base_offset,
+                          &PyDict_Type, &last, &key_id)) {
+        return NULL;
+    }
+    if (start < 0 || end > view.len) {
+        BAD("records span [%zd, %zd) lies outside the buffer of %zd bytes", start, end,
+            view.len);
+    }
+    b = (const unsigned char *)view.buf;
+    pos = start;
+    while (pos < end) {
+        RecordSpan r;
+        if (parse_record(b, pos, end, &r) < 0) {
+            goto error;
+        }
+        if (add_overflows(base_offset, r.delta)) {
+            BAD("record offset %lld%+d does not fit in 64 bits", base_offset, (int)r.delta);
+        }
+        if (r.klen >= 0) {
+            key = PyBytes_FromStringAndSize((const char *)b + r.key_at, r.klen);
+            if (key == NULL) {
+                goto error;
+            }
+            if (r.klen > 16) {
+                Py_SETREF(key, PyObject_CallOneArg(key_id, key));
+                if (key == NULL) {
+                    goto error;
+                }
+            }
+            off_obj = PyLong_FromLongLong((long long)base_offset + r.delta);
+            if (off_obj == NULL || PyDict_SetItem(last, key, off_obj) < 0) {
+                goto error;
+            }
+            Py_CLEAR(key);
+            Py_CLEAR(off_obj);
+        }
+        count++;
+        pos = r.end;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(count);
+
+error:
+    Py_XDECREF(key);
+    Py_XDECREF(off_obj);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+#undef BAD
+
+/* ------------------------------------------------------------------------------------- */
+/* metadata_list: the producer's acknowledgements                                          */
+/* ------------------------------------------------------------------------------------- */
+
+/* metadata_list(cls, topic, partition, base_offset, timestamps) -> list[cls]
+ *
+ * cls(topic, partition, base_offset + i, timestamps[i]) for every i. When cls is a
+ * 4-field NamedTuple with the tuple layout and topic/partition are an exact str/int, the
+ * items are built directly and untracked from the cyclic GC (they hold only atoms), so a
+ * batch's acknowledgements add nothing to every later collection. */
+static PyObject *
+native_metadata_list(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *cls, *topic, *partition, *stamps, *out;
+    long long base;
+    Py_ssize_t i, n;
+    int direct;
+    (void)module;
+
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "metadata_list(cls, topic, partition, base_offset, timestamps)");
+        return NULL;
+    }
+    cls = args[0];
+    topic = args[1];
+    partition = args[2];
+    base = PyLong_AsLongLong(args[3]);
+    if (base == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    stamps = PySequence_Fast(args[4], "timestamps must be a sequence");
+    if (stamps == NULL) {
+        return NULL;
+    }
+    n = PySequence_Fast_GET_SIZE(stamps);
+    direct = direct_alloc_ok(cls, 4) && PyUnicode_CheckExact(topic) &&
+             PyLong_CheckExact(partition);
+    out = PyList_New(n);
+    if (out == NULL) {
+        Py_DECREF(stamps);
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *off, *ts = PySequence_Fast_GET_ITEM(stamps, i), *item;
+        if (add_overflows(base, (int64_t)i)) {
+            PyErr_SetString(PyExc_OverflowError, "offset does not fit in 64 bits");
+            goto error;
+        }
+        off = PyLong_FromLongLong(base + (long long)i);
+        if (off == NULL) {
+            goto error;
+        }
+        if (direct && PyLong_CheckExact(ts)) {
+            PyTypeObject *tp = (PyTypeObject *)cls;
+            item = tp->tp_alloc(tp, 4);
+            if (item == NULL) {
+                Py_DECREF(off);
+                goto error;
+            }
+            Py_INCREF(topic);
+            Py_INCREF(partition);
+            Py_INCREF(ts);
+            PyTuple_SET_ITEM(item, 0, topic);
+            PyTuple_SET_ITEM(item, 1, partition);
+            PyTuple_SET_ITEM(item, 2, off);
+            PyTuple_SET_ITEM(item, 3, ts);
+            PyObject_GC_UnTrack(item);
+        }
+        else {
+            PyObject *argv[4] = {topic, partition, off, ts};
+            item = PyObject_Vectorcall(cls, argv, 4, NULL);
+            Py_DECREF(off);
+            if (item == NULL) {
+                goto error;
+            }
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    Py_DECREF(stamps);
+    return out;
+
+error:
+    Py_DECREF(stamps);
+    Py_DECREF(out);
+    return NULL;
+}
 
 /* ------------------------------------------------------------------------------------- */
 /* Module                                                                                  */
@@ -1044,6 +1272,14 @@ static PyMethodDef native_methods[] = {
      "decode_records(buf, start, end, base_offset, base_timestamp, timestamp_type, topic,\n"
      "               partition, min_offset, record_cls=Record, /)\n--\n\n"
      "Decode the records in buf[start:end], skipping offsets below min_offset."},
+    {"index_keys", (PyCFunction)native_index_keys, METH_VARARGS,
+     "index_keys(buf, start, end, base_offset, last, key_id, /)\n--\n\n"
+     "last[key] = offset for every keyed record of buf[start:end] (key_id(key) for keys\n"
+     "longer than 16 bytes); returns the number of records."},
+    {"metadata_list", (PyCFunction)(void (*)(void))native_metadata_list, METH_FASTCALL,
+     "metadata_list(cls, topic, partition, base_offset, timestamps, /)\n--\n\n"
+     "[cls(topic, partition, base_offset + i, t) for i, t in enumerate(timestamps)],\n"
+     "built untracked by the cyclic GC."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -78,6 +78,9 @@ if TYPE_CHECKING:
         ],
         bytes,
     ]
+    IndexKeysFn = Callable[
+        [bytes | memoryview, int, int, int, dict[bytes, int], Callable[[bytes], bytes]], int
+    ]
     DecodeFn = Callable[
         [bytes | memoryview, int, int, int, int, int, str, int, int, type], list[Record]
     ]
@@ -240,15 +243,38 @@ def _py_decode_records(
     return out
 
 
+def _py_index_keys(
+    buf: bytes | memoryview,
+    start: int,
+    end: int,
+    base_offset: int,
+    last: dict[bytes, int],
+    key_id: Callable[[bytes], bytes],
+) -> int:
+    """``last[key] = offset`` for every keyed record of ``buf[start:end]``; the record count.
+
+    Keys longer than 16 bytes are stored as ``key_id(key)``; keyless records are skipped.
+    This is the cleaner's first pass (key -> last offset): the native version checks the
+    framing as :func:`decode_records` does but copies no value and decodes no header.
+    """
+    records = _py_decode_records(buf, start, end, base_offset, 0, 0, "", 0, -(1 << 63))
+    for r in records:
+        if r.key is not None:
+            last[r.key if len(r.key) <= 16 else key_id(r.key)] = r.offset
+    return len(records)
+
+
 try:  # pragma: no cover - exercised by whichever implementation is present
     from framework.log import _native  # type: ignore[attr-defined]
 
     encode_records: EncodeFn = _native.encode_records
     decode_records: DecodeFn = _native.decode_records
+    index_keys: IndexKeysFn = _native.index_keys
     NATIVE = True
 except ImportError:  # pragma: no cover
     encode_records = _py_encode_records
     decode_records = _py_decode_records
+    index_keys = _py_index_keys
     NATIVE = False
 
 

@@ -58,6 +58,7 @@ from framework.log.batch import (
     batch_crc_ok,
     decode_records,
     encode_batch,
+    index_keys,
 )
 from framework.log.files import read_json_file, write_atomic
 from framework.log.partition import Partition
@@ -126,7 +127,27 @@ class _Batch(NamedTuple):
 
 
 def _iter_batches(partition: Partition, base: int, end_offset: int) -> Iterator[_Batch]:
-    """The batches of segment ``base`` below ``end_offset``, one at a time.
+    """The batches of segment ``base`` below ``end_offset``, decoded, one at a time."""
+    for h, raw in _iter_raw(partition, base, end_offset):
+        records = decode_records(
+            raw,
+            HEADER_SIZE,
+            h.size,
+            h.base_offset,
+            h.base_timestamp,
+            h.timestamp_type,
+            partition.topic,
+            partition.partition,
+            0,
+            _DECODE_AS,
+        )
+        yield _Batch(h, raw, records)
+
+
+def _iter_raw(
+    partition: Partition, base: int, end_offset: int
+) -> Iterator[tuple[BatchHeader, bytes]]:
+    """The batches of segment ``base`` below ``end_offset``: header and exact bytes.
 
     Only one batch is held at once (memory is bounded by the batch size, not the segment
     size); each is read once, its CRC checked on the very bytes that are decoded.
@@ -158,19 +179,7 @@ def _iter_batches(partition: Partition, base: int, end_offset: int) -> Iterator[
                     path=path,
                     position=ref.position,
                 )
-            records = decode_records(
-                raw,
-                HEADER_SIZE,
-                h.size,
-                h.base_offset,
-                h.base_timestamp,
-                h.timestamp_type,
-                partition.topic,
-                partition.partition,
-                0,
-                _DECODE_AS,
-            )
-            yield _Batch(h, raw, records)
+            yield h, raw
     finally:
         os.close(fd)
 
@@ -221,17 +230,9 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
     # Pass 1: last offset of every key in the cleanable range.
     last: dict[bytes, int] = {}
     scanned = 0
-    for base, _ in cleanable:
-        for batch in _iter_batches(partition, base, end_offset):
-            records = batch.records
-            scanned += len(records)
-            ids = _key_ids(records)
-            if ids is not None:  # later offsets overwrite earlier ones, as in the loop below
-                last.update(zip(ids, map(_OFFSET, records), strict=True))
-                continue
-            for r in records:  # a keyless record (written before the topic compacted)
-                if r[_KEY_AT] is not None:
-                    last[key_id(r[_KEY_AT])] = r[_OFFSET_AT]
+    for base, _ in cleanable:  # a key-only scan: values are neither copied nor decoded
+        for h, raw in _iter_raw(partition, base, end_offset):
+            scanned += index_keys(raw, HEADER_SIZE, h.size, h.base_offset, last, key_id)
     # Pass 2: write cleaned groups.
     horizon = _tombstone_horizon(partition, _cleanable_end(cleanable, bases, snap.active_base), now)
     groups = plan_groups(cleanable, cfg.segment_bytes)

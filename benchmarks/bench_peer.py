@@ -1,0 +1,388 @@
+"""Durable commands against the peer: the Python ``eventsourcing`` library 9.5.6 on SQLite.
+
+Both systems run the same workload on the same disk, interleaved round by round, each round
+on fresh files. A *command* is: load the account (a miss for its first command), decide
+(``open`` the first time, then ``deposit``), and save conditionally on the loaded version,
+durably (eventlane: one append with an expected-version check and ``fdatasync``; the peer:
+one SQLite transaction in WAL mode with ``synchronous=FULL``, its default: one fsync per
+commit). Series per round:
+
+* ``floor``        baseline: ``os.write`` of 100 bytes + ``os.fdatasync`` per record, in the
+                   same directory: the most durable commands/s this disk allows one writer.
+* ``el_1`` / ``peer_1``   one thread, sequential: ``--accounts`` accounts x ``--commands``
+                   commands each (account by account).
+* ``el_load`` / ``peer_load``  then loading every account once (aggregates/s).
+* ``el_8t`` / ``peer_8t``  8 threads of one process, each on its own accounts (the same
+                   total workload).
+* ``el_8p``        8 processes on one data directory, each on its own accounts; the clock
+                   starts once every process has opened the application (interpreter start
+                   not timed) and stops when the last one finishes. Reported against
+                   ``el_1`` (eventlane's own single-process rate).
+
+Targets (docs/performance.md, issue 15 as corrected): ``el_1`` >= 1.3x ``peer_1``;
+``el_8t`` >= 2x ``peer_8t``; ``el_8p`` >= 5x ``el_1``; ``el_load`` >= 1.5x ``peer_load``.
+
+    .venv/bin/python benchmarks/bench_peer.py [--quick] [--runs 5] [--json]
+        [--accounts 1000] [--commands 5] [--profile]
+
+``--profile`` runs eventlane's sequential workload once under cProfile and prints where the
+time goes (no table).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import multiprocessing
+import os
+import pstats
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from attrs import frozen
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+for _path in (str(ROOT), str(HERE)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from _harness import bench_from_args, parser, quiet_logs, scratch_dir  # noqa: E402
+
+from framework.domain import Aggregate, DomainEvent, applies, event  # noqa: E402
+from framework.store import Application  # noqa: E402
+
+THREADS = 8
+PROCESSES = 8
+
+
+# ------------------------------------------------------------------------ eventlane side
+@event("PeerOpened")
+@frozen
+class Opened(DomainEvent):
+    owner: str
+
+
+@event("PeerDeposited")
+@frozen
+class Deposited(DomainEvent):
+    amount: int
+
+
+class Account(Aggregate):
+    topic: ClassVar[str] = "peer.accounts"
+    owner: str
+    balance: int
+
+    def init_state(self) -> None:
+        self.owner = ""
+        self.balance = 0
+
+    def command(self) -> None:
+        if self.version == 0:
+            self.record_that(Opened("ada"))
+        else:
+            self.record_that(Deposited(1))
+
+    @applies(Opened)
+    def _opened(self, e: Opened) -> None:
+        self.owner = e.owner
+
+    @applies(Deposited)
+    def _deposited(self, e: Deposited) -> None:
+        self.balance += e.amount
+
+
+def el_app(data: Path) -> Application:
+    return Application(data, aggregates=[Account], partitions=1)
+
+
+def el_commands(app: Application, ids: Sequence[str], commands: int) -> None:
+    for aid in ids:
+        for _ in range(commands):
+            app.execute(Account, aid, Account.command, create=True)
+
+
+def el_loads(app: Application, ids: Sequence[str]) -> None:
+    for aid in ids:
+        assert app.load(Account, aid).version > 0
+
+
+# ----------------------------------------------------------------------------- the peer
+def _peer_classes() -> tuple[type, type]:
+    from eventsourcing.application import Application as EsApplication  # noqa: PLC0415
+    from eventsourcing.domain import Aggregate as EsAggregate  # noqa: PLC0415
+    from eventsourcing.domain import event as es_event  # noqa: PLC0415
+
+    class EsAccount(EsAggregate):  # type: ignore[misc]
+        @staticmethod
+        def create_id(name: str) -> UUID:
+            return uuid5(NAMESPACE_URL, name)  # the same id for the same account name
+
+        @es_event("Opened")
+        def __init__(self, name: str) -> None:
+            self.owner = "ada"
+            self.balance = 0
+
+        @es_event("Deposited")
+        def deposit(self, amount: int) -> None:
+            self.balance += amount
+
+    class Bank(EsApplication):  # type: ignore[misc]
+        pass
+
+    return EsAccount, Bank
+
+
+def peer_app(path: Path) -> Any:
+    _, bank = _peer_classes()
+    return bank(
+        env={
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": str(path),
+            "SQLITE_LOCK_TIMEOUT": "30",
+        }
+    )
+
+
+def peer_commands(app: Any, names: Sequence[str], commands: int) -> None:
+    from eventsourcing.application import AggregateNotFoundError as Missing  # noqa: PLC0415
+
+    account_cls = _PEER[0]
+    for name in names:
+        aid = uuid5(NAMESPACE_URL, name)
+        for _ in range(commands):
+            try:
+                account = app.repository.get(aid)
+            except Missing:
+                account = account_cls(name)
+            else:
+                account.deposit(1)
+            app.save(account)
+
+
+def peer_loads(app: Any, names: Sequence[str]) -> None:
+    for name in names:
+        assert app.repository.get(uuid5(NAMESPACE_URL, name)).version > 0
+
+
+_PEER: tuple[type, type] = (object, object)
+
+
+# ------------------------------------------------------------------------------ helpers
+def fdatasync_floor(folder: Path, count: int) -> float:
+    path = folder / "floor.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    payload = os.urandom(100)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(count):
+            os.write(fd, payload)
+            os.fdatasync(fd)
+        return count / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def in_threads(work: Callable[[Sequence[Any]], None], ids: Sequence[Any]) -> float:
+    """Seconds for ``THREADS`` threads to each run ``work`` on their share of ``ids``."""
+    shares = [ids[i::THREADS] for i in range(THREADS)]
+    errors: list[BaseException] = []
+    go = threading.Event()
+
+    def run(share: Sequence[Any]) -> None:
+        go.wait()
+        try:
+            work(share)
+        except BaseException as exc:  # reported below: a failed run is not a figure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in shares]
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter()
+    go.set()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - t0
+
+
+def _process_main(data: str, ids: list[str], commands: int, ready: Any, go: Any, done: Any) -> None:
+    quiet_logs()
+    app = el_app(Path(data))
+    ready.put(os.getpid())
+    go.wait()
+    el_commands(app, ids, commands)
+    done.put(time.monotonic())
+    app.close()
+
+
+def in_processes(data: Path, ids: Sequence[str], commands: int) -> float:
+    """Seconds for ``PROCESSES`` processes to run their share, from the moment all are up."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, done, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(
+            target=_process_main,
+            args=(str(data), list(ids[i::PROCESSES]), commands, ready, go, done),
+        )
+        for i in range(PROCESSES)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        for _ in procs:
+            ready.get(timeout=120)
+        t0 = time.monotonic()
+        go.set()
+        ends = [done.get(timeout=600) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    if any(p.exitcode for p in procs):
+        raise RuntimeError(f"worker exit codes {[p.exitcode for p in procs]}")
+    return max(ends) - t0
+
+
+# ------------------------------------------------------------------------------ measures
+def profile(root: Path, accounts: int, commands: int) -> None:
+    ids = [f"acc-{i}" for i in range(accounts)]
+    app = el_app(root / "profile")
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    el_commands(app, ids, commands)
+    prof.disable()
+    seconds = time.perf_counter() - t0
+    app.close()
+    print(f"eventlane, {accounts * commands} commands under cProfile: {seconds:.2f} s")
+    stats = pstats.Stats(prof)
+    stats.sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("tottime").print_stats(30)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    global _PEER  # noqa: PLW0603 - the peer's classes, built once the library is imported
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--accounts", type=int, default=None, help="accounts per run")
+    p.add_argument("--commands", type=int, default=5, help="commands per account")
+    p.add_argument("--profile", action="store_true", help="profile eventlane's commands")
+    args = p.parse_args(argv)
+    accounts = args.accounts or (100 if args.quick else 1000)
+    commands = args.commands
+    total = accounts * commands
+    quiet_logs()
+    _PEER = _peer_classes()
+    with scratch_dir(args.tmp, "peer") as root:
+        if args.profile:
+            profile(root, accounts, commands)
+            return
+        bench = bench_from_args(__file__, args)
+        bench.notes.append(
+            f"{accounts:,} accounts x {commands} commands; load-decide-save with one durable"
+            f" conditional append each; {THREADS} threads / {PROCESSES} processes on"
+            " distinct accounts; the peer is eventsourcing 9.5.6 on a SQLite file"
+            " (WAL, synchronous=FULL)"
+        )
+        el_ids = [f"acc-{i}" for i in range(accounts)]
+        peer_ids = el_ids  # the peer derives its UUIDs from the same names
+        state: dict[str, Any] = {}
+
+        def fresh(name: str) -> Path:
+            path = root / name
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir()
+            return path
+
+        def floor() -> float:
+            return fdatasync_floor(fresh("floor"), max(500, total // 5))
+
+        def sequential(
+            key: str, open_app: Callable[[Path], Any], run: Callable[[Any], None]
+        ) -> Callable[[], float]:
+            def measure() -> float:
+                app = open_app(fresh(key))
+                t0 = time.perf_counter()
+                run(app)
+                state[key] = app  # loaded by the next measure
+                return total / (time.perf_counter() - t0)
+
+            return measure
+
+        def loads(key: str, run: Callable[[Any], None]) -> Callable[[], float]:
+            def measure() -> float:
+                app = state.pop(key)
+                t0 = time.perf_counter()
+                run(app)
+                rate = accounts / (time.perf_counter() - t0)
+                app.close()
+                return rate
+
+            return measure
+
+        el_1 = sequential("el", el_app, lambda app: el_commands(app, el_ids, commands))
+        el_load = loads("el", lambda app: el_loads(app, el_ids))
+        peer_1 = sequential(
+            "peer",
+            lambda folder: peer_app(folder / "peer.sqlite"),
+            lambda app: peer_commands(app, peer_ids, commands),
+        )
+        peer_load = loads("peer", lambda app: peer_loads(app, peer_ids))
+
+        def el_8t() -> float:
+            app = el_app(fresh("el8t"))
+            seconds = in_threads(lambda ids: el_commands(app, ids, commands), el_ids)
+            app.close()
+            return total / seconds
+
+        def peer_8t() -> float:
+            app = peer_app(fresh("peer8t") / "peer.sqlite")
+            seconds = in_threads(lambda ids: peer_commands(app, ids, commands), peer_ids)
+            app.close()
+            return total / seconds
+
+        def el_8p() -> float:
+            data = fresh("el8p")
+            el_app(data).close()  # topics created once, before the processes race
+            return total / in_processes(data, el_ids, commands)
+
+        bench.rounds(
+            {
+                "floor": floor,
+                "el_1": el_1,
+                "el_load": el_load,
+                "peer_1": peer_1,
+                "peer_load": peer_load,
+                "el_8t": el_8t,
+                "peer_8t": peer_8t,
+                "el_8p": el_8p,
+            }
+        )
+        bench.add("baseline: write + fdatasync per record", "rec/s", "floor")
+        bench.add("peer: 1 thread", "cmd/s", "peer_1")
+        bench.add("eventlane: 1 thread vs the peer", "cmd/s", "el_1", baseline="peer_1")
+        bench.add("eventlane: 1 thread vs the fdatasync floor", "cmd/s", "el_1", baseline="floor")
+        bench.add("peer: 1 thread vs the fdatasync floor", "cmd/s", "peer_1", baseline="floor")
+        bench.add("peer: loads", "agg/s", "peer_load")
+        bench.add("eventlane: loads vs the peer", "agg/s", "el_load", baseline="peer_load")
+        bench.add("peer: 8 threads", "cmd/s", "peer_8t")
+        bench.add(
+            "eventlane: 8 threads vs the peer's 8 threads", "cmd/s", "el_8t", baseline="peer_8t"
+        )
+        bench.add("eventlane: 8 processes vs its own 1 thread", "cmd/s", "el_8p", baseline="el_1")
+        bench.finish()
+
+
+if __name__ == "__main__":
+    main()

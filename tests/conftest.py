@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, settings
 
 from framework.log import LogStore
 from framework.observability import configure_logging
+from framework.testing.clock import FakeClock
 
 configure_logging()
 
@@ -30,24 +31,6 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
-
-T0_MS = 1_700_000_000_000
-"""Where :class:`FakeClock` starts: a fixed, realistic epoch time in milliseconds."""
-
-
-class FakeClock:
-    """A millisecond clock that moves only when told: ``LogStore(path, clock=clock)``."""
-
-    def __init__(self, now: int = T0_MS) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> int:
-        self.now += ms
-        return self.now
-
 
 @pytest.fixture
 def clock() -> FakeClock:

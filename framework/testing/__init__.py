@@ -1,0 +1,12 @@
+"""Test kits that ship with eventlane.
+
+* :mod:`.scenario`: given-when-then tests of an aggregate, no storage (:class:`Scenario`);
+* :mod:`.contracts`: the log port's contract kit (:class:`~.contracts.LogContract`), which
+  another engine subclasses to prove itself (imports pytest: import it explicitly);
+* :mod:`.clock`: :class:`~.clock.FakeClock`, a clock that moves only when told.
+"""
+
+from framework.testing.clock import FakeClock
+from framework.testing.scenario import Scenario
+
+__all__ = ["FakeClock", "Scenario"]

@@ -5,12 +5,13 @@ module defines a click command or group and is registered here with one
 ``main.add_command(...)`` line.
 
 Error contract: every :class:`~framework.errors.FrameworkError` (and an ``OSError`` such as a
-permission problem) reaching the root is printed as one ``Error: ...`` line on standard error,
-naming what was wrong (topic, partition, offset, file, position), with exit status 1 and no
-traceback (set ``EVENTLANE_LOG_LEVEL=debug`` to get the traceback). A bad argument caught
-while parsing exits with status 2, click's usage error. Logging is configured once at start
-(:func:`framework.observability.configure_logging`; warnings and above by default), on
-standard error, so standard output carries only the command's result.
+permission problem; any other exception too, named by its type) reaching the root is printed as
+one ``Error: ...`` line on standard error, naming what was wrong (topic, partition, offset,
+file, position), with exit status 1 and no traceback (set ``EVENTLANE_LOG_LEVEL=debug`` to get
+the traceback). A bad argument caught while parsing exits with status 2, click's usage error.
+Logging is configured once at start (:func:`framework.observability.configure_logging`;
+warnings and above by default), on standard error, so standard output carries only the
+command's result.
 """
 
 from __future__ import annotations
@@ -53,6 +54,14 @@ class _RootGroup(click.Group):
                 raise
             where = f": {err.filename}" if err.filename else ""
             raise click.ClickException(f"{err.strerror or err}{where}") from None
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as err:  # a bug or a library's error: still one line, status 1
+            if log_level_name() == "debug":
+                raise
+            raise click.ClickException(
+                f"{type(err).__name__}: {err} (EVENTLANE_LOG_LEVEL=debug shows the traceback)"
+            ) from None
 
 
 @click.group(cls=_RootGroup, context_settings={"help_option_names": ["-h", "--help"]})

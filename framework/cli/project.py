@@ -17,6 +17,7 @@ JSON shapes:
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -310,6 +311,18 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)', re.M)
+
+
+def _raised_at(error: str) -> str:
+    """``file:line in function`` of the innermost frame of a stored traceback, or ``?``."""
+    frames = list(_FRAME.finditer(error))
+    if not frames:
+        return "?"
+    last = frames[-1]
+    return f"{last['file']}:{last['line']} in {last['name']}"
+
+
 @dlq.command("list")
 @app_argument
 @projection_option
@@ -331,7 +344,7 @@ def dlq_list(app_spec: str, projection: str, status: str, as_json: bool) -> None
         return
     table = simple_table(
         f"Dead letters of {projection} ({status}): {len(letters)}",
-        ("id", "source", "key", "type", "status", "attempts", "error"),
+        ("id", "source", "key", "type", "status", "tries", "error"),
         [
             (
                 d.id,
@@ -345,6 +358,10 @@ def dlq_list(app_spec: str, projection: str, status: str, as_json: bool) -> None
             for d in letters
         ],
     )
+    for column in table.columns:  # one line per letter, also at 80 columns: cut, never wrap
+        column.no_wrap = True
+        column.overflow = "ellipsis"
+    table.columns[-1].ratio = 1
     stdout_console().print(table)
 
 
@@ -384,6 +401,7 @@ def dlq_show(app_spec: str, letter_id: int, projection: str, as_json: bool) -> N
                 ("status", letter.status),
                 ("attempts", str(letter.attempts)),
                 ("dead-lettered at (ms)", str(letter.created_ms)),
+                ("raised at", _raised_at(letter.error)),
             ],
         )
     )
@@ -394,7 +412,7 @@ def dlq_show(app_spec: str, letter_id: int, projection: str, as_json: bool) -> N
     )
     console.print(Text("Value (raw bytes):", style="bold"))
     click.echo(_render_bytes(letter.value))  # unwrapped, exactly as stored
-    console.print(Text("Error:", style="bold"))
+    console.print(Text("Error (traceback, most recent call last):", style="bold"))
     click.echo(letter.error)
 
 

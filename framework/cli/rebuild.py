@@ -48,6 +48,7 @@ from framework.errors import ConfigError, ReplayError
 from framework.projection import load_app
 from framework.replay.handoff import HandoffResult, rebuild_and_swap
 from framework.replay.rebuild import ENGINES, RebuildResult, rebuild
+from framework.replay.session import validate_master
 from framework.replay.verify import Comparison, verify_rebuild
 
 __all__ = ["rebuild_command"]
@@ -231,6 +232,8 @@ def rebuild_command(
             "--output and --swap exclude each other (--swap replaces the live file)"
         )
     conf = _spark_conf(conf_pairs)
+    if engine == "spark" and master is not None:
+        master = validate_master(master)  # before anything is opened or started
     application = load_app(app_spec)
     application.projector(projection)  # an unknown name fails before anything starts
     log = cli_app().open_log(create=False)

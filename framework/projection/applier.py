@@ -29,7 +29,6 @@ from __future__ import annotations
 import gc
 import sqlite3
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple, Union
 
@@ -39,6 +38,7 @@ import structlog
 from framework.codec import Envelope, EventCodec, event_type_from_headers
 from framework.domain import event_type_of
 from framework.log import Record, TopicPartition
+from framework.projection.dead_letters import describe_failure
 from framework.projection.projector import EventContext, Projector
 from framework.projection.readmodel import ReadModel
 
@@ -73,7 +73,7 @@ class _DecodeFailedError(Exception):
         super().__init__(str(error))
 
     def describe(self) -> str:
-        return _describe(self.error)
+        return describe_failure(self.error)
 
 
 _OPEN_PARKED_SQL = (
@@ -240,7 +240,7 @@ class BatchApplier:
                 conn.execute("RELEASE event")
                 if attempt < attempts:
                     continue
-                self._dead_letter(rec, _describe(exc), _type_name(rec), attempts)
+                self._dead_letter(rec, describe_failure(exc), _type_name(rec), attempts)
                 counts[2] += 1
                 return
             conn.execute("RELEASE event")
@@ -340,10 +340,6 @@ class BatchApplier:
             status=status,
             error=error,
         )
-
-
-def _describe(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
 
 def _type_name(rec: Record) -> str | None:

@@ -217,7 +217,7 @@ def _retry_one(
             projector.handle(env.event, ctx)
             conn.execute("UPDATE _eventlane_dead_letters SET status='retried' WHERE id=?", (d.id,))
     except Exception as exc:
-        message = f"retry failed: {_describe(exc)}"
+        message = f"retry failed: {describe_failure(exc)}"
         with readmodel.transaction() as conn:
             conn.execute(
                 "UPDATE _eventlane_dead_letters SET error=?, attempts=attempts+1 WHERE id=?",
@@ -242,5 +242,13 @@ def _retry_one(
     return None
 
 
-def _describe(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+TRACEBACK_FRAMES = 8
+"""How many of the innermost frames a dead letter keeps (the handler's are the innermost)."""
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The ``error`` stored with a dead letter: Python's traceback of ``exc`` (its
+    :data:`TRACEBACK_FRAMES` innermost frames, each ``File "...", line N, in name``), ending
+    with the exception's own line (``ValueError: ...``), which ``dlq list`` shows."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-TRACEBACK_FRAMES)
+    return "".join(lines).strip()

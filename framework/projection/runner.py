@@ -8,7 +8,9 @@ crash loop does not spin); either way its partitions flow to the survivors withi
 session timeout. A worker that exits with status 2 could not start (bad app, pending
 migrations): it is never restarted, and when no worker is left the runner stops, with
 :attr:`Runner.failure` set to its error line. SIGTERM/SIGINT to the runner is forwarded
-to every worker, which finishes its batch, commits and leaves the group.
+to every worker, which finishes its batch, commits and leaves the group. A runner killed
+outright (SIGKILL) leaves no orphans: each worker gets SIGTERM from the kernel when its
+supervisor dies (:mod:`.lifeline`) and stops the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import attrs
 import structlog
 
+from framework.projection.lifeline import SUPERVISOR_ENV
 from framework.projection.worker import EXIT_CANNOT_START
 
 log = structlog.get_logger("eventlane.projection")
@@ -96,6 +99,7 @@ class Runner:
         ]
         env = os.environ.copy() if self.env is None else dict(self.env)
         env.setdefault("EVENTLANE_SQLITE_WARNED", "1")  # the parent process warned already
+        env[SUPERVISOR_ENV] = str(os.getpid())  # the worker stops when this process dies
         if self.log_path is None:
             proc = subprocess.Popen(cmd, env=env)
         else:

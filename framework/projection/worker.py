@@ -50,6 +50,7 @@ from framework.observability import configure_logging
 from framework.projection.app import Runtime, load_app
 from framework.projection.applier import BatchApplier, BatchResult
 from framework.projection.dead_letters import publish_dead_letters
+from framework.projection.lifeline import follow_supervisor, supervisor_gone
 from framework.projection.pause import PauseControl
 from framework.projection.readmodel import FencedError
 from framework.projection.schema import open_readmodel
@@ -238,6 +239,9 @@ class Worker:
         try:
             while not self.stopping.is_set() and not (until is not None and until()):
                 self.run_once()
+                if supervisor_gone():  # where no parent-death signal exists (not Linux)
+                    self._log.warning("the supervisor died: stopping")
+                    self.stopping.set()
         finally:
             self.close()
 
@@ -313,6 +317,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--session-timeout-ms", type=int, default=10_000)
     parser.add_argument("--max-poll-records", type=int, default=2_000)
     args = parser.parse_args(argv)
+    follow_supervisor()  # SIGTERM when `project run` dies, even by SIGKILL: no orphans
     configure_logging()
     try:
         app = load_app(args.app)

@@ -98,7 +98,6 @@ class Runner:
             str(self.session_timeout_ms),
         ]
         env = os.environ.copy() if self.env is None else dict(self.env)
-        env.setdefault("EVENTLANE_SQLITE_WARNED", "1")  # the parent process warned already
         env[SUPERVISOR_ENV] = str(os.getpid())  # the worker stops when this process dies
         if self.log_path is None:
             proc = subprocess.Popen(cmd, env=env)

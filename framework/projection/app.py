@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from framework.codec import Envelope, EventRegistry
+from framework.codec import Envelope, EventCodec, EventRegistry
 from framework.codec.converter import OrjsonConverter
 from framework.domain import Aggregate, DomainEvent
 from framework.errors import AggregateNotFoundError, ConcurrencyError, ConfigError
@@ -76,6 +76,21 @@ class App:
                 f"app {self.name!r} has no projector {name!r}; it has "
                 f"{', '.join(sorted(self.projectors)) or 'none'}"
             ) from None
+
+    def codec(self) -> EventCodec:
+        """The codec a :class:`Runtime` of this app uses (every aggregate's, declared and
+        handled event registered, upcasters included), with no log and no data directory:
+        what golden-file tests of stored events need::
+
+            env = app.codec().decode(None, b'{"type":"MemberRegistered","version":1,...}')
+        """
+        registry = self.registry
+        registry.register_aggregate(*self.aggregates)
+        registry.register(*self.events)
+        for cls in self.projectors.values():
+            registry.register(*cls.handled_types())
+        registry.validate()
+        return EventCodec(registry, configure=self.configure)
 
     def open(self, log: Log | str | Path | None = None, *, create_topics: bool = True) -> Runtime:
         """Connect to a log (a :class:`Log`, or a data directory for the embedded one).

@@ -33,7 +33,6 @@ from typing import Any, NamedTuple
 
 import structlog
 
-from framework.codec import EventCodec
 from framework.log import Log, Record, TopicPartition
 from framework.projection import App, BatchApplier, Projector, ReadModel, apply_migrations
 from framework.replay.ranges import OffsetRange, read_range
@@ -45,7 +44,6 @@ __all__ = [
     "BuildCounts",
     "DeadLetterReport",
     "KeyGroup",
-    "app_codec",
     "dead_letter_report",
     "finalize",
     "open_build",
@@ -93,18 +91,6 @@ class BuildCounts(NamedTuple):
 
 
 ZERO = BuildCounts(0, 0, 0, 0)
-
-
-def app_codec(app: App) -> EventCodec:
-    """The codec a :class:`~framework.projection.Runtime` of ``app`` would build, without
-    opening a log (executors build it from a pickled :class:`App`)."""
-    registry = app.registry
-    registry.register_aggregate(*app.aggregates)
-    registry.register(*app.events)
-    for cls in app.projectors.values():
-        registry.register(*cls.handled_types())
-    registry.validate()
-    return EventCodec(registry, configure=app.configure)
 
 
 def remove_db(path: Path) -> None:

@@ -96,19 +96,32 @@ class Application:
             return self.partitions
         return self.partitions.get(topic, DEFAULT_PARTITIONS)
 
+    def declared(self, cls: type[A]) -> type[A]:
+        """``cls`` if this application declares it (or another class of its topic, such as
+        a new release of a declared aggregate), else a :class:`ConfigError` saying what to
+        add: an undeclared aggregate has no topic and its events no codec entry."""
+        if cls not in self.aggregates and all(a.topic != cls.topic for a in self.aggregates):
+            names = ", ".join(a.__qualname__ for a in self.aggregates) or "none"
+            raise ConfigError(
+                f"aggregate {cls.__qualname__} is not declared by this application (it has"
+                f" {names}): add {cls.__qualname__} to App(aggregates=[...])"
+            )
+        return cls
+
     def save(self, aggregate: Aggregate, **envelope: Any) -> list[RecordMetadata]:
         """See :meth:`Repository.save`."""
+        self.declared(type(aggregate))
         return self.repository.save(aggregate, **envelope)
 
     def load(self, cls: type[A], aggregate_id: str, version: int | None = None) -> A:
         """See :meth:`Repository.load`."""
-        return self.repository.load(cls, aggregate_id, version)
+        return self.repository.load(self.declared(cls), aggregate_id, version)
 
     def execute(
         self, cls: type[A], aggregate_id: str, command: Callable[[A], Any], **options: Any
     ) -> A:
         """See :meth:`Repository.execute` (load, run, save, retry on conflict)."""
-        return self.repository.execute(cls, aggregate_id, command, **options)
+        return self.repository.execute(self.declared(cls), aggregate_id, command, **options)
 
     def close(self) -> None:
         self.store.close()

@@ -21,6 +21,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -320,7 +321,10 @@ def _raised_at(error: str) -> str:
     if not frames:
         return "?"
     last = frames[-1]
-    return f"{last['file']}:{last['line']} in {last['name']}"
+    path = Path(last["file"])
+    if path.is_relative_to(Path.cwd()):
+        path = path.relative_to(Path.cwd())
+    return f"{path}:{last['line']} in {last['name']}"
 
 
 @dlq.command("list")
@@ -358,11 +362,23 @@ def dlq_list(app_spec: str, projection: str, status: str, as_json: bool) -> None
             for d in letters
         ],
     )
-    for column in table.columns:  # one line per letter, also at 80 columns: cut, never wrap
+    console = stdout_console()
+    _fit_one_line(table, console.width, squeeze=("key", "error"))
+    console.print(table)
+
+
+def _fit_one_line(table: Table, width: int, squeeze: tuple[str, str]) -> None:
+    """One line per row within ``width``: every column keeps its widest cell except the two
+    ``squeeze`` columns, which share what is left (a third and two thirds) and end in "…"."""
+    widths = {c.header: max(len(str(x)) for x in (c.header, *c._cells)) for c in table.columns}
+    fixed = sum(w for name, w in widths.items() if name not in squeeze)
+    left = max(2 * 8, width - fixed - (3 * len(table.columns) + 1))
+    first = min(widths[squeeze[0]], max(8, left // 3))
+    room = {squeeze[0]: first, squeeze[1]: max(8, left - first)}
+    for column in table.columns:
         column.no_wrap = True
         column.overflow = "ellipsis"
-    table.columns[-1].ratio = 1
-    stdout_console().print(table)
+        column.width = min(widths[str(column.header)], room.get(str(column.header), 10**6))
 
 
 def _render_bytes(data: bytes | None) -> str:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import hashlib
 import mmap
 import os
@@ -187,16 +188,25 @@ _syscall = _load_syscall()
 
 
 class Notifier:
-    """The data directory's wake-up word (``<data>/.notify``): bump after append, wait for it."""
+    """The data directory's wake-up word (``<data>/.notify``): bump after append, wait for it.
+
+    On a data directory this process cannot write (a read-only mount), the word is a private
+    copy that never changes: :meth:`wait` sleeps its timeout (nothing can append there)."""
 
     def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size < 64:
-                os.ftruncate(fd, 64)
-            self._map = mmap.mmap(fd, 64)
-        finally:
-            os.close(fd)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            self._map = mmap.mmap(-1, 64)  # read-only directory: a word of our own
+        else:
+            try:
+                if os.fstat(fd).st_size < 64:
+                    os.ftruncate(fd, 64)
+                self._map = mmap.mmap(fd, 64)
+            finally:
+                os.close(fd)
         self._word = ctypes.c_uint32.from_buffer(self._map, 0)
         self._addr = ctypes.addressof(self._word)
 

@@ -8,10 +8,14 @@ working directory, as a user runs it.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,3 +273,87 @@ def error_line(done: subprocess.CompletedProcess[str]) -> str:
     assert done.returncode == 1, (done.returncode, done.stderr)
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
     return errors[0]
+
+
+def status(cwd: Path, projector: str, data: str = "d") -> dict:
+    """``eventlane project status APP -p NAME --json`` of the library app."""
+    done = eventlane(
+        "--data", data, "project", "status", "library.app:app", "-p", projector, "--json", cwd=cwd
+    )
+    assert done.returncode == 0, done.stderr
+    [doc] = json.loads(done.stdout)["projectors"]
+    return doc
+
+
+def start_workers(
+    cwd: Path, projector: str, *args: str, data: str = "d", **env: str
+) -> subprocess.Popen[str]:
+    """``eventlane project run`` in the background (its output in ``cwd/run-NAME.log``)."""
+    sink = (cwd / f"run-{projector}.log").open("a")
+    return subprocess.Popen(
+        [
+            str(EVENTLANE),
+            "--data",
+            data,
+            "project",
+            "run",
+            "library.app:app",
+            "-p",
+            projector,
+            "--no-live",
+            "--session-timeout-ms",
+            "2000",
+            *args,
+        ],
+        cwd=cwd,
+        stdout=sink,
+        stderr=sink,
+        text=True,
+        env=child_env(**env),
+    )
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``check`` every 0.3 s until it is true; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.3)
+
+
+def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
+    """SIGTERM ``proc`` (if still running) and wait for it; return its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout)
+
+
+def run_until_caught_up(
+    cwd: Path, projector: str, *args: str, timeout: float = 60, **env: str
+) -> dict:
+    """Run ``projector``'s workers until its lag is 0, stop them, return its status."""
+    proc = start_workers(cwd, projector, *args, **env)
+    try:
+        wait_until(lambda: status(cwd, projector)["lag"] == 0, timeout, f"{projector} lag 0")
+    finally:
+        stop(proc)
+    return status(cwd, projector)
+
+
+def seed(cwd: Path, loans: int, *, members: int = 0, prefix: str = "m") -> None:
+    """Append ``loans`` LoanRequested (member ids ``{prefix}-N``) and ``members``
+    registrations, through the app as a user's script would (``python -c`` in ``cwd``)."""
+    python(
+        f"""
+        from library.app import app
+        from library.domain import Loan, Member
+        with app.open("d") as rt:
+            for i in range({members}):
+                rt.execute(Member, f"member-{{i}}", lambda m: m.register("Ada", f"L{{i}}"),
+                           create=True)
+            for i in range({loans}):
+                rt.execute(Loan, f"loan-{prefix}-{{i}}",
+                           lambda loan: loan.request(f"{prefix}-{{i}}", "book-1"), create=True)
+        """,
+        cwd=cwd,
+    )

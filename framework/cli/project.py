@@ -11,7 +11,8 @@ JSON shapes:
 * ``migrate --json``: ``{"app", "applied": {projector: [migration, ...]}}``;
 * ``dlq list --json``: ``[LETTER]``; ``dlq show --json``: ``LETTER``, where LETTER is
   ``{"id", "topic", "partition", "offset", "key", "value", "value_base64", "headers",
-  "event_type", "error", "attempts", "status", "created_ms"}``;
+  "event_type", "error", "traceback", "attempts", "status", "created_ms"}`` (``error``: the
+  exception's line; ``traceback``: the handler's stored traceback);
 * ``dlq retry --json``: ``{"succeeded": [id], "failed": {id: error}}``.
 """
 
@@ -47,6 +48,7 @@ from framework.projection import (
     open_readmodel,
     retry_dead_letters,
 )
+from framework.projection.breaker import describe as describe_breaker
 
 __all__ = ["PROJECTION_COMMANDS", "dlq", "migrate", "project"]
 
@@ -147,6 +149,8 @@ def run_command(
         else:
             runner.run()
     if runner.failure is not None:
+        if "poison-rate breaker" in runner.failure:
+            raise click.ClickException(runner.failure)
         raise click.ClickException(f"workers could not start: {runner.failure}")
 
 
@@ -255,6 +259,8 @@ def status_command(app_spec: str, projection: str | None, as_json: bool) -> None
                 f"[bold red]Pending migrations[/]: {', '.join(doc['pending_migrations'])}"
                 " (run `eventlane migrate APP`)"
             )
+        if doc.get("breaker") is not None:
+            console.print(Text(f"BREAKER TRIPPED: {describe_breaker(doc['breaker'])}", "bold red"))
         console.print()
 
 

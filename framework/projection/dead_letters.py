@@ -39,10 +39,20 @@ class DeadLetter(NamedTuple):
     status: str
     created_ms: int
 
+    @property
+    def error_line(self) -> str:
+        """The exception's own line (``ValueError: ...``): the last line of :attr:`error`,
+        which holds the handler's traceback (see :func:`describe_failure`)."""
+        lines = [line for line in self.error.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
     def to_json(self) -> dict[str, Any]:
         """JSON-ready: bytes as UTF-8 text (lossy for binary) plus the exact value in
-        base64 (``value_base64``)."""
+        base64 (``value_base64``); ``error`` is the exception's line, ``traceback`` the
+        stored traceback (file, line and source of each of the innermost frames)."""
         body = self._asdict()
+        body["error"] = self.error_line
+        body["traceback"] = self.error
         body["key"] = None if self.key is None else self.key.decode("utf-8", "replace")
         body["value"] = None if self.value is None else self.value.decode("utf-8", "replace")
         body["value_base64"] = (

@@ -49,6 +49,12 @@ from framework.log import Record, RecordMetadata, TopicPartition
 from framework.observability import configure_logging
 from framework.projection.app import Runtime, load_app
 from framework.projection.applier import BatchApplier, BatchResult
+from framework.projection.breaker import (
+    EXIT_BREAKER,
+    PoisonRateError,
+    clear_tripped,
+    save_tripped,
+)
 from framework.projection.dead_letters import publish_dead_letters
 from framework.projection.lifeline import follow_supervisor, supervisor_gone
 from framework.projection.pause import PauseControl
@@ -106,6 +112,9 @@ class Worker:
         self._pause = PauseControl(runtime.log.path, name)
         self._readmodel_inode = _inode(self.readmodel.path)
         self._readmodel_open = True
+        self.tripped: PoisonRateError | None = None
+        """Set when the poison-rate breaker stopped this worker (see :mod:`.breaker`)."""
+        clear_tripped(self.readmodel.path)  # a (re)started worker: new code, a new chance
         for topic in self.projector.topics:
             if not runtime.log.topic_exists(topic):
                 runtime.log.create_topic(
@@ -242,6 +251,10 @@ class Worker:
                 if supervisor_gone():  # where no parent-death signal exists (not Linux)
                     self._log.warning("the supervisor died: stopping")
                     self.stopping.set()
+        except PoisonRateError as exc:
+            self.tripped = exc
+            save_tripped(self.readmodel.path, exc.record)
+            self._log.error(str(exc), last_error=exc.record["error"])
         finally:
             self.close()
 
@@ -339,7 +352,7 @@ def worker_main(argv: list[str] | None = None) -> int:
         worker.install_signal_handlers()
         gc.freeze()  # the start-up heap (modules, classes) is never collected: skip it
         worker.run()
-    return 0
+    return EXIT_BREAKER if worker.tripped is not None else 0
 
 
 def wait_for_positions(

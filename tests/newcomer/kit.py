@@ -157,7 +157,7 @@ class Loans(Projector):
     @handles(LoanRequested)
     def requested(self, e: LoanRequested, ctx: EventContext) -> None:
         if BUGGY:
-            int(e.member_id)  # the bug: member ids are not numbers
+            int(e.member_id.split("-")[1])  # the bug: assumes ids like "m-12"
         ctx.conn.execute(
             "INSERT INTO loans VALUES (?, ?, 'active')"
             " ON CONFLICT(loan_id) DO UPDATE SET member_id = excluded.member_id",

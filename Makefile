@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint soak clean
+.PHONY: demo test test-deps lint soak clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+# System packages the tests drive (Debian): installed once, quietly, when missing.
+test-deps:
+	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null)
+
+test: lint test-deps
 	$(BIN)/python -m pytest -q
 
 soak: $(STAMP)

@@ -29,6 +29,7 @@ from framework.cli.plugins import add_plugins
 from framework.cli.project import dlq, migrate, project
 from framework.cli.rebuild import rebuild_command
 from framework.cli.records import consume, produce
+from framework.cli.serve import serve
 from framework.cli.topics import topics
 from framework.errors import FrameworkError
 from framework.log.store import DEFAULT_DATA_DIR
@@ -107,5 +108,6 @@ main.add_command(project)
 main.add_command(migrate)
 main.add_command(dlq)
 main.add_command(rebuild_command)
+main.add_command(serve)
 add_plugins(main, "eventlane.commands")
 add_plugins(demo, "eventlane.demos")

@@ -11,17 +11,16 @@
   indexes (``<data>/store``) with the log (:mod:`framework.store.index_check`); ``--repair``
   rebuilds those that differ. Exit status 1 when one differs and was not repaired.
 
-These commands work on the embedded store itself (partition by partition, for progress bars),
-not only through the log port: they are tools of this storage engine, as ``kafka-dump-log``
-is of Kafka's.
+``compact`` and ``cleanup`` go through the log (its ``progress`` callback drives the bar);
+``dump`` and ``verify`` are tools of this storage engine, as ``kafka-dump-log`` is of Kafka's.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import orjson
@@ -37,27 +36,18 @@ from framework.cli.context import (
 )
 from framework.cli.render import human_bytes, simple_table
 from framework.errors import ConfigError, CorruptRecordError
-from framework.log.batch import (
-    HEADER_SIZE,
-    BatchHeader,
-    batch_crc_ok,
-    check_header,
-    decode_records,
-    parse_header,
-)
-from framework.log.cleaner import compact_partition
+from framework.log.batch import HEADER_SIZE, decode_records
 from framework.log.config import TIMESTAMP_TYPES
-from framework.log.partition import Partition
 from framework.log.record import Record
-from framework.log.retention import apply_retention
 from framework.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     OFFSET_ENTRY,
     TIME_ENTRY,
     TIMEINDEX_SUFFIX,
+    Segment,
 )
-from framework.log.store import LogStore
+from framework.log.store import LogStore, MaintenanceProgress
 from framework.store.index_check import check_key_indexes
 from framework.store.key_index import IndexReport
 
@@ -80,22 +70,17 @@ def _json_out(value: object) -> None:
     click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
 
 
-R = TypeVar("R")
-
-
-def _each_partition(
-    log: LogStore, topic: str, label: str, work: Callable[[Partition], R]
-) -> list[R]:
-    """Run ``work`` on every partition of ``topic`` behind a progress bar."""
-    count = log.partition_count(topic)
-    reports: list[R] = []
+@contextmanager
+def _partition_bar(label: str) -> Iterator[MaintenanceProgress]:
+    """A progress bar driven by the log's ``progress(done, total)`` callback."""
     with _progress(label) as progress:
-        task = progress.add_task(label, total=count, what="")
-        for p in range(count):
-            progress.update(task, what=f"partition {p}")
-            reports.append(work(log.partition(topic, p)))
-            progress.advance(task)
-    return reports
+        task = progress.add_task(label, total=None, what="")
+
+        def report(done: int, total: int) -> None:
+            what = f"partition {done}" if done < total else ""
+            progress.update(task, completed=done, total=total, what=what)
+
+        yield report
 
 
 # ---------------------------------------------------------------------------- compact
@@ -114,7 +99,8 @@ def compact(topic: str, as_json: bool) -> None:
             " --config cleanup.policy=compact)",
             topic=topic,
         )
-    reports = _each_partition(log, topic, f"compacting {topic}", compact_partition)
+    with _partition_bar(f"compacting {topic}") as progress:
+        reports = log.compact(topic, progress=progress)
     if as_json:
         _json_out([r._asdict() for r in reports])
         return
@@ -157,7 +143,8 @@ def cleanup(topic: str, as_json: bool) -> None:
             " only to delete or compact,delete topics",
             topic=topic,
         )
-    reports = _each_partition(log, topic, f"retention on {topic}", apply_retention)
+    with _partition_bar(f"retention on {topic}") as progress:
+        reports = log.cleanup(topic, progress=progress)
     if as_json:
         _json_out([r._asdict() for r in reports])
         return
@@ -207,60 +194,49 @@ def _segment_base(path: Path) -> int:
 
 
 def _batches(path: Path) -> Iterator[dict[str, Any]]:
-    """Every batch of a segment file as a dict; a malformed one ends the scan with ``error``."""
+    """Every batch of a segment file as a dict (:meth:`Segment.scan_lenient`); a malformed
+    one ends the scan with ``error`` and no ``last_offset``."""
     topic, partition = _coordinates(path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        pos = 0
-        while pos < size:
-            head = os.pread(fd, HEADER_SIZE, pos)
-            if len(head) < HEADER_SIZE:
-                yield {"position": pos, "error": f"truncated batch header ({len(head)} bytes)"}
-                return
-            h: BatchHeader = parse_header(head, 0)
-            problem = check_header(h)
-            if problem is None and pos + h.size > size:
-                problem = f"batch of {h.size} bytes runs past the end of the file ({size})"
-            if problem is not None:
-                yield {"position": pos, "base_offset": h.base_offset, "error": problem}
-                return
-            buf = os.pread(fd, h.size, pos)
-            crc_valid = batch_crc_ok(buf, 0, h)
-            batch: dict[str, Any] = {
-                "position": pos,
-                "base_offset": h.base_offset,
-                "last_offset": h.last_offset,
-                "count": h.record_count,
-                "size": h.size,
-                "magic": h.magic,
-                "crc": h.crc,
-                "crc_valid": crc_valid,
-                "timestamp_type": TIMESTAMP_TYPES[h.timestamp_type],
-                "base_timestamp": h.base_timestamp,
-                "max_timestamp": h.max_timestamp,
-                "error": None if crc_valid else "CRC32C mismatch",
+    for found in Segment(path.parent, _segment_base(path)).scan_lenient():
+        h = found.header
+        if h is None or not found.raw:
+            yield {
+                "position": found.position,
+                **({} if h is None else {"base_offset": h.base_offset}),
+                "error": found.error,
             }
-            try:
-                batch["records"] = decode_records(
-                    buf,
-                    HEADER_SIZE,
-                    h.size,
-                    h.base_offset,
-                    h.base_timestamp,
-                    h.timestamp_type,
-                    topic,
-                    partition,
-                    0,
-                    Record,
-                )
-            except ValueError as exc:
-                batch["records"] = []
-                batch["error"] = f"malformed record: {exc}"
-            yield batch
-            pos += h.size
-    finally:
-        os.close(fd)
+            return
+        batch: dict[str, Any] = {
+            "position": found.position,
+            "base_offset": h.base_offset,
+            "last_offset": h.last_offset,
+            "count": h.record_count,
+            "size": h.size,
+            "magic": h.magic,
+            "crc": h.crc,
+            "crc_valid": found.error is None,
+            "timestamp_type": TIMESTAMP_TYPES[h.timestamp_type],
+            "base_timestamp": h.base_timestamp,
+            "max_timestamp": h.max_timestamp,
+            "error": found.error,
+        }
+        try:
+            batch["records"] = decode_records(
+                found.raw,
+                HEADER_SIZE,
+                h.size,
+                h.base_offset,
+                h.base_timestamp,
+                h.timestamp_type,
+                topic,
+                partition,
+                0,
+                Record,
+            )
+        except ValueError as exc:
+            batch["records"] = []
+            batch["error"] = f"malformed record: {exc}"
+        yield batch
 
 
 def _quote(text: str | None) -> str:

@@ -16,25 +16,25 @@ Swapping cleaned files in is crash-safe and never blocks readers or writers for 
 rename: the cleaned files are fsynced, a ``cleaner-journal`` naming every replacement is
 written durably, the state's layout is made odd (readers pause opening files), the files are
 renamed over the old ones and the replaced segments unlinked, the layout is made even again,
-and the journal is removed. Recovery replays an existing journal (:func:`finish_interrupted_swap`)
-and deletes ``.cleaned`` files that no journal names. Readers that already opened an old
-segment keep reading it (the old inode lives until closed); its records are a superset of
-the cleaned ones at the same offsets.
+and the journal is removed. The partition owns that swap (:meth:`Partition.replace_segments
+<framework.log.partition.Partition.replace_segments>`); recovery replays an existing journal
+and deletes ``.cleaned`` files that no journal names (:mod:`framework.log.recovery`). This
+module is mechanism only: it never writes the partition's state or renames its files.
+Readers that already opened an old segment keep reading it (the old inode lives until
+closed); its records are a superset of the cleaned ones at the same offsets.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import operator
 import os
+import threading
 import time
-from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Final, NamedTuple, cast
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, NamedTuple, cast
 
-import orjson
 import structlog
 
 from framework.errors import CorruptRecordError
@@ -46,25 +46,12 @@ from framework.log.batch import (
     decode_records,
     encode_batch,
 )
-from framework.log.files import fsync_dir, write_atomic
+from framework.log.partition import Partition
 from framework.log.record import Header, Record
-from framework.log.retention import cleaner_lock
-from framework.log.segment import (
-    OFFSET_ENTRY,
-    TIME_ENTRY,
-    index_path,
-    log_path,
-    scan_batches,
-    timeindex_path,
-)
-
-if TYPE_CHECKING:
-    from framework.log.partition import Partition
+from framework.log.recovery import CLEANED
+from framework.log.segment import OFFSET_ENTRY, TIME_ENTRY, Segment, log_path, scan_batches
 
 log = structlog.get_logger("eventlane.log")
-
-JOURNAL = "cleaner-journal"
-CLEANED = ".cleaned"
 
 
 class CompactionReport(NamedTuple):
@@ -104,40 +91,6 @@ def plan_groups(segments: Sequence[tuple[int, int]], max_bytes: int) -> list[lis
             groups.append([base])
             size = seg_size
     return groups
-
-
-def finish_interrupted_swap(directory: Path) -> None:
-    """Complete a swap whose journal was written before a crash (idempotent)."""
-    journal = directory / JOURNAL
-    if not journal.exists():
-        return
-    groups = orjson.loads(journal.read_bytes())
-    for group in groups:
-        _apply_group(directory, group["base"], group["replaces"])
-    fsync_dir(directory)
-    journal.unlink()
-    fsync_dir(directory)
-
-
-def _apply_group(directory: Path, base: int, replaces: Sequence[int]) -> None:
-    for path in (
-        log_path(directory, base),
-        index_path(directory, base),
-        timeindex_path(directory, base),
-    ):
-        cleaned = path.with_name(path.name + CLEANED)
-        if cleaned.exists():
-            cleaned.replace(path)
-    for old in replaces:
-        if old == base:
-            continue
-        for path in (
-            log_path(directory, old),
-            index_path(directory, old),
-            timeindex_path(directory, old),
-        ):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
 
 
 # The cleaner decodes records into plain tuples (fields in ``Record`` order) where the native
@@ -237,32 +190,12 @@ def compact_partition(partition: Partition) -> CompactionReport:
     cfg = partition.config
     if not cfg.compact:
         return CompactionReport(partition.topic, partition.partition, 0, 0, 0, 0, 0, 0, 0.0)
-    with cleaner_lock(partition):
+    with partition.maintenance_lock():
         return _compact_locked(partition, started)
 
 
-def _finish_dead_swap(partition: Partition) -> None:
-    """Apply the journal of a compaction that died after writing it, before cleaning again.
-
-    The caller holds the cleaner lock, so no live cleaner owns the journal. Left in place,
-    it would be replayed by a later recovery over this run's own ``.cleaned`` files (named
-    by the same group bases, but covering other groups): overlapping segments.
-    """
-    if not (partition.dir / JOURNAL).exists():
-        return
-    with partition.locked() as snap:  # an odd layout is recovered here, journal replayed
-        if not (partition.dir / JOURNAL).exists():
-            return
-        partition.state.write(snap._replace(layout=snap.layout + 1))
-        try:
-            finish_interrupted_swap(partition.dir)
-        finally:
-            after = partition.state.read()
-            partition.state.write(after._replace(layout=after.layout + 1))
-
-
 def _compact_locked(partition: Partition, started: float) -> CompactionReport:
-    _finish_dead_swap(partition)
+    partition.finish_interrupted_swap()
     cfg = partition.config
     now = partition.clock()
     snap = partition.offsets()
@@ -303,20 +236,7 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
         kept_total_group, size = _write_cleaned(partition, group, end_offset, last, horizon)
         kept_total += kept_total_group
         bytes_after += size
-    # Swap: journal, odd layout, renames, even layout, remove journal.
-    journal = [{"base": g[0], "replaces": g} for g in groups]
-    write_atomic(partition.dir / JOURNAL, orjson.dumps(journal))
-    with partition.locked() as locked_snap:
-        partition.state.write(locked_snap._replace(layout=locked_snap.layout + 1))
-        try:
-            for group in groups:
-                _apply_group(partition.dir, group[0], group)
-            fsync_dir(partition.dir)
-        finally:
-            after = partition.state.read()
-            partition.state.write(after._replace(layout=after.layout + 1))
-    (partition.dir / JOURNAL).unlink(missing_ok=True)  # a recovery may have applied it
-    fsync_dir(partition.dir)
+    partition.replace_segments(groups)
     report = CompactionReport(
         partition.topic,
         partition.partition,
@@ -343,11 +263,7 @@ def _write_cleaned(
     partition: Partition, group: list[int], end_offset: int, last: dict[bytes, int], horizon: int
 ) -> tuple[int, int]:
     base = group[0]
-    out_log = log_path(partition.dir, base).with_name(log_path(partition.dir, base).name + CLEANED)
-    out_index = index_path(partition.dir, base)
-    out_index = out_index.with_name(out_index.name + CLEANED)
-    out_time = timeindex_path(partition.dir, base)
-    out_time = out_time.with_name(out_time.name + CLEANED)
+    out_log, out_index, out_time = Segment(partition.dir, base).files(CLEANED)
     kept_count = 0
     position = 0
     last_indexed = -(1 << 62)
@@ -416,3 +332,71 @@ def _kept(records: Sequence[_Fields], last: dict[bytes, int], horizon: int) -> S
     if flags.count(True) == len(records):
         return records
     return list(itertools.compress(records, flags))
+
+
+class LogCleaner:
+    """The store's background compactor (Kafka's ``LogCleaner`` thread, on request only).
+
+    :meth:`request` queues a partition (repeats coalesce) and returns at once; one daemon
+    thread, started on first use, compacts queued partitions one at a time. Errors are
+    logged, never raised: compaction is an optimisation, and the next request retries.
+    """
+
+    def __init__(self, open_partition: Callable[[str, int], Partition]) -> None:
+        self._open = open_partition
+        self._pending: dict[tuple[str, int], None] = {}
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._running = False
+
+    def request(self, topic: str, partition: int) -> None:
+        with self._cond:
+            if self._stopping:
+                return
+            self._pending[(topic, partition)] = None
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="eventlane-log-cleaner", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                topic, partition = next(iter(self._pending))
+                del self._pending[(topic, partition)]
+                self._running = True
+            try:
+                report = compact_partition(self._open(topic, partition))
+                log.debug("requested compaction done", report=report._asdict())
+            except Exception:
+                log.exception("requested compaction failed", topic=topic, partition=partition)
+            finally:
+                with self._cond:
+                    self._running = False
+
+    def idle(self, timeout: float) -> bool:
+        """Wait until nothing is queued or running (tests); ``False`` on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._cond:
+                if not self._pending and not self._running:
+                    return True
+            time.sleep(0.005)
+        return False
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the compaction in progress (if any) finishes."""
+        with self._cond:
+            self._stopping = True
+            self._pending.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import fcntl
 import itertools
 import os
 import struct
@@ -38,6 +37,7 @@ from typing import NamedTuple
 
 import structlog
 
+from framework._locks import FileLock
 from framework.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -52,25 +52,33 @@ from framework.log.batch import (
     encode_batch,
     parse_header,
 )
-from framework.log.cleaner import finish_interrupted_swap
 from framework.log.config import TopicConfig
-from framework.log.files import fsync_dir, read_int_file, write_atomic
+from framework.log.files import fsync_dir, write_atomic
 from framework.log.record import Header, Record
+from framework.log.recovery import (
+    JOURNAL,
+    LOG_START,
+    RECOVERY_POINT,
+    apply_swap_group,
+    finish_interrupted_swap,
+    recover,
+    remove_swap_journal,
+    write_swap_journal,
+)
 from framework.log.segment import (
     OFFSET_ENTRY,
     TIME_ENTRY,
     OffsetIndex,
+    Segment,
     TimeIndex,
     corrupt,
     index_path,
-    indexes_look_sane,
-    intact_batch_after,
     list_segment_bases,
     log_path,
     scan_batches,
     timeindex_path,
 )
-from framework.log.state import BOOT, Notifier, PartitionState, Snapshot
+from framework.log.state import Notifier, PartitionState, Snapshot
 
 log = structlog.get_logger("eventlane.log")
 
@@ -143,8 +151,8 @@ class Partition:
         self.clock = clock
         directory.mkdir(parents=True, exist_ok=True)
         self.state = PartitionState(directory / "state", on_stuck=self._wait_for_writer)
-        self._thread_lock = threading.RLock()
-        self._lock_fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._append_lock = FileLock(directory / "lock")
+        self._maintenance = FileLock(directory / "cleaner.lock")
         self._log = log.bind(topic=topic, partition=partition)
         # Writer cache (valid while holding the lock and layout matches).
         self._w_layout = -1
@@ -165,12 +173,15 @@ class Partition:
     @contextlib.contextmanager
     def locked(self) -> Iterator[Snapshot]:
         """Hold the append lock (threads and processes) with the state made consistent."""
-        with self._thread_lock:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-            try:
-                yield self._sync_locked()
-            finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        with self._append_lock:
+            yield self._sync_locked()
+
+    @contextlib.contextmanager
+    def maintenance_lock(self) -> Iterator[None]:
+        """Hold the maintenance lock (``cleaner.lock``): one compaction or retention pass
+        at a time, in any process. Lock order: maintenance lock, then the append lock."""
+        with self._maintenance:
+            yield
 
     def _wait_for_writer(self) -> None:
         """Take and release the append lock: waits for a live writer, repairs a dead one's."""
@@ -228,167 +239,91 @@ class Partition:
             position=snap.active_size,
             bytes=size - snap.active_size,
         )
-        os.ftruncate(self._w_fd, snap.active_size)
-        self._trim_indexes(snap.active_base, snap.active_size)
-        os.fsync(self._w_fd)
-
-    def _trim_indexes(self, base: int, valid_size: int) -> None:
-        """Keep only index entries of batches that start before ``valid_size``."""
-        ipath, tpath = index_path(self.dir, base), timeindex_path(self.dir, base)
-        raw = ipath.read_bytes() if ipath.exists() else b""
-        keep = 0
-        for _rel, pos in OFFSET_ENTRY.iter_unpack(raw[: len(raw) - len(raw) % 8]):
-            if pos >= valid_size:
-                break
-            keep += 1
-        for path, width in ((ipath, OFFSET_ENTRY.size), (tpath, TIME_ENTRY.size)):
-            with open(path, "a+b") as f:
-                f.truncate(keep * width)
+        Segment(self.dir, snap.active_base).truncate_to(self._w_fd, snap.active_size)
 
     # ------------------------------------------------------------------ recovery
     def _recover_locked(self) -> Snapshot:
-        """Rebuild the state from the files after an unclean stop (see the class docstring)."""
+        """Rebuild the state from the files after an unclean stop (:mod:`.recovery`)."""
         self._close_writer()
-        previous = self.state.read_unchecked() if self._state_has_magic() else None
-        # A journal and .cleaned files are leftovers only if no live process is compacting
-        # (a live cleaner holds cleaner.lock while it writes them; it is never waited for
-        # here, so the lock order append lock -> cleaner lock cannot deadlock). An odd layout
-        # means a swap died under the append lock we now hold: its journal is replayed even
-        # if a new cleaner is running (that one finishes old journals before it cleans).
-        cleaner_fd = os.open(self.dir / "cleaner.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(cleaner_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if previous is not None and previous.layout & 1:
-                    finish_interrupted_swap(self.dir)
-            else:
-                finish_interrupted_swap(self.dir)
-                for leftover in self.dir.iterdir():
-                    if leftover.suffix in (".cleaned", ".swap", ".tmp"):
-                        leftover.unlink()
-        finally:
-            os.close(cleaner_fd)
-        bases = list_segment_bases(self.dir)
-        lwm = read_int_file(self.dir / "log-start-offset", bases[0] if bases else 0)
-        for base, nxt in itertools.pairwise(bases):
-            if nxt <= lwm:
-                self._delete_segment_files(base)
-        bases = list(list_segment_bases(self.dir))
-        if not bases:
-            bases = [lwm]
-            log_path(self.dir, lwm).touch()
-        lwm = max(lwm, bases[0])
-        recovery_point = read_int_file(self.dir / "recovery-point", 0)
-        start = max(0, bisect.bisect_right(bases, recovery_point) - 1)
-        durable = previous.hwm if previous is not None else -1
-        expect_after = -1
-        leo = bases[0]
-        active_size = 0
-        max_ts = -1
-        last_index_pos = 0
-        for i, base in enumerate(bases):
-            last = i == len(bases) - 1
-            if i < start and indexes_look_sane(self.dir, base):
-                continue  # fsynced when rolled; rescanned only to rebuild damaged indexes
-            path = log_path(self.dir, base)
-            fd = os.open(path, os.O_RDWR)
-            try:
-                size = os.fstat(fd).st_size
-                entries: list[tuple[int, int, int]] = []
-                seg_max = -1
-                last_indexed = -(1 << 62)
-                valid = 0
-                try:
-                    for ref in scan_batches(
-                        fd,
-                        path,
-                        0,
-                        size,
-                        topic=self.topic,
-                        partition=self.partition,
-                        expect_after=expect_after,
-                    ):
-                        h = ref.header
-                        if (
-                            ref.position == 0
-                            or ref.position - last_indexed >= self.config.index_interval_bytes
-                        ):
-                            entries.append((h.base_offset - base, ref.position, seg_max))
-                            last_indexed = ref.position
-                        seg_max = max(seg_max, h.max_timestamp)
-                        expect_after = h.last_offset
-                        valid = ref.position + h.size
-                except CorruptRecordError as err:
-                    # Only the end of the last segment can be a torn tail, and only if it
-                    # holds no acknowledged offset (per the state, when there is one) and
-                    # nothing intact follows it; anything else is damage to durable data.
-                    next_offset = max(expect_after + 1, base)
-                    if (
-                        not last
-                        or next_offset < durable
-                        or intact_batch_after(fd, valid, size, expect_after) is not None
-                    ):
-                        raise
-                    self._log.warning(
-                        "truncating torn tail found by recovery",
-                        file=str(path),
-                        position=valid,
-                        bytes=size - valid,
-                        reason=err.message,
-                    )
-                    os.ftruncate(fd, valid)
-                    os.fsync(fd)
-                self._write_indexes(base, entries)
-                if last:
-                    leo = expect_after + 1 if expect_after >= base else base
-                    active_size = valid
-                    max_ts = seg_max
-                    last_index_pos = entries[-1][1] if entries else 0
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-        active = bases[-1]
-        if len(bases) - 1 < start:  # pragma: no cover - start is always <= last index
-            raise AssertionError("recovery point past the last segment")
-        created = int(os.stat(log_path(self.dir, active)).st_mtime * 1000)
-        layout = ((previous.layout | 1) + 1) if previous is not None else 2
-        snap = Snapshot(
-            lwm=lwm,
-            hwm=leo,
-            leo=leo,
-            active_base=active,
-            active_size=active_size,
-            layout=layout,
-            active_max_ts=max_ts,
-            last_index_pos=last_index_pos,
-            active_created_ms=created if active_size else self.clock(),
-            boot=BOOT,
+        previous = self.state.read_unchecked() if self.state.has_magic() else None
+        snap = recover(
+            self.dir,
+            topic=self.topic,
+            partition=self.partition,
+            config=self.config,
+            previous=previous,
+            maintenance=self._maintenance,
+            clock=self.clock,
+            logger=self._log,
         )
         self.state.write(snap)
         self._open_writer(snap)
-        (self._log.info if leo > lwm else self._log.debug)(
-            "partition recovered", lwm=lwm, leo=leo, segments=len(bases)
-        )
         return snap
 
-    def _state_has_magic(self) -> bool:
-        return self.state.has_magic()
+    # ------------------------------------------------------------------ segment list
+    # The only writers of the segment list and of the odd/even layout counter: a roll
+    # (:meth:`_roll_locked`), a compaction swap (:meth:`replace_segments`), retention
+    # (:meth:`delete_segments_below`) and recovery.
+    def _bump_layout(self, snap: Snapshot, step: int) -> Snapshot:
+        bumped = snap._replace(layout=snap.layout + step)
+        self.state.write(bumped)
+        return bumped
 
-    def _write_indexes(self, base: int, entries: Sequence[tuple[int, int, int]]) -> None:
-        index = b"".join(OFFSET_ENTRY.pack(rel, pos) for rel, pos, _ in entries)
-        times = b"".join(TIME_ENTRY.pack(ts, rel) for rel, _, ts in entries)
-        index_path(self.dir, base).write_bytes(index)
-        timeindex_path(self.dir, base).write_bytes(times)
+    def finish_interrupted_swap(self) -> None:
+        """Apply the journal of a compaction that died after writing it, before cleaning again.
 
-    def _delete_segment_files(self, base: int) -> None:
-        for path in (
-            log_path(self.dir, base),
-            index_path(self.dir, base),
-            timeindex_path(self.dir, base),
-        ):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        The caller holds the maintenance lock, so no live cleaner owns the journal. Left in
+        place, it would be replayed by a later recovery over the next run's own ``.cleaned``
+        files (named by the same group bases, but covering other groups): overlapping
+        segments.
+        """
+        if not (self.dir / JOURNAL).exists():
+            return
+        with self.locked() as snap:  # an odd layout is recovered here, journal replayed
+            if not (self.dir / JOURNAL).exists():
+                return
+            self._bump_layout(snap, 1)
+            try:
+                finish_interrupted_swap(self.dir)
+            finally:
+                self._bump_layout(self.state.read(), 1)
+
+    def replace_segments(self, groups: Sequence[Sequence[int]]) -> None:
+        """Swap compacted segments in: each group ``[B, B2, ...]`` of consecutive closed
+        segments is replaced by the staged ``B.*.cleaned`` files (already fsynced).
+
+        Crash-safe: a journal naming every replacement is written durably, the layout is made
+        odd (readers pause opening files), the files are renamed and the replaced segments
+        unlinked, the layout is made even again, and the journal is removed. Recovery
+        replays a journal left behind. The caller holds :meth:`maintenance_lock`.
+        """
+        write_swap_journal(self.dir, groups)
+        with self.locked() as snap:
+            self._bump_layout(snap, 1)
+            try:
+                for group in groups:
+                    apply_swap_group(self.dir, group[0], group)
+                fsync_dir(self.dir)
+            finally:
+                self._bump_layout(self.state.read(), 1)
+        remove_swap_journal(self.dir)
+
+    def delete_segments_below(self, new_lwm: int) -> list[int]:
+        """Advance the low-water mark to ``new_lwm`` (a segment base, at most the active
+        one) and delete the segments wholly below it; return their bases.
+
+        The new mark is written durably (``log-start-offset``) and published (layout + 2:
+        readers reload their file lists) before any file is unlinked, so a crash in between
+        leaves segments recovery deletes. The caller holds :meth:`maintenance_lock`.
+        """
+        with self.locked() as snap:
+            write_atomic(self.dir / LOG_START, str(new_lwm).encode())
+            self.state.write(snap._replace(lwm=max(snap.lwm, new_lwm), layout=snap.layout + 2))
+        bases = list_segment_bases(self.dir)
+        doomed = [b for b, nxt in itertools.pairwise(bases) if nxt <= new_lwm]
+        for base in doomed:
+            Segment(self.dir, base).delete()
+        return doomed
 
     # ------------------------------------------------------------------ append
     def append(
@@ -610,14 +545,9 @@ class Partition:
         # and recovers (see _sync_locked) instead of appending behind it.
         current = self.state.read()
         self.state.write(current._replace(layout=current.layout | 1))
-        for path in (
-            log_path(self.dir, new_base),
-            index_path(self.dir, new_base),
-            timeindex_path(self.dir, new_base),
-        ):
-            path.touch()
+        Segment(self.dir, new_base).create()
         fsync_dir(self.dir)
-        write_atomic(self.dir / "recovery-point", str(new_base).encode())
+        write_atomic(self.dir / RECOVERY_POINT, str(new_base).encode())
         published = current._replace(
             leo=new_base,
             hwm=new_base,
@@ -954,15 +884,14 @@ class Partition:
         return problems
 
     def close(self) -> None:
-        with self._thread_lock:
+        with self._append_lock.mutex:
             self._close_writer()
             with self._r_lock:
                 for fd in self._r_fds.values():
                     os.close(fd)
                 self._r_fds.clear()
-            if self._lock_fd >= 0:
-                os.close(self._lock_fd)
-                self._lock_fd = -1
+            self._append_lock.close()
+            self._maintenance.close()
             self.state.close()
 
 

@@ -1,6 +1,7 @@
 """Retention: delete whole old segments from the front, advancing the low-water mark.
 
-Planning is a pure function over segment metadata; applying it is a short critical section:
+Planning is a pure function over segment metadata; applying it is the partition's
+:meth:`~framework.log.partition.Partition.delete_segments_below`, a short critical section:
 the new low-water mark is written durably (``log-start-offset``) and published in the state
 before any file is unlinked, so a crash in between leaves segments that recovery deletes, and
 a reader can never see a record below the low-water mark disappear mid-read: it gets
@@ -9,20 +10,14 @@ a reader can never see a record below the low-water mark disappear mid-read: it 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import time
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import structlog
 
-from framework.log.files import write_atomic
-from framework.log.segment import index_path, log_path, timeindex_path
-
-if TYPE_CHECKING:
-    from framework.log.partition import Partition
+from framework.log.partition import Partition
+from framework.log.segment import log_path
 
 log = structlog.get_logger("eventlane.log")
 
@@ -92,17 +87,6 @@ def plan_retention(
     return count
 
 
-@contextlib.contextmanager
-def cleaner_lock(partition: Partition) -> Iterator[None]:
-    """The partition's maintenance lock: one cleaner or retention pass at a time."""
-    fd = os.open(partition.dir / "cleaner.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def _closed_segments(
     partition: Partition, bases: list[int], active_base: int
 ) -> list[ClosedSegment]:
@@ -132,7 +116,7 @@ def apply_retention(partition: Partition) -> RetentionReport:
             partition.topic, partition.partition, snap.lwm, snap.lwm, 0, 0, 0, 0.0
         )
     now = partition.clock()
-    with cleaner_lock(partition):
+    with partition.maintenance_lock():
         snap = partition.offsets()
         if cfg.retention_ms >= 0 and snap.active_size > 0:
             age_ts = snap.active_max_ts
@@ -164,17 +148,7 @@ def apply_retention(partition: Partition) -> RetentionReport:
             )
         doomed = closed[:count]
         new_lwm = closed[count].base if count < len(closed) else snap.active_base
-        with partition.locked() as snap:
-            write_atomic(partition.dir / "log-start-offset", str(new_lwm).encode())
-            partition.state.write(snap._replace(lwm=max(snap.lwm, new_lwm), layout=snap.layout + 2))
-        for seg in doomed:
-            for path in (
-                log_path(partition.dir, seg.base),
-                index_path(partition.dir, seg.base),
-                timeindex_path(partition.dir, seg.base),
-            ):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+        partition.delete_segments_below(new_lwm)
     report = RetentionReport(
         partition.topic,
         partition.partition,

@@ -20,12 +20,13 @@ Only the last segment (the *active* one) is ever appended to.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import mmap
 import os
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -278,3 +279,163 @@ def indexes_look_sane(directory: Path, base: int) -> bool:
         return False
     header = parse_header(head, 0)
     return check_header(header) is None and header.base_offset == base + rel
+
+
+class LenientBatch(NamedTuple):
+    """A batch found by a lenient scan (:meth:`Segment.scan_lenient`).
+
+    ``header`` is ``None`` when not even a header could be read at ``position``; ``raw`` holds
+    the batch's bytes when its framing is sound; ``error`` says what is wrong (``None``: the
+    batch is intact, CRC included). A framing error ends the scan: nothing after it can be
+    located.
+    """
+
+    position: int
+    header: BatchHeader | None
+    raw: bytes
+    error: str | None
+
+
+class Segment:
+    """One segment of a partition, Kafka's ``LogSegment``: ``B.log`` + ``B.index`` +
+    ``B.timeindex`` under one base offset ``B`` (formats: the module docstring).
+
+    The three files are created, truncated, renamed and deleted together, always through
+    this class. The object holds no descriptors: callers that read hot paths cache their own
+    (see :class:`~framework.log.partition.Partition`).
+    """
+
+    __slots__ = ("base", "directory")
+
+    def __init__(self, directory: Path, base: int) -> None:
+        self.directory = directory
+        self.base = base
+
+    def __repr__(self) -> str:
+        return f"Segment({str(self.log)!r})"
+
+    @property
+    def log(self) -> Path:
+        return log_path(self.directory, self.base)
+
+    @property
+    def index(self) -> Path:
+        return index_path(self.directory, self.base)
+
+    @property
+    def timeindex(self) -> Path:
+        return timeindex_path(self.directory, self.base)
+
+    def files(self, suffix: str = "") -> tuple[Path, Path, Path]:
+        """The log, offset-index and time-index paths (with ``suffix`` appended, e.g.
+        ``.cleaned`` for the compactor's staging copies)."""
+        return tuple(  # type: ignore[return-value]
+            p.with_name(p.name + suffix) for p in (self.log, self.index, self.timeindex)
+        )
+
+    def size(self) -> int:
+        return self.log.stat().st_size
+
+    def create(self) -> None:
+        """Create the three files empty (an active segment being started)."""
+        for path in self.files():
+            path.touch()
+
+    def delete(self) -> None:
+        """Unlink the three files (missing ones are fine: deletion is replayed by recovery)."""
+        for path in self.files():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def install(self, suffix: str) -> None:
+        """Rename the ``suffix`` copies of the files over this segment's (those present)."""
+        for path, staged in zip(self.files(), self.files(suffix), strict=True):
+            if staged.exists():
+                staged.replace(path)
+
+    def write_indexes(self, entries: Sequence[tuple[int, int, int]], suffix: str = "") -> None:
+        """Write both indexes from ``(relative offset, position, time before)`` entries."""
+        _, ipath, tpath = self.files(suffix)
+        ipath.write_bytes(b"".join(OFFSET_ENTRY.pack(rel, pos) for rel, pos, _ in entries))
+        tpath.write_bytes(b"".join(TIME_ENTRY.pack(ts, rel) for rel, _, ts in entries))
+
+    def trim_indexes(self, valid_size: int) -> None:
+        """Keep only index entries of batches that start before ``valid_size`` bytes."""
+        raw = self.index.read_bytes() if self.index.exists() else b""
+        keep = 0
+        for _rel, pos in OFFSET_ENTRY.iter_unpack(raw[: len(raw) - len(raw) % 8]):
+            if pos >= valid_size:
+                break
+            keep += 1
+        for path, width in ((self.index, OFFSET_ENTRY.size), (self.timeindex, TIME_ENTRY.size)):
+            with open(path, "a+b") as f:
+                f.truncate(keep * width)
+
+    def truncate_to(self, fd: int, valid_size: int) -> None:
+        """Cut the log (open as ``fd``) to ``valid_size`` bytes, trim its indexes, fsync."""
+        os.ftruncate(fd, valid_size)
+        self.trim_indexes(valid_size)
+        os.fsync(fd)
+
+    def indexes_look_sane(self) -> bool:
+        return indexes_look_sane(self.directory, self.base)
+
+    def scan(
+        self,
+        fd: int,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        topic: str,
+        partition: int,
+        verify_crc: bool = True,
+        expect_after: int = -1,
+    ) -> Iterator[BatchRef]:
+        """Strict scan of the open log ``fd`` (see :func:`scan_batches`)."""
+        stop = os.fstat(fd).st_size if end is None else end
+        return scan_batches(
+            fd,
+            self.log,
+            start,
+            stop,
+            topic=topic,
+            partition=partition,
+            verify_crc=verify_crc,
+            expect_after=expect_after,
+        )
+
+    def scan_lenient(self) -> Iterator[LenientBatch]:
+        """Every batch of the log file, reporting damage instead of raising (for ``dump``).
+
+        A batch whose CRC fails is yielded with its error and the scan goes on (its length
+        still frames the next batch); a malformed header or a batch running past the end of
+        the file is yielded with its error and ends the scan.
+        """
+        fd = os.open(self.log, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            pos = 0
+            while pos < size:
+                head = os.pread(fd, HEADER_SIZE, pos)
+                if len(head) < HEADER_SIZE:
+                    error = f"truncated batch header ({len(head)} bytes)"
+                    yield LenientBatch(pos, None, b"", error)
+                    return
+                h = parse_header(head, 0)
+                problem = check_header(h)
+                if problem is None and pos + h.size > size:
+                    problem = f"batch of {h.size} bytes runs past the end of the file ({size})"
+                if problem is not None:
+                    yield LenientBatch(pos, h, b"", problem)
+                    return
+                raw = os.pread(fd, h.size, pos)
+                crc_error = None if batch_crc_ok(raw, 0, h) else "CRC32C mismatch"
+                yield LenientBatch(pos, h, raw, crc_error)
+                pos += h.size
+        finally:
+            os.close(fd)
+
+
+def list_segments(directory: Path) -> list[Segment]:
+    """The segments in ``directory``, oldest first."""
+    return [Segment(directory, base) for base in list_segment_bases(directory)]

@@ -19,9 +19,9 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import orjson
 import structlog
@@ -32,7 +32,7 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.cleaner import CompactionReport, compact_partition
+from framework.log.cleaner import CompactionReport, LogCleaner, compact_partition
 from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, write_atomic
 from framework.log.names import topic_dir, validate_topic_name
@@ -55,6 +55,13 @@ log = structlog.get_logger("eventlane.log")
 DEFAULT_DATA_DIR = "eventlane-data"
 MAX_PARTITIONS = 10_000
 _META_TTL_S = 0.5
+
+
+MaintenanceProgress = Callable[[int, int], None]
+"""``progress(done, total)``: told before a maintenance pass over a topic's partitions starts
+(``done == 0``) and after each partition (``done`` partitions finished of ``total``)."""
+
+_R = TypeVar("_R")
 
 
 def default_data_dir() -> Path:
@@ -113,6 +120,7 @@ class LogStore:
         self._meta: dict[str, _TopicMeta] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._cleaner = LogCleaner(self.partition)
 
     # ------------------------------------------------------------------ topics
     def create_topic(
@@ -392,15 +400,40 @@ class LogStore:
         self.notifier.wait(seen, timeout)
 
     # ------------------------------------------------------------------ maintenance
-    def compact(self, topic: str) -> list[CompactionReport]:
-        return [
-            compact_partition(self.partition(topic, p)) for p in range(self.partition_count(topic))
-        ]
+    def _each_partition(
+        self,
+        topic: str,
+        work: Callable[[Partition], _R],
+        progress: MaintenanceProgress | None,
+    ) -> list[_R]:
+        count = self.partition_count(topic)
+        if progress is not None:
+            progress(0, count)
+        reports = []
+        for p in range(count):
+            reports.append(work(self.partition(topic, p)))
+            if progress is not None:
+                progress(p + 1, count)
+        return reports
 
-    def cleanup(self, topic: str) -> list[RetentionReport]:
-        return [
-            apply_retention(self.partition(topic, p)) for p in range(self.partition_count(topic))
-        ]
+    def compact(
+        self, topic: str, *, progress: MaintenanceProgress | None = None
+    ) -> list[CompactionReport]:
+        """Compact every partition of ``topic`` now (a no-op unless its policy compacts)."""
+        return self._each_partition(topic, compact_partition, progress)
+
+    def cleanup(
+        self, topic: str, *, progress: MaintenanceProgress | None = None
+    ) -> list[RetentionReport]:
+        """Apply ``topic``'s retention to every partition now (no-op without ``delete``)."""
+        return self._each_partition(topic, apply_retention, progress)
+
+    def request_compaction(self, topic: str, partition: int) -> None:
+        """Ask the store's background cleaner to compact one partition soon; returns at once.
+
+        Repeated requests for a partition already queued coalesce; failures are logged.
+        """
+        self._cleaner.request(topic, partition)
 
     def verify(self, topic: str | None = None) -> list[Exception]:
         """Check every batch of ``topic`` (or of all topics); return the problems found."""
@@ -414,6 +447,7 @@ class LogStore:
         if self._closed:
             return
         self._closed = True
+        self._cleaner.stop()
         with self._lock:
             for part in self._partitions.values():
                 with contextlib.suppress(OSError):

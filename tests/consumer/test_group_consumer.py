@@ -374,6 +374,7 @@ def test_a_frozen_lock_holder_does_not_stop_other_members_heartbeats(log, consum
     pa, pb = Polling(a), Polling(b)
     eventually(lambda: dead.poll(0.05) is not None and len(dead.assignment()) > 0)
     dead.close()  # static: stays a member without heartbeats, expires in 1 s
+    eventually(lambda: a.member_id is not None and b.member_id is not None)
     ids = (a.member_id, b.member_id)
     fd = os.open(log.path / "groups" / "g" / "lock", os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # "frozen" while holding the lock, for 2.5 s

@@ -343,14 +343,17 @@ def _child_maintenance(args: dict[str, Any], action: str) -> None:
     # The commit phase starts with the first durable write of a decision: the compaction
     # journal, or retention's new log-start-offset. ``crash_after_phase`` kills at the n-th
     # storage call from there on (the renames, unlinks and state changes that follow).
+    # The log's partition owns both decisions' writes: the swap journal (written by
+    # ``framework.log.recovery``'s journal helper) and the new low-water mark.
+    decision = JOURNAL_NAME if action == "compact" else "log-start-offset"
     module = importlib.import_module(
-        "framework.log.cleaner" if action == "compact" else "framework.log.retention"
+        "framework.log.recovery" if action == "compact" else "framework.log.partition"
     )
     original_write_atomic = module.write_atomic
     after_phase = args.get("crash_after_phase")
 
     def write_atomic(path: Path, data: bytes) -> None:
-        if counter.phase_start < 0:
+        if counter.phase_start < 0 and path.name == decision:
             counter.phase_start = counter.calls
             if after_phase:
                 crash_at_storage_call(after_phase)  # nested counter: kills at its n-th call

@@ -1,0 +1,200 @@
+"""The Kafka protocol's cost: confluent-kafka through ``eventlane serve --kafka`` against
+eventlane's own producer and consumer on the same machine, in the same run.
+
+100-byte values, ~10-byte keys, one partition. Each round runs, in order:
+
+* ``own_produce``  baseline: eventlane's ``Producer.send_batch`` of the same records in
+                   10k batches (durable: fsync per batch), into a fresh topic
+* ``kafka_produce`` confluent-kafka ``Producer`` (acks=all, linger.ms=5, murmur2) through a
+                   real listener process, until every delivery report arrived
+* ``own_consume``  baseline: eventlane's free ``Consumer.poll`` of the topic end to end
+* ``kafka_consume`` confluent-kafka ``Consumer`` (assign, from offset 0) of the same topic
+
+    .venv/bin/python benchmarks/bench_kafka.py [--quick] [--runs 5] [--json]
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from _harness import Bench, bench_from_args, parser, quiet_logs, scratch_dir
+from confluent_kafka import Consumer as CKConsumer
+from confluent_kafka import Producer as CKProducer
+from confluent_kafka import TopicPartition as CKTopicPartition
+
+from framework.consumer.free import Consumer
+from framework.log.producer import Producer, ProducerRecord
+from framework.log.record import TopicPartition
+from framework.log.store import LogStore
+
+VALUE = os.urandom(100)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_listener(data: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from framework.cli import main; main()",
+            "--data",
+            str(data),
+            "serve",
+            "--kafka",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("listener did not start")
+
+
+def figures(bench: Bench, root: Path, count: int) -> None:
+    data = root / "data"
+    store = LogStore(data)
+    proc, bootstrap = start_listener(data)
+    keys = [b"key-%06d" % (i % 10_000) for i in range(count)]
+    rounds = iter(range(1_000_000))
+    topics: dict[str, str] = {}
+
+    def own_produce() -> float:
+        topic = f"own-{next(rounds)}"
+        store.create_topic(topic, 1)
+        producer = Producer(store)
+        t0 = time.perf_counter()
+        for start in range(0, count, 10_000):
+            producer.send_batch(
+                topic, [ProducerRecord(k, VALUE) for k in keys[start : start + 10_000]], partition=0
+            )
+        rate = count / (time.perf_counter() - t0)
+        topics["own"] = topic
+        return rate
+
+    def kafka_produce() -> float:
+        topic = f"ck-{next(rounds)}"
+        store.create_topic(topic, 1)
+        acked = [0]
+        errors: list[object] = []
+
+        def delivered(err: object, msg: object) -> None:
+            if err is None:
+                acked[0] += 1
+            elif not errors:
+                errors.append(err)
+
+        producer = CKProducer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "linger.ms": 5,
+                "partitioner": "murmur2_random",
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+        t0 = time.perf_counter()
+        for k in keys:
+            producer.produce(topic, key=k, value=VALUE, partition=0, on_delivery=delivered)
+            producer.poll(0)
+        producer.flush(120)
+        rate = acked[0] / (time.perf_counter() - t0)
+        assert acked[0] == count, (acked[0], count, errors)
+        topics["ck"] = topic
+        return rate
+
+    def own_consume() -> float:
+        consumer = Consumer(store, auto_offset_reset="earliest", max_poll_records=500)
+        consumer.assign([TopicPartition(topics["own"], 0)])
+        consumer.seek_to_beginning()
+        got = 0
+        t0 = time.perf_counter()
+        while got < count:
+            got += len(consumer.poll(0.0))
+        rate = got / (time.perf_counter() - t0)
+        consumer.close()
+        return rate
+
+    def kafka_consume() -> float:
+        consumer = CKConsumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "bench",
+                "enable.auto.commit": False,
+                "fetch.max.bytes": 52_428_800,
+            }
+        )
+        consumer.assign([CKTopicPartition(topics["ck"], 0, 0)])
+        got = 0
+        t0 = time.perf_counter()
+        while got < count:
+            msgs = consumer.consume(10_000, 1.0)
+            got += sum(1 for m in msgs if m.error() is None)
+        rate = got / (time.perf_counter() - t0)
+        consumer.close()
+        return rate
+
+    try:
+        bench.rounds(
+            {
+                "own_produce": own_produce,
+                "kafka_produce": kafka_produce,
+                "own_consume": own_consume,
+                "kafka_consume": kafka_consume,
+            },
+            warmup=False,
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        store.close()
+    bench.add("eventlane Producer.send_batch (10k batches, fsync each)", "rec/s", "own_produce")
+    bench.add(
+        "confluent-kafka produce via serve --kafka (acks=all)",
+        "rec/s",
+        "kafka_produce",
+        baseline="own_produce",
+    )
+    bench.add("eventlane Consumer.poll", "rec/s", "own_consume")
+    bench.add(
+        "confluent-kafka consume via serve --kafka",
+        "rec/s",
+        "kafka_consume",
+        baseline="own_consume",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=None, help="records per round")
+    args = p.parse_args(argv)
+    count = args.records or (20_000 if args.quick else 200_000)
+    quiet_logs()
+    bench = bench_from_args(__file__, args)
+    bench.notes.append(f"{count:,} records of 100 B values, ~10 B keys, one partition")
+    with scratch_dir(args.tmp, "kafka") as root:
+        figures(bench, root, count)
+    bench.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,382 @@
+"""Kafka's classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) for Kafka
+clients, with committed offsets in eventlane's ``__consumer_offsets``.
+
+Kafka clients assign partitions themselves: the group's leader receives every member's
+subscription in its JoinGroup response and sends the assignment in its SyncGroup request;
+the broker only keeps the membership, the generation, and the fencing. This module is
+that broker side, one state machine per group (Kafka's states: Empty, PreparingRebalance,
+CompletingRebalance, Stable), in the listener's process and event loop.
+
+Invariants:
+
+* every change of membership bumps the generation, and a JoinGroup round completes when
+  every known member has rejoined or the rebalance timeout has passed (members that did
+  not rejoin are removed);
+* OffsetCommit, Heartbeat and SyncGroup from an unknown member or a stale generation are
+  refused (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), and commits during a rebalance get
+  REBALANCE_IN_PROGRESS, so a member that lost its partitions never overwrites a newer
+  commit;
+* a member silent for its session timeout is removed and the group rebalances;
+* commits are records of ``__consumer_offsets`` (eventlane's :class:`OffsetStore`), so
+  ``eventlane groups list/describe`` show the group's offsets and lag.
+
+Membership lives in memory: after a listener restart, clients rejoin (as after a Kafka
+coordinator failover). A group of Kafka clients and one of eventlane workers must have
+different names: the two coordinators do not share membership (eventlane's workers assign
+on the coordinator's side, Kafka clients on the client's), so a Kafka client joining a
+group that has live eventlane members is refused with INCONSISTENT_GROUP_PROTOCOL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from framework.kafka.protocol import ErrorCode
+
+log = structlog.get_logger("eventlane.kafka.groups")
+
+INITIAL_REBALANCE_DELAY_S = 1.0
+"""Kafka's group.initial.rebalance.delay.ms (3 s there): how long an empty group waits for
+more members before its first generation, so members starting together share one."""
+
+
+class Member:
+    __slots__ = (
+        "assignment",
+        "client_host",
+        "client_id",
+        "instance_id",
+        "join",
+        "last_seen",
+        "member_id",
+        "protocols",
+        "rebalance_s",
+        "session_s",
+        "sync",
+    )
+
+    def __init__(self, member_id: str, instance_id: str | None, client_id: str, host: str) -> None:
+        self.member_id = member_id
+        self.instance_id = instance_id
+        self.client_id = client_id
+        self.client_host = host
+        self.protocols: list[tuple[str, bytes]] = []
+        self.assignment = b""
+        self.session_s = 10.0
+        self.rebalance_s = 60.0
+        self.last_seen = time.monotonic()
+        self.join: asyncio.Future[dict[str, Any]] | None = None
+        self.sync: asyncio.Future[tuple[int, bytes]] | None = None
+
+
+class Group:
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.state = "Empty"
+        self.generation = 0
+        self.protocol_type: str | None = None
+        self.protocol: str | None = None
+        self.leader: str | None = None
+        self.members: dict[str, Member] = {}
+        self.joined: set[str] = set()
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class GroupCoordinator:
+    """The group state machines of one listener.
+
+    ``commit``/``committed``/``group_offsets``/``groups``/``delete`` reach eventlane's offset
+    store (blocking calls: run in threads); ``eventlane_live`` says whether eventlane workers
+    hold a group of that name.
+    """
+
+    def __init__(
+        self,
+        offsets: Any,
+        *,
+        eventlane_live: Callable[[str], bool] = lambda group: False,
+        initial_delay_s: float = INITIAL_REBALANCE_DELAY_S,
+    ) -> None:
+        self.offsets = offsets
+        self.eventlane_live = eventlane_live
+        self.initial_delay_s = initial_delay_s
+        self.groups: dict[str, Group] = {}
+        self._reaper: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._reaper is None:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap())
+
+    # -- membership --------------------------------------------------------------------
+    async def join(self, req: Any, client_id: str, host: str) -> dict[str, Any]:
+        self.start()
+        group = self.groups.setdefault(req.group_id, Group(req.group_id))
+        if not group.members and await asyncio.to_thread(self.eventlane_live, req.group_id):
+            return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if (
+            group.protocol_type is not None
+            and group.members
+            and req.protocol_type != group.protocol_type
+        ):
+            return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        names = {p.name for p in req.protocols}
+        if group.members and not any(
+            names & {n for n, _ in m.protocols} for m in group.members.values()
+        ):
+            return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        member = self._member_for(group, req, client_id, host)
+        if member is None:
+            return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id)
+        member.protocols = [(p.name, bytes(p.metadata)) for p in req.protocols]
+        member.session_s = req.session_timeout_ms / 1000.0
+        rebalance_ms = getattr(req, "rebalance_timeout_ms", -1)
+        member.rebalance_s = (rebalance_ms if rebalance_ms > 0 else req.session_timeout_ms) / 1000.0
+        member.last_seen = time.monotonic()
+        group.protocol_type = req.protocol_type
+        loop = asyncio.get_running_loop()
+        member.join = loop.create_future()
+        group.joined.add(member.member_id)
+        self._prepare_rebalance(
+            group, "member joined" if req.member_id == "" else "member rejoined"
+        )
+        self._maybe_complete_join(group)
+        try:
+            return await member.join
+        finally:
+            member.join = None
+
+    def _member_for(self, group: Group, req: Any, client_id: str, host: str) -> Member | None:
+        instance = getattr(req, "group_instance_id", None)
+        if req.member_id:
+            return group.members.get(req.member_id)
+        if instance is not None:
+            for m in group.members.values():
+                if m.instance_id == instance:
+                    return m
+        member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        member = Member(member_id, instance, client_id, host)
+        group.members[member_id] = member
+        return member
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state == "PreparingRebalance":
+            return
+        initial = group.state == "Empty"
+        group.state = "PreparingRebalance"
+        for m in group.members.values():
+            if m.sync is not None and not m.sync.done():
+                m.sync.set_result((ErrorCode.REBALANCE_IN_PROGRESS, b""))
+        timeout = max((m.rebalance_s for m in group.members.values()), default=5.0)
+        if initial:
+            timeout = self.initial_delay_s
+        loop = asyncio.get_running_loop()
+        if group.timer is not None:
+            group.timer.cancel()
+        group.timer = loop.call_later(timeout, self._complete_join, group, True)
+        log.info(
+            "rebalance started", group=group.group_id, reason=reason, generation=group.generation
+        )
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.state != "PreparingRebalance":
+            return
+        if group.generation == 0 and group.timer is not None:
+            return  # the initial delay: let more members arrive
+        if set(group.members) <= group.joined:
+            self._complete_join(group, False)
+
+    def _complete_join(self, group: Group, timed_out: bool) -> None:
+        if group.state != "PreparingRebalance":
+            return
+        if group.timer is not None:
+            group.timer.cancel()
+            group.timer = None
+        for member_id in [m for m in group.members if m not in group.joined]:
+            log.info(
+                "member removed: did not rejoin in time", group=group.group_id, member_id=member_id
+            )
+            del group.members[member_id]
+        group.joined.clear()
+        if not group.members:
+            group.state, group.leader, group.protocol = "Empty", None, None
+            group.generation += 1
+            return
+        group.generation += 1
+        group.protocol = _choose_protocol(group)
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = "CompletingRebalance"
+        members = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "metadata": dict(m.protocols)[group.protocol],
+            }
+            for m in group.members.values()
+        ]
+        for m in group.members.values():
+            if m.join is not None and not m.join.done():
+                m.join.set_result(
+                    {
+                        "error_code": 0,
+                        "generation_id": group.generation,
+                        "protocol_type": group.protocol_type,
+                        "protocol_name": group.protocol,
+                        "leader": group.leader,
+                        "member_id": m.member_id,
+                        "members": members if m.member_id == group.leader else [],
+                    }
+                )
+        log.info(
+            "generation started",
+            group=group.group_id,
+            generation=group.generation,
+            members=len(group.members),
+            protocol=group.protocol,
+            timed_out=timed_out,
+        )
+
+    async def sync(self, req: Any) -> tuple[int, bytes]:
+        group = self.groups.get(req.group_id)
+        member = None if group is None else group.members.get(req.member_id)
+        if group is None or member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, b""
+        if req.generation_id != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION, b""
+        if group.state == "PreparingRebalance":
+            return ErrorCode.REBALANCE_IN_PROGRESS, b""
+        member.last_seen = time.monotonic()
+        if member.member_id == group.leader and group.state == "CompletingRebalance":
+            given = {a.member_id: bytes(a.assignment) for a in req.assignments}
+            for m in group.members.values():
+                m.assignment = given.get(m.member_id, b"")
+                if m.sync is not None and not m.sync.done():
+                    m.sync.set_result((ErrorCode.NONE, m.assignment))
+            group.state = "Stable"
+            return ErrorCode.NONE, member.assignment
+        if group.state == "Stable":
+            return ErrorCode.NONE, member.assignment
+        member.sync = asyncio.get_running_loop().create_future()
+        try:
+            return await member.sync
+        finally:
+            member.sync = None
+
+    def heartbeat(self, req: Any) -> int:
+        group = self.groups.get(req.group_id)
+        member = None if group is None else group.members.get(req.member_id)
+        if group is None or member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if req.generation_id != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        member.last_seen = time.monotonic()
+        if group.state == "PreparingRebalance":
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave(
+        self, group_id: str, member_ids: list[tuple[str, str | None]]
+    ) -> list[tuple[str, str | None, int]]:
+        group = self.groups.get(group_id)
+        out: list[tuple[str, str | None, int]] = []
+        for member_id, instance in member_ids:
+            member = None
+            if group is not None:
+                member = group.members.get(member_id) or next(
+                    (
+                        m
+                        for m in group.members.values()
+                        if instance is not None and m.instance_id == instance
+                    ),
+                    None,
+                )
+            if group is None or member is None:
+                out.append((member_id, instance, ErrorCode.UNKNOWN_MEMBER_ID))
+                continue
+            del group.members[member.member_id]
+            group.joined.discard(member.member_id)
+            out.append((member.member_id, instance, ErrorCode.NONE))
+            log.info("member left", group=group_id, member_id=member.member_id)
+            self._after_removal(group, "member left")
+        return out
+
+    def _after_removal(self, group: Group, reason: str) -> None:
+        if not group.members:
+            if group.timer is not None:
+                group.timer.cancel()
+                group.timer = None
+            group.state, group.leader, group.protocol = "Empty", None, None
+            group.generation += 1
+            return
+        self._prepare_rebalance(group, reason)
+        self._maybe_complete_join(group)
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            now = time.monotonic()
+            for group in list(self.groups.values()):
+                for m in list(group.members.values()):
+                    waiting = m.join is not None or m.sync is not None
+                    if not waiting and now - m.last_seen > m.session_s:
+                        log.warning(
+                            "member evicted: no heartbeat within the session timeout",
+                            group=group.group_id,
+                            member_id=m.member_id,
+                            session_timeout_ms=int(m.session_s * 1000),
+                        )
+                        del group.members[m.member_id]
+                        group.joined.discard(m.member_id)
+                        self._after_removal(group, "member expired")
+
+    # -- offsets -----------------------------------------------------------------------
+    def check_commit(self, group_id: str, generation: int, member_id: str) -> int:
+        """The error for an OffsetCommit, before anything is written (0: accept)."""
+        group = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            # a simple consumer (assign, no membership): only when no generation is live
+            if group is not None and group.members:
+                return ErrorCode.ILLEGAL_GENERATION
+            return ErrorCode.NONE
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state == "PreparingRebalance":
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        member.last_seen = time.monotonic()
+        return ErrorCode.NONE
+
+    def describe(self, group_id: str) -> Group | None:
+        return self.groups.get(group_id)
+
+
+def _join_error(code: int, member_id: str = "") -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "generation_id": -1,
+        "protocol_type": None,
+        "protocol_name": None,
+        "leader": "",
+        "member_id": member_id,
+        "members": [],
+    }
+
+
+def _choose_protocol(group: Group) -> str:
+    """The first protocol, in the leader's (or first member's) preference order, that every
+    member supports (Kafka votes; with one client library per group the result is the same)."""
+    members = list(group.members.values())
+    common = set.intersection(*({n for n, _ in m.protocols} for m in members))
+    first = group.members.get(group.leader or "") or members[0]
+    for name, _ in first.protocols:
+        if name in common:
+            return name
+    return first.protocols[0][0]

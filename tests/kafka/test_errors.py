@@ -1,0 +1,128 @@
+"""Error paths through real clients: offset out of range (after the low-water mark moved),
+a record larger than the topic's max.message.bytes, a stale generation's commit, an unknown
+member, and transactions refused (never half-done)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import MessageSizeTooLargeError, OffsetOutOfRangeError
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
+
+from framework.log import LogStore
+
+
+def raw_call(bootstrap: str, request, response_cls, version: int):
+    """One request on a fresh connection, with kafka-python's codec (what a client sends)."""
+    host, port = bootstrap.rsplit(":", 1)
+    request.API_VERSION = version
+    request.with_header(correlation_id=42, client_id="raw")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(bytes(request.encode(header=True, framed=True)))
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        body = b""
+        while len(body) < size:
+            body += sock.recv(size - len(body))
+    return response_cls[version].decode(body, header=True)
+
+
+def test_offset_out_of_range_after_the_low_water_mark_moved(kafka) -> None:
+    log = LogStore(kafka.data)
+    log.create_topic("short", 1, {"segment_bytes": 1024, "retention_bytes": 2048})
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+    for i in range(200):
+        producer.send("short", key=b"k", value=b"x" * 100)
+    producer.flush(10)
+    producer.close()
+    log.cleanup("short")
+    lwm = log.offsets("short", 0).lwm
+    assert lwm > 0
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka.bootstrap, auto_offset_reset="none", enable_auto_commit=False
+    )
+    tp = TopicPartition("short", 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    with pytest.raises(OffsetOutOfRangeError):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            consumer.poll(500)
+    consumer.seek(tp, lwm)  # resolved by seeking to the low-water mark, as auto.offset.reset would
+    got = []
+    deadline = time.monotonic() + 20
+    while not got and time.monotonic() < deadline:
+        got = [m.offset for ms in consumer.poll(500).values() for m in ms]
+    assert got and got[0] == lwm
+    consumer.close()
+    log.close()
+
+
+def test_a_record_larger_than_max_message_bytes_is_refused_and_nothing_is_stored(kafka) -> None:
+    log = LogStore(kafka.data)
+    log.create_topic("small", 1, {"max.record.bytes": 1000})
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, retries=0)
+    with pytest.raises(MessageSizeTooLargeError):
+        producer.send("small", value=b"x" * 5000).get(10)
+    producer.send("small", value=b"ok").get(10)
+    producer.close()
+    assert log.offsets("small", 0).hwm == 1
+    log.close()
+
+
+def test_commits_from_a_stale_generation_or_an_unknown_member_are_refused(kafka) -> None:
+    LogStore(kafka.data).create_topic("fenced", 2)
+    member = KafkaConsumer(
+        "fenced",
+        bootstrap_servers=kafka.bootstrap,
+        group_id="fenced-g",
+        enable_auto_commit=False,
+        session_timeout_ms=10_000,
+    )
+    deadline = time.monotonic() + 30
+    while not member.assignment() and time.monotonic() < deadline:
+        member.poll(200)
+    generation = member._coordinator._generation  # the live generation and member id
+    gen_id, member_id = generation.generation_id, generation.member_id
+    assert gen_id >= 1 and member_id
+
+    def commit(generation_id: int, mid: str) -> int:
+        T = OffsetCommitRequest.OffsetCommitRequestTopic
+        req = OffsetCommitRequest(
+            group_id="fenced-g",
+            generation_id_or_member_epoch=generation_id,
+            member_id=mid,
+            topics=[
+                T(
+                    name="fenced",
+                    partitions=[
+                        T.OffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=0, committed_metadata=""
+                        )
+                    ],
+                )
+            ],
+        )
+        resp = raw_call(kafka.bootstrap, req, OffsetCommitResponse, 8)
+        return resp.topics[0].partitions[0].error_code
+
+    assert commit(gen_id - 1, member_id) == 22  # ILLEGAL_GENERATION
+    assert commit(gen_id, "not-a-member") == 25  # UNKNOWN_MEMBER_ID
+    assert commit(gen_id, member_id) == 0
+    member.close()
+
+
+def test_transactions_are_refused_not_half_done(kafka) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "transactional.id": "tx-1",
+            "transaction.timeout.ms": 5000,
+        }
+    )
+    with pytest.raises(KafkaException):
+        producer.init_transactions(10)

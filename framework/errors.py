@@ -16,7 +16,8 @@ callers that do not know eventlane::
     │   ├── InvalidRecordError (ValueError)     e.g. a keyless record on a compacted topic
     │   ├── OffsetOutOfRangeError (IndexError)  below the low-water mark / above the LEO
     │   ├── CorruptRecordError                  CRC mismatch or malformed batch in durable data
-    │   └── PreconditionFailedError             a conditional append's check refused the write
+    │   ├── PreconditionFailedError             a conditional append's check refused the write
+    │   └── ReadOnlyDataError (PermissionError) a read-only data directory, and this must write
     ├── ConsumerError
     │   ├── CommitFailedError                   stale generation, evicted member, unowned partition
     │   ├── RebalanceInProgressError
@@ -129,6 +130,14 @@ class CorruptRecordError(LogError):
 
 class PreconditionFailedError(LogError):
     """A conditional append's precondition refused the write; nothing was appended."""
+
+
+class ReadOnlyDataError(LogError, PermissionError):
+    """The data directory cannot be written (a read-only mount), and this needs to write.
+
+    Reading (``topics list/describe``, ``consume``, ``dump``, ``verify``, ``project status``)
+    works on a read-only directory; appending, committing offsets, compaction and recovery
+    of a partition left by an unclean stop or an earlier boot do not."""
 
 
 class ConsumerError(FrameworkError):

@@ -16,6 +16,8 @@ command's result.
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,13 @@ from framework.observability import configure_logging, log_level_name
 __all__ = ["main"]
 
 
+READ_ONLY_HINT = (
+    " (this command must write to the data directory; on a read-only one, these work:"
+    " topics list/describe, consume without --group, dump, verify, project status,"
+    " dlq list/show)"
+)
+
+
 class _RootGroup(click.Group):
     """The root group: turns framework errors into a clean message and exit status 1."""
 
@@ -54,12 +63,16 @@ class _RootGroup(click.Group):
             if log_level_name() == "debug":
                 raise
             where = f": {err.filename}" if err.filename else ""
-            raise click.ClickException(f"{err.strerror or err}{where}") from None
+            hint = READ_ONLY_HINT if err.errno == errno.EROFS else ""
+            raise click.ClickException(f"{err.strerror or err}{where}{hint}") from None
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as err:  # a bug or a library's error: still one line, status 1
             if log_level_name() == "debug":
                 raise
+            data = ctx.obj.data if isinstance(ctx.obj, AppContext) else None
+            if data is not None and data.is_dir() and not os.access(data, os.W_OK):
+                raise click.ClickException(f"{type(err).__name__}: {err}{READ_ONLY_HINT}") from None
             raise click.ClickException(
                 f"{type(err).__name__}: {err} (EVENTLANE_LOG_LEVEL=debug shows the traceback)"
             ) from None

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,7 +36,7 @@ from framework.cli.context import (
     stdout_console,
 )
 from framework.cli.render import human_bytes, simple_table
-from framework.errors import ConfigError, CorruptRecordError
+from framework.errors import ConfigError, CorruptRecordError, ReadOnlyDataError
 from framework.log.batch import HEADER_SIZE, decode_records
 from framework.log.config import TIMESTAMP_TYPES
 from framework.log.record import Record
@@ -386,7 +387,13 @@ def verify(topic: str | None, repair: bool, as_json: bool) -> None:
     checked, problems = verify_log(log, topics)
     # Key indexes are derived from the log: check them only against an intact log.
     index_topics = None if topic is None else [topic]
-    indexes = [] if problems else check_key_indexes(log, topics=index_topics, repair=repair)
+    read_only = not os.access(log.path, os.W_OK)  # a read-only mount: the log only
+    if read_only and repair:
+        raise ReadOnlyDataError("--repair must write, and the data directory is read-only")
+    if read_only:
+        stderr_console().print("key indexes not checked: the data directory is read-only")
+    skip = problems or read_only
+    indexes = [] if skip else check_key_indexes(log, topics=index_topics, repair=repair)
     bad_indexes = [r for r in indexes if not r.ok and not r.repaired]
     if as_json:
         _json_out(

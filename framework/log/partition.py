@@ -37,11 +37,12 @@ from typing import NamedTuple
 
 import structlog
 
-from framework._locks import FileLock
+from framework._locks import FileLock, open_rw_or_read_only
 from framework.errors import (
     CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
+    ReadOnlyDataError,
     RecordTooLargeError,
 )
 from framework.log.batch import (
@@ -183,6 +184,15 @@ class Partition:
         with self._maintenance:
             yield
 
+    def _check_writable(self, what: str) -> None:
+        if self.state.read_only:
+            raise ReadOnlyDataError(
+                f"cannot {what}: the data directory is read-only",
+                topic=self.topic,
+                partition=self.partition,
+                path=self.dir,
+            )
+
     def _wait_for_writer(self) -> None:
         """Take and release the append lock: waits for a live writer, repairs a dead one's."""
         with self.locked():
@@ -218,9 +228,11 @@ class Partition:
         self._close_writer()
         base = snap.active_base
         flags = os.O_RDWR | os.O_CREAT
-        self._w_fd = os.open(log_path(self.dir, base), flags, 0o644)
-        self._w_index_fd = os.open(index_path(self.dir, base), flags | os.O_APPEND, 0o644)
-        self._w_time_fd = os.open(timeindex_path(self.dir, base), flags | os.O_APPEND, 0o644)
+        self._w_fd, _ = open_rw_or_read_only(log_path(self.dir, base), flags)
+        self._w_index_fd, _ = open_rw_or_read_only(index_path(self.dir, base), flags | os.O_APPEND)
+        self._w_time_fd, _ = open_rw_or_read_only(
+            timeindex_path(self.dir, base), flags | os.O_APPEND
+        )
         self._w_base = base
         self._w_layout = snap.layout
 
@@ -233,6 +245,8 @@ class Partition:
 
     def _truncate_tail_locked(self, snap: Snapshot, size: int) -> None:
         """Drop bytes an appender wrote but never acknowledged (it died mid-append)."""
+        if self.state.read_only:
+            return  # not ours to fix on a read-only mount: readers stop at the HWM anyway
         self._log.warning(
             "truncating unacknowledged tail",
             file=str(log_path(self.dir, snap.active_base)),
@@ -244,6 +258,15 @@ class Partition:
     # ------------------------------------------------------------------ recovery
     def _recover_locked(self) -> Snapshot:
         """Rebuild the state from the files after an unclean stop (:mod:`.recovery`)."""
+        if self.state.read_only:
+            raise ReadOnlyDataError(
+                "the data directory is read-only, and this partition must be recovered first"
+                " (its writer stopped uncleanly, or it was last written before a reboot):"
+                " open it once with write access (e.g. `eventlane verify`), then read it here",
+                topic=self.topic,
+                partition=self.partition,
+                path=self.dir,
+            )
         self._close_writer()
         previous = self.state.read_unchecked() if self.state.has_magic() else None
         snap = recover(
@@ -297,6 +320,7 @@ class Partition:
         unlinked, the layout is made even again, and the journal is removed. Recovery
         replays a journal left behind. The caller holds :meth:`maintenance_lock`.
         """
+        self._check_writable("replace segments")
         write_swap_journal(self.dir, groups)
         with self.locked() as snap:
             self._bump_layout(snap, 1)
@@ -316,6 +340,7 @@ class Partition:
         readers reload their file lists) before any file is unlinked, so a crash in between
         leaves segments recovery deletes. The caller holds :meth:`maintenance_lock`.
         """
+        self._check_writable("delete segments below")
         with self.locked() as snap:
             write_atomic(self.dir / LOG_START, str(new_lwm).encode())
             self.state.write(snap._replace(lwm=max(snap.lwm, new_lwm), layout=snap.layout + 2))
@@ -346,6 +371,7 @@ class Partition:
             raise InvalidRecordError(
                 "nothing to append", topic=self.topic, partition=self.partition
             )
+        self._check_writable("append")
         cfg = self.config
         batches = self._split(records)
         if atomic and len(batches) > 1:
@@ -565,6 +591,7 @@ class Partition:
 
     def roll(self) -> None:
         """Roll the active segment now if it holds any record (used by retention and tests)."""
+        self._check_writable("roll a segment")
         with self.locked() as snap:
             if snap.active_size == 0:
                 return

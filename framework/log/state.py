@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import hashlib
 import mmap
 import os
@@ -48,6 +47,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
+
+from framework._locks import READ_ONLY_ERRNOS, open_rw_or_read_only
 
 STATE_SIZE = 128
 MAGIC = 0x314C5345
@@ -94,11 +95,14 @@ class PartitionState:
         self.on_stuck = on_stuck
         """Called when a writer seems to have died mid-update (``seq`` stays odd): it should
         take the append lock, which waits for a live writer or repairs what a dead one left."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd, self.read_only = open_rw_or_read_only(path)
         try:
-            if os.fstat(fd).st_size < STATE_SIZE:
-                os.ftruncate(fd, STATE_SIZE)
-            self._map = mmap.mmap(fd, STATE_SIZE)
+            if self.read_only:  # a read-only data directory: look, never write
+                self._map = mmap.mmap(fd, STATE_SIZE, access=mmap.ACCESS_READ)
+            else:
+                if os.fstat(fd).st_size < STATE_SIZE:
+                    os.ftruncate(fd, STATE_SIZE)
+                self._map = mmap.mmap(fd, STATE_SIZE)
         finally:
             os.close(fd)
 
@@ -195,17 +199,20 @@ class Notifier:
 
     def __init__(self, path: Path) -> None:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            fd, read_only = open_rw_or_read_only(path)
+        except OSError as exc:  # a read-only directory without the file
+            if exc.errno not in READ_ONLY_ERRNOS:
                 raise
-            self._map = mmap.mmap(-1, 64)  # read-only directory: a word of our own
-        else:
-            try:
+            fd, read_only = -1, True
+        try:
+            if read_only:
+                self._map = mmap.mmap(-1, 64)  # a word of our own: nothing can append here
+            else:
                 if os.fstat(fd).st_size < 64:
                     os.ftruncate(fd, 64)
                 self._map = mmap.mmap(fd, 64)
-            finally:
+        finally:
+            if fd >= 0:
                 os.close(fd)
         self._word = ctypes.c_uint32.from_buffer(self._map, 0)
         self._addr = ctypes.addressof(self._word)

@@ -305,18 +305,28 @@ class ReadModelView:
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._conn is None and self.path.exists():
-            conn = sqlite3.connect(
-                self.path.resolve().as_uri() + "?mode=ro",
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=BUSY_TIMEOUT_S,
-            )
+            conn = self._open_read_only()
             if not _has_table(conn, "_eventlane_positions"):
                 conn.close()
                 return None
             self._conn = conn
         return self._conn
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """``mode=ro``; on a read-only directory (where SQLite cannot create the WAL index
+        ``-shm``) with no ``-wal`` file, ``immutable=1``: no writer can be active there."""
+        uri = self.path.resolve().as_uri()
+        options = {"isolation_level": None, "check_same_thread": False, "timeout": BUSY_TIMEOUT_S}
+        conn = sqlite3.connect(uri + "?mode=ro", uri=True, **options)  # type: ignore[arg-type]
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            wal = Path(f"{self.path}-wal")
+            if os.access(self.path.parent, os.W_OK) or (wal.exists() and wal.stat().st_size):
+                raise
+        return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, **options)  # type: ignore[arg-type]
 
     @property
     def conn(self) -> sqlite3.Connection | None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from sqlite_utils import Migrations
 
+from framework.consumer.admin import partition_lag
 from framework.consumer.coordinator import GroupCoordinator, groups_root
 from framework.errors import UnknownTopicError
 from framework.log import Log, LogStore, RecordMetadata, TopicPartition
@@ -136,7 +137,7 @@ def projection_status(
             tp = TopicPartition(topic, p)
             offs = log.offsets(topic, p)
             position = positions.get(tp)
-            lag = max(offs.hwm - (offs.lwm if position is None else position), 0)
+            lag = partition_lag(offs.hwm, offs.lwm, position)
             total += lag
             rows.append(
                 {

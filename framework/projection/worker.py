@@ -108,6 +108,7 @@ class Worker:
         """Batches the read model refused because a newer generation owns a partition."""
         self._log = log.bind(projector=name, group=name, pid=os.getpid())
         self._next_group_commit = 0.0
+        self._uncommitted = False
         self._published = -1
         self._pause = PauseControl(runtime.log.path, name)
         self._readmodel_inode = _inode(self.readmodel.path)
@@ -177,6 +178,7 @@ class Worker:
         owned = self.consumer.assignment() if partitions is None else set(partitions)
         offsets = {tp: positions[tp] for tp in owned if tp in positions}
         self._next_group_commit = time.monotonic() + self.group_commit_interval_s
+        self._uncommitted = False
         if not offsets:
             return
         try:
@@ -194,6 +196,10 @@ class Worker:
         """Apply a polled batch exactly once; ``None`` when the read model refused it."""
         records, generation = polled
         if not records:
+            # Idle: commit what the last batches applied, so group tools (``groups
+            # describe``) show the same lag as ``project status`` within the interval.
+            if self._uncommitted and time.monotonic() >= self._next_group_commit:
+                self._commit_group()
             return BatchResult(0, 0, 0)
         try:
             result = self.applier.apply(records, generation)
@@ -210,6 +216,7 @@ class Worker:
             self._rewind({TopicPartition(r.topic, r.partition) for r in records})
             return None
         self.applied += len(records)
+        self._uncommitted = True
         notify_applied(self.runtime.log)
         if time.monotonic() >= self._next_group_commit:
             self._commit_group()

@@ -4,6 +4,7 @@ The data directory comes from, in order of precedence: ``--data DIR`` given afte
 subcommand, ``--data DIR`` given before it (``eventlane --data DIR topics list``), the
 ``EVENTLANE_DATA`` environment variable, then ``./eventlane-data``.
 
+Commands that create a data directory say so, with its absolute path, on standard error.
 Commands that only read never create a data directory: pointing them at a directory that
 holds no log is an error naming the path (the usual mistake is a wrong ``--data``). Argument
 types validate before anything is opened, so a bad topic name, offset, partition or config
@@ -44,7 +45,14 @@ class AppContext:
                 f"no eventlane data in {str(self.data)!r}: create a topic first, or point"
                 " --data / EVENTLANE_DATA at an existing data directory"
             )
+        new = not (self.data / "topics").is_dir()
         self._log = LogStore(self.data)
+        if new:  # a forgotten --data must not go unnoticed
+            stderr_console().print(
+                f"created data directory {self.data.resolve()} (choose another with --data DIR"
+                " or EVENTLANE_DATA)",
+                soft_wrap=True,
+            )
         return self._log
 
     def close(self) -> None:

@@ -137,6 +137,13 @@ def run_command(
             log_path=log_path,
         )
         started = time.monotonic()
+        doc = runtime.status(projection)
+        parts = [f"{r['topic']}-{r['partition']}" for r in doc["partitions"]]
+        stderr_console().print(
+            f"project run: data {data}, projector {projection}, {len(parts)} partition(s)"
+            f" ({', '.join(parts) or 'none yet'}), lag {doc['lag']:,}, {workers} worker(s)",
+            soft_wrap=True,
+        )
         if show:
             stderr_console().print(f"worker logs: {log_path}")
             with Live(console=console, refresh_per_second=4, transient=False) as view:

@@ -34,6 +34,7 @@ from rich.text import Text
 
 from framework.cli.context import app as cli_app
 from framework.cli.context import data_option, json_option, stderr_console, stdout_console
+from framework.cli.groups import GROUP
 from framework.cli.render import simple_table
 from framework.errors import ConfigError, ProjectionError
 from framework.projection import (
@@ -49,6 +50,7 @@ from framework.projection import (
     retry_dead_letters,
 )
 from framework.projection.breaker import describe as describe_breaker
+from framework.projection.retire import retire_projector
 
 __all__ = ["PROJECTION_COMMANDS", "dlq", "migrate", "project"]
 
@@ -203,6 +205,32 @@ def _live_view(runtime: Runtime, runner: Runner, started: float) -> Group:
         f"  up {now - started:.0f}s",
     )
     return Group(header, partitions, workers)
+
+
+@project.command("remove")
+@click.argument("name", metavar="NAME", type=GROUP)
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@json_option
+@data_option
+def remove_command(name: str, dry_run: bool, as_json: bool) -> None:
+    """Remove a retired or renamed projector NAME: its consumer group, its read model (with
+    its positions and dead letters), its NAME.dlq topic and its other files. Events stay.
+
+    Refused while NAME has live workers. Take NAME out of the app first, or its workers
+    would start it again from the low-water marks.
+    """
+    log = cli_app().open_log(create=False)
+    report = retire_projector(log, cli_app().data, name, dry_run=dry_run)
+    if as_json:
+        _print_json(report.to_json())
+        return
+    verb = "would remove" if dry_run else "removed"
+    lines = [f"{verb}: consumer group {name}"] if report.group else []
+    if report.dlq_topic:
+        lines.append(f"{verb}: topic {report.dlq_topic}")
+    lines += [f"{verb}: {path}" for path in report.files]
+    lines.append(f"{verb}: {report.dead_letters} dead letter(s) with the read model")
+    click.echo("\n".join(lines))
 
 
 @project.command("status")

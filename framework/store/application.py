@@ -87,9 +87,23 @@ class Application:
         self.partitions = partitions
         if create_topics:
             for cls in self.aggregates:
-                self.log.create_topic(
-                    cls.topic, self.partitions_for(cls.topic), EVENT_TOPIC_CONFIG, exist_ok=True
-                )
+                wanted = self.partitions_for(cls.topic)
+                self.log.create_topic(cls.topic, wanted, EVENT_TOPIC_CONFIG, exist_ok=True)
+                self._check_partitions(cls.topic, wanted)
+
+    def _check_partitions(self, topic: str, wanted: int) -> None:
+        """An existing event topic must have the declared partition count: an aggregate's
+        partition is ``murmur2(id) % count``, so another count would look in the wrong
+        partition for every stored history."""
+        have = self.log.partition_count(topic)
+        if have != wanted:
+            raise ConfigError(
+                f"topic {topic!r} exists with {have} partition(s), but the app declares"
+                f" {wanted}: declare partitions={{{topic!r}: {have}}} (an event topic's count"
+                " cannot change without moving every aggregate's history), or use another"
+                " data directory",
+                topic=topic,
+            )
 
     def partitions_for(self, topic: str) -> int:
         if isinstance(self.partitions, int):

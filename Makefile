@@ -7,17 +7,19 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-deps lint soak clean
 
-$(STAMP): pyproject.toml setup.py
+# eventlane itself, then the sample app (a distribution of its own: example_apps/pyproject.toml).
+$(STAMP): pyproject.toml setup.py example_apps/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	$(BIN)/python -m pip install --quiet --no-build-isolation --no-deps -e example_apps
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/eventlane demo invoicing --data ./demo-data
 
 lint: $(STAMP)
-	$(BIN)/ruff check framework tests benchmarks example_apps migrations
+	$(BIN)/ruff check framework tests benchmarks example_apps
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -2,14 +2,14 @@
 
 Figures (median of ``--runs`` >= 5 rounds, each with its same-run baseline):
 
-* **load**: ``Application.load`` of one aggregate with 100 events from a topic of
+* **load**: ``Runtime.load`` of one aggregate with 100 events from a topic of
   ``--records`` records (default 10M, ``--quick`` 200k), page cache warm. Target < 5 ms.
   Baseline: what a store without a key index must do, a full scan of the partition for
   that key (read every record from the low-water mark, keep the aggregate's, decode them,
   rebuild the aggregate). The ratio is the speed-up.
-* **save, single events**: ``Application.save`` of one event per call (fsync per save),
+* **save, single events**: ``Runtime.save`` of one event per call (fsync per save),
   events/s. Baseline: ``LogStore.append`` of the same pre-encoded record per call.
-* **save, batches of 100**: ``Application.save`` of 100 events per call. Baseline: an
+* **save, batches of 100**: ``Runtime.save`` of 100 events per call. Baseline: an
   atomic ``LogStore.append`` of the same 100 pre-encoded records.
 * **codec**: ``EventCodec.encode``/``decode`` per event vs ``orjson.dumps``/``loads`` of the
   same JSON documents as plain dicts.
@@ -39,11 +39,11 @@ import orjson
 from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch_dir
 from attrs import frozen
 
+from framework.app import App, Runtime
 from framework.codec import Envelope
 from framework.domain import Aggregate, DomainEvent, applies, event
 from framework.log import LogStore
 from framework.log.partition import Cursor
-from framework.store import Application
 
 TOPIC = "bench-accounts"
 TARGET = "bench-target"
@@ -76,8 +76,8 @@ class BenchAccount(Aggregate):
         self.deposits += 1
 
 
-def open_app(data: Path, partitions: int) -> Application:
-    return Application(data, aggregates=[BenchAccount], partitions=partitions)
+def open_app(data: Path, partitions: int) -> Runtime:
+    return App("bench", aggregates=[BenchAccount], partitions=partitions).open(data)
 
 
 # ---------------------------------------------------------------------------------- build
@@ -155,7 +155,7 @@ def cached_data(tmp: str, records: int, partitions: int, keys: int, rebuild: boo
 
 
 # ---------------------------------------------------------------------------------- load
-def scan_load(log: LogStore, app: Application, partition: int) -> BenchAccount:
+def scan_load(log: LogStore, app: Runtime, partition: int) -> BenchAccount:
     """Baseline: the aggregate from a full scan of its partition (no index)."""
     key = TARGET.encode()
     marks = log.offsets(TOPIC, partition)

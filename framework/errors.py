@@ -19,11 +19,12 @@ callers that do not know eventlane::
     │   ├── PreconditionFailedError             a conditional append's check refused the write
     │   └── ReadOnlyDataError (PermissionError) a read-only data directory, and this must write
     ├── ConsumerError
-    │   ├── CommitFailedError                   stale generation, evicted member, unowned partition
-    │   ├── RebalanceInProgressError
+    │   ├── CommitFailedError                 * stale generation, evicted member, unowned partition
+    │   ├── RebalanceInProgressError          *
     │   └── NoOffsetForPartitionError           auto_offset_reset="error" with no position
-    ├── DomainError
-    │   ├── ConcurrencyError                    expected version != actual version
+    ├── ConcurrencyError                      * expected version != actual version (a write
+    │                                           conflict, not a rejected command)
+    ├── DomainError                             a command rejected by the domain
     │   └── AggregateNotFoundError (LookupError)
     ├── AggregateError                          a bug in an aggregate class, not a rejected command
     │   ├── MissingApplyError (TypeError)       an event type with no @applies method
@@ -33,20 +34,31 @@ callers that do not know eventlane::
     │   ├── UpcastError
     │   └── StaleSnapshotError                  snapshot schema version != the aggregate's
     ├── ProjectionError
+    │   └── FencedError                         a newer group generation owns the partition
     └── ReplayError
+        └── MergeConflictError                  rows of one key from several partitions, no rule
+
+``*`` marks the *retriable* errors (``error.retriable`` is true, Kafka's flag): the same call
+may succeed when retried after reloading (a write conflict) or re-polling (a rebalance).
+Every other error is permanent for the same input.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, ClassVar
 
 
 class FrameworkError(Exception):
     """Base class of every error eventlane raises on purpose.
 
     ``topic``, ``partition``, ``offset``, ``path`` and ``position`` name where the error
-    happened, when known; ``str(error)`` includes them.
+    happened, when known; ``str(error)`` includes them. ``retriable`` (a class attribute) is
+    true when retrying the same operation may succeed.
     """
+
+    retriable: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -145,11 +157,16 @@ class ConsumerError(FrameworkError):
 
 
 class CommitFailedError(ConsumerError):
-    """A commit was rejected: stale generation, evicted member, or a partition not owned."""
+    """A commit was rejected: stale generation, evicted member, or a partition not owned.
+    Retriable: re-poll (rejoin) and commit again."""
+
+    retriable = True
 
 
 class RebalanceInProgressError(ConsumerError):
     """The group is rebalancing; re-poll to get the new assignment."""
+
+    retriable = True
 
 
 class NoOffsetForPartitionError(ConsumerError):
@@ -160,8 +177,13 @@ class DomainError(FrameworkError):
     """A command broke a domain invariant. User aggregates subclass this."""
 
 
-class ConcurrencyError(DomainError):
-    """Optimistic concurrency: the aggregate's stored version is not the expected one."""
+class ConcurrencyError(FrameworkError):
+    """Optimistic concurrency: the aggregate's stored version is not the expected one.
+
+    A write conflict, not a rejected command: it is not a :class:`DomainError`. Retriable:
+    reload the aggregate and run the command again (``execute`` and ``ctx.issue`` do)."""
+
+    retriable = True
 
     def __init__(
         self,
@@ -255,3 +277,17 @@ class ProjectionError(FrameworkError):
 
 class ReplayError(FrameworkError):
     """A rebuild of a projection failed."""
+
+
+class FencedError(ProjectionError):
+    """The worker's generation is older than the one stored for a partition: it lost it."""
+
+
+class MergeConflictError(ReplayError):
+    """Rows of one key came from several partitions and the table has no rule that merges
+    them (or a ``same`` column disagrees). ``table`` and ``key`` name the row."""
+
+    def __init__(self, message: str, *, table: str, key: Mapping[str, Any], **where: Any) -> None:
+        self.table = table
+        self.key = dict(key)
+        super().__init__(message, **where)

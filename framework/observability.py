@@ -2,8 +2,10 @@
 
 Library modules only call ``structlog.get_logger("eventlane.<layer>")`` and log events with
 their coordinates as fields (``topic``, ``partition``, ``offset``, ``group``); they never
-configure anything. An application (or the ``eventlane`` CLI, at start-up) calls
-:func:`configure_logging` once.
+configure anything, and ``import framework`` configures nothing. The entry points do: the
+``eventlane`` CLI and its worker processes call :func:`configure_logging` at start-up, and
+opening an application's runtime calls :func:`configure_default_logging` (a no-op when
+structlog is already configured).
 
 Environment:
 
@@ -121,8 +123,10 @@ def log_level_name() -> str:
 
 def configure_default_logging() -> None:
     """Configure logging from the environment unless the application already configured
-    structlog itself. Called when :mod:`framework` is imported, so that a library user gets
-    warnings on standard error, not structlog's default of everything on standard output."""
+    structlog itself. Called when an application's runtime opens (``App.open``), never on
+    import, so that a library user gets warnings on standard error, not structlog's default
+    of everything on standard output; configure structlog (or call
+    :func:`configure_logging`) before opening to choose otherwise."""
     if not structlog.is_configured():
         try:
             configure_logging()

@@ -1,5 +1,9 @@
 """Shared fixtures: a controllable clock and a ``LogStore`` on a fresh temporary directory.
 
+The test run is an entry point: it configures eventlane's logging once (warnings and above
+on standard error, ``EVENTLANE_LOG_LEVEL`` to change it), as the ``eventlane`` command does;
+``import framework`` itself configures nothing.
+
 Hypothesis profiles: ``default`` (what the suite runs) and ``soak`` (many more examples and
 longer stateful runs), picked with ``HYPOTHESIS_PROFILE=soak``.
 """
@@ -14,6 +18,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from framework.log import LogStore
+from framework.observability import configure_logging
+
+configure_logging()
 
 settings.register_profile(
     "soak",

@@ -1,6 +1,7 @@
 """The docs are tested: their examples run, and every CLI command and option is documented.
 
-* Every fenced block opened with exactly ```` ```python ```` in every ``docs/*.md`` file runs,
+* Every fenced block opened with exactly ```` ```python ```` in every ``docs/*.md`` file (and
+  the README) runs,
   in file order, in one fresh module namespace per file, with a temporary working directory
   and ``tempfile`` pointed into it. Use another fence (```` ```pycon ````, ```` ```text ````)
   for code that must not run.
@@ -31,7 +32,7 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*)$", re.M)
 
 
 def doc_files() -> list[Path]:
-    return sorted(DOCS.glob("*.md"))
+    return [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]
 
 
 def python_blocks(path: Path) -> list[tuple[int, str]]:
@@ -62,7 +63,7 @@ def test_python_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_every_doc_with_examples_is_found() -> None:
     names = {p.name for p in doc_files() if python_blocks(p)}
-    assert {"log.md", "file-format.md", "architecture.md"} <= names
+    assert {"log.md", "file-format.md", "architecture.md", "README.md", "api.md"} <= names
 
 
 # ---------------------------------------------------------------------------- CLI coverage

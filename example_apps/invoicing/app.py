@@ -12,8 +12,7 @@ from example_apps.invoicing.projections import (
     OrdersByStatus,
 )
 from example_apps.invoicing.state_topic import CustomerStatePublisher
-from framework.codec import EventRegistry
-from framework.projection import App
+from framework import App, EventRegistry
 
 registry = EventRegistry()
 

@@ -19,11 +19,10 @@ from rich.console import Console
 
 from example_apps.invoicing.demo import run_demo
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
-from framework.cli.context import app as cli_app
-from framework.cli.context import data_option
-from framework.projection import Runtime, readmodel_path
-from framework.replay.checksum import compare, file_checksums
-from framework.replay.rebuild import rebuild
+from framework import Runtime, rebuild
+from framework.cli.plugins import data_dir, data_option, open_log
+from framework.projection import readmodel_path
+from framework.replay import compare, file_checksums
 
 
 @click.group()
@@ -37,7 +36,7 @@ def invoicing() -> None:
 @data_option
 def invoice_for(order_id: str, timeout: float) -> None:
     """Ask a running responder which invoice ORDER_ID has (request/reply over the log)."""
-    log = cli_app().open_log()
+    log = open_log()
     try:
         answer = ask_invoice_for(log, order_id, timeout=timeout)
     except TimeoutError as exc:
@@ -50,7 +49,7 @@ def invoice_for(order_id: str, timeout: float) -> None:
 @data_option
 def serve(seconds: float | None) -> None:
     """Answer invoice queries from the invoices read model until Ctrl-C."""
-    log = cli_app().open_log()
+    log = open_log()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if seconds is not None:
@@ -91,7 +90,7 @@ def spark_rebuild(runtime: Runtime, name: str, console: Console) -> dict[str, An
 @data_option
 def demo(orders: int, workers: int, seed: int, no_spark: bool) -> None:
     """The invoicing demo: workload, workers, a kill -9, lag, Spark rebuild, summary."""
-    data = cli_app().data
+    data = data_dir()
     summary = run_demo(
         data, orders=orders, workers=workers, seed=seed, spark=not no_spark, rebuild=spark_rebuild
     )

@@ -30,8 +30,9 @@ from example_apps.invoicing.app import app
 from example_apps.invoicing.domain import Invoice
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
 from example_apps.invoicing.workload import Workload, pay, payment_for
+from framework import Runtime
 from framework.log import Log, TopicPartition
-from framework.projection import Runner, Runtime, open_readmodel, readmodel_path
+from framework.projection import Runner, open_readmodel, readmodel_path
 
 APP_SPEC = "example_apps.invoicing:app"
 EVENT_TOPICS = ("customers", "orders", "invoices")
@@ -53,7 +54,7 @@ def _lag(runtime: Runtime, name: str) -> int:
                 )
             }
     total = 0
-    for topic in app.projector(name).topics:
+    for topic in app.projector(name).topic_names:
         for p in range(runtime.log.partition_count(topic)):
             marks = runtime.log.offsets(topic, p)
             total += marks.hwm - max(positions.get(TopicPartition(topic, p), marks.lwm), marks.lwm)

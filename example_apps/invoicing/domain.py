@@ -24,8 +24,7 @@ from example_apps.invoicing.events import (
     PaymentRecorded,
     ShippingAddressChanged,
 )
-from framework.domain import Aggregate, applies
-from framework.errors import DomainError
+from framework import Aggregate, DomainError, applies
 
 
 class InvoicingError(DomainError):

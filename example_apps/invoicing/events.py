@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from framework.domain import DomainEvent, event
+from framework import DomainEvent, event
 
 
 @frozen

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from sqlite_utils import Database
 
+from example_apps.invoicing import migrations as schema
 from example_apps.invoicing.domain import Invoice, invoice_id_for
 from example_apps.invoicing.events import (
     InvoiceIssued,
@@ -28,9 +29,7 @@ from example_apps.invoicing.events import (
     OrderPlaced,
     PaymentRecorded,
 )
-from framework.errors import AggregateNotFoundError
-from framework.projection import EventContext, Projector, handles
-from migrations import invoicing as schema
+from framework import AggregateNotFoundError, EventContext, Projector, handles
 
 
 class Invoices(Projector):
@@ -184,25 +183,21 @@ class InvoicingPolicy(Projector):
 
     @handles(OrderConfirmed)
     def confirmed(self, event: OrderConfirmed, ctx: EventContext) -> None:
-        if ctx.replaying or ctx.app is None:
-            return  # never issue commands while rebuilding
-        ctx.app.execute(
+        # At most once per confirmation (the invoice's events carry its id as causation id);
+        # nothing is issued while rebuilding.
+        ctx.issue(
             Invoice,
             invoice_id_for(ctx.aggregate_id),
             lambda invoice: invoice.issue(ctx.aggregate_id, event.customer_id, event.total_cents),
-            create=True,
-            causation_id=str(ctx.envelope.event_id),
         )
 
     @handles(OrderCancelled)
     def cancelled(self, event: OrderCancelled, ctx: EventContext) -> None:
-        if ctx.replaying or ctx.app is None:
-            return
         # Cancelled before it was confirmed: there is no invoice to void.
         with contextlib.suppress(AggregateNotFoundError):
-            ctx.app.execute(
+            ctx.issue(
                 Invoice,
                 invoice_id_for(ctx.aggregate_id),
                 lambda invoice: invoice.void(event.reason),
-                causation_id=str(ctx.envelope.event_id),
+                create=False,
             )

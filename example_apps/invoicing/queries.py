@@ -23,10 +23,8 @@ from typing import Any
 
 import orjson
 
-from framework.consumer import Consumer
-from framework.consumer.group import GroupConsumer
-from framework.log import Log, ProducerRecord, TopicPartition
-from framework.log.producer import Producer
+from framework import Consumer, GroupConsumer, Producer, ProducerRecord, TopicPartition
+from framework.log import Log
 
 QUERIES = "invoicing.queries"
 REPLIES = "invoicing.replies"

@@ -13,7 +13,7 @@ import orjson
 
 from example_apps.invoicing.domain import Customer
 from example_apps.invoicing.events import CustomerMoved, CustomerRegistered
-from framework.projection import EventContext, Projector, handles
+from framework import EventContext, Projector, handles
 
 STATE_TOPIC = "customers.state"
 

@@ -18,10 +18,11 @@ JSON shapes:
 
 from __future__ import annotations
 
+import gc
 import re
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +33,28 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from framework.app import Runtime, load_app
 from framework.cli.context import app as cli_app
 from framework.cli.context import data_option, json_option, stderr_console, stdout_console
 from framework.cli.groups import GROUP
 from framework.cli.render import simple_table
-from framework.errors import ConfigError, ProjectionError
+from framework.errors import ConfigError, FrameworkError, ProjectionError
 from framework.projection import (
     DeadLetter,
     ReadModelView,
     Runner,
-    Runtime,
+    Worker,
     get_dead_letter,
     list_dead_letters,
-    load_app,
     migrate_all,
     open_readmodel,
     retry_dead_letters,
 )
+from framework.projection.breaker import EXIT_BREAKER
 from framework.projection.breaker import describe as describe_breaker
+from framework.projection.lifeline import follow_supervisor
 from framework.projection.retire import retire_projector
+from framework.projection.worker import EXIT_CANNOT_START
 
 __all__ = ["PROJECTION_COMMANDS", "dlq", "migrate", "project"]
 
@@ -161,6 +165,43 @@ def run_command(
         if "poison-rate breaker" in runner.failure:
             raise click.ClickException(runner.failure)
         raise click.ClickException(f"workers could not start: {runner.failure}")
+
+
+@project.command("worker", hidden=True)
+@app_argument
+@click.argument("name", metavar="NAME")
+@click.option("--session-timeout-ms", type=click.IntRange(300, 3_600_000), default=10_000)
+@click.option("--max-poll-records", type=click.IntRange(1, 1_000_000), default=2_000)
+@data_option
+@click.pass_context
+def worker_command(
+    ctx: click.Context, app_spec: str, name: str, session_timeout_ms: int, max_poll_records: int
+) -> None:
+    """One worker process of projector NAME, until SIGTERM (what `project run` starts).
+
+    Exit status 2 when it cannot start (bad APP, unknown projector, pending migrations):
+    restarting would not help, so the runner does not. Exit status 3 when its poison-rate
+    breaker tripped (it stopped applying, see framework.projection.breaker). It gets SIGTERM
+    when `project run` dies, even by SIGKILL (framework.projection.lifeline).
+    """
+    follow_supervisor()  # no orphans: SIGTERM when the supervisor dies
+    with ExitStack() as stack:
+        try:
+            runtime = stack.enter_context(_runtime(app_spec, create=True))
+            worker = Worker(
+                runtime,
+                name,
+                session_timeout_ms=session_timeout_ms,
+                max_poll_records=max_poll_records,
+            )
+        except FrameworkError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(EXIT_CANNOT_START)
+        worker.install_signal_handlers()
+        gc.freeze()  # the start-up heap (modules, classes) is never collected: skip it
+        worker.run()
+    if worker.tripped is not None:
+        ctx.exit(EXIT_BREAKER)
 
 
 def _live_view(runtime: Runtime, runner: Runner, started: float) -> Group:
@@ -491,10 +532,8 @@ def dlq_retry(app_spec: str, projection: str, ids: tuple[int, ...], as_json: boo
             raise ConfigError(f"projector {projection!r} has no read model yet")
         readmodel = open_readmodel(runtime, projection)
         try:
-            projector = cls()
-            projector.setup(readmodel.db)
             report = retry_dead_letters(
-                projector, runtime.codec, readmodel, ids=list(ids) or None, app=runtime
+                cls(), runtime.codec, readmodel, ids=list(ids) or None, app=runtime
             )
         finally:
             readmodel.close()

@@ -35,6 +35,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from framework.app import load_app
 from framework.cli.context import (
     CONFIG_PAIR,
     data_option,
@@ -45,7 +46,6 @@ from framework.cli.context import (
 from framework.cli.context import app as cli_app
 from framework.cli.project import app_argument, projection_option
 from framework.errors import ConfigError, ReplayError
-from framework.projection import load_app
 from framework.replay.check import check_merge
 from framework.replay.handoff import HandoffResult, rebuild_and_swap
 from framework.replay.rebuild import ENGINES, RebuildResult, rebuild

@@ -56,8 +56,9 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, overload
 
+from framework.domain.dispatch import collect_marked, mark
 from framework.domain.events import DomainEvent
 from framework.domain.snapshot import Snapshot
 from framework.errors import ConfigError, MissingApplyError, StaleSnapshotError, StateMutationError
@@ -71,20 +72,19 @@ ApplyMethod = Callable[[A, E], None]
 _APPLIES_ATTR = "__eventlane_applies__"
 
 
-def applies(event_cls: type[E]) -> Callable[[ApplyMethod[A, E]], ApplyMethod[A, E]]:
-    """Mark an aggregate method as the apply method for ``event_cls``.
+@overload
+def applies(event_cls: type[E], /) -> Callable[[ApplyMethod[A, E]], ApplyMethod[A, E]]: ...
+@overload
+def applies(method: ApplyMethod[A, E], /) -> ApplyMethod[A, E]: ...
+def applies(target: Any, /) -> Any:
+    """Mark an aggregate method as the apply method of an event class: ``@applies`` takes
+    it from the annotation of the method's event parameter, ``@applies(EventClass)`` names it
+    (see :mod:`framework.domain.dispatch`).
 
     The method takes the event and mutates ``self``; it is collected when the aggregate
     class is created. Two methods of one class for the same event class are an error.
     """
-    if not (isinstance(event_cls, type) and issubclass(event_cls, DomainEvent)):
-        raise ConfigError(f"@applies needs a DomainEvent subclass, got {event_cls!r}")
-
-    def mark(method: ApplyMethod[A, E]) -> ApplyMethod[A, E]:
-        setattr(method, _APPLIES_ATTR, event_cls)
-        return method
-
-    return mark
+    return mark(target, _APPLIES_ATTR, "@applies")
 
 
 class Aggregate:
@@ -92,7 +92,8 @@ class Aggregate:
 
     Class-level configuration (``ClassVar``):
 
-    * ``topic``: the log topic holding this aggregate's events (required);
+    * ``topic``: the log topic holding this aggregate's events (required), given as a class
+      keyword (``class Account(Aggregate, topic="accounts")``) or as a ``ClassVar``;
     * ``snapshot_every``: take a snapshot every N events (``None``: never);
     * ``snapshot_version``: schema version of the snapshot state; bump it whenever the
       state attributes change meaning, so stored snapshots of the old shape are ignored.
@@ -115,22 +116,13 @@ class Aggregate:
     _pending: list[DomainEvent]
     _mutable: bool
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, topic: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        appliers = dict(cls._appliers)
-        seen: dict[type[DomainEvent], str] = {}
-        for name, member in vars(cls).items():
-            event_cls = getattr(member, _APPLIES_ATTR, None)
-            if event_cls is None:
-                continue
-            if event_cls in seen:
-                raise ConfigError(
-                    f"{cls.__qualname__}: both {seen[event_cls]}() and {name}() apply "
-                    f"{event_cls.__qualname__}"
-                )
-            seen[event_cls] = name
-            appliers[event_cls] = member
-        cls._appliers = MappingProxyType(appliers)
+        if topic is not None:
+            if not isinstance(topic, str) or not topic:
+                raise ConfigError(f"{cls.__qualname__}: topic must be a non-empty string")
+            cls.topic = topic
+        cls._appliers = MappingProxyType(collect_marked(cls, _APPLIES_ATTR, "apply", cls._appliers))
         cls._state_fields = None
         every = cls.__dict__.get("snapshot_every")
         if every is not None and (

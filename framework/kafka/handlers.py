@@ -463,9 +463,7 @@ class Broker:
                 if not tuples:
                     continue
                 try:
-                    result = await asyncio.to_thread(
-                        self.log.append, topic, partition, tuples
-                    )
+                    result = await asyncio.to_thread(self.log.append, topic, partition, tuples)
                 except FrameworkError as exc:
                     return error_for(exc), -1, -1, -1, str(exc)
                 if first_base < 0:

@@ -3,15 +3,15 @@
 Guide: ``docs/projections.md``. The pieces:
 
 * :class:`Projector` (``@handles``) and :class:`EventContext`: what users write;
-* :class:`App` / :class:`Runtime`: the application declaration and its connection to a log
-  (save, load, ``issue`` for policies, ``wait_for`` for read-your-writes, ``status``);
+* :class:`CommandSide` / :class:`ProjectionHost`: what this layer needs from the
+  application (:mod:`framework.app` satisfies them; this layer never imports it);
 * :class:`ReadModel`: the SQLite file with positions and dead letters, fenced by the group
   generation; :mod:`.schema`: migrations; :mod:`.dead_letters`: list, publish, retry;
 * :class:`BatchApplier`: one poll's records in one transaction;
 * :class:`Worker` (one group member) and :class:`Runner` (N worker processes).
 """
 
-from framework.projection.app import App, Runtime, load_app
+from framework.errors import FencedError
 from framework.projection.applier import BatchApplier, BatchResult
 from framework.projection.dead_letters import (
     DeadLetter,
@@ -22,9 +22,9 @@ from framework.projection.dead_letters import (
     publish_dead_letters,
     retry_dead_letters,
 )
-from framework.projection.projector import EventContext, Projector, handles
+from framework.projection.host import ProjectionHost
+from framework.projection.projector import CommandSide, EventContext, Projector, handles
 from framework.projection.readmodel import (
-    FencedError,
     ReadModel,
     ReadModelView,
     check_integrity,
@@ -38,12 +38,11 @@ from framework.projection.schema import (
     pending_migrations,
 )
 from framework.projection.status import offsets_after, projection_status
-from framework.projection.worker import Polled, Worker, wait_for_positions
+from framework.projection.worker import Polled, Worker
 
 __all__ = [
-    "App",
-    "Runtime",
-    "load_app",
+    "CommandSide",
+    "ProjectionHost",
     "BatchApplier",
     "BatchResult",
     "DeadLetter",
@@ -70,5 +69,4 @@ __all__ = [
     "projection_status",
     "Polled",
     "Worker",
-    "wait_for_positions",
 ]

@@ -53,41 +53,101 @@ Rules:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, TypeVar, overload
 
-from sqlite_utils import Database
+from sqlite_utils import Database, Migrations
 
 from framework.codec import Envelope
 from framework.domain import Aggregate, DomainEvent
+from framework.domain.dispatch import collect_marked, mark
 from framework.errors import ConfigError, ProjectionError
-from framework.log import RecordMetadata
+from framework.log import Log, RecordMetadata
 
-if TYPE_CHECKING:
-    from sqlite_utils import Migrations
-
-    from framework.projection.app import Runtime
-
-__all__ = ["EventContext", "Projector", "handles"]
+__all__ = ["CommandSide", "EventContext", "Projector", "handles"]
 
 P = TypeVar("P", bound="Projector")
 E = TypeVar("E", bound=DomainEvent)
 A = TypeVar("A", bound=Aggregate)
 Handler = Callable[[P, E, "EventContext"], None]
 
+
+class CommandSide(Protocol):
+    """What a handler may do to the write side (``ctx.app``): load, save, execute and issue
+    commands. The application's runtime (:class:`framework.Runtime`) provides it; the
+    projection layer names only this Protocol, never the application layer."""
+
+    @property
+    def log(self) -> Log: ...
+
+    def load(self, cls: type[A], aggregate_id: str, version: int | None = None) -> A:
+        """The aggregate rebuilt from its events (``AggregateNotFoundError`` if none)."""
+        ...
+
+    def save(self, aggregate: Aggregate, **envelope: Any) -> list[RecordMetadata]:
+        """Append what the aggregate recorded (``ConcurrencyError`` on a conflict)."""
+        ...
+
+    def execute(
+        self, cls: type[A], aggregate_id: str, command: Callable[[A], Any], **options: Any
+    ) -> A:
+        """Load, run ``command``, save; retried on a write conflict."""
+        ...
+
+    def issue(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command: Callable[[A], Any],
+        *,
+        caused_by: Envelope[Any] | str,
+        create: bool = True,
+    ) -> list[RecordMetadata]:
+        """``execute`` at most once per ``caused_by`` event (see :meth:`EventContext.issue`)."""
+        ...
+
+
 _HANDLES_ATTR = "__eventlane_handles__"
 
 
-def handles(event_cls: type[E]) -> Callable[[Handler[P, E]], Handler[P, E]]:
-    """Mark a projector method as the handler of ``event_cls``."""
-    if not (isinstance(event_cls, type) and issubclass(event_cls, DomainEvent)):
-        raise ConfigError(f"@handles needs a DomainEvent subclass, got {event_cls!r}")
+@overload
+def handles(event_cls: type[E], /) -> Callable[[Handler[P, E]], Handler[P, E]]: ...
+@overload
+def handles(method: Handler[P, E], /) -> Handler[P, E]: ...
+def handles(target: Any, /) -> Any:
+    """Mark a projector method as the handler of an event class: ``@handles`` takes it from
+    the annotation of the method's event parameter, ``@handles(EventClass)`` names it."""
+    return mark(target, _HANDLES_ATTR, "@handles")
 
-    def mark(method: Handler[P, E]) -> Handler[P, E]:
-        setattr(method, _HANDLES_ATTR, event_cls)
-        return method
 
-    return mark
+def _topic_names(cls: type, topics: object) -> tuple[str, ...]:
+    if isinstance(topics, str) or not isinstance(topics, Sequence):
+        raise ConfigError(
+            f"{cls.__qualname__}.topics must be a tuple of topic names or aggregate classes"
+        )
+    names = []
+    for entry in topics:
+        topic = entry
+        if isinstance(entry, type) and issubclass(entry, Aggregate):
+            topic = getattr(entry, "topic", None)
+        if not isinstance(topic, str) or not topic:
+            raise ConfigError(
+                f"{cls.__qualname__}.topics: {entry!r} is neither a topic name nor an aggregate"
+                " class with a topic"
+            )
+        names.append(topic)
+    return tuple(names)
+
+
+def _setup_migrations(cls: type[Projector]) -> Migrations:
+    """``cls.setup`` as the one migration of a set named ``<name>.setup``."""
+    migrations = Migrations(f"{getattr(cls, 'name', cls.__qualname__)}.setup")
+
+    @migrations(name="m001_setup")
+    def m001_setup(db: Database) -> None:
+        cls().setup(db)
+
+    return migrations
 
 
 class EventContext:
@@ -109,7 +169,7 @@ class EventContext:
         envelope: Envelope[Any],
         db: Database,
         replaying: bool = False,
-        app: Runtime | None = None,
+        app: CommandSide | None = None,
         conn: sqlite3.Connection | None = None,
     ) -> None:
         self.topic = topic
@@ -159,7 +219,7 @@ class EventContext:
         ``f"invoice-{ctx.aggregate_id}"``), never a fresh uuid, and make the command a
         no-op when its work is already done. In a rebuild (``replaying``) nothing is
         issued. Returns what was appended (empty when nothing was).
-        See :meth:`framework.projection.Runtime.issue`.
+        See :meth:`framework.Runtime.issue`.
         """
         if self.replaying:
             return []
@@ -177,9 +237,13 @@ class Projector:
     """Base class of projectors (see the module docstring)."""
 
     name: ClassVar[str]
-    topics: ClassVar[tuple[str, ...]]
+    topics: ClassVar[Sequence[str | type[Aggregate]]]
+    """The event topics it reads: topic names, or aggregate classes (their ``topic``)."""
+    topic_names: ClassVar[tuple[str, ...]] = ()
+    """``topics`` as names (set when the class is created)."""
     migrations: ClassVar[Migrations | None] = None
-    """A ``sqlite_utils.Migrations`` set for the read model; pending ones block start-up."""
+    """A ``sqlite_utils.Migrations`` set for the read model: the one way its tables are
+    created and changed; pending ones block start-up (``setup`` is shorthand for a set of one)."""
     merge_rules: ClassVar[Mapping[str, str]] = {}
     """Per read-model table: how a parallel rebuild merges rows from several partitions."""
     park_after_dead_letter: ClassVar[bool] = False
@@ -197,22 +261,17 @@ class Projector:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        found: dict[type[DomainEvent], Callable[..., None]] = dict(cls._handlers)
-        own: set[type[DomainEvent]] = set()
-        for attr, member in vars(cls).items():
-            event_cls = getattr(member, _HANDLES_ATTR, None)
-            if event_cls is None:
-                continue
-            if event_cls in own:
-                raise ConfigError(
-                    f"{cls.__qualname__}: two handlers for {event_cls.__qualname__} ({attr})"
-                )
-            own.add(event_cls)
-            found[event_cls] = member
-        cls._handlers = found
+        cls._handlers = collect_marked(cls, _HANDLES_ATTR, "handle", cls._handlers)
         topics = cls.__dict__.get("topics")
-        if isinstance(topics, str):
-            raise ConfigError(f"{cls.__qualname__}.topics must be a tuple of topic names")
+        if topics is not None:
+            cls.topic_names = _topic_names(cls, topics)
+        if "setup" in cls.__dict__:
+            if cls.migrations is not None:
+                raise ConfigError(
+                    f"{cls.__qualname__}: create the tables in its migrations or in setup(),"
+                    " not both (setup() is the first migration of a projector without any)"
+                )
+            cls.migrations = _setup_migrations(cls)
 
     @classmethod
     def handled_types(cls) -> tuple[type[DomainEvent], ...]:
@@ -223,7 +282,10 @@ class Projector:
         return cls._handlers.get(event_cls)
 
     def setup(self, db: Database) -> None:
-        """Create the read model's tables (idempotent). Runs once per process at start."""
+        """Shorthand for a one-migration set: override it (and leave ``migrations`` unset) to
+        create the tables of a projector whose schema never changes. It runs once, when the
+        read model is new (or by ``eventlane migrate``), as migration ``m001_setup`` of the
+        set ``<name>.setup``."""
 
     def handle(self, event: DomainEvent, ctx: EventContext) -> bool:
         """Dispatch ``event`` to its handler; return whether one exists."""

@@ -44,18 +44,14 @@ from pathlib import Path
 import structlog
 from sqlite_utils import Database, Migrations
 
-from framework.errors import ProjectionError
+from framework.errors import FencedError, ProjectionError
 from framework.log import TopicPartition
-from migrations.eventlane import read_model as framework_migrations
+from framework.projection.system_tables import read_model as framework_migrations
 
 log = structlog.get_logger("eventlane.projection")
 
 SAFE_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_S = 60.0
-
-
-class FencedError(ProjectionError):
-    """The worker's generation is older than the one stored for a partition: it lost it."""
 
 
 SQLITE_NOTE = ".sqlite-version-noted"

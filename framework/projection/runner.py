@@ -1,7 +1,8 @@
 """The process runner: N worker processes of one projector, supervised.
 
-Each worker is a separate OS process (``python -m framework.projection``) and a member of
-the projector's consumer group, so the topic's partitions are shared among them and move
+Each worker is a separate OS process (the hidden command ``eventlane project worker``, run
+as ``python -m framework.cli`` with this interpreter) and a member
+of the projector's consumer group, so the topic's partitions are shared among them and move
 when one joins, leaves or dies. With ``restart=True`` a worker that dies (killed, crashed)
 is replaced (at once if it ran for 10 s, else after a delay doubling up to 30 s, so a crash
 loop does not spin); either way its partitions flow to the survivors within the session
@@ -93,10 +94,13 @@ class Runner:
         cmd = [
             sys.executable,
             "-m",
-            "framework.projection",
+            "framework.cli",
+            "--data",
+            str(self.data),
+            "project",
+            "worker",
             self.app_spec,
             self.name,
-            str(self.data),
             "--session-timeout-ms",
             str(self.session_timeout_ms),
         ]

@@ -23,7 +23,7 @@ import structlog
 from sqlite_utils import Migrations
 
 from framework.errors import ProjectionError
-from framework.projection.app import Runtime
+from framework.projection.host import ProjectionHost
 from framework.projection.readmodel import ReadModel, readmodel_path
 
 __all__ = ["apply_migrations", "migrate_all", "open_readmodel", "pending_migrations"]
@@ -71,7 +71,7 @@ def claim_owner(readmodel: ReadModel, app: str, name: str) -> None:
         )
 
 
-def open_readmodel(runtime: Runtime, name: str, *, migrate: bool = False) -> ReadModel:
+def open_readmodel(runtime: ProjectionHost, name: str, *, migrate: bool = False) -> ReadModel:
     """Open projector ``name``'s read model, refusing pending migrations (see the module
     docstring); ``migrate=True`` applies them instead."""
     migrations = runtime.app.projector(name).migrations
@@ -96,7 +96,7 @@ def open_readmodel(runtime: Runtime, name: str, *, migrate: bool = False) -> Rea
     return readmodel
 
 
-def migrate_all(runtime: Runtime) -> dict[str, list[str]]:
+def migrate_all(runtime: ProjectionHost) -> dict[str, list[str]]:
     """Apply the pending migrations of every projector's read model (the framework's own
     tables included); return ``{projector: [migration names applied]}``."""
     done: dict[str, list[str]] = {}

@@ -13,60 +13,50 @@ every partition of it that it still holds back to the stored position, so nothin
 skipped either.
 
 SIGTERM / SIGINT: finish the current batch, commit, leave the group (the partitions move at
-once), exit 0. Process entry point (what :class:`~framework.projection.runner.Runner`
-starts)::
-
-    python -m framework.projection APP NAME DATA [--session-timeout-ms MS]
-        [--max-poll-records N]
-
-(``python -m framework.projection.worker`` works too.) The read model can also be handed
-over under a running worker (a rebuild's hand-off): see :mod:`.pause`.
-
-Exit status: 0 after a clean stop, 2 when the worker cannot start (bad ``APP``, unknown
-projector, pending migrations: an error line on stderr; restarting would not help), 1 on
-any other failure.
+once), exit 0. The process entry point (what :class:`~framework.projection.runner.Runner`
+starts) is the hidden command ``eventlane --data DATA project worker APP NAME``; its exit
+status is 0 after a clean stop, :data:`EXIT_CANNOT_START` (2) when the worker cannot start
+(bad ``APP``, unknown projector, pending migrations: an error line on stderr; restarting
+would not help), 1 on any other failure. The read model can also be handed over under a
+running worker (a rebuild's hand-off): see :mod:`.pause`.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import gc
 import os
 import signal
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import structlog
 
 from framework.consumer.group import GroupConsumer
-from framework.errors import CommitFailedError, FrameworkError
-from framework.log import Record, RecordMetadata, TopicPartition
-from framework.observability import configure_logging
-from framework.projection.app import Runtime, load_app
+from framework.errors import CommitFailedError, FencedError, FrameworkError
+from framework.log import Record, TopicPartition
 from framework.projection.applier import BatchApplier, BatchResult
 from framework.projection.breaker import (
-    EXIT_BREAKER,
     PoisonRateError,
     clear_tripped,
     save_tripped,
 )
 from framework.projection.dead_letters import publish_dead_letters
-from framework.projection.lifeline import follow_supervisor, supervisor_gone
+from framework.projection.host import ProjectionHost
+from framework.projection.lifeline import supervisor_gone
 from framework.projection.pause import PauseControl
-from framework.projection.readmodel import FencedError
 from framework.projection.schema import open_readmodel
 from framework.projection.status import notify_applied
+from framework.store import EVENT_TOPIC_CONFIG
 
-__all__ = ["Polled", "Worker", "open_readmodel", "wait_for_positions", "worker_main"]
+__all__ = ["EXIT_CANNOT_START", "Polled", "Worker"]
 
 log = structlog.get_logger("eventlane.projection")
 
 EXIT_CANNOT_START = 2
+"""A worker process's exit status when it cannot start; a supervisor does not restart it."""
 
 
 class Polled(NamedTuple):
@@ -81,7 +71,7 @@ class Worker:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: ProjectionHost,
         name: str,
         *,
         session_timeout_ms: int = 10_000,
@@ -95,7 +85,6 @@ class Worker:
         self.name = name
         self.projector = runtime.app.projector(name)()
         self.readmodel = open_readmodel(runtime, name)
-        self.projector.setup(self.readmodel.db)
         self.applier = BatchApplier(self.projector, runtime.codec, self.readmodel, app=runtime)
         self.max_poll_records = max_poll_records
         self.poll_timeout = poll_timeout
@@ -116,15 +105,15 @@ class Worker:
         self.tripped: PoisonRateError | None = None
         """Set when the poison-rate breaker stopped this worker (see :mod:`.breaker`)."""
         clear_tripped(self.readmodel.path)  # a (re)started worker: new code, a new chance
-        for topic in self.projector.topics:
+        for topic in self.projector.topic_names:
             if not runtime.log.topic_exists(topic):
                 runtime.log.create_topic(
-                    topic, runtime.partitions_for(topic), {"retention_ms": -1}, exist_ok=True
+                    topic, runtime.partitions_for(topic), EVENT_TOPIC_CONFIG, exist_ok=True
                 )
         self.consumer = GroupConsumer(
             runtime.log,
             group_id=name,
-            topics=self.projector.topics,
+            topics=self.projector.topic_names,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=max(1, min(heartbeat_interval_ms, session_timeout_ms // 3)),
             enable_auto_commit=False,
@@ -299,7 +288,6 @@ class Worker:
         self.readmodel = open_readmodel(self.runtime, self.name)
         self._readmodel_inode = _inode(self.readmodel.path)
         self._readmodel_open = True
-        self.projector.setup(self.readmodel.db)
         self.applier = BatchApplier(
             self.projector, self.runtime.codec, self.readmodel, app=self.runtime
         )
@@ -326,53 +314,3 @@ def _inode(path: Path) -> int:
         return os.stat(path).st_ino
     except FileNotFoundError:
         return -1
-
-
-def worker_main(argv: list[str] | None = None) -> int:
-    """Entry point of a worker process (``python -m framework.projection``)."""
-    parser = argparse.ArgumentParser(prog="python -m framework.projection.worker")
-    parser.add_argument("app", help="the App, as module:attribute")
-    parser.add_argument("name", help="the projector's name")
-    parser.add_argument("data", help="the data directory")
-    parser.add_argument("--session-timeout-ms", type=int, default=10_000)
-    parser.add_argument("--max-poll-records", type=int, default=2_000)
-    args = parser.parse_args(argv)
-    follow_supervisor()  # SIGTERM when `project run` dies, even by SIGKILL: no orphans
-    configure_logging()
-    try:
-        app = load_app(args.app)
-        runtime = app.open(Path(args.data))
-    except FrameworkError as exc:
-        print(f"Error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_CANNOT_START
-    with runtime:
-        try:
-            worker = Worker(
-                runtime,
-                args.name,
-                session_timeout_ms=args.session_timeout_ms,
-                max_poll_records=args.max_poll_records,
-            )
-        except FrameworkError as exc:
-            print(f"Error: {exc}", file=sys.stderr, flush=True)
-            return EXIT_CANNOT_START
-        worker.install_signal_handlers()
-        gc.freeze()  # the start-up heap (modules, classes) is never collected: skip it
-        worker.run()
-    return EXIT_BREAKER if worker.tripped is not None else 0
-
-
-def wait_for_positions(
-    runtime: Runtime,
-    name: str,
-    offsets: Iterable[RecordMetadata] | Mapping[TopicPartition, int],
-    timeout: float,
-) -> bool:
-    """Read-your-writes: wait until projector ``name`` has applied everything below
-    ``offsets`` (``{partition: next offset}``, or the records a save returned). False on
-    timeout. Same as :meth:`Runtime.wait_for`."""
-    return runtime.wait_for(name, offsets, timeout)
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m framework.projection` is preferred
-    sys.exit(worker_main())

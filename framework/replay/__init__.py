@@ -16,7 +16,13 @@ Guide: ``docs/spark.md``. The pieces:
 """
 
 from framework.replay.build import BuildCounts, DeadLetterReport, KeyGroup
-from framework.replay.checksum import TableChecksum, TableDiff, file_checksums, table_checksums
+from framework.replay.checksum import (
+    TableChecksum,
+    TableDiff,
+    compare,
+    file_checksums,
+    table_checksums,
+)
 from framework.replay.handoff import HandoffResult, rebuild_and_swap
 from framework.replay.merge import MergeConflictError, merge_partials, merge_rows, parse_rule
 from framework.replay.ranges import OffsetRange, plan_ranges, read_range
@@ -41,6 +47,7 @@ __all__ = [
     "read_range",
     "TableChecksum",
     "TableDiff",
+    "compare",
     "file_checksums",
     "table_checksums",
     "Comparison",

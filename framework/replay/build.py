@@ -33,8 +33,10 @@ from typing import Any, NamedTuple
 
 import structlog
 
+from framework.app import App
+from framework.codec import EventCodec
 from framework.log import Log, Record, TopicPartition
-from framework.projection import App, BatchApplier, Projector, ReadModel, apply_migrations
+from framework.projection import BatchApplier, Projector, ReadModel, apply_migrations
 from framework.replay.ranges import OffsetRange, read_range
 
 log = structlog.get_logger("eventlane.replay")
@@ -44,6 +46,7 @@ __all__ = [
     "BuildCounts",
     "DeadLetterReport",
     "KeyGroup",
+    "app_codec",
     "dead_letter_report",
     "finalize",
     "open_build",
@@ -93,6 +96,12 @@ class BuildCounts(NamedTuple):
 ZERO = BuildCounts(0, 0, 0, 0)
 
 
+def app_codec(app: App) -> EventCodec:
+    """The codec a runtime of ``app`` uses (executors build it from a pickled :class:`App`):
+    :meth:`App.codec <framework.app.App.codec>`."""
+    return app.codec()
+
+
 def remove_db(path: Path) -> None:
     """Delete a SQLite file and its ``-wal``, ``-shm``, ``-journal`` and ``.lock`` siblings
     (never call it on a live read model: its workers hold those)."""
@@ -110,9 +119,7 @@ def open_build(path: Path, app: App, name: str) -> tuple[Projector, ReadModel]:
     conn.execute("PRAGMA cache_size=-65536")  # 64 MiB: the build owns the file
     cls = app.projector(name)
     apply_migrations(cls.migrations, readmodel)
-    projector = cls()
-    projector.setup(readmodel.db)
-    return projector, readmodel
+    return cls(), readmodel
 
 
 def replay_ranges(

@@ -15,8 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from framework.app import App
 from framework.log import Log
-from framework.projection import App
 from framework.replay.build import open_build, remove_db
 from framework.replay.merge import MergeStats, Partial, merge_partials
 from framework.replay.ranges import end_vector, plan_ranges
@@ -30,7 +30,7 @@ def check_merge(log_: Log, data: Path, app: App, projection: str) -> tuple[int, 
     return ``(partials, merge statistics)``, or raise the merge's error (a
     :class:`~framework.errors.ReplayError` naming table, key and partitions)."""
     cls = app.projector(projection)
-    ranges = plan_ranges(log_, cls.topics, end=end_vector(log_, cls.topics))
+    ranges = plan_ranges(log_, cls.topic_names, end=end_vector(log_, cls.topic_names))
     (data / "readmodels").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{projection}.check-", dir=data / "readmodels"))
     try:

@@ -43,11 +43,12 @@ from typing import Any
 import attrs
 import structlog
 
+from framework.app import Runtime
 from framework.consumer.admin import describe_group, group_exists
 from framework.errors import ReplayError
 from framework.log import Log, TopicPartition
 from framework.log.files import fsync_dir
-from framework.projection import BatchApplier, ReadModel, ReadModelView, Runtime, readmodel_path
+from framework.projection import BatchApplier, ReadModel, ReadModelView, readmodel_path
 from framework.projection.pause import PauseControl
 from framework.replay.build import (
     BuildCounts,
@@ -210,7 +211,7 @@ def rebuild_and_swap(
     live = readmodel_path(data, projection)
     shadow = shadow_path(data, projection)
     control = PauseControl(data, projection)
-    topics = runtime.app.projector(projection).topics
+    topics = runtime.app.projector(projection).topic_names
     result = rebuild(
         runtime, projection, engine=engine, output=shadow, progress=progress, **rebuild_options
     )

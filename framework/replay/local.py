@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from framework.app import App
 from framework.log import Log, TopicPartition
-from framework.projection import App, BatchApplier
-from framework.replay.build import BuildCounts, finalize, open_build, replay_ranges
+from framework.projection import BatchApplier
+from framework.replay.build import BuildCounts, app_codec, finalize, open_build, replay_ranges
 from framework.replay.progress import NO_PROGRESS, Progress
 from framework.replay.ranges import OffsetRange
 
@@ -39,7 +40,7 @@ def build_local(
         progress.update(done[0], done[1])
 
     try:
-        applier = BatchApplier(projector, app.codec(), readmodel, replaying=True)
+        applier = BatchApplier(projector, app_codec(app), readmodel, replaying=True)
         counts = BuildCounts(0, 0, 0, 0)
         for rng in ranges:
             counts += replay_ranges(log, applier, [rng], progress=advance)

@@ -49,7 +49,7 @@ from typing import Any, NamedTuple, NoReturn
 
 import structlog
 
-from framework.errors import ReplayError
+from framework.errors import MergeConflictError, ReplayError
 
 log = structlog.get_logger("eventlane.replay")
 
@@ -69,16 +69,6 @@ __all__ = [
 
 COLUMN_RULES = ("sum", "max", "min", "first-non-null", "same")
 ROW_RULES = ("latest-by", "earliest-by")
-
-
-class MergeConflictError(ReplayError):
-    """Rows of one key came from several partitions and the table has no rule that merges
-    them (or a ``same`` column disagrees). ``table`` and ``key`` name the row."""
-
-    def __init__(self, message: str, *, table: str, key: Mapping[str, Any], **where: Any) -> None:
-        self.table = table
-        self.key = dict(key)
-        super().__init__(message, **where)
 
 
 class MergeRule(NamedTuple):

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import structlog
 
+from framework.app import App, Runtime
 from framework.errors import ConfigError
 from framework.log import Log, LogStore, TopicPartition
-from framework.projection import App, Runtime, readmodel_path
+from framework.projection import readmodel_path
 from framework.replay.build import BuildCounts, DeadLetterReport, dead_letter_report, remove_db
 from framework.replay.local import build_local
 from framework.replay.merge import MergeStats
@@ -141,8 +142,8 @@ def rebuild(
                 path=out,
             )
         out.parent.mkdir(parents=True, exist_ok=True)
-        pinned = dict(end) if end is not None else end_vector(log_, cls.topics)
-        ranges = plan_ranges(log_, cls.topics, end=pinned)
+        pinned = dict(end) if end is not None else end_vector(log_, cls.topic_names)
+        ranges = plan_ranges(log_, cls.topic_names, end=pinned)
         per_key = cls.state_per_key
         if key_groups is not None and key_groups > 1 and not per_key:
             raise ConfigError(

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import structlog
 
+from framework.app import App
 from framework.errors import ReplayError
 from framework.log import TopicPartition
-from framework.projection import App
 from framework.replay.build import BuildCounts, finalize, open_build
 from framework.replay.merge import MergeStats, Partial, merge_partials
 from framework.replay.progress import NO_PROGRESS, Progress

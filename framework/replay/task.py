@@ -24,9 +24,10 @@ from typing import NamedTuple
 
 import structlog
 
+from framework.app import App
 from framework.observability import configure_logging
-from framework.projection import App, BatchApplier
-from framework.replay.build import BuildCounts, KeyGroup, open_build, replay_ranges
+from framework.projection import BatchApplier
+from framework.replay.build import BuildCounts, KeyGroup, app_codec, open_build, replay_ranges
 from framework.replay.ranges import OffsetRange, open_store
 
 __all__ = ["TaskResult", "TaskSpec", "make_tasks", "run_task"]
@@ -117,7 +118,7 @@ def run_task(spec: TaskSpec, app: App, projection: str, data: str, work: str) ->
     store = open_store(data)
     projector, readmodel = open_build(tmp, app, projection)
     try:
-        applier = BatchApplier(projector, app.codec(), readmodel, replaying=True)
+        applier = BatchApplier(projector, app_codec(app), readmodel, replaying=True)
         counts = replay_ranges(
             store, applier, [spec.range], key_group=spec.key_group, progress=report
         )

@@ -36,10 +36,11 @@ import attrs
 import orjson
 import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
+from framework.app import App
 from framework.codec import EventCodec, event_type_from_headers
 from framework.domain import DomainEvent
 from framework.errors import ConfigError, FrameworkError
-from framework.projection import App
+from framework.replay.build import app_codec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -145,7 +146,7 @@ def decode_batches(
     batches: Iterable[pa.RecordBatch], app: App, event_cls: type[DomainEvent]
 ) -> Iterator[pa.RecordBatch]:
     """Raw record batches (the data source's schema) → typed batches of ``event_cls``."""
-    codec = app.codec()
+    codec = app_codec(app)
     registry = codec.registry
     schema = arrow_schema(event_cls)
     own = [(f.name, f.type) for f in schema][len(ENVELOPE_FIELDS) :]
@@ -210,7 +211,7 @@ def event_frame(
     # pyspark is an optional extra, imported only when a frame is wanted
     from pyspark.sql.pandas.types import from_arrow_schema  # noqa: PLC0415
 
-    app.codec().registry.type_of(event_cls)  # unregistered: fails here, on the driver
+    app_codec(app).registry.type_of(event_cls)  # unregistered: fails here, on the driver
     names = ",".join(topics)
     if not names:
         raise ConfigError("event_frame needs at least one topic")

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import attrs
 
+from framework.app import Runtime
 from framework.log import Log, TopicPartition
-from framework.projection import Runtime, readmodel_path
+from framework.projection import readmodel_path
 from framework.replay.build import remove_db
 from framework.replay.checksum import (
     DEAD_LETTERS,

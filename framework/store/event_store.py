@@ -46,6 +46,12 @@ from framework.store.key_index import IndexReport, KeyIndex, Mode, index_path
 
 log = structlog.get_logger("eventlane.store")
 
+EVENT_TOPIC_CONFIG: dict[str, object] = {"retention_ms": -1, "cleanup_policy": "delete"}
+"""The config of an event topic: unbounded retention, no compaction (a rebuild from the
+low-water mark sees the whole history)."""
+DEFAULT_PARTITIONS = 6
+"""The partition count of an event topic an application creates, unless it says otherwise."""
+
 _READ_BYTES_PER_RECORD = 4 << 10
 """Bytes fetched per wanted record when reading a run of adjacent offsets (capped at 1 MiB):
 enough for a store record, so a run is usually one ``pread``, never a MiB for one record."""

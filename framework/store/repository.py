@@ -240,17 +240,72 @@ class Repository:
         """Load, run ``command`` on the aggregate, save; on a concurrency conflict reload
         and run it again (up to ``attempts`` times). ``create=True`` starts from a new
         aggregate when none exists."""
+        aggregate, _ = self._run(
+            cls, aggregate_id, command, create, attempts, correlation_id, causation_id, once=False
+        )
+        assert aggregate is not None
+        return aggregate
+
+    def issue(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command: Callable[[A], Any],
+        *,
+        caused_by: Envelope[Any] | str,
+        create: bool = True,
+        attempts: int = 20,
+    ) -> list[RecordMetadata]:
+        """Run ``command`` on aggregate ``aggregate_id`` and save what it records, unless an
+        event caused by ``caused_by`` is already in that aggregate's stream.
+
+        The idempotent command of a policy: the saved events carry ``caused_by``'s event id
+        as their ``causation_id`` (and its correlation id, or that event id, as their
+        ``correlation_id``). The check and the save are one optimistic-concurrency step: if
+        two deliveries of the same event race (a zombie and the partition's new owner), one
+        save conflicts, reloads, sees the other's event and does nothing. Hence: pick
+        ``aggregate_id`` deterministically from the triggering event, and still make the
+        command a no-op when its work is done (a command that records nothing leaves no
+        causation mark to find). The target's whole stream is read: keep policy targets
+        small (an invoice, a shipment), not a long-lived ledger.
+
+        Returns the appended records' metadata (empty when nothing was appended).
+        """
+        if isinstance(caused_by, str):
+            causation, correlation = caused_by, caused_by
+        else:
+            causation = str(caused_by.event_id)
+            correlation = caused_by.correlation_id or causation
+        _, written = self._run(
+            cls, aggregate_id, command, create, attempts, correlation, causation, once=True
+        )
+        return written
+
+    def _run(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command: Callable[[A], Any],
+        create: bool,
+        attempts: int,
+        correlation_id: str | None,
+        causation_id: str | None,
+        *,
+        once: bool,
+    ) -> tuple[A | None, list[RecordMetadata]]:
+        """The one retry loop of :meth:`execute` and :meth:`issue`: load, run, save, and on a
+        conflict again. ``once``: load from the whole stream and do nothing (``None, []``)
+        when an event in it was caused by ``causation_id``."""
         for attempt in range(1, attempts + 1):
-            try:
-                aggregate = self.load(cls, aggregate_id)
-            except AggregateNotFoundError:
-                if not create:
-                    raise
-                aggregate = cls(aggregate_id)
+            aggregate = self._load_for_command(cls, aggregate_id, create, causation_id, once)
+            if aggregate is None:
+                return None, []
             command(aggregate)
             try:
-                self.save(aggregate, correlation_id=correlation_id, causation_id=causation_id)
-                return aggregate
+                written = self.save(
+                    aggregate, correlation_id=correlation_id, causation_id=causation_id
+                )
+                return aggregate, written
             except ConcurrencyError:
                 if attempt == attempts:
                     raise
@@ -258,3 +313,28 @@ class Repository:
                     "concurrency conflict; retrying", aggregate_id=aggregate_id, attempt=attempt
                 )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _load_for_command(
+        self, cls: type[A], aggregate_id: str, create: bool, causation_id: str | None, once: bool
+    ) -> A | None:
+        if not once:
+            try:
+                return self.load(cls, aggregate_id)
+            except AggregateNotFoundError:
+                if not create:
+                    raise
+                return cls(aggregate_id)
+        history = self.store.read(cls.topic, aggregate_id)
+        if any(env.causation_id == causation_id for env in history):
+            log.info(
+                "command already issued for this event; not again",
+                topic=cls.topic,
+                aggregate_id=aggregate_id,
+                causation_id=causation_id,
+            )
+            return None
+        if not history and not create:
+            raise AggregateNotFoundError(
+                f"no events for {cls.__qualname__} {aggregate_id!r}", topic=cls.topic
+            )
+        return cls.rehydrate(aggregate_id, [env.event for env in history])

@@ -3,10 +3,13 @@ today's encoding is byte-for-byte the checked-in current-version file."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from codec_samples import EXPECTED_ORDER as EXPECTED
 from codec_samples import GOLDEN, OrderPlaced, golden, order_registry
 
+from framework import App
 from framework.codec import EventCodec
 
 
@@ -50,3 +53,15 @@ def test_encoding_today_is_exactly_the_current_golden_file() -> None:
 def test_golden_files_cover_every_version_up_to_the_current_one() -> None:
     versions = sorted(int(p.name.split(".v")[1].split(".")[0]) for p in GOLDEN.glob("order_*.json"))
     assert versions == list(range(1, OrderPlaced.event_version + 1))
+
+
+def test_an_app_gives_its_codec_without_a_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``App.codec()``: what a runtime decodes with, for golden-file tests of an app's events;
+    nothing is opened or created."""
+    monkeypatch.chdir(tmp_path)
+    codec = App("orders", registry=order_registry(), events=[OrderPlaced]).codec()
+    assert codec.decode(None, golden("order_created.v1.json")) == EXPECTED
+    assert codec.encode(EXPECTED) == EventCodec(order_registry()).encode(EXPECTED)
+    assert list(tmp_path.iterdir()) == []

@@ -41,9 +41,10 @@ from typing import ClassVar
 from attrs import frozen
 from sqlite_utils import Database, Migrations
 
+from framework.app import App
 from framework.domain import Aggregate, DomainEvent, applies, event
 from framework.observability import configure_logging
-from framework.projection import App, EventContext, Projector, Worker, handles
+from framework.projection import EventContext, Projector, Worker, handles
 
 
 def fixed() -> bool:

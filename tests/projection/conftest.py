@@ -1,7 +1,7 @@
 """Helpers of the projection tests: produce events fast, start worker processes, fold the log.
 
-Worker processes run ``python -m framework.projection tests.projection.bankapp:app
-NAME DATA`` with the repository root on ``PYTHONPATH``; their stderr goes to a file under
+Worker processes run ``python -m framework.cli --data DATA project worker
+tests.projection.bankapp:app NAME`` (the hidden command ``project run`` starts) with the repository root on ``PYTHONPATH``; their stderr goes to a file under
 the test's ``tmp_path`` (read by the tests that look for a log line, and printed when a test
 fails). The *fold* is computed here independently of the framework: straight from the raw
 JSON values of the log's records.
@@ -26,12 +26,13 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from framework.app import Runtime  # noqa: E402
 from framework.codec import Envelope  # noqa: E402
 from framework.consumer.coordinator import GroupCoordinator  # noqa: E402
 from framework.consumer.free import Consumer  # noqa: E402
 from framework.log import LogStore, TopicPartition  # noqa: E402
 from framework.log.partitioner import partition_for_key  # noqa: E402
-from framework.projection import ReadModelView, Runtime, readmodel_path  # noqa: E402
+from framework.projection import ReadModelView, readmodel_path  # noqa: E402
 from tests.projection import bankapp  # noqa: E402
 
 APP = "tests.projection.bankapp:app"
@@ -201,10 +202,13 @@ class Workers:
             cmd = [
                 sys.executable,
                 "-m",
-                "framework.projection",
+                "framework.cli",
+                "--data",
+                str(self.data),
+                "project",
+                "worker",
                 APP,
                 name,
-                str(self.data),
                 "--session-timeout-ms",
                 str(session_timeout_ms),
                 "--max-poll-records",

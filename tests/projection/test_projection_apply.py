@@ -11,6 +11,7 @@ import orjson
 import pytest
 from conftest import Producer, fold_accounts, read_balances, read_markers
 
+from framework.app import Runtime
 from framework.codec import Envelope
 from framework.consumer.free import Consumer
 from framework.errors import ProjectionError
@@ -19,7 +20,6 @@ from framework.projection import (
     BatchApplier,
     FencedError,
     ReadModel,
-    Runtime,
     Worker,
     list_dead_letters,
     migrate_all,

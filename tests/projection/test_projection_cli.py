@@ -14,8 +14,8 @@ import orjson
 from click.testing import CliRunner
 from conftest import ROOT, Producer, child_env, fold_accounts, read_balances, wait_caught_up
 
+from framework.app import Runtime
 from framework.cli import main
-from framework.projection import Runtime
 
 APP = "tests.projection.bankapp:app"
 APP_V2 = "tests.projection.bankapp:app_v2"
@@ -161,8 +161,9 @@ def test_migrate_and_refusal_to_run_with_pending(
     _out, err = refused.communicate(timeout=60)
     assert refused.returncode == 1
     assert "pending migrations: m002_balances_owner" in err and "eventlane migrate" in err
+    command = ["project", "worker", APP_V2, "balances"]
     worker = subprocess.run(
-        [sys.executable, "-m", "framework.projection.worker", APP_V2, "balances", str(data)],
+        [sys.executable, "-m", "framework.cli", "--data", str(data), *command],
         env=child_env(),
         cwd=str(ROOT),
         check=False,

@@ -16,11 +16,12 @@ from pathlib import Path
 import orjson
 from conftest import Workers, child_env, connect, wait_caught_up
 
+from framework.app import Runtime
 from framework.codec import Envelope
 from framework.consumer.free import Consumer
 from framework.log import LogStore, TopicPartition
 from framework.log.partitioner import partition_for_key
-from framework.projection import ReadModelView, Runtime, readmodel_path
+from framework.projection import ReadModelView, readmodel_path
 from tests.projection import bankapp
 
 ORDERS = 240

@@ -27,8 +27,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
 )
 
+from framework.app import Runtime  # noqa: E402
 from framework.log import LogStore, TopicPartition  # noqa: E402
-from framework.projection import ReadModelView, Runtime, Worker, readmodel_path  # noqa: E402
+from framework.projection import ReadModelView, Worker, readmodel_path  # noqa: E402
 from framework.replay.session import spark_session  # noqa: E402
 from tests.replay import replay_app  # noqa: E402
 
@@ -124,10 +125,13 @@ class Procs:
         cmd = [
             sys.executable,
             "-m",
-            "framework.projection.worker",
+            "framework.cli",
+            "--data",
+            str(data),
+            "project",
+            "worker",
             APP,
             name,
-            str(data),
             "--session-timeout-ms",
             "3000",
             "--max-poll-records",

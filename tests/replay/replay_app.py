@@ -39,12 +39,13 @@ import orjson
 from attrs import frozen
 from sqlite_utils import Database
 
+from framework.app import App
 from framework.codec import EventCodec, EventRegistry
 from framework.codec.envelope import Envelope
 from framework.domain import DomainEvent, event
 from framework.log import Log, LogStore, TopicPartition
 from framework.log.partitioner import partition_for_key
-from framework.projection import App, EventContext, Projector, handles
+from framework.projection import EventContext, Projector, handles
 
 
 @event("OrderPlaced", version=2)

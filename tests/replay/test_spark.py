@@ -392,7 +392,7 @@ def test_hand_off_under_load_has_no_gap_and_no_duplicate(
     wait_until(lambda: Path(f"{stop}.done").exists(), 30, "producer", procs)
     wait_until(lambda: at_hwm(data, "sales"), 90, "catch-up after the swap", procs)
     for proc in procs.procs:
-        if proc.poll() is None and proc.args[2] == "framework.projection.worker":  # type: ignore[index]
+        if proc.poll() is None and proc.args[5:7] == ["project", "worker"]:  # type: ignore[index]
             proc.send_signal(signal.SIGTERM)
     for proc in procs.procs:
         assert proc.wait(30) == 0, procs.output()

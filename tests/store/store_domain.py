@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 import orjson
 from attrs import frozen
 
+from framework.app import App, Runtime
 from framework.domain import Aggregate, DomainEvent, applies, event
 from framework.errors import DomainError
 from framework.log import Log, LogStore, Record
-from framework.store import Application
 
 
 @event("AccountOpened")
@@ -146,9 +146,9 @@ class Batcher(Aggregate):
 AGGREGATES: list[type[Aggregate]] = [Account, Counter, SnapCounter, Batcher]
 
 
-def make_app(data: Path | str | Log, partitions: int = 2, **options: Any) -> Application:
+def make_app(data: Path | str | Log, partitions: int = 2, **options: Any) -> Runtime:
     """The application the tests use: every aggregate above, ``partitions`` per topic."""
-    return Application(data, aggregates=AGGREGATES, partitions=partitions, **options)
+    return App("store-tests", aggregates=AGGREGATES, partitions=partitions, **options).open(data)
 
 
 def raw_records(log: Log, topic: str, partition: int) -> Iterator[Record]:

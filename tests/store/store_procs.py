@@ -6,7 +6,7 @@ Run as a script (the tests start it with ``subprocess``)::
 
 Each role prints protocol lines on stdout (flushed per line) and its logs on stderr:
 
-``execute``  ``Application.execute`` of ``Counter.increment`` (``cls``: ``Counter`` or
+``execute``  ``Runtime.execute`` of ``Counter.increment`` (``cls``: ``Counter`` or
              ``SnapCounter``) on one aggregate, ``count``
              times, with retry on conflict. Prints ``R`` when ready, then waits for a line
              on stdin (so two children start together), then ``D <attempts> <t0> <t1>``:

@@ -20,6 +20,7 @@ from store_domain import (
     raw_streams,
 )
 
+from framework.app import Runtime
 from framework.codec import Envelope
 from framework.errors import (
     AggregateNotFoundError,
@@ -27,7 +28,6 @@ from framework.errors import (
     SerializationError,
     UnknownEventTypeError,
 )
-from framework.store import Application
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def app(tmp_path: Path) -> Any:
         yield application
 
 
-def opened_account(app: Application, aggregate_id: str = "acc-1") -> Account:
+def opened_account(app: Runtime, aggregate_id: str = "acc-1") -> Account:
     account = Account(aggregate_id)
     account.open("ada")
     account.deposit(100)
@@ -45,7 +45,7 @@ def opened_account(app: Application, aggregate_id: str = "acc-1") -> Account:
     return account
 
 
-def test_save_then_load_rebuilds_state_and_version(app: Application) -> None:
+def test_save_then_load_rebuilds_state_and_version(app: Runtime) -> None:
     account = opened_account(app)
     assert (account.version, account.committed_version, account.pending_events) == (3, 3, ())
     loaded = app.load(Account, "acc-1")
@@ -56,7 +56,7 @@ def test_save_then_load_rebuilds_state_and_version(app: Application) -> None:
     assert app.store.current_version("accounts", "acc-1") == 4
 
 
-def test_load_at_a_version_gives_the_state_then(app: Application) -> None:
+def test_load_at_a_version_gives_the_state_then(app: Runtime) -> None:
     opened_account(app)
     balances = {1: 0, 2: 100, 3: 70}
     for version, balance in balances.items():
@@ -68,7 +68,7 @@ def test_load_at_a_version_gives_the_state_then(app: Application) -> None:
         app.load(Account, "acc-1", version=0)
 
 
-def test_missing_aggregate_is_not_found(app: Application) -> None:
+def test_missing_aggregate_is_not_found(app: Runtime) -> None:
     opened_account(app)
     with pytest.raises(AggregateNotFoundError) as info:
         app.load(Account, "nobody")
@@ -78,7 +78,7 @@ def test_missing_aggregate_is_not_found(app: Application) -> None:
         app.execute(Account, "nobody", lambda a: a.deposit(1))
 
 
-def test_each_save_is_one_batch_and_histories_stay_in_one_partition(app: Application) -> None:
+def test_each_save_is_one_batch_and_histories_stay_in_one_partition(app: Runtime) -> None:
     for i in range(20):
         opened_account(app, f"acc-{i}")
     streams = raw_streams(app.log, "accounts")
@@ -93,7 +93,7 @@ def test_each_save_is_one_batch_and_histories_stay_in_one_partition(app: Applica
     assert len({doc["_partition"] for s in streams.values() for doc in s}) == 2
 
 
-def test_stale_save_raises_concurrency_error_and_writes_nothing(app: Application) -> None:
+def test_stale_save_raises_concurrency_error_and_writes_nothing(app: Runtime) -> None:
     opened_account(app)
     first = app.load(Account, "acc-1")
     second = app.load(Account, "acc-1")
@@ -118,7 +118,7 @@ def test_stale_save_raises_concurrency_error_and_writes_nothing(app: Application
     assert (info.value.expected, info.value.actual) == (0, 4)
 
 
-def test_execute_retries_a_command_after_a_conflict(app: Application) -> None:
+def test_execute_retries_a_command_after_a_conflict(app: Runtime) -> None:
     opened_account(app)
     calls: list[int] = []
 
@@ -140,7 +140,7 @@ def test_execute_retries_a_command_after_a_conflict(app: Application) -> None:
     assert created.version == 1
 
 
-def test_execute_gives_up_after_its_attempts(app: Application) -> None:
+def test_execute_gives_up_after_its_attempts(app: Runtime) -> None:
     opened_account(app)
 
     def always_interfered(account: Account) -> None:
@@ -154,7 +154,7 @@ def test_execute_gives_up_after_its_attempts(app: Application) -> None:
     assert app.load(Account, "acc-1").balance == 73
 
 
-def test_envelope_carries_correlation_and_causation(app: Application) -> None:
+def test_envelope_carries_correlation_and_causation(app: Runtime) -> None:
     account = Account("acc-1")
     account.open("ada")
     written = app.save(account, correlation_id="corr-1", causation_id="cause-1")
@@ -166,7 +166,7 @@ def test_envelope_carries_correlation_and_causation(app: Application) -> None:
     assert envelope.type_name == "AccountOpened"
 
 
-def test_append_refuses_envelopes_that_do_not_continue_the_stream(app: Application) -> None:
+def test_append_refuses_envelopes_that_do_not_continue_the_stream(app: Runtime) -> None:
     with pytest.raises(SerializationError, match="does not continue"):
         app.store.append("accounts", "acc-1", 0, [Envelope(Opened("x"), "acc-1", 2)])
     with pytest.raises(SerializationError, match="does not continue"):
@@ -174,7 +174,7 @@ def test_append_refuses_envelopes_that_do_not_continue_the_stream(app: Applicati
     assert app.store.append("accounts", "acc-1", 0, []) == []
 
 
-def test_domain_invariants_hold_before_anything_is_saved(app: Application) -> None:
+def test_domain_invariants_hold_before_anything_is_saved(app: Runtime) -> None:
     account = Account("acc-1")
     with pytest.raises(AccountClosed):
         account.deposit(5)
@@ -200,7 +200,7 @@ def test_reopened_application_sees_everything(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- bad records
 def append_raw(
-    app: Application, aggregate_id: str, value: bytes, headers: tuple[tuple[str, bytes], ...] = ()
+    app: Runtime, aggregate_id: str, value: bytes, headers: tuple[tuple[str, bytes], ...] = ()
 ) -> tuple[int, int]:
     """Append a record for ``aggregate_id`` bypassing the store (as a buggy or foreign
     writer would); return its partition and offset."""
@@ -209,7 +209,7 @@ def append_raw(
     return partition, result.base_offset
 
 
-def next_event(app: Application, aggregate_id: str, **changes: Any) -> bytes:
+def next_event(app: Runtime, aggregate_id: str, **changes: Any) -> bytes:
     """The JSON of a valid next event of the stream, with ``changes`` applied."""
     version = app.store.current_version("accounts", aggregate_id)
     doc: dict[str, Any] = {
@@ -227,7 +227,7 @@ def next_event(app: Application, aggregate_id: str, **changes: Any) -> bytes:
     return orjson.dumps(doc)
 
 
-def test_a_valid_foreign_record_is_read_like_the_store_own(app: Application) -> None:
+def test_a_valid_foreign_record_is_read_like_the_store_own(app: Runtime) -> None:
     opened_account(app)
     append_raw(app, "acc-1", next_event(app, "acc-1"))
     assert app.load(Account, "acc-1").balance == 75
@@ -244,7 +244,7 @@ def test_a_valid_foreign_record_is_read_like_the_store_own(app: Application) -> 
     ],
 )
 def test_bad_records_fail_loudly_with_coordinates(
-    app: Application, kind: str, error: type[Exception], words: str
+    app: Runtime, kind: str, error: type[Exception], words: str
 ) -> None:
     opened_account(app)
     value = {  # the record after version 3
@@ -270,7 +270,7 @@ def test_bad_records_fail_loudly_with_coordinates(
     assert len(stored) == 4
 
 
-def test_a_record_with_a_wrong_version_fails_loudly(app: Application) -> None:
+def test_a_record_with_a_wrong_version_fails_loudly(app: Runtime) -> None:
     """A foreign record claiming version 9 right after version 3: the stream is broken and
     the store says where, instead of returning a history with a hole."""
     opened_account(app)

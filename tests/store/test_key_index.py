@@ -14,9 +14,9 @@ import structlog
 from store_domain import Counter, Incremented, make_app
 from store_helpers import close, spawn, stderr_of
 
+from framework.app import Runtime
 from framework.codec import Envelope
 from framework.errors import ConcurrencyError
-from framework.store import Application
 from framework.store.key_index import READER_CATCH_UP, KeyIndex, index_path
 
 TOPIC = Counter.topic
@@ -35,7 +35,7 @@ def populate(data: Path, aggregates: int = AGGREGATES, events: int = EVENTS) -> 
                 app.save(counter)
 
 
-def check_loads(app: Application, aggregates: int = AGGREGATES, events: int = EVENTS) -> None:
+def check_loads(app: Runtime, aggregates: int = AGGREGATES, events: int = EVENTS) -> None:
     for i in range(aggregates):
         counter = app.load(Counter, f"c{i}")
         assert (counter.version, counter.value) == (events, events)
@@ -51,7 +51,7 @@ def open_raw(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
-def verify_all(app: Application, topic: str = TOPIC) -> list[str]:
+def verify_all(app: Runtime, topic: str = TOPIC) -> list[str]:
     problems: list[str] = []
     for partition in range(app.log.partition_count(topic)):
         problems.extend(app.store.verify_index(topic, partition).problems)

@@ -10,8 +10,8 @@ import pytest
 import structlog
 from store_domain import Counter, CountingLog, Incremented, SnapCounter, make_app, raw_streams
 
+from framework.app import Runtime
 from framework.domain import Snapshot, applies
-from framework.store import Application
 from framework.store.repository import snapshot_topic
 
 SNAPSHOTS = snapshot_topic(SnapCounter.topic)
@@ -29,12 +29,12 @@ class DoubleCounter(SnapCounter):
         self.value += 2 * e.by
 
 
-def increment(app: Application, cls: type[Counter], aggregate_id: str, times: int) -> None:
+def increment(app: Runtime, cls: type[Counter], aggregate_id: str, times: int) -> None:
     for _ in range(times):
         app.execute(cls, aggregate_id, lambda c: c.increment(), create=True)
 
 
-def snapshot_docs(app: Application, aggregate_id: str) -> list[dict[str, object]]:
+def snapshot_docs(app: Runtime, aggregate_id: str) -> list[dict[str, object]]:
     return raw_streams(app.log, SNAPSHOTS).get(aggregate_id, [])
 
 
@@ -99,7 +99,7 @@ def test_an_undecodable_snapshot_is_ignored(tmp_path: Path) -> None:
         assert snapshot_docs_count(app, "s") == 3  # 10, garbage, and a fresh one at 12
 
 
-def snapshot_docs_count(app: Application, aggregate_id: str) -> int:
+def snapshot_docs_count(app: Runtime, aggregate_id: str) -> int:
     total = 0
     for partition in range(app.log.partition_count(SNAPSHOTS)):
         offset, cursor = 0, None

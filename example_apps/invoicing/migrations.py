@@ -1,4 +1,5 @@
-"""Read-model migrations of the invoicing example app, one set per projector.
+"""Read-model migrations of the invoicing example app, one set per projector (they live in
+the app's own package, so they install with it).
 
 Each set creates its tables; later migrations evolve them (a new column, an index) without
 a rebuild. ``eventlane migrate example_apps.invoicing:app`` applies what is pending.

@@ -12,7 +12,8 @@ decoded), with their raw bytes and headers, source coordinates, the error, and a
 any bytes survive the round trip) or null.
 
 These migrations run automatically whenever a read model is opened (under its write lock);
-migrations only ever add to this set, never change an applied one.
+migrations only ever add to this set, never change an applied one. The set keeps its name
+``eventlane.read_model`` (recorded in every read model's ``_sqlite_migrations`` table).
 """
 
 from __future__ import annotations

@@ -1,0 +1,286 @@
+"""The application: its declaration (:class:`App`) and its connection to a log (:class:`Runtime`).
+
+:class:`App` declares aggregates, events and projectors and does no I/O;
+
+``app.open(data_dir)`` connects it to a log and returns a :class:`Runtime`: the command side
+(save, load, execute, ``issue`` for policies) and the query side's hooks (``wait_for`` for
+read-your-writes, ``status``, ``readmodel_path``). The CLI's ``APP`` argument
+(``module:attribute``, or ``$EVENTLANE_APP``) names an :class:`App`::
+
+    app = App("invoicing", aggregates=[Order, Invoice], projectors=[Invoices])
+    with app.open("./eventlane-data") as runtime:
+        written = runtime.save(order)
+        runtime.wait_for("invoices", written, timeout=5.0)   # read your own writes
+
+An :class:`App` is picklable (Spark executors rebuild its codec from it) and cheap to import.
+
+    >>> import tempfile
+    >>> from typing import ClassVar
+    >>> from attrs import frozen
+    >>> from framework import Aggregate, DomainEvent, applies, event
+    >>> @event("Opened")
+    ... @frozen
+    ... class Opened(DomainEvent):
+    ...     owner: str
+    >>> class Account(Aggregate):
+    ...     topic: ClassVar[str] = "accounts"
+    ...     owner: str
+    ...     def init_state(self) -> None:
+    ...         self.owner = ""
+    ...     def open(self, owner: str) -> None:
+    ...         self.record_that(Opened(owner))
+    ...     @applies(Opened)
+    ...     def _opened(self, event: Opened) -> None:
+    ...         self.owner = event.owner
+    >>> with tempfile.TemporaryDirectory() as data:
+    ...     with App("bank", aggregates=[Account]).open(data) as runtime:
+    ...         account = Account("acc-1")
+    ...         account.open("ada")
+    ...         _ = runtime.save(account)
+    ...         (runtime.load(Account, "acc-1").owner, runtime.load(Account, "acc-1").version)
+    ('ada', 1)
+
+Event topics are created on open with the defaults an event store needs (brief section 2):
+unbounded retention and no compaction, so a rebuild from the low-water mark sees the whole
+history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import structlog
+
+from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
+from framework.codec.converter import OrjsonConverter
+from framework.domain import Aggregate, DomainEvent
+from framework.errors import ConfigError
+from framework.log import Log, LogStore, RecordMetadata, TopicPartition
+from framework.observability import configure_default_logging
+from framework.projection.projector import Projector
+from framework.projection.readmodel import readmodel_path
+from framework.projection.status import offsets_after, projection_status, wait_for_offsets
+from framework.store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore, Repository
+
+log = structlog.get_logger("eventlane.app")
+
+A = TypeVar("A", bound=Aggregate)
+
+__all__ = ["App", "Runtime"]
+
+
+class App:
+    """What an application is made of. Cheap to import; :meth:`open` does the I/O.
+
+    ``partitions`` is the partition count of the event topics the runtime creates, one
+    number or per topic; ``registry`` carries upcasters and extra event types;
+    ``configure`` adds cattrs hooks to the codec's converter.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        aggregates: Iterable[type[Aggregate]] = (),
+        events: Iterable[type[DomainEvent]] = (),
+        projectors: Iterable[type[Projector]] = (),
+        registry: EventRegistry | None = None,
+        partitions: int | Mapping[str, int] = DEFAULT_PARTITIONS,
+        configure: Callable[[OrjsonConverter], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.aggregates = tuple(aggregates)
+        self.events = tuple(events)
+        self.projectors: dict[str, type[Projector]] = {}
+        for cls in projectors:
+            pname = getattr(cls, "name", None)
+            if not isinstance(pname, str) or not pname:
+                raise ConfigError(f"projector {cls.__qualname__} has no name")
+            if pname in self.projectors:
+                raise ConfigError(f"two projectors named {pname!r}")
+            self.projectors[pname] = cls
+        self.registry = registry if registry is not None else EventRegistry()
+        self.partitions = partitions
+        self.configure = configure
+
+    def projector(self, name: str) -> type[Projector]:
+        """The projector named ``name``; a ``ConfigError`` naming the known ones otherwise."""
+        try:
+            return self.projectors[name]
+        except KeyError:
+            raise ConfigError(
+                f"app {self.name!r} has no projector {name!r}; it has "
+                f"{', '.join(sorted(self.projectors)) or 'none'}"
+            ) from None
+
+    def codec(self) -> EventCodec:
+        """The event codec of this application, without opening anything: its registry
+        (``registry``, with the types of its aggregates, events and projectors' handlers
+        registered, and validated) and its converter hooks (``configure``). What a runtime
+        decodes with; golden-file tests of events need nothing more."""
+        registry = self.registry
+        registry.register_aggregate(*self.aggregates)
+        registry.register(*self.events)
+        for projector in self.projectors.values():
+            registry.register(*projector.handled_types())
+        registry.validate()
+        return EventCodec(registry, configure=self.configure)
+
+    def open(self, log: Log | str | Path | None = None, *, create_topics: bool = True) -> Runtime:
+        """Connect to a log (a :class:`~framework.log.Log`, or a data directory for the
+        embedded one; default ``$EVENTLANE_DATA`` or ``./eventlane-data``).
+
+        ``create_topics=False`` opens without creating the aggregates' topics (tools that
+        only look)."""
+        return Runtime(self, log, create_topics=create_topics)
+
+
+class Runtime:
+    """An :class:`App` connected to a log: save, load and execute on aggregates, issue
+    policy commands, wait for and inspect read models. A context manager (or ``close()``).
+
+    ``log`` is a :class:`~framework.log.Log` (left open on close), or a data directory for
+    the embedded log (opened and closed by the runtime). Unless structlog is configured
+    already, opening configures eventlane's default logging (warnings on standard error; see
+    :mod:`framework.observability`).
+    """
+
+    def __init__(
+        self, app: App, log: Log | str | Path | None = None, *, create_topics: bool = True
+    ) -> None:
+        configure_default_logging()  # unless the application configured structlog itself
+        self.app = app
+        self.log: Log
+        if log is None or isinstance(log, str | Path):
+            self.log, self._owns_log = LogStore(log), True
+        else:
+            self.log, self._owns_log = log, False
+        for cls in app.aggregates:
+            if not isinstance(getattr(cls, "topic", None), str):
+                raise ConfigError(f"aggregate {cls.__qualname__} does not name its topic")
+        self.registry = app.registry
+        self.codec = app.codec()
+        self.store = EventStore(self.log, self.codec)
+        self.repository = Repository(self.store, SnapshotCodec(configure=app.configure))
+        self.partitions = app.partitions
+        if create_topics:
+            for cls in app.aggregates:
+                wanted = self.partitions_for(cls.topic)
+                self.log.create_topic(cls.topic, wanted, EVENT_TOPIC_CONFIG, exist_ok=True)
+                self._check_partitions(cls.topic, wanted)
+
+    def _check_partitions(self, topic: str, wanted: int) -> None:
+        """An existing event topic must have the declared partition count: an aggregate's
+        partition is ``murmur2(id) % count``, so another count would look in the wrong
+        partition for every stored history."""
+        have = self.log.partition_count(topic)
+        if have != wanted:
+            raise ConfigError(
+                f"topic {topic!r} exists with {have} partition(s), but the app declares"
+                f" {wanted}: declare partitions={{{topic!r}: {have}}} (an event topic's count"
+                " cannot change without moving every aggregate's history), or use another"
+                " data directory",
+                topic=topic,
+            )
+
+    def declared(self, cls: type[A]) -> type[A]:
+        """``cls`` if the app declares it (or another class of its topic, such as a new
+        release of a declared aggregate), else a :class:`ConfigError` saying what to add:
+        an undeclared aggregate has no topic and its events no codec entry."""
+        aggregates = self.app.aggregates
+        if cls not in aggregates and all(a.topic != cls.topic for a in aggregates):
+            names = ", ".join(a.__qualname__ for a in aggregates) or "none"
+            raise ConfigError(
+                f"aggregate {cls.__qualname__} is not declared by this application (it has"
+                f" {names}): add {cls.__qualname__} to App(aggregates=[...])"
+            )
+        return cls
+
+    def partitions_for(self, topic: str) -> int:
+        """The partition count of ``topic`` when this runtime creates it."""
+        if isinstance(self.partitions, int):
+            return self.partitions
+        return self.partitions.get(topic, DEFAULT_PARTITIONS)
+
+    # ------------------------------------------------------------------ commands
+    def save(self, aggregate: Aggregate, **envelope: Any) -> list[RecordMetadata]:
+        """See :meth:`Repository.save`."""
+        self.declared(type(aggregate))
+        return self.repository.save(aggregate, **envelope)
+
+    def load(self, cls: type[A], aggregate_id: str, version: int | None = None) -> A:
+        """See :meth:`Repository.load`."""
+        return self.repository.load(self.declared(cls), aggregate_id, version)
+
+    def execute(
+        self, cls: type[A], aggregate_id: str, command: Callable[[A], Any], **options: Any
+    ) -> A:
+        """See :meth:`Repository.execute` (load, run, save, retry on conflict)."""
+        return self.repository.execute(self.declared(cls), aggregate_id, command, **options)
+
+    def issue(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command: Callable[[A], Any],
+        *,
+        caused_by: Envelope[Any] | str,
+        create: bool = True,
+        attempts: int = 20,
+    ) -> list[RecordMetadata]:
+        """A policy's command, at most once per ``caused_by`` event: see
+        :meth:`Repository.issue <framework.store.Repository.issue>` (``ctx.issue`` in a
+        handler calls it with the handled event)."""
+        return self.repository.issue(
+            self.declared(cls),
+            aggregate_id,
+            command,
+            caused_by=caused_by,
+            create=create,
+            attempts=attempts,
+        )
+
+    # ------------------------------------------------------------------ queries
+    def projector(self, name: str) -> type[Projector]:
+        """See :meth:`App.projector`."""
+        return self.app.projector(name)
+
+    def readmodel_path(self, projector: str) -> Path:
+        """Where projector ``projector``'s read-model file is."""
+        self.app.projector(projector)
+        return readmodel_path(self.log.path, projector)
+
+    def wait_for(
+        self,
+        projector: str,
+        written: Iterable[RecordMetadata] | Mapping[TopicPartition, int],
+        timeout: float = 10.0,
+    ) -> bool:
+        """Read-your-writes: wait until ``projector`` has applied ``written`` (what
+        :meth:`save` returned, or ``{partition: next offset}``). False on timeout."""
+        return wait_for_offsets(
+            self.log, self.readmodel_path(projector), offsets_after(written), timeout
+        )
+
+    def status(self, projector: str) -> dict[str, Any]:
+        """Positions, high-water marks, lag and members of ``projector`` (see
+        :func:`framework.projection.status.projection_status`)."""
+        cls = self.app.projector(projector)
+        return projection_status(
+            self.log, projector, cls.topic_names, self.readmodel_path(projector), cls.migrations
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Close the event store (and the log, when the runtime opened it)."""
+        self.store.close()
+        if self._owns_log:
+            self.log.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

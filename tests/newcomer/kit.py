@@ -133,7 +133,7 @@ import os
 
 from sqlite_utils import Database, Migrations
 
-from framework.projection import EventContext, Projector, handles
+from framework import EventContext, Projector, handles
 
 from library.events import LoanRequested, LoanReturned, MemberRegistered
 
@@ -189,7 +189,7 @@ class Members(Projector):
 '''
 
 APP = """
-from framework.projection import App
+from framework import App
 
 from library.domain import Loan, Member
 from library.projections import Loans, Members

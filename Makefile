@@ -26,11 +26,12 @@ lint: $(STAMP)
 # System packages the tests drive (Debian): installed once, quietly, when missing.
 test-deps:
 	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null)
+	@command -v strace >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq strace >/dev/null)
 
 test: lint test-deps
 	$(BIN)/python -m pytest -q
 
-soak: $(STAMP)
+soak: $(STAMP) test-deps
 	$(BIN)/python -m pytest -q -m soak
 
 clean:

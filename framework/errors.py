@@ -16,6 +16,8 @@ callers that do not know eventlane::
     │   ├── InvalidRecordError (ValueError)     e.g. a keyless record on a compacted topic
     │   ├── OffsetOutOfRangeError (IndexError)  below the low-water mark / above the LEO
     │   ├── CorruptRecordError                  CRC mismatch or malformed batch in durable data
+    │   │   └── DataLossError                   acknowledged offsets missing (refuses to open)
+    │   ├── PartitionReadOnlyError              an fsync failed: no more appends until reopened
     │   ├── PreconditionFailedError             a conditional append's check refused the write
     │   └── ReadOnlyDataError (PermissionError) a read-only data directory, and this must write
     ├── ConsumerError
@@ -138,6 +140,17 @@ class OffsetOutOfRangeError(LogError, IndexError):
 
 class CorruptRecordError(LogError):
     """Durable data failed its CRC or is malformed. Never silently skipped or truncated."""
+
+
+class DataLossError(CorruptRecordError):
+    """Offsets that were acknowledged are missing from the log (a lost tail, a missing
+    segment). The partition refuses to open rather than reuse them; the message names the
+    range and the repair command, which skips the lost offsets (never reuses them)."""
+
+
+class PartitionReadOnlyError(LogError):
+    """A write to the partition's files failed to reach the disk (fsync/fdatasync error):
+    nothing more is acknowledged until the partition is reopened and recovered."""
 
 
 class PreconditionFailedError(LogError):

@@ -13,6 +13,7 @@ key is refused with nothing created on disk.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -181,6 +182,24 @@ class OffsetType(click.ParamType):  # type: ignore[type-arg]
 
 
 OFFSET = OffsetType()
+
+
+class SecondsType(click.FloatRange):
+    """A finite number of seconds ``>= 0`` (``nan`` and ``inf`` are usage errors)."""
+
+    name = "seconds"
+
+    def __init__(self) -> None:
+        super().__init__(min=0)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
+SECONDS = SecondsType()
 
 
 def stdout_console() -> Console:

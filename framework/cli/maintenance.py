@@ -36,7 +36,7 @@ from framework.cli.context import (
     stdout_console,
 )
 from framework.cli.render import human_bytes, simple_table
-from framework.errors import ConfigError, CorruptRecordError, ReadOnlyDataError
+from framework.errors import ConfigError, CorruptRecordError, DataLossError, ReadOnlyDataError
 from framework.log.batch import HEADER_SIZE, decode_records
 from framework.log.config import TIMESTAMP_TYPES
 from framework.log.record import Record
@@ -73,13 +73,12 @@ def _json_out(value: object) -> None:
 
 @contextmanager
 def _partition_bar(label: str) -> Iterator[MaintenanceProgress]:
-    """A progress bar driven by the log's ``progress(done, total)`` callback."""
+    """A progress bar driven by the log's ``progress(done, total, partition)`` callback."""
     with _progress(label) as progress:
         task = progress.add_task(label, total=None, what="")
 
-        def report(done: int, total: int) -> None:
-            what = f"partition {done}" if done < total else ""
-            progress.update(task, completed=done, total=total, what=what)
+        def report(done: int, total: int, partition: int) -> None:
+            progress.update(task, completed=done, total=total, what=f"partition {partition}")
 
         yield report
 
@@ -343,8 +342,14 @@ def _problem_dict(err: CorruptRecordError) -> dict[str, Any]:
     }
 
 
-def verify_log(log: LogStore, topics: list[str]) -> tuple[int, list[CorruptRecordError]]:
-    """Check every partition of ``topics``; return how many were checked and the problems."""
+def verify_log(
+    log: LogStore, topics: list[str], *, skip_lost: bool = False
+) -> tuple[int, list[CorruptRecordError]]:
+    """Check every partition of ``topics``; return how many were checked and the problems.
+
+    With ``skip_lost``, a partition that refuses to open because acknowledged offsets are
+    missing (:class:`DataLossError`) is repaired by skipping them (logged), then checked.
+    """
     partitions = [(t, p) for t in topics for p in range(log.partition_count(t))]
     problems: list[CorruptRecordError] = []
     with _progress("verifying") as progress:
@@ -352,7 +357,19 @@ def verify_log(log: LogStore, topics: list[str]) -> tuple[int, list[CorruptRecor
         for topic, p in partitions:
             progress.update(task, what=f"{topic}/{p}")
             try:
-                problems.extend(log.partition(topic, p).verify())
+                try:
+                    part = log.partition(topic, p)
+                except DataLossError as err:
+                    if not skip_lost:
+                        raise
+                    marks = log.skip_lost_offsets(topic, p)
+                    click.echo(
+                        f"REPAIRED topic={topic} partition={p}: {err.message.split(';')[0]};"
+                        f" those offsets are skipped, the log now ends at {marks.leo}",
+                        err=True,
+                    )
+                    part = log.partition(topic, p)
+                problems.extend(part.verify())
             except CorruptRecordError as err:  # found while opening (recovery) the partition
                 problems.append(err)
             progress.advance(task)
@@ -375,16 +392,22 @@ def _echo_index_reports(reports: list[IndexReport]) -> None:
 @click.command()
 @click.argument("topic", type=TOPIC, required=False)
 @click.option("--repair", is_flag=True, help="Rebuild key indexes that differ from the log.")
+@click.option(
+    "--skip-lost-offsets",
+    is_flag=True,
+    help="Open partitions whose acknowledged offsets are missing by skipping those offsets"
+    " for good (logged; they are never reused).",
+)
 @json_option
 @data_option
-def verify(topic: str | None, repair: bool, as_json: bool) -> None:
+def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bool) -> None:
     """Check the CRC and framing of every batch of TOPIC (default: every topic), then the
     event store's key indexes against the log (--repair rebuilds those that differ)."""
     log = app().open_log()
     topics = [topic] if topic is not None else log.list_topics()
     if topic is not None:
         log.partition_count(topic)  # an unknown topic is an error, not "0 problems"
-    checked, problems = verify_log(log, topics)
+    checked, problems = verify_log(log, topics, skip_lost=skip_lost_offsets)
     # Key indexes are derived from the log: check them only against an intact log.
     index_topics = None if topic is None else [topic]
     read_only = not os.access(log.path, os.W_OK)  # a read-only mount: the log only

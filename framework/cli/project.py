@@ -165,6 +165,12 @@ def run_command(
         if "poison-rate breaker" in runner.failure:
             raise click.ClickException(runner.failure)
         raise click.ClickException(f"workers could not start: {runner.failure}")
+    if runner.died_out and runner.crashes:
+        pid, code = runner.crashes[-1]
+        raise click.ClickException(
+            f"every worker of {projection} died: worker {pid} exited with status {code}"
+            f" ({len(runner.crashes)} worker exit(s) with an error; see the worker log)"
+        )
 
 
 @project.command("worker", hidden=True)

@@ -54,7 +54,15 @@ import click
 import orjson
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from framework.cli.context import OFFSET, PARTITION, TOPIC, app, data_option, stderr_console
+from framework.cli.context import (
+    OFFSET,
+    PARTITION,
+    SECONDS,
+    TOPIC,
+    app,
+    data_option,
+    stderr_console,
+)
 from framework.cli.groups import GROUP, consume_group
 from framework.consumer.free import Consumer
 from framework.errors import (
@@ -66,6 +74,7 @@ from framework.errors import (
     UnknownPartitionError,
 )
 from framework.log.config import TopicConfig
+from framework.log.names import refuse_internal
 from framework.log.partition import RECORD_OVERHEAD
 from framework.log.producer import Producer
 from framework.log.record import ProducerRecord, Record, RecordMetadata, TopicPartition
@@ -348,6 +357,7 @@ def produce(
     """Append one record per line of standard input to TOPIC."""
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
+    refuse_internal(topic, "produce to it")
     if as_json and (key_separator is not None or null_marker is not None or headers):
         raise click.UsageError("--json reads whole records: no --key-separator/--null-marker/-H")
     if as_base64 and not as_json:
@@ -501,7 +511,7 @@ def _free_consumer(log: LogStore, topic: str, partition: int | None, offset: str
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (tail -f).")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     metavar="S",
     help="Wait for new records like --follow, but stop after S seconds without one.",
 )

@@ -30,6 +30,7 @@ from framework.cli.context import (
 from framework.cli.render import config_table, partitions_table, topics_table
 from framework.errors import ConfigError
 from framework.log.config import TopicConfig
+from framework.log.names import refuse_internal
 
 
 def _print_json(value: object) -> None:
@@ -82,6 +83,7 @@ def create(
     if_not_exists: bool,
 ) -> None:
     """Create topic NAME."""
+    refuse_internal(name, "create it (eventlane creates it on first use)")
     values = config_mapping(configs)
     given = {config_key(k): k for k in values}
     for key, value in (

@@ -26,7 +26,6 @@ Invariants and rules:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import secrets
@@ -41,6 +40,7 @@ from typing import TypeVar
 import orjson
 import structlog
 
+from framework._locks import FileLock
 from framework.consumer.assignors import get_assignor
 from framework.consumer.liveness import MAX_MEMBERS, LiveFile
 from framework.consumer.membership import (
@@ -133,26 +133,13 @@ class GroupCoordinator:
     def _flock(self, blocking: bool = True) -> Iterator[bool]:
         """Hold the group's file lock; yields False (not held) if ``blocking`` is False and
         another process holds it."""
-        path = self.dir / "lock"
-        while True:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    yield False
-                    return
-                try:
-                    same = os.stat(path).st_ino == os.fstat(fd).st_ino
-                except FileNotFoundError:
-                    same = False
-                if not same:  # the group was deleted while we waited: take the new lock
-                    continue
-                yield True
-                return
-            finally:
-                os.close(fd)  # also releases the flock
+        # follow_replacement: the group was deleted while we waited? take the new lock
+        lock = FileLock(self.dir / "lock", follow_replacement=True)
+        try:
+            with lock.hold(blocking=blocking) as held:
+                yield held
+        finally:
+            lock.close()  # one descriptor per use, as before
 
     def _read_file(self) -> GroupState:
         try:

@@ -288,6 +288,23 @@ def encode_batch(
     return prefix + _CRC.pack(crc) + rest + body
 
 
+def encode_skip_batch(base_offset: int, count: int, timestamp: int) -> bytes:
+    """A batch of no records that covers ``count`` offsets from ``base_offset``.
+
+    Written only by the explicit repair of a lost tail (:mod:`framework.log.recovery`): the
+    lost offsets stay taken, so an acknowledged offset is never given out twice. Readers
+    pass over it like a batch whose records were all compacted away.
+
+    >>> header = parse_header(encode_skip_batch(5, 10, 1000), 0)
+    >>> (header.base_offset, header.last_offset, header.record_count, header.size)
+    (5, 14, 0, 43)
+    """
+    rest = struct.pack(">hiqqi", 0, count - 1, timestamp, timestamp, 0)
+    prefix = _PREFIX.pack(base_offset, HEADER_SIZE - LENGTH_PREFIX, MAGIC)
+    crc = _crc32c.crc32c(prefix, _crc32c.crc32c(rest))
+    return prefix + _CRC.pack(crc) + rest
+
+
 def parse_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
     """Decode the fixed header at ``buf[pos:]`` (no checks beyond its size)."""
     return BatchHeader(*HEADER.unpack_from(buf, pos))

@@ -8,9 +8,21 @@ active one, cut short at the first segment holding a record younger than
    of distinct keys: keys longer than 16 bytes are stored as a 16-byte BLAKE2b digest);
 2. copy each group of consecutive segments (grouped so a cleaned group fits
    ``segment_bytes``) into ``<base>.log.cleaned`` keeping a record iff it is the last one of
-   its key, and dropping a tombstone once it is older than ``delete_retention_ms``. Batches
+   its key, and dropping a tombstone once the cleaner first saw it ``delete_retention_ms``
+   ago (see below). Batches
    are re-framed with their original base offset and ``last_offset_delta``, so offsets are
    preserved and gaps appear.
+
+Tombstones expire by the log's own clock, never by the producer's timestamp (a tombstone
+stamped two days old by its producer must still reach a consumer one record behind), as
+Kafka measures ``delete.retention.ms``. ``cleaner-first-seen`` (JSON, written with fsync +
+rename before a pass drops anything) records when each pass first covered a range::
+
+    [[end_offset, ms], ...]    offsets below end_offset were first seen by a pass at ms
+
+(ascending in both). A tombstone at offset ``o`` may be dropped once the entry covering it is
+``delete_retention_ms`` old; entries already that old are merged, so the list stays short.
+Losing the file only makes tombstones live longer.
 
 Swapping cleaned files in is crash-safe and never blocks readers or writers for more than a
 rename: the cleaned files are fsynced, a ``cleaner-journal`` naming every replacement is
@@ -35,6 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final, NamedTuple, cast
 
+import orjson
 import structlog
 
 from framework.errors import CorruptRecordError
@@ -46,12 +59,15 @@ from framework.log.batch import (
     decode_records,
     encode_batch,
 )
+from framework.log.files import read_json_file, write_atomic
 from framework.log.partition import Partition
 from framework.log.record import Header, Record
 from framework.log.recovery import CLEANED
 from framework.log.segment import OFFSET_ENTRY, TIME_ENTRY, Segment, log_path, scan_batches
 
 log = structlog.get_logger("eventlane.log")
+
+FIRST_SEEN = "cleaner-first-seen"
 
 
 class CompactionReport(NamedTuple):
@@ -228,7 +244,7 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
                 if r[_KEY_AT] is not None:
                     last[key_id(r[_KEY_AT])] = r[_OFFSET_AT]
     # Pass 2: write cleaned groups.
-    horizon = now - cfg.delete_retention_ms
+    horizon = _tombstone_horizon(partition, _cleanable_end(cleanable, bases, snap.active_base), now)
     groups = plan_groups(cleanable, cfg.segment_bytes)
     kept_total = 0
     bytes_after = 0
@@ -257,6 +273,31 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
         segments=len(groups),
     )
     return report
+
+
+def _cleanable_end(cleanable: list[tuple[int, int]], bases: list[int], active_base: int) -> int:
+    """The first offset past the cleanable range: the base of the segment after it."""
+    i = bases.index(cleanable[-1][0]) + 1
+    return bases[i] if i < len(bases) else active_base
+
+
+def _tombstone_horizon(partition: Partition, end: int, now: int) -> int:
+    """Record that this pass saw offsets below ``end`` at ``now``; return the offset below
+    which tombstones were first seen ``delete_retention_ms`` ago (may be dropped)."""
+    path = partition.dir / FIRST_SEEN
+    entries: list[list[int]] = [list(e) for e in read_json_file(path, [])]
+    changed = False
+    if not entries or entries[-1][0] < end:
+        entries.append([end, now])
+        changed = True
+    retention = partition.config.delete_retention_ms
+    expired = [e for e in entries if e[1] + retention <= now]
+    if len(expired) > 1:  # old enough either way: one entry says as much
+        entries = [[expired[-1][0], expired[-1][1]], *entries[len(expired) :]]
+        changed = True
+    if changed:
+        write_atomic(path, orjson.dumps(entries))
+    return expired[-1][0] if expired else -1
 
 
 def _write_cleaned(
@@ -315,9 +356,10 @@ def _write_cleaned(
 def _kept(records: Sequence[_Fields], last: dict[bytes, int], horizon: int) -> Sequence[_Fields]:
     """The records of one batch that compaction keeps, in order.
 
-    A record is kept iff it is the last one of its key (``last``) and is not a tombstone
-    older than ``horizon``; keyless records are dropped. The common batch (every record keyed,
-    no tombstone) is filtered without a Python-level step per record.
+    A record is kept iff it is the last one of its key (``last``) and is not a tombstone at
+    an offset below ``horizon`` (first seen long enough ago); keyless records are dropped.
+    The common batch (every record keyed, no tombstone) is filtered without a Python-level
+    step per record.
     """
     ids = _key_ids(records)
     if ids is None or None in map(_VALUE, records):
@@ -326,7 +368,7 @@ def _kept(records: Sequence[_Fields], last: dict[bytes, int], horizon: int) -> S
             for r in records
             if r[_KEY_AT] is not None
             and last.get(key_id(r[_KEY_AT])) == r[_OFFSET_AT]
-            and not (r[_VALUE_AT] is None and r[_TIMESTAMP_AT] < horizon)
+            and not (r[_VALUE_AT] is None and r[_OFFSET_AT] < horizon)
         ]
     flags = list(map(operator.eq, map(last.get, ids), map(_OFFSET, records)))
     if flags.count(True) == len(records):

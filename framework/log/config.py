@@ -19,16 +19,29 @@ CleanupPolicy = Literal["delete", "compact", "compact,delete"]
 CLEANUP_POLICIES: tuple[str, ...] = ("delete", "compact", "compact,delete")
 TIMESTAMP_TYPES: tuple[str, ...] = ("CreateTime", "LogAppendTime")
 FLUSH_POLICIES: tuple[str, ...] = ("always", "os")
+INT64_MAX = 2**63 - 1
+"""Largest value of an integer config (Kafka's ``long``; stored as a JSON int64)."""
+INT32_MAX = 2**31 - 1
+"""Largest value of a size that a batch header or index entry holds (Kafka's ``int``)."""
+_INT32_KEYS = ("max_record_bytes", "index_interval_bytes")
+
+
+def _check_max(attribute: attrs.Attribute[int], value: int) -> None:
+    limit = INT32_MAX if attribute.name in _INT32_KEYS else INT64_MAX
+    if value > limit:
+        raise ConfigError(f"config {attribute.name} must be at most {limit}, got {value}")
 
 
 def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigError(f"config {attribute.name} must be a positive integer, got {value!r}")
+    _check_max(attribute, value)
 
 
 def _non_negative(_: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ConfigError(f"config {attribute.name} must be an integer >= 0, got {value!r}")
+    _check_max(attribute, value)
 
 
 def _minus_one_or_positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -36,6 +49,7 @@ def _minus_one_or_positive(_: object, attribute: attrs.Attribute[int], value: in
         raise ConfigError(
             f"config {attribute.name} must be a positive integer or -1 (unbounded), got {value!r}"
         )
+    _check_max(attribute, value)
 
 
 def _one_of(choices: tuple[str, ...]) -> Any:

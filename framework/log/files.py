@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 
 def fsync_dir(path: Path) -> None:
@@ -31,4 +34,12 @@ def read_int_file(path: Path, default: int) -> int:
     try:
         return int(path.read_text().strip() or default)
     except FileNotFoundError:
+        return default
+
+
+def read_json_file(path: Path, default: Any) -> Any:
+    """The JSON value stored in ``path``, or ``default`` if it is missing or unreadable."""
+    try:
+        return orjson.loads(path.read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
         return default

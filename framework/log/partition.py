@@ -28,6 +28,7 @@ import bisect
 import contextlib
 import itertools
 import os
+import resource
 import struct
 import threading
 import time
@@ -42,11 +43,14 @@ from framework.errors import (
     CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
+    PartitionReadOnlyError,
     ReadOnlyDataError,
     RecordTooLargeError,
+    UnknownTopicError,
 )
 from framework.log.batch import (
     HEADER_SIZE,
+    BatchHeader,
     batch_crc_ok,
     check_header,
     decode_records,
@@ -57,6 +61,7 @@ from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, write_atomic
 from framework.log.record import Header, Record
 from framework.log.recovery import (
+    COMPACTED,
     JOURNAL,
     LOG_START,
     RECOVERY_POINT,
@@ -92,6 +97,45 @@ Clock = Callable[[], int]
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class _FdBudget:
+    """Bounds the file descriptors all partitions of this process keep open.
+
+    A partition keeps its lock file, its active segment and its indexes, and the segments it
+    read open between calls (~5 descriptors); a process that touches thousands of partitions
+    would run out (``ulimit -n`` is often 1024). Each partition that opens descriptors is
+    registered here; past ``limit`` warm partitions, the least recently used half gives its
+    descriptors back (a partition busy in another thread is skipped) and reopens them on
+    next use. Limit: a sixteenth of the soft ``RLIMIT_NOFILE``, at least 8.
+    """
+
+    def __init__(self) -> None:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.limit = max(8, (soft if soft > 0 else 1024) // 16)
+        self._warm: dict[Partition, None] = {}
+        self._lock = threading.Lock()
+
+    def opened(self, part: Partition) -> None:
+        with self._lock:
+            self._warm[part] = None
+            excess = len(self._warm) - self.limit
+            if excess <= 0:
+                return
+            by_age = sorted(self._warm, key=lambda p: p.last_used)
+            victims = [p for p in by_age[: excess + self.limit // 2] if p is not part]
+        released = [p for p in victims if p.release_fds()]
+        with self._lock:
+            for p in released:
+                self._warm.pop(p, None)
+
+    def forget(self, part: Partition) -> None:
+        with self._lock:
+            self._warm.pop(part, None)
+
+
+_FDS = _FdBudget()
+_USE = itertools.count()
 
 
 class _LayoutChangedError(Exception):
@@ -143,15 +187,29 @@ class Partition:
         config: TopicConfig,
         notifier: Notifier,
         clock: Clock = wall_clock_ms,
+        *,
+        skip_lost_offsets: bool = False,
     ) -> None:
+        """Open (and recover if needed) the partition in ``directory``.
+
+        ``skip_lost_offsets=True`` is the explicit repair of a partition that refused to open
+        with :class:`~framework.errors.DataLossError`: it recovers now and keeps the lost
+        offsets taken (see :func:`framework.log.recovery.recover`).
+        """
         self.dir = directory
         self.topic = topic
         self.partition = partition
         self.config = config
         self.notifier = notifier
         self.clock = clock
-        directory.mkdir(parents=True, exist_ok=True)
-        self.state = PartitionState(directory / "state", on_stuck=self._wait_for_writer)
+        try:  # never creates the directory: a deleted topic's must not come back
+            self.state = PartitionState(
+                directory / "state",
+                on_stuck=self._wait_for_writer,
+                on_remap=lambda: _FDS.opened(self),
+            )
+        except FileNotFoundError:
+            raise self._deleted_error() from None
         self._append_lock = FileLock(directory / "lock")
         self._maintenance = FileLock(directory / "cleaner.lock")
         self._log = log.bind(topic=topic, partition=partition)
@@ -166,23 +224,44 @@ class Partition:
         self._r_bases: list[int] = []
         self._r_fds: dict[int, int] = {}
         self._r_indexes: dict[int, OffsetIndex] = {}
+        self._r_contiguous = True
+        """Whether every batch starts where the previous one ended (never compacted)."""
         self._r_lock = threading.Lock()
+        self.last_used = next(_USE)
+        """When this partition was last locked or read (an ever-increasing counter)."""
+        self._failed: OSError | None = None
+        """Set when an fsync failed: appends are refused until the partition is reopened."""
+        self._skip_lost = skip_lost_offsets
         with self.locked():
-            pass
+            if skip_lost_offsets and self._skip_lost:  # not recovered by locked() itself
+                self._recover_locked()
+        self._skip_lost = False
 
     # ------------------------------------------------------------------ locking and sync
     @contextlib.contextmanager
     def locked(self) -> Iterator[Snapshot]:
         """Hold the append lock (threads and processes) with the state made consistent."""
         with self._append_lock:
+            self.last_used = next(_USE)
             yield self._sync_locked()
 
     @contextlib.contextmanager
     def maintenance_lock(self) -> Iterator[None]:
         """Hold the maintenance lock (``cleaner.lock``): one compaction or retention pass
         at a time, in any process. Lock order: maintenance lock, then the append lock."""
-        with self._maintenance:
-            yield
+        try:
+            with self._maintenance:
+                yield
+        finally:
+            self._maintenance.release_fd()  # rarely used: no descriptor kept for it
+
+    def _deleted_error(self) -> UnknownTopicError:
+        return UnknownTopicError(
+            f"topic {self.topic!r} was deleted after this process opened it (it may have been"
+            " re-created since: that is another topic); nothing was appended or read",
+            topic=self.topic,
+            partition=self.partition,
+        )
 
     def _check_writable(self, what: str) -> None:
         if self.state.read_only:
@@ -199,6 +278,8 @@ class Partition:
             pass
 
     def _sync_locked(self) -> Snapshot:
+        if self.state.deleted:
+            raise self._deleted_error()
         if self.state.torn:  # seq left odd under the lock: a writer died inside write()
             self._log.warning("state update interrupted; recovering")
             return self._recover_locked()
@@ -226,6 +307,7 @@ class Partition:
 
     def _open_writer(self, snap: Snapshot) -> None:
         self._close_writer()
+        _FDS.opened(self)
         base = snap.active_base
         flags = os.O_RDWR | os.O_CREAT
         self._w_fd, _ = open_rw_or_read_only(log_path(self.dir, base), flags)
@@ -278,7 +360,9 @@ class Partition:
             maintenance=self._maintenance,
             clock=self.clock,
             logger=self._log,
+            skip_lost=self._skip_lost,
         )
+        self._skip_lost = False
         self.state.write(snap)
         self._open_writer(snap)
         return snap
@@ -321,6 +405,8 @@ class Partition:
         replays a journal left behind. The caller holds :meth:`maintenance_lock`.
         """
         self._check_writable("replace segments")
+        if not (self.dir / COMPACTED).exists():  # from now on gaps between batches are legal
+            write_atomic(self.dir / COMPACTED, b"")
         write_swap_journal(self.dir, groups)
         with self.locked() as snap:
             self._bump_layout(snap, 1)
@@ -382,6 +468,8 @@ class Partition:
                 partition=self.partition,
             )
         with self.locked() as snap:
+            if self._failed is not None:
+                raise self._read_only_error()
             if precondition is not None:
                 precondition(snap.leo)
             now = self.clock()
@@ -431,7 +519,7 @@ class Partition:
                 leo += len(chunk)
             self._write_pending(pending_start, pending, index_entries, time_entries)
             if cfg.flush_policy == "always":
-                os.fdatasync(self._w_fd)
+                self._durable(os.fdatasync, self._w_fd)
             self.state.write(
                 Snapshot(
                     lwm=snap.lwm,
@@ -457,6 +545,45 @@ class Partition:
                     )
         self.notifier.bump()
         return result
+
+    def _durable(self, sync: Callable[[int], None], fd: int) -> None:
+        """``sync(fd)``; if it fails, the partition goes read-only (the fsyncgate rule).
+
+        After a failed fsync the kernel may have dropped the dirty pages and marked them
+        clean, so a retry can succeed without the data being on disk: nothing written since
+        the last acknowledged append is ever acknowledged. The unacknowledged bytes are cut
+        off, the layout is left odd (so the next lock holder in any process runs a full
+        recovery from the files), and this object refuses appends until it is reopened.
+        Caller holds the append lock.
+        """
+        try:
+            sync(fd)
+        except OSError as exc:
+            self._failed = exc
+            published = self.state.read()
+            self._log.error(
+                "fsync failed: partition is read-only until reopened",
+                error=str(exc),
+                file=str(log_path(self.dir, published.active_base)),
+                hwm=published.hwm,
+            )
+            with contextlib.suppress(OSError):
+                Segment(self.dir, published.active_base).truncate_to(
+                    self._w_fd, published.active_size
+                )
+            self.state.write(published._replace(layout=published.layout | 1))
+            self._close_writer()
+            raise self._read_only_error() from exc
+
+    def _read_only_error(self) -> PartitionReadOnlyError:
+        return PartitionReadOnlyError(
+            f"an fsync of this partition failed ({self._failed}): nothing written since the"
+            " last acknowledged append is acknowledged, and appends are refused until the"
+            " partition is reopened (which recovers it from its files)",
+            topic=self.topic,
+            partition=self.partition,
+            path=self.dir,
+        )
 
     def _split(self, records: Sequence[RecordTuple]) -> list[Sequence[RecordTuple]]:
         """Cut ``records`` into batches of at most ``MAX_BATCH_BYTES`` (estimated sizes).
@@ -563,7 +690,7 @@ class Partition:
     def _roll_locked(self, new_base: int, now: int) -> Snapshot:
         """Close the active segment durably, start a new one at ``new_base`` (the LEO: every
         record before it is now fsynced), publish it and return the published state."""
-        os.fsync(self._w_fd)
+        self._durable(os.fsync, self._w_fd)
         os.fsync(self._w_index_fd)
         os.fsync(self._w_time_fd)
         # An odd layout until the caller publishes the new active segment (layout + 2): if we
@@ -609,11 +736,14 @@ class Partition:
         self._r_fds.clear()
         self._r_indexes.clear()
         self._r_bases = list_segment_bases(self.dir)
+        self._r_contiguous = self.contiguous()
         self._r_layout = layout
 
     def _reader_fd(self, base: int, snap: Snapshot) -> int:
         fd = self._r_fds.get(base)
         if fd is None:
+            if not self._r_fds:
+                _FDS.opened(self)
             fd = os.open(log_path(self.dir, base), os.O_RDONLY)
             self._r_fds[base] = fd
             self._check_layout(snap)
@@ -628,7 +758,9 @@ class Partition:
         i = bisect.bisect_right(self._r_bases, offset) - 1
         return self._r_bases[max(i, 0)]
 
-    def _start_position(self, base: int, offset: int, snap: Snapshot) -> int:
+    def _start_entry(self, base: int, offset: int, snap: Snapshot) -> tuple[int, int]:
+        """``(offset of the indexed batch, its position)`` to start a scan for ``offset``
+        from, or ``(-1, 0)`` to scan the segment from its start."""
         index = self._r_indexes.get(base)
         if index is None:
             index = OffsetIndex(index_path(self.dir, base))
@@ -637,7 +769,8 @@ class Partition:
         elif base == snap.active_base:
             index.refresh()
         limit = snap.active_size if base == snap.active_base else 1 << 62
-        return index.lookup(offset - base, limit)
+        rel, position = index.entry(offset - base, limit)
+        return (-1, 0) if rel < 0 else (base + rel, position)
 
     def read(
         self,
@@ -653,6 +786,9 @@ class Partition:
         batches were read. The returned cursor makes the next sequential read cheap.
         Raises :class:`OffsetOutOfRangeError` below the low-water mark or past the LEO.
         """
+        if self.state.deleted:
+            raise self._deleted_error()
+        self.last_used = next(_USE)
         for attempt in range(200):
             with self._r_lock:
                 snap = self.state.read()
@@ -694,14 +830,37 @@ class Partition:
         if offset >= end_offset:
             return [], cursor
         self._reader_refresh(snap.layout)
+        strict = self._r_contiguous
+        # ``expect``: the exact base offset the next batch must have (-1: only "after
+        # ``floor``"). An index entry names the batch it points at; without compaction every
+        # batch starts where the previous one ended, and each segment where the last ended.
         if cursor is not None and cursor.layout == snap.layout and cursor.offset == offset:
             base, position = cursor.segment, cursor.position
+            expect = offset if strict else -1
+            floor = offset
+            from_index = False
         else:
             base = self._segment_for(offset)
-            position = self._start_position(base, offset, snap)
+            if offset < base:  # below the first segment, yet not below the low-water mark
+                raise corrupt(
+                    f"offsets [{offset}, {base}) are missing: no segment holds them",
+                    log_path(self.dir, base),
+                    0,
+                    offset,
+                    self.topic,
+                    self.partition,
+                )
+            expect, position = self._start_entry(base, offset, snap)
+            floor = base
+            from_index = expect >= 0
+            if expect < 0 and strict:
+                expect = base
+        nxt_base = self._next_segment(base)
+        limit = (1 << 62) if nxt_base is None else nxt_base
         out: list[Record] = []
         used = 0
         topic, partition = self.topic, self.partition
+        skipped: CorruptRecordError | None = None  # a damaged batch stepped over, unconfirmed
         while True:
             fd = self._reader_fd(base, snap)
             path_limit = snap.active_size if base == snap.active_base else os.fstat(fd).st_size
@@ -710,15 +869,44 @@ class Partition:
             rel = 0
             done = False
             while rel + HEADER_SIZE <= len(buf):
-                # Every batch passed over is checked (CRC included), even one skipped on the
-                # way to ``offset`` or past the end: a damaged batch is never silently
-                # stepped over. Records before a damaged batch are returned first; the next
-                # read starts at the damaged batch and raises.
+                # Every batch passed over is checked (CRC and offsets included): a damaged
+                # batch is never silently stepped over, except one wholly before ``offset``
+                # whose successor proves where it ended (only reads of it fail). Records
+                # before a damaged batch are returned first; the next read raises.
                 h = parse_header(buf, rel)
                 problem = check_header(h)
                 if problem is None and position + rel + h.size > path_limit:
                     problem = f"batch of {h.size} bytes runs past the end of the data"
+                if problem is None:
+                    if expect >= 0 and h.base_offset != expect:
+                        problem = (
+                            f"offsets [{expect}, {h.base_offset}) are missing before this batch"
+                            if expect < h.base_offset
+                            else f"batch at offset {h.base_offset} where {expect} was expected"
+                        )
+                    elif h.base_offset < floor:
+                        problem = f"offset {h.base_offset} does not follow {floor - 1}"
+                    elif h.last_offset >= limit:
+                        problem = f"batch ends at offset {h.last_offset}, inside the next segment"
+                if problem is not None and from_index:
+                    # The index entry does not point at the batch it names: derived data is
+                    # wrong, the log may be fine. Scan this segment from its start instead.
+                    self._log.warning(
+                        "offset index entry does not match its batch; scanning the segment",
+                        file=str(index_path(self.dir, base)),
+                        position=position + rel,
+                        offset=expect,
+                        problem=problem,
+                    )
+                    position, rel, from_index = 0, 0, False
+                    expect = base if strict else -1
+                    floor = base
+                    buf = os.pread(fd, want, 0)
+                    continue
+                from_index = False
                 if problem is not None:
+                    if skipped is not None:  # its successor does not confirm its framing
+                        raise skipped
                     if out:
                         done = True
                         break
@@ -726,7 +914,7 @@ class Partition:
                         problem,
                         log_path(self.dir, base),
                         position + rel,
-                        h.base_offset,
+                        _reported_offset(h, problem, expect, floor),
                         topic,
                         partition,
                     )
@@ -750,6 +938,21 @@ class Partition:
                     if out:
                         done = True
                         break
+                    if skipped is None and h.next_offset <= offset and strict:
+                        # wholly before what was asked: step over it, provided the next batch
+                        # starts where this header says it ends and is intact
+                        skipped = corrupt(
+                            "CRC32C mismatch",
+                            log_path(self.dir, base),
+                            position + rel,
+                            h.base_offset,
+                            topic,
+                            partition,
+                        )
+                        expect = h.next_offset
+                        floor = h.next_offset
+                        rel += h.size
+                        continue
                     raise corrupt(
                         "CRC32C mismatch",
                         log_path(self.dir, base),
@@ -758,6 +961,16 @@ class Partition:
                         topic,
                         partition,
                     )
+                if skipped is not None:
+                    self._log.warning(
+                        "stepped over a damaged batch before the requested offset",
+                        file=skipped.path,
+                        position=skipped.position,
+                        offset=skipped.offset,
+                    )
+                    skipped = None
+                expect = h.next_offset if strict else -1
+                floor = h.next_offset
                 if h.base_offset >= end_offset:
                     done = True
                     break
@@ -802,24 +1015,49 @@ class Partition:
                     "truncated batch header",
                     log_path(self.dir, base),
                     position,
-                    None,
+                    expect if expect >= 0 else floor,
                     topic,
                     partition,
                 )
             position += rel
+            if skipped is not None and (done or position >= path_limit or not buf):
+                raise skipped
             if out and (done or used >= max_bytes or rel + HEADER_SIZE > len(buf)):
-                if position >= path_limit and base != snap.active_base:
-                    nxt = self._next_segment(base)
-                    if nxt is not None:
-                        return out, Cursor(snap.layout, nxt, 0, offset)
+                if (
+                    position >= path_limit
+                    and base != snap.active_base
+                    and nxt_base is not None
+                    and self._segment_end_ok(base, nxt_base, floor, strict, snap)
+                ):
+                    return out, Cursor(snap.layout, nxt_base, 0, offset)
                 return out, Cursor(snap.layout, base, position, offset)
             if done:
                 return out, Cursor(snap.layout, base, position, offset)
             if position >= path_limit or not buf:
-                nxt = self._next_segment(base)
-                if nxt is None:
+                if nxt_base is None:
                     return out, Cursor(snap.layout, base, position, offset)
-                base, position = nxt, 0
+                if not self._segment_end_ok(base, nxt_base, floor, strict, snap):
+                    if out:
+                        return out, Cursor(snap.layout, base, position, offset)
+                    raise corrupt(
+                        f"offsets [{floor}, {nxt_base}) are missing between segments {base} and"
+                        f" {nxt_base} (a segment or the end of one was lost)",
+                        log_path(self.dir, base),
+                        position,
+                        floor,
+                        topic,
+                        partition,
+                    )
+                base, position = nxt_base, 0
+                expect = base if strict else -1
+                floor = base
+                nxt_base = self._next_segment(base)
+                limit = (1 << 62) if nxt_base is None else nxt_base
+
+    @staticmethod
+    def _segment_end_ok(base: int, nxt: int, reached: int, strict: bool, snap: Snapshot) -> bool:
+        """Without compaction, a closed segment ends where the next one begins."""
+        return not strict or reached == nxt or base < snap.lwm
 
     def _next_segment(self, base: int) -> int | None:
         i = bisect.bisect_right(self._r_bases, base)
@@ -834,7 +1072,7 @@ class Partition:
         for base in bases:
             if base < snap.lwm and self._next_after(bases, base) <= snap.lwm:
                 continue
-            start_rel = TimeIndex(timeindex_path(self.dir, base)).start_for(timestamp)
+            start_rel = self._time_start(base, timestamp)
             offset = max(base + start_rel, snap.lwm)
             nxt = self._next_after(bases, base)
             while offset < min(nxt, snap.hwm):
@@ -846,6 +1084,48 @@ class Partition:
                         return r.offset
                 offset = records[-1].offset + 1
         return None
+
+    def _time_start(self, base: int, timestamp: int) -> int:
+        """Relative offset to scan from for records at or after ``timestamp`` in segment
+        ``base``, from its time index, once the entry used is checked against the batches
+        it summarises (the largest timestamp before it); 0 (the whole segment) if it is
+        wrong, so a damaged entry can make the lookup slower, never wrong."""
+        times = TimeIndex(timeindex_path(self.dir, base))
+        i = bisect.bisect_left(times.timestamps, timestamp) - 1
+        if i < 0:
+            return 0
+        index = OffsetIndex(index_path(self.dir, base))
+        if i < len(index.offsets) and index.offsets[i] == times.offsets[i]:
+            start = index.positions[i - 1] if i else 0
+            before = times.timestamps[i - 1] if i else -1
+            path = log_path(self.dir, base)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                return 0
+            try:
+                for ref in scan_batches(
+                    fd,
+                    path,
+                    start,
+                    index.positions[i],
+                    topic=self.topic,
+                    partition=self.partition,
+                    verify_crc=False,
+                ):
+                    before = max(before, ref.header.max_timestamp)
+            except CorruptRecordError:
+                before = -2  # the scan below will meet the damage and report it
+            finally:
+                os.close(fd)
+            if before == times.timestamps[i]:
+                return times.offsets[i]
+        self._log.warning(
+            "time index entry does not match its batches; scanning the segment",
+            file=str(timeindex_path(self.dir, base)),
+            entry=i,
+        )
+        return 0
 
     @staticmethod
     def _next_after(bases: list[int], base: int) -> int:
@@ -881,34 +1161,155 @@ class Partition:
             os.close(fd)
         return best
 
+    def contiguous(self) -> bool:
+        """Whether every batch must start where the previous one ended: true unless the
+        partition was ever compacted (the cleaner drops batches it empties, leaving gaps)."""
+        return not self.config.compact and not (self.dir / COMPACTED).exists()
+
     def verify(self) -> list[CorruptRecordError]:
-        """Check every batch of every segment (CRC, framing, offset order); return problems."""
+        """Check every batch of every segment and every index entry; return the problems.
+
+        Batches: CRC, framing, offset order, each inside its segment's range; without
+        compaction also continuity (each batch, and each segment, starts where the previous
+        ended), the first segment at the low-water mark and the data up to the high-water
+        mark. Index entries: each offset-index entry points at a batch with its offset, and
+        each time-index entry names that batch and the largest timestamp before it.
+        """
         problems: list[CorruptRecordError] = []
         snap = self.state.read()
+        strict = self.contiguous()
+        bases = list_segment_bases(self.dir)
+        if bases and bases[0] > snap.lwm:
+            problems.append(
+                corrupt(
+                    f"offsets [{snap.lwm}, {bases[0]}) are missing: no segment holds them",
+                    log_path(self.dir, bases[0]),
+                    0,
+                    snap.lwm,
+                    self.topic,
+                    self.partition,
+                )
+            )
         expect_after = -1
-        for base in list_segment_bases(self.dir):
-            path = log_path(self.dir, base)
+        for i, base in enumerate(bases):
+            segment = Segment(self.dir, base)
+            nxt = bases[i + 1] if i + 1 < len(bases) else None
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(segment.log, os.O_RDONLY)
             except FileNotFoundError:
                 continue
             try:
                 end = snap.active_size if base == snap.active_base else os.fstat(fd).st_size
-                for ref in scan_batches(
-                    fd,
-                    path,
-                    0,
-                    end,
-                    topic=self.topic,
-                    partition=self.partition,
-                    expect_after=expect_after,
-                ):
-                    expect_after = ref.header.last_offset
-            except CorruptRecordError as err:
-                problems.append(err)
+                if strict and expect_after >= 0 and expect_after + 1 != base:
+                    problems.append(
+                        corrupt(
+                            f"offsets [{expect_after + 1}, {base}) are missing between segments",
+                            segment.log,
+                            0,
+                            expect_after + 1,
+                            self.topic,
+                            self.partition,
+                        )
+                    )
+                expect_after = max(expect_after, base - 1)
+                batches: list[tuple[int, int, int]] = []  # position, base offset, max ts before
+                running = -1
+                try:
+                    for ref in segment.scan(
+                        fd,
+                        0,
+                        end,
+                        topic=self.topic,
+                        partition=self.partition,
+                        expect_after=expect_after,
+                        contiguous=strict,
+                        limit=(1 << 62) if nxt is None else nxt,
+                    ):
+                        batches.append((ref.position, ref.header.base_offset, running))
+                        running = max(running, ref.header.max_timestamp)
+                        expect_after = ref.header.last_offset
+                except CorruptRecordError as err:
+                    problems.append(err)
+                    expect_after = (nxt - 1) if nxt is not None else expect_after
+                    continue
+                problems.extend(self._verify_indexes(segment, batches, end))
             finally:
                 os.close(fd)
+        if strict and bases and expect_after + 1 < snap.hwm and not problems:
+            problems.append(
+                corrupt(
+                    f"acknowledged offsets [{expect_after + 1}, {snap.hwm}) are missing at the"
+                    " end of the log",
+                    log_path(self.dir, bases[-1]),
+                    snap.active_size,
+                    expect_after + 1,
+                    self.topic,
+                    self.partition,
+                )
+            )
         return problems
+
+    def _verify_indexes(
+        self, segment: Segment, batches: list[tuple[int, int, int]], end: int
+    ) -> list[CorruptRecordError]:
+        at = {position: (offset, before) for position, offset, before in batches}
+        problems = []
+        times = TimeIndex(segment.timeindex)
+        index = OffsetIndex(segment.index)
+        for i, (rel, position) in enumerate(zip(index.offsets, index.positions, strict=True)):
+            if position >= end:
+                continue  # past the valid end: ignored by readers, trimmed by the writer
+            found = at.get(position)
+            problem = None
+            if found is None or found[0] != segment.base + rel:
+                problem = (
+                    f"offset index entry {i} says offset {segment.base + rel} is at position"
+                    f" {position}, but "
+                    + ("no batch starts there" if found is None else f"offset {found[0]} is")
+                )
+            elif i >= len(times.offsets) or times.offsets[i] != rel:
+                problem = f"time index entry {i} does not name offset {segment.base + rel}"
+            elif times.timestamps[i] != found[1]:
+                problem = (
+                    f"time index entry {i} says {times.timestamps[i]} for the records before"
+                    f" offset {segment.base + rel}; they reach {found[1]}"
+                )
+            if problem is not None:
+                path = segment.index if "offset index" in problem else segment.timeindex
+                problems.append(
+                    corrupt(problem, path, i, segment.base + rel, self.topic, self.partition)
+                )
+        return problems
+
+    def release_fds(self) -> bool:
+        """Close every descriptor this partition keeps between calls, unless a thread of
+        this process is using it (then ``False``). They are reopened on next use."""
+        if not self._append_lock.mutex.acquire(blocking=False):
+            return False
+        try:
+            if self._append_lock.held or not self._r_lock.acquire(blocking=False):
+                return False
+            try:
+                self._close_writer()
+                for fd in self._r_fds.values():
+                    os.close(fd)
+                self._r_fds.clear()
+                self._r_indexes.clear()
+                self._r_layout = -1
+                self._append_lock.release_fd()
+                self._maintenance.release_fd()
+                self.state.release()
+            finally:
+                self._r_lock.release()
+        finally:
+            self._append_lock.mutex.release()
+        return True
+
+    def mark_deleted(self) -> None:
+        """Mark this incarnation deleted in every process that has it open (the topic is
+        about to be renamed away): their appends and reads fail from now on."""
+        with self._append_lock:
+            self.state.mark_deleted()
 
     def close(self) -> None:
         with self._append_lock.mutex:
@@ -920,6 +1321,15 @@ class Partition:
             self._append_lock.close()
             self._maintenance.close()
             self.state.close()
+        _FDS.forget(self)
+
+
+def _reported_offset(h: BatchHeader, problem: str, expect: int, floor: int) -> int:
+    """The offset to name for a bad batch: its own if its header is believable, else the
+    one the log expected there (a zero-filled region is not "at offset 0")."""
+    if check_header(h) is not None or h.base_offset < floor:
+        return expect if expect >= 0 else floor
+    return expect if problem.startswith("offsets [") else h.base_offset
 
 
 def _headers_size(headers: Sequence[Header]) -> int:

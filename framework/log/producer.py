@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from framework.errors import ConfigError, InvalidRecordError
+from framework.log.names import refuse_internal
 from framework.log.partitioner import KeylessSpreader, partition_for_key, partitions_for_keys
 from framework.log.port import Log
 from framework.log.record import Header, ProducerRecord, RecordMetadata
@@ -85,6 +86,7 @@ class Producer:
         one partition (Kafka's sticky partitioning), the next call moves on. Record fields
         are type-checked by the encoder, which names the offending record.
         """
+        refuse_internal(topic, "produce to it")
         items = records if isinstance(records, list) else list(records)
         if not items:
             return []
@@ -135,6 +137,7 @@ class Producer:
         timestamp: int | None = None,
     ) -> Future[RecordMetadata]:
         """Queue one record; the future resolves to its metadata once it is durable."""
+        refuse_internal(topic, "produce to it")
         record = ProducerRecord(key, value, tuple(headers), timestamp)
         _check_record(topic, record)
         target = self.partition_for(topic, key, partition)

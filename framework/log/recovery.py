@@ -37,15 +37,18 @@ import orjson
 import structlog
 
 from framework._locks import FileLock
-from framework.errors import CorruptRecordError
+from framework.errors import CorruptRecordError, DataLossError
+from framework.log.batch import encode_skip_batch, parse_header
 from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, read_int_file, write_atomic
-from framework.log.segment import Segment, intact_batch_after, list_segment_bases
+from framework.log.segment import OffsetIndex, Segment, intact_batch_after, list_segment_bases
 from framework.log.state import BOOT, Snapshot
 
 JOURNAL = "cleaner-journal"
 CLEANED = ".cleaned"
 LOG_START = "log-start-offset"
+COMPACTED = "compacted"
+"""Present once the partition was ever compacted: gaps between batches are legal from then."""
 RECOVERY_POINT = "recovery-point"
 LEFTOVER_SUFFIXES = (CLEANED, ".swap", ".tmp")
 
@@ -100,6 +103,7 @@ def _clear_leftovers(directory: Path, previous: Snapshot | None, maintenance: Fi
                 leftover.unlink()
     finally:
         maintenance.release()
+        maintenance.release_fd()
 
 
 # ---------------------------------------------------------------------------- recovery
@@ -113,16 +117,35 @@ def recover(
     maintenance: FileLock,
     clock: Callable[[], int],
     logger: structlog.typing.FilteringBoundLogger,
+    skip_lost: bool = False,
 ) -> Snapshot:
     """Rebuild a partition's state from its files (see the module docstring).
 
     ``previous`` is the state as last written (``None`` if there is none): its high-water
     mark tells which offsets were acknowledged, and its layout is carried on (made even and
     bumped), so readers reload their file lists.
+
+    Acknowledged offsets are never given out again. If the files end below the previous
+    high-water mark, or the first segment starts above ``log-start-offset``, records that
+    were acknowledged are gone (a lying disk, a restored backup, a deleted file): recovery
+    raises :class:`~framework.errors.DataLossError` naming the missing range. With
+    ``skip_lost`` (the explicit, logged repair) it keeps the offsets taken instead: a lost
+    tail is covered by an empty batch up to the old high-water mark, a lost head by moving
+    ``log-start-offset`` up; nothing else changes.
     """
     _clear_leftovers(directory, previous, maintenance)
     bases = list_segment_bases(directory)
-    lwm = read_int_file(directory / LOG_START, bases[0] if bases else 0)
+    lwm = read_int_file(directory / LOG_START, -1)
+    if lwm < 0:  # recorded from the first open on, so a deleted first segment is seen
+        lwm = bases[0] if bases else 0
+        write_atomic(directory / LOG_START, str(lwm).encode())
+    if bases and bases[0] > lwm:
+        lost = (lwm, bases[0])
+        if not skip_lost:
+            raise _data_loss(directory, topic, partition, lost, "the first segment is missing")
+        logger.warning("skipping lost offsets at the start of the log", start=lwm, end=bases[0])
+        lwm = bases[0]
+        write_atomic(directory / LOG_START, str(lwm).encode())
     for base, nxt in itertools.pairwise(bases):
         if nxt <= lwm:
             Segment(directory, base).delete()
@@ -136,6 +159,7 @@ def recover(
     recovery_point = read_int_file(directory / RECOVERY_POINT, 0)
     start = max(0, bisect.bisect_right(bases, recovery_point) - 1)
     durable = previous.hwm if previous is not None else -1
+    strict = not config.compact and not (directory / COMPACTED).exists()
     expect_after = -1
     leo = bases[0]
     active_size = 0
@@ -144,8 +168,17 @@ def recover(
     for i, base in enumerate(bases):
         last = i == len(bases) - 1
         segment = Segment(directory, base)
+        nxt = bases[i + 1] if not last else 1 << 62
+        if strict and expect_after >= 0 and expect_after + 1 != base:
+            _log_gap(logger, segment, expect_after + 1, base)
+        expect_after = max(expect_after, base - 1)
         if i < start and segment.indexes_look_sane():
-            continue  # fsynced when rolled; rescanned only to rebuild damaged indexes
+            # fsynced when rolled; rescanned only to rebuild damaged indexes
+            try:
+                expect_after = _last_offset(segment, topic, partition, expect_after)
+            except CorruptRecordError:  # reads and verify report it; recovery need not
+                expect_after = nxt - 1
+            continue
         fd = os.open(segment.log, os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
@@ -153,40 +186,63 @@ def recover(
             seg_max = -1
             last_indexed = -(1 << 62)
             valid = 0
-            try:
-                for ref in segment.scan(
-                    fd, 0, size, topic=topic, partition=partition, expect_after=expect_after
-                ):
-                    h = ref.header
-                    if (
-                        ref.position == 0
-                        or ref.position - last_indexed >= config.index_interval_bytes
+            position = 0
+            while True:
+                try:
+                    for ref in segment.scan(
+                        fd,
+                        position,
+                        size,
+                        topic=topic,
+                        partition=partition,
+                        expect_after=expect_after,
+                        limit=nxt,
                     ):
-                        entries.append((h.base_offset - base, ref.position, seg_max))
-                        last_indexed = ref.position
-                    seg_max = max(seg_max, h.max_timestamp)
-                    expect_after = h.last_offset
-                    valid = ref.position + h.size
-            except CorruptRecordError as err:
-                # Only the end of the last segment can be a torn tail, and only if it holds
-                # no acknowledged offset (per the state, when there is one) and nothing
-                # intact follows it; anything else is damage to durable data.
-                next_offset = max(expect_after + 1, base)
-                if (
-                    not last
-                    or next_offset < durable
-                    or intact_batch_after(fd, valid, size, expect_after) is not None
-                ):
-                    raise
-                logger.warning(
-                    "truncating torn tail found by recovery",
-                    file=str(segment.log),
-                    position=valid,
-                    bytes=size - valid,
-                    reason=err.message,
-                )
-                os.ftruncate(fd, valid)
-                os.fsync(fd)
+                        h = ref.header
+                        if strict and h.base_offset != expect_after + 1:
+                            _log_gap(logger, segment, expect_after + 1, h.base_offset)
+                        if (
+                            ref.position == 0
+                            or ref.position - last_indexed >= config.index_interval_bytes
+                        ):
+                            entries.append((h.base_offset - base, ref.position, seg_max))
+                            last_indexed = ref.position
+                        seg_max = max(seg_max, h.max_timestamp)
+                        expect_after = h.last_offset
+                        valid = ref.position + h.size
+                    break
+                except CorruptRecordError as err:
+                    # Only the end of the last segment can be a torn tail, and only if it
+                    # holds no acknowledged offset (per the state, when there is one) and
+                    # nothing intact follows it: it is cut off. Anything else is damage to
+                    # durable data: it stays, reads of it fail, and the scan resumes at the
+                    # next intact batch (indexed, so reads past the damage start there).
+                    damaged = valid if err.position is None else err.position
+                    resume = intact_batch_after(fd, damaged, size, expect_after)
+                    if last and resume is None and max(expect_after + 1, base) >= durable:
+                        logger.warning(
+                            "truncating torn tail found by recovery",
+                            file=str(segment.log),
+                            position=valid,
+                            bytes=size - valid,
+                            reason=err.message,
+                        )
+                        os.ftruncate(fd, valid)
+                        os.fsync(fd)
+                        break
+                    if resume is None and last:
+                        raise  # the end of the acknowledged data is damaged: no safe LEO
+                    logger.error(
+                        "damaged batch in durable data; reads of it fail, the rest is read",
+                        file=str(segment.log),
+                        position=err.position,
+                        offset=err.offset,
+                        reason=err.message,
+                        resumes_at=resume,
+                    )
+                    if resume is None:
+                        break  # the rest of this closed segment is unreadable
+                    position, last_indexed = resume, -(1 << 62)
             segment.write_indexes(entries)
             if last:
                 leo = expect_after + 1 if expect_after >= base else base
@@ -197,6 +253,25 @@ def recover(
         finally:
             os.close(fd)
     active = bases[-1]
+    if leo < durable:
+        lost = (leo, durable)
+        if not skip_lost:
+            raise _data_loss(directory, topic, partition, lost, "the log ends below its HWM")
+        marker = encode_skip_batch(leo, durable - leo, max(max_ts, clock()))
+        with open(Segment(directory, active).log, "r+b") as f:
+            f.seek(active_size)
+            f.write(marker)
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
+        logger.warning(
+            "skipped lost acknowledged offsets: they stay taken, never reused",
+            start=leo,
+            end=durable,
+            file=str(Segment(directory, active).log),
+        )
+        leo, active_size = durable, active_size + len(marker)
+        max_ts = max(max_ts, parse_header(marker, 0).max_timestamp)
     created = int(os.stat(Segment(directory, active).log).st_mtime * 1000)
     layout = ((previous.layout | 1) + 1) if previous is not None else 2
     snap = Snapshot(
@@ -215,3 +290,45 @@ def recover(
         "partition recovered", lwm=lwm, leo=leo, segments=len(bases)
     )
     return snap
+
+
+def _data_loss(
+    directory: Path, topic: str, partition: int, lost: tuple[int, int], what: str
+) -> DataLossError:
+    start, end = lost
+    return DataLossError(
+        f"acknowledged offsets [{start}, {end}) are missing ({what}); the partition will not"
+        " open, so that no acknowledged offset is given out twice. Restore the files, or"
+        f" skip the lost offsets for good: eventlane verify {topic} --skip-lost-offsets",
+        topic=topic,
+        partition=partition,
+        offset=start,
+        path=directory,
+    )
+
+
+def _log_gap(
+    logger: structlog.typing.FilteringBoundLogger, segment: Segment, start: int, end: int
+) -> None:
+    """A hole in the middle of a never-compacted log: reads of it fail and ``verify``
+    reports it; the rest of the partition stays readable (only the lost part is lost)."""
+    logger.error(
+        "offsets missing in the middle of the log (lost data); reads of them fail",
+        start=start,
+        end=end,
+        file=str(segment.log),
+    )
+
+
+def _last_offset(segment: Segment, topic: str, partition: int, expect_after: int) -> int:
+    """The last offset of a closed segment, from its last indexed batch onwards (headers
+    only; the segment was fsynced when rolled)."""
+    index = OffsetIndex(segment.index)
+    start = index.positions[-1] if len(index.positions) else 0
+    fd = os.open(segment.log, os.O_RDONLY)
+    try:
+        for ref in segment.scan(fd, start, topic=topic, partition=partition, verify_crc=False):
+            expect_after = max(expect_after, ref.header.last_offset)
+    finally:
+        os.close(fd)
+    return expect_after

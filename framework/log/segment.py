@@ -118,10 +118,17 @@ class OffsetIndex:
 
     def lookup(self, relative: int, limit: int) -> int:
         """Start position for ``relative``, ignoring entries at or past ``limit`` bytes."""
+        return self.entry(relative, limit)[1]
+
+    def entry(self, relative: int, limit: int) -> tuple[int, int]:
+        """``(relative offset, position)`` of the entry to start a scan for ``relative``
+        from, ignoring entries at or past ``limit`` bytes; ``(-1, 0)`` when none applies.
+        The caller checks that the batch found there has that offset (derived data can be
+        wrong)."""
         i = bisect.bisect_right(self.offsets, relative) - 1
         while i >= 0 and self.positions[i] >= limit:
             i -= 1
-        return 0 if i < 0 else self.positions[i]
+        return (-1, 0) if i < 0 else (self.offsets[i], self.positions[i])
 
 
 class TimeIndex:
@@ -171,13 +178,19 @@ def scan_batches(
     partition: int,
     verify_crc: bool = True,
     expect_after: int = -1,
+    contiguous: bool = False,
+    limit: int = 1 << 62,
 ) -> Iterator[BatchRef]:
     """Yield the batches in ``[start, end)`` of an open segment, checking each one.
 
     Raises :class:`CorruptRecordError` naming the file, byte position and offset of the
     first batch that is malformed, fails its CRC, or does not come after ``expect_after``
-    (offsets must strictly increase). A batch that runs past ``end`` is reported as
-    malformed too: callers pass the end of the data they know to be complete.
+    (offsets must strictly increase; with ``contiguous``, each batch must start right after
+    the previous one, as in a partition never compacted), or ends at or past ``limit`` (the
+    next segment's base). A batch that runs past ``end`` is reported as malformed too:
+    callers pass the end of the data they know to be complete. A bad header is reported at
+    the offset the log expected there, not at whatever its bytes say (a zero-filled region
+    is not "at offset 0").
     """
     pos = start
     buf = b""
@@ -191,12 +204,18 @@ def scan_batches(
                 raise corrupt("truncated batch header", path, pos, None, topic, partition)
         header = parse_header(buf, rel)
         problem = check_header(header)
+        offset = header.base_offset if problem is None else expect_after + 1
         if problem is None and pos + header.size > end:
             problem = f"batch of {header.size} bytes runs past the end of the data ({end})"
         if problem is None and header.base_offset <= expect_after:
             problem = f"offset {header.base_offset} does not follow {expect_after}"
+        if problem is None and contiguous and header.base_offset != expect_after + 1:
+            problem = f"offsets [{expect_after + 1}, {header.base_offset}) are missing"
+            offset = expect_after + 1
+        if problem is None and header.last_offset >= limit:
+            problem = f"batch ends at offset {header.last_offset}, inside the next segment"
         if problem is not None:
-            raise corrupt(problem, path, pos, header.base_offset, topic, partition)
+            raise corrupt(problem, path, pos, max(offset, 0), topic, partition)
         if rel + header.size > len(buf):
             buf = os.pread(fd, max(SCAN_CHUNK, header.size), pos)
             buf_start, rel = pos, 0
@@ -390,6 +409,8 @@ class Segment:
         partition: int,
         verify_crc: bool = True,
         expect_after: int = -1,
+        contiguous: bool = False,
+        limit: int = 1 << 62,
     ) -> Iterator[BatchRef]:
         """Strict scan of the open log ``fd`` (see :func:`scan_batches`)."""
         stop = os.fstat(fd).st_size if end is None else end
@@ -402,6 +423,8 @@ class Segment:
             partition=partition,
             verify_crc=verify_crc,
             expect_after=expect_after,
+            contiguous=contiguous,
+            limit=limit,
         )
 
     def scan_lenient(self) -> Iterator[LenientBatch]:

@@ -20,6 +20,10 @@ process are seen by readers in others without a system call. File format of
     64  int64   last_index_pos      file position of the active segment's last index entry
     72  int64   active_created_ms   when the active segment was created (segment_ms roll)
     80  uint64  boot                hash of the boot id that wrote the state (unclean reboot check)
+   120  uint32  deleted             1 once the topic is being deleted: set (under the append lock)
+                                    before the topic directory is renamed away, so a process that
+                                    still has this incarnation mapped refuses to append to it or
+                                    read it (outside the seqlock; never cleared)
 
 Writers update fields only while holding the partition's append lock, inside a seqlock
 (``seq`` odd → even); readers retry until they see the same even ``seq`` before and after.
@@ -56,6 +60,7 @@ _SEQ = struct.Struct("<I")
 _FIELDS = struct.Struct("<qqqqqqqqqQ")
 _FIELDS_AT = 8
 _MAGIC_AT = 4
+_DELETED_AT = 120
 
 
 def _boot_hash() -> int:
@@ -90,46 +95,113 @@ class PartitionState:
     STUCK_S = 0.02
     """How long :meth:`read` waits on an odd ``seq`` before calling ``on_stuck``."""
 
-    def __init__(self, path: Path, on_stuck: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_stuck: Callable[[], None] | None = None,
+        on_remap: Callable[[], None] | None = None,
+    ) -> None:
         self.path = path
+        self.on_remap = on_remap
+        """Called when the file is mapped again after :meth:`release` (descriptor budget)."""
         self.on_stuck = on_stuck
         """Called when a writer seems to have died mid-update (``seq`` stays odd): it should
         take the append lock, which waits for a live writer or repairs what a dead one left."""
-        fd, self.read_only = open_rw_or_read_only(path)
+        self._identity: tuple[int, int] | None = None
+        self._gone = False
+        self.read_only = False
+        """The data directory cannot be written (a read-only mount): look, never write."""
+        self._map: mmap.mmap | None = None
+        self._open(create=True)
+
+    def _open(self, *, create: bool = False) -> mmap.mmap:
+        """Map the file (again, after :meth:`release`). A file that was replaced or removed
+        meanwhile belongs to another incarnation of the partition: this one is then gone
+        (:attr:`deleted`) and reads a private blank instead of the new incarnation's state."""
         try:
-            if self.read_only:  # a read-only data directory: look, never write
-                self._map = mmap.mmap(fd, STATE_SIZE, access=mmap.ACCESS_READ)
-            else:
-                if os.fstat(fd).st_size < STATE_SIZE:
-                    os.ftruncate(fd, STATE_SIZE)
-                self._map = mmap.mmap(fd, STATE_SIZE)
+            fd, self.read_only = open_rw_or_read_only(
+                self.path, os.O_RDWR | (os.O_CREAT if create else 0)
+            )
+        except FileNotFoundError:
+            if create:
+                raise
+            return self._blank()
+        try:
+            st = os.fstat(fd)
+            if self._identity is not None and (st.st_dev, st.st_ino) != self._identity:
+                return self._blank()
+            if st.st_size < STATE_SIZE and not self.read_only:
+                os.ftruncate(fd, STATE_SIZE)
+            self._identity = (st.st_dev, st.st_ino)
+            # mmap keeps a duplicate of the descriptor while mapped: release() gives it back
+            access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_DEFAULT
+            self._map = mmap.mmap(fd, STATE_SIZE, access=access)
         finally:
             os.close(fd)
+        if not create and self.on_remap is not None:
+            self.on_remap()
+        return self._map
+
+    def _blank(self) -> mmap.mmap:
+        self._gone = True
+        self._map = mmap.mmap(-1, STATE_SIZE)
+        _SEQ.pack_into(self._map, _DELETED_AT, 1)
+        return self._map
+
+    def release(self) -> None:
+        """Unmap the file, giving its descriptor back (idle partitions, see
+        :class:`~framework.log.partition.Partition`); it is mapped again on next use. A
+        mapping still in use by a reader stays valid until that reader lets go of it."""
+        m, self._map = self._map, None
+        if m is not None:
+            with contextlib.suppress(BufferError):
+                m.close()
+
+    @property
+    def _m(self) -> mmap.mmap:
+        return self._map or self._open()
+
+    @property
+    def deleted(self) -> bool:
+        """Whether the topic of this state was deleted (this incarnation is gone)."""
+        try:
+            (word,) = _SEQ.unpack_from(self._map or self._open(), _DELETED_AT)
+        except ValueError:  # released by another thread meanwhile: map it again
+            (word,) = _SEQ.unpack_from(self._m, _DELETED_AT)
+        return bool(word) or self._gone
+
+    def mark_deleted(self) -> None:
+        """Mark this incarnation deleted (caller holds the partition's append lock)."""
+        _SEQ.pack_into(self._m, _DELETED_AT, 1)
 
     def has_magic(self) -> bool:
         """Whether the file was ever written by a writer (on any boot)."""
-        (magic,) = _SEQ.unpack_from(self._map, _MAGIC_AT)
+        (magic,) = _SEQ.unpack_from(self._m, _MAGIC_AT)
         return bool(magic == MAGIC)
 
     @property
     def torn(self) -> bool:
         """Whether ``seq`` is odd. Under the append lock this means the last writer died in
         the middle of :meth:`write`: the fields may be half old, half new."""
-        (seq,) = _SEQ.unpack_from(self._map, 0)
+        (seq,) = _SEQ.unpack_from(self._m, 0)
         return bool(seq & 1)
 
     @property
     def initialized(self) -> bool:
         """Whether the file holds a state written on this boot."""
-        (magic,) = _SEQ.unpack_from(self._map, _MAGIC_AT)
+        (magic,) = _SEQ.unpack_from(self._m, _MAGIC_AT)
         return magic == MAGIC and self.read().boot == BOOT
 
     def read(self) -> Snapshot:
-        m = self._map
+        m = self._map or self._open()
         unpack_seq = _SEQ.unpack_from
         odd_since = 0.0
         while True:
-            (before,) = unpack_seq(m, 0)
+            try:
+                (before,) = unpack_seq(m, 0)
+            except ValueError:  # released by another thread meanwhile: map it again
+                m = self._map or self._open()
+                continue
             if before & 1:
                 now = time.monotonic()
                 if not odd_since:
@@ -146,14 +218,14 @@ class PartitionState:
 
     def read_unchecked(self) -> Snapshot:
         """The fields as they are, even if :attr:`torn` (for recovery, under the lock)."""
-        return Snapshot(*_FIELDS.unpack_from(self._map, _FIELDS_AT))
+        return Snapshot(*_FIELDS.unpack_from(self._m, _FIELDS_AT))
 
     def hwm(self) -> int:
         return self.read().hwm
 
     def write(self, snapshot: Snapshot) -> None:
         """Publish ``snapshot``. Caller holds the partition's append lock."""
-        m = self._map
+        m = self._m
         (seq,) = _SEQ.unpack_from(m, 0)
         _SEQ.pack_into(m, 0, (seq + 1) & 0xFFFFFFFF | 1)
         _FIELDS.pack_into(m, _FIELDS_AT, *snapshot)
@@ -161,8 +233,7 @@ class PartitionState:
         _SEQ.pack_into(m, 0, (seq + 2) & 0xFFFFFFFE)
 
     def close(self) -> None:
-        with contextlib.suppress(BufferError, ValueError):
-            self._map.close()
+        self.release()
 
 
 _SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(

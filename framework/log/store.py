@@ -26,8 +26,11 @@ from typing import NamedTuple, TypeVar
 import orjson
 import structlog
 
+from framework._locks import FileLock
 from framework.errors import (
     ConfigError,
+    FrameworkError,
+    InvalidRecordError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -35,7 +38,7 @@ from framework.errors import (
 from framework.log.cleaner import CompactionReport, LogCleaner, compact_partition
 from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, write_atomic
-from framework.log.names import topic_dir, validate_topic_name
+from framework.log.names import check_internal_policy, topic_dir, validate_topic_name
 from framework.log.partition import (
     AppendHook,
     AppendResult,
@@ -48,7 +51,7 @@ from framework.log.partition import (
 )
 from framework.log.record import Record
 from framework.log.retention import RetentionReport, apply_retention
-from framework.log.state import Notifier
+from framework.log.state import Notifier, PartitionState
 
 log = structlog.get_logger("eventlane.log")
 
@@ -57,11 +60,29 @@ MAX_PARTITIONS = 10_000
 _META_TTL_S = 0.5
 
 
-MaintenanceProgress = Callable[[int, int], None]
-"""``progress(done, total)``: told before a maintenance pass over a topic's partitions starts
-(``done == 0``) and after each partition (``done`` partitions finished of ``total``)."""
+MaintenanceProgress = Callable[[int, int, int], None]
+"""``progress(done, total, partition)``: called after each partition of a maintenance pass
+with the partitions done so far, the total, and the partition just finished (the port's
+``Progress``)."""
 
 _R = TypeVar("_R")
+
+
+def _mark_deleted(directory: Path) -> None:
+    """Mark every partition of a topic about to be deleted, under its append lock, so that
+    processes holding it open refuse further appends and reads (:mod:`.state`, ``deleted``)."""
+    for entry in directory.iterdir():
+        state_path = entry / "state"
+        if not entry.name.isdigit() or not state_path.exists():
+            continue  # never opened: no process can hold it
+        lock = FileLock(entry / "lock")
+        try:
+            with lock:
+                state = PartitionState(state_path)
+                state.mark_deleted()
+                state.close()
+        finally:
+            lock.close()
 
 
 def default_data_dir() -> Path:
@@ -143,6 +164,7 @@ class LogStore:
                 topic=name,
             )
         cfg = config if isinstance(config, TopicConfig) else TopicConfig.from_mapping(config or {})
+        check_internal_policy(name, cfg.cleanup_policy)
         final = topic_dir(self.topics_root, name)
         if final.exists():
             if exist_ok:
@@ -252,6 +274,7 @@ class LogStore:
         """
         meta = self._topic_meta(name, fresh=True)
         cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
+        check_internal_policy(name, cfg.cleanup_policy)
         count = meta.partitions
         if partitions is not None:
             if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
@@ -289,6 +312,7 @@ class LogStore:
         with self._lock:
             for key in [k for k in self._partitions if k[0] == name]:
                 self._partitions.pop(key).close()
+        _mark_deleted(directory)
         trash = self.topics_root / f".deleted-{uuid.uuid4().hex}"
         os.rename(directory, trash)
         fsync_dir(self.topics_root)
@@ -344,9 +368,24 @@ class LogStore:
         on_appended: AppendHook | None = None,
         atomic: bool = False,
     ) -> AppendResult:
-        return self.partition(topic, partition).append(
-            records, precondition=precondition, on_appended=on_appended, atomic=atomic
-        )
+        part = self.partition(topic, partition)
+        try:
+            return part.append(
+                records, precondition=precondition, on_appended=on_appended, atomic=atomic
+            )
+        except UnknownTopicError:
+            self._forget(topic, partition, part)
+            raise
+        except IndexError as exc:  # a record shorter than 4 fields (checked only on failure)
+            bad = next((i for i, r in enumerate(records) if len(r) != 4), None)
+            if bad is None or isinstance(exc, FrameworkError):
+                raise
+            raise InvalidRecordError(
+                f"record {bad} is not a 4-tuple (key: bytes|None, value: bytes|None, headers, "
+                f"timestamp: int|None): {records[bad]!r:.200}",
+                topic=topic,
+                partition=partition,
+            ) from None
 
     def read(
         self,
@@ -374,9 +413,20 @@ class LogStore:
                 topic=topic,
                 partition=partition,
             )
-        return self.partition(topic, partition).read(
-            offset, max_bytes=max_bytes, cursor=cursor, upto=upto
-        )
+        part = self.partition(topic, partition)
+        try:
+            return part.read(offset, max_bytes=max_bytes, cursor=cursor, upto=upto)
+        except UnknownTopicError:
+            self._forget(topic, partition, part)
+            raise
+
+    def _forget(self, topic: str, partition: int, part: Partition) -> None:
+        """Drop a partition whose topic was deleted under us: the next call looks again."""
+        with self._lock:
+            if self._partitions.get((topic, partition)) is part:
+                del self._partitions[(topic, partition)]
+                part.close()
+        self._meta.pop(topic, None)
 
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         snap = self.partition(topic, partition).offsets()
@@ -407,13 +457,11 @@ class LogStore:
         progress: MaintenanceProgress | None,
     ) -> list[_R]:
         count = self.partition_count(topic)
-        if progress is not None:
-            progress(0, count)
         reports = []
         for p in range(count):
             reports.append(work(self.partition(topic, p)))
             if progress is not None:
-                progress(p + 1, count)
+                progress(p + 1, count, p)
         return reports
 
     def compact(
@@ -427,6 +475,35 @@ class LogStore:
     ) -> list[RetentionReport]:
         """Apply ``topic``'s retention to every partition now (no-op without ``delete``)."""
         return self._each_partition(topic, apply_retention, progress)
+
+    def skip_lost_offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        """Repair a partition that refused to open with
+        :class:`~framework.errors.DataLossError`: recover it keeping the lost acknowledged
+        offsets taken (a logged warning names them), so they are skipped, never reused.
+        A partition with nothing lost is only recovered again."""
+        meta = self._topic_meta(topic, fresh=True)
+        if not 0 <= partition < meta.partitions:
+            raise UnknownPartitionError(
+                f"partition {partition!r} does not exist (topic has {meta.partitions})",
+                topic=topic,
+                partition=partition,
+            )
+        with self._lock:
+            old = self._partitions.pop((topic, partition), None)
+            if old is not None:
+                old.close()
+            part = Partition(
+                topic_dir(self.topics_root, topic) / str(partition),
+                topic,
+                partition,
+                meta.config,
+                self.notifier,
+                self.clock,
+                skip_lost_offsets=True,
+            )
+            self._partitions[(topic, partition)] = part
+        snap = part.offsets()
+        return PartitionOffsets(snap.lwm, snap.hwm, snap.leo)
 
     def request_compaction(self, topic: str, partition: int) -> None:
         """Ask the store's background cleaner to compact one partition soon; returns at once.

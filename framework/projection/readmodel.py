@@ -31,12 +31,10 @@ logged once per data directory.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +42,7 @@ from pathlib import Path
 import structlog
 from sqlite_utils import Database, Migrations
 
+from framework._locks import FileLock
 from framework.errors import FencedError, ProjectionError
 from framework.log import TopicPartition
 from framework.projection.system_tables import read_model as framework_migrations
@@ -106,7 +105,7 @@ class ReadModel:
         self.db = Database(conn)
         self._lock = threading.RLock()
         self._depth = 0
-        self._lock_fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._file_lock = FileLock(Path(f"{path}.lock"))
         self.framework_migrations_applied: list[str] = []
         """Names of the framework's own migrations this open applied (usually none)."""
         if framework_migrations.pending(self.db):
@@ -135,7 +134,7 @@ class ReadModel:
                     raise
                 self.conn.execute("COMMIT")
             finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                self._file_lock.release()
                 self._depth -= 1
 
     def _writer_lock(self) -> None:
@@ -149,26 +148,12 @@ class ReadModel:
         writer that does not is still serialised by SQLite. ``flock`` locks die with their
         process, so a ``kill -9`` leaves no stale lock.
         """
-        fd = self._lock_fd
-        delay = 0.0001
-        deadline = 0.0
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                pass
-            now = time.monotonic()
-            if not deadline:
-                deadline = now + BUSY_TIMEOUT_S
-            elif now >= deadline:
-                raise ProjectionError(
-                    f"the read model's writer lock was held for {BUSY_TIMEOUT_S:.0f} s by"
-                    " another process (a writer frozen inside its transaction?)",
-                    path=self.path,
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 0.001)
+        if not self._file_lock.acquire(timeout=BUSY_TIMEOUT_S):
+            raise ProjectionError(
+                f"the read model's writer lock was held for {BUSY_TIMEOUT_S:.0f} s by"
+                " another process (a writer frozen inside its transaction?)",
+                path=self.path,
+            )
 
     # ------------------------------------------------------------------ positions
     def positions(self) -> dict[TopicPartition, int]:
@@ -283,9 +268,7 @@ class ReadModel:
     def close(self) -> None:
         with self._lock:
             self.conn.close()
-            if self._lock_fd >= 0:
-                os.close(self._lock_fd)
-                self._lock_fd = -1
+            self._file_lock.close()
 
 
 class ReadModelView:

@@ -86,6 +86,10 @@ class Runner:
         self.restarts = 0
         self.failure: str | None = None
         """The error line of a worker that could not start (exit status 2), if any."""
+        self.crashes: list[tuple[int, int]] = []
+        """(pid, exit status) of each worker that died on its own with a non-zero status."""
+        self.died_out = False
+        """True when :meth:`run` ended because no worker was left (none stopped by request)."""
         self._stopping = False
         self._due: dict[int, float] = {}  # slot -> when its replacement starts
         self._delays: dict[int, float] = {}  # slot -> the next restart delay
@@ -138,6 +142,8 @@ class Runner:
             worker.exit_code = code
             self.exited.append(worker)
             codes.append(code)
+            if code != 0 and not self._stopping:
+                self.crashes.append((worker.pid, code))
             log.warning("worker exited", projector=self.name, pid=worker.pid, code=code)
             if code == EXIT_CANNOT_START:
                 self.failure = self._last_log_line() or (
@@ -213,6 +219,7 @@ class Runner:
                 if tick is not None:
                     tick(self)
                 time.sleep(interval)
+            self.died_out = not self._stopping and not self.procs and not self._due
         finally:
             self.stop()
             for s, handler in previous.items():

@@ -23,7 +23,14 @@ import structlog
 
 from framework.errors import InvalidTopicError
 from framework.log import Log
-from framework.store.key_index import INDEX_SUFFIX, LOCK_SUFFIX, IndexReport, KeyIndex
+from framework.store.key_index import (
+    INDEX_SUFFIX,
+    LOCK_SUFFIX,
+    IndexReport,
+    KeyIndex,
+    as_unreadable,
+    is_damage,
+)
 
 log = structlog.get_logger("eventlane.store")
 
@@ -88,6 +95,13 @@ def check_key_indexes(
     return reports
 
 
+def _replaced(log_: Log, topic: str, partition: int, path: Path) -> KeyIndex:
+    """A fresh, empty index in place of a damaged one (it is rebuilt by the caller)."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    return KeyIndex(log_, topic, partition, path, mode=None)
+
+
 def _check(log_: Log, topic: str, partition: int, path: Path, repair: bool) -> IndexReport:
     try:
         index = KeyIndex(log_, topic, partition, path, mode=None, auto_repair=False)
@@ -101,8 +115,28 @@ def _check(log_: Log, topic: str, partition: int, path: Path, repair: bool) -> I
         )
     else:
         found = None
+    if found is None:
+        try:
+            found = index.verify()
+        except Exception as exc:  # damage verify's reads ran into: the index is unreadable
+            if not is_damage(exc):
+                raise
+            found = IndexReport(
+                topic,
+                partition,
+                str(path),
+                index.mode,
+                0,
+                0,
+                0,
+                (f"unreadable index: {as_unreadable(exc)}",),
+                1,
+            )
+            if repair:
+                index.close()
+                index = _replaced(log_, topic, partition, path)
     try:
-        report = index.verify() if found is None else found
+        report = found
         if repair and not report.ok:
             index.rebuild()
             after = index.verify()

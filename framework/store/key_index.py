@@ -52,7 +52,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 import threading
@@ -62,7 +61,8 @@ from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 import structlog
 
-from framework.errors import OffsetOutOfRangeError
+from framework._locks import FileLock
+from framework.errors import FrameworkError, OffsetOutOfRangeError
 from framework.log import Log, Record
 from framework.log.partition import Cursor
 
@@ -147,13 +147,38 @@ class _Problems:
             self.messages.append(message)
 
 
-def _is_corrupt(exc: sqlite3.DatabaseError) -> bool:
-    """A file SQLite cannot read (as opposed to a busy or misused database)."""
+_DAMAGE: tuple[type[Exception], ...] = (
+    sqlite3.DatabaseError,
+    UnicodeError,
+    ValueError,
+    TypeError,
+    OverflowError,
+)
+"""What reading a damaged index can raise: SQLite's errors, and Python's on values of a type
+or encoding this module never writes (damaged bytes can make SQLite return them)."""
+
+
+def is_damage(exc: BaseException) -> bool:
+    """A damaged file (as opposed to a busy or misused database, or an error of the log):
+    SQLite cannot read it, a text value does not decode, or a value has the wrong type."""
+    if isinstance(exc, FrameworkError) or not isinstance(exc, _DAMAGE):
+        return False
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return True
+    if isinstance(exc, sqlite3.OperationalError) and "decode" in str(exc):
+        return True
     code = getattr(exc, "sqlite_errorcode", None)
     return type(exc) is sqlite3.DatabaseError or code in (
         sqlite3.SQLITE_CORRUPT,
         sqlite3.SQLITE_NOTADB,
     )
+
+
+def as_unreadable(exc: BaseException) -> sqlite3.DatabaseError:
+    """Damage reported uniformly, as SQLite reports a file it cannot read."""
+    if isinstance(exc, sqlite3.DatabaseError):
+        return exc
+    return sqlite3.DatabaseError(f"damaged key index: {type(exc).__name__}: {exc}")
 
 
 class KeyIndex:
@@ -183,21 +208,30 @@ class KeyIndex:
         self.trusted_upto = -1
         """Offsets below this were indexed from the log by this object after a reset."""
         self._lock = threading.RLock()
-        self._write_depth = 0
         self._log = log.bind(topic=topic, partition=partition)
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = path.with_name(path.name.removesuffix(INDEX_SUFFIX) + LOCK_SUFFIX)
-        self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._file_lock = FileLock(lock_path)
+        self.mode: Mode = mode or "stream"
         try:
             with self._writing():
                 self._db, self._ino = self._open(replace=auto_repair)
-                self.mode = self._init_mode(mode)
+                if auto_repair:
+                    self.mode = self._guard(self._init_mode, mode)
+                else:
+                    try:
+                        self.mode = self._init_mode(mode)
+                    except _DAMAGE as exc:
+                        self._db.close()
+                        if not is_damage(exc):
+                            raise
+                        raise as_unreadable(exc) from exc
             if auto_repair:
                 problem = self._quick_check()
                 if problem is not None:
                     self.reset(problem)
         except BaseException:
-            os.close(self._lock_fd)
+            self._file_lock.close()
             raise
 
     # ------------------------------------------------------------------ opening
@@ -221,10 +255,12 @@ class KeyIndex:
                 elif row[0] != SCHEMA:
                     raise sqlite3.DatabaseError(f"key index schema {row[0]!r}, expected {SCHEMA}")
                 return db, os.stat(self.path).st_ino
-            except sqlite3.DatabaseError as exc:
+            except _DAMAGE as exc:
                 db.close()
-                if attempt or not replace:
+                if not is_damage(exc):
                     raise
+                if attempt or not replace:
+                    raise as_unreadable(exc) from exc
                 self._log.warning(
                     "key index unreadable; replacing it (it is rebuilt from the log)",
                     file=str(self.path),
@@ -308,28 +344,18 @@ class KeyIndex:
     def _writing(self) -> Iterator[None]:
         """Hold the write lock: this object's threads, then every process (flock). Nests:
         only the outermost holder takes and releases the flock."""
-        with self._lock:
-            self._write_depth += 1
-            try:
-                if self._write_depth == 1:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    if self._write_depth == 1:
-                        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            finally:
-                self._write_depth -= 1
+        with self._lock, self._file_lock:
+            yield
 
     def _guard(self, operation: Callable[..., T], *args: Any) -> T:
         """Run ``operation(*args)``; if SQLite finds the file corrupt, replace the file with
         an empty index and run it again."""
         try:
             return operation(*args)
-        except sqlite3.DatabaseError as exc:
-            if not _is_corrupt(exc):
+        except _DAMAGE as exc:
+            if not is_damage(exc):
                 raise
-            self._replace_corrupt_file(str(exc))
+            self._replace_corrupt_file(f"{type(exc).__name__}: {exc}")
             return operation(*args)
 
     def _replace_corrupt_file(self, error: str) -> None:
@@ -723,4 +749,4 @@ class KeyIndex:
     def close(self) -> None:
         with self._writing():  # closing may checkpoint: that is a write
             self._db.close()
-        os.close(self._lock_fd)
+        self._file_lock.close()

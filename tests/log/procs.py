@@ -174,7 +174,7 @@ def crash_at_storage_call(n: int | None, crash_on: str | None = None) -> _CallCo
 
     def state_write(self: Any, snapshot: Any) -> None:
         if tick():
-            m = self._map
+            m = self._m
             (seq,) = state_module._SEQ.unpack_from(m, 0)
             state_module._SEQ.pack_into(m, 0, (seq + 1) | 1)
             packed = state_module._FIELDS.pack(*snapshot)

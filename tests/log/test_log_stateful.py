@@ -123,6 +123,8 @@ class ModelLog:
         self.segments = [MSegment(0)]
         self.lwm = 0
         self.leo = 0
+        self.first_seen: list[tuple[int, int]] = []
+        """(end offset, when a compaction pass first covered the offsets below it)."""
 
     @property
     def policy(self) -> str:
@@ -195,7 +197,11 @@ class ModelLog:
             for r in seg.records():
                 assert r.key is not None
                 last[r.key] = r.offset
-        horizon = now - delete_retention
+        # Tombstones expire by the log's clock: delete_retention_ms after a pass first saw them.
+        end = self.segments[len(cleanable)].base
+        if not self.first_seen or self.first_seen[-1][0] < end:
+            self.first_seen.append((end, now))
+        horizon = max((e for e, at in self.first_seen if at + delete_retention <= now), default=-1)
         groups: list[list[MSegment]] = []
         size = 0
         for seg in cleanable:
@@ -214,7 +220,7 @@ class ModelLog:
                         r
                         for r in batch.records
                         if last[r.key] == r.offset  # type: ignore[index]
-                        and not (r.value is None and r.timestamp < horizon)
+                        and not (r.value is None and r.offset < horizon)
                     ]
                     if kept:
                         out.batches.append(MBatch(batch.base_offset, kept))

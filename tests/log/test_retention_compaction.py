@@ -461,6 +461,7 @@ def test_crash_in_compaction_swap(
             name = f"{group[0]:020d}{suffix}"
             shutil.copy(cleaned_from / name, directory / (name + ".cleaned"))
     if stage != "cleaned_files_no_journal":
+        (directory / "compacted").write_bytes(b"")  # written before the journal
         journal = [{"base": g[0], "replaces": g} for g in groups]
         (directory / "cleaner-journal").write_text(json.dumps(journal))
 

@@ -92,12 +92,12 @@ def test_cleaner_groups_by_pre_cleaning_size_so_small_results_merge_next_pass(
 
 def test_maintenance_progress_callback(store: LogStore) -> None:
     store.create_topic("p", 3, {"cleanup_policy": "compact,delete", "retention_ms": 1})
-    calls: list[tuple[int, int]] = []
-    store.compact("p", progress=lambda done, total: calls.append((done, total)))
-    assert calls == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    calls: list[tuple[int, int, int]] = []
+    store.compact("p", progress=lambda *args: calls.append(args))
+    assert calls == [(1, 3, 0), (2, 3, 1), (3, 3, 2)]
     calls.clear()
-    store.cleanup("p", progress=lambda done, total: calls.append((done, total)))
-    assert calls == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    store.cleanup("p", progress=lambda *args: calls.append(args))
+    assert calls == [(1, 3, 0), (2, 3, 1), (3, 3, 2)]
 
 
 def test_request_compaction_runs_in_the_background(store: LogStore) -> None:

@@ -16,6 +16,7 @@ from conftest import ROOT, Producer, child_env, fold_accounts, read_balances, wa
 
 from framework.app import Runtime
 from framework.cli import main
+from tests.projection import bankapp
 
 APP = "tests.projection.bankapp:app"
 APP_V2 = "tests.projection.bankapp:app_v2"
@@ -250,3 +251,16 @@ def test_bad_arguments(data: Path, runtime: Runtime) -> None:
         main, ["project", "status", "--json", "--data", str(data)], env={"EVENTLANE_APP": APP}
     )
     assert env_app.exit_code == 0, env_app.output
+
+
+def test_run_fails_when_its_only_worker_dies(data: Path, runtime: Runtime) -> None:
+    """Issue 17 #10: a runner whose every worker died with an error exits non-zero."""
+    order = bankapp.Order("order-dies")
+    order.place(5)
+    runtime.save(order)
+    proc = start_cli(
+        data, "project", "run", APP, "--projection", "invoicing", BANKAPP_CRASH_AFTER_ISSUE="1"
+    )
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "every worker of invoicing died" in err and "status -9" in err

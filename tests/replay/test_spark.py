@@ -378,10 +378,29 @@ def test_hand_off_under_load_has_no_gap_and_no_duplicate(
         [sys.executable, "-m", "tests.replay.replay_app", str(data), str(stop), "500000"],
         "producer",
     )
-    time.sleep(1.0)  # the producer is appending, the workers applying
+    def appended() -> int:
+        log = LogStore(data)
+        try:
+            return sum(
+                log.offsets(t, p).hwm for t in ("orders", "payments") for p in range(log.partition_count(t))
+            )
+        finally:
+            log.close()
+
+    start = appended()
+    wait_until(lambda: appended() > start, 60, "the producer's first appends", procs)
     inode_before = live.stat().st_ino
+
+    def after_end(result: Any) -> None:
+        # The hand-off under test catches up what was appended after E: on a loaded machine
+        # make sure the producer got there before the swap (it keeps appending meanwhile).
+        end = sum(off for tp, off in result.end.items() if tp.topic in ("orders", "payments"))
+        wait_until(lambda: appended() > end, 60, "appends after the rebuild's end", procs)
+
     with replay_app.app.open(data, create_topics=False) as runtime:
-        result = rebuild_and_swap(runtime, "sales", engine="spark", spark=spark, pause_timeout=60)
+        result = rebuild_and_swap(
+            runtime, "sales", engine="spark", spark=spark, pause_timeout=60, before_swap=after_end
+        )
     assert live.stat().st_ino != inode_before  # the file was replaced
     assert len(result.members) == 2  # both live workers paused and acknowledged
     assert result.caught_up > 0  # records appended after E reached the shadow

@@ -1,4 +1,4 @@
-"""The newcomer's path end to end: a small app outside the repository, run only through the
+"""The newcomer's path end to end (and the test of items 5 and 11): a small app outside the repository, run only through the
 ``eventlane`` command and the app's own scripts, from the app's directory.
 
 migrate -> two workers -> kill -9 of the supervisor (no orphans) -> a handler bug trips the
@@ -70,8 +70,9 @@ def test_newcomer_path_end_to_end(workdir: Path) -> None:
         workers = psutil.Process(run.pid).children()
         os.kill(run.pid, signal.SIGKILL)
         run.wait(10)
-        _, orphans = psutil.wait_procs(workers, timeout=15)
-        assert not orphans
+        assert len(workers) == 2
+        _, orphans = psutil.wait_procs(workers, timeout=15)  # session timeout: 2 s
+        assert not orphans, f"orphan workers: {[p.pid for p in orphans]}"
         wait_until(lambda: _alive(workdir, "loans_view") == 0, 15, "no loans_view member")
 
         # a handler bug: three single poison events, then a burst that trips the breaker
@@ -87,7 +88,12 @@ def test_newcomer_path_end_to_end(workdir: Path) -> None:
         assert doc["breaker"] is not None and doc["lag"] > 0  # stopped, position kept
         dead = doc["dead_letters"]["dead"]  # each worker stops at 50 of its last 100
         assert 3 < dead < 3 + 2 * 50
-        assert "poison-rate breaker tripped" in (workdir / "run-loans_view.log").read_text()
+        log = (workdir / "run-loans_view.log").read_text()
+        assert "poison-rate breaker tripped, 50 of the last 100 events dead-lettered" in log
+        assert "Error: projector 'loans_view' stopped applying" in log
+        assert doc["breaker"]["dead"] == 50 and "ValueError" in doc["breaker"]["error"]
+        shown = eventlane("--data", "d", "project", "status", "library.app:app", cwd=workdir)
+        assert "BREAKER TRIPPED" in shown.stdout
 
         # the fix (the code without the bug), dead letters retried, workers again
         retried = eventlane(

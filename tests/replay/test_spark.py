@@ -30,6 +30,7 @@ from framework.codec import Envelope
 from framework.log import LogStore, Record, TopicPartition
 from framework.projection import ReadModelView, readmodel_path
 from framework.projection.pause import PauseControl
+from framework.replay.build import app_codec
 from framework.replay.checksum import POSITIONS, compare, file_checksums
 from framework.replay.datasource import EventlaneReader, records_to_arrow
 from framework.replay.handoff import rebuild_and_swap
@@ -445,7 +446,7 @@ def test_typed_rows_of_nested_events() -> None:
         (OrderLine("sku-1", 2, 450), OrderLine("sku-2", 1, 999)),
         Address("1 Main St", "Oslo", "NO"),
     )
-    key, value, headers = invoicing.codec().encode(Envelope(event, "order-1", 1))
+    key, value, headers = app_codec(invoicing).encode(Envelope(event, "order-1", 1))
     raw = records_to_arrow(
         [Record("orders", 0, 7, 1_700_000_000_000, 0, key, value, tuple(headers))]
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import structlog
 from rich.console import Console
 
 from framework.errors import ConfigError, FrameworkError
@@ -26,6 +27,7 @@ from framework.log.names import validate_topic_name
 from framework.log.store import DEFAULT_DATA_DIR, MAX_PARTITIONS, LogStore
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = structlog.get_logger("eventlane.cli")
 
 
 class AppContext:
@@ -48,11 +50,11 @@ class AppContext:
             )
         new = not (self.data / "topics").is_dir()
         self._log = LogStore(self.data)
-        if new:  # a forgotten --data must not go unnoticed
-            stderr_console().print(
+        if new:  # a forgotten --data must not go unnoticed (a warning: shown by default)
+            log.warning(
                 f"created data directory {self.data.resolve()} (choose another with --data DIR"
                 " or EVENTLANE_DATA)",
-                soft_wrap=True,
+                path=str(self.data.resolve()),
             )
         return self._log
 

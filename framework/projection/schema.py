@@ -19,6 +19,8 @@ Rules (``eventlane migrate APP`` applies; a worker checks on start):
 
 from __future__ import annotations
 
+import sqlite3
+
 import structlog
 from sqlite_utils import Migrations
 
@@ -54,17 +56,30 @@ def apply_migrations(migrations: Migrations | None, readmodel: ReadModel) -> lis
     return names
 
 
+def _owner(readmodel: ReadModel) -> str | None:
+    try:
+        row = readmodel.conn.execute("SELECT app FROM _eventlane_owner").fetchone()
+    except sqlite3.OperationalError:  # no such table: a read model from before owners
+        return None
+    return None if row is None else str(row[0])
+
+
 def claim_owner(readmodel: ReadModel, app: str, name: str) -> None:
-    """Record ``app`` as the owner of a new read model; refuse one another app owns."""
-    with readmodel.transaction() as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS _eventlane_owner (app TEXT NOT NULL)")
-        row = conn.execute("SELECT app FROM _eventlane_owner").fetchone()
-        if row is None:
-            conn.execute("INSERT INTO _eventlane_owner VALUES (?)", (app,))
-            return
-    if row[0] != app:
+    """Record ``app`` as the owner of a new read model; refuse one another app owns.
+
+    Reads first, without the write lock (a worker starting while another one holds it, even
+    a frozen one, must not wait here); writes only to claim a read model nobody owns yet."""
+    owner = _owner(readmodel)
+    if owner is None:
+        with readmodel.transaction() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS _eventlane_owner (app TEXT NOT NULL)")
+            row = conn.execute("SELECT app FROM _eventlane_owner").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO _eventlane_owner VALUES (?)", (app,))
+            owner = app if row is None else str(row[0])
+    if owner != app:
         raise ProjectionError(
-            f"read model {name!r} belongs to app {row[0]!r}, not to app {app!r}: two apps"
+            f"read model {name!r} belongs to app {owner!r}, not to app {app!r}: two apps"
             " share this data directory and a projector name; nothing was applied. Give"
             " this app its own data directory (--data), or its projector another name",
             path=readmodel.path,

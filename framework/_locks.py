@@ -21,6 +21,7 @@ when the lock is not held, to give descriptors back).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import threading
@@ -28,10 +29,25 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["FileLock"]
+__all__ = ["FileLock", "open_rw_or_read_only"]
 
 _POLL_START_S = 0.0001
 _POLL_MAX_S = 0.001
+
+
+READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+"""What opening a file for writing fails with on a read-only mount or directory."""
+
+
+def open_rw_or_read_only(path: Path, flags: int = os.O_RDWR | os.O_CREAT) -> tuple[int, bool]:
+    """``(fd, read_only)``: ``path`` opened with ``flags``, or, where the data directory
+    cannot be written (a read-only mount), an existing ``path`` opened read-only."""
+    try:
+        return os.open(path, flags, 0o644), False
+    except OSError as exc:
+        if exc.errno not in READ_ONLY_ERRNOS or not path.exists():
+            raise
+        return os.open(path, os.O_RDONLY), True
 
 
 class FileLock:
@@ -61,7 +77,7 @@ class FileLock:
         if self._fd < 0:
             if self._follow:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd, _ = open_rw_or_read_only(self.path)  # flock needs no write access
         return self._fd
 
     def _try_flock(self, fd: int) -> bool:

@@ -18,7 +18,8 @@ callers that do not know eventlane::
     │   ├── CorruptRecordError                  CRC mismatch or malformed batch in durable data
     │   │   └── DataLossError                   acknowledged offsets missing (refuses to open)
     │   ├── PartitionReadOnlyError              an fsync failed: no more appends until reopened
-    │   └── PreconditionFailedError             a conditional append's check refused the write
+    │   ├── PreconditionFailedError             a conditional append's check refused the write
+    │   └── ReadOnlyDataError (PermissionError) a read-only data directory, and this must write
     ├── ConsumerError
     │   ├── CommitFailedError                 * stale generation, evicted member, unowned partition
     │   ├── RebalanceInProgressError          *
@@ -154,6 +155,14 @@ class PartitionReadOnlyError(LogError):
 
 class PreconditionFailedError(LogError):
     """A conditional append's precondition refused the write; nothing was appended."""
+
+
+class ReadOnlyDataError(LogError, PermissionError):
+    """The data directory cannot be written (a read-only mount), and this needs to write.
+
+    Reading (``topics list/describe``, ``consume``, ``dump``, ``verify``, ``project status``)
+    works on a read-only directory; appending, committing offsets, compaction and recovery
+    of a partition left by an unclean stop or an earlier boot do not."""
 
 
 class ConsumerError(FrameworkError):

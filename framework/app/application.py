@@ -198,9 +198,36 @@ class Runtime:
         self.partitions = app.partitions
         if create_topics:
             for cls in app.aggregates:
-                self.log.create_topic(
-                    cls.topic, self.partitions_for(cls.topic), EVENT_TOPIC_CONFIG, exist_ok=True
-                )
+                wanted = self.partitions_for(cls.topic)
+                self.log.create_topic(cls.topic, wanted, EVENT_TOPIC_CONFIG, exist_ok=True)
+                self._check_partitions(cls.topic, wanted)
+
+    def _check_partitions(self, topic: str, wanted: int) -> None:
+        """An existing event topic must have the declared partition count: an aggregate's
+        partition is ``murmur2(id) % count``, so another count would look in the wrong
+        partition for every stored history."""
+        have = self.log.partition_count(topic)
+        if have != wanted:
+            raise ConfigError(
+                f"topic {topic!r} exists with {have} partition(s), but the app declares"
+                f" {wanted}: declare partitions={{{topic!r}: {have}}} (an event topic's count"
+                " cannot change without moving every aggregate's history), or use another"
+                " data directory",
+                topic=topic,
+            )
+
+    def declared(self, cls: type[A]) -> type[A]:
+        """``cls`` if the app declares it (or another class of its topic, such as a new
+        release of a declared aggregate), else a :class:`ConfigError` saying what to add:
+        an undeclared aggregate has no topic and its events no codec entry."""
+        aggregates = self.app.aggregates
+        if cls not in aggregates and all(a.topic != cls.topic for a in aggregates):
+            names = ", ".join(a.__qualname__ for a in aggregates) or "none"
+            raise ConfigError(
+                f"aggregate {cls.__qualname__} is not declared by this application (it has"
+                f" {names}): add {cls.__qualname__} to App(aggregates=[...])"
+            )
+        return cls
 
     def partitions_for(self, topic: str) -> int:
         """The partition count of ``topic`` when this runtime creates it."""
@@ -211,6 +238,7 @@ class Runtime:
     # ------------------------------------------------------------------ commands
     def save(self, aggregate: Aggregate, **envelope: Any) -> list[RecordMetadata]:
         """See :meth:`Repository.save`."""
+        self.declared(type(aggregate))
         return self.repository.save(aggregate, **envelope)
 
     def load(
@@ -227,7 +255,7 @@ class Runtime:
         ``docs/time-travel.md``). :class:`~framework.errors.AggregateNotFoundError` when it
         had no event yet."""
         if as_of is None:
-            return self.repository.load(cls, aggregate_id, version)
+            return self.repository.load(self.declared(cls), aggregate_id, version)
         if version is not None:
             raise ConfigError("load takes version= or as_of=, not both")
         when = as_of_ms(as_of)
@@ -242,13 +270,13 @@ class Runtime:
                 topic=topic,
                 partition=partition,
             )
-        return self.repository.load(cls, aggregate_id, count)
+        return self.repository.load(self.declared(cls), aggregate_id, count)
 
     def execute(
         self, cls: type[A], aggregate_id: str, command: Callable[[A], Any], **options: Any
     ) -> A:
         """See :meth:`Repository.execute` (load, run, save, retry on conflict)."""
-        return self.repository.execute(cls, aggregate_id, command, **options)
+        return self.repository.execute(self.declared(cls), aggregate_id, command, **options)
 
     def issue(
         self,
@@ -264,7 +292,12 @@ class Runtime:
         :meth:`Repository.issue <framework.store.Repository.issue>` (``ctx.issue`` in a
         handler calls it with the handled event)."""
         return self.repository.issue(
-            cls, aggregate_id, command, caused_by=caused_by, create=create, attempts=attempts
+            self.declared(cls),
+            aggregate_id,
+            command,
+            caused_by=caused_by,
+            create=create,
+            attempts=attempts,
         )
 
     # ------------------------------------------------------------------ queries

@@ -8,16 +8,19 @@ only when the command line names them (or ``--help`` lists them), so ``eventlane
 never pays for Spark, sqlite-utils or the projection runtime.
 
 Error contract: every :class:`~framework.errors.FrameworkError` (and an ``OSError`` such as a
-permission problem) reaching the root is printed as one ``Error: ...`` line on standard error,
-naming what was wrong (topic, partition, offset, file, position), with exit status 1 and no
-traceback (set ``EVENTLANE_LOG_LEVEL=debug`` to get the traceback). A bad argument caught
-while parsing exits with status 2, click's usage error. Logging is configured once at start
-(:func:`framework.observability.configure_logging`; warnings and above by default), on
-standard error, so standard output carries only the command's result.
+permission problem; any other exception too, named by its type) reaching the root is printed as
+one ``Error: ...`` line on standard error, naming what was wrong (topic, partition, offset,
+file, position), with exit status 1 and no traceback (set ``EVENTLANE_LOG_LEVEL=debug`` to get
+the traceback). A bad argument caught while parsing exits with status 2, click's usage error.
+Logging is configured once at start (:func:`framework.observability.configure_logging`;
+warnings and above by default), on standard error, so standard output carries only the
+command's result.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from importlib import import_module
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -98,6 +101,13 @@ class _LazyGroup(click.Group):
         return command
 
 
+READ_ONLY_HINT = (
+    " (this command must write to the data directory; on a read-only one, these work:"
+    " topics list/describe, consume without --group, dump, verify, project status,"
+    " dlq list/show)"
+)
+
+
 class _RootGroup(_LazyGroup):
     """The root group: turns framework errors into a clean message and exit status 1."""
 
@@ -114,7 +124,19 @@ class _RootGroup(_LazyGroup):
             if log_level_name() == "debug":
                 raise
             where = f": {err.filename}" if err.filename else ""
-            raise click.ClickException(f"{err.strerror or err}{where}") from None
+            hint = READ_ONLY_HINT if err.errno == errno.EROFS else ""
+            raise click.ClickException(f"{err.strerror or err}{where}{hint}") from None
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as err:  # a bug or a library's error: still one line, status 1
+            if log_level_name() == "debug":
+                raise
+            data = ctx.obj.data if isinstance(ctx.obj, AppContext) else None
+            if data is not None and data.is_dir() and not os.access(data, os.W_OK):
+                raise click.ClickException(f"{type(err).__name__}: {err}{READ_ONLY_HINT}") from None
+            raise click.ClickException(
+                f"{type(err).__name__}: {err} (EVENTLANE_LOG_LEVEL=debug shows the traceback)"
+            ) from None
 
 
 @click.group(

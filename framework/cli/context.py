@@ -4,6 +4,7 @@ The data directory comes from, in order of precedence: ``--data DIR`` given afte
 subcommand, ``--data DIR`` given before it (``eventlane --data DIR topics list``), the
 ``EVENTLANE_DATA`` environment variable, then ``./eventlane-data``.
 
+Commands that create a data directory say so, with its absolute path, on standard error.
 Commands that only read never create a data directory: pointing them at a directory that
 holds no log is an error naming the path (the usual mistake is a wrong ``--data``). Argument
 types validate before anything is opened, so a bad topic name, offset, partition or config
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import structlog
 from rich.console import Console
 
 from framework.engine import DEFAULT_DATA_DIR, open_log
@@ -27,6 +29,7 @@ from framework.log.config import MAX_PARTITIONS
 from framework.log.names import validate_topic_name
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = structlog.get_logger("eventlane.cli")
 
 
 class AppContext:
@@ -51,7 +54,14 @@ class AppContext:
                 f"no eventlane data in {str(self.data)!r}: create a topic first, or point"
                 " --data / EVENTLANE_DATA at an existing data directory"
             )
+        new = not (self.data / "topics").is_dir()
         self._log = open_log(self.data)
+        if new:  # a forgotten --data must not go unnoticed (a warning: shown by default)
+            log.warning(
+                f"created data directory {self.data.resolve()} (choose another with --data DIR"
+                " or EVENTLANE_DATA)",
+                path=str(self.data.resolve()),
+            )
         return self._log
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ as ``kafka-dump-log`` does for Kafka's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,7 +37,7 @@ from framework.cli.context import (
     stdout_console,
 )
 from framework.cli.render import human_bytes, simple_table
-from framework.errors import ConfigError, CorruptRecordError
+from framework.errors import ConfigError, CorruptRecordError, ReadOnlyDataError
 from framework.log.dump import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, batches, index_entries
 from framework.log.port import Log
 from framework.log.record import Record
@@ -330,7 +331,13 @@ def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bo
     checked, problems = verify_log(log, topics, skip_lost=skip_lost_offsets)
     # Key indexes are derived from the log: check them only against an intact log.
     index_topics = None if topic is None else [topic]
-    indexes = [] if problems else log.check_keys(index_topics, repair=repair)
+    read_only = not os.access(log.local.root, os.W_OK)  # a read-only mount: the log only
+    if read_only and repair:
+        raise ReadOnlyDataError("--repair must write, and the data directory is read-only")
+    if read_only:
+        stderr_console().print("key indexes not checked: the data directory is read-only")
+    skip = problems or read_only
+    indexes = [] if skip else log.check_keys(index_topics, repair=repair)
     bad_indexes = [r for r in indexes if not r.ok and not r.repaired]
     if as_json:
         _json_out(

@@ -11,16 +11,19 @@ JSON shapes:
 * ``migrate --json``: ``{"app", "applied": {projector: [migration, ...]}}``;
 * ``dlq list --json``: ``[LETTER]``; ``dlq show --json``: ``LETTER``, where LETTER is
   ``{"id", "topic", "partition", "offset", "key", "value", "value_base64", "headers",
-  "event_type", "error", "attempts", "status", "created_ms"}``;
+  "event_type", "error", "traceback", "attempts", "status", "created_ms"}`` (``error``: the
+  exception's line; ``traceback``: the handler's stored traceback);
 * ``dlq retry --json``: ``{"succeeded": [id], "failed": {id: error}}``.
 """
 
 from __future__ import annotations
 
 import gc
+import re
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -33,6 +36,7 @@ from rich.text import Text
 from framework.app import Runtime, load_app
 from framework.cli.context import app as cli_app
 from framework.cli.context import data_option, json_option, stderr_console, stdout_console
+from framework.cli.groups import GROUP
 from framework.cli.render import simple_table
 from framework.errors import ConfigError, FrameworkError, ProjectionError
 from framework.projection import (
@@ -46,6 +50,10 @@ from framework.projection import (
     open_readmodel,
     retry_dead_letters,
 )
+from framework.projection.breaker import EXIT_BREAKER
+from framework.projection.breaker import describe as describe_breaker
+from framework.projection.lifeline import follow_supervisor
+from framework.projection.retire import retire_projector
 from framework.projection.worker import EXIT_CANNOT_START
 
 __all__ = ["PROJECTION_COMMANDS", "dlq", "migrate", "project"]
@@ -136,6 +144,13 @@ def run_command(
             log_path=log_path,
         )
         started = time.monotonic()
+        doc = runtime.status(projection)
+        parts = [f"{r['topic']}-{r['partition']}" for r in doc["partitions"]]
+        stderr_console().print(
+            f"project run: data {data}, projector {projection}, {len(parts)} partition(s)"
+            f" ({', '.join(parts) or 'none yet'}), lag {doc['lag']:,}, {workers} worker(s)",
+            soft_wrap=True,
+        )
         if show:
             stderr_console().print(f"worker logs: {log_path}")
             with Live(console=console, refresh_per_second=4, transient=False) as view:
@@ -148,6 +163,8 @@ def run_command(
         else:
             runner.run()
     if runner.failure is not None:
+        if "poison-rate breaker" in runner.failure:
+            raise click.ClickException(runner.failure)
         raise click.ClickException(f"workers could not start: {runner.failure}")
     if runner.died_out and runner.crashes:
         pid, code = runner.crashes[-1]
@@ -170,8 +187,11 @@ def worker_command(
     """One worker process of projector NAME, until SIGTERM (what `project run` starts).
 
     Exit status 2 when it cannot start (bad APP, unknown projector, pending migrations):
-    restarting would not help, so the runner does not.
+    restarting would not help, so the runner does not. Exit status 3 when its poison-rate
+    breaker tripped (it stopped applying, see framework.projection.breaker). It gets SIGTERM
+    when `project run` dies, even by SIGKILL (framework.projection.lifeline).
     """
+    follow_supervisor()  # no orphans: SIGTERM when the supervisor dies
     with ExitStack() as stack:
         try:
             runtime = stack.enter_context(_runtime(app_spec, create=True))
@@ -187,6 +207,8 @@ def worker_command(
         worker.install_signal_handlers()
         gc.freeze()  # the start-up heap (modules, classes) is never collected: skip it
         worker.run()
+    if worker.tripped is not None:
+        ctx.exit(EXIT_BREAKER)
 
 
 def _live_view(runtime: Runtime, runner: Runner, started: float) -> Group:
@@ -231,6 +253,32 @@ def _live_view(runtime: Runtime, runner: Runner, started: float) -> Group:
         f"  up {now - started:.0f}s",
     )
     return Group(header, partitions, workers)
+
+
+@project.command("remove")
+@click.argument("name", metavar="NAME", type=GROUP)
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@json_option
+@data_option
+def remove_command(name: str, dry_run: bool, as_json: bool) -> None:
+    """Remove a retired or renamed projector NAME: its consumer group, its read model (with
+    its positions and dead letters), its NAME.dlq topic and its other files. Events stay.
+
+    Refused while NAME has live workers. Take NAME out of the app first, or its workers
+    would start it again from the low-water marks.
+    """
+    log = cli_app().open_log(create=False)
+    report = retire_projector(log, cli_app().data, name, dry_run=dry_run)
+    if as_json:
+        _print_json(report.to_json())
+        return
+    verb = "would remove" if dry_run else "removed"
+    lines = [f"{verb}: consumer group {name}"] if report.group else []
+    if report.dlq_topic:
+        lines.append(f"{verb}: topic {report.dlq_topic}")
+    lines += [f"{verb}: {path}" for path in report.files]
+    lines.append(f"{verb}: {report.dead_letters} dead letter(s) with the read model")
+    click.echo("\n".join(lines))
 
 
 @project.command("status")
@@ -294,6 +342,8 @@ def status_command(app_spec: str, projection: str | None, as_json: bool) -> None
                 f"[bold red]Pending migrations[/]: {', '.join(doc['pending_migrations'])}"
                 " (run `eventlane migrate APP`)"
             )
+        if doc.get("breaker") is not None:
+            console.print(Text(f"BREAKER TRIPPED: {describe_breaker(doc['breaker'])}", "bold red"))
         console.print()
 
 
@@ -351,6 +401,21 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)', re.M)
+
+
+def _raised_at(error: str) -> str:
+    """``file:line in function`` of the innermost frame of a stored traceback, or ``?``."""
+    frames = list(_FRAME.finditer(error))
+    if not frames:
+        return "?"
+    last = frames[-1]
+    path = Path(last["file"])
+    if path.is_relative_to(Path.cwd()):
+        path = path.relative_to(Path.cwd())
+    return f"{path}:{last['line']} in {last['name']}"
+
+
 @dlq.command("list")
 @app_argument
 @projection_option
@@ -372,7 +437,7 @@ def dlq_list(app_spec: str, projection: str, status: str, as_json: bool) -> None
         return
     table = simple_table(
         f"Dead letters of {projection} ({status}): {len(letters)}",
-        ("id", "source", "key", "type", "status", "attempts", "error"),
+        ("id", "source", "key", "type", "status", "tries", "error"),
         [
             (
                 d.id,
@@ -386,7 +451,23 @@ def dlq_list(app_spec: str, projection: str, status: str, as_json: bool) -> None
             for d in letters
         ],
     )
-    stdout_console().print(table)
+    console = stdout_console()
+    _fit_one_line(table, console.width, squeeze=("key", "error"))
+    console.print(table)
+
+
+def _fit_one_line(table: Table, width: int, squeeze: tuple[str, str]) -> None:
+    """One line per row within ``width``: every column keeps its widest cell except the two
+    ``squeeze`` columns, which share what is left (a third and two thirds) and end in "…"."""
+    widths = {c.header: max(len(str(x)) for x in (c.header, *c._cells)) for c in table.columns}
+    fixed = sum(w for name, w in widths.items() if name not in squeeze)
+    left = max(2 * 8, width - fixed - (3 * len(table.columns) + 1))
+    first = min(widths[squeeze[0]], max(8, left // 3))
+    room = {squeeze[0]: first, squeeze[1]: max(8, left - first)}
+    for column in table.columns:
+        column.no_wrap = True
+        column.overflow = "ellipsis"
+        column.width = min(widths[str(column.header)], room.get(str(column.header), 10**6))
 
 
 def _render_bytes(data: bytes | None) -> str:
@@ -425,6 +506,7 @@ def dlq_show(app_spec: str, letter_id: int, projection: str, as_json: bool) -> N
                 ("status", letter.status),
                 ("attempts", str(letter.attempts)),
                 ("dead-lettered at (ms)", str(letter.created_ms)),
+                ("raised at", _raised_at(letter.error)),
             ],
         )
     )
@@ -435,7 +517,7 @@ def dlq_show(app_spec: str, letter_id: int, projection: str, as_json: bool) -> N
     )
     console.print(Text("Value (raw bytes):", style="bold"))
     click.echo(_render_bytes(letter.value))  # unwrapped, exactly as stored
-    console.print(Text("Error:", style="bold"))
+    console.print(Text("Error (traceback, most recent call last):", style="bold"))
     click.echo(letter.error)
 
 

@@ -47,8 +47,10 @@ from framework.cli.context import app as cli_app
 from framework.cli.project import app_argument, projection_option
 from framework.consumer.admin import parse_datetime_ms
 from framework.errors import ConfigError, ReplayError
+from framework.replay.check import check_merge
 from framework.replay.handoff import HandoffResult, rebuild_and_swap
 from framework.replay.rebuild import ENGINES, RebuildResult, rebuild
+from framework.replay.session import validate_master
 from framework.replay.verify import Comparison, verify_rebuild
 
 __all__ = ["rebuild_command"]
@@ -187,6 +189,12 @@ def _comparison_json(comp: Comparison) -> dict[str, Any]:
 )
 @click.option("--swap", is_flag=True, help="Hand the rebuilt model over to the live workers.")
 @click.option("--verify", is_flag=True, help="Compare with the local engine and the live model.")
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Only check that a parallel rebuild merges (merge_rules), in-process, no Spark.",
+)
 @click.option("--master", metavar="URL", help="Spark master (default local[*]).")
 @click.option(
     "--conf",
@@ -223,6 +231,7 @@ def rebuild_command(
     output: Path | None,
     swap: bool,
     verify: bool,
+    check_only: bool,
     master: str | None,
     conf_pairs: tuple[tuple[str, str], ...],
     key_groups: int | None,
@@ -241,9 +250,23 @@ def rebuild_command(
     if as_of is not None and swap:
         raise click.UsageError("--as-of builds a past read model: it cannot --swap the live one")
     conf = _spark_conf(conf_pairs)
+    if engine == "spark" and master is not None:
+        master = validate_master(master)  # before anything is opened or started
     application = load_app(app_spec)
     application.projector(projection)  # an unknown name fails before anything starts
     log = cli_app().open_log(create=False)
+    if check_only:
+        if swap or verify or output is not None:
+            raise click.UsageError("--check builds nothing to keep: no --swap/--verify/--output")
+        partials, stats = check_merge(log, cli_app().data, application, projection)
+        if as_json:
+            click.echo(orjson.dumps({"partials": partials, "merge": stats._asdict()}).decode())
+        else:
+            click.echo(
+                f"merge check of {projection}: {partials} partition partial(s) merge without"
+                f" conflict ({stats})"
+            )
+        return
     comparisons: list[Comparison] = []
     handoff: HandoffResult | None = None
     options: dict[str, Any] = {"key_groups": key_groups}

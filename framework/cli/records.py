@@ -17,6 +17,17 @@ produce
     ``max_record_bytes``) stops the command with an error naming the line number; the lines
     before it are appended and printed, none after it.
 
+    ``-H name=value`` (repeatable) adds the same header to every record of the plain mode.
+
+    ``--json`` reads exactly what ``consume`` prints, one JSON object per line: ``key``,
+    ``value`` (strings, or ``null``), ``headers`` (a list of ``[name, value]``), ``timestamp``
+    (ms since the epoch; absent or ``null``: now) and ``partition`` (absent or ``null``: the
+    key's placement; ``--partition`` overrides it); ``topic`` and ``offset`` are ignored.
+    Strings are UTF-8 text, or with ``--base64`` base64 text, as ``consume --base64`` writes
+    them. So ``eventlane consume A --base64 | eventlane produce B --json --base64`` copies
+    topic A into B faithfully: same keys, values, headers, timestamps and partitions (B
+    needs at least A's partition count; the offsets are B's own).
+
 consume
     Prints one JSON object per record and line::
 
@@ -37,7 +48,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO
+from typing import IO, Any
 
 import click
 import orjson
@@ -66,7 +77,13 @@ from framework.log.config import TopicConfig
 from framework.log.names import refuse_internal
 from framework.log.port import Log
 from framework.log.producer import Producer
-from framework.log.record import RECORD_OVERHEAD, ProducerRecord, Record, TopicPartition
+from framework.log.record import (
+    RECORD_OVERHEAD,
+    ProducerRecord,
+    Record,
+    RecordMetadata,
+    TopicPartition,
+)
 
 READ_CHUNK = 1 << 20
 """Most bytes read from stdin per batch."""
@@ -115,7 +132,46 @@ def _stdin_lines(stream: IO[bytes]) -> Iterator[list[bytes]]:
         yield [pending]
 
 
-def _parse_line(line: bytes, sep: bytes | None, null_marker: bytes | None) -> ProducerRecord:
+def _parse_json_lines(
+    lines: list[bytes], first_line: int, topic: str, decode: Callable[[str], bytes]
+) -> tuple[list[ProducerRecord], list[int | None], tuple[int, FrameworkError] | None]:
+    """JSON lines -> records and their partitions, up to the first bad line (and its error)."""
+    records: list[ProducerRecord] = []
+    targets: list[int | None] = []
+    for i, line in enumerate(lines):
+        try:
+            record, target = _parse_json_line(line, first_line + i, topic, decode)
+        except InvalidRecordError as err:
+            return records, targets, (i, err)
+        records.append(record)
+        targets.append(target)
+    return records, targets, None
+
+
+def _send_runs(
+    producer: Producer,
+    topic: str,
+    records: list[ProducerRecord],
+    targets: list[int | None],
+) -> list[RecordMetadata]:
+    """Append ``records``, each run of one target partition as one batch, in input order."""
+    out: list[RecordMetadata] = []
+    start = 0
+    while start < len(records):
+        end = start + 1
+        while end < len(records) and targets[end] == targets[start]:
+            end += 1
+        out.extend(producer.send_batch(topic, records[start:end], partition=targets[start]))
+        start = end
+    return out
+
+
+def _parse_line(
+    line: bytes,
+    sep: bytes | None,
+    null_marker: bytes | None,
+    headers: tuple[tuple[str, bytes], ...] = (),
+) -> ProducerRecord:
     if line.endswith(b"\r"):
         line = line[:-1]
     key: bytes | None = None
@@ -126,7 +182,81 @@ def _parse_line(line: bytes, sep: bytes | None, null_marker: bytes | None) -> Pr
             key, value = head, tail
     if null_marker is not None and value == null_marker:
         value = None
-    return ProducerRecord(key, value)
+    return ProducerRecord(key, value, headers)
+
+
+def _json_field(obj: dict[str, object], name: str, line: int, topic: str) -> str | None:
+    value = obj.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise InvalidRecordError(
+        f"line {line}: {name!r} must be a string or null, got {type(value).__name__}", topic=topic
+    )
+
+
+def _parse_json_line(
+    raw: bytes, line: int, topic: str, decode: Callable[[str], bytes]
+) -> tuple[ProducerRecord, int | None]:
+    """One line as ``consume`` prints it -> ``(record, partition or None)``.
+
+    Raises :class:`InvalidRecordError` naming the line for anything ``consume`` would not
+    have written (not JSON, a field of the wrong type, bad base64).
+    """
+    try:
+        obj = orjson.loads(raw)
+        if not isinstance(obj, dict):
+            raise TypeError(f"expected a JSON object, got {type(obj).__name__}")
+        key = _json_field(obj, "key", line, topic)
+        value = _json_field(obj, "value", line, topic)
+        headers: list[tuple[str, bytes | None]] = []
+        for pair in obj.get("headers") or []:
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+                raise TypeError(f"a header must be [name, value], got {pair!r}")
+            if pair[1] is not None and not isinstance(pair[1], str):
+                raise TypeError(f"header {pair[0]!r}: value must be a string or null")
+            headers.append((pair[0], None if pair[1] is None else decode(pair[1])))
+        timestamp = obj.get("timestamp")
+        partition = obj.get("partition")
+        for name, number in (("timestamp", timestamp), ("partition", partition)):
+            if number is not None and (type(number) is not int or number < 0):
+                raise TypeError(f"{name!r} must be an integer >= 0 or null, got {number!r}")
+        record = ProducerRecord(
+            None if key is None else decode(key),
+            None if value is None else decode(value),
+            tuple(headers),
+            timestamp,
+        )
+        return record, partition
+    except InvalidRecordError:
+        raise
+    except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+        raise InvalidRecordError(
+            f"line {line} is not a record as `eventlane consume` prints it: {exc}", topic=topic
+        ) from None
+
+
+def _decode_base64(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)
+
+
+def _decode_utf8(text: str) -> bytes:
+    return text.encode("utf-8")
+
+
+class HeaderPairType(click.ParamType):  # type: ignore[type-arg]
+    """``name=value``: one header for every record of the plain mode."""
+
+    name = "name=value"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, bytes]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = str(value).partition("=")
+        if not sep or not name:
+            self.fail(f"expected name=value, got {value!r}", param, ctx)
+        return name, text.encode()
 
 
 def _first_refused(
@@ -198,6 +328,26 @@ def _stdin_size(stream: IO[bytes]) -> int | None:
 @click.option(
     "--null-marker", metavar="M", help="A value equal to M is produced as null (a tombstone)."
 )
+@click.option(
+    "-H",
+    "--header",
+    "headers",
+    type=HeaderPairType(),
+    multiple=True,
+    help="Add header name=value to every record (repeatable; plain mode).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Read JSON lines as `consume` prints them (key, value, headers, timestamp, partition).",
+)
+@click.option(
+    "--base64",
+    "as_base64",
+    is_flag=True,
+    help="With --json: keys, values and header values are base64 (as `consume --base64`).",
+)
 @data_option
 def produce(
     topic: str,
@@ -205,11 +355,18 @@ def produce(
     partition: int | None,
     print_offsets: bool,
     null_marker: str | None,
+    headers: tuple[tuple[str, bytes], ...],
+    as_json: bool,
+    as_base64: bool,
 ) -> None:
     """Append one record per line of standard input to TOPIC."""
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
     refuse_internal(topic, "produce to it")
+    if as_json and (key_separator is not None or null_marker is not None or headers):
+        raise click.UsageError("--json reads whole records: no --key-separator/--null-marker/-H")
+    if as_base64 and not as_json:
+        raise click.UsageError("--base64 applies to --json input")
     log = app().open_log()
     config = log.topic_config(topic)
     count = log.partition_count(topic)
@@ -238,13 +395,37 @@ def produce(
     consumed = 0
     with progress, _stop_on_closed_stdout(lambda: line_no - 1):
         task = progress.add_task("produce", total=_stdin_size(stdin), topic=topic, records=0)
+        decode = _decode_base64 if as_base64 else _decode_utf8
         for lines in _stdin_lines(stdin):
-            records = [_parse_line(line, sep, marker) for line in lines]
-            refused = _first_refused(records, config, topic, line_no)
+            refused: tuple[int, FrameworkError] | None = None
+            if as_json:
+                records, targets, refused = _parse_json_lines(lines, line_no, topic, decode)
+                if partition is not None:
+                    targets = [partition] * len(records)
+            else:
+                records = [_parse_line(line, sep, marker, headers) for line in lines]
+                targets = [partition] * len(records)
+            first_refused = _first_refused(records, config, topic, line_no)
+            if first_refused is not None:
+                refused = first_refused
             if refused is not None:
                 records = records[: refused[0]]  # the lines before the bad one still go
+                targets = targets[: refused[0]]
+            bad_target = next((t for t in targets if t is not None and t >= count), None)
+            if bad_target is not None:
+                at = targets.index(bad_target)
+                refused = (
+                    at,
+                    UnknownPartitionError(
+                        f"line {line_no + at}: partition {bad_target} does not exist"
+                        f" (topic has {count})",
+                        topic=topic,
+                        partition=bad_target,
+                    ),
+                )
+                records, targets = records[:at], targets[:at]
             # send_batch returns once every record is durable: only then are offsets printed.
-            metadata = producer.send_batch(topic, records, partition=partition) if records else []
+            metadata = _send_runs(producer, topic, records, targets)
             if print_offsets and metadata:
                 stdout.write(b"".join(b"%d %d\n" % (m.partition, m.offset) for m in metadata))
                 stdout.flush()

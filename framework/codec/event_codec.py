@@ -21,6 +21,7 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
+import attrs
 import orjson
 from attrs import frozen
 
@@ -441,9 +442,10 @@ class EventCodec:
                 partition=partition,
                 offset=offset,
             )
+        described = describe_structure_error(exc, root="data")
         return SerializationError(
             f"cannot decode {reader.name}{upcast} into {reader.cls.__qualname__}: "
-            f"{describe_structure_error(exc, root='data')}",
+            f"{described}{_schema_change_hint(described, data, reader)}",
             type_name=reader.name,
             version=reader.version,
             topic=topic,
@@ -457,6 +459,20 @@ def _declares_personal(cls: type) -> bool:
     :func:`~framework.domain.privacy.subject_field`)."""
     subject_field(cls)
     return bool(personal_fields(cls))
+
+
+def _schema_change_hint(described: str, data: dict[str, Any], reader: _Reader) -> str:
+    """A hint when stored data lacks a field the class requires: the class changed shape
+    without a new version (a renamed or added field)."""
+    if "required field missing" not in described or not attrs.has(reader.cls):
+        return ""
+    declared = {f.name for f in attrs.fields(reader.cls)}
+    unknown = sorted(set(data) - declared)
+    stored = f" (stored data has {', '.join(map(repr, unknown))})" if unknown else ""
+    return (
+        f"; renamed a field?{stored} bump the version of {reader.name!r} and add an upcaster"
+        " from the stored version (docs/events.md, section 5)"
+    )
 
 
 def _has_type(value: object, field: str) -> bool:

@@ -182,7 +182,9 @@ class EventRegistry:
         declared = self._by_class.get(cls)
         if declared is None:
             raise UnknownEventTypeError(
-                f"event class {cls.__qualname__} is not registered with the codec's EventRegistry",
+                f"event class {cls.__qualname__} is not registered with the codec's"
+                " EventRegistry: add the aggregate that records it to App(aggregates=[...]),"
+                f" or add {cls.__qualname__} to App(events=[...])",
                 type_name=cls.__dict__.get("event_type"),
                 version=cls.__dict__.get("event_version"),
             )

@@ -38,6 +38,7 @@ __all__ = [
     "RESET_MODES",
     "delete_group",
     "describe_group",
+    "partition_lag",
     "group_exists",
     "list_groups",
     "parse_datetime_ms",
@@ -104,6 +105,19 @@ def _live_state(groups: GroupCoordination, group: str) -> GroupState:
         return coord.current().copy()
 
 
+def partition_lag(hwm: int, lwm: int, position: int | None) -> int:
+    """The lag of one partition: ``hwm - position``, the records a consumer at
+    ``position`` (the next offset it reads: a group's committed offset, a projector's
+    stored position) has still to read; ``None`` (nothing committed or applied yet) counts
+    from the low-water mark. Never negative. ``groups describe`` and ``project status``
+    both use this one definition.
+
+    >>> partition_lag(120, 0, 100), partition_lag(120, 20, None), partition_lag(5, 0, 9)
+    (20, 100, 0)
+    """
+    return max(hwm - (lwm if position is None else position), 0)
+
+
 def describe_group(
     log_: Log, group: str, coordination: GroupCoordination | None = None
 ) -> dict[str, Any]:
@@ -131,9 +145,14 @@ def describe_group(
         partitions |= {tp for tp in committed if tp.topic == topic}
         for tp in sorted(partitions):
             entry = committed.get(tp)
-            hwm = log_.offsets(topic, tp.partition).hwm if tp.partition < count else None
+            marks = log_.offsets(topic, tp.partition) if tp.partition < count else None
+            hwm = None if marks is None else marks.hwm
             value = None if entry is None else entry.offset
-            lag = None if value is None or hwm is None else max(hwm - value, 0)
+            lag = (
+                None
+                if value is None or marks is None
+                else partition_lag(marks.hwm, marks.lwm, value)
+            )
             rows.append(
                 {
                     "topic": tp.topic,

@@ -37,12 +37,13 @@ from typing import NamedTuple
 
 import structlog
 
-from framework._locks import FileLock
+from framework._locks import FileLock, open_rw_or_read_only
 from framework.errors import (
     CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
     PartitionReadOnlyError,
+    ReadOnlyDataError,
     RecordTooLargeError,
     UnknownTopicError,
 )
@@ -236,6 +237,15 @@ class Partition:
             partition=self.partition,
         )
 
+    def _check_writable(self, what: str) -> None:
+        if self.state.read_only:
+            raise ReadOnlyDataError(
+                f"cannot {what}: the data directory is read-only",
+                topic=self.topic,
+                partition=self.partition,
+                path=self.dir,
+            )
+
     def _wait_for_writer(self) -> None:
         """Take and release the append lock: waits for a live writer, repairs a dead one's."""
         with self.locked():
@@ -274,9 +284,11 @@ class Partition:
         FDS.opened(self)
         base = snap.active_base
         flags = os.O_RDWR | os.O_CREAT
-        self._w_fd = os.open(log_path(self.dir, base), flags, 0o644)
-        self._w_index_fd = os.open(index_path(self.dir, base), flags | os.O_APPEND, 0o644)
-        self._w_time_fd = os.open(timeindex_path(self.dir, base), flags | os.O_APPEND, 0o644)
+        self._w_fd, _ = open_rw_or_read_only(log_path(self.dir, base), flags)
+        self._w_index_fd, _ = open_rw_or_read_only(index_path(self.dir, base), flags | os.O_APPEND)
+        self._w_time_fd, _ = open_rw_or_read_only(
+            timeindex_path(self.dir, base), flags | os.O_APPEND
+        )
         self._w_base = base
         self._w_layout = snap.layout
 
@@ -289,6 +301,8 @@ class Partition:
 
     def _truncate_tail_locked(self, snap: Snapshot, size: int) -> None:
         """Drop bytes an appender wrote but never acknowledged (it died mid-append)."""
+        if self.state.read_only:
+            return  # not ours to fix on a read-only mount: readers stop at the HWM anyway
         self._log.warning(
             "truncating unacknowledged tail",
             file=str(log_path(self.dir, snap.active_base)),
@@ -300,6 +314,15 @@ class Partition:
     # ------------------------------------------------------------------ recovery
     def _recover_locked(self) -> Snapshot:
         """Rebuild the state from the files after an unclean stop (:mod:`.recovery`)."""
+        if self.state.read_only:
+            raise ReadOnlyDataError(
+                "the data directory is read-only, and this partition must be recovered first"
+                " (its writer stopped uncleanly, or it was last written before a reboot):"
+                " open it once with write access (e.g. `eventlane verify`), then read it here",
+                topic=self.topic,
+                partition=self.partition,
+                path=self.dir,
+            )
         self._close_writer()
         previous = self.state.read_unchecked() if self.state.has_magic() else None
         snap = recover(
@@ -355,6 +378,7 @@ class Partition:
         unlinked, the layout is made even again, and the journal is removed. Recovery
         replays a journal left behind. The caller holds :meth:`maintenance_lock`.
         """
+        self._check_writable("replace segments")
         if not (self.dir / COMPACTED).exists():  # from now on gaps between batches are legal
             write_atomic(self.dir / COMPACTED, b"")
         write_swap_journal(self.dir, groups)
@@ -376,6 +400,7 @@ class Partition:
         readers reload their file lists) before any file is unlinked, so a crash in between
         leaves segments recovery deletes. The caller holds :meth:`maintenance_lock`.
         """
+        self._check_writable("delete segments below")
         with self.locked() as snap:
             write_atomic(self.dir / LOG_START, str(new_lwm).encode())
             self.state.write(snap._replace(lwm=max(snap.lwm, new_lwm), layout=snap.layout + 2))
@@ -415,6 +440,7 @@ class Partition:
             raise InvalidRecordError(
                 "nothing to append", topic=self.topic, partition=self.partition
             )
+        self._check_writable("append")
         batches = self._split(records)
         if atomic and len(batches) > 1:
             raise RecordTooLargeError(
@@ -737,6 +763,7 @@ class Partition:
 
     def roll(self) -> None:
         """Roll the active segment now if it holds any record (used by retention and tests)."""
+        self._check_writable("roll a segment")
         with self.locked() as snap:
             if snap.active_size == 0:
                 return

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from framework._host import BOOT as BOOT  # noqa: PLC0414 (re-exported)
+from framework._locks import READ_ONLY_ERRNOS, open_rw_or_read_only
 
 STATE_SIZE = 128
 MAGIC = 0x314C5345
@@ -97,6 +98,8 @@ class PartitionState:
         take the append lock, which waits for a live writer or repairs what a dead one left."""
         self._identity: tuple[int, int] | None = None
         self._gone = False
+        self.read_only = False
+        """The data directory cannot be written (a read-only mount): look, never write."""
         self._map: mmap.mmap | None = None
         self._open(create=True)
 
@@ -105,7 +108,9 @@ class PartitionState:
         meanwhile belongs to another incarnation of the partition: this one is then gone
         (:attr:`deleted`) and reads a private blank instead of the new incarnation's state."""
         try:
-            fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+            fd, self.read_only = open_rw_or_read_only(
+                self.path, os.O_RDWR | (os.O_CREAT if create else 0)
+            )
         except FileNotFoundError:
             if create:
                 raise
@@ -114,11 +119,12 @@ class PartitionState:
             st = os.fstat(fd)
             if self._identity is not None and (st.st_dev, st.st_ino) != self._identity:
                 return self._blank()
-            if st.st_size < STATE_SIZE:
+            if st.st_size < STATE_SIZE and not self.read_only:
                 os.ftruncate(fd, STATE_SIZE)
             self._identity = (st.st_dev, st.st_ino)
             # mmap keeps a duplicate of the descriptor while mapped: release() gives it back
-            self._map = mmap.mmap(fd, STATE_SIZE)
+            access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_DEFAULT
+            self._map = mmap.mmap(fd, STATE_SIZE, access=access)
         finally:
             os.close(fd)
         if not create and self.on_remap is not None:
@@ -246,16 +252,28 @@ _syscall = _load_syscall()
 
 
 class Notifier:
-    """The data directory's wake-up word (``<data>/.notify``): bump after append, wait for it."""
+    """The data directory's wake-up word (``<data>/.notify``): bump after append, wait for it.
+
+    On a data directory this process cannot write (a read-only mount), the word is a private
+    copy that never changes: :meth:`wait` sleeps its timeout (nothing can append there)."""
 
     def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size < 64:
-                os.ftruncate(fd, 64)
-            self._map = mmap.mmap(fd, 64)
+            fd, read_only = open_rw_or_read_only(path)
+        except OSError as exc:  # a read-only directory without the file
+            if exc.errno not in READ_ONLY_ERRNOS:
+                raise
+            fd, read_only = -1, True
+        try:
+            if read_only:
+                self._map = mmap.mmap(-1, 64)  # a word of our own: nothing can append here
+            else:
+                if os.fstat(fd).st_size < 64:
+                    os.ftruncate(fd, 64)
+                self._map = mmap.mmap(fd, 64)
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         self._word = ctypes.c_uint32.from_buffer(self._map, 0)
         self._addr = ctypes.addressof(self._word)
 

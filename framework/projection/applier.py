@@ -20,6 +20,9 @@ order is kept; a ``dlq retry`` that applies all of a key's open letters (in offs
 releases it. The set of parked keys is re-read inside every batch's transaction while it is
 non-empty, so a release by another process is seen by the next batch, never half-way.
 
+The poison-rate breaker (:mod:`.breaker`) counts dead letters over the last events; when
+it trips, :class:`~framework.projection.breaker.PoisonRateError` rolls the batch back.
+
 An error that aborts the whole SQLite transaction (disk full, I/O error) is not a poison
 event: it propagates, nothing of the batch is kept, and the worker fails.
 """
@@ -29,7 +32,6 @@ from __future__ import annotations
 import gc
 import sqlite3
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple, Union
 
@@ -39,6 +41,8 @@ import structlog
 from framework.codec import Envelope, EventCodec, event_type_from_headers
 from framework.domain import event_type_of
 from framework.log import Record, TopicPartition
+from framework.projection.breaker import PoisonBreaker
+from framework.projection.dead_letters import describe_failure
 from framework.projection.projector import EventContext, Projector
 from framework.projection.readmodel import ReadModel
 
@@ -73,7 +77,7 @@ class _DecodeFailedError(Exception):
         super().__init__(str(error))
 
     def describe(self) -> str:
-        return _describe(self.error)
+        return describe_failure(self.error)
 
 
 _OPEN_PARKED_SQL = (
@@ -114,6 +118,13 @@ class BatchApplier:
             self._parked = self._read_parked()
         self.dead_lettered_total = 0
         """Dead letters written by this applier (workers publish them when it moves)."""
+        limits = projector.poison_breaker
+        self.breaker = (
+            None
+            if replaying or limits is None
+            else PoisonBreaker(projector.name, limits[0], limits[1])
+        )
+        """Counts this applier's dead letters; raises :class:`PoisonRateError` on a trip."""
 
     # ------------------------------------------------------------------ public
     def apply(self, records: list[Record], generation: int = 0) -> BatchResult:
@@ -199,6 +210,8 @@ class BatchApplier:
             conn.execute("RELEASE run")
             for k in range(3):
                 counts[k] += local[k]
+            if self.breaker is not None:
+                self.breaker.passed(limit - i)
             i, limit = limit, n
 
     def _fast(
@@ -226,6 +239,7 @@ class BatchApplier:
         if isinstance(decoded, _DecodeFailedError):  # deterministic: no retries
             self._dead_letter(rec, decoded.describe(), decoded.type_name, 1)
             counts[2] += 1
+            self._count_dead(rec, decoded.describe())
             return
         attempts = max(1, self.projector.handler_attempts)
         conn = self.readmodel.conn
@@ -240,12 +254,21 @@ class BatchApplier:
                 conn.execute("RELEASE event")
                 if attempt < attempts:
                     continue
-                self._dead_letter(rec, _describe(exc), _type_name(rec), attempts)
+                error = describe_failure(exc)
+                self._dead_letter(rec, error, _type_name(rec), attempts)
                 counts[2] += 1
+                self._count_dead(rec, error)
                 return
             conn.execute("RELEASE event")
             counts[0 if handled else 1] += 1
+            if self.breaker is not None:
+                self.breaker.passed(1)
             return
+
+    def _count_dead(self, rec: Record, error: str) -> None:
+        """Tell the breaker; when it trips, the batch's transaction is rolled back."""
+        if self.breaker is not None:
+            self.breaker.dead_lettered(rec.topic, rec.partition, rec.offset, error)
 
     def _decode(self, rec: Record) -> Decoded:
         """The record's envelope; ``None`` for a type the projector does not handle; or the
@@ -346,10 +369,6 @@ class BatchApplier:
             status=status,
             error=error,
         )
-
-
-def _describe(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
 
 
 def _type_name(rec: Record) -> str | None:

@@ -39,10 +39,20 @@ class DeadLetter(NamedTuple):
     status: str
     created_ms: int
 
+    @property
+    def error_line(self) -> str:
+        """The exception's own line (``ValueError: ...``): the last line of :attr:`error`,
+        which holds the handler's traceback (see :func:`describe_failure`)."""
+        lines = [line for line in self.error.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
     def to_json(self) -> dict[str, Any]:
         """JSON-ready: bytes as UTF-8 text (lossy for binary) plus the exact value in
-        base64 (``value_base64``)."""
+        base64 (``value_base64``); ``error`` is the exception's line, ``traceback`` the
+        stored traceback (file, line and source of each of the innermost frames)."""
         body = self._asdict()
+        body["error"] = self.error_line
+        body["traceback"] = self.error
         body["key"] = None if self.key is None else self.key.decode("utf-8", "replace")
         body["value"] = None if self.value is None else self.value.decode("utf-8", "replace")
         body["value_base64"] = (
@@ -217,7 +227,7 @@ def _retry_one(
             projector.handle(env.event, ctx)
             conn.execute("UPDATE _eventlane_dead_letters SET status='retried' WHERE id=?", (d.id,))
     except Exception as exc:
-        message = f"retry failed: {_describe(exc)}"
+        message = f"retry failed: {describe_failure(exc)}"
         with readmodel.transaction() as conn:
             conn.execute(
                 "UPDATE _eventlane_dead_letters SET error=?, attempts=attempts+1 WHERE id=?",
@@ -242,5 +252,13 @@ def _retry_one(
     return None
 
 
-def _describe(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+TRACEBACK_FRAMES = 8
+"""How many of the innermost frames a dead letter keeps (the handler's are the innermost)."""
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The ``error`` stored with a dead letter: Python's traceback of ``exc`` (its
+    :data:`TRACEBACK_FRAMES` innermost frames, each ``File "...", line N, in name``), ending
+    with the exception's own line (``ValueError: ...``), which ``dlq list`` shows."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-TRACEBACK_FRAMES)
+    return "".join(lines).strip()

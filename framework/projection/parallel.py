@@ -53,9 +53,9 @@ from framework.projection.applier import (
     BatchResult,
     Decoded,
     _DecodeFailedError,
-    _describe,
     _type_name,
 )
+from framework.projection.dead_letters import describe_failure as _describe
 from framework.projection.projector import EventContext, Projector
 from framework.projection.readmodel import ReadModel
 

@@ -45,6 +45,9 @@ Rules:
   in the first migration; ``setup`` is for projectors without them (or idempotent extras).
 * ``merge_rules`` (table → rule) tells a parallel rebuild how to merge rows written from
   several partitions; see :mod:`framework.replay`.
+* ``poison_breaker = (LIMIT, WINDOW)``: a worker stops applying (and keeps its position)
+  when LIMIT of the last WINDOW events were dead-lettered, so a bug in a handler does not
+  dead-letter the whole topic; ``None`` turns it off. See :mod:`.breaker`.
 """
 
 from __future__ import annotations
@@ -267,6 +270,9 @@ class Projector:
     threads at once, events of one key strictly in order. Only for projectors that do not
     write a read model (policies issuing commands): no ``migrations``, no ``setup``, and
     ``ctx.db``/``ctx.conn`` raise. Ignored in rebuilds (nothing is issued there)."""
+    poison_breaker: ClassVar[tuple[int, int] | None] = (50, 100)
+    """``(LIMIT, WINDOW)``: stop applying when LIMIT of the last WINDOW events were
+    dead-lettered (:mod:`.breaker`); ``None``: never."""
     state_per_key: ClassVar[bool] = False
     """Every row belongs to one aggregate (key): a parallel rebuild may split a partition
     into key groups (more tasks than partitions); see :mod:`framework.replay`."""

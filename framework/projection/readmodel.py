@@ -25,7 +25,8 @@ own busy handler sleeps up to 100 ms at a time, which would leave workers of one
 mostly asleep; the lock hands the file over within a millisecond.
 
 SQLite older than 3.51.3 has a rare WAL-reset corruption bug with several writing
-connections; a warning is logged, and each process keeps one writing connection per file.
+connections; each process keeps one writing connection per file, and a note saying so is
+logged once per data directory.
 """
 
 from __future__ import annotations
@@ -53,17 +54,36 @@ SAFE_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_S = 60.0
 
 
+SQLITE_NOTE = ".sqlite-version-noted"
+"""The marker, in a data directory's ``readmodels/``, that the old-SQLite note was shown."""
+
+
 @functools.cache
-def _warn_old_sqlite() -> None:
-    if sqlite3.sqlite_version_info < SAFE_SQLITE and not os.environ.get("EVENTLANE_SQLITE_WARNED"):
-        log.warning(
-            "SQLite older than 3.51.3 has a rare WAL-reset corruption bug with several writing"
-            " connections; eventlane keeps one writing connection per read-model file per"
-            " process",
-            sqlite_version=sqlite3.sqlite_version,
-        )
-        # Once per process tree: worker processes and Spark tasks inherit the marker.
-        os.environ["EVENTLANE_SQLITE_WARNED"] = "1"
+def _warn_old_sqlite(readmodels: Path) -> None:
+    """Log the old-SQLite note once per data directory (the first process to create the
+    marker file under ``readmodels/`` logs it; workers find it there; Spark tasks' scratch
+    files are not in a data directory and say nothing). ``EVENTLANE_SQLITE_WARNED=1`` in
+    the environment silences it everywhere."""
+    if sqlite3.sqlite_version_info >= SAFE_SQLITE or os.environ.get("EVENTLANE_SQLITE_WARNED"):
+        return
+    if readmodels.name != "readmodels":
+        return  # a scratch file (a Spark task's partial build), not a data directory's
+    try:
+        readmodels.mkdir(parents=True, exist_ok=True)
+        fd = os.open(readmodels / SQLITE_NOTE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except OSError:
+        return  # noted before (or a directory that cannot take the marker: nothing to write)
+    os.write(fd, f"{sqlite3.sqlite_version}\n".encode())
+    os.close(fd)
+    log.warning(
+        f"this Python's SQLite {sqlite3.sqlite_version} is older than 3.51.3, which fixes a"
+        " rare WAL-reset corruption bug that needs two connections writing one file;"
+        " eventlane avoids it (one writing connection per read-model file per process,"
+        " writers take turns through a file lock), so you need to act only if your own code"
+        " writes read-model files while workers run. A Python built with SQLite >= 3.51.3"
+        f" silences this. Shown once per data directory (marker {readmodels / SQLITE_NOTE})",
+        sqlite_version=sqlite3.sqlite_version,
+    )
 
 
 def readmodel_path(data_dir: Path | LocalDir, name: str) -> Path:
@@ -76,7 +96,7 @@ class ReadModel:
     """An open read-model file. One per process per file; thread-safe through a lock."""
 
     def __init__(self, path: Path) -> None:
-        _warn_old_sqlite()
+        _warn_old_sqlite(path.parent)
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(
@@ -267,18 +287,28 @@ class ReadModelView:
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._conn is None and self.path.exists():
-            conn = sqlite3.connect(
-                self.path.resolve().as_uri() + "?mode=ro",
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=BUSY_TIMEOUT_S,
-            )
+            conn = self._open_read_only()
             if not _has_table(conn, "_eventlane_positions"):
                 conn.close()
                 return None
             self._conn = conn
         return self._conn
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """``mode=ro``; on a read-only directory (where SQLite cannot create the WAL index
+        ``-shm``) with no ``-wal`` file, ``immutable=1``: no writer can be active there."""
+        uri = self.path.resolve().as_uri()
+        options = {"isolation_level": None, "check_same_thread": False, "timeout": BUSY_TIMEOUT_S}
+        conn = sqlite3.connect(uri + "?mode=ro", uri=True, **options)  # type: ignore[arg-type]
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            wal = Path(f"{self.path}-wal")
+            if os.access(self.path.parent, os.W_OK) or (wal.exists() and wal.stat().st_size):
+                raise
+        return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, **options)  # type: ignore[arg-type]
 
     @property
     def conn(self) -> sqlite3.Connection | None:

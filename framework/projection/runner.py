@@ -4,12 +4,15 @@ Each worker is a separate OS process (the hidden command ``eventlane project wor
 as ``python -m framework.cli`` with this interpreter) and a member
 of the projector's consumer group, so the topic's partitions are shared among them and move
 when one joins, leaves or dies. With ``restart=True`` a worker that dies (killed, crashed)
-is replaced (at once if it ran for 10 s, else after a delay doubling up to 30 s, so a
-crash loop does not spin); either way its partitions flow to the survivors within the
-session timeout. A worker that exits with status 2 could not start (bad app, pending
-migrations): it is never restarted, and when no worker is left the runner stops, with
-:attr:`Runner.failure` set to its error line. SIGTERM/SIGINT to the runner is forwarded
-to every worker, which finishes its batch, commits and leaves the group.
+is replaced (at once if it ran for 10 s, else after a delay doubling up to 30 s, so a crash
+loop does not spin); either way its partitions flow to the survivors within the session
+timeout. A worker stopped by its poison-rate breaker (status 3, :mod:`.breaker`) is never
+replaced: it would trip again. A worker that exits with status 2 could not start (bad
+app, pending migrations): it is never restarted, and when no worker is left the runner
+stops, with :attr:`Runner.failure` set to its error line. SIGTERM/SIGINT to the runner is
+forwarded to every worker, which finishes its batch, commits and leaves the group. A runner
+killed outright (SIGKILL) leaves no orphans: each worker gets SIGTERM from the kernel when
+its supervisor dies (:mod:`.lifeline`) and stops the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from typing import Any
 import attrs
 import structlog
 
+from framework.projection.breaker import EXIT_BREAKER, describe, load_tripped
+from framework.projection.lifeline import SUPERVISOR_ENV
+from framework.projection.readmodel import readmodel_path
 from framework.projection.worker import EXIT_CANNOT_START
 
 log = structlog.get_logger("eventlane.projection")
@@ -103,7 +109,7 @@ class Runner:
             str(self.session_timeout_ms),
         ]
         env = os.environ.copy() if self.env is None else dict(self.env)
-        env.setdefault("EVENTLANE_SQLITE_WARNED", "1")  # the parent process warned already
+        env[SUPERVISOR_ENV] = str(os.getpid())  # the worker stops when this process dies
         if self.log_path is None:
             proc = subprocess.Popen(cmd, env=env)
         else:
@@ -143,6 +149,15 @@ class Runner:
                 self.failure = self._last_log_line() or (
                     f"worker {worker.pid} could not start (exit status {code}; see its error above)"
                 )
+                continue
+            if code == EXIT_BREAKER:  # the same code would trip again: never replaced
+                record = load_tripped(readmodel_path(self.data, self.name))
+                self.failure = (
+                    describe(record)
+                    if record is not None
+                    else f"worker {worker.pid} stopped by its poison-rate breaker"
+                )
+                log.error("worker stopped by its poison-rate breaker; not replaced", pid=worker.pid)
                 continue
             if self.restart and not self._stopping:
                 # A worker that keeps dying young is restarted with a growing delay.

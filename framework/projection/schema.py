@@ -11,9 +11,15 @@ Rules (``eventlane migrate APP`` applies; a worker checks on start):
   a savepoint, so a failing one leaves nothing behind), so workers and ``migrate`` starting
   together never apply one twice. A migration declared ``transactional=False`` (``VACUUM``)
   runs outside any transaction, as sqlite-utils runs it.
+* A read model belongs to the app that first opened it (its ``App`` name, kept in
+  ``_eventlane_owner``): another app whose projector has the same name on the same data
+  directory is refused, by workers and by ``migrate``, before anything is applied, so one
+  app's migrations are never grafted onto another app's read model.
 """
 
 from __future__ import annotations
+
+import sqlite3
 
 import structlog
 from sqlite_utils import Migrations
@@ -50,12 +56,43 @@ def apply_migrations(migrations: Migrations | None, readmodel: ReadModel) -> lis
     return names
 
 
+def _owner(readmodel: ReadModel) -> str | None:
+    try:
+        row = readmodel.conn.execute("SELECT app FROM _eventlane_owner").fetchone()
+    except sqlite3.OperationalError:  # no such table: a read model from before owners
+        return None
+    return None if row is None else str(row[0])
+
+
+def claim_owner(readmodel: ReadModel, app: str, name: str) -> None:
+    """Record ``app`` as the owner of a new read model; refuse one another app owns.
+
+    Reads first, without the write lock (a worker starting while another one holds it, even
+    a frozen one, must not wait here); writes only to claim a read model nobody owns yet."""
+    owner = _owner(readmodel)
+    if owner is None:
+        with readmodel.transaction() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS _eventlane_owner (app TEXT NOT NULL)")
+            row = conn.execute("SELECT app FROM _eventlane_owner").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO _eventlane_owner VALUES (?)", (app,))
+            owner = app if row is None else str(row[0])
+    if owner != app:
+        raise ProjectionError(
+            f"read model {name!r} belongs to app {owner!r}, not to app {app!r}: two apps"
+            " share this data directory and a projector name; nothing was applied. Give"
+            " this app its own data directory (--data), or its projector another name",
+            path=readmodel.path,
+        )
+
+
 def open_readmodel(runtime: ProjectionHost, name: str, *, migrate: bool = False) -> ReadModel:
     """Open projector ``name``'s read model, refusing pending migrations (see the module
     docstring); ``migrate=True`` applies them instead."""
     migrations = runtime.app.projector(name).migrations
     readmodel = ReadModel(runtime.log.local.readmodel(name))
     try:
+        claim_owner(readmodel, runtime.app.name, name)
         pending = pending_migrations(migrations, readmodel)
         if not pending:
             return readmodel
@@ -81,6 +118,7 @@ def migrate_all(runtime: ProjectionHost) -> dict[str, list[str]]:
     for name in sorted(runtime.app.projectors):
         readmodel = ReadModel(runtime.log.local.readmodel(name))
         try:
+            claim_owner(readmodel, runtime.app.name, name)
             own = [f"eventlane.read_model:{m}" for m in readmodel.framework_migrations_applied]
             migrations = runtime.app.projector(name).migrations
             theirs = apply_migrations(migrations, readmodel)

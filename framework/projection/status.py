@@ -12,7 +12,10 @@ members from the group's shared state. Nothing here needs a running worker.
      "lag": total, "members": [{"member_id", "pid", "host", "alive",
                                 "assignment": ["topic-partition", ...]}],
      "dead_letters": {"dead": n, "parked": n, "retried": n},
-     "pending_migrations": [name, ...]}
+     "pending_migrations": [name, ...], "breaker": null | BREAKER}
+
+``breaker`` is the record of a tripped poison-rate breaker (:mod:`.breaker`), ``null`` while
+none tripped since a worker last started.
 
 ``position`` is the next offset to apply (``null``: never claimed, so the projection starts
 at the low-water mark); ``lag = hwm - position`` (``hwm - lwm`` when null); ``owner`` the
@@ -28,9 +31,11 @@ from typing import Any
 
 from sqlite_utils import Migrations
 
+from framework.consumer.admin import partition_lag
 from framework.consumer.coordination import FileCoordination
 from framework.errors import UnknownTopicError
 from framework.log import Log, RecordMetadata, TopicPartition
+from framework.projection.breaker import load_tripped
 from framework.projection.readmodel import ReadModelView
 
 __all__ = ["notify_applied", "offsets_after", "projection_status", "wait_for_offsets"]
@@ -132,7 +137,7 @@ def projection_status(
             tp = TopicPartition(topic, p)
             offs = log.offsets(topic, p)
             position = positions.get(tp)
-            lag = max(offs.hwm - (offs.lwm if position is None else position), 0)
+            lag = partition_lag(offs.hwm, offs.lwm, position)
             total += lag
             rows.append(
                 {
@@ -155,4 +160,5 @@ def projection_status(
         "members": members,
         "dead_letters": dead,
         "pending_migrations": pending,
+        "breaker": load_tripped(path),
     }

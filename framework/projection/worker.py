@@ -38,8 +38,14 @@ from framework.consumer.group import GroupConsumer
 from framework.errors import CommitFailedError, FencedError, FrameworkError
 from framework.log import Record, TopicPartition
 from framework.projection.applier import BatchResult
+from framework.projection.breaker import (
+    PoisonRateError,
+    clear_tripped,
+    save_tripped,
+)
 from framework.projection.dead_letters import publish_dead_letters
 from framework.projection.host import ProjectionHost
+from framework.projection.lifeline import supervisor_gone
 from framework.projection.parallel import applier_for
 from framework.projection.pause import PauseControl
 from framework.projection.schema import open_readmodel
@@ -92,10 +98,14 @@ class Worker:
         """Batches the read model refused because a newer generation owns a partition."""
         self._log = log.bind(projector=name, group=name, pid=os.getpid())
         self._next_group_commit = 0.0
+        self._uncommitted = False
         self._published = -1
         self._pause = PauseControl(runtime.log.local, name)
         self._readmodel_inode = _inode(self.readmodel.path)
         self._readmodel_open = True
+        self.tripped: PoisonRateError | None = None
+        """Set when the poison-rate breaker stopped this worker (see :mod:`.breaker`)."""
+        clear_tripped(self.readmodel.path)  # a (re)started worker: new code, a new chance
         for topic in self.projector.topic_names:
             if not runtime.log.topic_exists(topic):
                 runtime.log.create_topic(
@@ -158,6 +168,7 @@ class Worker:
         owned = self.consumer.assignment() if partitions is None else set(partitions)
         offsets = {tp: positions[tp] for tp in owned if tp in positions}
         self._next_group_commit = time.monotonic() + self.group_commit_interval_s
+        self._uncommitted = False
         if not offsets:
             return
         try:
@@ -175,6 +186,10 @@ class Worker:
         """Apply a polled batch exactly once; ``None`` when the read model refused it."""
         records, generation = polled
         if not records:
+            # Idle: commit what the last batches applied, so group tools (``groups
+            # describe``) show the same lag as ``project status`` within the interval.
+            if self._uncommitted and time.monotonic() >= self._next_group_commit:
+                self._commit_group()
             return BatchResult(0, 0, 0)
         try:
             result = self.applier.apply(records, generation)
@@ -191,6 +206,7 @@ class Worker:
             self._rewind({TopicPartition(r.topic, r.partition) for r in records})
             return None
         self.applied += len(records)
+        self._uncommitted = True
         notify_applied(self.runtime.log)
         if time.monotonic() >= self._next_group_commit:
             self._commit_group()
@@ -229,6 +245,13 @@ class Worker:
         try:
             while not self.stopping.is_set() and not (until is not None and until()):
                 self.run_once()
+                if supervisor_gone():  # where no parent-death signal exists (not Linux)
+                    self._log.warning("the supervisor died: stopping")
+                    self.stopping.set()
+        except PoisonRateError as exc:
+            self.tripped = exc
+            save_tripped(self.readmodel.path, exc.record)
+            self._log.error(str(exc), last_error=exc.record["error"])
         finally:
             self.close()
 

@@ -21,6 +21,14 @@ benchmark directory) are appended to ``PYTHONPATH``, so the application module a
 import, a worker can import too. On a cluster, ship the application as a package or with
 ``--py-files`` instead (see ``docs/spark.md``).
 
+The master is checked before a JVM starts: :func:`validate_master` refuses a string Spark
+would not understand (``local[x]``) with a :class:`~framework.errors.ConfigError`, and for a
+``spark://host:port`` master one of its hosts must accept a TCP connection within
+``EVENTLANE_SPARK_CONNECT_TIMEOUT`` seconds (default 10), else a
+:class:`~framework.errors.ReplayError` says so (Spark itself would wait about a minute, then
+print pages of Java traces). A session that still fails to start is reported as one
+``ReplayError`` naming the master.
+
 A session is process-wide: once the JVM runs, JVM settings (``spark.driver.memory``, Java
 options) of a later call are ignored, as ``SparkSession.builder.getOrCreate`` does.
 """
@@ -28,16 +36,28 @@ options) of a later call are ignored, as ``SparkSession.builder.getOrCreate`` do
 from __future__ import annotations
 
 import os
+import re
+import socket
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from framework.errors import ConfigError, ReplayError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_CONF", "is_local", "spark_session"]
+__all__ = ["DEFAULT_CONF", "is_local", "spark_session", "validate_master"]
+
+_LOCAL = re.compile(r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?")
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[[1-9]\d*,\s*[1-9]\d*,\s*[1-9]\d*\]")
+_HOST_PORT = re.compile(r"[A-Za-z0-9._-]+:\d{1,5}")
+MASTER_FORMS = (
+    "local, local[N], local[*], local[N,F], spark://HOST:PORT[,HOST:PORT], yarn, k8s://URL"
+)
 
 DEFAULT_CONF: Mapping[str, str] = {
     "spark.app.name": "eventlane",
@@ -68,6 +88,51 @@ logger.netty.level = error
 
 def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
+
+
+def validate_master(master: str) -> str:
+    """``master`` if Spark understands it, else a :class:`ConfigError` listing the forms."""
+    text = master.strip()
+    ok = (
+        _LOCAL.fullmatch(text) is not None
+        or _LOCAL_CLUSTER.fullmatch(text) is not None
+        or text == "yarn"
+        or (text.startswith("k8s://") and len(text) > len("k8s://"))
+        or (
+            text.startswith("spark://")
+            and all(_HOST_PORT.fullmatch(h) for h in text[len("spark://") :].split(","))
+        )
+    )
+    if not ok:
+        raise ConfigError(f"not a Spark master: {master!r}; use one of {MASTER_FORMS}")
+    return text
+
+
+def check_reachable(master: str, timeout: float | None = None) -> None:
+    """For ``spark://host:port[,...]``: wait at most ``timeout`` seconds (default
+    ``$EVENTLANE_SPARK_CONNECT_TIMEOUT`` or 10) for one host to accept a TCP connection."""
+    if not master.startswith("spark://"):
+        return
+    if timeout is None:
+        timeout = float(os.environ.get("EVENTLANE_SPARK_CONNECT_TIMEOUT", "10"))
+    deadline = time.monotonic() + timeout
+    reasons: list[str] = []
+    while True:
+        reasons.clear()
+        for hostport in master[len("spark://") :].split(","):
+            host, _, port = hostport.rpartition(":")
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                socket.create_connection((host, int(port)), timeout=min(left, 2.0)).close()
+                return
+            except OSError as exc:
+                reasons.append(f"{hostport}: {exc.strerror or exc}")
+        if time.monotonic() >= deadline:
+            raise ReplayError(
+                f"cannot reach Spark master {master} after {timeout:g} s ({'; '.join(reasons)});"
+                " is the master running? (local mode needs no master: --master 'local[2]')"
+            )
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def _local_cores(master: str) -> int:
@@ -131,6 +196,9 @@ def spark_session(
     if app_name is not None:
         settings["spark.app.name"] = app_name
     chosen = settings.get("spark.master", "")
+    if chosen:
+        chosen = settings["spark.master"] = validate_master(chosen)
+        check_reachable(chosen)
     if is_local(chosen):
         prepare_local_environment()
         settings.setdefault("spark.sql.shuffle.partitions", str(2 * _local_cores(chosen)))
@@ -143,7 +211,11 @@ def spark_session(
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # py4j/JVM failures: one line naming the master
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ReplayError(f"cannot start Spark with master {chosen or '?'!r}: {first}") from exc
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(EventlaneDataSource)
     return spark

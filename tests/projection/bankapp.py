@@ -168,7 +168,7 @@ class Balances(Projector):
 
     def _add(self, ctx: EventContext, amount: int) -> None:
         ctx.conn.execute(
-            "INSERT INTO balances VALUES (?, ?, 1) ON CONFLICT(id) DO UPDATE"
+            "INSERT INTO balances (id, total, events) VALUES (?, ?, 1) ON CONFLICT(id) DO UPDATE"
             " SET total = total + excluded.total, events = events + 1",
             (ctx.aggregate_id, amount),
         )

@@ -1,0 +1,88 @@
+"""Retiring (or renaming) a projector: remove everything it left in a data directory.
+
+A projector's name is its consumer group and its read model, so a renamed projector starts
+afresh under the new name and the old one's state stays behind. :func:`retire_projector`
+removes, for one name, in this order: the consumer group (its committed offsets and state;
+refused while it has live members), the ``<name>.dlq`` topic, and the files under
+``<data>/readmodels/``: ``<name>.sqlite`` with its ``-wal``/``-shm``/``-journal``/``.lock``
+siblings (the read model, its positions and its dead letters), ``<name>.rebuild.sqlite``,
+``<name>.log``, ``<name>.pause``/``.pause-acks`` and ``<name>.breaker.json``. With
+``dry_run`` it only reports what it would remove. Nothing else is touched: the events stay
+in their topics.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import structlog
+
+from framework.consumer.admin import delete_group, group_exists
+from framework.errors import ProjectionError
+from framework.log import Log
+from framework.projection.dead_letters import dlq_topic
+from framework.projection.readmodel import ReadModelView, readmodel_path
+from framework.projection.status import projection_status
+
+log = structlog.get_logger("eventlane.projection")
+
+_SUFFIXES = (
+    ".sqlite",
+    ".sqlite-wal",
+    ".sqlite-shm",
+    ".sqlite-journal",
+    ".sqlite.lock",
+    ".rebuild.sqlite",
+    ".log",
+    ".pause",
+    ".pause-acks",
+    ".breaker.json",
+)
+
+
+class RetireReport(NamedTuple):
+    """What was (or, with ``dry_run``, would be) removed."""
+
+    projector: str
+    group: bool
+    dlq_topic: str | None
+    files: list[str]
+    dead_letters: int
+    dry_run: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+def retire_projector(log_: Log, data: Path, name: str, *, dry_run: bool = False) -> RetireReport:
+    """Remove projector ``name``'s group, dead-letter topic and read-model files (the data
+    directory ``data`` is where ``log_`` keeps them)."""
+    path = readmodel_path(data, name)
+    doc = projection_status(log_, name, (), path, None)
+    live = [m["member_id"] for m in doc["members"] if m["alive"]]
+    if live:
+        raise ProjectionError(
+            f"projector {name!r} has {len(live)} live worker(s) ({', '.join(live)}):"
+            " stop them first"
+        )
+    folder = path.parent
+    files = [folder / f"{name}{suffix}" for suffix in _SUFFIXES]
+    files = [f for f in files if f.exists()]
+    with ReadModelView(path) as view:
+        dead = sum(view.dead_letter_counts().values())
+    has_group = group_exists(log_, name)
+    topic = dlq_topic(name) if log_.topic_exists(dlq_topic(name)) else None
+    if not (files or has_group or topic):
+        raise ProjectionError(
+            f"nothing to remove: no group, read model or dead letters named {name!r}"
+        )
+    if not dry_run:
+        if has_group:
+            delete_group(log_, name)
+        if topic is not None:
+            log_.delete_topic(topic)
+        for f in files:
+            f.unlink(missing_ok=True)
+        log.info("projector removed", projector=name, files=len(files), dead_letters=dead)
+    return RetireReport(name, has_group, topic, [str(f) for f in files], dead, dry_run)

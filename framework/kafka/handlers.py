@@ -633,10 +633,9 @@ class Broker:
                         offset = (
                             await asyncio.to_thread(self.log.offsets, topic.name, p.partition_index)
                         ).hwm
-                    delete = getattr(self.log, "delete_records", None)
-                    if delete is None:
-                        raise ConfigError("this log cannot delete records", topic=topic.name)
-                    lwm = await asyncio.to_thread(delete, topic.name, p.partition_index, offset)
+                    lwm = await asyncio.to_thread(
+                        self.log.delete_records, topic.name, p.partition_index, offset
+                    )
                 except FrameworkError as exc:
                     code = error_for(exc)
                 parts.append(

@@ -134,6 +134,11 @@ class Log(Protocol):
         """Close the partition's active segment (a no-op where that means nothing)."""
         ...
 
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Advance the low-water mark to ``before_offset`` (Kafka's DeleteRecords); the new
+        low-water mark. ``OffsetOutOfRangeError`` above the high-water mark."""
+        ...
+
     def compact(
         self, topic: str, *, progress: Progress | None = None
     ) -> list[CompactionReport]: ...

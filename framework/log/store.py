@@ -33,6 +33,7 @@ from framework.errors import (
     DataLossError,
     FrameworkError,
     InvalidRecordError,
+    OffsetOutOfRangeError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -475,6 +476,30 @@ class LogStore:
         """Close the active segment of ``topic``/``partition`` (so maintenance can reach its
         records: compaction never touches the active segment)."""
         self.partition(topic, partition).roll()
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Kafka's DeleteRecords: advance the low-water mark to ``before_offset`` (records
+        below it become unreadable: offset out of range), delete the segments wholly below
+        it, and return the new low-water mark. The mark is durable (``log-start-offset``)
+        before any file goes; an offset at or below the current mark changes nothing.
+        :class:`~framework.errors.OffsetOutOfRangeError` above the high-water mark."""
+        part = self.partition(topic, partition)
+        marks = part.offsets()
+        if before_offset < 0 or before_offset > marks.hwm:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records below {before_offset}: the partition holds"
+                f" [{marks.lwm}, {marks.hwm})",
+                topic=topic,
+                partition=partition,
+                offset=before_offset,
+                lwm=marks.lwm,
+                leo=marks.leo,
+            )
+        if before_offset > marks.lwm:
+            with part.maintenance_lock():
+                part.delete_segments_below(before_offset)
+            log.info("records deleted", topic=topic, partition=partition, lwm=before_offset)
+        return self.offsets(topic, partition).lwm
 
     def _each_partition(
         self,

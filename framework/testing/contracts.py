@@ -408,3 +408,15 @@ class LogContract(abc.ABC):
         assert len(log.compact("t")) == 3
         assert len(log.cleanup("t")) == 3
         assert log.verify("t") == [] and log.verify() == []
+
+    def test_delete_records_advances_the_low_water_mark(self, log: Log) -> None:
+        log.create_topic("t", 1)
+        log.append("t", 0, [(b"k", b"%d" % i, (), None) for i in range(10)])
+        assert log.delete_records("t", 0, 4) == 4
+        assert log.offsets("t", 0).lwm == 4
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read("t", 0, 2)
+        assert [r.offset for r in log.read("t", 0, 4)[0]][:1] == [4]
+        assert log.delete_records("t", 0, 1) == 4  # never backwards
+        with pytest.raises(OffsetOutOfRangeError):
+            log.delete_records("t", 0, 11)

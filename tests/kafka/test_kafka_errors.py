@@ -126,3 +126,22 @@ def test_transactions_are_refused_not_half_done(kafka) -> None:
     )
     with pytest.raises(KafkaException):
         producer.init_transactions(10)
+
+
+def test_delete_records_advances_the_low_water_mark(kafka) -> None:
+    from confluent_kafka import TopicPartition as CTP  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    log = LogStore(kafka.data)
+    log.create_topic("trim", 1)
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+    for i in range(20):
+        producer.send("trim", key=b"k", value=b"%d" % i)
+    producer.flush(10)
+    producer.close()
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    futures = admin.delete_records([CTP("trim", 0, 12)])
+    deleted = next(iter(futures.values())).result(20)
+    assert deleted.low_watermark == 12
+    assert log.offsets("trim", 0).lwm == 12
+    log.close()

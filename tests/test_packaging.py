@@ -54,6 +54,10 @@ def test_the_eventlane_wheel_installs_only_framework(tmp_path: Path) -> None:
         "eventlane",
         "=",
         "framework.cli:main",
+        "[eventlane.engines]",  # the framework's own engine adapters (loaded on demand)
+        "nats",
+        "=",
+        "framework.log.jetstream.log:open_url",
     ]
 
 

@@ -41,6 +41,7 @@ from framework.codec import EventCodec, event_type_from_headers
 from framework.domain import DomainEvent
 from framework.errors import ConfigError, FrameworkError
 from framework.replay.build import app_codec
+from framework.replay.ranges import open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -143,10 +144,16 @@ def _value(value: Any, atype: pa.DataType, codec: EventCodec) -> Any:
 
 
 def decode_batches(
-    batches: Iterable[pa.RecordBatch], app: App, event_cls: type[DomainEvent]
+    batches: Iterable[pa.RecordBatch],
+    app: App,
+    event_cls: type[DomainEvent],
+    data: str | Path | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Raw record batches (the data source's schema) → typed batches of ``event_cls``."""
-    codec = app_codec(app)
+    """Raw record batches (the data source's schema) → typed batches of ``event_cls``.
+
+    ``data`` (the log's data directory) gives the codec the app's key store, so personal
+    fields decrypt (or read as erased); without it, events with personal fields fail."""
+    codec = app_codec(app, None if data is None else open_store(str(Path(data).resolve())))
     registry = codec.registry
     schema = arrow_schema(event_cls)
     own = [(f.name, f.type) for f in schema][len(ENVELOPE_FIELDS) :]
@@ -226,6 +233,6 @@ def event_frame(
     spark_schema = from_arrow_schema(arrow_schema(event_cls))
 
     def decode(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return decode_batches(batches, app, event_cls)
+        return decode_batches(batches, app, event_cls, data)
 
     return raw.mapInArrow(decode, spark_schema)

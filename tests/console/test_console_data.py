@@ -146,7 +146,7 @@ def test_open_log_refuses_a_directory_without_a_log(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no eventlane data"):
         open_log(tmp_path, None)
     with pytest.raises(ConfigError, match="no log engine for URL scheme"):
-        open_log(None, "nats://127.0.0.1:4222")
+        open_log(None, "nosuchengine://127.0.0.1:4222")
     with pytest.raises(ConfigError, match="name different logs"):
         open_log(tmp_path / "a", f"file://{tmp_path}/b")
     assert not (tmp_path / "topics").exists()

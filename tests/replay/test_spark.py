@@ -30,7 +30,6 @@ from framework.codec import Envelope
 from framework.log import LogStore, Record, TopicPartition
 from framework.projection import ReadModelView, readmodel_path
 from framework.projection.pause import PauseControl
-from framework.replay.build import app_codec
 from framework.replay.checksum import POSITIONS, compare, file_checksums
 from framework.replay.datasource import EventlaneReader, records_to_arrow
 from framework.replay.handoff import rebuild_and_swap
@@ -441,19 +440,23 @@ def test_hand_off_under_load_has_no_gap_and_no_duplicate(
     assert str(ROOT) in os.environ["PYTHONPATH"]
 
 
-def test_typed_rows_of_nested_events() -> None:
+def test_typed_rows_of_nested_events(tmp_path: Path) -> None:
     """Structs, arrays of structs: the example app's ``OrderPlaced`` (decoded without a
-    session: the same function ``mapInArrow`` runs in the workers)."""
+    session: the same function ``mapInArrow`` runs in the workers). Its shipping address is
+    personal: the executor's codec opens the app's key store in the data directory."""
     event = OrderPlaced(
         "customer-1",
         (OrderLine("sku-1", 2, 450), OrderLine("sku-2", 1, 999)),
         Address("1 Main St", "Oslo", "NO"),
     )
-    key, value, headers = app_codec(invoicing).encode(Envelope(event, "order-1", 1))
+    data = tmp_path / "data"
+    with invoicing.open(data) as runtime:
+        key, value, headers = runtime.codec.encode(Envelope(event, "order-1", 1))
+    assert b"1 Main St" not in value  # sealed on the way in
     raw = records_to_arrow(
         [Record("orders", 0, 7, 1_700_000_000_000, 0, key, value, tuple(headers))]
     )
-    (batch,) = list(decode_batches([raw], invoicing, OrderPlaced))
+    (batch,) = list(decode_batches([raw], invoicing, OrderPlaced, data))
     schema = arrow_schema(OrderPlaced)
     assert pa.types.is_list(schema.field("lines").type)
     assert pa.types.is_struct(schema.field("shipping_address").type)

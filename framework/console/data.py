@@ -267,7 +267,7 @@ class ConsoleData:
             self.app.open(log_, create_topics=False) if self.app is not None else None
         )
         self._event_topics = frozenset(
-            c.topic for c in (self.app.aggregates if self.app is not None else ())
+            self.app.names.aggregate_topic(c) for c in (self.app.aggregates if self.app else ())
         )
         self._jobs: dict[int, RebuildJob] = {}
         self._jobs_lock = threading.Lock()
@@ -597,7 +597,10 @@ class ConsoleData:
     def aggregate_types(self) -> list[dict[str, str]]:
         if self.app is None:
             return []
-        return [{"name": c.__name__, "topic": c.topic} for c in self.app.aggregates]
+        return [
+            {"name": c.__name__, "topic": self.app.names.aggregate_topic(c)}
+            for c in self.app.aggregates
+        ]
 
     def aggregate(self, type_name: str, aggregate_id: str, version: int | None) -> dict[str, Any]:
         """Every event of one aggregate in order and its state folded at ``version``
@@ -611,8 +614,9 @@ class ConsoleData:
                 f"app {self.app.name!r} has no aggregate {type_name!r}; it has"
                 f" {', '.join(sorted(classes))}"
             )
-        partition = self.partition_of(cls.topic, aggregate_id)
-        records = self.key_records(cls.topic, partition, aggregate_id.encode()) or []
+        topic = self.app.names.aggregate_topic(cls)
+        partition = self.partition_of(topic, aggregate_id)
+        records = self.key_records(topic, partition, aggregate_id.encode()) or []
         if not records:
             raise AggregateNotFoundError(f"{type_name} {aggregate_id!r} has no events")
         events = [{**self._decoded(r), "offset": r.offset} for r in records]
@@ -622,7 +626,7 @@ class ConsoleData:
         state = {name: self._unstructure(getattr(agg, name)) for name in cls.state_fields()}
         return {
             "type": type_name,
-            "topic": cls.topic,
+            "topic": topic,
             "aggregate_id": aggregate_id,
             "partition": partition,
             "version": at,
@@ -720,7 +724,7 @@ class ConsoleData:
             status = "running"
         else:
             status = "stopped"
-        return {**doc, "status": status, "topics": list(self.app.projector(name).topics)}
+        return {**doc, "status": status, "topics": list(self.runtime.topics_of(name))}
 
     def dead_letters(self, projector: str, status: str = "all") -> list[dict[str, Any]]:
         path = self.runtime_required().readmodel_path(self._projector(projector))

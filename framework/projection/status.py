@@ -16,8 +16,9 @@ members from the group's shared state. Nothing here needs a running worker.
      "pending_migrations": [name, ...], "breaker": null | BREAKER}
 
 ``group`` is the projector's consumer group: its name in the app's namespace
-(:mod:`framework.app.namespace`; ``Runtime.status`` fills both). ``breaker`` is the record of a tripped poison-rate breaker (:mod:`.breaker`), ``null`` while
-none tripped since a worker last started.
+(:mod:`framework.app.namespace`; ``Runtime.status`` fills both). ``breaker`` is the record
+of a tripped poison-rate breaker (:mod:`.breaker`), ``null`` while none tripped since a
+worker last started.
 
 ``position`` is the next offset to apply (``null``: never claimed, so the projection starts
 at the low-water mark); ``lag = hwm - position`` (``hwm - lwm`` when null); ``owner`` the

@@ -267,7 +267,7 @@ class ConsoleData:
             self.app.open(log_, create_topics=False) if self.app is not None else None
         )
         self._event_topics = frozenset(
-            self.app.names.aggregate_topic(c) for c in (self.app.aggregates if self.app else ())
+            () if self.app is None else map(self.app.names.aggregate_topic, self.app.aggregates)
         )
         self._jobs: dict[int, RebuildJob] = {}
         self._jobs_lock = threading.Lock()

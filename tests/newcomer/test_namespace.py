@@ -96,17 +96,55 @@ def _rows(path: Path) -> list[tuple[str, str]]:
         conn.close()
 
 
-def test_two_deployments_share_one_data_directory(workdir: Path) -> None:
-    (workdir / "tenants.py").write_text(TENANTS)
-    for app in ("tenants:staging", "tenants:prod"):
-        _cli(workdir, "migrate", app)
-    python(SEED, cwd=workdir)  # prod's member ids "p-bad-N" make the buggy handler fail
+PLAIN = """
+from library.app import app
+from library.domain import Loan
+with app.open("d") as rt:
+    for i in range(3):
+        rt.execute(Loan, f"loan-{i}", lambda l: l.request(f"m-{i}", "b"), create=True)
+"""
 
-    # topics: every name in its namespace, nothing bare; `topics list --namespace` filters
+PLAIN_AGAIN = """
+from library.app import app
+from library.domain import Loan
+with app.open("d") as rt:
+    print(app.namespace, rt.load(Loan, "loan-2").status, rt.status("loans_view")["lag"],
+          rt.readmodel_path("loans_view").name, rt.status("loans_view")["group"])
+"""
+
+
+def test_namespaces_share_one_data_directory(workdir: Path) -> None:
+    """First the library app without a namespace (the names eventlane always wrote), then two
+    deployments of it, staging and prod, on the same data directory."""
+    readmodels = workdir / "d" / "readmodels"
+    _cli(workdir, "migrate", "library.app:app")
+    python(PLAIN, cwd=workdir)
+    _run_until_caught_up(workdir, "library.app:app")
+
     def topics(*args: str) -> set[str]:
         return {t["name"] for t in json.loads(_cli(workdir, "topics", "list", "--json", *args))}
 
-    assert topics() == {"staging.loans", "staging.members", "prod.loans", "prod.members"}
+    def groups(*args: str) -> set[str]:
+        return {g["group"] for g in json.loads(_cli(workdir, "groups", "list", "--json", *args))}
+
+    plain_topics = {"loans", "members", "__consumer_offsets"}  # the last: group commits
+    assert topics() == plain_topics and groups() == {"loans_view"}
+    plain_files = {p.name for p in readmodels.iterdir() if p.suffix == ".sqlite"}
+    assert plain_files == {"loans_view.sqlite", "members_view.sqlite"}
+    plain_rows = _rows(readmodels / "loans_view.sqlite")
+    assert len(plain_rows) == 3
+
+    # two deployments join; prod's member ids "p-bad-N" make the buggy handler fail
+    (workdir / "tenants.py").write_text(TENANTS)
+    for app in ("tenants:staging", "tenants:prod"):
+        _cli(workdir, "migrate", app)
+    python(SEED, cwd=workdir)
+    assert topics() == plain_topics | {
+        "staging.loans",
+        "staging.members",
+        "prod.loans",
+        "prod.members",
+    }
     assert topics("--namespace", "prod") == {"prod.loans", "prod.members"}
 
     # live workers (real processes); prod's handler is buggy
@@ -116,14 +154,10 @@ def test_two_deployments_share_one_data_directory(workdir: Path) -> None:
     assert {r["topic"] for r in prod["partitions"]} == {"prod.loans"}
     assert Path(staging["readmodel"]).name == "staging.loans_view.sqlite"
     assert staging["dead_letters"] == {} and prod["dead_letters"] == {"dead": 2}
-
-    groups = {g["group"] for g in json.loads(_cli(workdir, "groups", "list", "--json"))}
-    assert groups == {"staging.loans_view", "prod.loans_view"}
-    only = json.loads(_cli(workdir, "groups", "list", "--json", "--namespace", "prod"))
-    assert [g["group"] for g in only] == ["prod.loans_view"]
+    assert groups() == {"loans_view", "staging.loans_view", "prod.loans_view"}
+    assert groups("--namespace", "prod") == {"prod.loans_view"}
 
     # read models hold their own deployment's events only
-    readmodels = workdir / "d" / "readmodels"
     assert [r[0] for r in _rows(readmodels / "staging.loans_view.sqlite")] == sorted(
         f"loan-s-{i}" for i in range(6)
     )
@@ -139,7 +173,7 @@ def test_two_deployments_share_one_data_directory(workdir: Path) -> None:
     dlq = _cli(workdir, "consume", "prod.loans_view.dlq", "--max", "2")
     assert dlq.count("loan-p-bad-") == 2
 
-    # the fixed code retries prod's letters; staging is untouched
+    # the fixed code retries prod's letters; the others are untouched
     retried = json.loads(
         _cli(workdir, "dlq", "retry", "tenants:prod", "-p", "loans_view", "--json")
     )
@@ -165,55 +199,21 @@ def test_two_deployments_share_one_data_directory(workdir: Path) -> None:
         readmodels / "staging.loans_view.sqlite"
     )
 
-    # removing one deployment's projector leaves the other's
+    # removing one deployment's projector leaves the others'
     _cli(workdir, "project", "remove", "prod.loans_view")
-    assert {g["group"] for g in json.loads(_cli(workdir, "groups", "list", "--json"))} == {
-        "staging.loans_view"
-    }
+    assert groups() == {"loans_view", "staging.loans_view"}
     assert not (readmodels / "prod.loans_view.sqlite").exists()
     assert len(_rows(readmodels / "staging.loans_view.sqlite")) == 6
 
-
-def test_no_namespace_keeps_todays_names(workdir: Path) -> None:
-    """An app without a namespace writes exactly the names eventlane wrote before namespaces
-    existed, and reopens such a data directory unchanged."""
-    _cli(workdir, "migrate", "library.app:app")
-    python(
-        """
-        from library.app import app
-        from library.domain import Loan, Member
-        assert app.namespace is None
-        with app.open("d") as rt:
-            rt.execute(Member, "member-1", lambda m: m.register("Ada", "L"), create=True)
-            for i in range(3):
-                rt.execute(Loan, f"loan-{i}", lambda l: l.request(f"m-{i}", "b"), create=True)
-        """,
-        cwd=workdir,
-    )
-    _run_until_caught_up(workdir, "library.app:app")
-    data = workdir / "d"
-    assert {t["name"] for t in json.loads(_cli(workdir, "topics", "list", "--json"))} == {
-        "loans",
-        "members",
-        "__consumer_offsets",  # the workers' group commits
-    }
-    assert [g["group"] for g in json.loads(_cli(workdir, "groups", "list", "--json"))] == [
-        "loans_view"
+    # the app without a namespace still sees exactly its own, under the same names
+    assert _rows(readmodels / "loans_view.sqlite") == plain_rows
+    assert python(PLAIN_AGAIN, cwd=workdir).split() == [
+        "None",
+        "active",
+        "0",
+        "loans_view.sqlite",
+        "loans_view",
     ]
-    files = {p.name for p in (data / "readmodels").iterdir() if p.suffix == ".sqlite"}
-    assert files == {"loans_view.sqlite", "members_view.sqlite"}
-    # reopened (a second process, the same names): the events and the read model are there
-    out = python(
-        """
-        from library.app import app
-        from library.domain import Loan
-        with app.open("d") as rt:
-            print(rt.load(Loan, "loan-2").status, rt.status("loans_view")["lag"],
-                  rt.readmodel_path("loans_view").name, rt.status("loans_view")["group"])
-        """,
-        cwd=workdir,
-    )
-    assert out.split() == ["active", "0", "loans_view.sqlite", "loans_view"]
 
 
 # ---------------------------------------------------------------- keys, snapshots, forget

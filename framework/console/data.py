@@ -267,7 +267,7 @@ class ConsoleData:
             self.app.open(log_, create_topics=False) if self.app is not None else None
         )
         self._event_topics = frozenset(
-            c.topic for c in (self.app.aggregates if self.app is not None else ())
+            () if self.app is None else map(self.app.names.aggregate_topic, self.app.aggregates)
         )
         self._jobs: dict[int, RebuildJob] = {}
         self._jobs_lock = threading.Lock()
@@ -597,7 +597,10 @@ class ConsoleData:
     def aggregate_types(self) -> list[dict[str, str]]:
         if self.app is None:
             return []
-        return [{"name": c.__name__, "topic": c.topic} for c in self.app.aggregates]
+        return [
+            {"name": c.__name__, "topic": self.app.names.aggregate_topic(c)}
+            for c in self.app.aggregates
+        ]
 
     def aggregate(
         self,
@@ -619,8 +622,9 @@ class ConsoleData:
                 f"app {self.app.name!r} has no aggregate {type_name!r}; it has"
                 f" {', '.join(sorted(classes))}"
             )
-        partition = self.partition_of(cls.topic, aggregate_id)
-        records = self.key_records(cls.topic, partition, aggregate_id.encode()) or []
+        topic = self.app.names.aggregate_topic(cls)
+        partition = self.partition_of(topic, aggregate_id)
+        records = self.key_records(topic, partition, aggregate_id.encode()) or []
         if not records:
             raise AggregateNotFoundError(f"{type_name} {aggregate_id!r} has no events")
         events = [{**self._decoded(r), "offset": r.offset} for r in records]
@@ -637,7 +641,7 @@ class ConsoleData:
         state = {name: self._unstructure(getattr(agg, name)) for name in cls.state_fields()}
         return {
             "type": type_name,
-            "topic": cls.topic,
+            "topic": topic,
             "aggregate_id": aggregate_id,
             "partition": partition,
             "version": at,
@@ -736,7 +740,7 @@ class ConsoleData:
             status = "running"
         else:
             status = "stopped"
-        return {**doc, "status": status, "topics": list(self.app.projector(name).topics)}
+        return {**doc, "status": status, "topics": list(self.runtime.topics_of(name))}
 
     def dead_letters(self, projector: str, status: str = "all") -> list[dict[str, Any]]:
         path = self.runtime_required().readmodel_path(self._projector(projector))

@@ -135,7 +135,7 @@ def _drop_snapshots(runtime: Runtime, subjects: tuple[str, ...]) -> tuple[list[s
     removed = 0
     log_ = runtime.log
     for cls in runtime.app.aggregates:
-        topic = snapshot_topic(cls.topic)
+        topic = snapshot_topic(runtime.names.aggregate_topic(cls))
         if not log_.topic_exists(topic):
             continue
         count = log_.partition_count(topic)
@@ -160,7 +160,7 @@ def _scan(runtime: Runtime, subjects: tuple[str, ...]) -> dict[str, int]:
     ]
     found: dict[str, int] = {}
     log_ = runtime.log
-    for topic in sorted({cls.topic for cls in runtime.app.aggregates}):
+    for topic in sorted({runtime.names.aggregate_topic(c) for c in runtime.app.aggregates}):
         if not log_.topic_exists(topic):
             continue
         n = 0

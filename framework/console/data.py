@@ -602,9 +602,17 @@ class ConsoleData:
             for c in self.app.aggregates
         ]
 
-    def aggregate(self, type_name: str, aggregate_id: str, version: int | None) -> dict[str, Any]:
+    def aggregate(
+        self,
+        type_name: str,
+        aggregate_id: str,
+        version: int | None,
+        as_of: str | None = None,
+    ) -> dict[str, Any]:
         """Every event of one aggregate in order and its state folded at ``version``
-        (default: the latest) with the app's aggregate class."""
+        (default: the latest) with the app's aggregate class; or, with ``as_of`` (ISO 8601,
+        UTC unless it names a zone, or epoch ms), as it was at that moment (time travel:
+        :meth:`Runtime.load` with ``as_of``)."""
         if self.runtime is None or self.app is None:
             raise ConfigError("the aggregate view needs an APP (eventlane console ... APP)")
         classes = {c.__name__: c for c in self.app.aggregates}
@@ -621,8 +629,15 @@ class ConsoleData:
             raise AggregateNotFoundError(f"{type_name} {aggregate_id!r} has no events")
         events = [{**self._decoded(r), "offset": r.offset} for r in records]
         top = len(events)
-        at = top if version is None else min(max(version, 1), top)
-        agg = self.runtime.load(cls, aggregate_id, at)
+        if as_of:
+            if version is not None:
+                raise ConfigError("give a version or a time (as_of), not both")
+            when = int(as_of) if as_of.isdigit() else parse_datetime_ms(as_of)
+            agg = self.runtime.load(cls, aggregate_id, as_of=when)
+            at = agg.version
+        else:
+            at = top if version is None else min(max(version, 1), top)
+            agg = self.runtime.load(cls, aggregate_id, at)
         state = {name: self._unstructure(getattr(agg, name)) for name in cls.state_fields()}
         return {
             "type": type_name,
@@ -631,6 +646,7 @@ class ConsoleData:
             "partition": partition,
             "version": at,
             "latest_version": top,
+            "as_of": as_of or None,
             "state": state,
             "events": events,
         }

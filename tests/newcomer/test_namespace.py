@@ -18,7 +18,9 @@ from attrs import frozen
 
 from framework import Aggregate, App, applies
 from framework.app.namespace import Namespace
+from framework.console.data import ConsoleData
 from framework.domain import DomainEvent, event, personal
+from framework.engine import open_log
 from framework.errors import ConfigError
 from framework.replay.forget import forget
 from tests.newcomer.kit import child_env, eventlane, python, stop, wait_until
@@ -240,8 +242,12 @@ class Person(Aggregate):
         self.name = e.name
 
 
+CRM = {ns: App("crm", aggregates=[Person], namespace=ns) for ns in ("eu", "us")}
+EU = CRM["eu"]  # what the console's APP names below
+
+
 def test_keys_snapshots_and_forget_stay_in_their_namespace(tmp_path: Path) -> None:
-    apps = {ns: App("crm", aggregates=[Person], namespace=ns) for ns in ("eu", "us")}
+    apps = CRM
     runtimes = {ns: app.open(tmp_path) for ns, app in apps.items()}
     try:
         for rt in runtimes.values():
@@ -250,6 +256,15 @@ def test_keys_snapshots_and_forget_stay_in_their_namespace(tmp_path: Path) -> No
         assert {"eu.people", "eu.people.snapshots", "eu.crm.keys"} <= names
         assert {"us.people", "us.people.snapshots", "us.crm.keys"} <= names
         assert not {"people", "crm.keys", "people.snapshots"} & names
+
+        # the console shows the namespaced app's aggregates under their full topic
+        console = ConsoleData(open_log(tmp_path), f"{__name__}:EU")
+        try:
+            assert console.aggregate_types() == [{"name": "Person", "topic": "eu.people"}]
+            doc = console.aggregate("Person", "p-1", None)
+            assert (doc["topic"], doc["state"]["name"]) == ("eu.people", "Ada")
+        finally:
+            console.close()
 
         report = forget(runtimes["eu"], ["p-1"], scan=True, rebuild_readmodels=False)
         assert report.keys_destroyed == ("p-1",)

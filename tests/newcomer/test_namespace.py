@@ -21,7 +21,7 @@ from framework.app.namespace import Namespace
 from framework.console.data import ConsoleData
 from framework.domain import DomainEvent, event, personal
 from framework.engine import open_log
-from framework.errors import ConfigError
+from framework.errors import AggregateNotFoundError, ConfigError
 from framework.replay.forget import forget
 from tests.newcomer.kit import child_env, eventlane, python, stop, wait_until
 
@@ -153,6 +153,10 @@ def test_namespaces_share_one_data_directory(workdir: Path) -> None:
     staging = _run_until_caught_up(workdir, "tenants:staging")
     prod = _run_until_caught_up(workdir, "tenants:prod", LIBRARY_BUGGY="1")
     assert (staging["projector"], staging["group"]) == ("loans_view", "staging.loans_view")
+    started = (workdir / "run-tenants-staging.log").read_text()
+    assert "projector loans_view (group staging.loans_view), 2 partition(s) (staging.loans-0" in (
+        " ".join(started.split())
+    )
     assert {r["topic"] for r in prod["partitions"]} == {"prod.loans"}
     assert Path(staging["readmodel"]).name == "staging.loans_view.sqlite"
     assert staging["dead_letters"] == {} and prod["dead_letters"] == {"dead": 2}
@@ -256,6 +260,14 @@ def test_keys_snapshots_and_forget_stay_in_their_namespace(tmp_path: Path) -> No
         assert {"eu.people", "eu.people.snapshots", "eu.crm.keys"} <= names
         assert {"us.people", "us.people.snapshots", "us.crm.keys"} <= names
         assert not {"people", "crm.keys", "people.snapshots"} & names
+
+        # errors name the full topic; the partition count is declared by the bare name
+        with pytest.raises(AggregateNotFoundError) as missing:
+            runtimes["us"].load(Person, "nobody")
+        assert missing.value.topic == "us.people"
+        with pytest.raises(ConfigError, match=r"partitions=\{'people': 6\}") as count:
+            App("crm", aggregates=[Person], namespace="eu", partitions=3).open(tmp_path)
+        assert count.value.topic == "eu.people"
 
         # the console shows the namespaced app's aggregates under their full topic
         console = ConsoleData(open_log(tmp_path), f"{__name__}:EU")

@@ -155,6 +155,10 @@ class JetStreamLog:
         self.local = local if local is not None else LocalDir(default_data_dir())
         self.namespace = m.check_namespace(namespace)
         self.replicas = replicas
+        hosts = ",".join(s.split("://", 1)[-1] for s in servers)
+        self.url = f"nats://{hosts}?namespace={self.namespace}&replicas={replicas}"
+        """What :func:`framework.engine.open_log` opens this log by in another process
+        (a Spark executor): the servers, the namespace and the replica count."""
         self.clock = clock
         self.timeout = timeout
         self.retry_s = retry_s

@@ -8,9 +8,16 @@ Topic metadata (partition count and :class:`TopicConfig`) lives in the replicate
 ``max_bytes``), compaction to ``max_msgs_per_subject=1`` plus a tombstone purge after
 ``delete.retention.ms`` in :meth:`JetStreamLog.compact`.
 
-Threads: nats-py is asyncio; one event loop runs in a daemon thread per ``JetStreamLog`` and
-every public method submits a coroutine to it and waits, so the object may be shared by
-threads. It must not be shared across ``fork()``.
+Threads: nats-py is asyncio; each ``JetStreamLog`` has one event loop, and the thread that
+needs it runs it (no hop to another thread per call). A public method runs its coroutine on
+the loop *in the calling thread* when no other thread is running the loop; otherwise it
+submits the coroutine to the loop and waits until its result is there or the running thread
+hands the loop over (the baton goes to the first waiter whose call is unfinished). A daemon
+thread runs the loop only after :data:`IDLE_HANDBACK_S` without any caller, so subscriptions
+(the wake subject), pings and reconnects are served while the process calls nothing, and a
+thread calling the log back to back (a command loop, a writer) never waits for a thread
+switch: on a loaded machine each switch can cost more than the replicated append itself.
+The object may be shared by threads; it must not be shared across ``fork()``.
 
 Reads use batched direct gets, which any replica may answer; a replica can lag the leader
 by a few milliseconds, so reads first learn the leader's ``last_seq`` and re-ask until the
@@ -25,6 +32,7 @@ once is stored once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import functools
@@ -95,6 +103,20 @@ _TRANSIENT = (
     nats.js.errors.ServiceUnavailableError,
     asyncio.TimeoutError,
 )
+
+
+IDLE_HANDBACK_S = 0.01
+"""Seconds without any caller after which the log's own thread runs the event loop."""
+
+
+class _Waiter:
+    """A thread waiting for its call's result or for the loop to be handed to it."""
+
+    __slots__ = ("event", "future")
+
+    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
+        self.event = threading.Event()
+        self.future = future
 
 
 CAPABILITIES = Capabilities(lazy_compaction=False)
@@ -168,8 +190,14 @@ class JetStreamLog:
         self._wake = threading.Condition()
         self._closed = False
         self._loop = asyncio.new_event_loop()
+        self._driver = threading.Lock()  # held by the one thread running the loop
+        self._guard = threading.Condition()  # guards the four fields below
+        self._users = 0  # threads inside _run
+        self._last_use = time.monotonic()
+        self._idle_driving = False  # the log's own thread runs the loop
+        self._waiters: collections.deque[_Waiter] = collections.deque()
         self._thread = threading.Thread(
-            target=self._loop.run_forever, name="eventlane-jetstream", daemon=True
+            target=self._drive_when_idle, name="eventlane-jetstream", daemon=True
         )
         self._thread.start()
         try:
@@ -205,19 +233,116 @@ class JetStreamLog:
         return self._nc
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the log's event loop and return its result (module docstring:
+        in this thread when the loop is free, else by the thread running it)."""
         if self._closed:
             coro.close()
             raise LogError("the JetStream log is closed")
-        if threading.current_thread() is self._thread:
+        if self._on_loop():
             coro.close()
-            raise LogError("a blocking JetStream call from the log's own event loop thread")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            raise LogError("a blocking JetStream call from the log's own event loop")
+        with self._guard:
+            self._users += 1
+            if self._idle_driving:
+                self._loop.call_soon_threadsafe(self._stop_idle_driving)
         try:
-            # every coroutine bounds its own waits; this is the backstop against a wedge
-            return future.result(timeout=self.retry_s + 6 * self.timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
+            if self._driver.acquire(blocking=False):
+                return self._drive(self._loop.create_task(coro))
+            return self._wait(asyncio.run_coroutine_threadsafe(coro, self._loop))
+        finally:
+            with self._guard:
+                self._users -= 1
+                self._last_use = time.monotonic()
+                if not self._users:
+                    self._guard.notify_all()
+
+    @property
+    def _backstop_s(self) -> float:
+        # every coroutine bounds its own waits; this is the backstop against a wedge
+        return self.retry_s + 6 * self.timeout
+
+    def _drive(self, task: asyncio.Future[T]) -> T:
+        """Run the loop in this thread (holding ``_driver``) until ``task`` is done."""
+        timer = self._loop.call_later(self._backstop_s, task.cancel)
+        try:
+            result = self._loop.run_until_complete(task)
+            # one more pass over what is ready (the client's flusher writing a wake
+            # message queued by this call), so nothing waits for the next caller
+            self._loop.call_soon(self._loop.stop)
+            self._loop.run_forever()
+            return result
+        except asyncio.CancelledError:
             raise LogError("JetStream call did not finish in time; gave up") from None
+        finally:
+            timer.cancel()
+            if not task.done():  # interrupted (KeyboardInterrupt): do not leave it running
+                task.cancel()
+            self._release()
+
+    def _wait(self, future: concurrent.futures.Future[T]) -> T:
+        """Wait for ``future`` (submitted to the loop another thread runs), running the loop
+        here if it is handed over first."""
+        waiter = _Waiter(future)
+        future.add_done_callback(lambda _f: waiter.event.set())
+        deadline = time.monotonic() + self._backstop_s
+        with self._guard:
+            self._waiters.append(waiter)
+        try:
+            while not future.done():
+                if self._driver.acquire(blocking=False):
+                    return self._drive(asyncio.wrap_future(future, loop=self._loop))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    future.cancel()
+                    raise LogError("JetStream call did not finish in time; gave up")
+                waiter.event.wait(left)
+                waiter.event.clear()  # then both conditions are looked at again
+            return future.result()
+        finally:
+            with self._guard:
+                self._waiters.remove(waiter)
+
+    def _release(self) -> None:
+        """Stop running the loop; hand it to the first waiter whose call is unfinished."""
+        self._driver.release()
+        with self._guard:
+            for waiter in self._waiters:
+                if not waiter.future.done():
+                    waiter.event.set()
+                    break
+
+    def _on_loop(self) -> bool:
+        """Whether this thread is running the log's loop now (inside a callback)."""
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
+
+    def _stop_idle_driving(self) -> None:
+        # a callback: stops the loop only when the log's own (idle) thread runs it
+        if threading.current_thread() is self._thread:
+            self._loop.stop()
+
+    def _drive_when_idle(self) -> None:
+        """The log's own thread: run the loop while no caller has used it for
+        :data:`IDLE_HANDBACK_S`, until a caller arrives (or the log is closed)."""
+        while True:
+            with self._guard:
+                while True:
+                    if self._closed:
+                        return
+                    idle = time.monotonic() - self._last_use
+                    quiet = not self._users and not self._waiters and idle >= IDLE_HANDBACK_S
+                    if quiet and self._driver.acquire(blocking=False):
+                        self._idle_driving = True
+                        break
+                    self._guard.wait(max(IDLE_HANDBACK_S - idle, IDLE_HANDBACK_S / 4))
+            try:
+                self._loop.run_forever()
+            finally:
+                with self._guard:
+                    self._idle_driving = False
+                self._release()
 
     async def _connect(self, servers: list[str]) -> None:
         self._nc = await nats.connect(
@@ -800,23 +925,39 @@ class JetStreamLog:
     async def _direct_once(
         self, stream: str, body: dict[str, Any], topic: str, partition: int, end: int
     ) -> list[Record]:
-        inbox = self._nc.new_inbox()
-        sub = await self._nc.subscribe(inbox)
+        """One batched direct get: the answers are decoded by a subscription callback as
+        they arrive (no task or timer per message, unlike ``next_msg``), until the
+        end-of-batch status (or a single-message answer)."""
         records: list[Record] = []
-        try:
-            await self._nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(body), reply=inbox)
-            while True:
-                msg = await sub.next_msg(timeout=self.timeout)
+        done: asyncio.Future[None] = self._loop.create_future()
+
+        async def on_msg(msg: Any) -> None:
+            if done.done():
+                return
+            try:
                 hdrs = msg.headers or {}
                 if hdrs.get("Status"):
-                    break  # 204: end of batch; 404: nothing there (yet)
+                    done.set_result(None)  # 204: end of batch; 404: nothing there (yet)
+                    return
                 seq = int(hdrs["Nats-Sequence"])
                 if seq <= end:
                     records.append(
                         _record(topic, partition, seq - 1, hdrs["Nats-Subject"], msg.data, hdrs)
                     )
                 if "Nats-Num-Pending" not in hdrs:
-                    break  # a single-message answer has no end-of-batch marker
+                    done.set_result(None)  # a single-message answer has no end marker
+            except Exception as exc:
+                done.set_exception(exc)
+
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox, cb=on_msg)
+        try:
+            await self._nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(body), reply=inbox)
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await done
+            except TimeoutError:
+                raise nats.errors.TimeoutError from None
         finally:
             await sub.unsubscribe()
         return records
@@ -939,7 +1080,7 @@ class JetStreamLog:
         the log's own event loop included)."""
         self._bump()
         publish = self._nc.publish(m.wake_subject(self.namespace), b"")
-        if threading.current_thread() is self._thread:
+        if self._on_loop():
             self._loop.create_task(publish)
         else:
             self._run(publish)
@@ -1118,9 +1259,15 @@ class JetStreamLog:
             self._stop_loop()
 
     def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._closed = True
+        with self._guard:
+            self._guard.notify_all()
+            if self._idle_driving:
+                self._loop.call_soon_threadsafe(self._stop_idle_driving)
         self._thread.join(timeout=5)
-        if not self._thread.is_alive():
+        if not self._thread.is_alive() and self._driver.acquire(timeout=5):
+            with contextlib.suppress(Exception):  # let cancelled client tasks finish
+                self._loop.run_until_complete(asyncio.sleep(0.01))
             self._loop.close()
 
     def __enter__(self) -> JetStreamLog:

@@ -36,6 +36,7 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
+import itertools
 import re
 import threading
 import time
@@ -187,6 +188,9 @@ class JetStreamLog:
         self._meta: dict[str, _Meta] = {}
         self._marks: dict[str, tuple[int, int]] = {}  # stream -> (lwm, hwm) last seen
         self._wake_seq = 0
+        self._wake_owed = False  # an append's wake message not sent yet (see _publish)
+        self._msg_ids = itertools.count()
+        self._msg_id_prefix = uuid.uuid4().hex[:16]
         self._wake = threading.Condition()
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -263,14 +267,10 @@ class JetStreamLog:
 
     def _drive(self, task: asyncio.Future[T]) -> T:
         """Run the loop in this thread (holding ``_driver``) until ``task`` is done."""
+        self._pay_wake()
         timer = self._loop.call_later(self._backstop_s, task.cancel)
         try:
-            result = self._loop.run_until_complete(task)
-            # one more pass over what is ready (the client's flusher writing a wake
-            # message queued by this call), so nothing waits for the next caller
-            self._loop.call_soon(self._loop.stop)
-            self._loop.run_forever()
-            return result
+            return self._loop.run_until_complete(task)
         except asyncio.CancelledError:
             raise LogError("JetStream call did not finish in time; gave up") from None
         finally:
@@ -338,6 +338,7 @@ class JetStreamLog:
                         break
                     self._guard.wait(max(IDLE_HANDBACK_S - idle, IDLE_HANDBACK_S / 4))
             try:
+                self._loop.call_soon(self._pay_wake)
                 self._loop.run_forever()
             finally:
                 with self._guard:
@@ -760,17 +761,27 @@ class JetStreamLog:
     async def _publish(
         self, topic: str, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
     ) -> list[int]:
-        """Publish and return the stream sequences of ``msgs``; then wake tailing readers."""
+        """Publish and return the stream sequences of ``msgs``; the wake message for tailing
+        readers is then owed: it goes out in the same socket write as this process's next
+        request, or within :data:`IDLE_HANDBACK_S` when nothing follows (a write of its own
+        per append cost as much as a second round trip on a loaded machine)."""
         seqs = await self._publish_only(topic, msgs, extra)
-        await self._nc.publish(m.wake_subject(self.namespace), b"")
+        self._wake_owed = True
         return seqs
+
+    def _pay_wake(self) -> None:
+        """Queue the owed wake message (on the loop, before the call about to run)."""
+        if self._wake_owed:
+            self._wake_owed = False
+            self._loop.create_task(self._nc.publish(m.wake_subject(self.namespace), b""))
 
     async def _publish_only(
         self, topic: str, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
     ) -> list[int]:
         if len(msgs) == 1:
             subject, payload, hdrs = msgs[0]
-            headers = {**hdrs, **extra, "Nats-Msg-Id": uuid.uuid4().hex}
+            msg_id = f"{self._msg_id_prefix}{next(self._msg_ids)}"
+            headers = {**hdrs, **extra, "Nats-Msg-Id": msg_id}
             ack = await self._retry(
                 lambda: self._js.publish(subject, payload, headers=headers),
                 what="append",

@@ -8,15 +8,15 @@ Topic metadata (partition count and :class:`TopicConfig`) lives in the replicate
 ``max_bytes``), compaction to ``max_msgs_per_subject=1`` plus a tombstone purge after
 ``delete.retention.ms`` in :meth:`JetStreamLog.compact`.
 
-Threads: nats-py is asyncio; each ``JetStreamLog`` has one event loop, and the thread that
-needs it runs it (no hop to another thread per call). A public method runs its coroutine on
-the loop *in the calling thread* when no other thread is running the loop; otherwise it
-submits the coroutine to the loop and waits until its result is there or the running thread
-hands the loop over (the baton goes to the first waiter whose call is unfinished). A daemon
-thread runs the loop only after :data:`IDLE_HANDBACK_S` without any caller, so subscriptions
-(the wake subject), pings and reconnects are served while the process calls nothing, and a
-thread calling the log back to back (a command loop, a writer) never waits for a thread
-switch: on a loaded machine each switch can cost more than the replicated append itself.
+Threads: nats-py is asyncio; each ``JetStreamLog`` has one event loop, run by whichever
+thread needs it. A lone caller (no other thread inside the log) runs its coroutine on the
+loop *in its own thread*: no hop to another thread and back per call, which on a loaded
+machine can cost more than the replicated append itself. Concurrent callers submit their
+coroutines to the loop and wait for their results, while the log's own daemon thread runs
+the loop for them all (one thread serving many beats handing the loop from caller to
+caller). That thread also runs the loop after :data:`IDLE_HANDBACK_S` without any caller,
+so subscriptions (the wake subject), pings and reconnects are served while the process
+calls nothing; a lone caller arriving then stops it and takes the loop over.
 The object may be shared by threads; it must not be shared across ``fork()``.
 
 Reads use batched direct gets, which any replica may answer; a replica can lag the leader
@@ -111,13 +111,14 @@ IDLE_HANDBACK_S = 0.01
 
 
 class _Waiter:
-    """A thread waiting for its call's result or for the loop to be handed to it."""
+    """A thread waiting for its call's result (or, ``takes_over``, for the loop)."""
 
-    __slots__ = ("event", "future")
+    __slots__ = ("event", "future", "takes_over")
 
-    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
+    def __init__(self, future: concurrent.futures.Future[Any], takes_over: bool) -> None:
         self.event = threading.Event()
         self.future = future
+        self.takes_over = takes_over
 
 
 CAPABILITIES = Capabilities(lazy_compaction=False)
@@ -198,7 +199,7 @@ class JetStreamLog:
         self._guard = threading.Condition()  # guards the four fields below
         self._users = 0  # threads inside _run
         self._last_use = time.monotonic()
-        self._idle_driving = False  # the log's own thread runs the loop
+        self._own_driving = False  # the log's own thread runs the loop
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self._thread = threading.Thread(
             target=self._drive_when_idle, name="eventlane-jetstream", daemon=True
@@ -247,18 +248,18 @@ class JetStreamLog:
             raise LogError("a blocking JetStream call from the log's own event loop")
         with self._guard:
             self._users += 1
-            if self._idle_driving:
-                self._loop.call_soon_threadsafe(self._stop_idle_driving)
+            alone = self._users == 1
+            if alone and self._own_driving:
+                self._loop.call_soon_threadsafe(self._stop_own_driving)
         try:
-            if self._driver.acquire(blocking=False):
+            if alone and self._driver.acquire(blocking=False):
                 return self._drive(self._loop.create_task(coro))
-            return self._wait(asyncio.run_coroutine_threadsafe(coro, self._loop))
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            return self._wait(future, takes_over=alone)
         finally:
-            with self._guard:
+            with self._guard:  # no notify: the log's thread looks again within the idle time
                 self._users -= 1
                 self._last_use = time.monotonic()
-                if not self._users:
-                    self._guard.notify_all()
 
     @property
     def _backstop_s(self) -> float:
@@ -279,17 +280,19 @@ class JetStreamLog:
                 task.cancel()
             self._release()
 
-    def _wait(self, future: concurrent.futures.Future[T]) -> T:
-        """Wait for ``future`` (submitted to the loop another thread runs), running the loop
-        here if it is handed over first."""
-        waiter = _Waiter(future)
+    def _wait(self, future: concurrent.futures.Future[T], *, takes_over: bool) -> T:
+        """Wait for ``future`` (submitted to the loop another thread runs); ``takes_over``:
+        run the loop here once it is handed over (the only caller: see :meth:`_release`)."""
+        waiter = _Waiter(future, takes_over)
         future.add_done_callback(lambda _f: waiter.event.set())
         deadline = time.monotonic() + self._backstop_s
         with self._guard:
             self._waiters.append(waiter)
+            if not takes_over:
+                self._guard.notify_all()  # the log's thread runs the loop for concurrent calls
         try:
             while not future.done():
-                if self._driver.acquire(blocking=False):
+                if takes_over and self._driver.acquire(blocking=False):
                     return self._drive(asyncio.wrap_future(future, loop=self._loop))
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -303,13 +306,18 @@ class JetStreamLog:
                 self._waiters.remove(waiter)
 
     def _release(self) -> None:
-        """Stop running the loop; hand it to the first waiter whose call is unfinished."""
+        """Stop running the loop; hand it to a lone caller waiting to take it over, else, if
+        calls of concurrent callers are unfinished, to the log's own thread (which then runs
+        it for them all, as a dedicated loop thread: with many threads, one thread serving
+        them beats handing the loop from caller to caller)."""
         self._driver.release()
         with self._guard:
-            for waiter in self._waiters:
-                if not waiter.future.done():
-                    waiter.event.set()
-                    break
+            pending = [w for w in self._waiters if not w.future.done()]
+            heir = next((w for w in pending if w.takes_over), None)
+            if heir is not None:
+                heir.event.set()
+            elif pending:
+                self._guard.notify_all()
 
     def _on_loop(self) -> bool:
         """Whether this thread is running the log's loop now (inside a callback)."""
@@ -318,31 +326,35 @@ class JetStreamLog:
         except RuntimeError:
             return False
 
-    def _stop_idle_driving(self) -> None:
-        # a callback: stops the loop only when the log's own (idle) thread runs it
+    def _stop_own_driving(self) -> None:
+        # a callback: stops the loop only when the log's own thread runs it
         if threading.current_thread() is self._thread:
             self._loop.stop()
 
     def _drive_when_idle(self) -> None:
-        """The log's own thread: run the loop while no caller has used it for
-        :data:`IDLE_HANDBACK_S`, until a caller arrives (or the log is closed)."""
+        """The log's own thread: run the loop once no caller has used it for
+        :data:`IDLE_HANDBACK_S`, or when concurrent callers wait with nobody running it;
+        until a lone caller takes it over (or the log is closed)."""
         while True:
             with self._guard:
                 while True:
                     if self._closed:
                         return
                     idle = time.monotonic() - self._last_use
-                    quiet = not self._users and not self._waiters and idle >= IDLE_HANDBACK_S
-                    if quiet and self._driver.acquire(blocking=False):
-                        self._idle_driving = True
+                    pending = [w for w in self._waiters if not w.future.done()]
+                    serve = pending and not any(w.takes_over for w in pending)
+                    quiet = not self._users and idle >= IDLE_HANDBACK_S
+                    if (serve or quiet) and self._driver.acquire(blocking=False):
+                        self._own_driving = True
                         break
-                    self._guard.wait(max(IDLE_HANDBACK_S - idle, IDLE_HANDBACK_S / 4))
+                    wait = IDLE_HANDBACK_S if self._users else IDLE_HANDBACK_S - idle
+                    self._guard.wait(max(wait, IDLE_HANDBACK_S / 4))
             try:
                 self._loop.call_soon(self._pay_wake)
                 self._loop.run_forever()
             finally:
                 with self._guard:
-                    self._idle_driving = False
+                    self._own_driving = False
                 self._release()
 
     async def _connect(self, servers: list[str]) -> None:
@@ -1273,8 +1285,8 @@ class JetStreamLog:
         self._closed = True
         with self._guard:
             self._guard.notify_all()
-            if self._idle_driving:
-                self._loop.call_soon_threadsafe(self._stop_idle_driving)
+            if self._own_driving:
+                self._loop.call_soon_threadsafe(self._stop_own_driving)
         self._thread.join(timeout=5)
         if not self._thread.is_alive() and self._driver.acquire(timeout=5):
             with contextlib.suppress(Exception):  # let cancelled client tasks finish

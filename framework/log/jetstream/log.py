@@ -785,7 +785,11 @@ class JetStreamLog:
         """Queue the owed wake message (on the loop, before the call about to run)."""
         if self._wake_owed:
             self._wake_owed = False
-            self._loop.create_task(self._nc.publish(m.wake_subject(self.namespace), b""))
+            self._loop.create_task(self._send_wake())
+
+    async def _send_wake(self) -> None:
+        with contextlib.suppress(nats.errors.Error):  # closed or reconnecting: best effort
+            await self._nc.publish(m.wake_subject(self.namespace), b"")
 
     async def _publish_only(
         self, topic: str, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]

@@ -268,7 +268,7 @@ class JetStreamLog:
 
     def _drive(self, task: asyncio.Future[T]) -> T:
         """Run the loop in this thread (holding ``_driver``) until ``task`` is done."""
-        self._pay_wake()
+        self._loop.call_soon(self._pay_wake)  # after the task's first step (see _publish)
         timer = self._loop.call_later(self._backstop_s, task.cancel)
         try:
             return self._loop.run_until_complete(task)
@@ -777,6 +777,9 @@ class JetStreamLog:
         readers is then owed: it goes out in the same socket write as this process's next
         request, or within :data:`IDLE_HANDBACK_S` when nothing follows (a write of its own
         per append cost as much as a second round trip on a loaded machine)."""
+        if self._wake_owed:  # the previous append's, in this request's write
+            self._wake_owed = False
+            await self._send_wake()
         seqs = await self._publish_only(topic, msgs, extra)
         self._wake_owed = True
         return seqs

@@ -102,6 +102,22 @@ def test_an_append_on_one_connection_wakes_a_waiter_on_another(
         assert js.wait_seq() != seen
 
 
+def test_the_last_append_before_close_still_wakes_waiters(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """An append's wake message is sent with the next request or when the log goes idle;
+    closing right after the append sends it too."""
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as other:
+        writer = JetStreamLog.from_url(cluster.url, namespace=namespace)
+        writer.create_topic("last", 1)
+        seen = other.wait_seq()
+        writer.append("last", 0, [(None, b"v", (), None)])
+        writer.close()
+        started = time.monotonic()
+        other.wait(seen, 10.0)
+        assert other.wait_seq() != seen and time.monotonic() - started < 2.0
+
+
 def test_threads_sharing_one_log_each_get_their_own_answers(js: JetStreamLog) -> None:
     """Concurrent callers are served by the log's own thread, a lone caller runs the loop
     itself, and the two hand over both ways: answers never cross, nothing hangs."""

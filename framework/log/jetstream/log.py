@@ -1283,10 +1283,16 @@ class JetStreamLog:
         if self._closed:
             return
         try:
-            self._run(self._nc.close())
+            self._run(self._close_connection())
         finally:
             self._closed = True
             self._stop_loop()
+
+    async def _close_connection(self) -> None:
+        if self._wake_owed:  # the last append's wake: flushed by the client's close
+            self._wake_owed = False
+            await self._send_wake()
+        await self._nc.close()
 
     def _stop_loop(self) -> None:
         self._closed = True

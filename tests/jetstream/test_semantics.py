@@ -17,7 +17,7 @@ from framework.log.jetstream.log import JetStreamLog
 from framework.log.types import Expect
 
 if TYPE_CHECKING:
-    from conftest import FakeClock
+    from framework.testing.clock import FakeClock
 
 
 @pytest.fixture

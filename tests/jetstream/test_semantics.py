@@ -3,6 +3,7 @@ Kafka's tombstone rule, retention by stream limits, DeleteRecords, reversible na
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -146,6 +147,20 @@ def test_threads_sharing_one_log_each_get_their_own_answers(js: JetStreamLog) ->
     time.sleep(0.05)  # idle: the log's thread runs the loop; a lone caller takes it back
     assert js.append("mt", 0, [(b"solo", b"+", (), None)]).base_offset == 151
     assert js.offsets("mt", 0).hwm == 152
+
+
+def test_the_synchronous_api_works_from_inside_an_application_event_loop(
+    js: JetStreamLog,
+) -> None:
+    """A coroutine of the caller's own event loop may call the (blocking) log: the log's
+    thread runs the log's loop for it."""
+    js.create_topic("in-loop", 1)
+
+    async def handler() -> int:
+        return js.append("in-loop", 0, [(b"k", b"v", (), None)]).base_offset
+
+    assert asyncio.run(handler()) == 0
+    assert [r.value for r in js.read_key("in-loop", 0, b"k")] == [b"v"]
 
 
 def test_appending_to_a_topic_deleted_elsewhere_fails_fast(

@@ -243,12 +243,15 @@ class JetStreamLog:
         if self._closed:
             coro.close()
             raise LogError("the JetStream log is closed")
-        if self._on_loop():
+        running = _running_loop()
+        if running is self._loop:
             coro.close()
             raise LogError("a blocking JetStream call from the log's own event loop")
         with self._guard:
             self._users += 1
-            alone = self._users == 1
+            # a thread that runs another event loop (an async application calling this
+            # synchronous API) cannot run ours: the log's thread serves it
+            alone = self._users == 1 and running is None
             if alone and self._own_driving:
                 self._loop.call_soon_threadsafe(self._stop_own_driving)
         try:
@@ -321,10 +324,7 @@ class JetStreamLog:
 
     def _on_loop(self) -> bool:
         """Whether this thread is running the log's loop now (inside a callback)."""
-        try:
-            return asyncio.get_running_loop() is self._loop
-        except RuntimeError:
-            return False
+        return _running_loop() is self._loop
 
     def _stop_own_driving(self) -> None:
         # a callback: stops the loop only when the log's own thread runs it
@@ -1311,6 +1311,14 @@ class JetStreamLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop this thread is running now, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _size(msgs: list[tuple[str, bytes, dict[str, str]]]) -> int:

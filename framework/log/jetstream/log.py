@@ -9,14 +9,15 @@ Topic metadata (partition count and :class:`TopicConfig`) lives in the replicate
 ``delete.retention.ms`` in :meth:`JetStreamLog.compact`.
 
 Threads: nats-py is asyncio; each ``JetStreamLog`` has one event loop, run by whichever
-thread needs it. A lone caller (no other thread inside the log) runs its coroutine on the
+thread needs it. A lone caller (no other thread inside the log, none in the last
+:data:`IDLE_HANDBACK_S`, and no event loop of its own running) runs its coroutine on the
 loop *in its own thread*: no hop to another thread and back per call, which on a loaded
 machine can cost more than the replicated append itself. Concurrent callers submit their
 coroutines to the loop and wait for their results, while the log's own daemon thread runs
-the loop for them all (one thread serving many beats handing the loop from caller to
-caller). That thread also runs the loop after :data:`IDLE_HANDBACK_S` without any caller,
-so subscriptions (the wake subject), pings and reconnects are served while the process
-calls nothing; a lone caller arriving then stops it and takes the loop over.
+the loop for them all (the loop is not handed from caller to caller). That thread also runs
+the loop after :data:`IDLE_HANDBACK_S` without any caller, so subscriptions (the wake
+subject), pings and reconnects are served while the process calls nothing; a lone caller
+arriving then stops it and takes the loop over.
 The object may be shared by threads; it must not be shared across ``fork()``.
 
 Reads use batched direct gets, which any replica may answer; a replica can lag the leader
@@ -196,9 +197,10 @@ class JetStreamLog:
         self._closed = False
         self._loop = asyncio.new_event_loop()
         self._driver = threading.Lock()  # held by the one thread running the loop
-        self._guard = threading.Condition()  # guards the four fields below
+        self._guard = threading.Condition()  # guards the five fields below
         self._users = 0  # threads inside _run
         self._last_use = time.monotonic()
+        self._last_concurrent = 0.0  # when a call last waited for the log's thread
         self._own_driving = False  # the log's own thread runs the loop
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self._thread = threading.Thread(
@@ -251,7 +253,13 @@ class JetStreamLog:
             self._users += 1
             # a thread that runs another event loop (an async application calling this
             # synchronous API) cannot run ours: the log's thread serves it
-            alone = self._users == 1 and running is None
+            # (and not while concurrent calls were seen lately: no ping-pong of the loop
+            # between the log's thread and whichever caller is briefly alone)
+            alone = (
+                self._users == 1
+                and running is None
+                and time.monotonic() - self._last_concurrent > IDLE_HANDBACK_S
+            )
             if alone and self._own_driving:
                 self._loop.call_soon_threadsafe(self._stop_own_driving)
         try:
@@ -292,6 +300,7 @@ class JetStreamLog:
         with self._guard:
             self._waiters.append(waiter)
             if not takes_over:
+                self._last_concurrent = time.monotonic()
                 self._guard.notify_all()  # the log's thread runs the loop for concurrent calls
         try:
             while not future.done():

@@ -320,8 +320,7 @@ class JetStreamLog:
     def _release(self) -> None:
         """Stop running the loop; hand it to a lone caller waiting to take it over, else, if
         calls of concurrent callers are unfinished, to the log's own thread (which then runs
-        it for them all, as a dedicated loop thread: with many threads, one thread serving
-        them beats handing the loop from caller to caller)."""
+        it for them all, as a dedicated loop thread, until a lone caller takes it over)."""
         self._driver.release()
         with self._guard:
             pending = [w for w in self._waiters if not w.future.done()]

@@ -35,12 +35,14 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+import nats.js.errors
 import orjson
 import structlog
 from nats.js.api import DeliverPolicy
@@ -48,7 +50,7 @@ from nats.js.api import DeliverPolicy
 from framework.consumer.coordinator import GroupCoordinator, validate_group_id
 from framework.consumer.membership import GroupState, Member
 from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata
-from framework.errors import ConcurrencyError
+from framework.errors import ConcurrencyError, LogError
 from framework.log.jetstream import mapping
 from framework.log.jetstream.kv import Kv
 from framework.log.jetstream.log import JetStreamLog
@@ -150,6 +152,9 @@ class KvCoordinator(GroupCoordinator):
         self._closed = False
         self._rev = -1  # revision of the cached view (-1: none yet)
         self._announced = 0  # highest revision known to exist
+        self._last_beat = 0.0  # monotonic time of this process's last beat (0: none yet)
+        self._healthy_since = -1e9  # beating without a gap since (a handle that never beat:
+        # always; the CLI's handles judge members at once)
 
     def on_change(self, rev: int) -> None:
         """The state reached revision ``rev`` (called on the log's event loop thread)."""
@@ -241,10 +246,40 @@ class KvCoordinator(GroupCoordinator):
         return True, self.mutate(change)
 
     def beat(self, member: Member) -> bool:
+        """Stamp ``member``'s heartbeat and re-read the state. A beat that comes more than
+        half a session after this process's previous one ends an outage (a KV leader
+        election, a frozen process): this process evicts nobody for a session from then on,
+        as Kafka's coordinator restarts every session timer when it fails over; the other
+        members' stamps were stuck behind the same outage."""
         alive = super().beat(member)
+        now = time.monotonic()
+        gap = now - self._last_beat
+        if self._last_beat and gap > member.session_timeout_ms / 2000:
+            log.info(
+                "heartbeats resumed after a gap; no eviction for a session",
+                group=self.group,
+                gap_s=round(gap, 2),
+            )
+            self._healthy_since = now
+        self._last_beat = now
         if alive:
             self.refresh()
         return alive
+
+    def join(self, **kwargs: Any) -> Member:
+        member = super().join(**kwargs)
+        self._last_beat = time.monotonic()  # a join that waited out an outage is a beat
+        return member
+
+    def expired(self, state: GroupState, now_ns: int | None = None) -> list[str]:
+        """Members whose stamp is older than their session timeout, once this process has
+        itself been beating for that long (see :meth:`beat`)."""
+        healthy_s = time.monotonic() - self._healthy_since
+        return [
+            mid
+            for mid in super().expired(state, now_ns)
+            if healthy_s * 1000 > state.members[mid].session_timeout_ms
+        ]
 
     def close(self) -> None:
         if not self._closed:
@@ -282,7 +317,16 @@ class KvOffsets:
         return out
 
     def groups(self) -> set[str]:
-        return {mapping.decode_name(k.split(".")[0]) for k in self.kv.list() if ".off." in k}
+        by_group: dict[str, list[str]] = {}
+        for key in self.kv.list():
+            if ".off." in key:
+                by_group.setdefault(key.split(".")[0], []).append(key)
+        # a deleted key stays listed (its delete marker): a group counts if one key is live
+        return {
+            mapping.decode_name(g)
+            for g, keys in by_group.items()
+            if any(self.kv.get(k)[0] is not None for k in keys)
+        }
 
     def history(self, group: str) -> Iterator[tuple[int, TopicPartition, int | None]]:
         """Only the latest commit per partition is kept (a KV): yields those."""
@@ -327,12 +371,32 @@ class KvOffsets:
         raise ConcurrencyError(f"group {group!r}: state kept changing", expected=0, actual=0)
 
     def delete_group(self, group: str, *, precondition: Callable[[], None] | None = None) -> int:
-        if precondition is not None:
-            precondition()
-        keys = list(self.kv.list(group_key(group, "off.")))
-        for key in keys:
-            self.kv.delete(key)
-        return len(keys)
+        """Delete every committed offset of ``group`` at once (delete markers in one atomic
+        batch), fenced like a commit: ``precondition`` (no live member) is checked against
+        the state whose revision the batch expects. Returns how many were deleted."""
+        for _ in range(1000):
+            rev = self.coordination.refresh(group)
+            if precondition is not None:
+                precondition()
+            keys = [k for k in self.kv.list(group_key(group, "off.")) if self.kv.get(k)[0]]
+            if not keys:
+                return 0
+            msgs = [(self.kv.subject(k), b"", {"KV-Operation": "DEL"}) for k in keys]
+            fence = {
+                "Nats-Expected-Last-Subject-Sequence": str(rev),
+                "Nats-Expected-Last-Subject-Sequence-Subject": self.kv.subject(
+                    group_key(group, "state")
+                ),
+            }
+            run = self.kv.log
+            try:
+                run.run(run.retry(functools.partial(run.batch, msgs, fence), what="kv delete"))
+            except nats.js.errors.APIError as exc:
+                if not (exc.description or "").startswith("wrong last sequence"):
+                    raise LogError(f"JetStream refused deleting group {group!r}: {exc}") from None
+                continue
+            return len(keys)
+        raise ConcurrencyError(f"group {group!r}: state kept changing", expected=0, actual=0)
 
     def barrier(self, group: str) -> None:
         """Commits are acknowledged only once ordered: nothing is in flight to wait for."""
@@ -434,7 +498,9 @@ class JetStreamCoordination:
 
     def group_names(self) -> set[str]:
         return {
-            mapping.decode_name(k[: -len(".state")]) for k in self.kv.list() if k.endswith(".state")
+            mapping.decode_name(k[: -len(".state")])
+            for k in self.kv.list()
+            if k.endswith(".state") and self.kv.get(k)[0] is not None
         }
 
     def has_state(self, group: str) -> bool:

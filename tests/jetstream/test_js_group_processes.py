@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
+from js_group_kit import OffsetWatch
 from group_members import (
     GROUP,
     TOPIC,
@@ -76,35 +76,6 @@ def _all_committed(js: JetStreamLog, coordination: JetStreamCoordination) -> boo
         if entry is None or entry.offset != marks[p]:
             return False
     return True
-
-
-class OffsetWatch:
-    """Samples the group's committed offsets every 50 ms in a thread; records any that went
-    backwards (an independent oracle: the KV keeps only the latest commit)."""
-
-    def __init__(self, js: JetStreamLog) -> None:
-        self.coordination = JetStreamCoordination(js)
-        self.backwards: list[tuple[int, int, int]] = []
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        last: dict[int, int] = {}
-        while not self._stop.wait(0.05):
-            for p, entry in self.coordination.offsets.group_offsets(GROUP).items():
-                if entry.offset < last.get(p.partition, 0):
-                    self.backwards.append((p.partition, last[p.partition], entry.offset))
-                last[p.partition] = max(last.get(p.partition, 0), entry.offset)
-            self.samples += 1
-
-    def __enter__(self) -> OffsetWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _common(cluster: LocalCluster, namespace: str, **extra: object) -> dict[str, object]:
@@ -226,7 +197,7 @@ def test_sigstop_zombie_is_fenced(
         max_records=60,
         commit="after",
     )
-    with OffsetWatch(js) as watch:
+    with OffsetWatch(js, GROUP) as watch:
         members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(2))
         wait_for(lambda: _counts(members) == [3, 3], START_S, "3/3", members)
         zombie, other = members

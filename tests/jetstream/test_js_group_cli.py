@@ -80,8 +80,9 @@ def test_groups_commands_work_against_the_cluster(
     members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(2))
     wait_for(lambda: _committed(js) == {0: 20, 1: 20, 2: 20}, START_S, "all committed", members)
     wait_for(
-        lambda: [(r["state"], r["members"]) for r in _cli(base, "list", "--json")]
-        == [("Stable", 2)],
+        lambda: (
+            [(r["state"], r["members"]) for r in _cli(base, "list", "--json")] == [("Stable", 2)]
+        ),
         START_S,
         "2 members, stable",
         members,

@@ -25,7 +25,6 @@ from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
-from js_group_kit import OffsetWatch
 from group_members import (
     GROUP,
     TOPIC,
@@ -38,6 +37,7 @@ from group_members import (
     start_member,
     wait_for,
 )
+from js_group_kit import OffsetWatch
 
 START_S = 60.0  # a member process may take long to start on a loaded machine
 

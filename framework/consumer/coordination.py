@@ -106,7 +106,12 @@ class OffsetStorage(Protocol):
 
 
 class GroupCoordination(Protocol):
-    """An engine's group coordinator and offset store."""
+    """An engine's group coordinator and offset store.
+
+    ``spans_hosts``: members may run on several hosts (the state is on a cluster), so what
+    a member keeps in its local directory is not seen by the others."""
+
+    spans_hosts: bool
 
     @property
     def offsets(self) -> OffsetStorage: ...
@@ -123,10 +128,19 @@ class GroupCoordination(Protocol):
         """Forget ``group``'s membership state (its offsets are deleted separately)."""
         ...
 
+    def claim_home(self, group: str, home: str) -> None:
+        """Pin ``group``'s workers to ``home`` (a host and a local path: where a read model
+        file lives). The first claim wins; a claim naming another home raises
+        :class:`~framework.errors.ConfigError` naming both. Forgotten with the state."""
+        ...
+
 
 class FileCoordination:
     """The embedded engine's coordination: group files under ``log.local.groups()`` and
-    offsets in ``__consumer_offsets`` on the (embedded) log itself."""
+    offsets in ``__consumer_offsets`` on the (embedded) log itself. Every member shares
+    the data directory, so they are on one host (``claim_home`` has nothing to check)."""
+
+    spans_hosts = False
 
     def __init__(self, log_: Log, offsets: OffsetStore | None = None) -> None:
         self.log = log_
@@ -152,6 +166,9 @@ class FileCoordination:
 
     def delete_state(self, group: str) -> None:
         shutil.rmtree(groups_root(self.log) / group, ignore_errors=True)
+
+    def claim_home(self, group: str, home: str) -> None:
+        """Members of a data directory are on its host: always granted."""
 
 
 CoordinationFactory = Callable[[Log], GroupCoordination]

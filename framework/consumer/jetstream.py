@@ -6,6 +6,7 @@ Keys of the bucket ``<ns>-groups`` (:class:`~framework.log.jetstream.kv.Kv`)::
     <g>.state                 the group state (GroupState JSON), its revision = version
     <g>.live.<token>          a member's last heartbeat (wall-clock ns of its host)
     <g>.off.<enc(topic)>.<p>  the committed offset of a partition (JSON)
+    <g>.home                  where the group's read model lives (``host:path``), if pinned
 
 where ``<g>`` is the group id encoded as one subject token (:func:`mapping.encode_name`:
 group ids may contain ``.``), so ``*.state`` selects exactly the state keys.
@@ -50,7 +51,7 @@ from nats.js.api import DeliverPolicy
 from framework.consumer.coordinator import GroupCoordinator, validate_group_id
 from framework.consumer.membership import GroupState, Member
 from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata
-from framework.errors import ConcurrencyError, LogError
+from framework.errors import ConcurrencyError, ConfigError, LogError
 from framework.log.jetstream import mapping
 from framework.log.jetstream.kv import Kv
 from framework.log.jetstream.log import JetStreamLog
@@ -333,6 +334,29 @@ class KvOffsets:
         for tp, c in sorted(self.group_offsets(group).items()):
             yield c.log_offset, tp, c.offset
 
+    def _fenced(
+        self, group: str, precondition: Callable[[], None] | None, write: Callable[[int], T]
+    ) -> T:
+        """Check ``precondition`` against the state read from the leader, then ``write(rev)``
+        fenced by that state's revision ``rev``; re-check if the state moved meanwhile. A
+        write whose outcome is unknown (the leader died before answering) is checked and
+        written again: the same values, fenced again, so a repeat is harmless."""
+        deadline = time.monotonic() + self.kv.log.retry_s
+        for _ in range(1000):
+            rev = self.coordination.refresh(group)
+            if precondition is not None:
+                precondition()
+            try:
+                return write(rev)
+            except ConcurrencyError:
+                continue
+            except LogError as exc:
+                if "may or may not" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                log.info("fenced write outcome unknown; writing again", group=group)
+                time.sleep(0.2)
+        raise ConcurrencyError(f"group {group!r}: state kept changing", expected=0, actual=0)
+
     def commit(
         self,
         group: str,
@@ -343,60 +367,57 @@ class KvOffsets:
         precondition: Callable[[], None] | None = None,
         now_ms: Callable[[], int] | None = None,
     ) -> int:
-        """Check ``precondition`` against the state read from the leader, then write the
-        offsets fenced by that state's revision; re-check if the state moved meanwhile."""
-        for _ in range(1000):
-            rev = self.coordination.refresh(group)
-            if precondition is not None:
-                precondition()
-            stamp = now_ms() if now_ms is not None else time.time_ns() // 1_000_000
-            values = {
-                self._key(group, tp): orjson.dumps(
-                    {
-                        "offset": om.offset,
-                        "metadata": om.metadata,
-                        "generation": generation,
-                        "member_id": member_id,
-                        "commit_ms": stamp,
-                    }
-                )
-                for tp, om in offsets.items()
-            }
-            if not values:
-                return rev
-            try:
-                return self.kv.put_many(values, fence=(group_key(group, "state"), rev))
-            except ConcurrencyError:
-                continue
-        raise ConcurrencyError(f"group {group!r}: state kept changing", expected=0, actual=0)
+        """Write the offsets (one atomic batch) fenced by the revision of the state that
+        ``precondition`` (ownership, generation) was checked against."""
+        if not offsets:
+            return self.coordination.refresh(group)
+        stamp = now_ms() if now_ms is not None else time.time_ns() // 1_000_000
+        values = {
+            self._key(group, tp): orjson.dumps(
+                {
+                    "offset": om.offset,
+                    "metadata": om.metadata,
+                    "generation": generation,
+                    "member_id": member_id,
+                    "commit_ms": stamp,
+                }
+            )
+            for tp, om in offsets.items()
+        }
+        fence = group_key(group, "state")
+        return self._fenced(
+            group, precondition, lambda rev: self.kv.put_many(values, fence=(fence, rev))
+        )
 
     def delete_group(self, group: str, *, precondition: Callable[[], None] | None = None) -> int:
         """Delete every committed offset of ``group`` at once (delete markers in one atomic
         batch), fenced like a commit: ``precondition`` (no live member) is checked against
         the state whose revision the batch expects. Returns how many were deleted."""
-        for _ in range(1000):
-            rev = self.coordination.refresh(group)
+        keys = [k for k in self.kv.list(group_key(group, "off.")) if self.kv.get(k)[0]]
+        if not keys:
             if precondition is not None:
                 precondition()
-            keys = [k for k in self.kv.list(group_key(group, "off.")) if self.kv.get(k)[0]]
-            if not keys:
-                return 0
-            msgs = [(self.kv.subject(k), b"", {"KV-Operation": "DEL"}) for k in keys]
+            return 0
+        msgs = [(self.kv.subject(k), b"", {"KV-Operation": "DEL"}) for k in keys]
+        state = self.kv.subject(group_key(group, "state"))
+        js = self.kv.log
+
+        def write(rev: int) -> int:
             fence = {
                 "Nats-Expected-Last-Subject-Sequence": str(rev),
-                "Nats-Expected-Last-Subject-Sequence-Subject": self.kv.subject(
-                    group_key(group, "state")
-                ),
+                "Nats-Expected-Last-Subject-Sequence-Subject": state,
             }
-            run = self.kv.log
             try:
-                run.run(run.retry(functools.partial(run.batch, msgs, fence), what="kv delete"))
+                return js.run(js.retry(functools.partial(js.batch, msgs, fence), what="kv delete"))
             except nats.js.errors.APIError as exc:
-                if not (exc.description or "").startswith("wrong last sequence"):
-                    raise LogError(f"JetStream refused deleting group {group!r}: {exc}") from None
-                continue
-            return len(keys)
-        raise ConcurrencyError(f"group {group!r}: state kept changing", expected=0, actual=0)
+                if (exc.description or "").startswith("wrong last sequence"):
+                    raise ConcurrencyError(
+                        f"group {group!r} moved on", expected=rev, actual=-1
+                    ) from None
+                raise LogError(f"JetStream refused deleting group {group!r}: {exc}") from None
+
+        self._fenced(group, precondition, write)
+        return len(keys)
 
     def barrier(self, group: str) -> None:
         """Commits are acknowledged only once ordered: nothing is in flight to wait for."""
@@ -418,6 +439,8 @@ class JetStreamCoordination:
     """The :class:`~framework.consumer.coordination.GroupCoordination` of a JetStream
     engine: one bucket ``<namespace>-groups`` for every group's state, heartbeats and
     offsets, and one change feed (an ordered consumer on ``*.state``) per process."""
+
+    spans_hosts = True
 
     def __init__(self, log_: JetStreamLog) -> None:
         self.log = log_
@@ -506,7 +529,31 @@ class JetStreamCoordination:
     def has_state(self, group: str) -> bool:
         return self.kv.get(group_key(group, "state"))[0] is not None
 
+    def claim_home(self, group: str, home: str) -> None:
+        """Pin ``group`` to ``home`` by compare-and-set of ``<g>.home`` (first claim wins)."""
+        key = group_key(group, "home")
+        for _ in range(100):
+            raw, rev = self.kv.get(key)
+            if raw is not None:
+                if raw.decode() == home:
+                    return
+                raise ConfigError(
+                    f"group {group!r} keeps its read model at {raw.decode()}; this worker"
+                    f" would build a second, partial one at {home}. A projection whose read"
+                    " model is a SQLite file runs its workers on the host that holds the file"
+                    f" (policies and plain consumers may run anywhere); to move it, stop its"
+                    f" workers and run `eventlane groups delete {group}` first"
+                )
+            try:
+                self.kv.put(key, home.encode(), expect=rev)
+            except ConcurrencyError:
+                continue
+            log.info("group pinned to a home", group=group, home=home)
+            return
+        raise ConcurrencyError(f"group {group!r}: home kept changing", expected=0, actual=0)
+
     def delete_state(self, group: str) -> None:
+        self.kv.delete(group_key(group, "home"))
         self.kv.delete(group_key(group, "state"))
         for key in self.kv.list(group_key(group, "live.")):
             self.kv.delete(key)

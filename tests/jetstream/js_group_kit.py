@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from framework.consumer.jetstream import JetStreamCoordination
 from framework.errors import FrameworkError
 from framework.log.jetstream.log import JetStreamLog
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
+from group_members import Member
+
+START_S = 60.0  # a member process may take long to start on a loaded machine
+
+
+@pytest.fixture(name="members")
+def members_fixture() -> Iterator[list[Member]]:
+    """The member processes a test starts; stopped (gracefully, else killed) at its end."""
+    group: list[Member] = []
+    yield group
+    for m in group:
+        m.stop()
+
+
+def counts(group: list[Member]) -> list[int]:
+    """How many partitions each member owns, sorted."""
+    return sorted(len(m.owned()) for m in group)
+
+
+def union(group: list[Member]) -> set[int]:
+    """Every partition some member of ``group`` owns."""
+    return set().union(*(m.owned() for m in group))
 
 
 class OffsetWatch:

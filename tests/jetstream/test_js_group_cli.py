@@ -23,8 +23,10 @@ from framework.log.jetstream.log import JetStreamLog, open_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
 from group_members import GROUP, TOPIC, Member, produce, start_member, wait_for
-
-START_S = 60.0
+from js_group_kit import (
+    START_S,
+    members_fixture,  # noqa: F401 (the `members` fixture)
+)
 
 
 @pytest.fixture
@@ -33,14 +35,6 @@ def js(cluster: LocalCluster, namespace: str) -> Iterator[JetStreamLog]:
     with JetStreamLog.from_url(cluster.url, namespace=namespace) as log:
         log.create_topic(TOPIC, 3)
         yield log
-
-
-@pytest.fixture
-def members() -> Iterator[list[Member]]:
-    group: list[Member] = []
-    yield group
-    for m in group:
-        m.stop()
 
 
 def _cli(base: list[str], *args: str, ok: bool = True) -> Any:

@@ -32,9 +32,13 @@ from group_members import (
     start_member,
     wait_for,
 )
-from js_group_kit import OffsetWatch
-
-START_S = 60.0
+from js_group_kit import (
+    START_S,
+    OffsetWatch,
+    counts,
+    members_fixture,  # noqa: F401 (the `members` fixture)
+    union,
+)
 
 
 @pytest.fixture
@@ -45,22 +49,6 @@ def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield c
     finally:
         c.stop()
-
-
-@pytest.fixture
-def members() -> Iterator[list[Member]]:
-    group: list[Member] = []
-    yield group
-    for m in group:
-        m.stop()
-
-
-def _counts(group: list[Member]) -> list[int]:
-    return sorted(len(m.owned()) for m in group)
-
-
-def _union(group: list[Member]) -> set[int]:
-    return set().union(*(m.owned() for m in group))
 
 
 def _kv_leader(js: JetStreamLog, coordination: JetStreamCoordination) -> str:
@@ -88,7 +76,7 @@ def test_kv_leader_sigkill_during_a_rebalance(
         }
         with OffsetWatch(js, GROUP) as watch:
             members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(3))
-            wait_for(lambda: _counts(members) == [2, 2, 2], START_S, "2/2/2", members)
+            wait_for(lambda: counts(members) == [2, 2, 2], START_S, "2/2/2", members)
             leader = _kv_leader(js, watch.coordination)
             produce(js, 300, 6, start=10_000)  # type: ignore[arg-type]
             revoked = sum(len(m.of("revoked")) for m in members)
@@ -102,7 +90,7 @@ def test_kv_leader_sigkill_during_a_rebalance(
             own_cluster.kill(leader, signal.SIGKILL)
             killed_at = time.monotonic()
             wait_for(
-                lambda: _counts(members) == [1, 1, 2, 2] and _union(members) == set(range(6)),
+                lambda: counts(members) == [1, 1, 2, 2] and union(members) == set(range(6)),
                 60,
                 "4 members at 2/2/1/1 after the KV leader died",
                 members,

@@ -37,9 +37,13 @@ from group_members import (
     start_member,
     wait_for,
 )
-from js_group_kit import OffsetWatch
-
-START_S = 60.0  # a member process may take long to start on a loaded machine
+from js_group_kit import (
+    START_S,
+    OffsetWatch,
+    counts,
+    members_fixture,  # noqa: F401 (the `members` fixture)
+    union,
+)
 
 
 @pytest.fixture
@@ -47,22 +51,6 @@ def js(cluster: LocalCluster, namespace: str) -> Iterator[JetStreamLog]:
     with JetStreamLog.from_url(cluster.url, namespace=namespace) as log:
         log.create_topic(TOPIC, 6)
         yield log
-
-
-@pytest.fixture
-def members() -> Iterator[list[Member]]:
-    group: list[Member] = []
-    yield group
-    for m in group:
-        m.stop()
-
-
-def _counts(group: list[Member]) -> list[int]:
-    return sorted(len(m.owned()) for m in group)
-
-
-def _union(group: list[Member]) -> set[int]:
-    return set().union(*(m.owned() for m in group))
 
 
 def _hwms(js: JetStreamLog) -> dict[int, int]:
@@ -99,14 +87,14 @@ def test_join_rebalance_never_owns_a_partition_twice(
     with Feeder(js, 6):  # type: ignore[arg-type]
         members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(3))
         wait_for(
-            lambda: _counts(members) == [2, 2, 2] and _union(members) == set(range(6)),
+            lambda: counts(members) == [2, 2, 2] and union(members) == set(range(6)),
             START_S,
             "3 members at 2/2/2",
             members,
         )
         members.append(start_member("m3", tmp_path, **common))
         wait_for(
-            lambda: _counts(members) == [1, 1, 2, 2] and _union(members) == set(range(6)),
+            lambda: counts(members) == [1, 1, 2, 2] and union(members) == set(range(6)),
             START_S,
             "4 members at 2/2/1/1",
             members,
@@ -114,7 +102,7 @@ def test_join_rebalance_never_owns_a_partition_twice(
         assert overlaps(ownership_intervals(members, time.monotonic())) == []
         members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(4, 7))
         wait_for(
-            lambda: _counts(members) == [0, 1, 1, 1, 1, 1, 1] and _union(members) == set(range(6)),
+            lambda: counts(members) == [0, 1, 1, 1, 1, 1, 1] and union(members) == set(range(6)),
             START_S,
             "7 members, one idle",
             members,
@@ -144,7 +132,7 @@ def test_kill9_partitions_reassigned_and_nothing_lost(
         commit="after",
     )
     members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(3))
-    wait_for(lambda: _counts(members) == [2, 2, 2], START_S, "2/2/2", members)
+    wait_for(lambda: counts(members) == [2, 2, 2], START_S, "2/2/2", members)
     victim, survivors = members[0], members[1:]
     seen = len(victim.of("processing"))
     produce(js, 120, 6, start=10_000)  # type: ignore[arg-type]
@@ -154,7 +142,7 @@ def test_kill9_partitions_reassigned_and_nothing_lost(
     victim.proc.wait()
     lost_partitions = victim.owned()
     reassigned_at = wait_for(
-        lambda: _union(survivors) == set(range(6)),
+        lambda: union(survivors) == set(range(6)),
         session_ms / 1000 + 30,
         "survivors own every partition",
         survivors,
@@ -199,7 +187,7 @@ def test_sigstop_zombie_is_fenced(
     )
     with OffsetWatch(js, GROUP) as watch:
         members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(2))
-        wait_for(lambda: _counts(members) == [3, 3], START_S, "3/3", members)
+        wait_for(lambda: counts(members) == [3, 3], START_S, "3/3", members)
         zombie, other = members
         seen = len(zombie.of("processing"))
         produce(js, 120, 6, start=10_000)  # type: ignore[arg-type]
@@ -234,6 +222,59 @@ def test_sigstop_zombie_is_fenced(
     assert all(GROUP in ev["error"] and "commit rejected" in ev["error"] for ev in late)
     assert zombie.of("lost"), "the zombie should learn it lost its partitions"
     assert watch.samples > 10 and watch.backwards == []
+    done = set(processed(members))
+    marks = _hwms(js)
+    assert [(p, o) for p in range(6) for o in range(marks[p]) if (p, o) not in done] == []
+
+
+@pytest.mark.soak
+def test_soak_churn_joins_leaves_and_kills(
+    js: JetStreamLog, cluster: LocalCluster, namespace: str, members: list[Member], tmp_path: Path
+) -> None:
+    """12 rounds (bounded: at most a minute each) of a member joining, then one leaving
+    gracefully or being killed -9, while records flow: every round converges with all six
+    partitions owned, no two members ever own one at once, nothing is left unprocessed."""
+    common = _common(
+        cluster,
+        namespace,
+        session_timeout_ms=2000,
+        heartbeat_interval_ms=200,
+        delay=0.01,
+        max_records=20,
+        commit="after",
+    )
+    killed: dict[str, float] = {}
+    with Feeder(js, 6):  # type: ignore[arg-type]
+        members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(3))
+        for round_ in range(12):
+            live = [m for m in members if m.proc.poll() is None]
+            wait_for(lambda live=live: union(live) == set(range(6)), 60, "all owned", live)
+            members.append(start_member(f"n{round_}", tmp_path, **common))
+            live = [m for m in members if m.proc.poll() is None]
+            wait_for(
+                lambda live=live: union(live) == set(range(6)) and min(counts(live)) >= 1,
+                60,
+                f"round {round_}: the newcomer has a partition",
+                live,
+            )
+            victim = live[round_ % len(live)]
+            if round_ % 2:
+                victim.proc.kill()
+                killed[victim.name] = time.monotonic()
+                victim.proc.wait()
+            else:
+                victim.stop()
+    live = [m for m in members if m.proc.poll() is None]
+    coordination = JetStreamCoordination(js)
+    wait_for(lambda: _all_committed(js, coordination), 120, "everything committed", live)
+    for m in live:
+        m.stop()
+    intervals: dict[int, list[tuple[float, float, str]]] = {}
+    for m in members:
+        end = killed.get(m.name, time.monotonic())
+        for p, spans in ownership_intervals([m], end).items():
+            intervals.setdefault(p, []).extend(spans)
+    assert overlaps(intervals) == []
     done = set(processed(members))
     marks = _hwms(js)
     assert [(p, o) for p in range(6) for o in range(marks[p]) if (p, o) not in done] == []

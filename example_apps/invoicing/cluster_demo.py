@@ -19,11 +19,9 @@ read model.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,10 +39,10 @@ from example_apps.invoicing.demo import (
     _next_run,
     _print_summary,
     _record_run,
+    ask_one,
+    pay_open_invoices,
 )
-from example_apps.invoicing.domain import Invoice
-from example_apps.invoicing.queries import ask_invoice_for, serve_queries
-from example_apps.invoicing.workload import Workload, pay, payment_for
+from example_apps.invoicing.workload import Workload
 from framework import Runtime
 from framework.consumer.coordination import coordination_for
 from framework.log import Log, TopicPartition
@@ -177,39 +175,14 @@ def run_cluster_demo(
                         supervise()
                 summary["commands_per_s"] = len(commands) / (time.perf_counter() - started)
                 _wait(runtime, supervise, console, (POLICY, "invoices"))
-                paid = 0
                 invoices_db = runtime.log.local.readmodel("invoices")
-                with contextlib.closing(sqlite3.connect(invoices_db, timeout=30)) as db:
-                    open_invoices = db.execute(
-                        "SELECT invoice_id, amount_cents FROM invoices WHERE status = 'open'"
-                        " AND invoice_id LIKE ?",
-                        (f"invoice-r{run}-%",),
-                    ).fetchall()
-                for invoice_id, amount in open_invoices:
-                    cents = payment_for(invoice_id, amount, seed)
-                    if cents:
-                        runtime.execute(
-                            Invoice, invoice_id, functools.partial(pay, amount_cents=cents)
-                        )
-                        paid += 1
+                paid = pay_open_invoices(runtime, invoices_db, run, seed)
                 console.print(f"recorded {paid} payments")
                 caught_up_from = time.perf_counter()
                 _wait(runtime, supervise, console, tuple(app.projectors))
                 summary["catch_up_s"] = time.perf_counter() - caught_up_from
                 summary["restarts"] = sum(r.restarts for r in runners.values())
-                stop = threading.Event()
-                responder = threading.Thread(
-                    target=serve_queries,
-                    args=(runtime.log, str(invoices_db), stop),
-                    kwargs={"session_timeout_ms": 3000},
-                    daemon=True,
-                )
-                responder.start()
-                asked = workload.order_id(0)
-                answer = ask_invoice_for(runtime.log, asked, timeout=15)
-                console.print(f"request/reply: invoice for {asked} → {answer['invoice']}")
-                stop.set()
-                responder.join(10)
+                ask_one(runtime, invoices_db, workload.order_id(0), console)
             finally:
                 for runner in runners.values():
                     runner.stop()

@@ -31,6 +31,12 @@ Invariants:
 * Heartbeats are wall-clock stamps (hosts are assumed NTP-synchronised; session timeouts are
   seconds). An evicted member's heartbeat key is deleted, so its next beat fails and it
   knows it was fenced.
+* An outage of the bucket (its leader died, an election runs) stalls every member's
+  heartbeats alike. A process whose own beats stalled for half a session evicts nobody for
+  a whole session afterwards (Kafka's coordinator restarts every session timer when it
+  fails over), so an election does not evict the whole group.
+* A fenced write whose answer was lost (the leader died after storing it, or before) is
+  validated and sent again: the same values under a fresh fence, so a repeat is harmless.
 """
 
 from __future__ import annotations

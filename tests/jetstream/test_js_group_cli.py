@@ -17,6 +17,7 @@ from framework.cli import main
 from framework.consumer.coordination import coordination_for
 from framework.consumer.jetstream import JetStreamCoordination
 from framework.engine import register_engine
+from framework.errors import ConfigError
 from framework.log import TopicPartition
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog, open_url
@@ -110,7 +111,13 @@ def test_groups_commands_work_against_the_cluster(
     done = _cli(base, "reset-offsets", GROUP, "--topic", TOPIC, "--to-offset", "25", "--execute")
     assert "New offsets" in done and _committed(js) == {0: 25, 1: 25, 2: 25}
 
+    groups = coordination_for(js)
+    groups.claim_home(GROUP, "host-1:/srv/readmodels/workers.sqlite")  # a pinned projection
+    groups.claim_home(GROUP, "host-1:/srv/readmodels/workers.sqlite")  # the same home: fine
+    with pytest.raises(ConfigError, match="keeps its read model at host-1"):
+        groups.claim_home(GROUP, "host-2:/srv/readmodels/workers.sqlite")
     assert "3 committed offset(s) removed" in _cli(base, "delete", GROUP)
+    groups.claim_home(GROUP, "host-2:/srv/readmodels/workers.sqlite")  # delete forgot the pin
     assert _cli(base, "list", "--json") == []
     assert _committed(js) == {0: None, 1: None, 2: None}
     assert "does not exist" in _cli(base, "describe", GROUP, ok=False)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from framework.consumer.coordination import FileCoordination, GroupCoordination
+from framework.consumer.coordination import GroupCoordination, coordination_for
 from framework.errors import ConfigError
 from framework.log.local import LocalDir
 from framework.log.port import Log
@@ -152,11 +152,11 @@ def open_engine(
     groups: Callable[[Log], GroupCoordination] | None = None,
 ) -> Engine:
     """Open the engine: the log at ``log_url`` (default: the embedded log in ``data_dir``)
-    with ``data_dir`` as the local directory, and group coordination (default: the
-    file-based one, which only the embedded engine supports)."""
+    with ``data_dir`` as the local directory, and group coordination (default: the one
+    that goes with the log, :func:`~framework.consumer.coordination.coordination_for`)."""
     log_ = open_log(log_url if log_url is not None else data_dir, data_dir=data_dir)
     try:
-        coordination = (groups or FileCoordination)(log_)
+        coordination = (groups or coordination_for)(log_)
     except BaseException:
         log_.close()
         raise

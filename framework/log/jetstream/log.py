@@ -420,7 +420,11 @@ class JetStreamLog:
                 if topic is not None and isinstance(exc, _NO_STREAM):
                     await self._raise_if_gone(topic)
             except nats.js.errors.APIError as exc:
-                if exc.code != 503 and exc.err_code not in (10008, 10077):
+                # (KV errors such as KeyWrongLastSequenceError carry no code: not transient)
+                if getattr(exc, "code", None) != 503 and getattr(exc, "err_code", None) not in (
+                    10008,
+                    10077,
+                ):
                     raise
                 err = exc
             if time.monotonic() > deadline:

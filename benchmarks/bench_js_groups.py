@@ -12,6 +12,9 @@ ack). Each round measures the same things on both engines, interleaved:
 * ``join``      seconds from a new member's first ``poll()`` to it owning its share
                 (cooperative: the old member revokes first)
 * ``leave``     seconds from a member's ``close()`` to the other owning everything
+* ``join``/``leave`` again on an empty topic: the protocol alone (with records, a member
+                notices a rebalance only after the fetch it is in, so the log's read speed
+                shows in the figures above)
 
 The ratio of each cluster figure is to the embedded figure of the same round (above 1: the
 cluster's number is larger, i.e. slower for a time, faster for a rate).
@@ -47,6 +50,7 @@ def fill_cluster(url: str, namespace: str, total: int) -> None:
 def measures(root: Path, engine: dict[str, Any], total: int, max_records: int) -> dict[str, Any]:
     """The four measurements on one engine (``engine``: the child's log arguments)."""
     counter = iter(range(1_000_000))
+    tag = uuid.uuid4().hex[:6]  # event files of this call's members are its own
 
     def opts(**extra: Any) -> dict[str, Any]:
         return {
@@ -60,7 +64,7 @@ def measures(root: Path, engine: dict[str, Any], total: int, max_records: int) -
         }
 
     def name() -> str:
-        return f"{engine.get('namespace', 'local')}-{next(counter)}"
+        return f"{tag}-{next(counter)}"
 
     def consume() -> float:
         proc = Proc(root, name(), role="drain", mode="auto", **opts())
@@ -137,8 +141,19 @@ def main() -> None:
                 total,
                 args.max_records,
             )
+            # the same rebalances on an empty topic: the protocol alone, no fetch in flight
+            empty_data, empty_ns = root / "empty", namespace + "e"
+            fill(empty_data, 0)
+            fill_cluster(cluster.url, empty_ns, 0)
+            local["idle"] = measures(root, {"data": str(empty_data)}, 0, 1)["rebalance"]
+            remote["idle"] = measures(
+                root,
+                {"data": str(empty_data), "log_url": cluster.url, "namespace": empty_ns},
+                0,
+                1,
+            )["rebalance"]
             rounds: dict[str, Callable[[], Any]] = {}
-            for key in ("consume", "failover", "rebalance"):
+            for key in ("consume", "failover", "rebalance", "idle"):
                 rounds[f"embedded_{key}"] = local[key]
                 rounds[f"cluster_{key}"] = remote[key]
             bench.rounds(rounds)
@@ -170,6 +185,13 @@ def main() -> None:
             f"{engine}_rebalance.leave",
             baseline=base and f"{base}_rebalance.leave",
         )
+        for step in ("join", "leave"):
+            bench.add(
+                f"{engine}: {step} on an empty topic (the protocol alone)",
+                "s",
+                f"{engine}_idle.{step}",
+                baseline=base and f"{base}_idle.{step}",
+            )
     bench.notes.append(
         f"{total} records of {len(VALUE)} B in {PARTITIONS} partitions; cluster: 3 local"
         " nats-server nodes, replicas 3, sync always; the machine is shared (2 cores)"

@@ -22,7 +22,6 @@ from __future__ import annotations
 import importlib
 import shutil
 import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar
@@ -181,7 +180,7 @@ _KNOWN: dict[tuple[str, str], str] = {
     ),
 }
 _factories: dict[type, CoordinationFactory] = {}
-_cache: weakref.WeakKeyDictionary[Log, GroupCoordination] = weakref.WeakKeyDictionary()
+_CACHE_ATTR = "_eventlane_group_coordination"
 _cache_lock = threading.Lock()
 
 
@@ -209,8 +208,9 @@ def coordination_for(log_: Log) -> GroupCoordination:
     factory = _factory(log_)
     if factory is None:
         return FileCoordination(log_)
-    with _cache_lock:
-        found = _cache.get(log_)
+    with _cache_lock:  # kept on the log itself: it lives (and is collected) with it
+        found: GroupCoordination | None = getattr(log_, _CACHE_ATTR, None)
         if found is None:
-            found = _cache[log_] = factory(log_)
+            found = factory(log_)
+            setattr(log_, _CACHE_ATTR, found)
         return found

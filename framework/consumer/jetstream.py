@@ -160,6 +160,7 @@ class KvCoordinator(GroupCoordinator):
         self._rev = -1  # revision of the cached view (-1: none yet)
         self._announced = 0  # highest revision known to exist
         self._last_beat = 0.0  # monotonic time of this process's last beat (0: none yet)
+        self._joining = False
         self._healthy_since = -1e9  # beating without a gap since (a handle that never beat:
         # always; the CLI's handles judge members at once)
 
@@ -274,18 +275,32 @@ class KvCoordinator(GroupCoordinator):
         return alive
 
     def join(self, **kwargs: Any) -> Member:
-        member = super().join(**kwargs)
+        """Join without evicting anyone (the embedded coordinator evicts expired members
+        first): a process that just joined cannot tell stale stamps from a bucket outage
+        it did not see, and the members' heartbeat threads evict the dead soon enough."""
+        self._joining = True
+        try:
+            member = super().join(**kwargs)
+        finally:
+            self._joining = False
         self._last_beat = time.monotonic()  # a join that waited out an outage is a beat
         return member
 
     def expired(self, state: GroupState, now_ns: int | None = None) -> list[str]:
-        """Members whose stamp is older than their session timeout, once this process has
-        itself been beating for that long (see :meth:`beat`)."""
-        healthy_s = time.monotonic() - self._healthy_since
+        """Members whose stamp is older than their session timeout, judged only by a process
+        whose own heartbeats are current (its last beat less than half a session ago: else
+        the bucket, or this process, was stalled, and every stamp is as stale as its own)
+        and have been for a whole session (see :meth:`beat`)."""
+        if self._joining:
+            return []
+        now = time.monotonic()
+        healthy_ms = (now - self._healthy_since) * 1000
+        silent_ms = (now - self._last_beat) * 1000 if self._last_beat else 0.0
         return [
             mid
             for mid in super().expired(state, now_ns)
-            if healthy_s * 1000 > state.members[mid].session_timeout_ms
+            if healthy_ms > state.members[mid].session_timeout_ms
+            and silent_ms < state.members[mid].session_timeout_ms / 2
         ]
 
     def close(self) -> None:

@@ -52,14 +52,19 @@ def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 
 
 def _kv_leader(js: JetStreamLog, coordination: JetStreamCoordination) -> str:
-    info = js.run(js.js.stream_info(coordination.kv.stream))
+    stream = coordination.kv.stream
+    info = js.run(js.retry(lambda: js.js.stream_info(stream), what="kv leader"))
     assert info.cluster is not None and info.cluster.leader
     return str(info.cluster.leader)
 
 
+@pytest.mark.parametrize(
+    "round_", [0, *(pytest.param(i, marks=pytest.mark.soak) for i in range(1, 6))]
+)
 def test_kv_leader_sigkill_during_a_rebalance(
-    own_cluster: LocalCluster, namespace: str, members: list[Member], tmp_path: Path
+    own_cluster: LocalCluster, namespace: str, members: list[Member], tmp_path: Path, round_: int
 ) -> None:
+    """(Rounds 1-5 repeat it under the soak marker: fresh clusters, other leaders.)"""
     with JetStreamLog.from_url(own_cluster.url, namespace=namespace) as js:
         js.create_topic(TOPIC, 6)
         produce(js, 600, 6)  # type: ignore[arg-type]

@@ -811,7 +811,9 @@ class Partition:
             index = OffsetIndex(index_path(self.dir, base))
             self._check_layout(snap)
             self._r_indexes[base] = index
-        elif base == snap.active_base:
+        elif base == snap.active_base and not (
+            index.positions and index.positions[-1] == snap.last_index_pos
+        ):  # entries are written before the state names them: refresh only when behind
             index.refresh()
         limit = snap.active_size if base == snap.active_base else 1 << 62
         rel, position = index.entry(offset - base, limit)

@@ -65,16 +65,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar, cast
 
-import structlog
-
 from framework._locks import FileLock
 from framework.errors import FrameworkError, OffsetOutOfRangeError
 from framework.log.port import Log
 from framework.log.record import Record
 from framework.log.types import Cursor
 from framework.log.types import KeyIndexReport as IndexReport
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 
 T = TypeVar("T")
 Mode = Literal["stream", "latest"]

@@ -35,8 +35,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-import structlog
-
 from framework._locks import FileLock, open_rw_or_read_only
 from framework.errors import (
     CorruptRecordError,
@@ -93,8 +91,9 @@ from framework.log.types import AppendResult as AppendResult  # noqa: PLC0414 (r
 from framework.log.types import Cursor as Cursor  # noqa: PLC0414 (re-exported)
 from framework.log.types import Precondition as Precondition  # noqa: PLC0414 (re-exported)
 from framework.log.types import RecordTuple as RecordTuple  # noqa: PLC0414 (re-exported)
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 
 MAX_BATCH_BYTES = 1 << 20
 _IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)

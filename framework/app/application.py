@@ -55,6 +55,7 @@ from typing import Any, TypeVar
 import structlog
 
 from framework.app.moments import as_of_ms
+from framework.app.namespace import Namespace
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
 from framework.codec.privacy import KeyStore, LogKeyStore
@@ -79,8 +80,12 @@ class App:
     """What an application is made of. Cheap to import; :meth:`open` does the I/O.
 
     ``partitions`` is the partition count of the event topics the runtime creates, one
-    number or per topic; ``registry`` carries upcasters and extra event types;
-    ``configure`` adds cattrs hooks to the codec's converter.
+    number or per (declared) topic; ``registry`` carries upcasters and extra event types;
+    ``configure`` adds cattrs hooks to the codec's converter. ``namespace`` (e.g.
+    ``"acme"``) prefixes every topic, consumer group and local file the app owns
+    (``acme.orders``, ``acme.invoices``): apps, or deployments of one app, with different
+    namespaces share a data directory or cluster without seeing each other; see
+    :mod:`framework.app.namespace`. Its mapping is :attr:`names`.
     """
 
     def __init__(
@@ -96,8 +101,11 @@ class App:
         keys: Callable[[Log], KeyStore] | None = None,
         keys_topic: str | None = None,
         on_forget: Iterable[Callable[[Runtime, str], None]] = (),
+        namespace: str | None = None,
     ) -> None:
         self.name = name
+        self.names = Namespace(namespace)
+        """How the app's declared names map to the log's (:mod:`framework.app.namespace`)."""
         self.aggregates = tuple(aggregates)
         self.events = tuple(events)
         self.projectors: dict[str, type[Projector]] = {}
@@ -114,6 +122,11 @@ class App:
         self.keys = keys
         self.keys_topic = keys_topic or f"{name}.keys"
         self.on_forget = tuple(on_forget)
+
+    @property
+    def namespace(self) -> str | None:
+        """The app's namespace (``None``: none)."""
+        return self.names.prefix
 
     def projector(self, name: str) -> type[Projector]:
         """The projector named ``name``; a ``ConfigError`` naming the known ones otherwise."""
@@ -149,12 +162,13 @@ class App:
     def key_store(self, log: Log) -> KeyStore | None:
         """Where this app's personal-data keys live on ``log``: the ``keys`` factory given
         to the app, else (when an event declares personal fields) the compacted topic
-        ``keys_topic`` (default ``<name>.keys``); ``None`` when nothing is personal."""
+        ``keys_topic`` (default ``<name>.keys``, in the app's namespace); ``None`` when
+        nothing is personal."""
         if self.keys is not None:
             return self.keys(log)
         if not self.has_personal_data():
             return None
-        return LogKeyStore(log, self.keys_topic)
+        return LogKeyStore(log, self.names.topic(self.keys_topic))
 
     def open(self, log: Log | str | Path | None = None, *, create_topics: bool = True) -> Runtime:
         """Connect to a log (a :class:`~framework.log.Log`, or a data directory for the
@@ -173,6 +187,10 @@ class Runtime:
     the embedded log (opened and closed by the runtime). Unless structlog is configured
     already, opening configures eventlane's default logging (warnings on standard error; see
     :mod:`framework.observability`).
+
+    Every name it puts on the log or the local directory goes through the app's namespace
+    (:attr:`names`): records and errors carry the full topic (``acme.orders``), methods
+    take declared names (``status("invoices")``, ``partitions_for("orders")``).
     """
 
     def __init__(
@@ -188,31 +206,36 @@ class Runtime:
         for cls in app.aggregates:
             if not isinstance(getattr(cls, "topic", None), str):
                 raise ConfigError(f"aggregate {cls.__qualname__} does not name its topic")
+        self.names = app.names
         self.registry = app.registry
         self.keys = app.key_store(self.log)
         self.codec = app.codec(keys=self.keys)
         self.store = EventStore(self.log, self.codec)
         self.repository = Repository(
-            self.store, SnapshotCodec(configure=app.configure, keys=self.keys)
+            self.store,
+            SnapshotCodec(configure=app.configure, keys=self.keys),
+            topic_of=self.names.aggregate_topic,
         )
         self.partitions = app.partitions
         if create_topics:
             for cls in app.aggregates:
+                topic = self.names.aggregate_topic(cls)
                 wanted = self.partitions_for(cls.topic)
-                self.log.create_topic(cls.topic, wanted, EVENT_TOPIC_CONFIG, exist_ok=True)
+                self.log.create_topic(topic, wanted, EVENT_TOPIC_CONFIG, exist_ok=True)
                 self._check_partitions(cls.topic, wanted)
 
-    def _check_partitions(self, topic: str, wanted: int) -> None:
+    def _check_partitions(self, declared: str, wanted: int) -> None:
         """An existing event topic must have the declared partition count: an aggregate's
         partition is ``murmur2(id) % count``, so another count would look in the wrong
         partition for every stored history."""
+        topic = self.names.topic(declared)
         have = self.log.partition_count(topic)
         if have != wanted:
             raise ConfigError(
                 f"topic {topic!r} exists with {have} partition(s), but the app declares"
-                f" {wanted}: declare partitions={{{topic!r}: {have}}} (an event topic's count"
-                " cannot change without moving every aggregate's history), or use another"
-                " data directory",
+                f" {wanted}: declare partitions={{{declared!r}: {have}}} (an event topic's"
+                " count cannot change without moving every aggregate's history), or use"
+                " another data directory or namespace",
                 topic=topic,
             )
 
@@ -230,7 +253,7 @@ class Runtime:
         return cls
 
     def partitions_for(self, topic: str) -> int:
-        """The partition count of ``topic`` when this runtime creates it."""
+        """The partition count of the declared topic ``topic`` when this runtime creates it."""
         if isinstance(self.partitions, int):
             return self.partitions
         return self.partitions.get(topic, DEFAULT_PARTITIONS)
@@ -259,7 +282,7 @@ class Runtime:
         if version is not None:
             raise ConfigError("load takes version= or as_of=, not both")
         when = as_of_ms(as_of)
-        topic = cls.topic
+        topic = self.names.aggregate_topic(cls)
         partition = self.store.partition_of(topic, aggregate_id)
         cut = self.log.offset_for_time(topic, partition, when + 1)
         records = self.log.read_key(topic, partition, aggregate_id.encode())
@@ -308,7 +331,11 @@ class Runtime:
     def readmodel_path(self, projector: str) -> Path:
         """Where projector ``projector``'s read-model file is."""
         self.app.projector(projector)
-        return self.log.local.readmodel(projector)
+        return self.log.local.readmodel(self.names.local(projector))
+
+    def topics_of(self, projector: str) -> tuple[str, ...]:
+        """The topics (full names) projector ``projector`` consumes."""
+        return self.names.projector_topics(self.app.projector(projector))
 
     def wait_for(
         self,
@@ -321,17 +348,24 @@ class Runtime:
 
         Records of topics the projector does not consume are ignored (it has nothing to
         apply there), so one ``written`` list serves every projector."""
-        topics = set(self.app.projector(projector).topic_names)
+        topics = set(self.topics_of(projector))
         wanted = {tp: off for tp, off in offsets_after(written).items() if tp.topic in topics}
         return wait_for_offsets(self.log, self.readmodel_path(projector), wanted, timeout)
 
     def status(self, projector: str) -> dict[str, Any]:
         """Positions, high-water marks, lag and members of ``projector`` (see
-        :func:`framework.projection.status.projection_status`)."""
+        :func:`framework.projection.status.projection_status`); ``projector`` is the declared
+        name, ``group`` its consumer group (in the app's namespace)."""
         cls = self.app.projector(projector)
-        return projection_status(
-            self.log, projector, cls.topic_names, self.readmodel_path(projector), cls.migrations
+        group = self.names.group(projector)
+        doc = projection_status(
+            self.log,
+            group,
+            self.topics_of(projector),
+            self.readmodel_path(projector),
+            cls.migrations,
         )
+        return {**doc, "projector": projector}
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:

@@ -131,6 +131,29 @@ def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(f)
 
 
+def _namespace(_ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return None
+    from framework.app.namespace import Namespace  # noqa: PLC0415 (only when asked for)
+
+    try:
+        return Namespace(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param=param) from None
+
+
+def namespace_option(f: F) -> F:
+    """``--namespace NS``: only names in an app's namespace (``NS.*``, as
+    ``App(..., namespace=NS)`` makes them; see :mod:`framework.app.namespace`); the command
+    gets a ``Namespace`` or ``None``."""
+    return click.option(
+        "--namespace",
+        metavar="NS",
+        callback=_namespace,
+        help="Only the names in namespace NS (NS.*: an App declared with namespace=NS).",
+    )(f)
+
+
 class TopicNameType(click.ParamType):  # type: ignore[type-arg]
     """A topic name checked against Kafka's rule before anything is opened."""
 

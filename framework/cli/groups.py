@@ -21,17 +21,28 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 from rich.table import Table
 
-from framework.cli.context import TOPIC, app, data_option, json_option, stdout_console
+from framework.cli.context import (
+    TOPIC,
+    app,
+    data_option,
+    json_option,
+    namespace_option,
+    stdout_console,
+)
 from framework.consumer.admin import delete_group, describe_group, list_groups, reset_offsets
 from framework.consumer.coordinator import validate_group_id
 from framework.consumer.group import GroupConsumer
 from framework.errors import FrameworkError
 from framework.log.record import Record, TopicPartition
+
+if TYPE_CHECKING:
+    from framework.app.namespace import Namespace
 
 __all__ = ["GROUP", "consume_group", "groups"]
 
@@ -68,11 +79,14 @@ def groups() -> None:
 
 
 @groups.command(name="list")
+@namespace_option
 @json_option
 @data_option
-def list_(as_json: bool) -> None:
-    """List consumer groups (with state directories or committed offsets)."""
+def list_(namespace: Namespace | None, as_json: bool) -> None:
+    """List consumer groups (with state directories or committed offsets); with
+    --namespace NS only those of apps declared with namespace=NS (NS.<projector>)."""
     rows = list_groups(app().open_log())
+    rows = [r for r in rows if namespace is None or namespace.owns(r["group"])]
     if as_json:
         _print_json(rows)
         return

@@ -123,7 +123,7 @@ def run_command(
     Each worker is a member of the projector's consumer group: the partitions are shared,
     and move when a worker joins, leaves or dies. Stopping finishes each worker's batch,
     commits and leaves the group. With the live view the workers' logs go to
-    <data>/readmodels/NAME.log.
+    <data>/readmodels/NAME.log (NS.NAME.log for an app declared with namespace=NS).
     """
     with _runtime(app_spec, create=True) as runtime:
         runtime.app.projector(projection)
@@ -133,7 +133,7 @@ def run_command(
         open_readmodel(runtime, projection).close()
         console = stdout_console()
         show = console.is_terminal if live is None else live
-        log_path = local.worker_log(projection) if show else None
+        log_path = local.worker_log(runtime.names.local(projection)) if show else None
         runner = Runner(
             app_spec,
             projection,
@@ -142,6 +142,7 @@ def run_command(
             restart=restart,
             session_timeout_ms=session_timeout_ms,
             log_path=log_path,
+            readmodel=runtime.readmodel_path(projection),
         )
         started = time.monotonic()
         doc = runtime.status(projection)
@@ -264,8 +265,9 @@ def remove_command(name: str, dry_run: bool, as_json: bool) -> None:
     """Remove a retired or renamed projector NAME: its consumer group, its read model (with
     its positions and dead letters), its NAME.dlq topic and its other files. Events stay.
 
-    Refused while NAME has live workers. Take NAME out of the app first, or its workers
-    would start it again from the low-water marks.
+    NAME is the projector's group as `groups list` shows it: NS.PROJECTOR for an app
+    declared with namespace=NS. Refused while NAME has live workers. Take the projector
+    out of the app first, or its workers would start it again from the low-water marks.
     """
     log = cli_app().open_log(create=False)
     report = retire_projector(log, cli_app().data, name, dry_run=dry_run)
@@ -300,7 +302,9 @@ def status_command(app_spec: str, projection: str | None, as_json: bool) -> None
         pids = {m["member_id"]: m["pid"] for m in doc["members"]}
         console.print(
             simple_table(
-                f"Projector {doc['projector']} — lag {doc['lag']}",
+                f"Projector {doc['projector']}"
+                + (f" (group {doc['group']})" if doc["group"] != doc["projector"] else "")
+                + f" — lag {doc['lag']}",
                 ("partition", "position", "HWM", "lag", "owner pid"),
                 [
                     (

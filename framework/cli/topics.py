@@ -12,6 +12,8 @@ so a refused ``create`` leaves nothing behind.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 import orjson
 
@@ -24,6 +26,7 @@ from framework.cli.context import (
     config_mapping,
     data_option,
     json_option,
+    namespace_option,
     stderr_console,
     stdout_console,
 )
@@ -31,6 +34,9 @@ from framework.cli.render import config_table, partitions_table, topics_table
 from framework.errors import ConfigError
 from framework.log.config import TopicConfig
 from framework.log.names import refuse_internal
+
+if TYPE_CHECKING:
+    from framework.app.namespace import Namespace
 
 
 def _print_json(value: object) -> None:
@@ -114,12 +120,15 @@ def create(
 
 
 @topics.command(name="list")
+@namespace_option
 @json_option
 @data_option
-def list_(as_json: bool) -> None:
-    """List topics."""
+def list_(namespace: Namespace | None, as_json: bool) -> None:
+    """List topics (with --namespace NS: only those of apps declared with namespace=NS,
+    whose topics are all named NS.*)."""
     log = app().open_log()
-    descriptions = [log.describe_topic(name) for name in log.list_topics()]
+    names = [n for n in log.list_topics() if namespace is None or namespace.owns(n)]
+    descriptions = [log.describe_topic(name) for name in names]
     if as_json:
         _print_json(
             [
@@ -130,7 +139,8 @@ def list_(as_json: bool) -> None:
         return
     console = stdout_console()
     if not descriptions:
-        console.print(f"no topics in {app().data}")
+        where = "" if namespace is None else f" in namespace {namespace.prefix}"
+        console.print(f"no topics{where} in {app().data}")
         return
     console.print(topics_table(descriptions))
 

@@ -77,6 +77,9 @@ class _Reader:
     """The first two headers :meth:`EventCodec.encode` writes for this stored type."""
     chain: UpcastChain | None
     structure: Callable[[Any, type], Any]
+    per_field: bool
+    """Whether values may hold per-field (``enc1``) cipher objects: the class declares
+    personal fields, or the stored version is upcast (an older one may have)."""
 
 
 class EventCodec:
@@ -231,6 +234,7 @@ class EventCodec:
             routing=((HEADER_TYPE, name.encode()), (HEADER_VERSION, str(version).encode())),
             chain=resolution.chain,
             structure=structure,
+            per_field=resolution.chain is not None or _declares_personal(resolution.cls),
         )
         self._readers[(name, version)] = reader
         return reader
@@ -323,10 +327,12 @@ class EventCodec:
         ):
             self._check_headers(headers, reader, name, version, topic, partition, offset)
         erased: tuple[str, ...] = ()
-        if self._cipher is not None:
+        if self._cipher is not None and (CIPHER_MARK in data or reader.per_field):
             data, erased = self._cipher.open(
                 data, event_id, topic=topic, partition=partition, offset=offset
             )
+        elif CIPHER_MARK in data:
+            raise self._no_key_store(reader, topic, partition, offset)
         if reader.chain is not None:
             data = reader.chain(data, topic=topic, partition=partition, offset=offset)
         if erased:
@@ -414,6 +420,20 @@ class EventCodec:
             offset=offset,
         )
 
+    @staticmethod
+    def _no_key_store(
+        reader: _Reader, topic: str | None, partition: int | None, offset: int | None
+    ) -> SerializationError:
+        return SerializationError(
+            f"{reader.name} has encrypted personal fields and the codec has no key store: "
+            "open the App with its key store to read them",
+            type_name=reader.name,
+            version=reader.version,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )
+
     def _structure_error(
         self,
         exc: Exception,
@@ -433,15 +453,7 @@ class EventCodec:
         if self._cipher is None and any(
             type(v) is dict and CIPHER_MARK in v for v in data.values()
         ):
-            return SerializationError(
-                f"{reader.name} has encrypted personal fields and the codec has no key store: "
-                "open the App with its key store to read them",
-                type_name=reader.name,
-                version=reader.version,
-                topic=topic,
-                partition=partition,
-                offset=offset,
-            )
+            return self._no_key_store(reader, topic, partition, offset)
         described = describe_structure_error(exc, root="data")
         return SerializationError(
             f"cannot decode {reader.name}{upcast} into {reader.cls.__qualname__}: "

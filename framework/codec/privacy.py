@@ -1,35 +1,45 @@
 """Crypto-shredding: personal fields encrypted per subject, erased by destroying the key.
 
 Fields declared with :func:`framework.domain.privacy.personal` never reach the log in clear.
-:class:`FieldCipher` replaces each one, in the event's JSON ``data``, by a cipher object::
+:class:`FieldCipher` takes them out of the event's JSON ``data`` and puts one cipher object
+for all of them under the reserved key ``"$eventlane"``::
 
-    {"$eventlane": "enc1", "s": <subject id>, "k": <key version>, "c": <base64 nonce+cipher>}
+    {"plan": "gold",
+     "$eventlane": {"$eventlane": "enc2", "s": <subject id>, "k": <key version>,
+                    "f": ["name", "address"], "c": <base64 nonce + cipher text + tag>}}
 
-``c`` is AES-256-GCM (``cryptography``'s AESGCM) of the field's JSON value under the
-subject's key, with a 96-bit random nonce first, and the associated data
-``enc1 \\0 subject \\0 field name \\0 event id``: a cipher text moved to another field, event
-or subject fails authentication instead of decrypting there. The cipher object is
-self-describing, so decoding needs no class declaration of the *stored* version (upcasters
-then see plain values); subject ids and key versions stay in clear (they find the key).
+``c`` is AES-256-GCM (``cryptography``'s AESGCM) of the JSON array of the fields' values, in
+the order of ``f``, under the subject's key, with a 96-bit random nonce first, and the
+associated data ``enc2 \\0 subject \\0 event id \\0 field names (\\0-separated)``: a cipher text
+moved to another event or subject, or a renamed/reordered field list, fails authentication
+instead of decrypting there. One cipher object per event means one key lookup, one
+decryption and one JSON parse per event, whatever the number of personal fields. The object
+is self-describing, so decoding needs no class declaration of the *stored* version
+(upcasters then see plain values); subject ids, key versions and field names stay in clear.
+
+Single values (sealed snapshot states, and events written by eventlane before ``enc2``) use
+the per-value form ``{"$eventlane": "enc1", "s": ..., "k": ..., "c": ...}`` with the
+associated data ``enc1 \\0 subject \\0 field name \\0 bound id``; decoding reads both.
 
 Keys live in a :class:`KeyStore`: :class:`LogKeyStore` keeps them in a compacted topic
 (one record per subject, its value every key version; a tombstone once forgotten), and
 :class:`MemoryKeyStore` in memory (tests). On read:
 
-* key present: the field decrypts; a cipher text that fails authentication, or a key of
+* key present: the fields decrypt; a cipher text that fails authentication, or a key of
   the wrong length, raises :class:`~framework.errors.SerializationError` with the
   record's coordinates, never wrong plain text;
-* key forgotten (or never known here): the field becomes the class's declared ``erased``
-  value, and the decoded envelope lists it in ``erased``.
+* key forgotten (or never known here): the fields become the class's declared ``erased``
+  values, and the decoded envelope lists them in ``erased``.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,7 +66,8 @@ __all__ = [
 log = structlog.get_logger("eventlane.codec")
 
 CIPHER_MARK = "$eventlane"
-_SCHEME = "enc1"
+_SCHEME = "enc1"  # one value (snapshot states; events before enc2)
+_EVENT_SCHEME = "enc2"  # all personal fields of one event
 _NONCE = 12
 KEY_TOPIC_CONFIG: Mapping[str, object] = {
     "cleanup_policy": "compact",
@@ -233,8 +244,11 @@ class LogKeyStore:
         return self._keys.get(subject)
 
     def get(self, subject: str, version: int) -> bytes | None:
-        keys = self._lookup(subject)
-        return keys[version - 1] if keys and 1 <= version <= len(keys) else None
+        if time.monotonic() - self._checked >= self._refresh_s or subject not in self._keys:
+            keys = self._lookup(subject)
+        else:
+            keys = self._keys[subject]
+        return keys[version - 1] if keys and 0 < version <= len(keys) else None
 
     # -- writing ---------------------------------------------------------------------------
     def _write(self, subject: str, keys: list[bytes] | None) -> None:
@@ -328,10 +342,11 @@ class Sealed:
 class _Plan:
     """What to encrypt in one event class: its personal fields and its subject field."""
 
-    __slots__ = ("fields", "subject")
+    __slots__ = ("fields", "names", "subject")
 
     def __init__(self, fields: tuple[PersonalField, ...], subject: str | None) -> None:
         self.fields = fields
+        self.names = tuple(f.name for f in fields)
         self.subject = subject
 
 
@@ -390,14 +405,26 @@ class FieldCipher:
     def seal(
         self, cls: type, data: dict[str, Any], aggregate_id: str, event_id: str
     ) -> dict[str, Any]:
-        """``data`` with every personal field of ``cls`` replaced by its cipher object."""
+        """``data`` without the personal fields of ``cls``, and with one ``enc2`` cipher
+        object of all of them under ``"$eventlane"``."""
         plan = self.plan(cls)
         if not plan.fields:
             return data
         subject = self.subject_of(cls, data, aggregate_id)
-        sealed = dict(data)
-        for f in plan.fields:
-            sealed[f.name] = self.seal_value(subject, data[f.name], f.name, event_id)
+        version, key = self.keys.current(subject)
+        names = plan.names
+        nonce = os.urandom(_NONCE)
+        body = self._aead_for(key).encrypt(
+            nonce, orjson.dumps([data[n] for n in names]), _event_aad(subject, event_id, names)
+        )
+        sealed = {k: v for k, v in data.items() if k not in names}
+        sealed[CIPHER_MARK] = {
+            CIPHER_MARK: _EVENT_SCHEME,
+            "s": subject,
+            "k": version,
+            "f": list(names),
+            "c": base64.b64encode(nonce + body).decode(),
+        }
         return sealed
 
     def open_value(
@@ -451,8 +478,64 @@ class FieldCipher:
         partition: int | None = None,
         offset: int | None = None,
     ) -> tuple[dict[str, Any], tuple[str, ...]]:
-        """``data`` with its cipher objects decrypted, and the names of the fields whose key
+        """``data`` with its cipher object(s) decrypted, and the names of the fields whose key
         is forgotten (left as :class:`Sealed` markers for :meth:`erase` to fill in)."""
+        sealed = data.get(CIPHER_MARK)
+        if sealed is None:
+            return self._open_values(data, event_id, topic, partition, offset)
+        try:
+            if type(sealed) is not dict or sealed.get(CIPHER_MARK) != _EVENT_SCHEME:
+                raise ValueError(f"unknown cipher scheme {_scheme_of(sealed)!r}")
+            subject, version, names = sealed["s"], sealed["k"], sealed["f"]
+            if type(subject) is not str or type(version) is not int or type(names) is not list:
+                raise ValueError("subject, key version or field list of the wrong type")
+            aad = _event_aad(subject, event_id, names)  # TypeError unless names are strings
+            blob = binascii.a2b_base64(sealed["c"])
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+            raise SerializationError(
+                f"the event's cipher object is malformed: {exc}",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            ) from None
+        opened = data.copy()
+        del opened[CIPHER_MARK]
+        key = self.keys.get(subject, version)
+        if key is None:
+            for name in names:
+                opened[name] = Sealed(subject)
+            return opened, tuple(names)
+        try:
+            plain = self._aead_for(key).decrypt(blob[:_NONCE], blob[_NONCE:], aad)
+        except (_invalid_tag(), ValueError) as exc:
+            raise SerializationError(
+                f"personal fields {', '.join(names)} of subject {subject!r} fail "
+                f"authentication (tampered cipher text or wrong key): {type(exc).__name__}",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            ) from None
+        values = orjson.loads(plain)
+        if type(values) is not list or len(values) != len(names):
+            raise SerializationError(
+                f"the event's cipher object holds {values!r}, not one value per field of "
+                f"{names}",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            )
+        opened.update(zip(names, values, strict=True))
+        return opened, ()
+
+    def _open_values(
+        self,
+        data: dict[str, Any],
+        event_id: str,
+        topic: str | None,
+        partition: int | None,
+        offset: int | None,
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """Events written before ``enc2``: one ``enc1`` cipher object per field."""
         opened: dict[str, Any] | None = None
         erased: list[str] = []
         for name, value in data.items():
@@ -488,3 +571,11 @@ class FieldCipher:
 
 def _aad(subject: str, field: str, event_id: str) -> bytes:
     return f"{_SCHEME}\0{subject}\0{field}\0{event_id}".encode()
+
+
+def _event_aad(subject: str, event_id: str, names: Sequence[str]) -> bytes:
+    return f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{chr(0).join(names)}".encode()
+
+
+def _scheme_of(sealed: object) -> object:
+    return sealed.get(CIPHER_MARK) if isinstance(sealed, dict) else type(sealed).__name__

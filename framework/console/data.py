@@ -267,7 +267,7 @@ class ConsoleData:
             self.app.open(log_, create_topics=False) if self.app is not None else None
         )
         self._event_topics = frozenset(
-            c.topic for c in (self.app.aggregates if self.app is not None else ())
+            () if self.app is None else map(self.app.names.aggregate_topic, self.app.aggregates)
         )
         self._jobs: dict[int, RebuildJob] = {}
         self._jobs_lock = threading.Lock()
@@ -597,11 +597,22 @@ class ConsoleData:
     def aggregate_types(self) -> list[dict[str, str]]:
         if self.app is None:
             return []
-        return [{"name": c.__name__, "topic": c.topic} for c in self.app.aggregates]
+        return [
+            {"name": c.__name__, "topic": self.app.names.aggregate_topic(c)}
+            for c in self.app.aggregates
+        ]
 
-    def aggregate(self, type_name: str, aggregate_id: str, version: int | None) -> dict[str, Any]:
+    def aggregate(
+        self,
+        type_name: str,
+        aggregate_id: str,
+        version: int | None,
+        as_of: str | None = None,
+    ) -> dict[str, Any]:
         """Every event of one aggregate in order and its state folded at ``version``
-        (default: the latest) with the app's aggregate class."""
+        (default: the latest) with the app's aggregate class; or, with ``as_of`` (ISO 8601,
+        UTC unless it names a zone, or epoch ms), as it was at that moment (time travel:
+        :meth:`Runtime.load` with ``as_of``)."""
         if self.runtime is None or self.app is None:
             raise ConfigError("the aggregate view needs an APP (eventlane console ... APP)")
         classes = {c.__name__: c for c in self.app.aggregates}
@@ -611,22 +622,31 @@ class ConsoleData:
                 f"app {self.app.name!r} has no aggregate {type_name!r}; it has"
                 f" {', '.join(sorted(classes))}"
             )
-        partition = self.partition_of(cls.topic, aggregate_id)
-        records = self.key_records(cls.topic, partition, aggregate_id.encode()) or []
+        topic = self.app.names.aggregate_topic(cls)
+        partition = self.partition_of(topic, aggregate_id)
+        records = self.key_records(topic, partition, aggregate_id.encode()) or []
         if not records:
             raise AggregateNotFoundError(f"{type_name} {aggregate_id!r} has no events")
         events = [{**self._decoded(r), "offset": r.offset} for r in records]
         top = len(events)
-        at = top if version is None else min(max(version, 1), top)
-        agg = self.runtime.load(cls, aggregate_id, at)
+        if as_of:
+            if version is not None:
+                raise ConfigError("give a version or a time (as_of), not both")
+            when = int(as_of) if as_of.isdigit() else parse_datetime_ms(as_of)
+            agg = self.runtime.load(cls, aggregate_id, as_of=when)
+            at = agg.version
+        else:
+            at = top if version is None else min(max(version, 1), top)
+            agg = self.runtime.load(cls, aggregate_id, at)
         state = {name: self._unstructure(getattr(agg, name)) for name in cls.state_fields()}
         return {
             "type": type_name,
-            "topic": cls.topic,
+            "topic": topic,
             "aggregate_id": aggregate_id,
             "partition": partition,
             "version": at,
             "latest_version": top,
+            "as_of": as_of or None,
             "state": state,
             "events": events,
         }
@@ -720,7 +740,7 @@ class ConsoleData:
             status = "running"
         else:
             status = "stopped"
-        return {**doc, "status": status, "topics": list(self.app.projector(name).topics)}
+        return {**doc, "status": status, "topics": list(self.runtime.topics_of(name))}
 
     def dead_letters(self, projector: str, status: str = "all") -> list[dict[str, Any]]:
         path = self.runtime_required().readmodel_path(self._projector(projector))

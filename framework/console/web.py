@@ -240,7 +240,7 @@ def create_app(
         doc = None
         if type_name and agg_id:
             version = qint(request, "version", 0)
-            doc = data.aggregate(type_name, agg_id, version or None)
+            doc = data.aggregate(type_name, agg_id, version or None, q(request, "as_of"))
         types = data.aggregate_types()
         return {"api": doc, "a": doc, "types": types, "args": dict(request.query_params)}
 

@@ -2,9 +2,9 @@
 
 The application layer (:mod:`framework.app`) sits above this one: its ``Runtime`` satisfies
 :class:`ProjectionHost` structurally, and the projection layer never imports it. A worker
-needs the log, the codec, the declaration of the projectors and the partition count of a
-topic it creates; a policy handler needs only the command side
-(:class:`~framework.projection.projector.CommandSide`).
+needs the log, the codec, the declaration of the projectors, the app's names (its namespace:
+:class:`Names`) and the partition count of a topic it creates; a policy handler needs only
+the command side (:class:`~framework.projection.projector.CommandSide`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,28 @@ from typing import Protocol
 from framework.codec import EventCodec
 from framework.projection.projector import CommandSide, Projector
 
-__all__ = ["AppDeclaration", "CommandSide", "ProjectionHost"]
+__all__ = ["AppDeclaration", "CommandSide", "Names", "ProjectionHost"]
+
+
+class Names(Protocol):
+    """How an app's declared names map to names on the log and in the local directory
+    (``framework.app.namespace.Namespace``: a prefix, or none)."""
+
+    def topic(self, name: str) -> str:
+        """The topic on the log for a declared topic name."""
+        ...
+
+    def projector_topics(self, cls: type[Projector]) -> tuple[str, ...]:
+        """The topics (full names) a projector class consumes."""
+        ...
+
+    def group(self, projector: str) -> str:
+        """The consumer group id of a projector (its dead letters: ``<group>.dlq``)."""
+        ...
+
+    def local(self, projector: str) -> str:
+        """The name of a projector's files in the local directory (read model, pause)."""
+        ...
 
 
 class AppDeclaration(Protocol):
@@ -41,6 +62,9 @@ class ProjectionHost(CommandSide, Protocol):
     @property
     def codec(self) -> EventCodec: ...
 
+    @property
+    def names(self) -> Names: ...
+
     def partitions_for(self, topic: str) -> int:
-        """How many partitions a topic this application creates gets."""
+        """How many partitions a topic this application creates gets (a declared name)."""
         ...

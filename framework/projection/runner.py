@@ -69,6 +69,7 @@ class Runner:
         session_timeout_ms: int = 10_000,
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
+        readmodel: Path | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -80,6 +81,9 @@ class Runner:
         self.session_timeout_ms = session_timeout_ms
         self.env = env
         self.log_path = log_path
+        self.readmodel = readmodel if readmodel is not None else readmodel_path(data, name)
+        """The projector's read model (``Runtime.readmodel_path``: it is named in the app's
+        namespace), where a tripped breaker leaves its record."""
         """Where the workers' stderr goes (appended); ``None``: inherited."""
         self.procs: list[WorkerProcess] = []
         self.exited: list[WorkerProcess] = []
@@ -151,7 +155,7 @@ class Runner:
                 )
                 continue
             if code == EXIT_BREAKER:  # the same code would trip again: never replaced
-                record = load_tripped(readmodel_path(self.data, self.name))
+                record = load_tripped(self.readmodel)
                 self.failure = (
                     describe(record)
                     if record is not None

@@ -20,6 +20,7 @@ Rules (``eventlane migrate APP`` applies; a worker checks on start):
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import structlog
 from sqlite_utils import Migrations
@@ -81,16 +82,23 @@ def claim_owner(readmodel: ReadModel, app: str, name: str) -> None:
         raise ProjectionError(
             f"read model {name!r} belongs to app {owner!r}, not to app {app!r}: two apps"
             " share this data directory and a projector name; nothing was applied. Give"
-            " this app its own data directory (--data), or its projector another name",
+            " this app its own namespace (App(..., namespace=...)) or data directory"
+            " (--data), or its projector another name",
             path=readmodel.path,
         )
+
+
+def readmodel_file(runtime: ProjectionHost, name: str) -> Path:
+    """Where projector ``name``'s read model is: in the log's local directory, under the
+    name the app's namespace gives it."""
+    return runtime.log.local.readmodel(runtime.names.local(name))
 
 
 def open_readmodel(runtime: ProjectionHost, name: str, *, migrate: bool = False) -> ReadModel:
     """Open projector ``name``'s read model, refusing pending migrations (see the module
     docstring); ``migrate=True`` applies them instead."""
     migrations = runtime.app.projector(name).migrations
-    readmodel = ReadModel(runtime.log.local.readmodel(name))
+    readmodel = ReadModel(readmodel_file(runtime, name))
     try:
         claim_owner(readmodel, runtime.app.name, name)
         pending = pending_migrations(migrations, readmodel)
@@ -116,7 +124,7 @@ def migrate_all(runtime: ProjectionHost) -> dict[str, list[str]]:
     tables included); return ``{projector: [migration names applied]}``."""
     done: dict[str, list[str]] = {}
     for name in sorted(runtime.app.projectors):
-        readmodel = ReadModel(runtime.log.local.readmodel(name))
+        readmodel = ReadModel(readmodel_file(runtime, name))
         try:
             claim_owner(readmodel, runtime.app.name, name)
             own = [f"eventlane.read_model:{m}" for m in readmodel.framework_migrations_applied]

@@ -7,15 +7,18 @@ members from the group's shared state. Nothing here needs a running worker.
 
 :func:`projection_status` returns (and ``eventlane project status --json`` prints)::
 
-    {"projector": NAME, "readmodel": PATH, "exists": bool, "generation": N | null,
+    {"projector": NAME, "group": GROUP, "readmodel": PATH, "exists": bool,
+     "generation": N | null,
      "partitions": [{"topic", "partition", "position", "lwm", "hwm", "lag", "owner"}],
      "lag": total, "members": [{"member_id", "pid", "host", "alive",
                                 "assignment": ["topic-partition", ...]}],
      "dead_letters": {"dead": n, "parked": n, "retried": n},
      "pending_migrations": [name, ...], "breaker": null | BREAKER}
 
-``breaker`` is the record of a tripped poison-rate breaker (:mod:`.breaker`), ``null`` while
-none tripped since a worker last started.
+``group`` is the projector's consumer group: its name in the app's namespace
+(:mod:`framework.app.namespace`; ``Runtime.status`` fills both). ``breaker`` is the record
+of a tripped poison-rate breaker (:mod:`.breaker`), ``null`` while none tripped since a
+worker last started.
 
 ``position`` is the next offset to apply (``null``: never claimed, so the projection starts
 at the low-water mark); ``lag = hwm - position`` (``hwm - lwm`` when null); ``owner`` the
@@ -152,6 +155,7 @@ def projection_status(
             )
     return {
         "projector": name,
+        "group": name,
         "readmodel": str(path),
         "exists": path.exists(),
         "generation": generation,

@@ -68,7 +68,8 @@ class Polled(NamedTuple):
 
 
 class Worker:
-    """Runs one projector as a member of its consumer group (``group = projector name``)."""
+    """Runs one projector as a member of its consumer group (the projector's name, in the
+    app's namespace: ``runtime.names.group(name)``)."""
 
     def __init__(
         self,
@@ -84,6 +85,7 @@ class Worker:
     ) -> None:
         self.runtime = runtime
         self.name = name
+        self.group = runtime.names.group(name)
         self.projector = runtime.app.projector(name)()
         self.readmodel = open_readmodel(runtime, name)
         self.applier = applier_for(self.projector, runtime.codec, self.readmodel, app=runtime)
@@ -96,25 +98,26 @@ class Worker:
         """Records polled and applied (or skipped as already applied) by this worker."""
         self.fenced_batches = 0
         """Batches the read model refused because a newer generation owns a partition."""
-        self._log = log.bind(projector=name, group=name, pid=os.getpid())
+        self._log = log.bind(projector=name, group=self.group, pid=os.getpid())
         self._next_group_commit = 0.0
         self._uncommitted = False
         self._published = -1
-        self._pause = PauseControl(runtime.log.local, name)
+        self._pause = PauseControl(runtime.log.local, runtime.names.local(name))
         self._readmodel_inode = _inode(self.readmodel.path)
         self._readmodel_open = True
         self.tripped: PoisonRateError | None = None
         """Set when the poison-rate breaker stopped this worker (see :mod:`.breaker`)."""
         clear_tripped(self.readmodel.path)  # a (re)started worker: new code, a new chance
-        for topic in self.projector.topic_names:
+        topics = runtime.names.projector_topics(type(self.projector))
+        for declared, topic in zip(self.projector.topic_names, topics, strict=True):
             if not runtime.log.topic_exists(topic):
                 runtime.log.create_topic(
-                    topic, runtime.partitions_for(topic), EVENT_TOPIC_CONFIG, exist_ok=True
+                    topic, runtime.partitions_for(declared), EVENT_TOPIC_CONFIG, exist_ok=True
                 )
         self.consumer = GroupConsumer(
             runtime.log,
-            group_id=name,
-            topics=self.projector.topic_names,
+            group_id=self.group,
+            topics=topics,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=max(1, min(heartbeat_interval_ms, session_timeout_ms // 3)),
             enable_auto_commit=False,
@@ -225,7 +228,7 @@ class Worker:
 
     def _publish(self) -> None:
         try:
-            publish_dead_letters(self.runtime.log, self.name, self.readmodel)
+            publish_dead_letters(self.runtime.log, self.group, self.readmodel)
         except FrameworkError as exc:  # the rows are safe; the next batch tries again
             self._log.warning("publishing dead letters failed", error=str(exc))
             return

@@ -30,7 +30,8 @@ def check_merge(log_: Log, data: Path, app: App, projection: str) -> tuple[int, 
     return ``(partials, merge statistics)``, or raise the merge's error (a
     :class:`~framework.errors.ReplayError` naming table, key and partitions)."""
     cls = app.projector(projection)
-    ranges = plan_ranges(log_, cls.topic_names, end=end_vector(log_, cls.topic_names))
+    topics = app.names.projector_topics(cls)
+    ranges = plan_ranges(log_, topics, end=end_vector(log_, topics))
     (data / "readmodels").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{projection}.check-", dir=data / "readmodels"))
     try:

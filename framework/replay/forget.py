@@ -135,7 +135,7 @@ def _drop_snapshots(runtime: Runtime, subjects: tuple[str, ...]) -> tuple[list[s
     removed = 0
     log_ = runtime.log
     for cls in runtime.app.aggregates:
-        topic = snapshot_topic(cls.topic)
+        topic = snapshot_topic(runtime.names.aggregate_topic(cls))
         if not log_.topic_exists(topic):
             continue
         count = log_.partition_count(topic)
@@ -153,12 +153,14 @@ def _drop_snapshots(runtime: Runtime, subjects: tuple[str, ...]) -> tuple[list[s
 
 def _scan(runtime: Runtime, subjects: tuple[str, ...]) -> dict[str, int]:
     """Records per event topic whose value holds a cipher object of one of ``subjects``."""
-    needles = [
-        orjson.dumps({CIPHER_MARK: "enc1", "s": s})[1:-1] for s in subjects
-    ]  # b'"$eventlane":"enc1","s":"<subject>"': how the codec writes them
+    needles = [  # b'"$eventlane":"enc2","s":"<subject>"': how the codec writes them
+        orjson.dumps({CIPHER_MARK: scheme, "s": s})[1:-1]
+        for s in subjects
+        for scheme in ("enc2", "enc1")
+    ]
     found: dict[str, int] = {}
     log_ = runtime.log
-    for topic in sorted({cls.topic for cls in runtime.app.aggregates}):
+    for topic in sorted({runtime.names.aggregate_topic(c) for c in runtime.app.aggregates}):
         if not log_.topic_exists(topic):
             continue
         n = 0

@@ -209,11 +209,11 @@ def rebuild_and_swap(
     result before anything else happens (``--verify`` checks it there); raising from it
     deletes the shadow and leaves everything live as it was.
     """
-    local = runtime.log.local
-    live = local.readmodel(projection)
-    shadow = local.shadow(projection)
-    control = PauseControl(local, projection)
-    topics = runtime.app.projector(projection).topic_names
+    local, stem = runtime.log.local, runtime.names.local(projection)
+    live = local.readmodel(stem)
+    shadow = local.shadow(stem)
+    control = PauseControl(local, stem)
+    topics = runtime.topics_of(projection)
     result = rebuild(
         runtime, projection, engine=engine, output=shadow, progress=progress, **rebuild_options
     )
@@ -237,7 +237,9 @@ def rebuild_and_swap(
         token = control.request(expires_in=2 * pause_timeout + 300)
         paused = True
         t_pause = time.monotonic()
-        members = wait_for_pause(runtime.log, control, projection, token, pause_timeout)
+        members = wait_for_pause(
+            runtime.log, control, runtime.names.group(projection), token, pause_timeout
+        )
         final = catch_up(runtime.log, applier, topics)
         with ReadModelView(live) as view:
             generations = view.generations()

@@ -144,9 +144,10 @@ def rebuild(
     app, log_, owns_log = _resolve(target, data)
     try:
         cls = app.projector(projection)
-        local = log_.local
-        out = Path(output) if output is not None else local.rebuild_output(projection)
-        if out.resolve() == local.readmodel(projection).resolve():
+        topics = app.names.projector_topics(cls)
+        local, stem = log_.local, app.names.local(projection)
+        out = Path(output) if output is not None else local.rebuild_output(stem)
+        if out.resolve() == local.readmodel(stem).resolve():
             raise ConfigError(
                 "the rebuild output must not be the live read model; use --swap to hand it over",
                 path=out,
@@ -155,10 +156,10 @@ def rebuild(
         if as_of is not None:
             if end is not None:
                 raise ConfigError("rebuild takes as_of or end, not both")
-            pinned = end_vector_at(log_, cls.topic_names, as_of_ms(as_of))
+            pinned = end_vector_at(log_, topics, as_of_ms(as_of))
         else:
-            pinned = dict(end) if end is not None else end_vector(log_, cls.topic_names)
-        ranges = plan_ranges(log_, cls.topic_names, end=pinned)
+            pinned = dict(end) if end is not None else end_vector(log_, topics)
+        ranges = plan_ranges(log_, topics, end=pinned)
         per_key = cls.state_per_key
         if key_groups is not None and key_groups > 1 and not per_key:
             raise ConfigError(

@@ -104,7 +104,7 @@ def verify_rebuild(runtime: Runtime, result: RebuildResult) -> list[Comparison]:
     """``--verify``: a Spark result against the local engine at the same ``E`` (skipped for
     a local result: it is the reference), and against the live model when it is at ``E``."""
     out = []
-    live = runtime.log.local.readmodel(result.projection)
+    live = runtime.readmodel_path(result.projection)
     if result.engine == "local":
         out.append(Comparison("local engine", [], skipped="the result is the local engine's"))
     else:

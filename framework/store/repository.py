@@ -57,6 +57,10 @@ def snapshot_topic(topic: str) -> str:
     return topic + SNAPSHOT_SUFFIX
 
 
+def _declared_topic(cls: type[Aggregate]) -> str:
+    return cls.topic
+
+
 def _event_offset(headers: Sequence[tuple[str, bytes | None]]) -> int | None:
     for name, raw in headers:
         if name == HEADER_EVENT_OFFSET and raw is not None and raw.isdigit():
@@ -67,9 +71,20 @@ def _event_offset(headers: Sequence[tuple[str, bytes | None]]) -> int | None:
 class Repository:
     """Saves and loads aggregates through an :class:`EventStore`."""
 
-    def __init__(self, store: EventStore, snapshots: SnapshotCodec | None = None) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        snapshots: SnapshotCodec | None = None,
+        *,
+        topic_of: Callable[[type[Aggregate]], str] | None = None,
+    ) -> None:
         self.store = store
         self.snapshots = snapshots if snapshots is not None else SnapshotCodec()
+        self.topic_of: Callable[[type[Aggregate]], str] = (
+            topic_of if topic_of is not None else _declared_topic
+        )
+        """The event topic of an aggregate class on the log: its ``topic``, or what the
+        application maps it to (an app's namespace, :mod:`framework.app.namespace`)."""
 
     # ------------------------------------------------------------------ save
     def save(
@@ -97,7 +112,7 @@ class Repository:
             )
             for i, event in enumerate(pending, start=1)
         ]
-        topic = type(aggregate).topic
+        topic = self.topic_of(type(aggregate))
         known = aggregate._stored_offset
         written = self.store.append(
             topic,
@@ -115,11 +130,12 @@ class Repository:
 
     def _save_snapshot(self, aggregate: Aggregate) -> None:
         cls = type(aggregate)
-        topic = snapshot_topic(cls.topic)
+        events = self.topic_of(cls)
+        topic = snapshot_topic(events)
         log_ = self.store.log
         try:
             log_.create_topic(
-                topic, log_.partition_count(cls.topic), SNAPSHOT_TOPIC_CONFIG, exist_ok=True
+                topic, log_.partition_count(events), SNAPSHOT_TOPIC_CONFIG, exist_ok=True
             )
             record = self.snapshots.encode(cls, aggregate.take_snapshot())
             headers = tuple(record.headers)
@@ -152,9 +168,10 @@ class Repository:
         is ignored; the aggregate is rebuilt from its events and, on a load of the latest
         version, a fresh snapshot replaces it.
         """
+        topic = self.topic_of(cls)
         if version is not None and version < 1:
             raise AggregateNotFoundError(
-                f"{cls.__qualname__} {aggregate_id!r} has no version {version}", topic=cls.topic
+                f"{cls.__qualname__} {aggregate_id!r} has no version {version}", topic=topic
             )
         snapshot, at, unusable = self._load_snapshot(cls, aggregate_id, version)
         if snapshot is not None and at is not None:
@@ -163,16 +180,16 @@ class Repository:
                 snapshot, unusable = None, True
         if snapshot is None or at is None:
             after = snapshot.aggregate_version if snapshot is not None else 0
-            stream = self.store.read_stream(cls.topic, aggregate_id, after, version)
+            stream = self.store.read_stream(topic, aggregate_id, after, version)
             if snapshot is not None and stream.version < snapshot.aggregate_version:
                 self._ahead(cls, aggregate_id, snapshot)  # the event topic was recreated
                 snapshot, unusable = None, True
-                stream = self.store.read_stream(cls.topic, aggregate_id, 0, version)
+                stream = self.store.read_stream(topic, aggregate_id, 0, version)
         assert stream is not None
         envelopes = stream.envelopes
         if snapshot is None and not envelopes:
             raise AggregateNotFoundError(
-                f"no events for {cls.__qualname__} {aggregate_id!r}", topic=cls.topic
+                f"no events for {cls.__qualname__} {aggregate_id!r}", topic=topic
             )
         aggregate = cls.rehydrate(aggregate_id, [e.event for e in envelopes], snapshot=snapshot)
         aggregate._stored_offset = stream.last_offset if stream.last_offset is not None else at
@@ -180,18 +197,17 @@ class Repository:
             raise AggregateNotFoundError(
                 f"{cls.__qualname__} {aggregate_id!r} has {aggregate.version} events, not"
                 f" {version}",
-                topic=cls.topic,
+                topic=topic,
             )
         every = cls.snapshot_every
         if unusable and version is None and every and aggregate.version >= every:
             self._save_snapshot(aggregate)
         return aggregate
 
-    @staticmethod
-    def _ahead(aggregate_cls: type[Aggregate], aggregate_id: str, snapshot: Snapshot) -> None:
+    def _ahead(self, aggregate_cls: type[Aggregate], aggregate_id: str, snapshot: Snapshot) -> None:
         log.warning(
             "snapshot ahead of its stream ignored",
-            topic=aggregate_cls.topic,
+            topic=self.topic_of(aggregate_cls),
             aggregate_id=aggregate_id,
             version=snapshot.aggregate_version,
         )
@@ -201,19 +217,20 @@ class Repository:
     ) -> StreamRead | None:
         """The events after a snapshot taken at offset ``at``; ``None`` when the stream does
         not continue it (the event topic was recreated: the snapshot is ignored)."""
-        partition = self.store.partition_of(cls.topic, aggregate_id)
-        head = self.store.log.key_head(cls.topic, partition, aggregate_id.encode())
+        topic = self.topic_of(cls)
+        partition = self.store.partition_of(topic, aggregate_id)
+        head = self.store.log.key_head(topic, partition, aggregate_id.encode())
         if head is None or head < at:
             self._ahead(cls, aggregate_id, snapshot)
             return None
         try:
             return self.store.read_stream(
-                cls.topic, aggregate_id, snapshot.aggregate_version, version, after_offset=at
+                topic, aggregate_id, snapshot.aggregate_version, version, after_offset=at
             )
         except SerializationError as exc:
             log.warning(
                 "snapshot does not continue its stream; ignored",
-                topic=cls.topic,
+                topic=topic,
                 aggregate_id=aggregate_id,
                 error=str(exc),
             )
@@ -227,7 +244,7 @@ class Repository:
         (stale schema, undecodable)."""
         if not cls.snapshot_every:
             return None, None, False
-        topic = snapshot_topic(cls.topic)
+        topic = snapshot_topic(self.topic_of(cls))
         log_ = self.store.log
         if not log_.topic_exists(topic):
             return None, None, False
@@ -358,17 +375,18 @@ class Repository:
                 if not create:
                     raise
                 return cls(aggregate_id)
-        history = self.store.read(cls.topic, aggregate_id)
+        topic = self.topic_of(cls)
+        history = self.store.read(topic, aggregate_id)
         if any(env.causation_id == causation_id for env in history):
             log.info(
                 "command already issued for this event; not again",
-                topic=cls.topic,
+                topic=topic,
                 aggregate_id=aggregate_id,
                 causation_id=causation_id,
             )
             return None
         if not history and not create:
             raise AggregateNotFoundError(
-                f"no events for {cls.__qualname__} {aggregate_id!r}", topic=cls.topic
+                f"no events for {cls.__qualname__} {aggregate_id!r}", topic=topic
             )
         return cls.rehydrate(aggregate_id, [env.event for env in history])

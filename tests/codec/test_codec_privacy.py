@@ -82,7 +82,11 @@ def test_personal_fields_never_reach_the_record_in_clear() -> None:
     value, back = roundtrip(codec, env)
     assert b"Ada" not in value and b"London" not in value and b"basic" in value
     data = orjson.loads(value)["data"]
-    assert data["name"][CIPHER_MARK] == "enc1" and data["name"]["s"] == "c-1"
+    # one cipher object for all personal fields of the event; the others stay in clear
+    assert set(data) == {"plan", CIPHER_MARK}
+    sealed = data[CIPHER_MARK]
+    assert sealed[CIPHER_MARK] == "enc2" and sealed["s"] == "c-1" and sealed["k"] == 1
+    assert sealed["f"] == ["name", "address"]
     assert back.event == env.event and back.erased == ()
 
 
@@ -90,7 +94,7 @@ def test_the_subject_field_chooses_the_key() -> None:
     keys = MemoryKeyStore()
     codec = make_codec(keys)
     value, back = roundtrip(codec, Envelope(Referred("cust-9", "likes tea"), "order-1", 1))
-    assert orjson.loads(value)["data"]["referrer_note"]["s"] == "cust-9"
+    assert orjson.loads(value)["data"][CIPHER_MARK]["s"] == "cust-9"
     assert back.event.referrer_note == "likes tea"
     keys.forget("order-1")  # the aggregate's subject is not the event's subject
     assert roundtrip(codec, Envelope(Referred("cust-9", "x"), "order-1", 1))[1].erased == ()
@@ -114,7 +118,7 @@ def test_rotation_keeps_old_cipher_texts_readable() -> None:
     old = codec.encode(Envelope(Registered("Ada", NOWHERE), "c-1", 1))
     assert keys.rotate("c-1") == 2
     new = codec.encode(Envelope(Registered("Ada L.", NOWHERE), "c-1", 2))
-    assert orjson.loads(new.value)["data"]["name"]["k"] == 2
+    assert orjson.loads(new.value)["data"][CIPHER_MARK]["k"] == 2
     assert codec.decode(old.key, old.value).event.name == "Ada"
     assert codec.decode(new.key, new.value).event.name == "Ada L."
 
@@ -143,25 +147,60 @@ def test_tampering_and_wrong_keys_fail_with_coordinates_never_wrong_plain_text()
     codec = make_codec(keys)
     rec = codec.encode(Envelope(Registered("Ada", NOWHERE), "c-1", 1))
     doc = orjson.loads(rec.value)
-    blob = bytearray(base64.b64decode(doc["data"]["name"]["c"]))
+    blob = bytearray(base64.b64decode(doc["data"][CIPHER_MARK]["c"]))
     blob[-1] ^= 1
-    doc["data"]["name"]["c"] = base64.b64encode(bytes(blob)).decode()
-    with pytest.raises(SerializationError, match="fails authentication") as info:
+    doc["data"][CIPHER_MARK]["c"] = base64.b64encode(bytes(blob)).decode()
+    with pytest.raises(SerializationError, match="fail authentication") as info:
         codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=41)
     assert (info.value.topic, info.value.partition, info.value.offset) == ("customers", 2, 41)
 
     # the same cipher text under another subject's key (a moved or forged record)
     doc = orjson.loads(rec.value)
     keys.current("c-2")
-    doc["data"]["name"]["s"] = "c-2"
+    doc["data"][CIPHER_MARK]["s"] = "c-2"
     with pytest.raises(SerializationError, match="c-2"):
         codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=42)
 
     # another event's id bound into the associated data
     doc = orjson.loads(rec.value)
     doc["event_id"] = "00000000-0000-4000-8000-000000000000"
-    with pytest.raises(SerializationError, match="fails authentication"):
+    with pytest.raises(SerializationError, match="fail authentication"):
         codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=43)
+
+    # the field names are in clear but authenticated: swapping them fails, never swaps values
+    doc = orjson.loads(rec.value)
+    doc["data"][CIPHER_MARK]["f"] = ["address", "name"]
+    with pytest.raises(SerializationError, match="fail authentication"):
+        codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=44)
+
+    # a malformed object (here: the key version as a string) names itself and its record
+    doc = orjson.loads(rec.value)
+    doc["data"][CIPHER_MARK]["k"] = "1"
+    with pytest.raises(SerializationError, match="cipher object is malformed") as info:
+        codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=45)
+    assert info.value.offset == 45
+
+
+def test_per_field_cipher_objects_written_before_enc2_still_read() -> None:
+    """Events written by the first release sealed each personal field alone (``enc1``):
+    they decode, and read as erased once the subject is forgotten."""
+    keys = MemoryKeyStore()
+    codec = make_codec(keys)
+    cipher = codec._cipher
+    assert cipher is not None
+    event_id = "6a1c2c1e-4f7b-4d7e-9c55-3f2b5f1d8e01"
+    data = {
+        "name": cipher.seal_value("c-1", "Ada", "name", event_id),
+        "address": cipher.seal_value("c-1", {"street": "a", "city": "b"}, "address", event_id),
+        "plan": "gold",
+    }
+    doc = orjson.loads(codec.encode(Envelope(Registered("x", NOWHERE), "c-1", 1)).value)
+    doc["event_id"], doc["data"] = event_id, data
+    env = codec.decode(None, orjson.dumps(doc))
+    assert env.event == Registered("Ada", Address("a", "b"), "gold")
+    keys.forget("c-1")
+    env = codec.decode(None, orjson.dumps(doc))
+    assert env.event == Registered(ERASED, NOWHERE, "gold") and env.erased == ("name", "address")
 
 
 def test_without_a_key_store_personal_events_fail_clearly() -> None:

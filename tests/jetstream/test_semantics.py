@@ -15,7 +15,7 @@ from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
 
 if TYPE_CHECKING:
-    from conftest import FakeClock
+    from framework.testing.clock import FakeClock
 
 
 @pytest.fixture

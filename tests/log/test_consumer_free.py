@@ -21,7 +21,7 @@ from framework.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 from framework.log import LogStore, TopicPartition
 
 if TYPE_CHECKING:
-    from conftest import FakeClock
+    from framework.testing.clock import FakeClock
 
 T0 = 1_700_000_000_000
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)

@@ -23,7 +23,7 @@ from framework.errors import CorruptRecordError, DataLossError, UnknownTopicErro
 from framework.log import LogStore, Record
 
 if TYPE_CHECKING:
-    from conftest import FakeClock
+    from framework.testing.clock import FakeClock
 
 TOPIC = "t"
 

@@ -27,7 +27,7 @@ from framework.errors import OffsetOutOfRangeError
 from framework.log import LogStore, Record, TopicPartition
 
 if TYPE_CHECKING:
-    from conftest import FakeClock
+    from framework.testing.clock import FakeClock
 
 DAY = 86_400_000
 

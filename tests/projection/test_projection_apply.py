@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import Producer, fold_accounts, read_balances, read_markers
+from projection_kit import Producer, fold_accounts, read_balances, read_markers
 
 from framework.app import Runtime
 from framework.codec import Envelope

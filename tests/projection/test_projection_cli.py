@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 from click.testing import CliRunner
-from conftest import ROOT, Producer, child_env, fold_accounts, read_balances, wait_caught_up
+from projection_kit import ROOT, Producer, child_env, fold_accounts, read_balances, wait_caught_up
 
 from framework.app import Runtime
 from framework.cli import main

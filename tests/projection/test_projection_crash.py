@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
+from projection_kit import (
     Producer,
     Workers,
     fold_accounts,

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import (
+from projection_kit import (
     Producer,
     Workers,
     child_env,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import Workers, positions, wait_caught_up
+from projection_kit import Workers, positions, wait_caught_up
 
 from framework.app import Runtime
 from framework.codec import Envelope

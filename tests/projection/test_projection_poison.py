@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import orjson
-from conftest import (
+from projection_kit import (
     ROOT,
     Producer,
     Workers,

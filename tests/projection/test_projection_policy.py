@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
-from conftest import Workers, child_env, connect, wait_caught_up
+from projection_kit import Workers, child_env, connect, wait_caught_up
 
 from framework.app import Runtime
 from framework.codec import Envelope

@@ -1,8 +1,9 @@
-"""Build the optional C speedups of the log (``framework.log._native``).
+"""Build the optional C speedups (``framework.log._native``, ``framework.kafka._wire``).
 
 Everything else about the package lives in ``pyproject.toml``. The extension is optional:
 when no C compiler is available the build goes on without it and the pure-Python
-implementations in ``framework.log.partitioner`` and ``framework.log.batch`` are used.
+implementations in ``framework.log.partitioner``, ``framework.log.batch`` and
+``framework.kafka.records`` are used.
 """
 
 from setuptools import Extension, setup
@@ -14,6 +15,12 @@ setup(
             ["framework/log/_native.c"],
             optional=True,
             extra_compile_args=["-O3"],
-        )
+        ),
+        Extension(  # the Kafka listener's Fetch framing (framework.kafka.records)
+            "framework.kafka._wire",
+            ["framework/kafka/_wire.c"],
+            optional=True,
+            extra_compile_args=["-O3"],
+        ),
     ]
 )

@@ -67,7 +67,14 @@ def child(args: dict[str, Any]) -> None:
         stopping = True
 
     signal.signal(signal.SIGTERM, on_term)
-    store = LogStore(args["data"])
+    store: Any = LogStore(args["data"]) if "log_url" not in args else None
+    coordination = None
+    if store is None:  # bench_js_groups.py: the log and the group on a JetStream cluster
+        from framework.consumer.jetstream import JetStreamCoordination  # noqa: PLC0415
+        from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+
+        store = JetStreamLog.from_url(args["log_url"], namespace=args["namespace"])
+        coordination = JetStreamCoordination(store)
     emit(ev="ready")
     go = Path(args["go"])
     while not go.exists():
@@ -93,6 +100,7 @@ def child(args: dict[str, Any]) -> None:
 
     member = GroupConsumer(
         store,
+        coordination=coordination,
         group_id=args["group"],
         topics=[TOPIC],
         auto_offset_reset="earliest",

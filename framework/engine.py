@@ -11,7 +11,10 @@ local directory (read models, pause files, shadows) and the consumer-group coord
   only when that scheme is asked for, so this module imports no optional dependency).
   An unknown scheme is a :class:`~framework.errors.ConfigError` naming the known ones.
 
-An opener is ``opener(url: str, local: LocalDir) -> Log``.
+An opener is ``opener(url: str, local: LocalDir) -> Log``. :func:`log_locator` is the
+inverse: what another process passes to :func:`open_log` to open the same log (a Spark
+executor reading a replay's ranges): the resolved data directory of an embedded log, the
+``url`` attribute of any other engine's log.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "Engine",
     "Opener",
     "default_data_dir",
+    "log_locator",
     "open_engine",
     "open_log",
     "register_engine",
@@ -98,6 +102,35 @@ def open_log(target: str | Path | None = None, *, data_dir: str | Path | None = 
     return _opener(scheme)(text, local)
 
 
+def log_locator(target: Log | str | Path) -> str:
+    """What :func:`open_log` opens ``target`` again by, in any process on any host that can
+    reach it: an embedded log's data directory (resolved to an absolute path; on a cluster
+    it must be shared storage), another engine's URL (its log's ``url`` attribute, e.g.
+    ``nats://h1:4222,h2:4222?namespace=ns``). A path or URL is returned normalised the same
+    way. A log of another engine without a ``url`` is a :class:`ConfigError`.
+
+    >>> log_locator("nats://127.0.0.1:4222")
+    'nats://127.0.0.1:4222'
+    """
+    if isinstance(target, str | Path):
+        text = os.fspath(target)
+        scheme = _scheme(text)
+        if scheme is None:
+            return str(Path(text).resolve())
+        if scheme == "file":
+            return str(Path(urlsplit(text).path).resolve())
+        return text
+    if isinstance(target, LogStore):
+        return str(Path(target.path).resolve())
+    url = getattr(target, "url", None)
+    if isinstance(url, str) and _scheme(url) not in (None, "file"):
+        return url
+    raise ConfigError(
+        f"a {type(target).__name__} log has no URL another process could open it by"
+        " (an engine's log needs a `url` attribute for Spark replays)"
+    )
+
+
 class Engine(NamedTuple):
     """What an application runs on. Close it with :meth:`close` (or use ``with``)."""
 
@@ -122,14 +155,14 @@ def open_engine(
     groups: Callable[[Log], GroupCoordination] | None = None,
 ) -> Engine:
     """Open the engine: the log at ``log_url`` (default: the embedded log in ``data_dir``)
-    with ``data_dir`` as the local directory, and group coordination (default: the
-    file-based one, which only the embedded engine supports)."""
+    with ``data_dir`` as the local directory, and group coordination (default: the one
+    that goes with the log, :func:`~framework.consumer.coordination.coordination_for`)."""
     log_ = open_log(log_url if log_url is not None else data_dir, data_dir=data_dir)
     try:
         if groups is None:
-            from framework.consumer.coordination import FileCoordination  # noqa: PLC0415
+            from framework.consumer.coordination import coordination_for  # noqa: PLC0415
 
-            groups = FileCoordination
+            groups = coordination_for
         coordination = groups(log_)
     except BaseException:
         log_.close()

@@ -2,7 +2,7 @@
 
 * ``eventlane invoicing invoice-for ORDER_ID [--timeout S]``: request/reply over the log.
 * ``eventlane invoicing serve``: run a query responder until Ctrl-C.
-* ``eventlane demo invoicing``: the demo (:mod:`.demo`).
+* ``eventlane demo invoicing [--cluster]``: the demo (:mod:`.demo`, :mod:`.cluster_demo`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import click
 import orjson
 from rich.console import Console
 
+from example_apps.invoicing.cluster_demo import run_cluster_demo
 from example_apps.invoicing.demo import run_demo
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
 from framework import Runtime, rebuild
@@ -86,11 +87,17 @@ def spark_rebuild(runtime: Runtime, name: str, console: Console) -> dict[str, An
 @click.option("--workers", default=2, show_default=True, help="Worker processes per projector.")
 @click.option("--seed", default=7, show_default=True, help="Workload seed (deterministic).")
 @click.option("--no-spark", is_flag=True, help="Skip the Spark rebuild and its verification.")
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="On a local 3-node JetStream cluster, workers on two simulated hosts.",
+)
 @data_option
-def demo(orders: int, workers: int, seed: int, no_spark: bool) -> None:
+def demo(orders: int, workers: int, seed: int, no_spark: bool, cluster: bool) -> None:
     """The invoicing demo: workload, workers, a kill -9, lag, Spark rebuild, summary."""
     data = data_dir()
-    summary = run_demo(
+    run = run_cluster_demo if cluster else run_demo
+    summary = run(
         data, orders=orders, workers=workers, seed=seed, spark=not no_spark, rebuild=spark_rebuild
     )
     if summary["invoices"] != summary["confirmed"]:

@@ -11,6 +11,7 @@ continues (new ids), it does not duplicate.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sqlite3
@@ -151,38 +152,14 @@ def run_demo(
             command_seconds = time.perf_counter() - started
             summary["commands_per_s"] = len(commands) / command_seconds
             _wait_for_lag(runtime, runners, console, ("invoicing_policy",))
-            paid = 0
             invoices_db = readmodel_path(data, "invoices")
             _wait_for_lag(runtime, runners, console, ("invoices",))
-            with contextlib.closing(sqlite3.connect(invoices_db, timeout=30)) as db:
-                open_invoices = db.execute(
-                    "SELECT invoice_id, amount_cents FROM invoices WHERE status = 'open' AND"
-                    " invoice_id LIKE ?",
-                    (f"invoice-r{run}-%",),
-                ).fetchall()
-            for invoice_id, amount in open_invoices:
-                cents = payment_for(invoice_id, amount, seed)
-                if cents:
-                    runtime.execute(Invoice, invoice_id, lambda inv, c=cents: pay(inv, c))
-                    paid += 1
-            console.print(f"recorded {paid} payments")
+            console.print(f"recorded {pay_open_invoices(runtime, invoices_db, run, seed)} payments")
             projected_from = time.perf_counter()
             _wait_for_lag(runtime, runners, console, tuple(runners))
             summary["catch_up_s"] = time.perf_counter() - projected_from
             summary["restarts"] = sum(r.restarts for r in runners.values())
-            stop = threading.Event()
-            responder = threading.Thread(
-                target=serve_queries,
-                args=(runtime.log, str(invoices_db), stop),
-                kwargs={"session_timeout_ms": 3000},
-                daemon=True,
-            )
-            responder.start()
-            asked = workload.order_id(0)
-            answer = ask_invoice_for(runtime.log, asked, timeout=15)
-            console.print(f"request/reply: invoice for {asked} → {answer['invoice']}")
-            stop.set()
-            responder.join(10)
+            ask_one(runtime, invoices_db, workload.order_id(0), console)
         finally:
             for runner in runners.values():
                 runner.stop()
@@ -200,6 +177,39 @@ def run_demo(
         f"Look at it in a browser: eventlane console --data {data} {APP_SPEC}", soft_wrap=True
     )
     return summary
+
+
+def pay_open_invoices(runtime: Runtime, invoices_db: Path, run: int, seed: int) -> int:
+    """Pay the open invoices of run ``run`` as the workload says; how many were paid."""
+    with contextlib.closing(sqlite3.connect(invoices_db, timeout=30)) as db:
+        open_invoices = db.execute(
+            "SELECT invoice_id, amount_cents FROM invoices WHERE status = 'open' AND"
+            " invoice_id LIKE ?",
+            (f"invoice-r{run}-%",),
+        ).fetchall()
+    paid = 0
+    for invoice_id, amount in open_invoices:
+        cents = payment_for(invoice_id, amount, seed)
+        if cents:
+            runtime.execute(Invoice, invoice_id, functools.partial(pay, amount_cents=cents))
+            paid += 1
+    return paid
+
+
+def ask_one(runtime: Runtime, invoices_db: Path, order_id: str, console: Console) -> None:
+    """Serve queries from the invoices read model in a thread and ask one (request/reply)."""
+    stop = threading.Event()
+    responder = threading.Thread(
+        target=serve_queries,
+        args=(runtime.log, str(invoices_db), stop),
+        kwargs={"session_timeout_ms": 3000},
+        daemon=True,
+    )
+    responder.start()
+    answer = ask_invoice_for(runtime.log, order_id, timeout=15)
+    console.print(f"request/reply: invoice for {order_id} → {answer['invoice']}")
+    stop.set()
+    responder.join(10)
 
 
 def _wait_for_lag(

@@ -92,7 +92,8 @@ def list_(namespace: Namespace | None, as_json: bool) -> None:
         return
     console = stdout_console()
     if not rows:
-        console.print(f"no consumer groups in {app().data}")
+        where = "on the cluster" if app().log_url else f"in {app().data}"
+        console.print(f"no consumer groups {where}")
         return
     table = Table(title="Consumer groups", title_justify="left")
     for name in ("group", "state", "generation", "members"):

@@ -148,7 +148,9 @@ def run_command(
         doc = runtime.status(projection)
         parts = [f"{r['topic']}-{r['partition']}" for r in doc["partitions"]]
         stderr_console().print(
-            f"project run: data {data}, projector {projection}, {len(parts)} partition(s)"
+            f"project run: data {data}, projector {projection}"
+            + (f" (group {doc['group']})" if doc["group"] != projection else "")
+            + f", {len(parts)} partition(s)"
             f" ({', '.join(parts) or 'none yet'}), lag {doc['lag']:,}, {workers} worker(s)",
             soft_wrap=True,
         )

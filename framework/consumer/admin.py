@@ -21,9 +21,9 @@ from typing import Any
 
 from framework.consumer.coordination import (
     Coordinator,
-    FileCoordination,
     GroupCoordination,
     OffsetStorage,
+    coordination_for,
 )
 from framework.consumer.coordinator import validate_group_id
 from framework.consumer.membership import GroupState
@@ -50,7 +50,7 @@ RESET_MODES = ("to-earliest", "to-latest", "to-offset", "to-datetime", "shift-by
 
 
 def _coordination(log_: Log, coordination: GroupCoordination | None) -> GroupCoordination:
-    return coordination if coordination is not None else FileCoordination(log_)
+    return coordination if coordination is not None else coordination_for(log_)
 
 
 def group_exists(log_: Log, group: str, coordination: GroupCoordination | None = None) -> bool:
@@ -273,7 +273,8 @@ def reset_offsets(
         _refuse_if_live(coord, state, "reset offsets of")
         rows = _plan(log_, group, topic, mode, value, offsets)
         if execute:
-            # Members join only under the lock we hold, so none can appear meanwhile.
+            # Members join only under the lock we hold (file coordination), or the commit is
+            # fenced by the state it checked (KV coordination): none can appear meanwhile.
             offsets.commit(
                 group,
                 {
@@ -282,6 +283,7 @@ def reset_offsets(
                 },
                 generation=-1,
                 member_id=ADMIN_MEMBER,
+                precondition=lambda: _refuse_if_live(coord, coord.current(), "reset offsets of"),
             )
             log.info("offsets reset", group=group, topic=topic, mode=mode, partitions=len(rows))
         return rows
@@ -295,7 +297,9 @@ def delete_group(log_: Log, group: str, coordination: GroupCoordination | None =
     _require(log_, group, groups)
     with _coordinator(groups, group) as coord, coord.locked() as state:
         _refuse_if_live(coord, state, "delete")
-        deleted = offsets.delete_group(group)
+        deleted = offsets.delete_group(
+            group, precondition=lambda: _refuse_if_live(coord, coord.current(), "delete")
+        )
         groups.delete_state(group)
     log.info("group deleted", group=group, offsets=deleted)
     return deleted

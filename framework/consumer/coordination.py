@@ -10,13 +10,18 @@ so each engine brings its own:
   directory (``LocalDir.groups()``, :mod:`.coordinator`) and the ``__consumer_offsets``
   topic (:mod:`.offsets`, whose fenced commits need the embedded log).
 
-A JetStream engine provides one on its KV store (issue 13). :func:`framework.engine.open_engine`
-picks the coordination that goes with the log.
+A JetStream engine provides one on its KV store (issue 13: :mod:`.jetstream`).
+:func:`coordination_for` picks the coordination that goes with a log (every default in the
+consumer, projection and CLI layers goes through it), so a member of any host agrees with
+every other on the engine's one group state; :func:`register_coordination` adds another
+engine's.
 """
 
 from __future__ import annotations
 
+import importlib
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar
@@ -27,7 +32,14 @@ from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata, Offse
 from framework.log.port import Log
 from framework.log.record import TopicPartition
 
-__all__ = ["Coordinator", "FileCoordination", "GroupCoordination", "OffsetStorage"]
+__all__ = [
+    "Coordinator",
+    "FileCoordination",
+    "GroupCoordination",
+    "OffsetStorage",
+    "coordination_for",
+    "register_coordination",
+]
 
 T = TypeVar("T")
 
@@ -93,7 +105,12 @@ class OffsetStorage(Protocol):
 
 
 class GroupCoordination(Protocol):
-    """An engine's group coordinator and offset store."""
+    """An engine's group coordinator and offset store.
+
+    ``spans_hosts``: members may run on several hosts (the state is on a cluster), so what
+    a member keeps in its local directory is not seen by the others."""
+
+    spans_hosts: bool
 
     @property
     def offsets(self) -> OffsetStorage: ...
@@ -110,10 +127,19 @@ class GroupCoordination(Protocol):
         """Forget ``group``'s membership state (its offsets are deleted separately)."""
         ...
 
+    def claim_home(self, group: str, home: str) -> None:
+        """Pin ``group``'s workers to ``home`` (a host and a local path: where a read model
+        file lives). The first claim wins; a claim naming another home raises
+        :class:`~framework.errors.ConfigError` naming both. Forgotten with the state."""
+        ...
+
 
 class FileCoordination:
     """The embedded engine's coordination: group files under ``log.local.groups()`` and
-    offsets in ``__consumer_offsets`` on the (embedded) log itself."""
+    offsets in ``__consumer_offsets`` on the (embedded) log itself. Every member shares
+    the data directory, so they are on one host (``claim_home`` has nothing to check)."""
+
+    spans_hosts = False
 
     def __init__(self, log_: Log, offsets: OffsetStore | None = None) -> None:
         self.log = log_
@@ -139,3 +165,52 @@ class FileCoordination:
 
     def delete_state(self, group: str) -> None:
         shutil.rmtree(groups_root(self.log) / group, ignore_errors=True)
+
+    def claim_home(self, group: str, home: str) -> None:
+        """Members of a data directory are on its host: always granted."""
+
+
+CoordinationFactory = Callable[[Log], GroupCoordination]
+
+# Log class (module, name) -> "module:factory", imported when such a log is first seen (so
+# this module imports no optional dependency).
+_KNOWN: dict[tuple[str, str], str] = {
+    ("framework.log.jetstream.log", "JetStreamLog"): (
+        "framework.consumer.jetstream:JetStreamCoordination"
+    ),
+}
+_factories: dict[type, CoordinationFactory] = {}
+_CACHE_ATTR = "_eventlane_group_coordination"
+_cache_lock = threading.Lock()
+
+
+def register_coordination(log_type: type, factory: CoordinationFactory) -> None:
+    """Make :func:`coordination_for` use ``factory(log)`` for logs of ``log_type``."""
+    _factories[log_type] = factory
+
+
+def _factory(log_: Log) -> CoordinationFactory | None:
+    for cls in type(log_).__mro__:
+        if cls in _factories:
+            return _factories[cls]
+        target = _KNOWN.get((cls.__module__, cls.__qualname__))
+        if target is not None:
+            module, _, name = target.partition(":")
+            factory: CoordinationFactory = getattr(importlib.import_module(module), name)
+            _factories[cls] = factory
+            return factory
+    return None
+
+
+def coordination_for(log_: Log) -> GroupCoordination:
+    """The group coordination of ``log_``'s engine, one per open log: the registered one
+    for its class (the JetStream log's KV coordination), else the file-based one."""
+    factory = _factory(log_)
+    if factory is None:
+        return FileCoordination(log_)
+    with _cache_lock:  # kept on the log itself: it lives (and is collected) with it
+        found: GroupCoordination | None = getattr(log_, _CACHE_ATTR, None)
+        if found is None:
+            found = factory(log_)
+            setattr(log_, _CACHE_ATTR, found)
+        return found

@@ -42,6 +42,7 @@ from framework.consumer.coordination import (
     FileCoordination,
     GroupCoordination,
     OffsetStorage,
+    coordination_for,
 )
 from framework.consumer.coordinator import validate_group_id
 from framework.consumer.free import OFFSET_RESETS, Consumer
@@ -80,7 +81,7 @@ class GroupConsumer:
         consumer.close()       # leave: the partitions move to the others at once
 
     ``coordination`` is the engine's group coordination (``open_engine(...).groups``);
-    by default the file-based one of the embedded log (:class:`FileCoordination`).
+    by default the one that goes with ``log_`` (:func:`~.coordination.coordination_for`).
     """
 
     def __init__(
@@ -143,7 +144,11 @@ class GroupConsumer:
             fetch_max_bytes=fetch_max_bytes,
         )
         if coordination is None:
-            coordination = FileCoordination(log_, offset_store)
+            coordination = (
+                coordination_for(log_)
+                if offset_store is None
+                else FileCoordination(log_, offset_store)
+            )
         elif offset_store is not None:
             raise ConfigError("pass coordination= or offset_store=, not both")
         self._offsets: OffsetStorage = coordination.offsets

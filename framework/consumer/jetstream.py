@@ -3,9 +3,13 @@ replicated KV bucket, changed only by compare-and-set (issue 13).
 
 Keys of the bucket ``<ns>-groups`` (:class:`~framework.log.jetstream.kv.Kv`)::
 
-    <group>.state                 the group state (GroupState JSON), its revision = version
-    <group>.live.<token>          a member's last heartbeat (wall-clock ns of its host)
-    <group>.off.<enc(topic)>.<p>  the committed offset of a partition (JSON)
+    <g>.state                 the group state (GroupState JSON), its revision = version
+    <g>.live.<token>          a member's last heartbeat (wall-clock ns of its host)
+    <g>.off.<enc(topic)>.<p>  the committed offset of a partition (JSON)
+    <g>.home                  where the group's read model lives (``host:path``), if pinned
+
+where ``<g>`` is the group id encoded as one subject token (:func:`mapping.encode_name`:
+group ids may contain ``.``), so ``*.state`` selects exactly the state keys.
 
 Invariants:
 
@@ -17,36 +21,59 @@ Invariants:
   accepts it only if the state is still the one the commit's precondition (generation,
   ownership) was checked against. A zombie (an old generation, an evicted member) is
   rejected, as Kafka's coordinator rejects it.
+* Every process follows the state keys through one ordered JetStream consumer (headers
+  only), which delivers a write only once it is stored, with its revision. A handle's view
+  is fresh iff its revision is at least the last one announced; otherwise it re-reads from
+  the leader. (A core-NATS subscription would announce a write *before* the stream stores
+  it: a re-read could then miss it and keep a stale view until the next change.) The
+  heartbeat thread also re-reads the state every tick, so a lost announcement (a
+  reconnect, a leader change) costs one tick, not a stuck rebalance.
 * Heartbeats are wall-clock stamps (hosts are assumed NTP-synchronised; session timeouts are
   seconds). An evicted member's heartbeat key is deleted, so its next beat fails and it
   knows it was fenced.
+* An outage of the bucket (its leader died, an election runs) stalls every member's
+  heartbeats alike. A process whose own beats stalled for half a session evicts nobody for
+  a whole session afterwards (Kafka's coordinator restarts every session timer when it
+  fails over), so an election does not evict the whole group.
+* A fenced write whose answer was lost (the leader died after storing it, or before) is
+  validated and sent again: the same values under a fresh fence, so a repeat is harmless.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import nats.js.errors
 import orjson
 import structlog
+from nats.js.api import DeliverPolicy
 
 from framework.consumer.coordinator import GroupCoordinator, validate_group_id
-from framework.consumer.membership import GroupState
+from framework.consumer.membership import GroupState, Member
 from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata
-from framework.errors import ConcurrencyError
+from framework.errors import ConcurrencyError, ConfigError, LogError
 from framework.log.jetstream import mapping
 from framework.log.jetstream.kv import Kv
 from framework.log.jetstream.log import JetStreamLog
 from framework.log.record import TopicPartition
 
-__all__ = ["KvCoordinator", "KvLiveness", "KvOffsets", "JetStreamCoordination"]
+__all__ = ["KvCoordinator", "KvLiveness", "KvOffsets", "JetStreamCoordination", "group_key"]
 
 log = structlog.get_logger("eventlane.consumer.group")
 T = TypeVar("T")
+
+FRESH_READS = 50  # leader reads (25 ms apart) to see an announced revision before giving up
+
+
+def group_key(group: str, suffix: str) -> str:
+    """The bucket key ``<enc(group)>.<suffix>``."""
+    return f"{mapping.encode_name(group)}.{suffix}"
 
 
 class KvLiveness:
@@ -59,7 +86,7 @@ class KvLiveness:
         self._revs: dict[int, int] = {}
 
     def _key(self, token: int) -> str:
-        return f"{self.group}.live.{token}"
+        return group_key(self.group, f"live.{token}")
 
     def reset_if_new_boot(self) -> bool:
         return False
@@ -68,11 +95,14 @@ class KvLiveness:
         self._revs[token] = self.kv.put(self._key(token), b"%d" % time.time_ns())
 
     def beat(self, slot: int, token: int, now_ns: int) -> bool:
-        """Stamp the heartbeat; False if the member was evicted (its key deleted)."""
+        """Stamp the heartbeat; False if the member was evicted (its key deleted): then
+        nothing is written, so an evicted member never looks alive again."""
+        rev = self._revs.get(token)
+        if rev is None:
+            raw, rev = self.kv.get(self._key(token))
+            if raw is None:
+                return False
         try:
-            rev = self._revs.get(token)
-            if rev is None:
-                _, rev = self.kv.get(self._key(token))
             self._revs[token] = self.kv.put(self._key(token), b"%d" % time.time_ns(), expect=rev)
         except ConcurrencyError:
             self._revs.pop(token, None)
@@ -98,7 +128,12 @@ class KvLiveness:
 
 class KvCoordinator(GroupCoordinator):
     """:class:`GroupCoordinator`'s protocol with its state in the bucket (compare-and-set
-    instead of a file lock). Join, leave, release and eviction are the same code."""
+    instead of a file lock). Join, leave, release and eviction are the same code.
+
+    The view (``current()``) is fresh iff its revision is at least the highest revision
+    announced by the change feed (or seen by a read); ``version()`` is that highest
+    revision, so a consumer re-syncs exactly when the state moved.
+    """
 
     def __init__(
         self,
@@ -107,27 +142,34 @@ class KvCoordinator(GroupCoordinator):
         group: str,
         *,
         wake: Callable[[], None] | None = None,
-        changed: Callable[[str], None] | None = None,
+        changed: Callable[[str, int], None] | None = None,
+        closed: Callable[[KvCoordinator], None] | None = None,
     ) -> None:
         self.changed = changed
+        self.closed = closed
         self.log = log_  # type: ignore[assignment]
         self.group = validate_group_id(group)
         self.wake = wake
         self.kv = kv
-        self.key = f"{group}.state"
+        self.key = group_key(group, "state")
         self._live = KvLiveness(kv, group)  # type: ignore[assignment]
         self._mutex = threading.RLock()
         self._cache: GroupState | None = None
-        self._cache_seen = -1
         self._cache_lock = threading.Lock()
         self._closed = False
-        self._changes = 0  # bumped by the change feed: another process wrote the state
-        self._rev = 0
+        self._rev = -1  # revision of the cached view (-1: none yet)
+        self._announced = 0  # highest revision known to exist
+        self._last_beat = 0.0  # monotonic time of this process's last beat (0: none yet)
+        self._joining = False
+        self._healthy_since = -1e9  # beating without a gap since (a handle that never beat:
+        # always; the CLI's handles judge members at once)
 
-    def on_change(self) -> None:
-        """Another handle changed the state (called on the log's event loop thread)."""
+    def on_change(self, rev: int) -> None:
+        """The state reached revision ``rev`` (called on the log's event loop thread)."""
         with self._cache_lock:
-            self._changes += 1
+            if rev <= self._announced:
+                return
+            self._announced = rev
         if self.wake is not None:
             self.wake()
 
@@ -136,27 +178,49 @@ class KvCoordinator(GroupCoordinator):
         state = GroupState(self.group) if raw is None else GroupState.from_json(raw)
         return state, rev
 
-    def install(self, state: GroupState, rev: int, seen: int | None = None) -> None:
-        """Make ``state`` (read at ``rev``, after change number ``seen`` was known) this
-        process's current view. A change announced after ``seen`` keeps the view stale."""
+    def install(self, state: GroupState, rev: int) -> None:
+        """Make ``state`` (read at ``rev``) this process's view unless it has a newer one."""
         with self._cache_lock:
             if rev >= self._rev:
                 self._rev = rev
                 self._cache = state
-                self._cache_seen = self._changes if seen is None else seen
+            self._announced = max(self._announced, rev)
+
+    def _fresh(self) -> GroupState | None:
+        with self._cache_lock:
+            if self._cache is not None and self._rev >= self._announced:
+                return self._cache
+            return None
 
     def current(self) -> GroupState:
+        """The state at the highest announced revision (read from the leader if the view
+        is older). The returned object is shared: treat it as read-only."""
+        for _ in range(FRESH_READS):
+            fresh = self._fresh()
+            if fresh is not None:
+                return fresh
+            state, rev = self._read()
+            self.install(state, rev)
+            if self._fresh() is None:
+                time.sleep(0.025)  # announced but not readable yet (a leader change)
         with self._cache_lock:
-            seen = self._changes
-            if self._cache is not None and self._cache_seen == seen:
-                return self._cache
+            assert self._cache is not None
+            return self._cache
+
+    def refresh(self) -> bool:
+        """Re-read the state from the leader (the heartbeat's safety net against a lost
+        announcement); True if it had moved."""
         state, rev = self._read()
-        self.install(state, rev, seen)
-        return state
+        with self._cache_lock:
+            moved = rev > self._announced
+        self.install(state, rev)
+        if moved and self.wake is not None:
+            self.wake()
+        return moved
 
     def version(self) -> int:
         with self._cache_lock:
-            return self._rev * 1_000_003 + self._changes
+            return max(self._rev, self._announced)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[GroupState]:
@@ -180,8 +244,8 @@ class KvCoordinator(GroupCoordinator):
                     continue
                 self.install(state, new_rev)
                 if self.changed is not None:  # other handles in this process (no echo)
-                    self.changed(self.key)
-                elif self.wake is not None:
+                    self.changed(self.group, new_rev)
+                if self.wake is not None:
                     self.wake()
                 return result
         raise ConcurrencyError(f"group {self.group!r}: state kept changing", expected=0, actual=0)
@@ -189,8 +253,61 @@ class KvCoordinator(GroupCoordinator):
     def try_mutate(self, change: Callable[[GroupState], T]) -> tuple[bool, T | None]:
         return True, self.mutate(change)
 
+    def beat(self, member: Member) -> bool:
+        """Stamp ``member``'s heartbeat and re-read the state. A beat that comes more than
+        half a session after this process's previous one ends an outage (a KV leader
+        election, a frozen process): this process evicts nobody for a session from then on,
+        as Kafka's coordinator restarts every session timer when it fails over; the other
+        members' stamps were stuck behind the same outage."""
+        alive = super().beat(member)
+        now = time.monotonic()
+        gap = now - self._last_beat
+        if self._last_beat and gap > member.session_timeout_ms / 2000:
+            log.info(
+                "heartbeats resumed after a gap; no eviction for a session",
+                group=self.group,
+                gap_s=round(gap, 2),
+            )
+            self._healthy_since = now
+        self._last_beat = now
+        if alive:
+            self.refresh()
+        return alive
+
+    def join(self, **kwargs: Any) -> Member:
+        """Join without evicting anyone (the embedded coordinator evicts expired members
+        first): a process that just joined cannot tell stale stamps from a bucket outage
+        it did not see, and the members' heartbeat threads evict the dead soon enough."""
+        self._joining = True
+        try:
+            member = super().join(**kwargs)
+        finally:
+            self._joining = False
+        self._last_beat = time.monotonic()  # a join that waited out an outage is a beat
+        return member
+
+    def expired(self, state: GroupState, now_ns: int | None = None) -> list[str]:
+        """Members whose stamp is older than their session timeout, judged only by a process
+        whose own heartbeats are current (its last beat less than half a session ago: else
+        the bucket, or this process, was stalled, and every stamp is as stale as its own)
+        and have been for a whole session (see :meth:`beat`)."""
+        if self._joining:
+            return []
+        now = time.monotonic()
+        healthy_ms = (now - self._healthy_since) * 1000
+        silent_ms = (now - self._last_beat) * 1000 if self._last_beat else 0.0
+        return [
+            mid
+            for mid in super().expired(state, now_ns)
+            if healthy_ms > state.members[mid].session_timeout_ms
+            and silent_ms < state.members[mid].session_timeout_ms / 2
+        ]
+
     def close(self) -> None:
-        self._closed = True
+        if not self._closed:
+            self._closed = True
+            if self.closed is not None:
+                self.closed(self)
 
 
 class KvOffsets:
@@ -202,7 +319,7 @@ class KvOffsets:
 
     @staticmethod
     def _key(group: str, tp: TopicPartition) -> str:
-        return f"{group}.off.{mapping.encode_name(tp.topic)}.{tp.partition}"
+        return group_key(group, f"off.{mapping.encode_name(tp.topic)}.{tp.partition}")
 
     def exists(self) -> bool:
         return True
@@ -213,8 +330,8 @@ class KvOffsets:
 
     def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         out = {}
-        for key in self.kv.list(f"{group}.off."):
-            _, _, enc, p = key.rsplit(".", 3)
+        for key in self.kv.list(group_key(group, "off.")):
+            _, _, enc, p = key.split(".")
             tp = TopicPartition(mapping.decode_name(enc), int(p))
             found = self.committed(group, tp)
             if found is not None:
@@ -222,12 +339,44 @@ class KvOffsets:
         return out
 
     def groups(self) -> set[str]:
-        return {k.split(".off.", 1)[0] for k in self.kv.list() if ".off." in k}
+        by_group: dict[str, list[str]] = {}
+        for key in self.kv.list():
+            if ".off." in key:
+                by_group.setdefault(key.split(".")[0], []).append(key)
+        # a deleted key stays listed (its delete marker): a group counts if one key is live
+        return {
+            mapping.decode_name(g)
+            for g, keys in by_group.items()
+            if any(self.kv.get(k)[0] is not None for k in keys)
+        }
 
     def history(self, group: str) -> Iterator[tuple[int, TopicPartition, int | None]]:
         """Only the latest commit per partition is kept (a KV): yields those."""
         for tp, c in sorted(self.group_offsets(group).items()):
             yield c.log_offset, tp, c.offset
+
+    def _fenced(
+        self, group: str, precondition: Callable[[], None] | None, write: Callable[[int], T]
+    ) -> T:
+        """Check ``precondition`` against the state read from the leader, then ``write(rev)``
+        fenced by that state's revision ``rev``; re-check if the state moved meanwhile. A
+        write whose outcome is unknown (the leader died before answering) is checked and
+        written again: the same values, fenced again, so a repeat is harmless."""
+        deadline = time.monotonic() + self.kv.log.retry_s
+        for _ in range(1000):
+            rev = self.coordination.refresh(group)
+            if precondition is not None:
+                precondition()
+            try:
+                return write(rev)
+            except ConcurrencyError:
+                continue
+            except LogError as exc:
+                if "may or may not" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                log.info("fenced write outcome unknown; writing again", group=group)
+                time.sleep(0.2)
+        raise ConcurrencyError(f"group {group!r}: state kept changing", expected=0, actual=0)
 
     def commit(
         self,
@@ -239,39 +388,56 @@ class KvOffsets:
         precondition: Callable[[], None] | None = None,
         now_ms: Callable[[], int] | None = None,
     ) -> int:
-        """Check ``precondition`` against the state read from the leader, then write the
-        offsets fenced by that state's revision; re-check if the state moved meanwhile."""
-        for _ in range(1000):
-            rev = self.coordination.refresh(group)
-            if precondition is not None:
-                precondition()
-            stamp = now_ms() if now_ms is not None else time.time_ns() // 1_000_000
-            values = {
-                self._key(group, tp): orjson.dumps(
-                    {
-                        "offset": om.offset,
-                        "metadata": om.metadata,
-                        "generation": generation,
-                        "member_id": member_id,
-                        "commit_ms": stamp,
-                    }
-                )
-                for tp, om in offsets.items()
-            }
-            if not values:
-                return rev
-            try:
-                return self.kv.put_many(values, fence=(f"{group}.state", rev))
-            except ConcurrencyError:
-                continue
-        raise ConcurrencyError(f"group {group!r}: state kept changing", expected=0, actual=0)
+        """Write the offsets (one atomic batch) fenced by the revision of the state that
+        ``precondition`` (ownership, generation) was checked against."""
+        if not offsets:
+            return self.coordination.refresh(group)
+        stamp = now_ms() if now_ms is not None else time.time_ns() // 1_000_000
+        values = {
+            self._key(group, tp): orjson.dumps(
+                {
+                    "offset": om.offset,
+                    "metadata": om.metadata,
+                    "generation": generation,
+                    "member_id": member_id,
+                    "commit_ms": stamp,
+                }
+            )
+            for tp, om in offsets.items()
+        }
+        fence = group_key(group, "state")
+        return self._fenced(
+            group, precondition, lambda rev: self.kv.put_many(values, fence=(fence, rev))
+        )
 
     def delete_group(self, group: str, *, precondition: Callable[[], None] | None = None) -> int:
-        if precondition is not None:
-            precondition()
-        keys = list(self.kv.list(f"{group}.off."))
-        for key in keys:
-            self.kv.delete(key)
+        """Delete every committed offset of ``group`` at once (delete markers in one atomic
+        batch), fenced like a commit: ``precondition`` (no live member) is checked against
+        the state whose revision the batch expects. Returns how many were deleted."""
+        keys = [k for k in self.kv.list(group_key(group, "off.")) if self.kv.get(k)[0]]
+        if not keys:
+            if precondition is not None:
+                precondition()
+            return 0
+        msgs = [(self.kv.subject(k), b"", {"KV-Operation": "DEL"}) for k in keys]
+        state = self.kv.subject(group_key(group, "state"))
+        js = self.kv.log
+
+        def write(rev: int) -> int:
+            fence = {
+                "Nats-Expected-Last-Subject-Sequence": str(rev),
+                "Nats-Expected-Last-Subject-Sequence-Subject": state,
+            }
+            try:
+                return js.run(js.retry(functools.partial(js.batch, msgs, fence), what="kv delete"))
+            except nats.js.errors.APIError as exc:
+                if (exc.description or "").startswith("wrong last sequence"):
+                    raise ConcurrencyError(
+                        f"group {group!r} moved on", expected=rev, actual=-1
+                    ) from None
+                raise LogError(f"JetStream refused deleting group {group!r}: {exc}") from None
+
+        self._fenced(group, precondition, write)
         return len(keys)
 
     def barrier(self, group: str) -> None:
@@ -293,7 +459,9 @@ def _committed(raw: bytes, rev: int) -> CommittedOffset:
 class JetStreamCoordination:
     """The :class:`~framework.consumer.coordination.GroupCoordination` of a JetStream
     engine: one bucket ``<namespace>-groups`` for every group's state, heartbeats and
-    offsets."""
+    offsets, and one change feed (an ordered consumer on ``*.state``) per process."""
+
+    spans_hosts = True
 
     def __init__(self, log_: JetStreamLog) -> None:
         self.log = log_
@@ -301,30 +469,70 @@ class JetStreamCoordination:
         self._offsets = KvOffsets(self.kv, self)
         self._coordinators: dict[str, weakref.WeakSet[KvCoordinator]] = {}
         self._lock = threading.Lock()
-        self.kv.subscribe("", self._on_write)
+        self._feed: Any = None
 
-    def _on_write(self, key: str) -> None:
-        group, _, rest = key.partition(".")
-        if rest != "state":
-            return
+    def _follow(self) -> None:
+        """Start the change feed (once): every stored state write, with its revision."""
+        with self._lock:
+            if self._feed is not None:
+                return
+            self._feed = True
+
+        async def on_msg(msg: Any) -> None:
+            token = str(msg.subject).split(".")[2]
+            self._announce(mapping.decode_name(token), int(msg.metadata.sequence.stream))
+
+        async def go() -> Any:
+            return await self.log.js.subscribe(
+                self.kv.subject("*.state"),
+                stream=self.kv.stream,
+                cb=on_msg,
+                ordered_consumer=True,
+                deliver_policy=DeliverPolicy.NEW,
+                headers_only=True,
+                idle_heartbeat=2.0,
+            )
+
+        self._feed = self.log.run(self.log.retry(go, what="group change feed"))
+
+    def _closed(self, coordinator: KvCoordinator) -> None:
+        """A handle closed: stop the feed with the last one (no task left on the loop)."""
+        with self._lock:
+            self._coordinators.get(coordinator.group, weakref.WeakSet()).discard(coordinator)
+            if any(self._coordinators.values()):
+                return
+        self.close()
+
+    def close(self) -> None:
+        """Stop the change feed (the bucket and the log stay open)."""
+        with self._lock:
+            feed, self._feed = self._feed, None
+        if feed is not None and feed is not True:
+            with contextlib.suppress(Exception):
+                self.log.run(feed.unsubscribe())
+
+    def _announce(self, group: str, rev: int) -> None:
         with self._lock:
             members = list(self._coordinators.get(group, ()))
         for coordinator in members:
-            coordinator.on_change()
+            coordinator.on_change(rev)
 
     @property
     def offsets(self) -> KvOffsets:
         return self._offsets
 
     def coordinator(self, group: str, *, wake: Callable[[], None] | None = None) -> KvCoordinator:
-        coordinator = KvCoordinator(self.log, self.kv, group, wake=wake, changed=self._on_write)
+        self._follow()
+        coordinator = KvCoordinator(
+            self.log, self.kv, group, wake=wake, changed=self._announce, closed=self._closed
+        )
         with self._lock:
             self._coordinators.setdefault(group, weakref.WeakSet()).add(coordinator)
         return coordinator
 
     def refresh(self, group: str) -> int:
         """Read ``group``'s state from the leader into every local handle; its revision."""
-        raw, rev = self.kv.get(f"{group}.state")
+        raw, rev = self.kv.get(group_key(group, "state"))
         state = GroupState(group) if raw is None else GroupState.from_json(raw)
         with self._lock:
             members = list(self._coordinators.get(group, ()))
@@ -333,12 +541,40 @@ class JetStreamCoordination:
         return rev
 
     def group_names(self) -> set[str]:
-        return {k[: -len(".state")] for k in self.kv.list() if k.endswith(".state")}
+        return {
+            mapping.decode_name(k[: -len(".state")])
+            for k in self.kv.list()
+            if k.endswith(".state") and self.kv.get(k)[0] is not None
+        }
 
     def has_state(self, group: str) -> bool:
-        return self.kv.get(f"{group}.state")[0] is not None
+        return self.kv.get(group_key(group, "state"))[0] is not None
+
+    def claim_home(self, group: str, home: str) -> None:
+        """Pin ``group`` to ``home`` by compare-and-set of ``<g>.home`` (first claim wins)."""
+        key = group_key(group, "home")
+        for _ in range(100):
+            raw, rev = self.kv.get(key)
+            if raw is not None:
+                if raw.decode() == home:
+                    return
+                raise ConfigError(
+                    f"group {group!r} keeps its read model at {raw.decode()}; this worker"
+                    f" would build a second, partial one at {home}. A projection whose read"
+                    " model is a SQLite file runs its workers on the host that holds the file"
+                    f" (policies and plain consumers may run anywhere); to move it, stop its"
+                    f" workers and run `eventlane groups delete {group}` first"
+                )
+            try:
+                self.kv.put(key, home.encode(), expect=rev)
+            except ConcurrencyError:
+                continue
+            log.info("group pinned to a home", group=group, home=home)
+            return
+        raise ConcurrencyError(f"group {group!r}: home kept changing", expected=0, actual=0)
 
     def delete_state(self, group: str) -> None:
-        self.kv.delete(f"{group}.state")
-        for key in self.kv.list(f"{group}.live."):
+        self.kv.delete(group_key(group, "home"))
+        self.kv.delete(group_key(group, "state"))
+        for key in self.kv.list(group_key(group, "live.")):
             self.kv.delete(key)

@@ -47,7 +47,6 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from framework.consumer.offsets import OffsetAndMetadata, OffsetStore
@@ -63,6 +62,7 @@ from framework.errors import (
 )
 from framework.kafka.groups import GroupCoordinator
 from framework.kafka.protocol import SUPPORTED, ErrorCode
+from framework.kafka.records import BatchFormatError, KafkaBatch, encode_batch, parse_batches
 from framework.log import Log, TopicPartition
 
 log = structlog.get_logger("eventlane.kafka")
@@ -409,40 +409,17 @@ class Broker:
                 -1,
                 "transactions are not supported",
             )
-        batches = []
         try:
-            records = MemoryRecords(bytes(raw or b""))
-            while (batch := records.next_batch()) is not None:
-                batches.append(batch)
-        except Exception as exc:
-            return ErrorCode.CORRUPT_MESSAGE, -1, -1, -1, f"bad record batch: {exc}"
+            batches = _produced_batches(bytes(raw or b""))
+        except _RefusedError as exc:
+            return exc.code, -1, -1, -1, str(exc)
         first_base = -1
         append_time = -1
         async with self._append_lock:
             for batch in batches:
-                if getattr(batch, "is_transactional", False) or getattr(
-                    batch, "is_control_batch", False
-                ):
-                    return (
-                        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                        -1,
-                        -1,
-                        -1,
-                        "transactions are not supported",
-                    )
-                if not batch.validate_crc():
-                    return ErrorCode.CORRUPT_MESSAGE, -1, -1, -1, "record batch CRC mismatch"
-                tuples = [
-                    (
-                        None if r.key is None else bytes(r.key),
-                        None if r.value is None else bytes(r.value),
-                        tuple((k, None if v is None else bytes(v)) for k, v in r.headers),
-                        r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None,
-                    )
-                    for r in batch
-                ]
+                tuples = batch.records
                 state = None
-                if batch.has_producer_id():
+                if batch.producer_id >= 0:
                     key = (batch.producer_id, topic, partition)
                     state = self._producers.get(key)
                     if state is None or state.epoch != batch.producer_epoch:
@@ -562,22 +539,9 @@ class Broker:
         records, _ = self.log.read(topic, partition, offset, max_bytes=max(limit, 1), upto=hwm)
         if not records:
             return b""
-        out = bytearray()
-        builder = DefaultRecordBatchBuilder(
-            magic=2,
-            compression_type=0,
-            is_transactional=False,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-            batch_size=1 << 62,
-        )
-        for r in records:
-            builder.append(r.offset, r.timestamp, r.key, r.value, list(r.headers))
-            if builder.size() >= limit and not (first and not out):
-                break
-        out += builder.build()
-        return bytes(out)
+        # Kafka's framing is smaller than the log's (varints against fixed-width fields), so
+        # what the log read within ``limit`` bytes stays within it once re-framed.
+        return encode_batch(records)
 
     # -- offsets ---------------------------------------------------------------------------
     async def list_offsets(self, request: Any) -> Any:
@@ -947,4 +911,52 @@ def kafka_config(config: Any) -> dict[str, str]:
     for name, value in config.to_dict().items():
         kafka = _KAFKA_NAMES.get(name, name.replace("_", "."))
         out[kafka] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+class _RefusedError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _produced_batches(raw: bytes) -> list[KafkaBatch]:
+    """A Produce request's batches: plain ones parsed here (fast), compressed ones by
+    kafka-python; transactional and control batches refused, never half-applied."""
+    try:
+        return parse_batches(raw)
+    except BatchFormatError as exc:
+        if not exc.fallback:
+            raise _RefusedError(ErrorCode.CORRUPT_MESSAGE, f"bad record batch: {exc}") from None
+    batches = []
+    try:
+        records = MemoryRecords(raw)
+        while (batch := records.next_batch()) is not None:
+            batches.append(batch)
+    except Exception as exc:
+        raise _RefusedError(ErrorCode.CORRUPT_MESSAGE, f"bad record batch: {exc}") from None
+    out = []
+    for batch in batches:
+        if getattr(batch, "is_transactional", False) or getattr(batch, "is_control_batch", False):
+            raise _RefusedError(
+                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, "transactions are not supported"
+            )
+        if not batch.validate_crc():
+            raise _RefusedError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+        out.append(
+            KafkaBatch(
+                batch.producer_id if batch.has_producer_id() else -1,
+                batch.producer_epoch,
+                batch.base_sequence,
+                [
+                    (
+                        None if r.key is None else bytes(r.key),
+                        None if r.value is None else bytes(r.value),
+                        tuple((k, None if v is None else bytes(v)) for k, v in r.headers),
+                        r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None,
+                    )
+                    for r in batch
+                ],
+            )
+        )
     return out

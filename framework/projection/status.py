@@ -35,7 +35,7 @@ from typing import Any
 from sqlite_utils import Migrations
 
 from framework.consumer.admin import partition_lag
-from framework.consumer.coordination import FileCoordination
+from framework.consumer.coordination import coordination_for
 from framework.errors import UnknownTopicError
 from framework.log import Log, RecordMetadata, TopicPartition
 from framework.projection.breaker import load_tripped
@@ -102,7 +102,7 @@ def projection_status(
     members: list[dict[str, Any]] = []
     owners: dict[TopicPartition, str] = {}
     generation: int | None = None
-    groups = FileCoordination(log)
+    groups = coordination_for(log)
     if groups.has_state(name):
         coord = groups.coordinator(name)
         try:

@@ -7,10 +7,15 @@ truth) → publish new dead letters to ``<group>.dlq``.
 
 On assignment a partition is *claimed* in the read model with the member's group generation
 and the consumer seeks to the stored position (the partition's low-water mark the first
-time), never to the group's committed offset. A worker whose generation was superseded for
-a partition (a paused zombie) is refused by the read model: it drops the batch and seeks
-every partition of it that it still holds back to the stored position, so nothing is
-skipped either.
+time), never to the group's committed offset, except for a policy (no tables) whose group
+spans hosts: its positions are the group's fenced commits when they are further (its
+effects are idempotent commands in the log, not rows in the local file). Across hosts, a
+projection with tables is pinned to the host of its read model file
+(``GroupCoordination.claim_home``): a worker elsewhere cannot start.
+
+A worker whose generation was superseded for a partition (a paused zombie) is refused by
+the read model: it drops the batch and seeks every partition of it that it still holds
+back to the stored position, so nothing is skipped either.
 
 SIGTERM / SIGINT: finish the current batch, commit, leave the group (the partitions move at
 once), exit 0. The process entry point (what :class:`~framework.projection.runner.Runner`
@@ -26,6 +31,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -34,6 +40,7 @@ from typing import Any, NamedTuple
 
 import structlog
 
+from framework.consumer.coordination import coordination_for
 from framework.consumer.group import GroupConsumer
 from framework.errors import CommitFailedError, FencedError, FrameworkError
 from framework.log import Record, TopicPartition
@@ -48,7 +55,7 @@ from framework.projection.host import ProjectionHost
 from framework.projection.lifeline import supervisor_gone
 from framework.projection.parallel import applier_for
 from framework.projection.pause import PauseControl
-from framework.projection.schema import open_readmodel
+from framework.projection.schema import open_readmodel, readmodel_file
 from framework.projection.status import notify_applied
 from framework.store import EVENT_TOPIC_CONFIG
 
@@ -87,6 +94,15 @@ class Worker:
         self.name = name
         self.group = runtime.names.group(name)
         self.projector = runtime.app.projector(name)()
+        groups = coordination_for(runtime.log)
+        # Across hosts (a cluster's coordination): a read model file pins its projection's
+        # workers to its host (checked before the file is opened); a policy (no tables of
+        # its own) keeps its positions in the group's fenced commits, so a worker on any
+        # host resumes where the last one was.
+        self._positions_in_group = groups.spans_hosts and self.projector.migrations is None
+        if groups.spans_hosts and self.projector.migrations is not None:
+            path = readmodel_file(runtime, name).resolve()
+            groups.claim_home(self.group, f"{socket.gethostname()}:{path}")
         self.readmodel = open_readmodel(runtime, name)
         self.applier = applier_for(self.projector, runtime.codec, self.readmodel, app=runtime)
         self.max_poll_records = max_poll_records
@@ -116,6 +132,7 @@ class Worker:
                 )
         self.consumer = GroupConsumer(
             runtime.log,
+            coordination=groups,
             group_id=self.group,
             topics=topics,
             session_timeout_ms=session_timeout_ms,
@@ -148,6 +165,8 @@ class Worker:
                     generation=generation,
                 )
                 position = exc.offset if exc.offset is not None else lwm
+            if self._positions_in_group:  # further on another host (a policy)
+                position = max(position, self.consumer.committed(tp) or 0)
             self.consumer.seek(tp, position)
             self._log.info(
                 "partition assigned",

@@ -35,9 +35,7 @@ def check_merge(log_: Log, data: Path, app: App, projection: str) -> tuple[int, 
     (data / "readmodels").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{projection}.check-", dir=data / "readmodels"))
     try:
-        results = [
-            run_task(spec, app, projection, str(data), str(work)) for spec in make_tasks(ranges)
-        ]
+        results = [run_task(spec, app, projection, log_, str(work)) for spec in make_tasks(ranges)]
         specs = {t.task: t for t in make_tasks(ranges)}
         partials = [Partial(Path(r.path), specs[r.task].label) for r in results]
         output = work / "merged.sqlite"

@@ -1,6 +1,7 @@
 """The ``eventlane`` PySpark data source: a log's partitions as a DataFrame.
 
     spark.read.format("eventlane").option("path", DATA).option("topic", "orders").load()
+    spark.read.format("eventlane").option("log", "nats://h1:4222,h2:4222").option("topic", ...)
 
 Schema (Kafka's Spark source, minus what one node does not have)::
 
@@ -9,8 +10,12 @@ Schema (Kafka's Spark source, minus what one node does not have)::
 
 Options:
 
-``path``
-    the data directory (on every executor: shared storage on a cluster). Required.
+``log``
+    the log, as :func:`framework.engine.open_log` takes it: an embedded log's data directory
+    (on every executor: shared storage on a cluster) or another engine's URL
+    (``nats://host:port[,host:port]?namespace=NS``: every executor reads from the cluster
+    itself, so no log files are needed on the executors' machines). ``path`` is the same
+    option under its older name (a data directory). One of the two is required.
 ``topic``
     one topic, or several separated by commas. Required.
 ``startingOffsets``
@@ -26,16 +31,16 @@ Options:
     several tasks, by offset range (default 1,000,000).
 
 Planning (on the driver) reads only the partitions' marks. Each input partition is one
-offset range; its task opens the data directory itself and reads the segment files through
-the log's read path (CRC checked), yielding Arrow record batches: records flow from disk to
-the executor's JVM without passing through the driver. Compaction gaps and a low-water mark
-above 0 need nothing special: the log's reader skips removed offsets.
+offset range; its task opens the log itself (:func:`~framework.replay.ranges.open_store`:
+the segment files of an embedded log through its read path, CRC checked; a JetStream
+partition's sequence range from the cluster) and yields Arrow record batches: records flow
+from the log to the executor's JVM without passing through the driver. Compaction gaps and
+a low-water mark above 0 need nothing special: the log's reader skips removed offsets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -43,6 +48,7 @@ import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from framework.engine import log_locator
 from framework.errors import ConfigError
 from framework.log import Record, TopicPartition
 from framework.replay.ranges import (
@@ -141,11 +147,11 @@ class EventlaneReader(DataSourceReader):
     """Plans the offset ranges once, when created on the driver; reads them on executors."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        path = options.get("path")
+        target = options.get("log") or options.get("path")
         topic = options.get("topic")
-        if not path or not topic:
-            raise ConfigError("the eventlane data source needs options path and topic")
-        self.path = str(Path(path).resolve())
+        if not target or not topic:
+            raise ConfigError("the eventlane data source needs options log (or path) and topic")
+        self.path = log_locator(target)
         topics = [t.strip() for t in topic.split(",") if t.strip()]
         max_offsets = int(options.get("maxOffsetsPerPartition", DEFAULT_MAX_OFFSETS))
         store = open_store(self.path)

@@ -22,11 +22,12 @@ silently skips history.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from framework.engine import open_log
+from framework.engine import log_locator, open_log
 from framework.errors import ConfigError
 from framework.log import Log, Record, TopicPartition
 
@@ -61,18 +62,29 @@ class OffsetRange(NamedTuple):
         return self.end - self.start
 
 
-_stores: dict[str, Log] = {}
+_stores: dict[tuple[int, str, str | None], Log] = {}
 
 
-def open_store(path: str) -> Log:
-    """This process's log for ``path`` (opened once, then reused): what an
-    executor reads segment files with. A directory without ``topics/`` is refused rather
-    than created empty (a wrong path on a cluster node must fail, not read nothing)."""
-    store = _stores.get(path)
+def open_store(locator: str | Path, data_dir: str | Path | None = None) -> Log:
+    """This process's log at ``locator`` (opened once, then reused): what an executor reads
+    its ranges with. ``locator`` is what :func:`framework.engine.log_locator` gave the
+    driver: an embedded log's data directory (on every executor: shared storage on a
+    cluster) or another engine's URL (``nats://...``: the executor reads from the cluster,
+    no log files needed on its host). ``data_dir`` is the local directory of a non-embedded
+    log (it creates nothing there). A data directory without ``topics/`` is refused rather
+    than created empty (a wrong path on a cluster node must fail, not read nothing).
+
+    Logs are kept per process id: a log opened before a ``fork()`` (its connections, its
+    threads) is never reused by the child.
+    """
+    target = log_locator(locator)
+    local = None if data_dir is None else str(data_dir)
+    key = (os.getpid(), target, local)
+    store = _stores.get(key)
     if store is None:
-        if not (Path(path) / "topics").is_dir():
-            raise ConfigError(f"no eventlane data directory at {path!r}", path=path)
-        store = _stores[path] = open_log(path)
+        if "://" not in target and not (Path(target) / "topics").is_dir():
+            raise ConfigError(f"no eventlane data directory at {target!r}", path=target)
+        store = _stores[key] = open_log(target, data_dir=local)
     return store
 
 

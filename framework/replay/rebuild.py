@@ -198,7 +198,7 @@ def rebuild(
                 assert session is not None
                 built = build_spark(
                     session,
-                    local.root,
+                    log_,
                     app,
                     projection,
                     ranges,

@@ -7,10 +7,11 @@ partitions. Tasks are handed to Spark largest first (they are scheduled in that 
 two cores finish together.
 
 Tasks (executors): :func:`framework.replay.task.run_task` inside ``mapPartitions``: each
-reads its range from the segment files, decodes, applies the projector's unchanged
-handlers and writes a partial SQLite file, in one Python pass; records never enter the JVM
-and never reach the driver. Only a small :class:`~framework.replay.task.TaskResult` is
-collected.
+opens the log by the locator the driver gives it (the data directory, or the URL of a
+JetStream cluster: no log files on the executors then), reads its range, decodes, applies
+the projector's unchanged handlers and writes a partial SQLite file, in one Python pass;
+records never enter the JVM and never reach the driver. Only a small
+:class:`~framework.replay.task.TaskResult` is collected.
 
 Merge (driver): the partials, in (topic, partition, key group) order, are merged into the
 fresh output file inside SQLite (:func:`framework.replay.merge.merge_partials`), then the
@@ -32,8 +33,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import structlog
 
 from framework.app import App
+from framework.engine import log_locator
 from framework.errors import ReplayError
-from framework.log import TopicPartition
+from framework.log import Log, TopicPartition
 from framework.replay.build import BuildCounts, finalize, open_build
 from framework.replay.merge import MergeStats, Partial, merge_partials
 from framework.replay.progress import NO_PROGRESS, Progress
@@ -61,7 +63,8 @@ def _run_tasks(
     spark: SparkSession,
     app: App,
     projection: str,
-    data: str,
+    locator: str,
+    data_dir: str,
     work: Path,
     ranges: list[OffsetRange],
     key_groups: int,
@@ -71,7 +74,10 @@ def _run_tasks(
     work_dir = str(work)
 
     def run(specs: object) -> list[TaskResult]:
-        return [run_task(spec, app, projection, data, work_dir) for spec in specs]  # type: ignore[attr-defined]
+        return [
+            run_task(spec, app, projection, locator, work_dir, data_dir)
+            for spec in specs  # type: ignore[attr-defined]
+        ]
 
     sc = spark.sparkContext
     sc.setJobDescription(f"eventlane rebuild {projection}: {len(tasks)} tasks")
@@ -82,7 +88,7 @@ def _run_tasks(
 
 def build_spark(
     spark: SparkSession,
-    data: Path,
+    log_: Log,
     app: App,
     projection: str,
     ranges: list[OffsetRange],
@@ -92,7 +98,10 @@ def build_spark(
     key_groups: int = 1,
     progress: Progress = NO_PROGRESS,
 ) -> SparkBuild:
-    """Build ``output`` from ``ranges`` with Spark (finalized at positions ``end``)."""
+    """Build ``output`` from ``ranges`` of ``log_`` with Spark (finalized at positions
+    ``end``). The tasks reopen the log by :func:`~framework.engine.log_locator`."""
+    locator = log_locator(log_)
+    data_dir = str(log_.local.root)
     work = output.parent / f".{output.name}.parts-{uuid.uuid4().hex[:12]}"
     work.mkdir(parents=True)
     try:
@@ -105,7 +114,7 @@ def build_spark(
                 return  # no partition: nothing for Spark to do
             try:
                 results.extend(
-                    _run_tasks(spark, app, projection, str(data), work, ranges, key_groups)
+                    _run_tasks(spark, app, projection, locator, data_dir, work, ranges, key_groups)
                 )
             except BaseException as exc:
                 failure.append(exc)

@@ -1,8 +1,9 @@
 """One task of a parallel rebuild: replay one partition (or key group) into a partial file.
 
-Runs inside an executor's Python worker, in one pass: read the segment files, decode,
-run the projector's handlers, write SQLite. Only a :class:`TaskResult` (a path and four
-counts) goes back to the driver.
+Runs inside an executor's Python worker, in one pass: read the range from the log (opened
+by its locator, :func:`~framework.replay.ranges.open_store`: a data directory or a
+``nats://`` URL), decode, run the projector's handlers, write SQLite. Only a
+:class:`TaskResult` (a path and four counts) goes back to the driver.
 
 Files in the work directory (shared storage on a cluster)::
 
@@ -25,6 +26,7 @@ from typing import NamedTuple
 import structlog
 
 from framework.app import App
+from framework.log import Log
 from framework.observability import configure_logging
 from framework.projection import BatchApplier
 from framework.replay.build import BuildCounts, KeyGroup, app_codec, open_build, replay_ranges
@@ -97,8 +99,19 @@ def _attempt() -> int:
     return 0 if ctx is None else int(ctx.attemptNumber())
 
 
-def run_task(spec: TaskSpec, app: App, projection: str, data: str, work: str) -> TaskResult:
-    """Replay ``spec`` with ``app``'s projector ``projection`` into a partial file."""
+def run_task(
+    spec: TaskSpec,
+    app: App,
+    projection: str,
+    log_: Log | str,
+    work: str,
+    data_dir: str | None = None,
+) -> TaskResult:
+    """Replay ``spec`` with ``app``'s projector ``projection`` into a partial file.
+
+    ``log_`` is the log itself (in the driver's process) or its locator
+    (:func:`framework.engine.log_locator`; in an executor), opened with ``data_dir`` as the
+    local directory of a non-embedded engine."""
     if not structlog.is_configured():
         configure_logging()
     t0 = time.perf_counter()
@@ -115,7 +128,7 @@ def run_task(spec: TaskSpec, app: App, projection: str, data: str, work: str) ->
         done += read
         progress.write_text(str(done))
 
-    store = open_store(data)
+    store = open_store(log_, data_dir) if isinstance(log_, str) else log_
     projector, readmodel = open_build(tmp, app, projection)
     try:
         applier = BatchApplier(projector, app_codec(app, store), readmodel, replaying=True)

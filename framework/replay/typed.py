@@ -1,6 +1,6 @@
 """Typed event DataFrames: the history of one event type, one column per attrs field.
 
-    orders = event_frame(spark, app, DATA, OrderPlaced, topics=["orders"])
+    orders = event_frame(spark, app, DATA, OrderPlaced, topics=["orders"])   # or a nats:// URL
     orders.groupBy("customer_id").count()
 
 Each row is one event of that type, decoded with the application's codec (so records
@@ -39,6 +39,7 @@ import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 from framework.app import App
 from framework.codec import EventCodec, event_type_from_headers
 from framework.domain import DomainEvent
+from framework.engine import log_locator
 from framework.errors import ConfigError, FrameworkError
 from framework.replay.build import app_codec
 from framework.replay.ranges import open_store
@@ -151,9 +152,10 @@ def decode_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Raw record batches (the data source's schema) → typed batches of ``event_cls``.
 
-    ``data`` (the log's data directory) gives the codec the app's key store, so personal
-    fields decrypt (or read as erased); without it, events with personal fields fail."""
-    codec = app_codec(app, None if data is None else open_store(str(Path(data).resolve())))
+    ``data`` (the log: its data directory or a ``nats://`` URL) gives the codec the app's
+    key store, so personal fields decrypt (or read as erased); without it, events with
+    personal fields fail."""
+    codec = app_codec(app, None if data is None else open_store(data))
     registry = codec.registry
     schema = arrow_schema(event_cls)
     own = [(f.name, f.type) for f in schema][len(ENVELOPE_FIELDS) :]
@@ -210,7 +212,8 @@ def event_frame(
     topics: Iterable[str],
     options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """A DataFrame of every ``event_cls`` event on ``topics`` (module docstring).
+    """A DataFrame of every ``event_cls`` event on ``topics`` of the log ``data`` (a data
+    directory or a ``nats://`` URL; module docstring).
 
     ``options`` go to the ``eventlane`` data source (``startingOffsets``, ``endingOffsets``,
     ``maxOffsetsPerPartition``).
@@ -222,17 +225,14 @@ def event_frame(
     names = ",".join(topics)
     if not names:
         raise ConfigError("event_frame needs at least one topic")
-    reader = (
-        spark.read.format("eventlane")
-        .option("path", str(Path(data).resolve()))
-        .option("topic", names)
-    )
+    locator = log_locator(data)
+    reader = spark.read.format("eventlane").option("log", locator).option("topic", names)
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
     raw = reader.load().select("topic", "partition", "offset", "key", "value", "headers")
     spark_schema = from_arrow_schema(arrow_schema(event_cls))
 
     def decode(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return decode_batches(batches, app, event_cls, data)
+        return decode_batches(batches, app, event_cls, locator)
 
     return raw.mapInArrow(decode, spark_schema)

@@ -9,7 +9,12 @@ from collections.abc import Iterator
 import pytest
 
 from framework.consumer.jetstream import JetStreamCoordination
-from framework.consumer.membership import GroupState, validate_commit
+from framework.consumer.membership import (
+    GroupState,
+    needs_release,
+    to_release,
+    validate_commit,
+)
 from framework.consumer.offsets import OffsetAndMetadata
 from framework.errors import CommitFailedError, ConcurrencyError
 from framework.log import TopicPartition
@@ -24,15 +29,22 @@ def js(cluster: LocalCluster, namespace: str) -> Iterator[JetStreamLog]:
         yield log
 
 
-def _settle(coords: list, members: list) -> GroupState:  # type: ignore[type-arg]
-    """Let each member release what it must and take what it is given (as consumers do)."""
-    for _ in range(10):
+def _settle(coords: list, members: list, timeout: float = 20.0) -> GroupState:  # type: ignore[type-arg]
+    """Let each member release what it must and take what it is given (as consumers do),
+    until every connection sees the same settled state (each learns of the others' changes
+    through its change feed, so a view may lag a moment)."""
+    deadline = time.monotonic() + timeout
+    while True:
         for coord, m in zip(coords, members, strict=True):
             state = coord.current()
-            me = state.members.get(m.member_id)
-            if me is not None and set(me.owned) - set(me.target):
-                coord.release(m.member_id, set(me.owned) - set(me.target))
-    return coords[0].current()
+            if m.member_id in state.members and needs_release(state, m.member_id):
+                coord.release(m.member_id, to_release(state, m.member_id))
+        views = [coord.current() for coord in coords]
+        settled = all(set(m.owned) == set(m.target) for m in views[0].members.values())
+        if settled and len({v.generation for v in views}) == 1:
+            return views[0]
+        assert time.monotonic() < deadline, "the connections never agreed on a settled state"
+        time.sleep(0.05)
 
 
 def test_three_members_split_six_partitions_and_agree_across_connections(

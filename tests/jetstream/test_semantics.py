@@ -3,6 +3,8 @@ Kafka's tombstone rule, retention by stream limits, DeleteRecords, reversible na
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -13,6 +15,7 @@ from framework.errors import OffsetOutOfRangeError, UnknownTopicError
 from framework.log.jetstream import mapping
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
+from framework.log.types import Expect
 
 if TYPE_CHECKING:
     from framework.testing.clock import FakeClock
@@ -98,6 +101,66 @@ def test_an_append_on_one_connection_wakes_a_waiter_on_another(
         other.wake()  # an explicit wake reaches the other connection too
         js.wait(seen, 10.0)
         assert js.wait_seq() != seen
+
+
+def test_the_last_append_before_close_still_wakes_waiters(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """An append's wake message is sent with the next request or when the log goes idle;
+    closing right after the append sends it too."""
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as other:
+        writer = JetStreamLog.from_url(cluster.url, namespace=namespace)
+        writer.create_topic("last", 1)
+        seen = other.wait_seq()
+        writer.append("last", 0, [(None, b"v", (), None)])
+        writer.close()
+        started = time.monotonic()
+        other.wait(seen, 10.0)
+        assert other.wait_seq() != seen and time.monotonic() - started < 2.0
+
+
+def test_threads_sharing_one_log_each_get_their_own_answers(js: JetStreamLog) -> None:
+    """Concurrent callers are served by the log's own thread, a lone caller runs the loop
+    itself, and the two hand over both ways: answers never cross, nothing hangs."""
+    js.create_topic("mt", 1)
+    js.append("mt", 0, [(b"solo", b"-", (), None)])  # a lone caller first
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        key, last = b"w%d" % w, None
+        try:
+            for i in range(25):
+                got = js.append("mt", 0, [(key, b"%d" % i, (), None)], expect=Expect(key, last))
+                last = got.base_offset
+                assert js.read_key("mt", 0, key)[-1].value == b"%d" % i
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    for w in range(6):
+        assert [r.value for r in js.read_key("mt", 0, b"w%d" % w)] == [b"%d" % i for i in range(25)]
+    time.sleep(0.05)  # idle: the log's thread runs the loop; a lone caller takes it back
+    assert js.append("mt", 0, [(b"solo", b"+", (), None)]).base_offset == 151
+    assert js.offsets("mt", 0).hwm == 152
+
+
+def test_the_synchronous_api_works_from_inside_an_application_event_loop(
+    js: JetStreamLog,
+) -> None:
+    """A coroutine of the caller's own event loop may call the (blocking) log: the log's
+    thread runs the log's loop for it."""
+    js.create_topic("in-loop", 1)
+
+    async def handler() -> int:
+        return js.append("in-loop", 0, [(b"k", b"v", (), None)]).base_offset
+
+    assert asyncio.run(handler()) == 0
+    assert [r.value for r in js.read_key("in-loop", 0, b"k")] == [b"v"]
 
 
 def test_appending_to_a_topic_deleted_elsewhere_fails_fast(

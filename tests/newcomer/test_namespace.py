@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import ClassVar
 
@@ -18,10 +19,12 @@ from attrs import frozen
 
 from framework import Aggregate, App, applies
 from framework.app.namespace import Namespace
+from framework.console.data import ConsoleData
 from framework.domain import DomainEvent, event, personal
-from framework.errors import ConfigError
+from framework.engine import open_log
+from framework.errors import AggregateNotFoundError, ConfigError
 from framework.replay.forget import forget
-from tests.newcomer.kit import child_env, eventlane, python, stop, wait_until
+from tests.newcomer.kit import EVENTLANE, child_env, eventlane, python, stop
 
 TENANTS = """
 from framework import App
@@ -39,26 +42,55 @@ prod = deployment("prod")
 """
 
 
+APPS = {"plain": "library.app:app", "staging": "tenants:staging", "prod": "tenants:prod"}
+
+SEED = """
+import tenants
+from library.app import app as plain
+from library.domain import Loan
+for app, prefix, loans in ((plain, "m", 3), (tenants.staging, "s", 6), (tenants.prod, "p", 4),
+                           (tenants.prod, "p-bad", 2)):
+    with app.open("d") as rt:
+        for i in range(loans):
+            rt.execute(Loan, f"loan-{prefix}-{i}",
+                       lambda loan: loan.request(f"{prefix}-{i}", "book-1"), create=True)
+"""
+
+CAUGHT_UP = """
+import json, time
+import tenants
+from library.app import app as plain
+apps = {"plain": plain, "staging": tenants.staging, "prod": tenants.prod}
+runtimes = {k: a.open("d", create_topics=False) for k, a in apps.items()}
+deadline = time.monotonic() + 150
+while True:
+    docs = {k: rt.status("loans_view") for k, rt in runtimes.items()}
+    if all(d["lag"] == 0 and any(m["alive"] for m in d["members"]) for d in docs.values()):
+        break
+    assert time.monotonic() < deadline, docs
+    time.sleep(0.3)
+print(json.dumps(docs))
+"""
+
+PLAIN_AGAIN = """
+from library.app import app
+from library.domain import Loan
+with app.open("d") as rt:
+    print(app.namespace, rt.load(Loan, "loan-m-2").status, rt.status("loans_view")["lag"],
+          rt.readmodel_path("loans_view").name, rt.status("loans_view")["group"])
+"""
+
+
 def _cli(workdir: Path, *args: str, **env: str) -> str:
     done = eventlane("--data", "d", *args, cwd=workdir, timeout=300, **env)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
 
-def _status(workdir: Path, app: str) -> dict:
-    [doc] = json.loads(_cli(workdir, "project", "status", app, "-p", "loans_view", "--json"))[
-        "projectors"
-    ]
-    return doc
-
-
-def _run_until_caught_up(workdir: Path, app: str, **env: str) -> dict:
-    import subprocess  # noqa: PLC0415
-
-    from tests.newcomer.kit import EVENTLANE  # noqa: PLC0415
-
+def _workers(workdir: Path, app: str, **env: str) -> subprocess.Popen[bytes]:
+    """``eventlane project run APP -p loans_view`` in the background (output in a file)."""
     log = (workdir / f"run-{app.replace(':', '-')}.log").open("a")
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [
             *(str(EVENTLANE), "--data", "d", "project", "run", app, "-p", "loans_view"),
             *("--no-live", "--session-timeout-ms", "2000"),
@@ -68,24 +100,6 @@ def _run_until_caught_up(workdir: Path, app: str, **env: str) -> dict:
         stderr=log,
         env=child_env(**env),
     )
-    try:
-        wait_until(lambda: _status(workdir, app)["lag"] == 0, 90, f"{app} lag 0")
-        doc = _status(workdir, app)
-        assert {m["alive"] for m in doc["members"]} == {True}
-        return doc
-    finally:
-        assert stop(proc) == 0  # type: ignore[arg-type]
-
-
-SEED = """
-import tenants
-from library.domain import Loan
-for app, prefix, loans in (("staging", "s", 6), ("prod", "p", 4), ("prod", "p-bad", 2)):
-    with getattr(tenants, app).open("d") as rt:
-        for i in range(loans):
-            rt.execute(Loan, f"loan-{prefix}-{i}",
-                       lambda loan: loan.request(f"{prefix}-{i}", "book-1"), create=True)
-"""
 
 
 def _rows(path: Path) -> list[tuple[str, str]]:
@@ -96,124 +110,141 @@ def _rows(path: Path) -> list[tuple[str, str]]:
         conn.close()
 
 
-def test_two_deployments_share_one_data_directory(workdir: Path) -> None:
+def _three_apps_caught_up(workdir: Path) -> dict[str, dict]:
+    """The library app without a namespace and two deployments of it (staging, prod) on one
+    data directory, each run by its own workers (prod's handler buggy) until caught up."""
     (workdir / "tenants.py").write_text(TENANTS)
-    for app in ("tenants:staging", "tenants:prod"):
-        _cli(workdir, "migrate", app)
     python(SEED, cwd=workdir)  # prod's member ids "p-bad-N" make the buggy handler fail
+    runs = [
+        _workers(workdir, spec, **env)
+        for spec, env in (
+            (APPS["plain"], {}),
+            (APPS["staging"], {}),
+            (APPS["prod"], {"LIBRARY_BUGGY": "1"}),
+        )
+    ]
+    try:
+        return json.loads(python(CAUGHT_UP, cwd=workdir, timeout=200))
+    finally:
+        assert [stop(run) for run in runs] == [0, 0, 0]  # type: ignore[arg-type]
 
-    # topics: every name in its namespace, nothing bare; `topics list --namespace` filters
+
+def test_namespaces_share_one_data_directory(workdir: Path) -> None:
+    """An app without a namespace (the names eventlane always wrote) and two deployments of
+    it, staging and prod, on one data directory: each sees only its own."""
+    readmodels = workdir / "d" / "readmodels"
+    docs = _three_apps_caught_up(workdir)
+    staging, prod, plain = docs["staging"], docs["prod"], docs["plain"]
+    assert (staging["projector"], staging["group"]) == ("loans_view", "staging.loans_view")
+    assert (plain["projector"], plain["group"]) == ("loans_view", "loans_view")
+    assert {r["topic"] for r in prod["partitions"]} == {"prod.loans"}
+    assert Path(staging["readmodel"]).name == "staging.loans_view.sqlite"
+    assert Path(plain["readmodel"]).name == "loans_view.sqlite"
+    assert staging["dead_letters"] == plain["dead_letters"] == {}
+    assert prod["dead_letters"] == {"dead": 2}
+    started = " ".join((workdir / "run-tenants-staging.log").read_text().split())
+    assert "projector loans_view (group staging.loans_view), 2 partition(s) (staging.loans-0" in (
+        started
+    )
+
+    # topics and groups: the bare names for the plain app, prefixed ones for the others
     def topics(*args: str) -> set[str]:
         return {t["name"] for t in json.loads(_cli(workdir, "topics", "list", "--json", *args))}
 
-    assert topics() == {"staging.loans", "staging.members", "prod.loans", "prod.members"}
-    assert topics("--namespace", "prod") == {"prod.loans", "prod.members"}
+    def groups(*args: str) -> set[str]:
+        return {g["group"] for g in json.loads(_cli(workdir, "groups", "list", "--json", *args))}
 
-    # live workers (real processes); prod's handler is buggy
-    staging = _run_until_caught_up(workdir, "tenants:staging")
-    prod = _run_until_caught_up(workdir, "tenants:prod", LIBRARY_BUGGY="1")
-    assert (staging["projector"], staging["group"]) == ("loans_view", "staging.loans_view")
-    assert {r["topic"] for r in prod["partitions"]} == {"prod.loans"}
-    assert Path(staging["readmodel"]).name == "staging.loans_view.sqlite"
-    assert staging["dead_letters"] == {} and prod["dead_letters"] == {"dead": 2}
+    assert topics() == {
+        *("loans", "members", "__consumer_offsets"),  # the last: the groups' commits
+        *("staging.loans", "staging.members"),
+        *("prod.loans", "prod.members", "prod.loans_view.dlq"),
+    }
+    assert topics("--namespace", "prod") == {"prod.loans", "prod.members", "prod.loans_view.dlq"}
+    assert groups() == {"loans_view", "staging.loans_view", "prod.loans_view"}
+    assert groups("--namespace", "prod") == {"prod.loans_view"}
+    files = {p.name for p in readmodels.iterdir() if p.suffix == ".sqlite"}
+    assert files == {"loans_view.sqlite", "staging.loans_view.sqlite", "prod.loans_view.sqlite"}
 
-    groups = {g["group"] for g in json.loads(_cli(workdir, "groups", "list", "--json"))}
-    assert groups == {"staging.loans_view", "prod.loans_view"}
-    only = json.loads(_cli(workdir, "groups", "list", "--json", "--namespace", "prod"))
-    assert [g["group"] for g in only] == ["prod.loans_view"]
-
-    # read models hold their own deployment's events only
-    readmodels = workdir / "d" / "readmodels"
-    assert [r[0] for r in _rows(readmodels / "staging.loans_view.sqlite")] == sorted(
-        f"loan-s-{i}" for i in range(6)
-    )
-    assert [r[0] for r in _rows(readmodels / "prod.loans_view.sqlite")] == sorted(
-        f"loan-p-{i}" for i in range(4)
-    )
+    # read models hold their own app's events only
+    plain_rows = _rows(readmodels / "loans_view.sqlite")
+    for name, prefix, count in (("", "m", 3), ("staging.", "s", 6), ("prod.", "p", 4)):
+        got = [r[0] for r in _rows(readmodels / f"{name}loans_view.sqlite")]
+        assert got == sorted(f"loan-{prefix}-{i}" for i in range(count)), name
 
     # dead letters: prod's only, reported with the full topic, in prod's dead-letter topic
-    letters = json.loads(_cli(workdir, "dlq", "list", "tenants:prod", "-p", "loans_view", "--json"))
+    letters = json.loads(_cli(workdir, "dlq", "list", APPS["prod"], "-p", "loans_view", "--json"))
     assert sorted(d["key"] for d in letters) == ["loan-p-bad-0", "loan-p-bad-1"]
     assert {d["topic"] for d in letters} == {"prod.loans"}
-    assert topics("--namespace", "prod") == {"prod.loans", "prod.members", "prod.loans_view.dlq"}
     dlq = _cli(workdir, "consume", "prod.loans_view.dlq", "--max", "2")
     assert dlq.count("loan-p-bad-") == 2
 
-    # the fixed code retries prod's letters; staging is untouched
-    retried = json.loads(
-        _cli(workdir, "dlq", "retry", "tenants:prod", "-p", "loans_view", "--json")
-    )
+    # the fixed code retries prod's letters; the others are untouched
+    retried = json.loads(_cli(workdir, "dlq", "retry", APPS["prod"], "-p", "loans_view", "--json"))
     assert len(retried["succeeded"]) == 2 and retried["failed"] == {}
     assert len(_rows(readmodels / "prod.loans_view.sqlite")) == 6
-    assert len(_rows(readmodels / "staging.loans_view.sqlite")) == 6
 
-    # rebuilds equal the live read models: prod's locally, staging's with Spark (whose
-    # --verify also compares it with the local engine's)
-    def rebuild(app: str, *options: str) -> dict:
-        return json.loads(
-            _cli(workdir, "rebuild", app, "-p", "loans_view", "--verify", "--json", *options)
+    # prod's rebuild equals its live read model; staging's partitions replay and merge as a
+    # Spark rebuild's tasks would (--check; the Spark rebuild itself: the soak test below)
+    local = json.loads(
+        _cli(
+            workdir,
+            "rebuild",
+            APPS["prod"],
+            "-p",
+            "loans_view",
+            "--engine",
+            "local",
+            "--verify",
+            "--json",
         )
-
-    local = rebuild("tenants:prod", "--engine", "local")
+    )
     assert Path(local["rebuild"]["path"]).name == "prod.loans_view.rebuild.sqlite"
     assert [c["what"] for c in local["verify"] if c["skipped"] is None] == ["live"]
     assert all(c["ok"] for c in local["verify"])
-    spark = rebuild("tenants:staging", "--engine", "spark", "--master", "local[1]")
-    assert [c["what"] for c in spark["verify"]] == ["local engine", "live"]
-    assert all(c["ok"] and c["skipped"] is None for c in spark["verify"])
-    assert _rows(workdir / spark["rebuild"]["path"]) == _rows(
-        readmodels / "staging.loans_view.sqlite"
+    check = json.loads(
+        _cli(workdir, "rebuild", APPS["staging"], "-p", "loans_view", "--check", "--json")
     )
+    assert check["partials"] == 2 and check["merge"]["rows"] == 6
 
-    # removing one deployment's projector leaves the other's
-    _cli(workdir, "project", "remove", "prod.loans_view")
-    assert {g["group"] for g in json.loads(_cli(workdir, "groups", "list", "--json"))} == {
-        "staging.loans_view"
-    }
+    # removing one deployment's projector leaves the others'
+    removed = json.loads(_cli(workdir, "project", "remove", "prod.loans_view", "--json"))
+    assert removed["group"] and removed["dlq_topic"] == "prod.loans_view.dlq"
     assert not (readmodels / "prod.loans_view.sqlite").exists()
     assert len(_rows(readmodels / "staging.loans_view.sqlite")) == 6
 
-
-def test_no_namespace_keeps_todays_names(workdir: Path) -> None:
-    """An app without a namespace writes exactly the names eventlane wrote before namespaces
-    existed, and reopens such a data directory unchanged."""
-    _cli(workdir, "migrate", "library.app:app")
-    python(
-        """
-        from library.app import app
-        from library.domain import Loan, Member
-        assert app.namespace is None
-        with app.open("d") as rt:
-            rt.execute(Member, "member-1", lambda m: m.register("Ada", "L"), create=True)
-            for i in range(3):
-                rt.execute(Loan, f"loan-{i}", lambda l: l.request(f"m-{i}", "b"), create=True)
-        """,
-        cwd=workdir,
-    )
-    _run_until_caught_up(workdir, "library.app:app")
-    data = workdir / "d"
-    assert {t["name"] for t in json.loads(_cli(workdir, "topics", "list", "--json"))} == {
-        "loans",
-        "members",
-        "__consumer_offsets",  # the workers' group commits
-    }
-    assert [g["group"] for g in json.loads(_cli(workdir, "groups", "list", "--json"))] == [
-        "loans_view"
+    # the app without a namespace reopens its data unchanged, under the same names
+    assert _rows(readmodels / "loans_view.sqlite") == plain_rows
+    assert python(PLAIN_AGAIN, cwd=workdir).split() == [
+        *("None", "active", "0", "loans_view.sqlite", "loans_view")
     ]
-    files = {p.name for p in (data / "readmodels").iterdir() if p.suffix == ".sqlite"}
-    assert files == {"loans_view.sqlite", "members_view.sqlite"}
-    # reopened (a second process, the same names): the events and the read model are there
-    out = python(
-        """
-        from library.app import app
-        from library.domain import Loan
-        with app.open("d") as rt:
-            print(rt.load(Loan, "loan-2").status, rt.status("loans_view")["lag"],
-                  rt.readmodel_path("loans_view").name, rt.status("loans_view")["group"])
-        """,
-        cwd=workdir,
-    )
-    assert out.split() == ["active", "0", "loans_view.sqlite", "loans_view"]
+
+
+@pytest.mark.soak
+def test_spark_rebuilds_of_namespaced_apps_equal_their_live_models(workdir: Path) -> None:
+    """The Spark rebuild (with --verify: against the local engine and the live model) of each
+    deployment; the default suite checks the same tasks without Spark (``rebuild --check``)."""
+    _three_apps_caught_up(workdir)
+    _cli(workdir, "dlq", "retry", APPS["prod"], "-p", "loans_view")
+    for app in (APPS["staging"], APPS["prod"]):
+        spark = json.loads(
+            _cli(
+                workdir,
+                "rebuild",
+                app,
+                "-p",
+                "loans_view",
+                "--engine",
+                "spark",
+                "--master",
+                "local[1]",
+                "--verify",
+                "--json",
+            )
+        )
+        assert [c["what"] for c in spark["verify"]] == ["local engine", "live"]
+        assert all(c["ok"] and c["skipped"] is None for c in spark["verify"]), app
+        live = workdir / "d" / "readmodels" / f"{app.split(':')[1]}.loans_view.sqlite"
+        assert _rows(workdir / spark["rebuild"]["path"]) == _rows(live)
 
 
 # ---------------------------------------------------------------- keys, snapshots, forget
@@ -240,8 +271,12 @@ class Person(Aggregate):
         self.name = e.name
 
 
+CRM = {ns: App("crm", aggregates=[Person], namespace=ns) for ns in ("eu", "us")}
+EU = CRM["eu"]  # what the console's APP names below
+
+
 def test_keys_snapshots_and_forget_stay_in_their_namespace(tmp_path: Path) -> None:
-    apps = {ns: App("crm", aggregates=[Person], namespace=ns) for ns in ("eu", "us")}
+    apps = CRM
     runtimes = {ns: app.open(tmp_path) for ns, app in apps.items()}
     try:
         for rt in runtimes.values():
@@ -250,6 +285,23 @@ def test_keys_snapshots_and_forget_stay_in_their_namespace(tmp_path: Path) -> No
         assert {"eu.people", "eu.people.snapshots", "eu.crm.keys"} <= names
         assert {"us.people", "us.people.snapshots", "us.crm.keys"} <= names
         assert not {"people", "crm.keys", "people.snapshots"} & names
+
+        # errors name the full topic; the partition count is declared by the bare name
+        with pytest.raises(AggregateNotFoundError) as missing:
+            runtimes["us"].load(Person, "nobody")
+        assert missing.value.topic == "us.people"
+        with pytest.raises(ConfigError, match=r"partitions=\{'people': 6\}") as count:
+            App("crm", aggregates=[Person], namespace="eu", partitions=3).open(tmp_path)
+        assert count.value.topic == "eu.people"
+
+        # the console shows the namespaced app's aggregates under their full topic
+        console = ConsoleData(open_log(tmp_path), f"{__name__}:EU")
+        try:
+            assert console.aggregate_types() == [{"name": "Person", "topic": "eu.people"}]
+            doc = console.aggregate("Person", "p-1", None)
+            assert (doc["topic"], doc["state"]["name"]) == ("eu.people", "Ada")
+        finally:
+            console.close()
 
         report = forget(runtimes["eu"], ["p-1"], scan=True, rebuild_readmodels=False)
         assert report.keys_destroyed == ("p-1",)

@@ -8,9 +8,17 @@ Topic metadata (partition count and :class:`TopicConfig`) lives in the replicate
 ``max_bytes``), compaction to ``max_msgs_per_subject=1`` plus a tombstone purge after
 ``delete.retention.ms`` in :meth:`JetStreamLog.compact`.
 
-Threads: nats-py is asyncio; one event loop runs in a daemon thread per ``JetStreamLog`` and
-every public method submits a coroutine to it and waits, so the object may be shared by
-threads. It must not be shared across ``fork()``.
+Threads: nats-py is asyncio; each ``JetStreamLog`` has one event loop, run by whichever
+thread needs it. A lone caller (no other thread inside the log, none in the last
+:data:`IDLE_HANDBACK_S`, and no event loop of its own running) runs its coroutine on the
+loop *in its own thread*: no hop to another thread and back per call, which on a loaded
+machine can cost more than the replicated append itself. Concurrent callers submit their
+coroutines to the loop and wait for their results, while the log's own daemon thread runs
+the loop for them all (the loop is not handed from caller to caller). That thread also runs
+the loop after :data:`IDLE_HANDBACK_S` without any caller, so subscriptions (the wake
+subject), pings and reconnects are served while the process calls nothing; a lone caller
+arriving then stops it and takes the loop over.
+The object may be shared by threads; it must not be shared across ``fork()``.
 
 Reads use batched direct gets, which any replica may answer; a replica can lag the leader
 by a few milliseconds, so reads first learn the leader's ``last_seq`` and re-ask until the
@@ -25,9 +33,11 @@ once is stored once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import functools
+import itertools
 import re
 import threading
 import time
@@ -97,6 +107,21 @@ _TRANSIENT = (
 )
 
 
+IDLE_HANDBACK_S = 0.01
+"""Seconds without any caller after which the log's own thread runs the event loop."""
+
+
+class _Waiter:
+    """A thread waiting for its call's result (or, ``takes_over``, for the loop)."""
+
+    __slots__ = ("event", "future", "takes_over")
+
+    def __init__(self, future: concurrent.futures.Future[Any], takes_over: bool) -> None:
+        self.event = threading.Event()
+        self.future = future
+        self.takes_over = takes_over
+
+
 CAPABILITIES = Capabilities(lazy_compaction=False)
 """Everything the port names but lazy compaction: a compacted topic keeps only a key's last
 record at once (``max_msgs_per_subject=1``), so ``min.compaction.lag.ms`` and the dirty ratio
@@ -155,17 +180,31 @@ class JetStreamLog:
         self.local = local if local is not None else LocalDir(default_data_dir())
         self.namespace = m.check_namespace(namespace)
         self.replicas = replicas
+        hosts = ",".join(s.split("://", 1)[-1] for s in servers)
+        self.url = f"nats://{hosts}?namespace={self.namespace}&replicas={replicas}"
+        """What :func:`framework.engine.open_log` opens this log by in another process
+        (a Spark executor): the servers, the namespace and the replica count."""
         self.clock = clock
         self.timeout = timeout
         self.retry_s = retry_s
         self._meta: dict[str, _Meta] = {}
         self._marks: dict[str, tuple[int, int]] = {}  # stream -> (lwm, hwm) last seen
         self._wake_seq = 0
+        self._wake_owed = False  # an append's wake message not sent yet (see _publish)
+        self._msg_ids = itertools.count()
+        self._msg_id_prefix = uuid.uuid4().hex[:16]
         self._wake = threading.Condition()
         self._closed = False
         self._loop = asyncio.new_event_loop()
+        self._driver = threading.Lock()  # held by the one thread running the loop
+        self._guard = threading.Condition()  # guards the five fields below
+        self._users = 0  # threads inside _run
+        self._last_use = time.monotonic()
+        self._last_concurrent = 0.0  # when a call last waited for the log's thread
+        self._own_driving = False  # the log's own thread runs the loop
+        self._waiters: collections.deque[_Waiter] = collections.deque()
         self._thread = threading.Thread(
-            target=self._loop.run_forever, name="eventlane-jetstream", daemon=True
+            target=self._drive_when_idle, name="eventlane-jetstream", daemon=True
         )
         self._thread.start()
         try:
@@ -201,19 +240,130 @@ class JetStreamLog:
         return self._nc
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the log's event loop and return its result (module docstring:
+        in this thread when the loop is free, else by the thread running it)."""
         if self._closed:
             coro.close()
             raise LogError("the JetStream log is closed")
-        if threading.current_thread() is self._thread:
+        running = _running_loop()
+        if running is self._loop:
             coro.close()
-            raise LogError("a blocking JetStream call from the log's own event loop thread")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            raise LogError("a blocking JetStream call from the log's own event loop")
+        with self._guard:
+            self._users += 1
+            # a thread that runs another event loop (an async application calling this
+            # synchronous API) cannot run ours: the log's thread serves it
+            # (and not while concurrent calls were seen lately: no ping-pong of the loop
+            # between the log's thread and whichever caller is briefly alone)
+            alone = (
+                self._users == 1
+                and running is None
+                and time.monotonic() - self._last_concurrent > IDLE_HANDBACK_S
+            )
+            if alone and self._own_driving:
+                self._loop.call_soon_threadsafe(self._stop_own_driving)
         try:
-            # every coroutine bounds its own waits; this is the backstop against a wedge
-            return future.result(timeout=self.retry_s + 6 * self.timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
+            if alone and self._driver.acquire(blocking=False):
+                return self._drive(self._loop.create_task(coro))
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            return self._wait(future, takes_over=alone)
+        finally:
+            with self._guard:  # no notify: the log's thread looks again within the idle time
+                self._users -= 1
+                self._last_use = time.monotonic()
+
+    @property
+    def _backstop_s(self) -> float:
+        # every coroutine bounds its own waits; this is the backstop against a wedge
+        return self.retry_s + 6 * self.timeout
+
+    def _drive(self, task: asyncio.Future[T]) -> T:
+        """Run the loop in this thread (holding ``_driver``) until ``task`` is done."""
+        self._loop.call_soon(self._pay_wake)  # after the task's first step (see _publish)
+        timer = self._loop.call_later(self._backstop_s, task.cancel)
+        try:
+            return self._loop.run_until_complete(task)
+        except asyncio.CancelledError:
             raise LogError("JetStream call did not finish in time; gave up") from None
+        finally:
+            timer.cancel()
+            if not task.done():  # interrupted (KeyboardInterrupt): do not leave it running
+                task.cancel()
+            self._release()
+
+    def _wait(self, future: concurrent.futures.Future[T], *, takes_over: bool) -> T:
+        """Wait for ``future`` (submitted to the loop another thread runs); ``takes_over``:
+        run the loop here once it is handed over (the only caller: see :meth:`_release`)."""
+        waiter = _Waiter(future, takes_over)
+        future.add_done_callback(lambda _f: waiter.event.set())
+        deadline = time.monotonic() + self._backstop_s
+        with self._guard:
+            self._waiters.append(waiter)
+            if not takes_over:
+                self._last_concurrent = time.monotonic()
+                self._guard.notify_all()  # the log's thread runs the loop for concurrent calls
+        try:
+            while not future.done():
+                if takes_over and self._driver.acquire(blocking=False):
+                    return self._drive(asyncio.wrap_future(future, loop=self._loop))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    future.cancel()
+                    raise LogError("JetStream call did not finish in time; gave up")
+                waiter.event.wait(left)
+                waiter.event.clear()  # then both conditions are looked at again
+            return future.result()
+        finally:
+            with self._guard:
+                self._waiters.remove(waiter)
+
+    def _release(self) -> None:
+        """Stop running the loop; hand it to a lone caller waiting to take it over, else, if
+        calls of concurrent callers are unfinished, to the log's own thread (which then runs
+        it for them all, as a dedicated loop thread, until a lone caller takes it over)."""
+        self._driver.release()
+        with self._guard:
+            pending = [w for w in self._waiters if not w.future.done()]
+            heir = next((w for w in pending if w.takes_over), None)
+            if heir is not None:
+                heir.event.set()
+            elif pending:
+                self._guard.notify_all()
+
+    def _on_loop(self) -> bool:
+        """Whether this thread is running the log's loop now (inside a callback)."""
+        return _running_loop() is self._loop
+
+    def _stop_own_driving(self) -> None:
+        # a callback: stops the loop only when the log's own thread runs it
+        if threading.current_thread() is self._thread:
+            self._loop.stop()
+
+    def _drive_when_idle(self) -> None:
+        """The log's own thread: run the loop once no caller has used it for
+        :data:`IDLE_HANDBACK_S`, or when concurrent callers wait with nobody running it;
+        until a lone caller takes it over (or the log is closed)."""
+        while True:
+            with self._guard:
+                while True:
+                    if self._closed:
+                        return
+                    idle = time.monotonic() - self._last_use
+                    pending = [w for w in self._waiters if not w.future.done()]
+                    serve = pending and not any(w.takes_over for w in pending)
+                    quiet = not self._users and idle >= IDLE_HANDBACK_S
+                    if (serve or quiet) and self._driver.acquire(blocking=False):
+                        self._own_driving = True
+                        break
+                    wait = IDLE_HANDBACK_S if self._users else IDLE_HANDBACK_S - idle
+                    self._guard.wait(max(wait, IDLE_HANDBACK_S / 4))
+            try:
+                self._loop.call_soon(self._pay_wake)
+                self._loop.run_forever()
+            finally:
+                with self._guard:
+                    self._own_driving = False
+                self._release()
 
     async def _connect(self, servers: list[str]) -> None:
         self._nc = await nats.connect(
@@ -270,7 +420,11 @@ class JetStreamLog:
                 if topic is not None and isinstance(exc, _NO_STREAM):
                     await self._raise_if_gone(topic)
             except nats.js.errors.APIError as exc:
-                if exc.code != 503 and exc.err_code not in (10008, 10077):
+                # (KV errors such as KeyWrongLastSequenceError carry no code: not transient)
+                if getattr(exc, "code", None) != 503 and getattr(exc, "err_code", None) not in (
+                    10008,
+                    10077,
+                ):
                     raise
                 err = exc
             if time.monotonic() > deadline:
@@ -631,17 +785,34 @@ class JetStreamLog:
     async def _publish(
         self, topic: str, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
     ) -> list[int]:
-        """Publish and return the stream sequences of ``msgs``; then wake tailing readers."""
+        """Publish and return the stream sequences of ``msgs``; the wake message for tailing
+        readers is then owed: it goes out in the same socket write as this process's next
+        request, or within :data:`IDLE_HANDBACK_S` when nothing follows (a write of its own
+        per append cost as much as a second round trip on a loaded machine)."""
+        if self._wake_owed:  # the previous append's, in this request's write
+            self._wake_owed = False
+            await self._send_wake()
         seqs = await self._publish_only(topic, msgs, extra)
-        await self._nc.publish(m.wake_subject(self.namespace), b"")
+        self._wake_owed = True
         return seqs
+
+    def _pay_wake(self) -> None:
+        """Queue the owed wake message (on the loop, before the call about to run)."""
+        if self._wake_owed:
+            self._wake_owed = False
+            self._loop.create_task(self._send_wake())
+
+    async def _send_wake(self) -> None:
+        with contextlib.suppress(nats.errors.Error):  # closed or reconnecting: best effort
+            await self._nc.publish(m.wake_subject(self.namespace), b"")
 
     async def _publish_only(
         self, topic: str, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
     ) -> list[int]:
         if len(msgs) == 1:
             subject, payload, hdrs = msgs[0]
-            headers = {**hdrs, **extra, "Nats-Msg-Id": uuid.uuid4().hex}
+            msg_id = f"{self._msg_id_prefix}{next(self._msg_ids)}"
+            headers = {**hdrs, **extra, "Nats-Msg-Id": msg_id}
             ack = await self._retry(
                 lambda: self._js.publish(subject, payload, headers=headers),
                 what="append",
@@ -796,23 +967,39 @@ class JetStreamLog:
     async def _direct_once(
         self, stream: str, body: dict[str, Any], topic: str, partition: int, end: int
     ) -> list[Record]:
-        inbox = self._nc.new_inbox()
-        sub = await self._nc.subscribe(inbox)
+        """One batched direct get: the answers are decoded by a subscription callback as
+        they arrive (no task or timer per message, unlike ``next_msg``), until the
+        end-of-batch status (or a single-message answer)."""
         records: list[Record] = []
-        try:
-            await self._nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(body), reply=inbox)
-            while True:
-                msg = await sub.next_msg(timeout=self.timeout)
+        done: asyncio.Future[None] = self._loop.create_future()
+
+        async def on_msg(msg: Any) -> None:
+            if done.done():
+                return
+            try:
                 hdrs = msg.headers or {}
                 if hdrs.get("Status"):
-                    break  # 204: end of batch; 404: nothing there (yet)
+                    done.set_result(None)  # 204: end of batch; 404: nothing there (yet)
+                    return
                 seq = int(hdrs["Nats-Sequence"])
                 if seq <= end:
                     records.append(
                         _record(topic, partition, seq - 1, hdrs["Nats-Subject"], msg.data, hdrs)
                     )
                 if "Nats-Num-Pending" not in hdrs:
-                    break  # a single-message answer has no end-of-batch marker
+                    done.set_result(None)  # a single-message answer has no end marker
+            except Exception as exc:
+                done.set_exception(exc)
+
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox, cb=on_msg)
+        try:
+            await self._nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(body), reply=inbox)
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await done
+            except TimeoutError:
+                raise nats.errors.TimeoutError from None
         finally:
             await sub.unsubscribe()
         return records
@@ -935,7 +1122,7 @@ class JetStreamLog:
         the log's own event loop included)."""
         self._bump()
         publish = self._nc.publish(m.wake_subject(self.namespace), b"")
-        if threading.current_thread() is self._thread:
+        if self._on_loop():
             self._loop.create_task(publish)
         else:
             self._run(publish)
@@ -1108,15 +1295,27 @@ class JetStreamLog:
         if self._closed:
             return
         try:
-            self._run(self._nc.close())
+            self._run(self._close_connection())
         finally:
             self._closed = True
             self._stop_loop()
 
+    async def _close_connection(self) -> None:
+        if self._wake_owed:  # the last append's wake: flushed by the client's close
+            self._wake_owed = False
+            await self._send_wake()
+        await self._nc.close()
+
     def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._closed = True
+        with self._guard:
+            self._guard.notify_all()
+            if self._own_driving:
+                self._loop.call_soon_threadsafe(self._stop_own_driving)
         self._thread.join(timeout=5)
-        if not self._thread.is_alive():
+        if not self._thread.is_alive() and self._driver.acquire(timeout=5):
+            with contextlib.suppress(Exception):  # let cancelled client tasks finish
+                self._loop.run_until_complete(asyncio.sleep(0.01))
             self._loop.close()
 
     def __enter__(self) -> JetStreamLog:
@@ -1124,6 +1323,14 @@ class JetStreamLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop this thread is running now, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _size(msgs: list[tuple[str, bytes, dict[str, str]]]) -> int:

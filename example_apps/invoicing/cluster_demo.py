@@ -1,0 +1,222 @@
+"""The invoicing demo on a replicated cluster (``eventlane demo invoicing --cluster``).
+
+It starts (or restarts) a local 3-node NATS JetStream cluster with its data under
+``<data>/cluster`` (``eventlane cluster up`` does the same by hand), and puts the log, the
+event store, the consumer groups and their offsets on it. Two *simulated hosts* are two
+local directories, ``<data>/host-a`` and ``<data>/host-b``, each with its own worker
+processes; they share nothing but the cluster:
+
+* host A runs the command side and the projections (their SQLite read models live there:
+  a projection's workers stay on the host of its file) and invoicing-policy workers;
+* host B runs invoicing-policy workers only (a policy may run anywhere).
+
+Midway it kills every worker of host B with SIGKILL (the host dies) and SIGKILLs the
+nats-server leading ``orders-0``; later it restarts both. It ends with the same summary as
+the embedded demo: invoices = confirmed orders, lag 0, the rebuild identical to the live
+read model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from example_apps.invoicing.app import app
+from example_apps.invoicing.demo import (
+    APP_SPEC,
+    _count_events,
+    _lag,
+    _next_run,
+    _print_summary,
+    _record_run,
+    ask_one,
+    pay_open_invoices,
+)
+from example_apps.invoicing.workload import Workload
+from framework import Runtime
+from framework.consumer.coordination import coordination_for
+from framework.log import Log, TopicPartition
+from framework.log.jetstream.cluster import LocalCluster
+from framework.log.jetstream.log import JetStreamLog
+from framework.log.local import LocalDir
+from framework.projection import Runner, open_readmodel
+
+NAMESPACE = "invoicing"
+POLICY = "invoicing_policy"
+
+
+def _cluster(data: Path) -> LocalCluster:
+    where = data / "cluster"
+    if (where / "cluster.json").exists():
+        cluster = LocalCluster.load(where)
+        for node in cluster.nodes:
+            if not node.pid or not Path(f"/proc/{node.pid}").exists():
+                cluster.start_node(node.name, wait=False)
+        cluster.wait_ready()
+        return cluster
+    cluster = LocalCluster.create(where, nodes=3)
+    cluster.start()
+    return cluster
+
+
+def _policy_lag(runtime: Runtime) -> int:
+    """The policy's lag from its group's committed offsets (its positions, on the cluster)."""
+    offsets = coordination_for(runtime.log).offsets
+    total = 0
+    for topic in app.projector(POLICY).topic_names:
+        for p in range(runtime.log.partition_count(topic)):
+            marks = runtime.log.offsets(topic, p)
+            entry = offsets.committed(POLICY, TopicPartition(topic, p))
+            total += marks.hwm - (marks.lwm if entry is None else max(entry.offset, marks.lwm))
+    return total
+
+
+def _lags(runtime: Runtime, names: tuple[str, ...]) -> dict[str, int]:
+    return {n: _policy_lag(runtime) if n == POLICY else _lag(runtime, n) for n in names}
+
+
+def run_cluster_demo(
+    data: Path,
+    *,
+    orders: int = 1000,
+    workers: int = 2,
+    seed: int = 7,
+    spark: bool = True,
+    console: Console | None = None,
+    rebuild: Callable[..., Any] | None = None,
+) -> dict[str, Any]:
+    """Run the cluster demo; return the summary figures (also printed as a table)."""
+    console = console or Console()
+    data.mkdir(parents=True, exist_ok=True)
+    run = _next_run(data)
+    summary: dict[str, Any] = {"run": run}
+    hosts = {"host-a": data / "host-a", "host-b": data / "host-b"}
+    cluster = _cluster(data)
+    url = f"{cluster.url}?namespace={NAMESPACE}"
+    env = {**os.environ, "EVENTLANE_LOG": url}
+    console.print(f"[bold]eventlane invoicing demo on a cluster[/] — run {run}; log at {url}")
+    try:
+        js = JetStreamLog.from_url(
+            cluster.url, namespace=NAMESPACE, local=LocalDir.at(hosts["host-a"])
+        )
+        with js, app.open(cast(Log, js)) as runtime:  # a Log (typed by the port's Protocol)
+            for name in app.projectors:
+                open_readmodel(runtime, name, migrate=True).close()
+            runners: dict[tuple[str, str], Runner] = {}
+            for name in app.projectors:
+                on = ("host-a", "host-b") if name == POLICY else ("host-a",)
+                for host in on:
+                    runners[host, name] = Runner(
+                        APP_SPEC,
+                        name,
+                        hosts[host],
+                        workers=workers,
+                        restart=True,
+                        session_timeout_ms=3000,
+                        env=env,
+                        log_path=hosts[host] / "workers.log",
+                    )
+            for runner in runners.values():
+                runner.start()
+            for (host, name), runner in runners.items():
+                console.print(f"{host}: {runner.workers} worker process(es) of {name}")
+            down: set[str] = set()
+
+            def supervise() -> None:
+                for (host, _), runner in runners.items():
+                    if host not in down:
+                        runner.supervise_once()
+
+            try:
+                workload = Workload(orders=orders, seed=seed, run=run)
+                commands = list(workload.commands())
+                started = time.perf_counter()
+                killed_node = None
+                for i, command in enumerate(commands):
+                    runtime.execute(
+                        command.cls, command.aggregate_id, command.action, create=command.create
+                    )
+                    if i == len(commands) // 3:
+                        down.add("host-b")
+                        for (host, _), runner in runners.items():
+                            if host == "host-b":
+                                for w in runner.procs:
+                                    os.kill(w.pid, signal.SIGKILL)
+                        console.print(
+                            "[red]host-b dies[/]: kill -9 of all its workers; host-a's"
+                            " policy workers take its partitions"
+                        )
+                    if i == len(commands) // 2:
+                        _, killed_node, _ = runtime.log.placement("orders", 0)  # type: ignore[attr-defined]
+                        cluster.kill(str(killed_node), signal.SIGKILL)
+                        console.print(
+                            f"[red]kill -9 nats-server {killed_node}[/] (leader of orders-0):"
+                            " a new leader is elected; appends and groups go on"
+                        )
+                    if i == 2 * len(commands) // 3:
+                        if killed_node is not None:
+                            cluster.start_node(str(killed_node))
+                        down.discard("host-b")
+                        console.print(
+                            f"nats-server {killed_node} restarted (it catches up);"
+                            " host-b is back: its workers restart and rejoin"
+                        )
+                    if i % 200 == 0:
+                        supervise()
+                summary["commands_per_s"] = len(commands) / (time.perf_counter() - started)
+                _wait(runtime, supervise, console, (POLICY, "invoices"))
+                invoices_db = runtime.log.local.readmodel("invoices")
+                paid = pay_open_invoices(runtime, invoices_db, run, seed)
+                console.print(f"recorded {paid} payments")
+                caught_up_from = time.perf_counter()
+                _wait(runtime, supervise, console, tuple(app.projectors))
+                summary["catch_up_s"] = time.perf_counter() - caught_up_from
+                summary["restarts"] = sum(r.restarts for r in runners.values())
+                ask_one(runtime, invoices_db, workload.order_id(0), console)
+            finally:
+                for runner in runners.values():
+                    runner.stop()
+            counts = _count_events(runtime.log)
+            with contextlib.closing(sqlite3.connect(runtime.log.local.readmodel("invoices"))) as db:
+                invoices = db.execute("SELECT count(*) FROM invoices").fetchone()[0]
+            summary.update(counts, invoices=invoices, lag=_lags(runtime, tuple(app.projectors)))
+            if spark and rebuild is not None:
+                summary["rebuild"] = rebuild(runtime, "invoices", console)
+            _record_run(data, run)
+    finally:
+        cluster.stop()
+    _print_summary(console, summary)
+    return summary
+
+
+def _wait(
+    runtime: Runtime,
+    supervise: Callable[[], None],
+    console: Console,
+    names: tuple[str, ...],
+    timeout: float = 300.0,
+) -> None:
+    deadline = time.monotonic() + timeout
+    with Live(console=console, transient=True) as live:
+        while True:
+            lags = _lags(runtime, names)
+            table = Table("projector", "lag", title="waiting for the projectors")
+            for name, lag in lags.items():
+                table.add_row(name, str(lag))
+            live.update(table)
+            if all(lag == 0 for lag in lags.values()):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"projectors still lagging after {timeout} s: {lags}")
+            supervise()
+            time.sleep(0.2)

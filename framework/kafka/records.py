@@ -1,0 +1,283 @@
+"""Kafka record batches (magic 2, uncompressed) to and from the log's records, fast.
+
+The listener speaks Kafka's on-the-wire batch format; the embedded log stores its own (see
+docs/file-format.md: fixed-width fields, a CRC that also covers the base offset). Fetch
+therefore re-frames what it reads, and Produce parses what clients send. kafka-python's
+generic builder and reader spend tens of microseconds per record in pure Python; the two
+functions here do the common case (no compression, no transactions) and leave everything
+else to kafka-python. The records of a Fetch are framed by the optional C extension
+``framework.kafka._wire`` (``_payload_py`` is the same loop in Python, used without it).
+
+Kafka's batch v2, all integers big-endian (KIP-98)::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 (2)
+    | crc uint32 (CRC-32C of every byte from attributes to the end)
+    | attributes int16 (bits 0-2 compression, 3 timestamp type, 4 transactional, 5 control)
+    | lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64
+    | producerId int64 | producerEpoch int16 | baseSequence int32 | recordCount int32
+    | records...
+
+    record: length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+            | keyLength varint (-1: null) | key | valueLength varint (-1: null) | value
+            | headerCount varint | (keyLength varint | key utf-8 | valueLength varint | value)*
+
+(varints are zig-zag encoded, as in protobuf.)
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import crc32c
+
+from framework.log import Record
+
+__all__ = ["BatchFormatError", "KafkaBatch", "LogTuple", "encode_batch", "parse_batches"]
+
+LogTuple = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int | None]
+"""A record as :meth:`framework.log.Log.append` takes it: key, value, headers, timestamp."""
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_HEADER_SIZE = _HEADER.size  # 61
+_ATTRIBUTES_AT = 21  # the CRC covers [21, end)
+_LOG_APPEND_TIME = 0x08
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+_COMPRESSION = 0x07
+
+
+def _zigzag(n: int) -> bytes:
+    v = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_CACHED = 1 << 14
+_SMALL = [_zigzag(n) for n in range(-1, _CACHED)]  # index n + 1
+
+
+def _varint(n: int) -> bytes:
+    return _SMALL[n + 1] if -1 <= n < _CACHED else _zigzag(n)
+
+
+def encode_batch(records: Sequence[Record]) -> bytes:
+    """Uncompressed Kafka batches holding ``records`` (offsets increasing, one partition).
+
+    CreateTime records go into one batch. With LogAppendTime a batch has one timestamp
+    for all its records (its ``maxTimestamp``, which is what readers report), so records
+    are batched per run of equal timestamps: each keeps the time the log gave it."""
+    if records[0].timestamp_type != 1:
+        return _encode(records)
+    out, start = [], 0
+    for i in range(1, len(records) + 1):
+        if i == len(records) or records[i].timestamp != records[start].timestamp:
+            out.append(_encode(records[start:i]))
+            start = i
+    return b"".join(out)
+
+
+def _payload_py(records: Sequence[Record], base: int, base_ts: int) -> tuple[bytes, int]:
+    """The records section of a batch and its largest timestamp (what ``_wire`` does in C)."""
+    max_ts = base_ts
+    parts: list[bytes] = []
+    append = parts.append
+    small, cached = _SMALL, _CACHED
+    for r in records:
+        ts = r.timestamp
+        max_ts = max(max_ts, ts)
+        key, value = r.key, r.value
+        body = [
+            b"\x00",
+            _varint(ts - base_ts),
+            _varint(r.offset - base),
+            b"\x01" if key is None else _varint(len(key)),
+            key or b"",
+            b"\x01" if value is None else _varint(len(value)),
+            value or b"",
+        ]
+        headers = r.headers
+        if headers:
+            body.append(_varint(len(headers)))
+            for name, hvalue in headers:
+                raw = name.encode()
+                body += (
+                    _varint(len(raw)),
+                    raw,
+                    b"\x01" if hvalue is None else _varint(len(hvalue)),
+                    hvalue or b"",
+                )
+        else:
+            body.append(b"\x00")
+        rec = b"".join(body)
+        n = len(rec)
+        append(small[n + 1] if n < cached else _zigzag(n))
+        append(rec)
+    return b"".join(parts), max_ts
+
+
+def _load_wire() -> Callable[[Sequence[Record], int, int], tuple[bytes, int]]:
+    try:
+        from framework.kafka import _wire  # type: ignore[attr-defined]  # noqa: PLC0415
+    except ImportError:  # built without a C compiler: the same loop in Python
+        return _payload_py
+    payload: Callable[[Sequence[Record], int, int], tuple[bytes, int]] = _wire.records_payload
+    return payload
+
+
+_payload = _load_wire()
+
+
+def _encode(records: Sequence[Record]) -> bytes:
+    first = records[0]
+    base, base_ts = first.offset, first.timestamp
+    payload, max_ts = _payload(records, base, base_ts)
+    attributes = _LOG_APPEND_TIME if first.timestamp_type == 1 else 0
+    header = bytearray(
+        _HEADER.pack(
+            base,
+            _HEADER_SIZE - 12 + len(payload),
+            0,  # partition leader epoch: one broker, never re-elected
+            2,
+            0,  # the CRC, filled in below
+            attributes,
+            records[-1].offset - base,
+            base_ts,
+            max_ts,
+            -1,
+            -1,
+            -1,
+            len(records),
+        )
+    )
+    crc = crc32c.crc32c(payload, crc32c.crc32c(memoryview(header)[_ATTRIBUTES_AT:]))
+    struct.pack_into(">I", header, 17, crc)
+    return bytes(header) + payload
+
+
+class KafkaBatch(NamedTuple):
+    """One produced batch: its producer identity and its records as the log appends them
+    (``(key, value, headers, timestamp)``; a negative timestamp becomes ``None``)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: list[LogTuple]
+
+
+class BatchFormatError(ValueError):
+    """A batch this module does not parse (compressed, transactional, control, not magic 2)
+    or that is malformed; :attr:`fallback` says whether kafka-python should try it."""
+
+    def __init__(self, message: str, *, fallback: bool) -> None:
+        super().__init__(message)
+        self.fallback = fallback
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _parse_py(raw: bytes, start: int, stop: int, count: int, base_ts: int) -> list[LogTuple]:
+    """The records of one batch (what ``_wire.records_parse`` does in C)."""
+    records: list[LogTuple] = []
+    p = start
+    try:
+        for _ in range(count):
+            n, p = _read_varint(raw, p)
+            rec_end = p + n
+            p += 1  # record attributes (unused in v2)
+            ts_delta, p = _read_varint(raw, p)
+            _offset_delta, p = _read_varint(raw, p)
+            n, p = _read_varint(raw, p)
+            key = None if n < 0 else raw[p : p + n]
+            p += max(n, 0)
+            n, p = _read_varint(raw, p)
+            value = None if n < 0 else raw[p : p + n]
+            p += max(n, 0)
+            nh, p = _read_varint(raw, p)
+            headers: list[tuple[str, bytes | None]] = []
+            for _h in range(nh):
+                n, p = _read_varint(raw, p)
+                name = raw[p : p + n].decode()
+                p += n
+                n, p = _read_varint(raw, p)
+                headers.append((name, None if n < 0 else raw[p : p + n]))
+                p += max(n, 0)
+            if p != rec_end or p > stop:
+                raise ValueError("record length disagrees with its fields")
+            ts = base_ts + ts_delta
+            records.append((key, value, tuple(headers), ts if ts >= 0 else None))
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed record: {exc}") from None
+    if p != stop:
+        raise ValueError("records disagree with the batch length")
+    return records
+
+
+def _load_parse() -> Callable[[bytes, int, int, int, int], list[LogTuple]]:
+    try:
+        from framework.kafka import _wire  # type: ignore[attr-defined]  # noqa: PLC0415
+    except ImportError:
+        return _parse_py
+    parse: Callable[[bytes, int, int, int, int], list[LogTuple]] = _wire.records_parse
+    return parse
+
+
+_parse = _load_parse()
+
+
+def parse_batches(raw: bytes) -> list[KafkaBatch]:
+    """The batches of a Produce request's record set.
+
+    Raises :class:`BatchFormatError` for anything but plain magic-2 batches (``fallback``:
+    hand it to the generic reader) or for a malformed one (a bad CRC, lengths past the
+    end: ``fallback`` false, the request is corrupt)."""
+    batches = []
+    pos, end = 0, len(raw)
+    while pos < end:
+        if end - pos < _HEADER_SIZE:
+            raise BatchFormatError("truncated batch header", fallback=False)
+        (
+            _base,
+            length,
+            _epoch,
+            magic,
+            crc,
+            attributes,
+            _last_delta,
+            base_ts,
+            _max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        ) = _HEADER.unpack_from(raw, pos)
+        stop = pos + 12 + length
+        if magic != 2 or attributes & (_COMPRESSION | _TRANSACTIONAL | _CONTROL):
+            raise BatchFormatError(f"magic {magic}, attributes {attributes:#x}", fallback=True)
+        if stop > end or length < _HEADER_SIZE - 12:
+            raise BatchFormatError(f"batch length {length} past the request's end", fallback=False)
+        if crc32c.crc32c(memoryview(raw)[pos + _ATTRIBUTES_AT : stop]) != crc:
+            raise BatchFormatError("record batch CRC mismatch", fallback=False)
+        try:
+            records = _parse(raw, pos + _HEADER_SIZE, stop, count, base_ts)
+        except ValueError as exc:  # BatchFormatError included
+            raise BatchFormatError(f"malformed records: {exc}", fallback=False) from None
+        batches.append(KafkaBatch(producer_id, producer_epoch, base_sequence, records))
+        pos = stop
+    return batches

@@ -1,0 +1,193 @@
+"""Projectors and policies across simulated hosts on the cluster (issue 13).
+
+A simulated host is a separate local directory (``--data``) with its own worker processes;
+hosts share nothing but the cluster (the log, the group state and the offsets). The
+invoicing policy's workers on two hosts share the ``orders`` partitions and stay
+exactly-once in effect (one InvoiceIssued per confirmed order) through a kill -9; a
+projection whose read model is a SQLite file refuses to start a worker on a second host.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from example_apps.invoicing import app
+from example_apps.invoicing.domain import invoice_id_for
+from example_apps.invoicing.workload import Workload
+from framework.app import Runtime
+from framework.consumer.coordination import coordination_for
+from framework.consumer.jetstream import JetStreamCoordination, group_key
+from framework.log import Log, TopicPartition
+from framework.log.jetstream.cluster import LocalCluster
+from framework.log.jetstream.log import JetStreamLog
+from framework.log.local import LocalDir
+from framework.projection import Runner
+
+APP = "example_apps.invoicing:app"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _raw(log: Log, topic: str) -> list[dict[str, Any]]:
+    out = []
+    for p in range(log.partition_count(topic)):
+        marks = log.offsets(topic, p)
+        offset = marks.lwm
+        while offset < marks.hwm:
+            records, _ = log.read(topic, p, offset)
+            if not records:
+                break
+            out.extend(orjson.loads(r.value or b"null") for r in records)
+            offset = records[-1].offset + 1
+    return out
+
+
+@pytest.fixture
+def url(cluster: LocalCluster, namespace: str) -> str:
+    return f"{cluster.url}?namespace={namespace}"
+
+
+@pytest.fixture
+def runtime(cluster: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Runtime]:
+    local = LocalDir.at(tmp_path / "commands")
+    with JetStreamLog.from_url(cluster.url, namespace=namespace, local=local) as js:
+        with app.open(js) as rt:
+            yield rt
+
+
+def _env(url: str) -> dict[str, str]:
+    return {**os.environ, "EVENTLANE_LOG": url, "PYTHONPATH": str(ROOT)}
+
+
+def _host(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    path.mkdir()
+    return path
+
+
+def test_a_read_model_projection_refuses_a_worker_on_another_host(
+    runtime: Runtime, url: str, tmp_path: Path
+) -> None:
+    host_a, host_b = _host(tmp_path, "host-a"), _host(tmp_path, "host-b")
+    runner = Runner(APP, "invoices", host_a, env=_env(url), log_path=host_a / "workers.log")
+    runner.start()
+    try:
+        coordination = coordination_for(runtime.log)
+        assert isinstance(coordination, JetStreamCoordination)
+        deadline = time.monotonic() + 60
+        while coordination.kv.get(group_key("invoices", "home"))[0] is None:
+            assert time.monotonic() < deadline, (host_a / "workers.log").read_text()
+            assert runner.supervise_once() == []
+            time.sleep(0.1)
+        home = coordination.kv.get(group_key("invoices", "home"))[0]
+        assert home is not None and str(host_a / "readmodels") in home.decode()
+        worker = ["project", "worker", APP, "invoices"]
+        other = subprocess.run(
+            [sys.executable, "-m", "framework.cli", "--data", str(host_b), *worker],
+            check=False,
+            env=_env(url),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert other.returncode == 2, other.stderr  # cannot start: not restarted by a runner
+        assert "keeps its read model at" in other.stderr and str(host_a) in other.stderr
+        assert "runs its workers on the host that holds the file" in other.stderr
+        assert not (host_b / "readmodels" / "invoices.sqlite").exists()
+        again = Runner(APP, "invoices", host_a, env=_env(url))  # the home host: fine
+        again.start()
+        time.sleep(3)
+        assert again.supervise_once() == [] and runner.supervise_once() == []
+        again.stop()
+    finally:
+        runner.stop()
+
+
+def test_the_policy_stays_exactly_once_across_hosts_through_a_kill9(
+    runtime: Runtime, url: str, tmp_path: Path
+) -> None:
+    hosts = [_host(tmp_path, "host-a"), _host(tmp_path, "host-b")]
+    runners = [
+        Runner(
+            APP,
+            "invoicing_policy",
+            host,
+            restart=True,
+            session_timeout_ms=2000,
+            env=_env(url),
+            log_path=host / "workers.log",
+        )
+        for host in hosts
+    ]
+    for r in runners:
+        r.start()
+    try:
+        coordination = coordination_for(runtime.log)
+        deadline = time.monotonic() + 90
+        while True:  # both hosts' workers are members and share the partitions
+            coord = coordination.coordinator("invoicing_policy")
+            state = coord.current()
+            coord.close()
+            owners = {m.pid: len(m.owned) for m in state.members.values()}
+            if all(owners.get(r.procs[0].pid, 0) > 0 for r in runners):
+                break
+            assert time.monotonic() < deadline, owners
+            for r in runners:
+                assert r.supervise_once() == []
+            time.sleep(0.2)
+        commands = list(Workload(orders=60, seed=13).commands())
+        for i, command in enumerate(commands):
+            runtime.execute(
+                command.cls, command.aggregate_id, command.action, create=command.create
+            )
+            if i == len(commands) // 2:  # kill -9 host A's worker mid-run
+                os.kill(runners[0].procs[0].pid, signal.SIGKILL)
+            if i % 20 == 0:
+                for r in runners:
+                    r.supervise_once()
+        confirmed = {
+            e["aggregate_id"] for e in _raw(runtime.log, "orders") if e["type"] == "OrderConfirmed"
+        }
+        assert confirmed
+        offsets = coordination_for(runtime.log).offsets
+        tps = [TopicPartition("orders", p) for p in range(runtime.log.partition_count("orders"))]
+
+        def caught_up() -> bool:
+            for tp in tps:
+                entry = offsets.committed("invoicing_policy", tp)
+                if entry is None or entry.offset != runtime.log.offsets(tp.topic, tp.partition).hwm:
+                    return False
+            return True
+
+        deadline = time.monotonic() + 120
+        while not caught_up():
+            assert time.monotonic() < deadline, "the policy's group never caught up"
+            for r in runners:
+                r.supervise_once()
+            time.sleep(0.2)
+        assert runners[0].restarts >= 1 or runners[0].crashes
+    finally:
+        for r in runners:
+            r.stop()
+    invoice_events = _raw(runtime.log, "invoices")
+    issued = Counter(e["aggregate_id"] for e in invoice_events if e["type"] == "InvoiceIssued")
+    assert [i for i, n in issued.items() if n > 1] == [], "an invoice was issued twice"
+    assert set(issued) == {invoice_id_for(o) for o in confirmed}
+    # Both hosts applied partitions (positions in their own local files); nothing of the
+    # group lives on either host's disk.
+    for host in hosts:
+        with sqlite3.connect(host / "readmodels" / "invoicing_policy.sqlite") as db:
+            rows = db.execute("SELECT count(*) FROM _eventlane_positions").fetchone()
+        assert rows[0] > 0, (host / "workers.log").read_text()[-2000:]
+        assert not (host / "groups").exists()

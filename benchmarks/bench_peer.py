@@ -54,8 +54,8 @@ for _path in (str(ROOT), str(HERE)):
 
 from _harness import bench_from_args, parser, quiet_logs, scratch_dir  # noqa: E402
 
+from framework.app import App, Runtime  # noqa: E402
 from framework.domain import Aggregate, DomainEvent, applies, event  # noqa: E402
-from framework.store import Application  # noqa: E402
 
 THREADS = 8
 PROCESSES = 8
@@ -98,17 +98,20 @@ class Account(Aggregate):
         self.balance += e.amount
 
 
-def el_app(data: Path) -> Application:
-    return Application(data, aggregates=[Account], partitions=1)
+APP = App("peer", aggregates=[Account], partitions=1)
 
 
-def el_commands(app: Application, ids: Sequence[str], commands: int) -> None:
+def el_app(data: Path) -> Runtime:
+    return APP.open(data)
+
+
+def el_commands(app: Runtime, ids: Sequence[str], commands: int) -> None:
     for aid in ids:
         for _ in range(commands):
             app.execute(Account, aid, Account.command, create=True)
 
 
-def el_loads(app: Application, ids: Sequence[str]) -> None:
+def el_loads(app: Runtime, ids: Sequence[str]) -> None:
     for aid in ids:
         assert app.load(Account, aid).version > 0
 

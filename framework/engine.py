@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
-from framework.consumer.coordination import GroupCoordination, coordination_for
 from framework.errors import ConfigError
 from framework.log.local import LocalDir
 from framework.log.port import Log
 from framework.log.store import DEFAULT_DATA_DIR, LogStore, default_data_dir
+
+if TYPE_CHECKING:  # the consumer layer is imported by open_engine, not by every command
+    from framework.consumer.coordination import GroupCoordination
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -68,6 +69,8 @@ def _opener(scheme: str) -> Opener:
     opener = _openers.get(scheme)
     if opener is not None:
         return opener
+    from importlib.metadata import entry_points  # noqa: PLC0415 - slow: URLs only
+
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name.lower() == scheme:
             loaded: Opener = ep.load()
@@ -156,7 +159,11 @@ def open_engine(
     that goes with the log, :func:`~framework.consumer.coordination.coordination_for`)."""
     log_ = open_log(log_url if log_url is not None else data_dir, data_dir=data_dir)
     try:
-        coordination = (groups or coordination_for)(log_)
+        if groups is None:
+            from framework.consumer.coordination import coordination_for  # noqa: PLC0415
+
+            groups = coordination_for
+        coordination = groups(log_)
     except BaseException:
         log_.close()
         raise

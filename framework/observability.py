@@ -1,11 +1,18 @@
-"""The one place structlog is configured.
+"""The one place structlog is configured, and the loggers library modules use.
 
-Library modules only call ``structlog.get_logger("eventlane.<layer>")`` and log events with
-their coordinates as fields (``topic``, ``partition``, ``offset``, ``group``); they never
-configure anything, and ``import framework`` configures nothing. The entry points do: the
-``eventlane`` CLI and its worker processes call :func:`configure_logging` at start-up, and
-opening an application's runtime calls :func:`configure_default_logging` (a no-op when
-structlog is already configured).
+Library modules only call :func:`get_logger` (``log = get_logger("eventlane.<layer>")``) and
+log events with their coordinates as fields (``topic``, ``partition``, ``offset``,
+``group``); they never configure anything, and ``import framework`` configures nothing. The
+entry points do: the ``eventlane`` CLI and its worker processes call
+:func:`configure_logging` at start-up, and opening an application's runtime calls
+:func:`configure_default_logging` (a no-op when structlog is already configured).
+
+structlog is imported when something is first logged, not before (importing it costs more
+than a short command's whole run): :func:`get_logger` returns a :class:`Logger` that
+resolves to ``structlog.get_logger(name, **bound)`` on its first use, and a configuration
+asked for before structlog is loaded is applied then (or by :func:`apply_pending`, which the
+CLI calls before it imports an application's code, so that the application's own structlog
+loggers see it too). Events are logged exactly as through structlog's own lazy loggers.
 
 Environment:
 
@@ -25,29 +32,84 @@ Typical use, at the start of a process::
 
 >>> list(LEVELS)
 ['debug', 'info', 'warning', 'error', 'critical']
+>>> get_logger("eventlane.doc").bind(topic="t")
+<Logger eventlane.doc {'topic': 't'}>
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from typing import Any
 
-import structlog
-
 from framework.errors import ConfigError
 
-__all__ = ["LEVELS", "configure_default_logging", "configure_logging", "log_level_name"]
+__all__ = [
+    "LEVELS",
+    "Logger",
+    "apply_pending",
+    "configure_default_logging",
+    "configure_logging",
+    "get_logger",
+    "log_level_name",
+]
 
-LEVELS: dict[str, int] = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
+LEVELS: dict[str, int] = {  # the logging module's level numbers
+    "debug": 10,
+    "info": 20,
+    "warning": 30,
+    "error": 40,
+    "critical": 50,
 }
 _FORMATS = ("console", "json")
+_pending: tuple[str, bool] | None = None
+"""``(level, json)`` asked for while structlog was not loaded yet."""
+
+
+class Logger:
+    """A structlog logger that loads structlog on its first use (see the module docstring).
+
+    ``bind`` returns another :class:`Logger` (nothing is loaded); every other attribute
+    (``debug``, ``info``, ``warning``, ``error``, ``exception``, ...) is that of
+    ``structlog.get_logger(name, **bound)``, structlog's lazy proxy, so configuration made at
+    any time applies, as it does to module-level structlog loggers.
+    """
+
+    __slots__ = ("_bound", "_name", "_proxy")
+
+    def __init__(self, name: str, bound: dict[str, Any] | None = None) -> None:
+        self._name = name
+        self._bound: dict[str, Any] = bound or {}
+        self._proxy: Any = None
+
+    def bind(self, **values: Any) -> Logger:
+        return Logger(self._name, {**self._bound, **values})
+
+    def __getattr__(self, attr: str) -> Any:
+        proxy = self._proxy
+        if proxy is None:
+            apply_pending()
+            import structlog  # noqa: PLC0415 - loaded on first use (module docstring)
+
+            proxy = self._proxy = structlog.get_logger(self._name, **self._bound)
+        return getattr(proxy, attr)
+
+    def __repr__(self) -> str:
+        return f"<Logger {self._name} {self._bound}>"
+
+
+def get_logger(name: str) -> Logger:
+    """The logger ``name`` (``eventlane.<layer>``); structlog is loaded when it first logs."""
+    return Logger(name)
+
+
+def apply_pending() -> None:
+    """Apply a configuration asked for before structlog was loaded (loading it now)."""
+    global _pending  # noqa: PLW0603 - process-wide logging state
+    if _pending is not None:
+        level, json = _pending
+        _pending = None
+        _apply(level, json)
 
 
 class _StderrLogger:
@@ -80,8 +142,10 @@ def configure_logging(level: str | None = None, json: bool | None = None) -> Non
 
     ``level`` defaults to ``$EVENTLANE_LOG_LEVEL``, else ``"warning"``; ``json`` defaults to
     ``$EVENTLANE_LOG_FORMAT == "json"``. Raises :class:`~framework.errors.ConfigError` for
-    an unknown level or format.
+    an unknown level or format. While structlog is not loaded, the configuration is applied
+    when it is (:func:`apply_pending`).
     """
+    global _pending  # noqa: PLW0603 - process-wide logging state
     name = (level or os.environ.get("EVENTLANE_LOG_LEVEL") or "warning").strip().lower()
     if name not in LEVELS:
         raise ConfigError(
@@ -94,6 +158,16 @@ def configure_logging(level: str | None = None, json: bool | None = None) -> Non
                 f"unknown log format {fmt!r} (EVENTLANE_LOG_FORMAT); use console or json"
             )
         json = fmt == "json"
+    if "structlog" not in sys.modules:
+        _pending = (name, json)
+        return
+    _pending = None
+    _apply(name, json)
+
+
+def _apply(name: str, json: bool) -> None:
+    import structlog  # noqa: PLC0415 - loaded on first use (module docstring)
+
     renderer: structlog.typing.Processor
     if json:
         renderer = structlog.processors.JSONRenderer()
@@ -126,7 +200,10 @@ def configure_default_logging() -> None:
     structlog itself. Called when an application's runtime opens (``App.open``), never on
     import, so that a library user gets warnings on standard error, not structlog's default
     of everything on standard output; configure structlog (or call
-    :func:`configure_logging`) before opening to choose otherwise."""
+    :func:`configure_logging`) before opening to choose otherwise. Loads structlog."""
+    apply_pending()
+    import structlog  # noqa: PLC0415 - loaded on first use (module docstring)
+
     if not structlog.is_configured():
         try:
             configure_logging()

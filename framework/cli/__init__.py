@@ -22,9 +22,8 @@ from __future__ import annotations
 import errno
 import os
 from importlib import import_module
-from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,6 +32,9 @@ from framework.cli.plugins import add_plugins, load_plugin, plugin_points
 from framework.engine import DEFAULT_DATA_DIR
 from framework.errors import FrameworkError
 from framework.observability import configure_logging, log_level_name
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["COMMANDS", "main"]
 

@@ -15,12 +15,12 @@ import ipaddress
 from pathlib import Path
 
 import click
-import structlog
 
 from framework.cli.context import app as cli_app
 from framework.cli.context import data_option, stderr_console
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.console")
+log = get_logger("eventlane.console")
 
 __all__ = ["console"]
 

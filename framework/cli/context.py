@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import structlog
 from rich.console import Console
 
 from framework.engine import DEFAULT_DATA_DIR, open_log
@@ -27,9 +26,10 @@ from framework.errors import ConfigError, FrameworkError
 from framework.log import Log
 from framework.log.config import MAX_PARTITIONS
 from framework.log.names import validate_topic_name
+from framework.observability import get_logger
 
 F = TypeVar("F", bound=Callable[..., Any])
-log = structlog.get_logger("eventlane.cli")
+log = get_logger("eventlane.cli")
 
 
 class AppContext:

@@ -14,18 +14,21 @@ command), :func:`data_dir` (the data directory chosen) and :func:`open_log` (the
 
 from __future__ import annotations
 
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import structlog
 
 from framework.cli.context import app, data_option
 from framework.log import Log
+from framework.observability import get_logger
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ["add_plugins", "data_dir", "data_option", "open_log"]
 
-log = structlog.get_logger("eventlane.cli")
+log = get_logger("eventlane.cli")
 
 
 def data_dir() -> Path:
@@ -40,6 +43,8 @@ def open_log(*, create: bool = False) -> Log:
 
 def plugin_points(entry_point_group: str) -> dict[str, EntryPoint]:
     """The entry points declared under ``entry_point_group``, by command name."""
+    from importlib.metadata import entry_points  # noqa: PLC0415 - slow: only when looked up
+
     return {ep.name: ep for ep in entry_points(group=entry_point_group)}
 
 
@@ -57,7 +62,7 @@ def load_plugin(ep: EntryPoint | None) -> click.Command | None:
 
 def add_plugins(group: click.Group, entry_point_group: str) -> None:
     """Register every command declared under ``entry_point_group`` on ``group``."""
-    for ep in entry_points(group=entry_point_group):
+    for ep in plugin_points(entry_point_group).values():
         command = load_plugin(ep)
         if command is not None:
             group.add_command(command, ep.name)

@@ -12,12 +12,12 @@ import signal
 import sys
 
 import click
-import structlog
 
 from framework.cli.context import app, data_option
 from framework.errors import ConfigError
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.cli")
+log = get_logger("eventlane.cli")
 
 
 def _host_port(text: str, what: str) -> tuple[str, int]:

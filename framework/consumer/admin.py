@@ -19,8 +19,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
-
 from framework.consumer.coordination import (
     Coordinator,
     GroupCoordination,
@@ -33,6 +31,7 @@ from framework.consumer.offsets import ADMIN_MEMBER, OffsetAndMetadata
 from framework.errors import ConfigError, ConsumerError, UnknownTopicError
 from framework.log.port import Log
 from framework.log.record import TopicPartition
+from framework.observability import get_logger
 
 __all__ = [
     "RESET_MODES",
@@ -45,7 +44,7 @@ __all__ = [
     "reset_offsets",
 ]
 
-log = structlog.get_logger("eventlane.consumer.admin")
+log = get_logger("eventlane.consumer.admin")
 
 RESET_MODES = ("to-earliest", "to-latest", "to-offset", "to-datetime", "shift-by")
 

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import orjson
-import structlog
 
 from framework._locks import FileLock
 from framework.consumer.assignors import get_assignor
@@ -55,10 +54,11 @@ from framework.consumer.membership import (
 from framework.errors import ConfigError, UnknownTopicError
 from framework.log.port import Log
 from framework.log.record import TopicPartition
+from framework.observability import get_logger
 
 __all__ = ["MAX_MEMBERS", "GroupCoordinator", "groups_root", "validate_group_id"]
 
-log = structlog.get_logger("eventlane.consumer.group")
+log = get_logger("eventlane.consumer.group")
 
 T = TypeVar("T")
 

@@ -18,14 +18,13 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-import structlog
-
 from framework.errors import ConfigError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from framework.log.port import Log
 from framework.log.record import Record, TopicPartition
 from framework.log.types import Cursor
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.consumer")
+log = get_logger("eventlane.consumer")
 
 OFFSET_RESETS = ("earliest", "latest", "error")
 

@@ -36,8 +36,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
-import structlog
-
 from framework.consumer.assignors import get_assignor
 from framework.consumer.coordination import (
     Coordinator,
@@ -54,10 +52,11 @@ from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata, Offse
 from framework.errors import CommitFailedError, ConfigError, ConsumerError
 from framework.log.port import Log
 from framework.log.record import Record, TopicPartition
+from framework.observability import get_logger
 
 __all__ = ["GroupConsumer", "RebalanceListener"]
 
-log = structlog.get_logger("eventlane.consumer.group")
+log = get_logger("eventlane.consumer.group")
 
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], Exception | None], None]
 

@@ -40,12 +40,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NamedTuple, Protocol, cast
 
 import orjson
-import structlog
 
 from framework.errors import ConfigError, PreconditionFailedError, UnknownTopicError
 from framework.log.port import Log
 from framework.log.record import TopicPartition
 from framework.log.types import AppendResult, Cursor, Expect, RecordTuple
+from framework.observability import get_logger
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -56,7 +56,7 @@ __all__ = [
     "partition_for_group",
 ]
 
-log = structlog.get_logger("eventlane.consumer.offsets")
+log = get_logger("eventlane.consumer.offsets")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 8

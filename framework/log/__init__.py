@@ -3,8 +3,8 @@
 Public surface: :class:`Log` (the port) and its value types (:mod:`.types`), the
 :class:`LocalDir` of local state, :class:`Producer`, records and topic configuration.
 :class:`LogStore`, the embedded implementation, is loaded on first use (PEP 562), so that
-importing the port does not import an engine; layers above open an engine through
-:mod:`framework.engine`, never by naming ``LogStore``.
+importing the port does not import an engine (nor :class:`Producer` its threads); layers
+above open an engine through :mod:`framework.engine`, never by naming ``LogStore``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from framework.log.config import TopicConfig
 from framework.log.local import LocalDir
 from framework.log.port import Log
-from framework.log.producer import Producer
 from framework.log.record import (
     Header,
     ProducerRecord,
@@ -26,6 +25,7 @@ from framework.log.record import (
 from framework.log.types import Capabilities, Expect, PartitionOffsets, TopicDescription
 
 if TYPE_CHECKING:
+    from framework.log.producer import Producer
     from framework.log.store import LogStore
 
 __all__ = [
@@ -54,4 +54,8 @@ if not TYPE_CHECKING:  # type checkers see the import above
             from framework.log.store import LogStore  # noqa: PLC0415
 
             return LogStore
+        if name == "Producer":  # its threads and futures cost a CLI command's start-up
+            from framework.log.producer import Producer  # noqa: PLC0415
+
+            return Producer
         raise AttributeError(f"module 'framework.log' has no attribute {name!r}")

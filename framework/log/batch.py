@@ -47,9 +47,24 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-import crc32c as _crc32c
-
 from framework.log.record import Header, Record
+
+if TYPE_CHECKING:
+    import crc32c as _crc32c
+else:
+
+    class _LoadCrc32c:
+        """The ``crc32c`` module, imported on first use: its package imports argparse and
+        importlib.metadata (a tenth of a second), which a command that checks no CRC (``topics
+        list``) need not pay. The first use replaces this object by the module."""
+
+        def __getattr__(self, name: str) -> object:
+            import crc32c  # noqa: PLC0415
+
+            globals()["_crc32c"] = crc32c
+            return getattr(crc32c, name)
+
+    _crc32c = _LoadCrc32c()
 
 HEADER = struct.Struct(">qibIhiqqi")
 HEADER_SIZE = HEADER.size  # 43
@@ -64,8 +79,6 @@ TIMESTAMP_TYPE_BIT = 0x08
 _REC_HEAD = struct.Struct(">iiqi")  # length, offset_delta, timestamp_delta, key_length
 _INT32 = struct.Struct(">i")
 _NULL = -1
-
-crc32c = _crc32c.crc32c
 
 if TYPE_CHECKING:
     from collections.abc import Callable

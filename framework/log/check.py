@@ -13,8 +13,6 @@ import bisect
 import os
 from pathlib import Path
 
-import structlog
-
 from framework.errors import CorruptRecordError
 from framework.log.segment import (
     OffsetIndex,
@@ -28,6 +26,7 @@ from framework.log.segment import (
     timeindex_path,
 )
 from framework.log.state import Snapshot
+from framework.observability import Logger
 
 
 def verify_files(
@@ -155,7 +154,7 @@ def checked_time_start(
     *,
     topic: str,
     partition: int,
-    logger: structlog.typing.FilteringBoundLogger,
+    logger: Logger,
 ) -> int:
     """Relative offset to scan from for records at or after ``timestamp`` in segment
     ``base``, from its time index, once the entry used is checked against the batches

@@ -48,7 +48,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Final, NamedTuple, cast
 
 import orjson
-import structlog
 
 from framework.errors import CorruptRecordError
 from framework.log.batch import (
@@ -66,8 +65,9 @@ from framework.log.record import Header, Record
 from framework.log.recovery import CLEANED
 from framework.log.segment import OFFSET_ENTRY, TIME_ENTRY, Segment, log_path, scan_batches
 from framework.log.types import CompactionReport as CompactionReport  # noqa: PLC0414 (re-exported)
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 
 FIRST_SEEN = "cleaner-first-seen"
 

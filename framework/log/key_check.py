@@ -19,8 +19,6 @@ import sqlite3
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
-import structlog
-
 from framework.errors import InvalidTopicError
 from framework.log.key_index import (
     INDEX_SUFFIX,
@@ -31,8 +29,9 @@ from framework.log.key_index import (
 )
 from framework.log.port import Log
 from framework.log.types import KeyIndexReport as IndexReport
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 
 
 def key_index_files(root: Path) -> Iterator[tuple[str, int, Path]]:

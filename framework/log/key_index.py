@@ -42,6 +42,12 @@ Invariants:
   incarnation of the partition), ``rows`` and ``checksum`` match the table, and the anchor
   record in the log has the anchor key. A failed check empties the index (it is rebuilt
   on use). :meth:`KeyIndex.verify` compares every row with the log.
+* Each object caches what it learnt under the write lock (``next_offset`` and the last
+  ``(seq, offset)`` of keys it looked up or indexed), so an appender's version check and
+  index update cost no query for a key seen before. The cache holds only while no other
+  connection committed: SQLite's ``PRAGMA data_version`` changes when one did, and the
+  cache is dropped. Checked at every outermost write-lock acquisition and before a cached
+  answer is used.
 * The event store never trusts a row blindly (:mod:`framework.store.event_store`): reads
   check each record's key and version, and the version check of an append reads the
   stream's last record. Not caught cheaply: an index edited by hand so that it drops a
@@ -59,20 +65,21 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar, cast
 
-import structlog
-
 from framework._locks import FileLock
 from framework.errors import FrameworkError, OffsetOutOfRangeError
 from framework.log.port import Log
 from framework.log.record import Record
 from framework.log.types import Cursor
 from framework.log.types import KeyIndexReport as IndexReport
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 
 T = TypeVar("T")
 Mode = Literal["stream", "latest"]
 MODES: tuple[str, ...] = ("stream", "latest")
+_UNKNOWN: Any = object()
+"""A key the cache knows nothing about (``None`` there means: no entry)."""
 
 SCHEMA = 2
 INDEX_SUFFIX = ".keyindex.sqlite"
@@ -84,6 +91,8 @@ CATCH_UP_BYTES = 4 << 20
 POINT_READ_BYTES = 8 << 10
 """Bytes a point read asks for: one ``pread`` covers the batches between the segment index
 entry it starts from and the record (entries are at most ``index_interval_bytes`` apart)."""
+CACHED_KEYS = 1 << 16
+"""Keys whose last entry a :class:`KeyIndex` remembers (the cache is emptied when full)."""
 MAX_REPORTED = 20
 """Problems listed one by one in an :class:`IndexReport`; the rest are only counted."""
 
@@ -187,6 +196,11 @@ class KeyIndex:
         """Offsets below this were indexed from the log by this object after a reset."""
         self._lock = threading.RLock()
         self._log = log.bind(topic=topic, partition=partition)
+        # The cache of the module docstring, valid while ``data_version`` is ``_version``:
+        self._version: int | None = None
+        self._next: int | None = None  # next_offset, when known
+        self._heads: dict[bytes, tuple[int, int] | None] = {}  # key -> its last (seq, offset)
+        self._depth = 0  # nesting of _writing()
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = path.with_name(path.name.removesuffix(INDEX_SUFFIX) + LOCK_SUFFIX)
         self._file_lock = FileLock(lock_path)
@@ -323,7 +337,28 @@ class KeyIndex:
         """Hold the write lock: this object's threads, then every process (flock). Nests:
         only the outermost holder takes and releases the flock."""
         with self._lock, self._file_lock:
-            yield
+            self._depth += 1
+            try:
+                if self._depth == 1:
+                    self._revalidate()
+                yield
+            finally:
+                self._depth -= 1
+
+    def _revalidate(self) -> None:
+        """Drop the cache if another connection committed since it was filled (hold
+        ``_lock``)."""
+        try:
+            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        except (sqlite3.Error, AttributeError):  # closed, or not open yet
+            version = None
+        if version is None or version != self._version:
+            self._forget()
+            self._version = version
+
+    def _forget(self) -> None:
+        self._next = None
+        self._heads.clear()
 
     def _guard(self, operation: Callable[..., T], *args: Any) -> T:
         """Run ``operation(*args)``; if SQLite finds the file corrupt, replace the file with
@@ -352,6 +387,8 @@ class KeyIndex:
                 )
                 self._delete_files()
             self._db, self._ino = self._open()
+            self._forget()
+            self._version = None  # a new connection counts its own data_version
             self.mode = self._init_mode(self.mode)
             self.trusted_upto = -1
 
@@ -385,27 +422,26 @@ class KeyIndex:
         ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
 
-    def _snapshot(self, query: Callable[..., T], *args: Any) -> tuple[int, T]:
-        """``next_offset`` and ``query(*args)`` read in one SQLite read transaction."""
-        db = self._db
-        db.execute("BEGIN")
-        try:
-            return self._next_offset(), query(*args)
-        finally:
-            with contextlib.suppress(sqlite3.Error):
-                if db.in_transaction:
-                    db.execute("COMMIT")
-
-    def _rows(self, key: bytes, after_seq: int, upto_seq: int | None) -> tuple[int, list[int]]:
-        head = self._head(key)
-        top = head if upto_seq is None else min(head, upto_seq)
-        if top <= after_seq:
-            return head, []
+    def _rows(self, key: bytes, after_seq: int, upto_seq: int | None) -> tuple[int, int, list[int]]:
+        """``next_offset``, ``key``'s last ``seq`` and the offsets of its rows with
+        ``after_seq < seq <= upto_seq``, read by one statement (one read transaction)."""
         rows = self._db.execute(
-            "SELECT offset FROM entries WHERE key=? AND seq>? AND seq<=? ORDER BY seq",
-            (key, after_seq, top),
-        )
-        return head, [r[0] for r in rows]
+            "SELECT NULL, value FROM meta WHERE name='next_offset' UNION ALL "
+            "SELECT seq, offset FROM entries WHERE key=?1 AND "
+            "(seq > ?2 OR seq = (SELECT max(seq) FROM entries WHERE key=?1)) ORDER BY 1",
+            (key, after_seq),
+        ).fetchall()
+        nxt = head = 0
+        found: list[tuple[int, int]] = []
+        for seq, value in rows:
+            if seq is None:
+                nxt = int(value)
+            else:
+                found.append((int(seq), int(value)))
+        if found:
+            head = found[-1][0]
+        top = head if upto_seq is None else min(head, upto_seq)
+        return nxt, head, [offset for seq, offset in found if after_seq < seq <= top]
 
     def view(self, key: bytes, after_seq: int = 0, upto_seq: int | None = None) -> View:
         """The offsets of ``key``'s records with ``after_seq < seq <= upto_seq``, complete up
@@ -413,9 +449,7 @@ class KeyIndex:
         caught_up = False
         while True:
             with self._lock:
-                nxt, (head, offsets) = self._guard(
-                    self._snapshot, self._rows, key, after_seq, upto_seq
-                )
+                nxt, head, offsets = self._guard(self._rows, key, after_seq, upto_seq)
             marks = self.log.offsets(self.topic, self.partition)
             if nxt > marks.hwm:
                 self.reset(f"the index ends at offset {nxt}, past the high-water mark {marks.hwm}")
@@ -442,9 +476,24 @@ class KeyIndex:
     def head_at(self, key: bytes, leo: int) -> tuple[int, int] | None:
         """``(seq, offset)`` of ``key``'s last record, from an index covering exactly the
         offsets below ``leo``. Call under the partition's append lock."""
+        with self._lock:  # a key seen before, nothing indexed since: no query
+            if self._next == leo:
+                self._revalidate()
+                cached = self._heads.get(key, _UNKNOWN)
+                if self._next == leo and cached is not _UNKNOWN:
+                    return cast("tuple[int, int] | None", cached)
         with self._writing():  # no other writer until the answer is read
             self.sync_to(leo)
-            return self._guard(self._head_entry, key)
+            entry = self._guard(self._head_entry, key)
+            if self._next == leo:
+                self._remember(key, entry)
+            return entry
+
+    def _remember(self, key: bytes, entry: tuple[int, int] | None) -> None:
+        """Cache ``key``'s last entry (hold the write lock, with the index at ``_next``)."""
+        if len(self._heads) >= CACHED_KEYS:
+            self._heads.clear()
+        self._heads[key] = entry
 
     def scan(self, start: int, upto: int, key: bytes | None = None) -> list[tuple[bytes, int]]:
         """``(key, offset)`` of the keyed records in ``[start, upto)`` read from the log
@@ -523,12 +572,18 @@ class KeyIndex:
         return done
 
     def _number(self, pairs: Sequence[tuple[bytes, int]]) -> list[tuple[bytes, int, int]]:
+        """Rows ``(key, seq, offset)`` for new records (hold the write lock)."""
         heads: dict[bytes, int] = {}
         rows = []
+        cache = self._heads
         for key, offset in pairs:
             seq = heads.get(key)
             if seq is None:
-                seq = self._head(key)
+                cached = cache.get(key, _UNKNOWN)
+                if cached is _UNKNOWN:
+                    seq = self._head(key)
+                else:
+                    seq = cached[0] if cached is not None else 0
             seq += 1
             heads[key] = seq
             rows.append((key, seq, offset))
@@ -541,7 +596,11 @@ class KeyIndex:
         ending past the log (an older incarnation of the partition) is emptied first.
         """
         with self._writing():
-            if self._guard(self._next_offset) > leo:
+            nxt = self._next if self._next is not None else self._guard(self._next_offset)
+            if nxt == leo:
+                self._next = nxt
+                return
+            if nxt > leo:
                 self._guard(self._clear_now, f"the index ends past the log end offset {leo}")
             self.catch_up(leo)
 
@@ -563,8 +622,11 @@ class KeyIndex:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            if self._next_offset() != expected_next:
+            # The cached next_offset holds: nobody else writes while we hold the lock.
+            nxt = self._next if self._next is not None else self._next_offset()
+            if nxt != expected_next:
                 db.execute("ROLLBACK")
+                self._next = nxt
                 return False
             if rows:
                 db.executemany("INSERT INTO entries VALUES (?, ?, ?)", rows)
@@ -582,31 +644,35 @@ class KeyIndex:
                         if gone:
                             db.execute("DELETE FROM entries WHERE key=? AND seq<?", (key, seq))
                             count, total = count - gone, total - gone_total
-                db.execute(
-                    "UPDATE meta SET value = value + CASE name WHEN 'rows' THEN ? ELSE ? END "
-                    "WHERE name IN ('rows', 'checksum')",
-                    (count, total),
-                )
-                db.execute(
-                    "INSERT OR REPLACE INTO meta VALUES ('last_key', ?), ('last_offset', ?), "
-                    "('next_offset', ?)",
-                    (rows[-1][0], rows[-1][2], next_offset),
+                db.execute(  # rows and checksum grow; the others are replaced
+                    "INSERT INTO meta VALUES ('rows', ?), ('checksum', ?), ('last_key', ?),"
+                    " ('last_offset', ?), ('next_offset', ?) ON CONFLICT (name) DO UPDATE SET"
+                    " value = CASE name WHEN 'rows' THEN value + excluded.value"
+                    " WHEN 'checksum' THEN value + excluded.value ELSE excluded.value END",
+                    (count, total, rows[-1][0], rows[-1][2], next_offset),
                 )
             else:
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('next_offset', ?)", (next_offset,))
             db.execute("COMMIT")
-            return True
         except sqlite3.IntegrityError as exc:  # rows that contradict the index: it is wrong
             db.execute("ROLLBACK")
             self._clear_now(f"an update contradicts the index ({exc})")
             return False
         except BaseException:
+            self._forget()
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
             raise
+        self._next = next_offset
+        if self._heads:
+            for key, seq, offset in rows:
+                if key in self._heads:
+                    self._heads[key] = (seq, offset)
+        return True
 
     def _clear(self) -> None:
         """Empty the index (inside the caller's transaction)."""
+        self._forget()
         self._db.execute("DELETE FROM entries")
         self._db.execute("DELETE FROM meta WHERE name NOT IN ('schema', 'mode')")
         self._db.executemany(

@@ -21,8 +21,6 @@ import threading
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-import structlog
-
 from framework.errors import ConcurrencyError, OffsetOutOfRangeError, SerializationError
 from framework.log.key_check import check_key_indexes
 from framework.log.key_index import KeyIndex, Mode, index_path
@@ -37,8 +35,9 @@ from framework.log.types import (
     Precondition,
     RecordTuple,
 )
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 
 _READ_BYTES_PER_RECORD = 4 << 10
 """Bytes fetched per wanted record when reading a run of adjacent offsets (capped at 1 MiB):

@@ -35,8 +35,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-import structlog
-
 from framework._locks import FileLock, open_rw_or_read_only
 from framework.errors import (
     CorruptRecordError,
@@ -93,8 +91,9 @@ from framework.log.types import AppendResult as AppendResult  # noqa: PLC0414 (r
 from framework.log.types import Cursor as Cursor  # noqa: PLC0414 (re-exported)
 from framework.log.types import Precondition as Precondition  # noqa: PLC0414 (re-exported)
 from framework.log.types import RecordTuple as RecordTuple  # noqa: PLC0414 (re-exported)
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 
 MAX_BATCH_BYTES = 1 << 20
 _IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
@@ -811,7 +810,9 @@ class Partition:
             index = OffsetIndex(index_path(self.dir, base))
             self._check_layout(snap)
             self._r_indexes[base] = index
-        elif base == snap.active_base:
+        elif base == snap.active_base and not (
+            index.positions and index.positions[-1] == snap.last_index_pos
+        ):  # entries are written before the state names them: refresh only when behind
             index.refresh()
         limit = snap.active_size if base == snap.active_base else 1 << 62
         rel, position = index.entry(offset - base, limit)

@@ -24,18 +24,17 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-import structlog
-
 from framework.errors import ConfigError, InvalidRecordError
 from framework.log.names import refuse_internal
 from framework.log.partitioner import KeylessSpreader, partition_for_key, partitions_for_keys
 from framework.log.port import Log
 from framework.log.record import Header, ProducerRecord, RecordMetadata
+from framework.observability import get_logger
 
 if TYPE_CHECKING:
     from framework.log.types import AppendResult
 
-log = structlog.get_logger("eventlane.producer")
+log = get_logger("eventlane.producer")
 
 
 def _py_metadata_list(

@@ -34,7 +34,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import orjson
-import structlog
 
 from framework._locks import FileLock
 from framework.errors import CorruptRecordError, DataLossError
@@ -43,6 +42,7 @@ from framework.log.config import TopicConfig
 from framework.log.files import fsync_dir, read_int_file, write_atomic
 from framework.log.segment import OffsetIndex, Segment, intact_batch_after, list_segment_bases
 from framework.log.state import BOOT, Snapshot
+from framework.observability import Logger
 
 JOURNAL = "cleaner-journal"
 CLEANED = ".cleaned"
@@ -116,7 +116,7 @@ def recover(
     previous: Snapshot | None,
     maintenance: FileLock,
     clock: Callable[[], int],
-    logger: structlog.typing.FilteringBoundLogger,
+    logger: Logger,
     skip_lost: bool = False,
 ) -> Snapshot:
     """Rebuild a partition's state from its files (see the module docstring).
@@ -308,7 +308,7 @@ def _data_loss(
 
 
 def _log_gap(
-    logger: structlog.typing.FilteringBoundLogger, segment: Segment, start: int, end: int
+    logger: Logger, segment: Segment, start: int, end: int
 ) -> None:
     """A hole in the middle of a never-compacted log: reads of it fail and ``verify``
     reports it; the rest of the partition stays readable (only the lost part is lost)."""

@@ -14,13 +14,12 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
-import structlog
-
 from framework.log.partition import Partition
 from framework.log.segment import log_path
 from framework.log.types import RetentionReport as RetentionReport  # noqa: PLC0414 (re-exported)
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 
 
 class ClosedSegment(NamedTuple):

@@ -21,10 +21,9 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import orjson
-import structlog
 
 from framework._locks import FileLock
 from framework.errors import (
@@ -38,10 +37,8 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.cleaner import LogCleaner, compact_partition
 from framework.log.config import MAX_PARTITIONS, TopicConfig
 from framework.log.files import fsync_dir, write_atomic
-from framework.log.keys import KeyIndexes
 from framework.log.local import LocalDir
 from framework.log.names import check_internal_policy, topic_dir, validate_topic_name
 from framework.log.partition import Clock, Partition, wall_clock_ms
@@ -62,8 +59,13 @@ from framework.log.types import (
 )
 from framework.log.types import PartitionOffsets as PartitionOffsets  # noqa: PLC0414 (re-exported)
 from framework.log.types import TopicDescription as TopicDescription  # noqa: PLC0414 (re-exported)
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+if TYPE_CHECKING:  # imported on first use: a command that only lists topics needs neither
+    from framework.log.cleaner import LogCleaner
+    from framework.log.keys import KeyIndexes
+
+log = get_logger("eventlane.log")
 
 R = TypeVar("R")
 
@@ -112,14 +114,27 @@ class LogStore:
         self.topics_root.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.notifier = Notifier(self.path / ".notify")
-        self.keys = KeyIndexes(self, self.local.key_indexes())
+        self._keys: KeyIndexes | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._meta: dict[str, _TopicMeta] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self._cleaner = LogCleaner(self.partition)
+        self._cleaner: LogCleaner | None = None
 
     capabilities = Capabilities()
+
+    @property
+    def keys(self) -> KeyIndexes:
+        """The per-key state (key indexes) of this log, set up on first use."""
+        keys = self._keys
+        if keys is None:
+            from framework.log.keys import KeyIndexes  # noqa: PLC0415 - first use
+
+            with self._lock:
+                if self._keys is None:
+                    self._keys = KeyIndexes(self, self.local.key_indexes())
+                keys = self._keys
+        return keys
 
     @property
     def local(self) -> LocalDir:
@@ -371,7 +386,8 @@ class LogStore:
                 return part.append(
                     records, precondition=check, on_appended=indexed, atomic=atomic, combine=True
                 )
-            hook = self.keys.indexing_hook(topic, partition, records)
+            keys = self._keys  # no index is open before the key state is first used
+            hook = keys.indexing_hook(topic, partition, records) if keys is not None else None
             return part.append(
                 records, precondition=precondition, on_appended=hook, atomic=atomic, combine=combine
             )
@@ -519,6 +535,8 @@ class LogStore:
         self, topic: str, *, progress: Progress | None = None
     ) -> list[CompactionReport]:
         """Compact every partition of ``topic`` now (a no-op unless its policy compacts)."""
+        from framework.log.cleaner import compact_partition  # noqa: PLC0415 - first use
+
         return self._each_partition(topic, compact_partition, progress)
 
     def cleanup(
@@ -561,7 +579,15 @@ class LogStore:
 
         Repeated requests for a partition already queued coalesce; failures are logged.
         """
-        self._cleaner.request(topic, partition)
+        with self._lock:
+            if self._closed:
+                return
+            if self._cleaner is None:
+                from framework.log.cleaner import LogCleaner  # noqa: PLC0415 - first use
+
+                self._cleaner = LogCleaner(self.partition)
+            cleaner = self._cleaner
+        cleaner.request(topic, partition)
 
     def verify(
         self,
@@ -597,8 +623,10 @@ class LogStore:
         if self._closed:
             return
         self._closed = True
-        self._cleaner.stop()
-        self.keys.close()
+        if self._cleaner is not None:
+            self._cleaner.stop()
+        if self._keys is not None:
+            self._keys.close()
         with self._lock:
             for part in self._partitions.values():
                 with contextlib.suppress(OSError):

@@ -28,15 +28,15 @@ from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
 import orjson
-import structlog
 
 from framework.codec import Envelope, EventCodec
 from framework.errors import ConcurrencyError, SerializationError
 from framework.log import Log, Record, RecordMetadata
 from framework.log.partitioner import partition_for_key
 from framework.log.types import Expect, KeyIndexReport
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.store")
+log = get_logger("eventlane.store")
 
 EVENT_TOPIC_CONFIG: dict[str, object] = {"retention_ms": -1, "cleanup_policy": "delete"}
 """The config of an event topic: unbounded retention, no compaction (a rebuild from the

@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import structlog
-
 from framework.codec import Envelope, SnapshotCodec
 from framework.domain import Aggregate, Snapshot
 from framework.errors import (
@@ -33,9 +31,10 @@ from framework.errors import (
     StaleSnapshotError,
 )
 from framework.log import RecordMetadata
+from framework.observability import get_logger
 from framework.store.event_store import UNKNOWN_OFFSET, EventStore, StreamRead
 
-log = structlog.get_logger("eventlane.store")
+log = get_logger("eventlane.store")
 
 A = TypeVar("A", bound=Aggregate)
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import structlog
@@ -78,3 +81,38 @@ def test_the_cli_configures_logging_from_the_environment(data_dir) -> None:
     events = [json.loads(line) for line in result.stderr.splitlines()]
     assert any(e["event"] == "topic created" and e["topic"] == "t" for e in events)
     assert result.stdout.startswith("topic t created")  # stdout stays clean
+
+
+def test_structlog_loads_only_when_something_is_logged(tmp_path: Path) -> None:
+    """A command that logs nothing never imports structlog (its import costs more than
+    ``topics list``); one that logs gets the configuration asked for at start-up."""
+    root = Path(__file__).resolve().parents[2]
+    data = tmp_path / "data"
+    code = (
+        "import sys\n"
+        "from framework.cli import main\n"
+        "try:\n"
+        "    main(sys.argv[1:])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('structlog' in sys.modules, file=sys.stderr)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root), "EVENTLANE_LOG_FORMAT": "json"}
+
+    def run(*args: str, level: str = "warning") -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", code, "--data", str(data), *args],
+            env={**env, "EVENTLANE_LOG_LEVEL": level},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stderr.splitlines()
+
+    created = run("topics", "create", "t")  # the first run creates the directory: a warning
+    assert json.loads(created[0])["event"].startswith("created data directory")
+    assert created[-1] == "True"
+    assert run("topics", "list") == ["False"]
+    *logged, loaded = run("topics", "create", "u", level="info")
+    assert loaded == "True"
+    assert any(json.loads(line)["event"] == "topic created" for line in logged)

@@ -498,15 +498,16 @@ class FieldCipher:
                 partition=partition,
                 offset=offset,
             ) from None
-        opened = data.copy()
-        del opened[CIPHER_MARK]
         key = self.keys.get(subject, version)
         if key is None:
+            opened = data.copy()
+            del opened[CIPHER_MARK]
             for name in names:
                 opened[name] = Sealed(subject)
             return opened, tuple(names)
+        view = memoryview(blob)
         try:
-            plain = self._aead_for(key).decrypt(blob[:_NONCE], blob[_NONCE:], aad)
+            plain = self._aead_for(key).decrypt(view[:_NONCE], view[_NONCE:], aad)
         except (_invalid_tag(), ValueError) as exc:
             raise SerializationError(
                 f"personal fields {', '.join(names)} of subject {subject!r} fail "
@@ -524,7 +525,9 @@ class FieldCipher:
                 partition=partition,
                 offset=offset,
             )
-        opened.update(zip(names, values, strict=True))
+        opened = data.copy()
+        del opened[CIPHER_MARK]
+        opened.update(zip(names, values, strict=False))  # lengths checked above
         return opened, ()
 
     def _open_values(

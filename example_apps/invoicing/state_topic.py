@@ -51,25 +51,24 @@ class CustomerStatePublisher(Projector):
             "version": customer.version,
         }
         log = ctx.app.log
+        topic = f"{ctx.topic}.state"  # customers.state, in the app's namespace if it has one
         log.create_topic(
-            STATE_TOPIC,
-            log.partition_count("customers"),
+            topic,
+            log.partition_count(ctx.topic),
             {"cleanup_policy": "compact", "retention_ms": -1},
             exist_ok=True,
         )
-        log.append(
-            STATE_TOPIC, ctx.partition, [(customer.id.encode(), orjson.dumps(profile), (), None)]
-        )
+        log.append(topic, ctx.partition, [(customer.id.encode(), orjson.dumps(profile), (), None)])
 
 
 def forget_profile(runtime: Any, customer_id: str) -> None:
     """``on_forget`` hook: tombstone the customer's profile and compact it away."""
     log = runtime.log
-    if not log.topic_exists(STATE_TOPIC):
+    topic = runtime.names.topic(STATE_TOPIC)
+    if not log.topic_exists(topic):
         return
     key = customer_id.encode()
-    count = log.partition_count(STATE_TOPIC)
-    partition = partition_for_key(key, count)
-    log.append(STATE_TOPIC, partition, [(key, None, (), None)])
-    log.roll(STATE_TOPIC, partition)
-    log.compact(STATE_TOPIC)
+    partition = partition_for_key(key, log.partition_count(topic))
+    log.append(topic, partition, [(key, None, (), None)])
+    log.roll(topic, partition)
+    log.compact(topic)

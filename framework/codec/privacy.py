@@ -456,18 +456,34 @@ class FieldCipher:
         key = self.keys.get(subject, version)
         if key is None:
             return None
+        what = f"personal field {name!r} of subject {subject!r} fails"
+        aad = _aad(subject, name, bound_to)
+        return orjson.loads(self._decrypt(key, blob, aad, what, topic, partition, offset))
+
+    def _decrypt(
+        self,
+        key: bytes,
+        blob: bytes,
+        aad: bytes,
+        what: str,
+        topic: str | None,
+        partition: int | None,
+        offset: int | None,
+    ) -> bytes:
+        """The plain text of ``blob`` (nonce first), or a :class:`SerializationError` that
+        says ``what`` fails authentication, with the record's coordinates."""
+        view = memoryview(blob)
         try:
-            aad = _aad(subject, name, bound_to)
-            plain = self._aead_for(key).decrypt(blob[:_NONCE], blob[_NONCE:], aad)
+            plain: bytes = self._aead_for(key).decrypt(view[:_NONCE], view[_NONCE:], aad)
         except (_invalid_tag(), ValueError) as exc:
             raise SerializationError(
-                f"personal field {name!r} of subject {subject!r} fails authentication "
-                f"(tampered cipher text or wrong key): {type(exc).__name__}",
+                f"{what} authentication (tampered cipher text or wrong key): "
+                f"{type(exc).__name__}",
                 topic=topic,
                 partition=partition,
                 offset=offset,
             ) from None
-        return orjson.loads(plain)
+        return plain
 
     def open(
         self,
@@ -505,18 +521,8 @@ class FieldCipher:
             for name in names:
                 opened[name] = Sealed(subject)
             return opened, tuple(names)
-        view = memoryview(blob)
-        try:
-            plain = self._aead_for(key).decrypt(view[:_NONCE], view[_NONCE:], aad)
-        except (_invalid_tag(), ValueError) as exc:
-            raise SerializationError(
-                f"personal fields {', '.join(names)} of subject {subject!r} fail "
-                f"authentication (tampered cipher text or wrong key): {type(exc).__name__}",
-                topic=topic,
-                partition=partition,
-                offset=offset,
-            ) from None
-        values = orjson.loads(plain)
+        what = f"personal fields {', '.join(names)} of subject {subject!r} fail"
+        values = orjson.loads(self._decrypt(key, blob, aad, what, topic, partition, offset))
         if type(values) is not list or len(values) != len(names):
             raise SerializationError(
                 f"the event's cipher object holds {values!r}, not one value per field of "

@@ -73,7 +73,9 @@ def test_a_mixed_group_shares_partitions_survives_a_kill_and_commits_into_eventl
         produce(kafka.bootstrap, N // 2, N // 2)
         took = wait(
             lambda: sorted(assignment(outs[1]) + assignment(outs[2])) == list(range(PARTITIONS)),
-            6 + 10,  # session timeout + generous slack on a loaded 2-core machine
+            # session timeout (6 s) + generous slack: typically 6.5 s; twice, under load, more
+            # than 16 s (see docs/kafka-protocol.md, "Known gaps")
+            6 + 24,
             "the killed member's partitions to move",
         )
         print(f"reassigned {took:.1f} s after the kill")

@@ -46,10 +46,10 @@ class PlainJoined(DomainEvent):
 
 @event("SealedJoined")
 @frozen
-class SealedJoined(DomainEvent):
+class SealedJoined(DomainEvent):  # PlainJoined, with name and city declared personal
     name: str = personal()
     city: str = personal()
-    plan: str = "basic"
+    plan: str
 
 
 class PlainMember(Aggregate, topic="plain_members"):

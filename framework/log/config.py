@@ -13,6 +13,7 @@ from typing import Any, Literal
 import attrs
 
 from framework.errors import ConfigError
+from framework.log.names import validate_topic_name
 
 DAY_MS = 24 * 60 * 60 * 1000
 MAX_PARTITIONS = 10_000
@@ -139,3 +140,21 @@ class TopicConfig:
 
     def to_dict(self) -> dict[str, object]:
         return attrs.asdict(self)
+
+
+def new_topic_config(
+    name: str, partitions: object, config: TopicConfig | Mapping[str, object] | None
+) -> TopicConfig:
+    """Check a create-topic request (the name, a partition count in [1, MAX_PARTITIONS]) and
+    return its config: what every engine checks before it creates anything."""
+    validate_topic_name(name)
+    if (
+        not isinstance(partitions, int)
+        or isinstance(partitions, bool)
+        or not (1 <= partitions <= MAX_PARTITIONS)
+    ):
+        raise ConfigError(
+            f"partitions must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}",
+            topic=name,
+        )
+    return config if isinstance(config, TopicConfig) else TopicConfig.from_mapping(config or {})

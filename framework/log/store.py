@@ -37,7 +37,7 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.config import MAX_PARTITIONS, TopicConfig
+from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
 from framework.log.files import fsync_dir, write_atomic
 from framework.log.local import LocalDir
 from framework.log.names import check_internal_policy, topic_dir, validate_topic_name
@@ -151,17 +151,7 @@ class LogStore:
         exist_ok: bool = False,
     ) -> TopicDescription:
         """Create a topic atomically; a bad name or config creates nothing."""
-        validate_topic_name(name)
-        if (
-            not isinstance(partitions, int)
-            or isinstance(partitions, bool)
-            or not (1 <= partitions <= MAX_PARTITIONS)
-        ):
-            raise ConfigError(
-                f"partitions must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}",
-                topic=name,
-            )
-        cfg = config if isinstance(config, TopicConfig) else TopicConfig.from_mapping(config or {})
+        cfg = new_topic_config(name, partitions, config)
         check_internal_policy(name, cfg.cleanup_policy)
         final = topic_dir(self.topics_root, name)
         if final.exists():

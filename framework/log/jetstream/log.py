@@ -66,7 +66,7 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.config import MAX_PARTITIONS, TopicConfig
+from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
 from framework.log.jetstream import mapping as m
 from framework.log.local import LocalDir
 from framework.log.names import validate_topic_name
@@ -470,17 +470,7 @@ class JetStreamLog:
         exist_ok: bool = False,
     ) -> TopicDescription:
         """Create the partition streams, then register the topic (create-if-absent in KV)."""
-        validate_topic_name(name)
-        if (
-            not isinstance(partitions, int)
-            or isinstance(partitions, bool)
-            or not (1 <= partitions <= MAX_PARTITIONS)
-        ):
-            raise ConfigError(
-                f"partitions must be an integer in [1, {MAX_PARTITIONS}], got {partitions!r}",
-                topic=name,
-            )
-        cfg = config if isinstance(config, TopicConfig) else TopicConfig.from_mapping(config or {})
+        cfg = new_topic_config(name, partitions, config)
         if len(m.stream_name(self.namespace, name, partitions)) > 255:
             raise ConfigError("topic name too long for a JetStream stream name", topic=name)
         if self.topic_exists(name):

@@ -26,6 +26,7 @@ Kafka's batch v2, all integers big-endian (KIP-98)::
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -58,12 +59,8 @@ def _zigzag(n: int) -> bytes:
     return bytes(out)
 
 
-_CACHED = 1 << 14
-_SMALL = [_zigzag(n) for n in range(-1, _CACHED)]  # index n + 1
-
-
-def _varint(n: int) -> bytes:
-    return _SMALL[n + 1] if -1 <= n < _CACHED else _zigzag(n)
+_varint = functools.lru_cache(maxsize=1 << 14)(_zigzag)
+"""A zig-zag varint, remembered: lengths and deltas repeat from record to record."""
 
 
 def encode_batch(records: Sequence[Record]) -> bytes:
@@ -87,7 +84,6 @@ def _payload_py(records: Sequence[Record], base: int, base_ts: int) -> tuple[byt
     max_ts = base_ts
     parts: list[bytes] = []
     append = parts.append
-    small, cached = _SMALL, _CACHED
     for r in records:
         ts = r.timestamp
         max_ts = max(max_ts, ts)
@@ -115,8 +111,7 @@ def _payload_py(records: Sequence[Record], base: int, base_ts: int) -> tuple[byt
         else:
             body.append(b"\x00")
         rec = b"".join(body)
-        n = len(rec)
-        append(small[n + 1] if n < cached else _zigzag(n))
+        append(_varint(len(rec)))
         append(rec)
     return b"".join(parts), max_ts
 

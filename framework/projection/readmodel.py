@@ -181,9 +181,15 @@ class ReadModel:
         generation: int,
         start: int,
         still_owned: Callable[[], bool] | None = None,
+        floor: int | None = None,
     ) -> int:
         """Record that a worker of ``generation`` owns ``tp`` now; return its position
         (``start`` when the partition was never applied).
+
+        ``floor``, when given, is a position known to be applied elsewhere (a policy's
+        fenced group commit made on another host): a stored position below it is moved up
+        to it, so this file never reports, nor lets anyone commit, a position older than one
+        the group already passed.
 
         Raises :class:`FencedError` when a newer generation already claimed it, unless
         ``still_owned()`` (asked under the write lock) says the claimant owns ``tp`` in its
@@ -197,6 +203,7 @@ class ReadModel:
                 (tp.topic, tp.partition),
             ).fetchone()
             if row is None:
+                start = max(start, floor or 0)
                 conn.execute(
                     "INSERT INTO _eventlane_positions VALUES (?, ?, ?, ?)",
                     (tp.topic, tp.partition, start, generation),
@@ -221,9 +228,11 @@ class ReadModel:
                     stored_generation=owner,
                     generation=generation,
                 )
+            stored = max(stored, floor or 0)
             conn.execute(
-                "UPDATE _eventlane_positions SET generation=? WHERE topic=? AND partition=?",
-                (generation, tp.topic, tp.partition),
+                "UPDATE _eventlane_positions SET next_offset=?, generation=?"
+                " WHERE topic=? AND partition=?",
+                (stored, generation, tp.topic, tp.partition),
             )
             return stored
 

@@ -151,9 +151,17 @@ class Worker:
         generation = self.consumer.generation
         for tp in partitions:
             lwm = self.runtime.log.offsets(tp.topic, tp.partition).lwm
+            # A policy across hosts: the group's fenced commit may be past this host's
+            # positions (another host applied further); the file catches up to it, so a
+            # later commit from this file can never move the group backwards.
+            floor = self.consumer.committed(tp) if self._positions_in_group else None
             try:
                 position = self.readmodel.claim(
-                    tp, generation, lwm, still_owned=functools.partial(self.consumer.owns, tp)
+                    tp,
+                    generation,
+                    lwm,
+                    still_owned=functools.partial(self.consumer.owns, tp),
+                    floor=floor,
                 )
             except FencedError as exc:
                 # Lost it again already (evicted while claiming); the next poll notices.
@@ -164,9 +172,7 @@ class Worker:
                     partition=tp.partition,
                     generation=generation,
                 )
-                position = exc.offset if exc.offset is not None else lwm
-            if self._positions_in_group:  # further on another host (a policy)
-                position = max(position, self.consumer.committed(tp) or 0)
+                position = max(exc.offset if exc.offset is not None else lwm, floor or 0)
             self.consumer.seek(tp, position)
             self._log.info(
                 "partition assigned",
@@ -196,6 +202,7 @@ class Worker:
         try:
             self.consumer.commit(offsets)
         except CommitFailedError as exc:
+            self._uncommitted = True  # the next interval commits what is still owned
             self._log.info("group commit refused (partition moved)", error=str(exc))
 
     # ------------------------------------------------------------------ the loop

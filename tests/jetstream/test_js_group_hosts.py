@@ -191,3 +191,60 @@ def test_the_policy_stays_exactly_once_across_hosts_through_a_kill9(
             rows = db.execute("SELECT count(*) FROM _eventlane_positions").fetchone()
         assert rows[0] > 0, (host / "workers.log").read_text()[-2000:]
         assert not (host / "groups").exists()
+
+
+def test_a_policy_back_on_a_host_with_older_positions_never_commits_backwards(
+    runtime: Runtime, url: str, tmp_path: Path
+) -> None:
+    """Host A applies some orders and stops; host B carries on; A comes back alone with
+    its local positions behind the group's commits. A resumes from the commits and, idle,
+    must not commit its older local positions (the group's lag would reappear and stay)."""
+    host_a, host_b = _host(tmp_path, "host-a"), _host(tmp_path, "host-b")
+    offsets = coordination_for(runtime.log).offsets
+    tps = [TopicPartition("orders", p) for p in range(runtime.log.partition_count("orders"))]
+    workload = list(Workload(orders=30, seed=5).commands())
+
+    def commits() -> dict[TopicPartition, int]:
+        got = {tp: offsets.committed("invoicing_policy", tp) for tp in tps}
+        return {tp: e.offset for tp, e in got.items() if e is not None}
+
+    def hwms() -> dict[TopicPartition, int]:
+        return {tp: runtime.log.offsets(tp.topic, tp.partition).hwm for tp in tps}
+
+    def run_until_caught_up(host: Path, commands: list[Any]) -> None:
+        runner = Runner(APP, "invoicing_policy", host, env=_env(url), log_path=host / "w.log")
+        runner.start()
+        try:
+            for command in commands:
+                runtime.execute(
+                    command.cls, command.aggregate_id, command.action, create=command.create
+                )
+            deadline = time.monotonic() + 90
+            while commits() != hwms():
+                assert time.monotonic() < deadline, (commits(), hwms())
+                assert runner.supervise_once() == [], (host / "w.log").read_text()[-2000:]
+                time.sleep(0.2)
+        finally:
+            runner.stop()
+
+    half = len(workload) // 2
+    run_until_caught_up(host_a, workload[:half])
+    run_until_caught_up(host_b, workload[half:])
+    reached = commits()
+    runner = Runner(APP, "invoicing_policy", host_a, env=_env(url), log_path=host_a / "w2.log")
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # A owns the partitions again, idle past its group-commit interval
+            coord = coordination_for(runtime.log).coordinator("invoicing_policy")
+            state = coord.current()
+            coord.close()
+            if sum(len(m.owned) for m in state.members.values()) == len(tps):
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(3)
+        assert runner.supervise_once() == []
+    finally:
+        runner.stop()
+    assert commits() == reached == hwms()

@@ -182,7 +182,7 @@ def run_cluster_demo(
                 _wait(runtime, supervise, console, tuple(app.projectors))
                 summary["catch_up_s"] = time.perf_counter() - caught_up_from
                 summary["restarts"] = sum(r.restarts for r in runners.values())
-                ask_one(runtime, invoices_db, workload.order_id(0), console)
+                ask_one(runtime, invoices_db, console)
             finally:
                 for runner in runners.values():
                     runner.stop()

@@ -313,18 +313,40 @@ def ownership_intervals(
     members: list[Member], end: float
 ) -> dict[int, list[tuple[float, float, str]]]:
     """Per partition, every ``(start, stop, member)`` interval of ownership from the logs;
-    an interval still open ends at ``end``."""
+    an interval still open ends at ``end``.
+
+    An interval ended by ``revoked`` stops when the member gave the partition up (the
+    callback runs before the release). One ended by ``lost`` (the member was evicted, as
+    Kafka's coordinator evicts a member silent past its session) stops at the start of the
+    member's last *accepted* commit for that partition: the coordinator took the partition
+    away at some moment the member cannot see, and what must never happen is a commit of a
+    zombie accepted after another member was given the partition. Its refused commits and
+    the time until it noticed are not ownership."""
     out: dict[int, list[tuple[float, float, str]]] = {}
     for m in members:
         open_since: dict[int, float] = {}
-        for ev in m.read():
+        events = m.read()
+        for ev in events:
             if ev["ev"] == "assigned":
                 for p in ev["tps"]:
                     assert p not in open_since, f"{m.name} assigned {p} twice"
                     open_since[p] = ev["t"]
-            elif ev["ev"] in ("revoked", "lost"):
+            elif ev["ev"] == "revoked":
                 for p in ev["tps"]:
                     out.setdefault(p, []).append((open_since.pop(p), ev["t"], m.name))
+            elif ev["ev"] == "lost":
+                for p in ev["tps"]:
+                    since = open_since.pop(p)
+                    accepted = [
+                        c["t0"]
+                        for c in events
+                        if c["ev"] == "commit"
+                        and c["ok"]
+                        and str(p) in {str(k) for k in c["offsets"]}
+                        and since <= c["t0"] <= ev["t"]
+                    ]
+                    label = f"{m.name} (lost in generation {ev.get('gen')}: last accepted commit)"
+                    out.setdefault(p, []).append((since, max(accepted, default=since), label))
         for p, since in open_since.items():
             out.setdefault(p, []).append((since, end, m.name))
     return out

@@ -116,7 +116,9 @@ def test_kv_leader_sigkill_during_a_rebalance(
                 m.stop()
         print(f"\ngroup converged {converged_at - killed_at:.2f}s after SIGKILL of KV leader")
         intervals = ownership_intervals(members, time.monotonic())
-        assert overlaps(intervals) == []
+        assert overlaps(intervals) == [], "\n".join(
+            f"--- {m.name}:\n{m.stderr_path.read_text()[-1500:]}" for m in members
+        )
         assert watch.samples > 10 and watch.backwards == []
         done = set(processed(members))
         marks = {p: js.offsets(TOPIC, p).hwm for p in range(6)}

@@ -67,7 +67,39 @@ def runtime(cluster: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[R
 
 
 def _env(url: str) -> dict[str, str]:
-    return {**os.environ, "EVENTLANE_LOG": url, "PYTHONPATH": str(ROOT)}
+    # info: the workers' logs say every assignment, revocation and refused commit, so a
+    # failure here can be read from the assertion message alone
+    return {
+        **os.environ,
+        "EVENTLANE_LOG": url,
+        "PYTHONPATH": str(ROOT),
+        "EVENTLANE_LOG_LEVEL": "info",
+    }
+
+
+def _group_report(runtime: Runtime, hosts: list[Path], log_name: str) -> str:
+    """Where the policy's group stands (committed vs HWM per partition, members and what
+    they own) and the tail of every host's worker log: the message of a failed wait."""
+    coordination = coordination_for(runtime.log)
+    coord = coordination.coordinator("invoicing_policy")
+    state = coord.current()
+    coord.close()
+    lines = [f"generation {state.generation}"]
+    for m in state.members.values():
+        lines.append(
+            f"member pid={m.pid} joined={m.joined_generation} synced={m.synced_generation} "
+            f"owned={[tp.partition for tp in sorted(m.owned)]} "
+            f"target={[tp.partition for tp in sorted(m.target)]}"
+        )
+    for p in range(runtime.log.partition_count("orders")):
+        entry = coordination.offsets.committed("invoicing_policy", TopicPartition("orders", p))
+        hwm = runtime.log.offsets("orders", p).hwm
+        lines.append(f"orders/{p}: committed {entry.offset if entry else None} hwm {hwm}")
+    for host in hosts:
+        path = host / log_name
+        tail = path.read_text()[-3000:] if path.exists() else "(no log)"
+        lines.append(f"--- {path}:\n{tail}")
+    return "\n".join(lines)
 
 
 def _host(tmp_path: Path, name: str) -> Path:
@@ -172,7 +204,9 @@ def test_the_policy_stays_exactly_once_across_hosts_through_a_kill9(
 
         deadline = time.monotonic() + 120
         while not caught_up():
-            assert time.monotonic() < deadline, "the policy's group never caught up"
+            assert time.monotonic() < deadline, "the policy's group never caught up\n" + (
+                _group_report(runtime, hosts, "workers.log")
+            )
             for r in runners:
                 r.supervise_once()
             time.sleep(0.2)

@@ -69,6 +69,7 @@ CIPHER_MARK = "$eventlane"
 _SCHEME = "enc1"  # one value (snapshot states; events before enc2)
 _EVENT_SCHEME = "enc2"  # all personal fields of one event
 _NONCE = 12
+_NUL = "\0"
 KEY_TOPIC_CONFIG: Mapping[str, object] = {
     "cleanup_policy": "compact",
     "retention_ms": -1,
@@ -244,10 +245,9 @@ class LogKeyStore:
         return self._keys.get(subject)
 
     def get(self, subject: str, version: int) -> bytes | None:
-        if time.monotonic() - self._checked >= self._refresh_s or subject not in self._keys:
+        keys = self._keys.get(subject)  # None: forgotten or not seen yet (_lookup tells)
+        if keys is None or time.monotonic() - self._checked >= self._refresh_s:
             keys = self._lookup(subject)
-        else:
-            keys = self._keys[subject]
         return keys[version - 1] if keys and 0 < version <= len(keys) else None
 
     # -- writing ---------------------------------------------------------------------------
@@ -490,7 +490,7 @@ class FieldCipher:
             if type(subject) is not str or type(version) is not int or type(names) is not list:
                 raise ValueError("subject, key version or field list of the wrong type")
             # _event_aad, inlined (hot path); TypeError unless the names are strings
-            aad = f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{chr(0).join(names)}".encode()
+            aad = f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{_NUL.join(names)}".encode()
             blob = binascii.a2b_base64(sealed["c"])
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise SerializationError(
@@ -574,7 +574,7 @@ def _aad(subject: str, field: str, event_id: str) -> bytes:
 
 
 def _event_aad(subject: str, event_id: str, names: Sequence[str]) -> bytes:
-    return f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{chr(0).join(names)}".encode()
+    return f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{_NUL.join(names)}".encode()
 
 
 def _unauthentic(

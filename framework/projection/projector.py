@@ -56,13 +56,12 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, overload
 
-from sqlite_utils import Database, Migrations
-
 from framework.codec import Envelope
 from framework.domain import Aggregate, DomainEvent
 from framework.domain.dispatch import collect_marked, mark
 from framework.errors import ConfigError, ProjectionError
 from framework.log import Log, RecordMetadata
+from framework.projection._sqlite_utils import Database, Migrations
 
 __all__ = ["CommandSide", "EventContext", "Projector", "handles"]
 

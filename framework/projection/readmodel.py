@@ -40,12 +40,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
-from sqlite_utils import Database, Migrations
 
 from framework._locks import FileLock
 from framework.errors import FencedError, ProjectionError
 from framework.log import TopicPartition
 from framework.log.local import LocalDir
+from framework.projection._sqlite_utils import Database, Migrations
 from framework.projection.system_tables import read_model as framework_migrations
 
 log = structlog.get_logger("eventlane.projection")

@@ -23,9 +23,9 @@ import sqlite3
 from pathlib import Path
 
 import structlog
-from sqlite_utils import Migrations
 
 from framework.errors import ProjectionError
+from framework.projection._sqlite_utils import Migrations
 from framework.projection.host import ProjectionHost
 from framework.projection.readmodel import ReadModel
 

@@ -32,12 +32,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlite_utils import Migrations
-
 from framework.consumer.admin import partition_lag
 from framework.consumer.coordination import coordination_for
 from framework.errors import UnknownTopicError
 from framework.log import Log, RecordMetadata, TopicPartition
+from framework.projection._sqlite_utils import Migrations
 from framework.projection.breaker import load_tripped
 from framework.projection.readmodel import ReadModelView
 

@@ -18,7 +18,7 @@ migrations only ever add to this set, never change an applied one. The set keeps
 
 from __future__ import annotations
 
-from sqlite_utils import Database, Migrations
+from framework.projection._sqlite_utils import Database, Migrations
 
 read_model = Migrations("eventlane.read_model")
 

@@ -384,6 +384,12 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=None, help="events per throughput run")
     p.add_argument("--latency-events", type=int, default=None)
+    p.add_argument(
+        "--only",
+        default="",
+        metavar="A,B",
+        help="run only these measures (e.g. raw,loop,one_worker); figures of the others are absent",
+    )
     args = p.parse_args()
     events = args.events or (20_000 if args.quick else 200_000)
     pings = args.latency_events or (120 if args.quick else 320)
@@ -419,32 +425,44 @@ def main() -> None:
             "floor": lambda: measure_floor(fresh("f"), pings),
             "latency": lambda: measure_latency(fresh("l"), pings),
         }
-        bench.rounds(measures)
-    bench.add(
-        "raw decode + executemany (baseline)", "ev/s", "raw", note="orjson + sqlite3, in process"
-    )
-    bench.add(
+        only = {name for name in args.only.split(",") if name}
+        if only - set(measures):
+            raise SystemExit(f"--only: unknown measures {sorted(only - set(measures))}")
+        bench.rounds({k: v for k, v in measures.items() if not only or k in only})
+    for figure, unit, key, baseline, target, note in _FIGURES:
+        needed = {key.split(".")[0]} | ({baseline.split(".")[0]} if baseline else set())
+        if not only or needed <= only:
+            bench.add(figure, unit, key, baseline=baseline, target=target, note=note)
+    bench.finish()
+
+
+_FIGURES: list[tuple[str, str, str, str | None, Target | None, str]] = [
+    (
+        "raw decode + executemany (baseline)",
+        "ev/s",
+        "raw",
+        None,
+        None,
+        "orjson + sqlite3, in process",
+    ),
+    (
         "hand-written decode + upsert loop",
         "ev/s",
         "loop",
-        baseline="raw",
-        note="EventCodec.decode + execute per event, in process",
-    )
-    bench.add(
-        "one worker, end to end",
-        "ev/s",
-        "one_worker",
-        baseline="raw",
-        target=Target(">=", 50_000),
-    )
-    bench.add("one worker vs the hand-written loop", "ev/s", "one_worker", baseline="loop")
-    bench.add("two workers (scaling vs one)", "ev/s", "two_workers", baseline="one_worker")
-    bench.add("catch-up from a cold start", "ev/s", "cold", baseline="raw")
-    bench.add("floor: append + SQLite commit p50", "ms", "floor.p50")
-    bench.add("floor: append + SQLite commit p99", "ms", "floor.p99")
-    bench.add("append -> read model p50", "ms", "latency.p50", baseline="floor.p50")
-    bench.add("append -> read model p99", "ms", "latency.p99", baseline="floor.p99")
-    bench.finish()
+        "raw",
+        None,
+        "EventCodec.decode + execute per event, in process",
+    ),
+    ("one worker, end to end", "ev/s", "one_worker", "raw", Target(">=", 50_000), ""),
+    ("one worker vs the hand-written loop", "ev/s", "one_worker", "loop", None, ""),
+    ("two workers (scaling vs one)", "ev/s", "two_workers", "one_worker", None, ""),
+    ("catch-up from a cold start", "ev/s", "cold", "raw", None, ""),
+    ("floor: append + SQLite commit p50", "ms", "floor.p50", None, None, ""),
+    ("floor: append + SQLite commit p99", "ms", "floor.p99", None, None, ""),
+    ("append -> read model p50", "ms", "latency.p50", "floor.p50", None, ""),
+    ("append -> read model p99", "ms", "latency.p99", "floor.p99", None, ""),
+]
+"""Every figure: name, unit, measure key, baseline key, target, note."""
 
 
 if __name__ == "__main__":

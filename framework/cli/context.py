@@ -260,9 +260,9 @@ SECONDS = SecondsType()
 
 def stdout_console() -> Console:
     """A rich console on standard output (tables, reports)."""
-    return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=False, emoji=False)
 
 
 def stderr_console() -> Console:
     """A rich console on standard error (progress bars, warnings, notes)."""
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, emoji=False)

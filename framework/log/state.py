@@ -41,18 +41,20 @@ systems without futexes the wait degrades to short sleeps.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import mmap
 import os
-import platform
 import struct
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from framework._host import BOOT as BOOT  # noqa: PLC0414 (re-exported)
 from framework._locks import READ_ONLY_ERRNOS, open_rw_or_read_only
+
+if TYPE_CHECKING:
+    import ctypes
 
 STATE_SIZE = 128
 MAGIC = 0x314C5345
@@ -226,29 +228,45 @@ class PartitionState:
 
 
 _SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(
-    platform.machine().lower()
+    os.uname().machine.lower()
 )
 _FUTEX_WAIT = 0
 _FUTEX_WAKE = 1
+_WORD = struct.Struct("=I")  # the wake-up word: native order, as the futex reads it
 
 
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+class _Futex(NamedTuple):
+    """libc's ``syscall`` and the ``ctypes`` module that calls it."""
+
+    syscall: Any
+    ctypes: Any
 
 
-def _load_syscall() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    if _SYS_FUTEX is None or platform.system() != "Linux":
+_futex_loaded: list[_Futex | None] = []
+
+
+def _futex() -> _Futex | None:
+    """The futex system call, loaded on first use (``None`` where there is none).
+
+    Loaded lazily: ``ctypes`` costs every command that opens a log a few milliseconds of
+    start-up, and only appending and waiting use the futex."""
+    if not _futex_loaded:
+        _futex_loaded.append(_load_syscall())
+    return _futex_loaded[0]
+
+
+def _load_syscall() -> _Futex | None:
+    if _SYS_FUTEX is None or not sys.platform.startswith("linux"):
         return None
+    import ctypes  # noqa: PLC0415 - only appending and waiting need it
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
     fn = libc.syscall
     fn.restype = ctypes.c_long
-    return fn
-
-
-_syscall = _load_syscall()
+    return _Futex(fn, ctypes)
 
 
 class Notifier:
@@ -274,19 +292,25 @@ class Notifier:
         finally:
             if fd >= 0:
                 os.close(fd)
-        self._word = ctypes.c_uint32.from_buffer(self._map, 0)
-        self._addr = ctypes.addressof(self._word)
+        self._word: ctypes.c_uint32 | None = None  # made by the first futex call
+        self._addr = 0
+
+    def _address(self, futex: _Futex) -> Any:
+        """The word's address for the futex (a ``c_void_p``), made on first use."""
+        if self._word is None:
+            self._word = futex.ctypes.c_uint32.from_buffer(self._map, 0)
+            self._addr = futex.ctypes.addressof(self._word)
+        return futex.ctypes.c_void_p(self._addr)
 
     def value(self) -> int:
-        return int(self._word.value)
+        return int(_WORD.unpack_from(self._map, 0)[0])
 
     def bump(self) -> None:
         """Signal that something was appended; wakes every waiter in every process."""
-        self._word.value = (self._word.value + 1) & 0xFFFFFFFF
-        if _syscall is not None:
-            _syscall(
-                _SYS_FUTEX, ctypes.c_void_p(self._addr), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0
-            )
+        _WORD.pack_into(self._map, 0, (self.value() + 1) & 0xFFFFFFFF)
+        futex = _futex()
+        if futex is not None:
+            futex.syscall(_SYS_FUTEX, self._address(futex), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
 
     def wait(self, seen: int, timeout: float) -> None:
         """Sleep until the word differs from ``seen`` or ``timeout`` seconds pass.
@@ -295,23 +319,25 @@ class Notifier:
         """
         if timeout <= 0:
             return
-        if _syscall is None:
+        futex = _futex()
+        if futex is None:
             deadline = time.monotonic() + timeout
-            while self._word.value == seen and time.monotonic() < deadline:
+            while self.value() == seen and time.monotonic() < deadline:
                 time.sleep(min(0.001, timeout))
             return
-        ts = _Timespec(int(timeout), int((timeout % 1) * 1e9))
-        _syscall(
+        ctypes_ = futex.ctypes
+        ts = (ctypes_.c_long * 2)(int(timeout), int((timeout % 1) * 1e9))  # struct timespec
+        futex.syscall(
             _SYS_FUTEX,
-            ctypes.c_void_p(self._addr),
+            self._address(futex),
             _FUTEX_WAIT,
-            ctypes.c_uint32(seen),
-            ctypes.byref(ts),
+            ctypes_.c_uint32(seen),
+            ctypes_.byref(ts),
             None,
             0,
         )
 
     def close(self) -> None:
-        del self._word
+        self._word = None
         with contextlib.suppress(BufferError, ValueError):
             self._map.close()

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
@@ -98,6 +96,13 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("EVENTLANE_DATA") or DEFAULT_DATA_DIR)
 
 
+def _remove_tree(path: Path) -> None:
+    """``shutil.rmtree`` ignoring errors (imported here: only create and delete need it)."""
+    import shutil  # noqa: PLC0415 - start-up time of every command that opens a log
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
 class _TopicMeta(NamedTuple):
     partitions: int
     config: TopicConfig
@@ -158,7 +163,7 @@ class LogStore:
             if exist_ok:
                 return self.describe_topic(name)
             raise TopicExistsError(f"topic {name!r} already exists", topic=name)
-        staging = self.topics_root / f".creating-{uuid.uuid4().hex}"
+        staging = self.topics_root / f".creating-{os.urandom(16).hex()}"
         staging.mkdir()
         try:
             for p in range(partitions):
@@ -173,7 +178,7 @@ class LogStore:
                 raise TopicExistsError(f"topic {name!r} already exists", topic=name) from exc
         finally:
             if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+                _remove_tree(staging)
         fsync_dir(self.topics_root)
         log.info(
             "topic created", topic=name, partitions=partitions, cleanup_policy=cfg.cleanup_policy
@@ -307,10 +312,10 @@ class LogStore:
             for key in [k for k in self._partitions if k[0] == name]:
                 self._partitions.pop(key).close()
         _mark_deleted(directory)
-        trash = self.topics_root / f".deleted-{uuid.uuid4().hex}"
+        trash = self.topics_root / f".deleted-{os.urandom(16).hex()}"
         os.rename(directory, trash)
         fsync_dir(self.topics_root)
-        shutil.rmtree(trash, ignore_errors=True)
+        _remove_tree(trash)
         self._meta.pop(name, None)
         log.info("topic deleted", topic=name)
 

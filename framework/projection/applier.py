@@ -137,25 +137,12 @@ class BatchApplier:
             return BatchResult(0, 0, 0)
         # Decode before taking the write lock: workers of one read model decode in
         # parallel and hold the lock only for their handlers' writes.
-        decode = self._decode
         groups: dict[TopicPartition, tuple[list[Record], list[Decoded]]] = {}
         collecting = gc.isenabled()
         if collecting:  # thousands of live envelopes would each trigger a futile collection
             gc.disable()
         try:
-            last: tuple[str, int] | None = None
-            recs: list[Record] = []
-            decoded: list[Decoded] = []
-            for r in records:  # a poll's records come in runs of one partition
-                if (r.topic, r.partition) != last:
-                    last = (r.topic, r.partition)
-                    tp = TopicPartition(r.topic, r.partition)
-                    group = groups.get(tp)
-                    if group is None:
-                        group = groups[tp] = ([], [])
-                    recs, decoded = group
-                recs.append(r)
-                decoded.append(decode(r))
+            self._decode_into(records, groups)
         finally:
             if collecting:
                 gc.enable()
@@ -174,6 +161,55 @@ class BatchApplier:
                 self._apply_partition(conn, recs, decoded, first, counts)
         self.dead_lettered_total += counts[2]
         return BatchResult(*counts)
+
+    def _decode_into(
+        self,
+        records: list[Record],
+        groups: dict[TopicPartition, tuple[list[Record], list[Decoded]]],
+    ) -> None:
+        """Decode ``records`` into ``groups`` (per partition: its records and what each
+        decoded to, see :meth:`_decode`); the loop of :meth:`_decode`, inlined: it runs
+        once per event."""
+        skip = self._skip_names
+        decode = self.codec.decode
+        last: tuple[str, int] | None = None
+        recs: list[Record] = []
+        decoded: list[Decoded] = []
+        add_rec = recs.append
+        add_decoded = decoded.append
+        for r in records:  # a poll's records come in runs of one partition
+            topic, partition, offset, _, _, key, value, headers = r
+            if (topic, partition) != last:
+                last = (topic, partition)
+                tp = TopicPartition(topic, partition)
+                group = groups.get(tp)
+                if group is None:
+                    group = groups[tp] = ([], [])
+                recs, decoded = group
+                add_rec = recs.append
+                add_decoded = decoded.append
+            add_rec(r)
+            unhandled = False  # a known type the projector has no handler for: not decoded
+            for name, raw in headers:
+                if name == "event-type":
+                    unhandled = raw in skip
+                    break
+            if unhandled:
+                add_decoded(None)
+                continue
+            try:
+                add_decoded(
+                    decode(
+                        key,
+                        value,
+                        headers,  # type: ignore[arg-type]
+                        topic=topic,
+                        partition=partition,
+                        offset=offset,
+                    )
+                )
+            except Exception as exc:
+                add_decoded(_DecodeFailedError(exc, _type_name(r)))
 
     # ------------------------------------------------------------------ one partition
     def _apply_partition(
@@ -217,6 +253,47 @@ class BatchApplier:
     def _fast(
         self, recs: list[Record], decoded: list[Decoded], i: int, limit: int, counts: list[int]
     ) -> None:
+        """Run ``recs[i:limit]`` (one partition); raise :class:`_EventFailedError` at the
+        first event that fails (its handler raised, or it did not decode)."""
+        handlers = self._handlers
+        if handlers is None or self._parked:
+            self._fast_general(recs, decoded, i, limit, counts)
+            return
+        # The common case, inlined: the base class's dispatch, one context for the run
+        # (EventContext is valid during its handler call only: each call sees its event).
+        projector = self.projector
+        ctx: EventContext | None = None
+        applied = skipped = 0
+        index = i
+        try:
+            for index in range(i, limit):
+                envelope = decoded[index]
+                if envelope is None:
+                    skipped += 1
+                    continue
+                if type(envelope) is _DecodeFailedError:
+                    raise envelope
+                event = envelope.event  # type: ignore[union-attr]
+                handler = handlers.get(type(event))
+                if handler is None:
+                    skipped += 1
+                    continue
+                if ctx is None:
+                    ctx = self._context(recs[index], envelope)  # type: ignore[arg-type]
+                else:
+                    ctx.offset = recs[index][2]
+                    ctx.envelope = envelope  # type: ignore[assignment]
+                handler(projector, event, ctx)
+                applied += 1
+        except Exception as exc:
+            raise _EventFailedError(recs[index], exc, index) from exc
+        counts[0] += applied
+        counts[1] += skipped
+
+    def _fast_general(
+        self, recs: list[Record], decoded: list[Decoded], i: int, limit: int, counts: list[int]
+    ) -> None:
+        """:meth:`_fast` with parked keys or an overridden :meth:`Projector.handle`."""
         parked = self._parked
         handle = self._handle
         for index in range(i, limit):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
-import attrs
 import pytest
 from cli_helpers import tree
 from click.testing import CliRunner
@@ -54,7 +54,7 @@ def test_create_then_describe_json_has_exactly_the_documented_shape(cli, data_di
 
 
 def test_every_topic_config_knob_is_reachable(cli) -> None:
-    assert set(NON_DEFAULTS) == {f.name.replace("_", ".") for f in attrs.fields(TopicConfig)}
+    assert set(NON_DEFAULTS) == {f.name.replace("_", ".") for f in dataclasses.fields(TopicConfig)}
     args = [arg for key, value in NON_DEFAULTS.items() for arg in ("--config", f"{key}={value}")]
     result = cli("topics", "create", "tuned", *args)
     assert result.exit_code == 0, result.output

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
-import attrs
 import structlog
 
 from framework.errors import LogError, TopicExistsError
@@ -72,7 +71,7 @@ def migrate(
     done: list[PartitionCopy] = []
     for name in names:
         desc = source.describe_topic(name)
-        fill_cfg = attrs.evolve(desc.config, timestamp_type="CreateTime")
+        fill_cfg = desc.config.evolve(timestamp_type="CreateTime")
         target.create_topic(name, desc.partitions, fill_cfg)
         for p in range(desc.partitions):
             copy = _copy_partition(source, target, name, p)

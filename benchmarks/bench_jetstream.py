@@ -6,14 +6,16 @@ always``), then per round, interleaved, measures each operation three ways: thro
 loop (the baseline: the least the adapter must do), and on the embedded ``LogStore`` (beside
 them, so a user sees what replication costs). Operations:
 
-* ``append.1``     single-record appends, one at a time (``js.publish`` and its ack)
+* ``append.1``     single-record appends, one at a time (``js.publish`` and its ack, with the
+                   headers ``JetStreamLog`` sends: a timestamp and a ``Nats-Msg-Id``)
 * ``append.batch`` appends of 100 records (an atomic batch; raw: 100 ``publish_async``
                    in flight, then their acks)
 * ``read``         reading a 5,000-record partition from offset 0 (raw: an ordered
                    consumer delivering the same records)
 * ``cas.1`` / ``cas.8``  conditional appends (``Expect(key, last)``; raw: publish with
-                   ``Nats-Expected-Last-Subject-Sequence``) by 1 and by 8 concurrent writers
-                   (threads sharing one ``JetStreamLog``; raw: 8 tasks), one key each
+                   ``Nats-Expected-Last-Subject-Sequence`` and the same headers) by 1 and by
+                   8 concurrent writers (threads sharing one ``JetStreamLog``; raw: 8
+                   tasks), one key each
 * ``load``         loading one 20-event aggregate: key head + the key's records (raw: a
                    last-by-subject get and a batched direct get filtered by subject); ms
 
@@ -26,6 +28,7 @@ latency: baseline/subject). The machine is shared; compare ratios, not absolute 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 import uuid
@@ -144,6 +147,13 @@ def build(
 
     raw.run(raw_fill())
     heads = {"js": dict.fromkeys(range(8)), "raw": dict.fromkeys(range(8))}
+    msg_ids = itertools.count()
+
+    def raw_headers(**extra: str) -> dict[str, str]:
+        """What ``JetStreamLog`` sends with a single-record append: the timestamp and a
+        de-duplication id (plus, for a conditional append, the expected sequence)."""
+        stamp = str(time.time_ns() // 1_000_000)
+        return {mapping.H_TS: stamp, **extra, "Nats-Msg-Id": f"raw{next(msg_ids)}"}
 
     def js_append1() -> float:
         t0 = time.perf_counter()
@@ -155,7 +165,7 @@ def build(
         async def go() -> float:
             t0 = time.perf_counter()
             for _ in range(n1):
-                await raw.js.publish(f"{raw_topic}.a1.k", VALUE)
+                await raw.js.publish(f"{raw_topic}.a1.k", VALUE, headers=raw_headers())
             return rate(n1, t0)
 
         return float(raw.run(go()))
@@ -245,11 +255,8 @@ def build(
                 subject = f"{raw_topic}.cas.agg{w}"
                 for _ in range(per):
                     last = heads["raw"][w] or 0
-                    ack = await raw.js.publish(
-                        subject,
-                        VALUE,
-                        headers={"Nats-Expected-Last-Subject-Sequence": str(last)},
-                    )
+                    expected = {"Nats-Expected-Last-Subject-Sequence": str(last)}
+                    ack = await raw.js.publish(subject, VALUE, headers=raw_headers(**expected))
                     heads["raw"][w] = ack.seq
 
             async def go() -> float:

@@ -112,14 +112,78 @@ IDLE_HANDBACK_S = 0.01
 
 
 class _Waiter:
-    """A thread waiting for its call's result (or, ``takes_over``, for the loop)."""
+    """A lone thread waiting for its call's result or for the loop, to take it over."""
 
     __slots__ = ("event", "future", "takes_over")
 
-    def __init__(self, future: concurrent.futures.Future[Any], takes_over: bool) -> None:
+    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
         self.event = threading.Event()
         self.future = future
-        self.takes_over = takes_over
+        self.takes_over = True
+
+    def done(self) -> bool:
+        return self.future.done()
+
+
+class _Call:
+    """A call a concurrent caller submitted to the loop (see ``JetStreamLog._call``): a
+    coroutine, or (``coro`` None) a single-record publish ``pub`` (see ``_send_pubs``).
+
+    ``lock`` is held from creation and released exactly once, by :meth:`finish` on the loop
+    once ``result`` or ``error`` is set: the caller waits by acquiring it (one futex wake,
+    no ``concurrent.futures.Future``, ``Event`` or callback closure per call). A publish
+    driven by its own caller's loop (``future`` set) is finished through ``future`` instead.
+    """
+
+    __slots__ = (
+        "abandoned",
+        "coro",
+        "deadline",
+        "error",
+        "finished",
+        "future",
+        "lock",
+        "pub",
+        "result",
+        "task",
+    )
+    takes_over = False
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any] | None,
+        pub: tuple[str, str, bytes, dict[str, str]] | None = None,
+    ) -> None:
+        self.coro = coro
+        self.pub = pub  # (topic, subject, payload, headers with Nats-Msg-Id)
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.task: asyncio.Task[Any] | None = None
+        self.future: asyncio.Future[None] | None = None
+        self.deadline = 0.0  # loop time by which the publish's ack is due
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.finished = False
+        self.abandoned = False  # the caller gave up (backstop): do not start it
+
+    def done(self) -> bool:
+        return self.finished
+
+    def finish(self, task: asyncio.Task[Any]) -> None:
+        """The task's done callback (on the loop)."""
+        if task.cancelled():
+            self.settle(None, concurrent.futures.CancelledError())
+        else:
+            error = task.exception()
+            self.settle(None if error is not None else task.result(), error)
+
+    def settle(self, result: Any, error: BaseException | None) -> None:
+        """Record the outcome and wake the caller (on the loop; once)."""
+        self.result, self.error, self.finished = result, error, True
+        if self.future is None:
+            self.lock.release()
+        elif not self.future.done():
+            self.future.set_result(None)
 
 
 CAPABILITIES = Capabilities(lazy_compaction=False)
@@ -193,6 +257,9 @@ class JetStreamLog:
         self._wake_owed = False  # an append's wake message not sent yet (see _publish)
         self._msg_ids = itertools.count()
         self._msg_id_prefix = uuid.uuid4().hex[:16]
+        self._acks: dict[str, _Call] = {}  # reply token -> publish awaiting its ack, oldest first
+        self._ack_ids = itertools.count()
+        self._sweep: asyncio.TimerHandle | None = None  # expires acks overdue (_expire)
         self._wake = threading.Condition()
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -202,7 +269,9 @@ class JetStreamLog:
         self._last_use = time.monotonic()
         self._last_concurrent = 0.0  # when a call last waited for the log's thread
         self._own_driving = False  # the log's own thread runs the loop
-        self._waiters: collections.deque[_Waiter] = collections.deque()
+        self._waiters: collections.deque[_Waiter | _Call] = collections.deque()
+        self._submitted: collections.deque[_Call] = collections.deque()  # not started yet
+        self._drain_due = False  # a _drain callback is queued on the loop
         self._thread = threading.Thread(
             target=self._drive_when_idle, name="eventlane-jetstream", daemon=True
         )
@@ -239,9 +308,10 @@ class JetStreamLog:
     def nc(self) -> Any:
         return self._nc
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def _run(self, coro: Coroutine[Any, Any, T], call: _Call | None = None) -> T:
         """Run ``coro`` on the log's event loop and return its result (module docstring:
-        in this thread when the loop is free, else by the thread running it)."""
+        in this thread when the loop is free, else by the thread running it). ``call``: the
+        same work as a :class:`_Call` without a coroutine, for concurrent callers."""
         if self._closed:
             coro.close()
             raise LogError("the JetStream log is closed")
@@ -263,10 +333,16 @@ class JetStreamLog:
             if alone and self._own_driving:
                 self._loop.call_soon_threadsafe(self._stop_own_driving)
         try:
-            if alone and self._driver.acquire(blocking=False):
+            if not alone:
+                if call is None:
+                    call = _Call(coro)
+                else:
+                    coro.close()
+                result: T = self._call(call)
+                return result
+            if self._driver.acquire(blocking=False):
                 return self._drive(self._loop.create_task(coro))
-            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-            return self._wait(future, takes_over=alone)
+            return self._wait(asyncio.run_coroutine_threadsafe(coro, self._loop))
         finally:
             with self._guard:  # no notify: the log's thread looks again within the idle time
                 self._users -= 1
@@ -291,20 +367,17 @@ class JetStreamLog:
                 task.cancel()
             self._release()
 
-    def _wait(self, future: concurrent.futures.Future[T], *, takes_over: bool) -> T:
-        """Wait for ``future`` (submitted to the loop another thread runs); ``takes_over``:
-        run the loop here once it is handed over (the only caller: see :meth:`_release`)."""
-        waiter = _Waiter(future, takes_over)
+    def _wait(self, future: concurrent.futures.Future[T]) -> T:
+        """Wait for ``future`` (submitted to the loop another thread runs) as the only
+        caller: run the loop here once it is handed over (see :meth:`_release`)."""
+        waiter = _Waiter(future)
         future.add_done_callback(lambda _f: waiter.event.set())
         deadline = time.monotonic() + self._backstop_s
         with self._guard:
             self._waiters.append(waiter)
-            if not takes_over:
-                self._last_concurrent = time.monotonic()
-                self._guard.notify_all()  # the log's thread runs the loop for concurrent calls
         try:
             while not future.done():
-                if takes_over and self._driver.acquire(blocking=False):
+                if self._driver.acquire(blocking=False):
                     return self._drive(asyncio.wrap_future(future, loop=self._loop))
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -317,14 +390,64 @@ class JetStreamLog:
             with self._guard:
                 self._waiters.remove(waiter)
 
+    def _call(self, call: _Call) -> Any:
+        """Run ``call`` for one of several concurrent callers: queue it for the loop (one
+        wake-up of the loop for all calls queued before it looks) and wait for its result
+        while the log's own thread runs the loop. Calls queued together are started in one
+        loop pass, so their requests leave in one socket write (see :meth:`_drain`)."""
+        with self._guard:
+            self._waiters.append(call)
+            self._last_concurrent = time.monotonic()
+            if not self._own_driving:
+                self._guard.notify_all()  # the log's thread runs the loop for concurrent calls
+        self._submitted.append(call)
+        if not self._drain_due:  # (set before the loop's _drain empties the queue: no loss)
+            self._drain_due = True
+            self._loop.call_soon_threadsafe(self._drain)
+        try:
+            if not call.lock.acquire(timeout=self._backstop_s):
+                self._loop.call_soon_threadsafe(self._abandon, call)
+                raise LogError("JetStream call did not finish in time; gave up")
+            if call.error is not None:
+                raise call.error
+            return call.result
+        finally:
+            with self._guard:
+                self._waiters.remove(call)
+
+    def _drain(self) -> None:
+        """Start every queued concurrent call (a loop callback): a task per coroutine, and
+        one task publishing all the queued single-record appends (publish all, then their
+        acks arrive: JetStream orders them, each carries its own expectations)."""
+        self._drain_due = False  # before emptying the queue (see _call)
+        submitted = self._submitted
+        pubs = []
+        while submitted:
+            call = submitted.popleft()
+            if call.abandoned:
+                if call.coro is not None:
+                    call.coro.close()
+            elif call.coro is None:
+                pubs.append(call)
+            else:
+                call.task = self._loop.create_task(call.coro)
+                call.task.add_done_callback(call.finish)
+        if pubs:
+            self._loop.create_task(self._send_pubs(pubs))
+
+    def _abandon(self, call: _Call) -> None:
+        call.abandoned = True
+        if call.task is not None:
+            call.task.cancel()
+
     def _release(self) -> None:
         """Stop running the loop; hand it to a lone caller waiting to take it over, else, if
         calls of concurrent callers are unfinished, to the log's own thread (which then runs
         it for them all, as a dedicated loop thread, until a lone caller takes it over)."""
         self._driver.release()
         with self._guard:
-            pending = [w for w in self._waiters if not w.future.done()]
-            heir = next((w for w in pending if w.takes_over), None)
+            pending = [w for w in self._waiters if not w.done()]
+            heir = next((w for w in pending if isinstance(w, _Waiter)), None)
             if heir is not None:
                 heir.event.set()
             elif pending:
@@ -349,7 +472,7 @@ class JetStreamLog:
                     if self._closed:
                         return
                     idle = time.monotonic() - self._last_use
-                    pending = [w for w in self._waiters if not w.future.done()]
+                    pending = [w for w in self._waiters if not w.done()]
                     serve = pending and not any(w.takes_over for w in pending)
                     quiet = not self._users and idle >= IDLE_HANDBACK_S
                     if (serve or quiet) and self._driver.acquire(blocking=False):
@@ -379,6 +502,8 @@ class JetStreamLog:
         )
         self._js = self._nc.jetstream(timeout=self.timeout)
         await self._nc.subscribe(m.wake_subject(self.namespace), cb=self._on_wake)
+        self._ack_prefix = self._nc.new_inbox() + "."
+        await self._nc.subscribe(self._ack_prefix + "*", cb=self._on_ack)
         bucket = f"{self.namespace}-topics"
         self._kv: KeyValue = await self._retry(
             lambda: self._js.create_key_value(bucket=bucket, history=1, replicas=self.replicas)
@@ -420,11 +545,7 @@ class JetStreamLog:
                 if topic is not None and isinstance(exc, _NO_STREAM):
                     await self._raise_if_gone(topic)
             except nats.js.errors.APIError as exc:
-                # (KV errors such as KeyWrongLastSequenceError carry no code: not transient)
-                if getattr(exc, "code", None) != 503 and getattr(exc, "err_code", None) not in (
-                    10008,
-                    10077,
-                ):
+                if not _transient_api_error(exc):
                     raise
                 err = exc
             if time.monotonic() > deadline:
@@ -684,20 +805,23 @@ class JetStreamLog:
             )
         extra: dict[str, str] = {}
         if expect is not None:
-            subject = (
-                f"{m.subject_prefix(self.namespace, topic, partition)}.{m.key_token(expect.key)}"
-            )
             last = 0 if expect.last_offset is None else expect.last_offset + 1
             extra = {"Nats-Expected-Last-Subject-Sequence": str(last)}
-            if subject != msgs[0][0]:
-                extra["Nats-Expected-Last-Subject-Sequence-Subject"] = subject
+            if expect.key != records[0][0]:  # (else the first record's subject is the key's)
+                prefix = m.subject_prefix(self.namespace, topic, partition)
+                subject = f"{prefix}.{m.key_token(expect.key)}"
+                if subject != msgs[0][0]:
+                    extra["Nats-Expected-Last-Subject-Sequence-Subject"] = subject
         while True:
             if precondition is not None:
                 _, hwm, _ = self._run(self._state(topic, partition))
                 precondition(hwm)
                 extra["Nats-Expected-Last-Sequence"] = str(hwm)
             try:
-                seqs = self._run(self._publish(topic, msgs, extra))
+                if len(msgs) == 1:
+                    seqs = [self._publish_one(topic, msgs[0], extra)]
+                else:
+                    seqs = self._run(self._publish(topic, msgs, extra))
                 break
             except nats.js.errors.APIError as exc:
                 if not (exc.description or "").startswith("wrong last sequence"):
@@ -785,6 +909,106 @@ class JetStreamLog:
         seqs = await self._publish_only(topic, msgs, extra)
         self._wake_owed = True
         return seqs
+
+    def _publish_one(
+        self, topic: str, msg: tuple[str, bytes, dict[str, str]], extra: dict[str, str]
+    ) -> int:
+        """Publish one record and return its stream sequence (see :meth:`_send_pubs`)."""
+        subject, payload, hdrs = msg
+        headers = {**hdrs, **extra, "Nats-Msg-Id": f"{self._msg_id_prefix}{next(self._msg_ids)}"}
+        call = _Call(None, (topic, subject, payload, headers))
+        seq: int = self._run(self._publish_call(call), call)
+        return seq
+
+    async def _publish_call(self, call: _Call) -> int:
+        """``call``'s publish, for a caller running the loop itself."""
+        call.future = self._loop.create_future()
+        await self._send_pubs([call])
+        await call.future
+        if call.error is not None:
+            raise call.error
+        seq: int = call.result
+        return seq
+
+    async def _send_pubs(self, calls: list[_Call]) -> None:
+        """Publish single records (after the owed wake message), all before any ack.
+
+        A lighter ``js.publish``: each goes out with a reply subject under one subscription
+        of the log (:meth:`_on_ack` settles it), no request future, timer or task of its own.
+        Anything but a plain ack or refusal (no responders, a transient API error, no ack
+        within ``timeout``: see :meth:`_expire`, a publish error) hands the call to
+        :meth:`_republish`, the retrying path, with the same ``Nats-Msg-Id`` (a record
+        stored by the first try is not stored twice)."""
+        if self._wake_owed:
+            self._wake_owed = False
+            await self._send_wake()
+        deadline = self._loop.time() + self.timeout
+        for call in calls:
+            assert call.pub is not None
+            _, subject, payload, headers = call.pub
+            token = str(next(self._ack_ids))
+            call.deadline = deadline
+            self._acks[token] = call
+            try:
+                await self._nc.publish(
+                    subject, payload, reply=self._ack_prefix + token, headers=headers
+                )
+            except Exception:  # closed, reconnecting, too large: the retrying path decides
+                del self._acks[token]
+                self._loop.create_task(self._republish(call))
+        if self._acks and self._sweep is None:
+            self._sweep = self._loop.call_at(deadline, self._expire)
+
+    async def _on_ack(self, msg: Any) -> None:
+        """A publish's ack (or refusal), on the log's reply subscription."""
+        call = self._acks.pop(msg.subject.rpartition(".")[2], None)
+        if call is None:  # acked after it was handed to the retrying path
+            return
+        if (msg.headers or {}).get("Status") == "503":  # no responders: no stream, election
+            self._loop.create_task(self._republish(call))
+            return
+        try:
+            body = orjson.loads(msg.data)
+            if "error" not in body:
+                self._wake_owed = True
+                call.settle(int(body["seq"]), None)
+                return
+            nats.js.errors.APIError.from_error(body["error"])  # raises it
+        except nats.js.errors.APIError as exc:
+            if _transient_api_error(exc):
+                self._loop.create_task(self._republish(call))
+            else:
+                call.settle(None, exc)
+        except Exception as exc:  # not an ack
+            call.settle(None, LogError(f"JetStream answered an append with {msg.data!r}: {exc}"))
+
+    def _expire(self) -> None:
+        """Hand publishes without an ack by their deadline to the retrying path (a timer,
+        re-armed for the oldest publish still waiting)."""
+        self._sweep = None
+        now = self._loop.time()
+        while self._acks:
+            token, call = next(iter(self._acks.items()))
+            if call.deadline > now:
+                self._sweep = self._loop.call_at(call.deadline, self._expire)
+                return
+            del self._acks[token]
+            self._loop.create_task(self._republish(call))
+
+    async def _republish(self, call: _Call) -> None:
+        """``call``'s publish by ``js.publish`` under :meth:`_retry` (same headers)."""
+        assert call.pub is not None
+        topic, subject, payload, headers = call.pub
+        publish = functools.partial(self._js.publish, subject, payload, headers=headers)
+        try:
+            ack = await self._retry(publish, what="append", topic=topic)
+        except BaseException as exc:
+            call.settle(None, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._wake_owed = True
+        call.settle(ack.seq, None)
 
     def _pay_wake(self) -> None:
         """Queue the owed wake message (on the loop, before the call about to run)."""
@@ -1321,6 +1545,12 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def _transient_api_error(exc: nats.js.errors.APIError) -> bool:
+    """An API error worth retrying (no leader, leader changed); KV errors such as
+    ``KeyWrongLastSequenceError`` carry no code: not transient."""
+    return getattr(exc, "code", None) == 503 or getattr(exc, "err_code", None) in (10008, 10077)
 
 
 def _size(msgs: list[tuple[str, bytes, dict[str, str]]]) -> int:

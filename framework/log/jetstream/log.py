@@ -325,19 +325,27 @@ class JetStreamLog:
             # synchronous API) cannot run ours: the log's thread serves it
             # (and not while concurrent calls were seen lately: no ping-pong of the loop
             # between the log's thread and whichever caller is briefly alone)
+            now = time.monotonic()
             alone = (
                 self._users == 1
                 and running is None
-                and time.monotonic() - self._last_concurrent > IDLE_HANDBACK_S
+                and now - self._last_concurrent > IDLE_HANDBACK_S
             )
-            if alone and self._own_driving:
-                self._loop.call_soon_threadsafe(self._stop_own_driving)
-        try:
-            if not alone:
+            if alone:
+                if self._own_driving:
+                    self._loop.call_soon_threadsafe(self._stop_own_driving)
+            else:
                 if call is None:
                     call = _Call(coro)
                 else:
                     coro.close()
+                self._waiters.append(call)
+                self._last_concurrent = now
+                if not self._own_driving:
+                    self._guard.notify_all()  # the log's thread runs the loop for them
+        try:
+            if not alone:
+                assert call is not None
                 result: T = self._call(call)
                 return result
             if self._driver.acquire(blocking=False):
@@ -347,6 +355,8 @@ class JetStreamLog:
             with self._guard:  # no notify: the log's thread looks again within the idle time
                 self._users -= 1
                 self._last_use = time.monotonic()
+                if not alone and call is not None:
+                    self._waiters.remove(call)
 
     @property
     def _backstop_s(self) -> float:
@@ -391,29 +401,21 @@ class JetStreamLog:
                 self._waiters.remove(waiter)
 
     def _call(self, call: _Call) -> Any:
-        """Run ``call`` for one of several concurrent callers: queue it for the loop (one
-        wake-up of the loop for all calls queued before it looks) and wait for its result
-        while the log's own thread runs the loop. Calls queued together are started in one
-        loop pass, so their requests leave in one socket write (see :meth:`_drain`)."""
-        with self._guard:
-            self._waiters.append(call)
-            self._last_concurrent = time.monotonic()
-            if not self._own_driving:
-                self._guard.notify_all()  # the log's thread runs the loop for concurrent calls
+        """Run ``call`` for one of several concurrent callers (registered in ``_waiters``
+        by :meth:`_run`): queue it for the loop (one wake-up of the loop for all calls
+        queued before it looks) and wait for its result while the log's own thread runs the
+        loop. Calls queued together are started in one loop pass, so their requests leave
+        in one socket write (see :meth:`_drain`)."""
         self._submitted.append(call)
         if not self._drain_due:  # (set before the loop's _drain empties the queue: no loss)
             self._drain_due = True
             self._loop.call_soon_threadsafe(self._drain)
-        try:
-            if not call.lock.acquire(timeout=self._backstop_s):
-                self._loop.call_soon_threadsafe(self._abandon, call)
-                raise LogError("JetStream call did not finish in time; gave up")
-            if call.error is not None:
-                raise call.error
-            return call.result
-        finally:
-            with self._guard:
-                self._waiters.remove(call)
+        if not call.lock.acquire(timeout=self._backstop_s):
+            self._loop.call_soon_threadsafe(self._abandon, call)
+            raise LogError("JetStream call did not finish in time; gave up")
+        if call.error is not None:
+            raise call.error
+        return call.result
 
     def _drain(self) -> None:
         """Start every queued concurrent call (a loop callback): a task per coroutine, and

@@ -15,7 +15,9 @@ them, so a user sees what replication costs). Operations:
 * ``cas.1`` / ``cas.8``  conditional appends (``Expect(key, last)``; raw: publish with
                    ``Nats-Expected-Last-Subject-Sequence`` and the same headers) by 1 and by
                    8 concurrent writers (threads sharing one ``JetStreamLog``; raw: 8
-                   tasks), one key each
+                   tasks on the client's loop, and, the same concurrency as the subject,
+                   8 threads each running its publish on that loop and waiting), one key
+                   each
 * ``load``         loading one 20-event aggregate: key head + the key's records (raw: a
                    last-by-subject get and a batched direct get filtered by subject); ms
 
@@ -99,6 +101,12 @@ def main() -> None:
             bench.add(f"{name} raw nats-py", unit, f"{name}.raw")
             bench.add(f"{name} embedded LogStore", unit, f"{name}.emb")
             bench.add(f"{name} ratio js/raw", "x", f"{name}.ratio", target=Target(">=", 0.8))
+        bench.series["cas.8.ratio.thr"] = [
+            s / b
+            for s, b in zip(bench.series["cas.8.js"], bench.series["cas.8.rawthr"], strict=True)
+        ]
+        bench.add("cas.8 raw nats-py from 8 threads", "ops/s", "cas.8.rawthr")
+        bench.add("cas.8 ratio js/raw-threads", "x", "cas.8.ratio.thr", target=Target(">=", 0.8))
         for q in ("p50", "p99"):
             bench.series[f"load.ratio.{q}"] = [
                 b / s
@@ -146,7 +154,7 @@ def build(
             await raw.js.publish(f"{raw_topic}.agg.other", VALUE)
 
     raw.run(raw_fill())
-    heads = {"js": dict.fromkeys(range(8)), "raw": dict.fromkeys(range(8))}
+    heads = {k: dict.fromkeys(range(8)) for k in ("js", "raw", "rawthr")}
     msg_ids = itertools.count()
 
     def raw_headers(**extra: str) -> dict[str, str]:
@@ -268,6 +276,30 @@ def build(
 
         return run
 
+    def raw_cas_threads(writers: int) -> Callable[[], float]:
+        """Raw nats-py called the way a threaded application calls it: each thread runs
+        the same publish on the client's loop and waits (``run_coroutine_threadsafe``)."""
+
+        def run() -> float:
+            per = ncas // writers
+
+            def writer(w: int) -> None:
+                subject = f"{raw_topic}.cas.thr{w}"
+                for _ in range(per):
+                    expected = {"Nats-Expected-Last-Subject-Sequence": str(heads["rawthr"][w] or 0)}
+                    publish = raw.js.publish(subject, VALUE, headers=raw_headers(**expected))
+                    heads["rawthr"][w] = raw.run(publish).seq
+
+            t0 = time.perf_counter()
+            threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return rate(per * writers, t0)
+
+        return run
+
     def emb_cas(writers: int) -> Callable[[], float]:
         def run() -> float:
             per = ncas // writers
@@ -360,6 +392,7 @@ def build(
         "cas.1.emb": emb_cas(1),
         "cas.8.raw": raw_cas(8),
         "cas.8.js": js_cas(8),
+        "cas.8.rawthr": raw_cas_threads(8),
         "cas.8.emb": emb_cas(8),
         "load.raw": raw_load,
         "load.js": js_load,

@@ -365,7 +365,8 @@ class JetStreamLog:
 
     def _drive(self, task: asyncio.Future[T]) -> T:
         """Run the loop in this thread (holding ``_driver``) until ``task`` is done."""
-        self._loop.call_soon(self._pay_wake)  # after the task's first step (see _publish)
+        if self._wake_owed:
+            self._loop.call_soon(self._pay_wake)  # after the task's first step (see _publish)
         timer = self._loop.call_later(self._backstop_s, task.cancel)
         try:
             return self._loop.run_until_complete(task)
@@ -1543,10 +1544,7 @@ class JetStreamLog:
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     """The event loop this thread is running now, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+    return asyncio._get_running_loop()
 
 
 def _transient_api_error(exc: nats.js.errors.APIError) -> bool:

@@ -558,11 +558,19 @@ class JetStreamLog:
             delay = min(delay * 2, 0.5)
 
     async def _raise_if_gone(self, topic: str) -> None:
+        """Raise :class:`UnknownTopicError` if the registry says ``topic`` is gone; a
+        registry that cannot answer now (its leader is being elected too) says nothing, and
+        the caller's retries go on."""
         try:
             await self._kv.get(topic)
         except nats.js.errors.KeyNotFoundError:
             self._meta.pop(topic, None)
             raise UnknownTopicError(f"topic {topic!r} does not exist", topic=topic) from None
+        except _TRANSIENT:
+            return
+        except nats.js.errors.APIError as exc:
+            if not _transient_api_error(exc):
+                raise
 
     # ------------------------------------------------------------------ topics
     def _stream_config(self, topic: str, p: int, cfg: TopicConfig) -> StreamConfig:

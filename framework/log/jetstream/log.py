@@ -18,6 +18,10 @@ the loop for them all (the loop is not handed from caller to caller). That threa
 the loop after :data:`IDLE_HANDBACK_S` without any caller, so subscriptions (the wake
 subject), pings and reconnects are served while the process calls nothing; a lone caller
 arriving then stops it and takes the loop over.
+A concurrent caller queues its call (one wake-up of the loop for everything queued before the
+loop looks) and blocks on a lock of its own that the loop releases with the result: no
+``concurrent.futures.Future``, ``Event`` or closure per call. The loop starts everything
+queued in one pass, so the requests of several callers leave in one socket write.
 The object may be shared by threads; it must not be shared across ``fork()``.
 
 Reads use batched direct gets, which any replica may answer; a replica can lag the leader
@@ -27,7 +31,10 @@ answer reaches it (bounded), which keeps read-your-writes.
 Transient cluster errors (no leader during an election, timeouts, reconnects) are retried
 for up to ``retry_s`` seconds. Single-record appends carry a ``Nats-Msg-Id`` so a retried
 publish is de-duplicated by the server (duplicate window 2 minutes): a record acknowledged
-once is stored once.
+once is stored once. A single-record append is first published with a reply subject under
+one subscription of the log (no request future, timer or task per append); anything but an
+ack or a refusal (no responders, a transient error, no ack within ``timeout``) hands it to
+the retrying ``js.publish`` path with the same headers and message id.
 """
 
 from __future__ import annotations

@@ -117,6 +117,10 @@ _TRANSIENT = (
 IDLE_HANDBACK_S = 0.01
 """Seconds without any caller after which the log's own thread runs the event loop."""
 
+TRAIN_HOLD_S = 0.001
+"""At most this long the loop holds calls queued by concurrent callers while callers whose
+appends it just acknowledged have not queued their next call yet (see ``_drain``)."""
+
 
 class _Waiter:
     """A lone thread waiting for its call's result or for the loop, to take it over."""
@@ -278,7 +282,10 @@ class JetStreamLog:
         self._own_driving = False  # the log's own thread runs the loop
         self._waiters: collections.deque[_Waiter | _Call] = collections.deque()
         self._submitted: collections.deque[_Call] = collections.deque()  # not started yet
-        self._drain_due = False  # a _drain callback is queued on the loop
+        self._drain_due = False  # a _drain callback is queued on the loop (or a hold is on)
+        self._returning = 0  # concurrent appenders acknowledged, not queued again (about)
+        self._holding = False  # queued calls wait for the rest of the train (see _drain)
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._thread = threading.Thread(
             target=self._drive_when_idle, name="eventlane-jetstream", daemon=True
         )
@@ -418,6 +425,9 @@ class JetStreamLog:
         if not self._drain_due:  # (set before the loop's _drain empties the queue: no loss)
             self._drain_due = True
             self._loop.call_soon_threadsafe(self._drain)
+        elif self._holding and len(self._submitted) >= self._returning:
+            self._holding = False  # the train is complete: the loop starts it now
+            self._loop.call_soon_threadsafe(self._drain)
         if not call.lock.acquire(timeout=self._backstop_s):
             self._loop.call_soon_threadsafe(self._abandon, call)
             raise LogError("JetStream call did not finish in time; gave up")
@@ -428,7 +438,27 @@ class JetStreamLog:
     def _drain(self) -> None:
         """Start every queued concurrent call (a loop callback): a task per coroutine, and
         one task publishing all the queued single-record appends (publish all, then their
-        acks arrive: JetStream orders them, each carries its own expectations)."""
+        acks arrive: JetStream orders them, each carries its own expectations).
+
+        Concurrent appenders come back as a train: the loop acknowledges several at once,
+        and their threads queue their next appends one by one as each gets the CPU and the
+        GIL. Starting each alone costs a wake-up of the loop and a socket write per append;
+        so while fewer calls are queued than callers were acknowledged since the last start
+        (``_returning``), the queue is held, for :data:`TRAIN_HOLD_S` at most, without the
+        queuing threads waking the loop, until the caller that completes the train does."""
+        queued = len(self._submitted)
+        if self._hold_timer is None:
+            if 0 < queued < self._returning:
+                self._holding = True  # (_drain_due stays set: queuing callers do not wake us)
+                self._hold_timer = self._loop.call_later(TRAIN_HOLD_S, self._end_hold)
+                return
+        elif self._holding:
+            return  # an earlier wake-up; the hold goes on
+        else:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        self._holding = False
+        self._returning = max(0, self._returning - queued)
         self._drain_due = False  # before emptying the queue (see _call)
         submitted = self._submitted
         pubs = []
@@ -444,6 +474,13 @@ class JetStreamLog:
                 call.task.add_done_callback(call.finish)
         if pubs:
             self._loop.create_task(self._send_pubs(pubs))
+
+    def _end_hold(self) -> None:
+        """The hold's time is up: the callers not back yet are not waited for."""
+        self._hold_timer = None
+        self._holding = False
+        self._returning = 0
+        self._drain()
 
     def _abandon(self, call: _Call) -> None:
         call.abandoned = True
@@ -989,6 +1026,8 @@ class JetStreamLog:
             body = orjson.loads(msg.data)
             if "error" not in body:
                 self._wake_owed = True
+                if call.future is None:  # a concurrent caller: likely back soon (_drain)
+                    self._returning += 1
                 call.settle(int(body["seq"]), None)
                 return
             nats.js.errors.APIError.from_error(body["error"])  # raises it

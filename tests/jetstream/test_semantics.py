@@ -119,6 +119,31 @@ def test_the_last_append_before_close_still_wakes_waiters(
         assert other.wait_seq() != seen and time.monotonic() - started < 2.0
 
 
+def test_the_wake_of_concurrent_appends_is_not_left_owed(
+    js: JetStreamLog, cluster: LocalCluster, namespace: str
+) -> None:
+    """Appends of concurrent threads (served by the log's own thread, which keeps running
+    the loop afterwards) owe their wake message too: it goes out within the idle time even
+    when nothing follows, not only with this process's next request."""
+    js.create_topic("wc", 1)
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as other:
+        seen = other.wait_seq()
+
+        def writer() -> None:
+            for _ in range(10):
+                js.append("wc", 0, [(None, b"v", (), None)])
+
+        threads = [threading.Thread(target=writer) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        time.sleep(0.2)
+        assert not js._wake_owed
+        other.wait(seen, 5.0)
+        assert other.wait_seq() != seen
+
+
 def test_threads_sharing_one_log_each_get_their_own_answers(js: JetStreamLog) -> None:
     """Concurrent callers are served by the log's own thread, a lone caller runs the loop
     itself, and the two hand over both ways: answers never cross, nothing hangs."""

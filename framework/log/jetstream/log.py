@@ -266,6 +266,7 @@ class JetStreamLog:
         self._marks: dict[str, tuple[int, int]] = {}  # stream -> (lwm, hwm) last seen
         self._wake_seq = 0
         self._wake_owed = False  # an append's wake message not sent yet (see _publish)
+        self._wake_timer: asyncio.TimerHandle | None = None  # pays it if nothing follows
         self._msg_ids = itertools.count()
         self._msg_id_prefix = uuid.uuid4().hex[:16]
         self._acks: dict[str, _Call] = {}  # reply token -> publish awaiting its ack, oldest first
@@ -962,7 +963,7 @@ class JetStreamLog:
             self._wake_owed = False
             await self._send_wake()
         seqs = await self._publish_only(topic, msgs, extra)
-        self._wake_owed = True
+        self._owe_wake()
         return seqs
 
     def _publish_one(
@@ -1025,7 +1026,7 @@ class JetStreamLog:
         try:
             body = orjson.loads(msg.data)
             if "error" not in body:
-                self._wake_owed = True
+                self._owe_wake()
                 if call.future is None:  # a concurrent caller: likely back soon (_drain)
                     self._returning += 1
                 call.settle(int(body["seq"]), None)
@@ -1064,8 +1065,22 @@ class JetStreamLog:
             if not isinstance(exc, Exception):
                 raise
             return
-        self._wake_owed = True
+        self._owe_wake()
         call.settle(ack.seq, None)
+
+    def _owe_wake(self) -> None:
+        """An append was acknowledged: its wake message is owed (on the loop). It rides in
+        the next request's write. A caller running the loop stops it after its call, and the
+        log's thread pays the wake when it takes the loop over; the log's own thread, which
+        keeps running it for concurrent callers, sends it after :data:`IDLE_HANDBACK_S` if
+        no request took it."""
+        self._wake_owed = True
+        if self._wake_timer is None and threading.current_thread() is self._thread:
+            self._wake_timer = self._loop.call_later(IDLE_HANDBACK_S, self._pay_wake_late)
+
+    def _pay_wake_late(self) -> None:
+        self._wake_timer = None
+        self._pay_wake()
 
     def _pay_wake(self) -> None:
         """Queue the owed wake message (on the loop, before the call about to run)."""

@@ -140,7 +140,7 @@ class _Call:
     """A call a concurrent caller submitted to the loop (see ``JetStreamLog._call``): a
     coroutine, or (``coro`` None) a single-record publish ``pub`` (see ``_send_pubs``).
 
-    ``lock`` is held from creation and released exactly once, by :meth:`finish` on the loop
+    ``lock`` is held from creation and released exactly once, by :meth:`settle` on the loop
     once ``result`` or ``error`` is set: the caller waits by acquiring it (one futex wake,
     no ``concurrent.futures.Future``, ``Event`` or callback closure per call). A publish
     driven by its own caller's loop (``future`` set) is finished through ``future`` instead.

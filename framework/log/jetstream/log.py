@@ -681,11 +681,20 @@ class JetStreamLog:
         await asyncio.gather(*(one(p) for p in parts))
 
     def list_topics(self) -> list[str]:
+        """The registered topics. nats-py's key listing can answer "no keys" when its
+        watcher's consumer delivered every key before the watcher first looked (the keys are
+        then in flight, counted neither pending nor received): an empty answer is asked
+        again, twice, before it is believed."""
+
         async def keys() -> list[str]:
-            try:
-                return list(await self._kv.keys())
-            except nats.js.errors.NoKeysError:
-                return []
+            for pause in (0.01, 0.05, None):
+                try:
+                    return list(await self._kv.keys())
+                except nats.js.errors.NoKeysError:
+                    if pause is None:
+                        return []
+                    await asyncio.sleep(pause)
+            return []
 
         return sorted(self._run(self._retry(keys, what="list topics")))
 

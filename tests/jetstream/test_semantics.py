@@ -7,7 +7,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -119,6 +119,31 @@ def test_the_last_append_before_close_still_wakes_waiters(
         assert other.wait_seq() != seen and time.monotonic() - started < 2.0
 
 
+def test_the_wake_of_concurrent_appends_is_not_left_owed(
+    js: JetStreamLog, cluster: LocalCluster, namespace: str
+) -> None:
+    """Appends of concurrent threads (served by the log's own thread, which keeps running
+    the loop afterwards) owe their wake message too: it goes out within the idle time even
+    when nothing follows, not only with this process's next request."""
+    js.create_topic("wc", 1)
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as other:
+        seen = other.wait_seq()
+
+        def writer() -> None:
+            for _ in range(10):
+                js.append("wc", 0, [(None, b"v", (), None)])
+
+        threads = [threading.Thread(target=writer) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        time.sleep(0.2)
+        assert not js._wake_owed
+        other.wait(seen, 5.0)
+        assert other.wait_seq() != seen
+
+
 def test_threads_sharing_one_log_each_get_their_own_answers(js: JetStreamLog) -> None:
     """Concurrent callers are served by the log's own thread, a lone caller runs the loop
     itself, and the two hand over both ways: answers never cross, nothing hangs."""
@@ -175,3 +200,48 @@ def test_appending_to_a_topic_deleted_elsewhere_fails_fast(
         with pytest.raises(UnknownTopicError):
             js.append("gone", 0, records)
     assert time.monotonic() - started < 5.0
+
+
+def test_an_append_whose_ack_is_lost_is_sent_again_and_stored_once(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """No ack within ``timeout``: the append goes to the retrying path with the same
+    ``Nats-Msg-Id`` (and expectation), and the server's de-duplication answers with the
+    first copy's sequence: one record, the right offset, for a lone caller and for
+    concurrent ones."""
+    with JetStreamLog.from_url(cluster.url, namespace=namespace, timeout=0.3) as js:
+        js.create_topic("lost", 1)
+        js.append("lost", 0, [(b"k", b"0", (), None)])
+        answers = js._ack_prefix
+        js._ack_prefix = f"{namespace}.nobody."  # acks of the next appends go nowhere
+        sent_again: list[str] = []
+        publish = js.js.publish
+
+        async def counted(subject: str, *args: Any, **kwargs: Any) -> Any:
+            sent_again.append(subject)
+            return await publish(subject, *args, **kwargs)
+
+        js.js.publish = counted
+        got = js.append("lost", 0, [(b"k", b"1", (), None)], expect=Expect(b"k", 0))
+        assert got.base_offset == 1
+        errors: list[BaseException] = []
+
+        def writer(w: int) -> None:
+            key = b"w%d" % w
+            try:
+                last = js.append("lost", 0, [(key, b"a", (), None)]).base_offset
+                js.append("lost", 0, [(key, b"b", (), None)], expect=Expect(key, last))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        js._ack_prefix = answers
+        assert errors == [] and len(sent_again) == 9
+        assert js.offsets("lost", 0).hwm == 10
+        assert [r.value for r in js.read_key("lost", 0, b"k")] == [b"0", b"1"]
+        for w in range(4):
+            assert [r.value for r in js.read_key("lost", 0, b"w%d" % w)] == [b"a", b"b"]

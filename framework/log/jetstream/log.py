@@ -18,6 +18,10 @@ the loop for them all (the loop is not handed from caller to caller). That threa
 the loop after :data:`IDLE_HANDBACK_S` without any caller, so subscriptions (the wake
 subject), pings and reconnects are served while the process calls nothing; a lone caller
 arriving then stops it and takes the loop over.
+A concurrent caller queues its call (one wake-up of the loop for everything queued before the
+loop looks) and blocks on a lock of its own that the loop releases with the result: no
+``concurrent.futures.Future``, ``Event`` or closure per call. The loop starts everything
+queued in one pass, so the requests of several callers leave in one socket write.
 The object may be shared by threads; it must not be shared across ``fork()``.
 
 Reads use batched direct gets, which any replica may answer; a replica can lag the leader
@@ -27,7 +31,10 @@ answer reaches it (bounded), which keeps read-your-writes.
 Transient cluster errors (no leader during an election, timeouts, reconnects) are retried
 for up to ``retry_s`` seconds. Single-record appends carry a ``Nats-Msg-Id`` so a retried
 publish is de-duplicated by the server (duplicate window 2 minutes): a record acknowledged
-once is stored once.
+once is stored once. A single-record append is first published with a reply subject under
+one subscription of the log (no request future, timer or task per append); anything but an
+ack or a refusal (no responders, a transient error, no ack within ``timeout``) hands it to
+the retrying ``js.publish`` path with the same headers and message id.
 """
 
 from __future__ import annotations
@@ -110,16 +117,84 @@ _TRANSIENT = (
 IDLE_HANDBACK_S = 0.01
 """Seconds without any caller after which the log's own thread runs the event loop."""
 
+TRAIN_HOLD_S = 0.001
+"""At most this long the loop holds calls queued by concurrent callers while callers whose
+appends it just acknowledged have not queued their next call yet (see ``_drain``)."""
+
 
 class _Waiter:
-    """A thread waiting for its call's result (or, ``takes_over``, for the loop)."""
+    """A lone thread waiting for its call's result or for the loop, to take it over."""
 
     __slots__ = ("event", "future", "takes_over")
 
-    def __init__(self, future: concurrent.futures.Future[Any], takes_over: bool) -> None:
+    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
         self.event = threading.Event()
         self.future = future
-        self.takes_over = takes_over
+        self.takes_over = True
+
+    def done(self) -> bool:
+        return self.future.done()
+
+
+class _Call:
+    """A call a concurrent caller submitted to the loop (see ``JetStreamLog._call``): a
+    coroutine, or (``coro`` None) a single-record publish ``pub`` (see ``_send_pubs``).
+
+    ``lock`` is held from creation and released exactly once, by :meth:`settle` on the loop
+    once ``result`` or ``error`` is set: the caller waits by acquiring it (one futex wake,
+    no ``concurrent.futures.Future``, ``Event`` or callback closure per call). A publish
+    driven by its own caller's loop (``future`` set) is finished through ``future`` instead.
+    """
+
+    __slots__ = (
+        "abandoned",
+        "coro",
+        "deadline",
+        "error",
+        "finished",
+        "future",
+        "lock",
+        "pub",
+        "result",
+        "task",
+    )
+    takes_over = False
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any] | None,
+        pub: tuple[str, str, bytes, dict[str, str]] | None = None,
+    ) -> None:
+        self.coro = coro
+        self.pub = pub  # (topic, subject, payload, headers with Nats-Msg-Id)
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.task: asyncio.Task[Any] | None = None
+        self.future: asyncio.Future[None] | None = None
+        self.deadline = 0.0  # loop time by which the publish's ack is due
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.finished = False
+        self.abandoned = False  # the caller gave up (backstop): do not start it
+
+    def done(self) -> bool:
+        return self.finished
+
+    def finish(self, task: asyncio.Task[Any]) -> None:
+        """The task's done callback (on the loop)."""
+        if task.cancelled():
+            self.settle(None, concurrent.futures.CancelledError())
+        else:
+            error = task.exception()
+            self.settle(None if error is not None else task.result(), error)
+
+    def settle(self, result: Any, error: BaseException | None) -> None:
+        """Record the outcome and wake the caller (on the loop; once)."""
+        self.result, self.error, self.finished = result, error, True
+        if self.future is None:
+            self.lock.release()
+        elif not self.future.done():
+            self.future.set_result(None)
 
 
 CAPABILITIES = Capabilities(lazy_compaction=False)
@@ -191,8 +266,12 @@ class JetStreamLog:
         self._marks: dict[str, tuple[int, int]] = {}  # stream -> (lwm, hwm) last seen
         self._wake_seq = 0
         self._wake_owed = False  # an append's wake message not sent yet (see _publish)
+        self._wake_timer: asyncio.TimerHandle | None = None  # pays it if nothing follows
         self._msg_ids = itertools.count()
         self._msg_id_prefix = uuid.uuid4().hex[:16]
+        self._acks: dict[str, _Call] = {}  # reply token -> publish awaiting its ack, oldest first
+        self._ack_ids = itertools.count()
+        self._sweep: asyncio.TimerHandle | None = None  # expires acks overdue (_expire)
         self._wake = threading.Condition()
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -202,7 +281,12 @@ class JetStreamLog:
         self._last_use = time.monotonic()
         self._last_concurrent = 0.0  # when a call last waited for the log's thread
         self._own_driving = False  # the log's own thread runs the loop
-        self._waiters: collections.deque[_Waiter] = collections.deque()
+        self._waiters: collections.deque[_Waiter | _Call] = collections.deque()
+        self._submitted: collections.deque[_Call] = collections.deque()  # not started yet
+        self._drain_due = False  # a _drain callback is queued on the loop (or a hold is on)
+        self._returning = 0  # concurrent appenders acknowledged, not queued again (about)
+        self._holding = False  # queued calls wait for the rest of the train (see _drain)
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._thread = threading.Thread(
             target=self._drive_when_idle, name="eventlane-jetstream", daemon=True
         )
@@ -239,9 +323,10 @@ class JetStreamLog:
     def nc(self) -> Any:
         return self._nc
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def _run(self, coro: Coroutine[Any, Any, T], call: _Call | None = None) -> T:
         """Run ``coro`` on the log's event loop and return its result (module docstring:
-        in this thread when the loop is free, else by the thread running it)."""
+        in this thread when the loop is free, else by the thread running it). ``call``: the
+        same work as a :class:`_Call` without a coroutine, for concurrent callers."""
         if self._closed:
             coro.close()
             raise LogError("the JetStream log is closed")
@@ -255,22 +340,38 @@ class JetStreamLog:
             # synchronous API) cannot run ours: the log's thread serves it
             # (and not while concurrent calls were seen lately: no ping-pong of the loop
             # between the log's thread and whichever caller is briefly alone)
+            now = time.monotonic()
             alone = (
                 self._users == 1
                 and running is None
-                and time.monotonic() - self._last_concurrent > IDLE_HANDBACK_S
+                and now - self._last_concurrent > IDLE_HANDBACK_S
             )
-            if alone and self._own_driving:
-                self._loop.call_soon_threadsafe(self._stop_own_driving)
+            if alone:
+                if self._own_driving:
+                    self._loop.call_soon_threadsafe(self._stop_own_driving)
+            else:
+                if call is None:
+                    call = _Call(coro)
+                else:
+                    coro.close()
+                self._waiters.append(call)
+                self._last_concurrent = now
+                if not self._own_driving:
+                    self._guard.notify_all()  # the log's thread runs the loop for them
         try:
-            if alone and self._driver.acquire(blocking=False):
+            if not alone:
+                assert call is not None
+                result: T = self._call(call)
+                return result
+            if self._driver.acquire(blocking=False):
                 return self._drive(self._loop.create_task(coro))
-            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-            return self._wait(future, takes_over=alone)
+            return self._wait(asyncio.run_coroutine_threadsafe(coro, self._loop))
         finally:
             with self._guard:  # no notify: the log's thread looks again within the idle time
                 self._users -= 1
                 self._last_use = time.monotonic()
+                if not alone and call is not None:
+                    self._waiters.remove(call)
 
     @property
     def _backstop_s(self) -> float:
@@ -279,7 +380,8 @@ class JetStreamLog:
 
     def _drive(self, task: asyncio.Future[T]) -> T:
         """Run the loop in this thread (holding ``_driver``) until ``task`` is done."""
-        self._loop.call_soon(self._pay_wake)  # after the task's first step (see _publish)
+        if self._wake_owed:
+            self._loop.call_soon(self._pay_wake)  # after the task's first step (see _publish)
         timer = self._loop.call_later(self._backstop_s, task.cancel)
         try:
             return self._loop.run_until_complete(task)
@@ -291,20 +393,17 @@ class JetStreamLog:
                 task.cancel()
             self._release()
 
-    def _wait(self, future: concurrent.futures.Future[T], *, takes_over: bool) -> T:
-        """Wait for ``future`` (submitted to the loop another thread runs); ``takes_over``:
-        run the loop here once it is handed over (the only caller: see :meth:`_release`)."""
-        waiter = _Waiter(future, takes_over)
+    def _wait(self, future: concurrent.futures.Future[T]) -> T:
+        """Wait for ``future`` (submitted to the loop another thread runs) as the only
+        caller: run the loop here once it is handed over (see :meth:`_release`)."""
+        waiter = _Waiter(future)
         future.add_done_callback(lambda _f: waiter.event.set())
         deadline = time.monotonic() + self._backstop_s
         with self._guard:
             self._waiters.append(waiter)
-            if not takes_over:
-                self._last_concurrent = time.monotonic()
-                self._guard.notify_all()  # the log's thread runs the loop for concurrent calls
         try:
             while not future.done():
-                if takes_over and self._driver.acquire(blocking=False):
+                if self._driver.acquire(blocking=False):
                     return self._drive(asyncio.wrap_future(future, loop=self._loop))
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -317,14 +416,86 @@ class JetStreamLog:
             with self._guard:
                 self._waiters.remove(waiter)
 
+    def _call(self, call: _Call) -> Any:
+        """Run ``call`` for one of several concurrent callers (registered in ``_waiters``
+        by :meth:`_run`): queue it for the loop (one wake-up of the loop for all calls
+        queued before it looks) and wait for its result while the log's own thread runs the
+        loop. Calls queued together are started in one loop pass, so their requests leave
+        in one socket write (see :meth:`_drain`)."""
+        self._submitted.append(call)
+        if not self._drain_due:  # (set before the loop's _drain empties the queue: no loss)
+            self._drain_due = True
+            self._loop.call_soon_threadsafe(self._drain)
+        elif self._holding and len(self._submitted) >= self._returning:
+            self._holding = False  # the train is complete: the loop starts it now
+            self._loop.call_soon_threadsafe(self._drain)
+        if not call.lock.acquire(timeout=self._backstop_s):
+            self._loop.call_soon_threadsafe(self._abandon, call)
+            raise LogError("JetStream call did not finish in time; gave up")
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def _drain(self) -> None:
+        """Start every queued concurrent call (a loop callback): a task per coroutine, and
+        one task publishing all the queued single-record appends (publish all, then their
+        acks arrive: JetStream orders them, each carries its own expectations).
+
+        Concurrent appenders come back as a train: the loop acknowledges several at once,
+        and their threads queue their next appends one by one as each gets the CPU and the
+        GIL. Starting each alone costs a wake-up of the loop and a socket write per append;
+        so while fewer calls are queued than callers were acknowledged since the last start
+        (``_returning``), the queue is held, for :data:`TRAIN_HOLD_S` at most, without the
+        queuing threads waking the loop, until the caller that completes the train does."""
+        queued = len(self._submitted)
+        if self._hold_timer is None:
+            if 0 < queued < self._returning:
+                self._holding = True  # (_drain_due stays set: queuing callers do not wake us)
+                self._hold_timer = self._loop.call_later(TRAIN_HOLD_S, self._end_hold)
+                return
+        elif self._holding:
+            return  # an earlier wake-up; the hold goes on
+        else:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        self._holding = False
+        self._returning = max(0, self._returning - queued)
+        self._drain_due = False  # before emptying the queue (see _call)
+        submitted = self._submitted
+        pubs = []
+        while submitted:
+            call = submitted.popleft()
+            if call.abandoned:
+                if call.coro is not None:
+                    call.coro.close()
+            elif call.coro is None:
+                pubs.append(call)
+            else:
+                call.task = self._loop.create_task(call.coro)
+                call.task.add_done_callback(call.finish)
+        if pubs:
+            self._loop.create_task(self._send_pubs(pubs))
+
+    def _end_hold(self) -> None:
+        """The hold's time is up: the callers not back yet are not waited for."""
+        self._hold_timer = None
+        self._holding = False
+        self._returning = 0
+        self._drain()
+
+    def _abandon(self, call: _Call) -> None:
+        call.abandoned = True
+        if call.task is not None:
+            call.task.cancel()
+
     def _release(self) -> None:
         """Stop running the loop; hand it to a lone caller waiting to take it over, else, if
         calls of concurrent callers are unfinished, to the log's own thread (which then runs
         it for them all, as a dedicated loop thread, until a lone caller takes it over)."""
         self._driver.release()
         with self._guard:
-            pending = [w for w in self._waiters if not w.future.done()]
-            heir = next((w for w in pending if w.takes_over), None)
+            pending = [w for w in self._waiters if not w.done()]
+            heir = next((w for w in pending if isinstance(w, _Waiter)), None)
             if heir is not None:
                 heir.event.set()
             elif pending:
@@ -349,7 +520,7 @@ class JetStreamLog:
                     if self._closed:
                         return
                     idle = time.monotonic() - self._last_use
-                    pending = [w for w in self._waiters if not w.future.done()]
+                    pending = [w for w in self._waiters if not w.done()]
                     serve = pending and not any(w.takes_over for w in pending)
                     quiet = not self._users and idle >= IDLE_HANDBACK_S
                     if (serve or quiet) and self._driver.acquire(blocking=False):
@@ -379,6 +550,8 @@ class JetStreamLog:
         )
         self._js = self._nc.jetstream(timeout=self.timeout)
         await self._nc.subscribe(m.wake_subject(self.namespace), cb=self._on_wake)
+        self._ack_prefix = self._nc.new_inbox() + "."
+        await self._nc.subscribe(self._ack_prefix + "*", cb=self._on_ack)
         bucket = f"{self.namespace}-topics"
         self._kv: KeyValue = await self._retry(
             lambda: self._js.create_key_value(bucket=bucket, history=1, replicas=self.replicas)
@@ -420,11 +593,7 @@ class JetStreamLog:
                 if topic is not None and isinstance(exc, _NO_STREAM):
                     await self._raise_if_gone(topic)
             except nats.js.errors.APIError as exc:
-                # (KV errors such as KeyWrongLastSequenceError carry no code: not transient)
-                if getattr(exc, "code", None) != 503 and getattr(exc, "err_code", None) not in (
-                    10008,
-                    10077,
-                ):
+                if not _transient_api_error(exc):
                     raise
                 err = exc
             if time.monotonic() > deadline:
@@ -434,11 +603,19 @@ class JetStreamLog:
             delay = min(delay * 2, 0.5)
 
     async def _raise_if_gone(self, topic: str) -> None:
+        """Raise :class:`UnknownTopicError` if the registry says ``topic`` is gone; a
+        registry that cannot answer now (its leader is being elected too) says nothing, and
+        the caller's retries go on."""
         try:
             await self._kv.get(topic)
         except nats.js.errors.KeyNotFoundError:
             self._meta.pop(topic, None)
             raise UnknownTopicError(f"topic {topic!r} does not exist", topic=topic) from None
+        except _TRANSIENT:
+            return
+        except nats.js.errors.APIError as exc:
+            if not _transient_api_error(exc):
+                raise
 
     # ------------------------------------------------------------------ topics
     def _stream_config(self, topic: str, p: int, cfg: TopicConfig) -> StreamConfig:
@@ -504,11 +681,20 @@ class JetStreamLog:
         await asyncio.gather(*(one(p) for p in parts))
 
     def list_topics(self) -> list[str]:
+        """The registered topics. nats-py's key listing can answer "no keys" when its
+        watcher's consumer delivered every key before the watcher first looked (the keys are
+        then in flight, counted neither pending nor received): an empty answer is asked
+        again, twice, before it is believed."""
+
         async def keys() -> list[str]:
-            try:
-                return list(await self._kv.keys())
-            except nats.js.errors.NoKeysError:
-                return []
+            for pause in (0.01, 0.05, None):
+                try:
+                    return list(await self._kv.keys())
+                except nats.js.errors.NoKeysError:
+                    if pause is None:
+                        return []
+                    await asyncio.sleep(pause)
+            return []
 
         return sorted(self._run(self._retry(keys, what="list topics")))
 
@@ -684,20 +870,23 @@ class JetStreamLog:
             )
         extra: dict[str, str] = {}
         if expect is not None:
-            subject = (
-                f"{m.subject_prefix(self.namespace, topic, partition)}.{m.key_token(expect.key)}"
-            )
             last = 0 if expect.last_offset is None else expect.last_offset + 1
             extra = {"Nats-Expected-Last-Subject-Sequence": str(last)}
-            if subject != msgs[0][0]:
-                extra["Nats-Expected-Last-Subject-Sequence-Subject"] = subject
+            if expect.key != records[0][0]:  # (else the first record's subject is the key's)
+                prefix = m.subject_prefix(self.namespace, topic, partition)
+                subject = f"{prefix}.{m.key_token(expect.key)}"
+                if subject != msgs[0][0]:
+                    extra["Nats-Expected-Last-Subject-Sequence-Subject"] = subject
         while True:
             if precondition is not None:
                 _, hwm, _ = self._run(self._state(topic, partition))
                 precondition(hwm)
                 extra["Nats-Expected-Last-Sequence"] = str(hwm)
             try:
-                seqs = self._run(self._publish(topic, msgs, extra))
+                if len(msgs) == 1:
+                    seqs = [self._publish_one(topic, msgs[0], extra)]
+                else:
+                    seqs = self._run(self._publish(topic, msgs, extra))
                 break
             except nats.js.errors.APIError as exc:
                 if not (exc.description or "").startswith("wrong last sequence"):
@@ -783,8 +972,124 @@ class JetStreamLog:
             self._wake_owed = False
             await self._send_wake()
         seqs = await self._publish_only(topic, msgs, extra)
-        self._wake_owed = True
+        self._owe_wake()
         return seqs
+
+    def _publish_one(
+        self, topic: str, msg: tuple[str, bytes, dict[str, str]], extra: dict[str, str]
+    ) -> int:
+        """Publish one record and return its stream sequence (see :meth:`_send_pubs`)."""
+        subject, payload, hdrs = msg
+        headers = {**hdrs, **extra, "Nats-Msg-Id": f"{self._msg_id_prefix}{next(self._msg_ids)}"}
+        call = _Call(None, (topic, subject, payload, headers))
+        seq: int = self._run(self._publish_call(call), call)
+        return seq
+
+    async def _publish_call(self, call: _Call) -> int:
+        """``call``'s publish, for a caller running the loop itself."""
+        call.future = self._loop.create_future()
+        await self._send_pubs([call])
+        await call.future
+        if call.error is not None:
+            raise call.error
+        seq: int = call.result
+        return seq
+
+    async def _send_pubs(self, calls: list[_Call]) -> None:
+        """Publish single records (after the owed wake message), all before any ack.
+
+        A lighter ``js.publish``: each goes out with a reply subject under one subscription
+        of the log (:meth:`_on_ack` settles it), no request future, timer or task of its own.
+        Anything but a plain ack or refusal (no responders, a transient API error, no ack
+        within ``timeout``: see :meth:`_expire`, a publish error) hands the call to
+        :meth:`_republish`, the retrying path, with the same ``Nats-Msg-Id`` (a record
+        stored by the first try is not stored twice)."""
+        if self._wake_owed:
+            self._wake_owed = False
+            await self._send_wake()
+        deadline = self._loop.time() + self.timeout
+        for call in calls:
+            assert call.pub is not None
+            _, subject, payload, headers = call.pub
+            token = str(next(self._ack_ids))
+            call.deadline = deadline
+            self._acks[token] = call
+            try:
+                await self._nc.publish(
+                    subject, payload, reply=self._ack_prefix + token, headers=headers
+                )
+            except Exception:  # closed, reconnecting, too large: the retrying path decides
+                del self._acks[token]
+                self._loop.create_task(self._republish(call))
+        if self._acks and self._sweep is None:
+            self._sweep = self._loop.call_at(deadline, self._expire)
+
+    async def _on_ack(self, msg: Any) -> None:
+        """A publish's ack (or refusal), on the log's reply subscription."""
+        call = self._acks.pop(msg.subject.rpartition(".")[2], None)
+        if call is None:  # acked after it was handed to the retrying path
+            return
+        if (msg.headers or {}).get("Status") == "503":  # no responders: no stream, election
+            self._loop.create_task(self._republish(call))
+            return
+        try:
+            body = orjson.loads(msg.data)
+            if "error" not in body:
+                self._owe_wake()
+                if call.future is None:  # a concurrent caller: likely back soon (_drain)
+                    self._returning += 1
+                call.settle(int(body["seq"]), None)
+                return
+            nats.js.errors.APIError.from_error(body["error"])  # raises it
+        except nats.js.errors.APIError as exc:
+            if _transient_api_error(exc):
+                self._loop.create_task(self._republish(call))
+            else:
+                call.settle(None, exc)
+        except Exception as exc:  # not an ack
+            call.settle(None, LogError(f"JetStream answered an append with {msg.data!r}: {exc}"))
+
+    def _expire(self) -> None:
+        """Hand publishes without an ack by their deadline to the retrying path (a timer,
+        re-armed for the oldest publish still waiting)."""
+        self._sweep = None
+        now = self._loop.time()
+        while self._acks:
+            token, call = next(iter(self._acks.items()))
+            if call.deadline > now:
+                self._sweep = self._loop.call_at(call.deadline, self._expire)
+                return
+            del self._acks[token]
+            self._loop.create_task(self._republish(call))
+
+    async def _republish(self, call: _Call) -> None:
+        """``call``'s publish by ``js.publish`` under :meth:`_retry` (same headers)."""
+        assert call.pub is not None
+        topic, subject, payload, headers = call.pub
+        publish = functools.partial(self._js.publish, subject, payload, headers=headers)
+        try:
+            ack = await self._retry(publish, what="append", topic=topic)
+        except BaseException as exc:
+            call.settle(None, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._owe_wake()
+        call.settle(ack.seq, None)
+
+    def _owe_wake(self) -> None:
+        """An append was acknowledged: its wake message is owed (on the loop). It rides in
+        the next request's write. A caller running the loop stops it after its call, and the
+        log's thread pays the wake when it takes the loop over; the log's own thread, which
+        keeps running it for concurrent callers, sends it after :data:`IDLE_HANDBACK_S` if
+        no request took it."""
+        self._wake_owed = True
+        if self._wake_timer is None and threading.current_thread() is self._thread:
+            self._wake_timer = self._loop.call_later(IDLE_HANDBACK_S, self._pay_wake_late)
+
+    def _pay_wake_late(self) -> None:
+        self._wake_timer = None
+        self._pay_wake()
 
     def _pay_wake(self) -> None:
         """Queue the owed wake message (on the loop, before the call about to run)."""
@@ -1317,10 +1622,13 @@ class JetStreamLog:
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     """The event loop this thread is running now, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+    return asyncio._get_running_loop()
+
+
+def _transient_api_error(exc: nats.js.errors.APIError) -> bool:
+    """An API error worth retrying (no leader, leader changed); KV errors such as
+    ``KeyWrongLastSequenceError`` carry no code: not transient."""
+    return getattr(exc, "code", None) == 503 or getattr(exc, "err_code", None) in (10008, 10077)
 
 
 def _size(msgs: list[tuple[str, bytes, dict[str, str]]]) -> int:

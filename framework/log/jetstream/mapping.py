@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 
@@ -40,8 +41,10 @@ def check_namespace(ns: str) -> str:
     return ns
 
 
+@functools.lru_cache(maxsize=4096)
 def encode_name(topic: str) -> str:
-    """``topic`` as a stream-name and subject-token safe string (reversible).
+    """``topic`` as a stream-name and subject-token safe string (reversible; remembered:
+    every append and read names its stream and subjects).
 
     >>> encode_name("customers.state_v2-x")
     'customers_2Estate_5Fv2_2Dx'

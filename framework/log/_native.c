@@ -7,7 +7,7 @@
  *   murmur2(data) -> int                      Kafka's Utils.murmur2, a signed 32-bit int
  *   partition_for_key(key, n) -> int          (murmur2(key) & 0x7fffffff) % n
  *   partitions_for_keys(keys, n) -> list[int] the same for a sequence of keys
- *   encode_records(records, base_timestamp, offset_deltas) -> bytes
+ *   encode_records(records, base_timestamp, offset_deltas, timestamps) -> bytes
  *   decode_records(buf, start, end, base_offset, base_timestamp, timestamp_type,
  *                  topic, partition, min_offset[, record_cls]) -> list[record_cls]
  *   index_keys(buf, start, end, base_offset, last, key_id) -> int    (the cleaner's pass 1)
@@ -502,8 +502,8 @@ offset_delta(PyObject *obj, Py_ssize_t i, int32_t *out)
 static PyObject *
 native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *records, *base_obj, *deltas_obj = Py_None;
-    PyObject *recs = NULL, *deltas = NULL, *out = NULL;
+    PyObject *records, *base_obj, *deltas_obj = Py_None, *stamps_obj = Py_None;
+    PyObject *recs = NULL, *deltas = NULL, *stamps = NULL, *out = NULL;
     int64_t *ts_deltas = NULL;
     int32_t *off_deltas = NULL;
     int32_t *lengths = NULL;
@@ -513,15 +513,18 @@ native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     writer_t w;
     (void)module;
 
-    if (nargs < 2 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError,
-                        "encode_records(records, base_timestamp, offset_deltas=None)");
+    if (nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "encode_records(records, base_timestamp, "
+                                         "offset_deltas=None, timestamps=None)");
         return NULL;
     }
     records = args[0];
     base_obj = args[1];
-    if (nargs == 3) {
+    if (nargs >= 3) {
         deltas_obj = args[2];
+    }
+    if (nargs == 4) {
+        stamps_obj = args[3];
     }
     if (!PyLong_Check(base_obj)) {
         PyErr_Format(PyExc_TypeError, "base_timestamp must be an int, not %.100s",
@@ -550,6 +553,17 @@ native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto error;
         }
     }
+    if (stamps_obj != Py_None) { /* each record's timestamp, in place of its own field */
+        stamps = PySequence_Tuple(stamps_obj);
+        if (stamps == NULL) {
+            goto error;
+        }
+        if (PyTuple_GET_SIZE(stamps) < n) {
+            PyErr_Format(PyExc_ValueError, "timestamps has %zd entries for %zd records",
+                         PyTuple_GET_SIZE(stamps), n);
+            goto error;
+        }
+    }
     ts_deltas = PyMem_Malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
     off_deltas = PyMem_Malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
     lengths = PyMem_Malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
@@ -563,6 +577,9 @@ native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *key, *value, *headers, *ts;
         if (record_fields(PyTuple_GET_ITEM(recs, i), i, &key, &value, &headers, &ts) < 0) {
             goto error;
+        }
+        if (stamps != NULL) {
+            ts = PyTuple_GET_ITEM(stamps, i);
         }
         if (timestamp_delta(ts, base_obj, base_ts, base_overflow, i, &ts_deltas[i]) < 0) {
             goto error;
@@ -684,6 +701,7 @@ native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_DECREF(recs);
     Py_XDECREF(deltas);
+    Py_XDECREF(stamps);
     PyMem_Free(ts_deltas);
     PyMem_Free(off_deltas);
     PyMem_Free(lengths);
@@ -697,6 +715,7 @@ error:
     Py_XDECREF(out);
     Py_XDECREF(recs);
     Py_XDECREF(deltas);
+    Py_XDECREF(stamps);
     PyMem_Free(ts_deltas);
     PyMem_Free(off_deltas);
     PyMem_Free(lengths);
@@ -1304,8 +1323,10 @@ static PyMethodDef native_methods[] = {
      "partitions_for_keys(keys, num_partitions, /)\n--\n\n"
      "partition_for_key for every key of a sequence, as a list."},
     {"encode_records", (PyCFunction)(void (*)(void))native_encode_records, METH_FASTCALL,
-     "encode_records(records, base_timestamp, offset_deltas=None, /)\n--\n\n"
-     "Encode (key, value, headers, timestamp) records into a batch body (bytes)."},
+     "encode_records(records, base_timestamp, offset_deltas=None, timestamps=None, /)\n"
+     "--\n\n"
+     "Encode (key, value, headers, timestamp) records into a batch body (bytes);\n"
+     "timestamps, when given, replaces each record's own timestamp field."},
     {"decode_records", (PyCFunction)native_decode_records, METH_VARARGS,
      "decode_records(buf, start, end, base_offset, base_timestamp, timestamp_type, topic,\n"
      "               partition, min_offset, record_cls=Record, /)\n--\n\n"

@@ -13,10 +13,12 @@ active one, cut short at the first segment holding a record younger than
    are re-framed with their original base offset and ``last_offset_delta``, so offsets are
    preserved and gaps appear.
 
-Both passes scan keys without building records or copying values (``index_keys``, then
-``keep_flags``: one keep/drop byte per record). A batch with nothing kept is skipped, one
-with everything kept is copied byte for byte, and only a batch with both is decoded and
-re-framed; so the cost is a key scan per record plus a decode of the mixed batches.
+Pass 1 scans keys without building records or copying values (``index_keys``). In pass 2
+a batch none of whose offsets is the last of a key is skipped and one all of whose offsets
+are (and that holds no tombstone old enough to drop) is copied byte for byte, both told
+from the sorted last offsets without reading a record; the others get a key-only keep/drop
+scan (``keep_flags``), and only a batch with records both kept and dropped is decoded and
+re-framed.
 
 Tombstones expire by the log's own clock, never by the producer's timestamp (a tombstone
 stamped two days old by its producer must still reach a consumer one record behind), as
@@ -43,6 +45,7 @@ closed); its records are a superset of the cleaned ones at the same offsets.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import os
@@ -239,10 +242,13 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
     # Pass 2: write cleaned groups.
     horizon = _tombstone_horizon(partition, _cleanable_end(cleanable, bases, snap.active_base), now)
     groups = plan_groups(cleanable, cfg.segment_bytes)
+    kept_offsets = sorted(last.values())  # the last offset of every key, for _write_cleaned
     kept_total = 0
     bytes_after = 0
     for group in groups:
-        kept_total_group, size = _write_cleaned(partition, group, end_offset, last, horizon)
+        kept_total_group, size = _write_cleaned(
+            partition, group, end_offset, last, kept_offsets, horizon
+        )
         kept_total += kept_total_group
         bytes_after += size
     partition.replace_segments(groups)
@@ -294,8 +300,22 @@ def _tombstone_horizon(partition: Partition, end: int, now: int) -> int:
 
 
 def _write_cleaned(
-    partition: Partition, group: list[int], end_offset: int, last: dict[bytes, int], horizon: int
+    partition: Partition,
+    group: list[int],
+    end_offset: int,
+    last: dict[bytes, int],
+    kept_offsets: list[int],
+    horizon: int,
 ) -> tuple[int, int]:
+    """Write the cleaned copy of ``group``; return (records kept, bytes written).
+
+    ``kept_offsets`` is ``sorted(last.values())``. Offsets of a batch lie in
+    ``[base_offset, base_offset + last_offset_delta]`` and no other batch's do, so the number
+    of kept offsets in that range says, without reading a record, that no record of the
+    batch is the last of its key (skipped) or that all are (copied as it is, unless a
+    tombstone in it may have expired: offsets below ``horizon``). Only the other batches
+    are scanned (``keep_flags``).
+    """
     base = group[0]
     out_log, out_index, out_time = Segment(partition.dir, base).files(CLEANED)
     kept_count = 0
@@ -307,14 +327,24 @@ def _write_cleaned(
     with open(out_log, "wb") as f:
         for seg in group:
             for h, stored in _iter_raw(partition, seg, end_offset):
-                flags, max_delta = keep_flags(
-                    stored, HEADER_SIZE, h.size, h.base_offset, last, key_id, horizon
-                )
-                if max_delta is None:  # nothing kept
+                first = h.base_offset
+                last_of_keys = bisect.bisect_right(
+                    kept_offsets, first + h.last_offset_delta
+                ) - bisect.bisect_left(kept_offsets, first)
+                if last_of_keys == 0:  # nothing kept
                     continue
-                kept = flags.count(1)
-                # all kept: copied as it is; else only this batch is decoded and re-framed
-                raw = stored if kept == len(flags) else _reframe(partition, h, stored, flags)
+                if last_of_keys == h.record_count and first >= horizon:
+                    raw, kept, max_ts = stored, last_of_keys, h.max_timestamp
+                else:
+                    flags, max_delta = keep_flags(
+                        stored, HEADER_SIZE, h.size, first, last, key_id, horizon
+                    )
+                    if max_delta is None:  # nothing kept (expired tombstones)
+                        continue
+                    kept = flags.count(1)
+                    max_ts = h.base_timestamp + max_delta
+                    # all kept: copied as it is; else only this batch is decoded and re-framed
+                    raw = stored if kept == len(flags) else _reframe(partition, h, stored, flags)
                 if (
                     position == 0
                     or position - last_indexed >= partition.config.index_interval_bytes
@@ -322,7 +352,7 @@ def _write_cleaned(
                     index_entries.append(OFFSET_ENTRY.pack(h.base_offset - base, position))
                     time_entries.append(TIME_ENTRY.pack(running_max, h.base_offset - base))
                     last_indexed = position
-                running_max = max(running_max, h.base_timestamp + max_delta)
+                running_max = max(running_max, max_ts)
                 f.write(raw)
                 position += len(raw)
                 kept_count += kept

@@ -87,34 +87,47 @@ def figure6_compaction(bench: Bench, root: Path, count: int, keys: int) -> None:
     copies = Copies(root, master)
     label = f"{keys // 1000}k keys"
 
-    def raw() -> float:
-        t0 = time.perf_counter()
+    def raw() -> Mapping[str, float]:
+        t0, c0 = time.perf_counter(), time.process_time()
         got = read_parse(segments, verify_crc=False)
-        return got / (time.perf_counter() - t0)
+        return {
+            "wall": got / (time.perf_counter() - t0),
+            "cpu": got / (time.process_time() - c0),
+        }
 
     def compact() -> Mapping[str, float]:
         data = copies.fresh()
         store = LogStore(data)
         store.partition(TOPIC, 0)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         reports: list[Any] = store.compact(TOPIC)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         report = reports[0]
         store.close()
         shutil.rmtree(data)
         return {
             "scanned_per_s": report.records_scanned / seconds,
+            "scanned_per_cpu_s": report.records_scanned / cpu,
             "kept_fraction": report.records_kept / max(report.records_scanned, 1),
         }
 
     bench.rounds({f"raw_{keys}": raw, f"compact_{keys}": compact}, warmup=True)
-    bench.add(f"6. baseline: read + parse closed segments ({label})", "rec/s", f"raw_{keys}")
+    bench.add(f"6. baseline: read + parse closed segments ({label})", "rec/s", f"raw_{keys}.wall")
     bench.add(
         f"6. compaction, records scanned ({label})",
         "rec/s",
         f"compact_{keys}.scanned_per_s",
-        baseline=f"raw_{keys}",
+        baseline=f"raw_{keys}.wall",
         target=Target(">=", 1_000_000),
+    )
+    # per CPU second of this process (the cleaner runs in it): the code's own cost, which
+    # the neighbours on a shared machine move far less than the wall rate
+    bench.add(f"6. baseline per CPU second ({label})", "rec/s", f"raw_{keys}.cpu")
+    bench.add(
+        f"6. compaction per CPU second ({label})",
+        "rec/s",
+        f"compact_{keys}.scanned_per_cpu_s",
+        baseline=f"raw_{keys}.cpu",
     )
     bench.add(f"6.   kept / scanned ({label})", "ratio", f"compact_{keys}.kept_fraction")
     shutil.rmtree(master)

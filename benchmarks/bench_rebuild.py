@@ -129,17 +129,23 @@ def main() -> None:
         merges: list[float] = []
 
         def local() -> float:
-            c0 = tree_cpu()
+            c0, w0 = tree_cpu(), time.perf_counter()
             r = rebuild(runtime, PROJECTION, engine="local", output=root / "local.sqlite")
-            bench.record("cpu_us_per_event_local", (tree_cpu() - c0) / count * 1e6)
+            cpu = tree_cpu() - c0
+            bench.record("cpu_us_per_event_local", cpu / count * 1e6)
+            bench.record("cores_local", cpu / (time.perf_counter() - w0))
             return r.events_per_second
 
         def spark_run(name: str, session: Any) -> float:
-            c0 = tree_cpu()
+            c0, w0 = tree_cpu(), time.perf_counter()
             r: RebuildResult = rebuild(
                 runtime, PROJECTION, engine="spark", spark=session, output=root / f"{name}.sqlite"
             )
-            bench.record(f"cpu_us_per_event_{name}", (tree_cpu() - c0) / count * 1e6)
+            cpu = tree_cpu() - c0
+            bench.record(f"cpu_us_per_event_{name}", cpu / count * 1e6)
+            # cores the run obtained on average (CPU seconds of every process / wall seconds):
+            # on a shared machine local[2] gets what the neighbours leave, not 2
+            bench.record(f"cores_{name}", cpu / (time.perf_counter() - w0))
             # where the wall time goes: the replay (tasks, parallel across cores) and the
             # driver's serial tail (merge of the partials into the output, finalize)
             bench.record(f"{name}_replay_s", r.replay_seconds)
@@ -215,6 +221,30 @@ def main() -> None:
         "cpu_us_per_event_spark2",
         baseline="cpu_us_per_event_local",
         note="driver + JVM + Python workers; ratio = Spark's extra CPU per event",
+    )
+    bench.add(
+        "CPU per event, spark local[1] (all processes)",
+        "us",
+        "cpu_us_per_event_spark1",
+        baseline="cpu_us_per_event_local",
+    )
+    bench.add("cores obtained, spark local[1] (CPU s / wall s)", "cores", "cores_spark1")
+    bench.add(
+        "cores obtained, spark local[2] (CPU s / wall s)",
+        "cores",
+        "cores_spark2",
+        baseline="cores_spark1",
+        note="ratio = how many more cores local[2] actually got than local[1]",
+    )
+    cores1 = statistics.median(bench.series["cores_spark1"])
+    cores2 = statistics.median(bench.series["cores_spark2"])
+    cpu1 = statistics.median(bench.series["cpu_us_per_event_spark1"])
+    cpu2 = statistics.median(bench.series["cpu_us_per_event_spark2"])
+    bench.notes.append(
+        f"local[2]/local[1] decomposed: cores obtained {cores2:.2f}/{cores1:.2f} ="
+        f" {cores2 / cores1:.2f}x, times CPU efficiency {cpu1:.1f}/{cpu2:.1f} us per event ="
+        f" {cpu1 / cpu2:.2f}x, gives {cores2 / cores1 * cpu1 / cpu2:.2f}x (the wall-clock ratio,"
+        " up to the serial tail)"
     )
     local_cpu = statistics.median(bench.series["cpu_us_per_event_local"])
     spark_cpu = statistics.median(bench.series["cpu_us_per_event_spark2"])

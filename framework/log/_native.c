@@ -7,11 +7,12 @@
  *   murmur2(data) -> int                      Kafka's Utils.murmur2, a signed 32-bit int
  *   partition_for_key(key, n) -> int          (murmur2(key) & 0x7fffffff) % n
  *   partitions_for_keys(keys, n) -> list[int] the same for a sequence of keys
- *   encode_records(records, base_timestamp, offset_deltas) -> bytes
+ *   encode_records(records, base_timestamp, offset_deltas, timestamps) -> bytes
  *   decode_records(buf, start, end, base_offset, base_timestamp, timestamp_type,
  *                  topic, partition, min_offset[, record_cls]) -> list[record_cls]
  *   index_keys(buf, start, end, base_offset, last, key_id) -> int    (the cleaner's pass 1)
- *   metadata_list(cls, topic, partition, base_offset, timestamps) -> list[cls]  (producer)
+ *   keep_flags(buf, start, end, base_offset, last, key_id, horizon) -> (bytes, int | None)
+ *                                                               (the cleaner's pass 2)
  *
  * The record layout (all integers big-endian) is documented in framework/log/batch.py:
  *
@@ -501,8 +502,8 @@ offset_delta(PyObject *obj, Py_ssize_t i, int32_t *out)
 static PyObject *
 native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *records, *base_obj, *deltas_obj = Py_None;
-    PyObject *recs = NULL, *deltas = NULL, *out = NULL;
+    PyObject *records, *base_obj, *deltas_obj = Py_None, *stamps_obj = Py_None;
+    PyObject *recs = NULL, *deltas = NULL, *stamps = NULL, *out = NULL;
     int64_t *ts_deltas = NULL;
     int32_t *off_deltas = NULL;
     int32_t *lengths = NULL;
@@ -512,15 +513,18 @@ native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     writer_t w;
     (void)module;
 
-    if (nargs < 2 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError,
-                        "encode_records(records, base_timestamp, offset_deltas=None)");
+    if (nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "encode_records(records, base_timestamp, "
+                                         "offset_deltas=None, timestamps=None)");
         return NULL;
     }
     records = args[0];
     base_obj = args[1];
-    if (nargs == 3) {
+    if (nargs >= 3) {
         deltas_obj = args[2];
+    }
+    if (nargs == 4) {
+        stamps_obj = args[3];
     }
     if (!PyLong_Check(base_obj)) {
         PyErr_Format(PyExc_TypeError, "base_timestamp must be an int, not %.100s",
@@ -549,6 +553,17 @@ native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto error;
         }
     }
+    if (stamps_obj != Py_None) { /* each record's timestamp, in place of its own field */
+        stamps = PySequence_Tuple(stamps_obj);
+        if (stamps == NULL) {
+            goto error;
+        }
+        if (PyTuple_GET_SIZE(stamps) < n) {
+            PyErr_Format(PyExc_ValueError, "timestamps has %zd entries for %zd records",
+                         PyTuple_GET_SIZE(stamps), n);
+            goto error;
+        }
+    }
     ts_deltas = PyMem_Malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
     off_deltas = PyMem_Malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
     lengths = PyMem_Malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
@@ -562,6 +577,9 @@ native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *key, *value, *headers, *ts;
         if (record_fields(PyTuple_GET_ITEM(recs, i), i, &key, &value, &headers, &ts) < 0) {
             goto error;
+        }
+        if (stamps != NULL) {
+            ts = PyTuple_GET_ITEM(stamps, i);
         }
         if (timestamp_delta(ts, base_obj, base_ts, base_overflow, i, &ts_deltas[i]) < 0) {
             goto error;
@@ -683,6 +701,7 @@ native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_DECREF(recs);
     Py_XDECREF(deltas);
+    Py_XDECREF(stamps);
     PyMem_Free(ts_deltas);
     PyMem_Free(off_deltas);
     PyMem_Free(lengths);
@@ -696,6 +715,7 @@ error:
     Py_XDECREF(out);
     Py_XDECREF(recs);
     Py_XDECREF(deltas);
+    Py_XDECREF(stamps);
     PyMem_Free(ts_deltas);
     PyMem_Free(off_deltas);
     PyMem_Free(lengths);
@@ -1161,92 +1181,129 @@ error:
 #undef BAD
 
 /* ------------------------------------------------------------------------------------- */
-/* metadata_list: the producer's acknowledgements                                          */
+/* keep_flags: the cleaner's pass 2 decision, without decoding                            */
 /* ------------------------------------------------------------------------------------- */
 
-/* metadata_list(cls, topic, partition, base_offset, timestamps) -> list[cls]
+#define BAD(...)                                      \
+    do {                                              \
+        PyErr_Format(PyExc_ValueError, __VA_ARGS__); \
+        goto error;                                   \
+    } while (0)
+
+/* keep_flags(buf, start, end, base_offset, last, key_id, horizon) -> (bytes, int | None)
  *
- * cls(topic, partition, base_offset + i, timestamps[i]) for every i. When cls is a
- * 4-field NamedTuple with the tuple layout and topic/partition are an exact str/int, the
- * items are built directly and untracked from the cyclic GC (they hold only atoms), so a
- * batch's acknowledgements add nothing to every later collection. */
+ * One byte per record of buf[start:end], in order: 1 if compaction keeps it, else 0. A
+ * record is kept iff it has a key, last.get(key) (key_id(key) for keys over 16 bytes) equals
+ * its offset, and it is not a tombstone (null value) at an offset below horizon. The int is
+ * the largest timestamp delta of a kept record (None if none is kept). Values and headers
+ * are neither copied nor decoded; the framing is checked exactly as decode_records checks it. */
 static PyObject *
-native_metadata_list(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+native_keep_flags(PyObject *module, PyObject *args)
 {
-    PyObject *cls, *topic, *partition, *stamps, *out;
-    long long base;
-    Py_ssize_t i, n;
-    int direct;
+    Py_buffer view;
+    Py_ssize_t start, end, pos, count = 0, cap;
+    long long base_offset, horizon;
+    PyObject *last, *key_id, *key = NULL, *flags = NULL, *out;
+    const unsigned char *b;
+    int64_t max_delta = 0;
+    int any_kept = 0;
     (void)module;
 
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError,
-                        "metadata_list(cls, topic, partition, base_offset, timestamps)");
+    if (!PyArg_ParseTuple(args, "y*nnLO!OL:keep_flags", &view, &start, &end, &base_offset,
+                          &PyDict_Type, &last, &key_id, &horizon)) {
         return NULL;
     }
-    cls = args[0];
-    topic = args[1];
-    partition = args[2];
-    base = PyLong_AsLongLong(args[3]);
-    if (base == -1 && PyErr_Occurred()) {
-        return NULL;
+    if (start < 0 || end > view.len) {
+        BAD("records span [%zd, %zd) lies outside the buffer of %zd bytes", start, end,
+            view.len);
     }
-    stamps = PySequence_Fast(args[4], "timestamps must be a sequence");
-    if (stamps == NULL) {
-        return NULL;
+    /* every record takes at least 20 bytes: an upper bound on the flag count */
+    cap = end > start ? (end - start) / 20 + 1 : 0;
+    flags = PyBytes_FromStringAndSize(NULL, cap);
+    if (flags == NULL) {
+        goto error;
     }
-    n = PySequence_Fast_GET_SIZE(stamps);
-    direct = direct_alloc_ok(cls, 4) && PyUnicode_CheckExact(topic) &&
-             PyLong_CheckExact(partition);
-    out = PyList_New(n);
-    if (out == NULL) {
-        Py_DECREF(stamps);
-        return NULL;
-    }
-    for (i = 0; i < n; i++) {
-        PyObject *off, *ts = PySequence_Fast_GET_ITEM(stamps, i), *item;
-        if (add_overflows(base, (int64_t)i)) {
-            PyErr_SetString(PyExc_OverflowError, "offset does not fit in 64 bits");
+    b = (const unsigned char *)view.buf;
+    pos = start;
+    while (pos < end) {
+        RecordSpan r;
+        char keep = 0;
+        long long offset;
+        if (parse_record(b, pos, end, &r) < 0) {
             goto error;
         }
-        off = PyLong_FromLongLong(base + (long long)i);
-        if (off == NULL) {
-            goto error;
+        if (add_overflows(base_offset, r.delta)) {
+            BAD("record offset %lld%+d does not fit in 64 bits", base_offset, (int)r.delta);
         }
-        if (direct && PyLong_CheckExact(ts)) {
-            PyTypeObject *tp = (PyTypeObject *)cls;
-            item = tp->tp_alloc(tp, 4);
-            if (item == NULL) {
-                Py_DECREF(off);
+        offset = (long long)base_offset + r.delta;
+        if (r.klen >= 0 && !(r.vlen == -1 && offset < horizon)) {
+            PyObject *seen;
+            key = PyBytes_FromStringAndSize((const char *)b + r.key_at, r.klen);
+            if (key == NULL) {
                 goto error;
             }
-            Py_INCREF(topic);
-            Py_INCREF(partition);
-            Py_INCREF(ts);
-            PyTuple_SET_ITEM(item, 0, topic);
-            PyTuple_SET_ITEM(item, 1, partition);
-            PyTuple_SET_ITEM(item, 2, off);
-            PyTuple_SET_ITEM(item, 3, ts);
-            PyObject_GC_UnTrack(item);
-        }
-        else {
-            PyObject *argv[4] = {topic, partition, off, ts};
-            item = PyObject_Vectorcall(cls, argv, 4, NULL);
-            Py_DECREF(off);
-            if (item == NULL) {
+            if (r.klen > 16) {
+                Py_SETREF(key, PyObject_CallOneArg(key_id, key));
+                if (key == NULL) {
+                    goto error;
+                }
+            }
+            seen = PyDict_GetItemWithError(last, key); /* borrowed */
+            if (seen == NULL && PyErr_Occurred()) {
                 goto error;
             }
+            Py_CLEAR(key);
+            if (seen != NULL && PyLong_CheckExact(seen)) {
+                int overflow = 0;
+                long long at = PyLong_AsLongLongAndOverflow(seen, &overflow);
+                if (at == -1 && PyErr_Occurred()) {
+                    goto error;
+                }
+                keep = !overflow && at == offset;
+            }
+            else if (seen != NULL) { /* not an exact int: compare as Python does */
+                PyObject *off_obj = PyLong_FromLongLong(offset);
+                int eq;
+                if (off_obj == NULL) {
+                    goto error;
+                }
+                eq = PyObject_RichCompareBool(seen, off_obj, Py_EQ);
+                Py_DECREF(off_obj);
+                if (eq < 0) {
+                    goto error;
+                }
+                keep = (char)eq;
+            }
         }
-        PyList_SET_ITEM(out, i, item);
+        if (keep) {
+            if (!any_kept || r.ts_delta > max_delta) {
+                max_delta = r.ts_delta;
+            }
+            any_kept = 1;
+        }
+        PyBytes_AS_STRING(flags)[count++] = keep;
+        pos = r.end;
     }
-    Py_DECREF(stamps);
+    PyBuffer_Release(&view);
+    if (_PyBytes_Resize(&flags, count) < 0) {
+        return NULL;
+    }
+    if (any_kept) {
+        out = Py_BuildValue("(NL)", flags, (long long)max_delta);
+    }
+    else {
+        out = Py_BuildValue("(NO)", flags, Py_None);
+    }
     return out;
 
 error:
-    Py_DECREF(stamps);
-    Py_DECREF(out);
+    Py_XDECREF(key);
+    Py_XDECREF(flags);
+    PyBuffer_Release(&view);
     return NULL;
 }
+
+#undef BAD
 
 /* ------------------------------------------------------------------------------------- */
 /* Module                                                                                  */
@@ -1266,8 +1323,10 @@ static PyMethodDef native_methods[] = {
      "partitions_for_keys(keys, num_partitions, /)\n--\n\n"
      "partition_for_key for every key of a sequence, as a list."},
     {"encode_records", (PyCFunction)(void (*)(void))native_encode_records, METH_FASTCALL,
-     "encode_records(records, base_timestamp, offset_deltas=None, /)\n--\n\n"
-     "Encode (key, value, headers, timestamp) records into a batch body (bytes)."},
+     "encode_records(records, base_timestamp, offset_deltas=None, timestamps=None, /)\n"
+     "--\n\n"
+     "Encode (key, value, headers, timestamp) records into a batch body (bytes);\n"
+     "timestamps, when given, replaces each record's own timestamp field."},
     {"decode_records", (PyCFunction)native_decode_records, METH_VARARGS,
      "decode_records(buf, start, end, base_offset, base_timestamp, timestamp_type, topic,\n"
      "               partition, min_offset, record_cls=Record, /)\n--\n\n"
@@ -1276,10 +1335,10 @@ static PyMethodDef native_methods[] = {
      "index_keys(buf, start, end, base_offset, last, key_id, /)\n--\n\n"
      "last[key] = offset for every keyed record of buf[start:end] (key_id(key) for keys\n"
      "longer than 16 bytes); returns the number of records."},
-    {"metadata_list", (PyCFunction)(void (*)(void))native_metadata_list, METH_FASTCALL,
-     "metadata_list(cls, topic, partition, base_offset, timestamps, /)\n--\n\n"
-     "[cls(topic, partition, base_offset + i, t) for i, t in enumerate(timestamps)],\n"
-     "built untracked by the cyclic GC."},
+    {"keep_flags", (PyCFunction)native_keep_flags, METH_VARARGS,
+     "keep_flags(buf, start, end, base_offset, last, key_id, horizon, /)\n--\n\n"
+     "One byte per record of buf[start:end]: 1 if compaction keeps it (keyed, last offset\n"
+     "of its key, not a tombstone below horizon); and the largest kept timestamp delta."},
     {NULL, NULL, 0, NULL},
 };
 

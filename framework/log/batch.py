@@ -85,8 +85,9 @@ if TYPE_CHECKING:
 
     EncodeFn = Callable[
         [
-            Sequence[tuple[bytes | None, bytes | None, tuple[Header, ...], int]],
+            Sequence[tuple[bytes | None, bytes | None, tuple[Header, ...], int | None]],
             int,
+            Sequence[int] | None,
             Sequence[int] | None,
         ],
         bytes,
@@ -131,16 +132,24 @@ class BatchHeader(NamedTuple):
 
 
 def _py_encode_records(
-    records: Sequence[tuple[bytes | None, bytes | None, tuple[Header, ...], int]],
+    records: Sequence[tuple[bytes | None, bytes | None, tuple[Header, ...], int | None]],
     base_timestamp: int,
     offset_deltas: Sequence[int] | None = None,
+    timestamps: Sequence[int] | None = None,
 ) -> bytes:
-    """Encode records ``(key, value, headers, timestamp)`` into the batch body."""
+    """Encode records ``(key, value, headers, timestamp)`` into the batch body.
+
+    ``timestamps``, when given, replaces each record's own timestamp field (which may then
+    be ``None``): the log resolves timestamps without building a new tuple per record.
+    """
     parts: list[bytes] = []
     append = parts.append
     pack_head = _REC_HEAD.pack
     pack_int = _INT32.pack
-    for index, (key, value, headers, timestamp) in enumerate(records):
+    if timestamps is not None and len(timestamps) < len(records):
+        raise ValueError(f"timestamps has {len(timestamps)} entries for {len(records)} records")
+    for index, (key, value, headers, own_timestamp) in enumerate(records):
+        timestamp = own_timestamp if timestamps is None else timestamps[index]
         delta = index if offset_deltas is None else offset_deltas[index]
         klen = _NULL if key is None else len(key)
         vlen = _NULL if value is None else len(value)
@@ -159,7 +168,8 @@ def _py_encode_records(
                 tail.append(hval)
         body = b"".join(tail)
         length = 4 + 8 + 4 + max(klen, 0) + len(body)
-        append(pack_head(length, delta, timestamp - base_timestamp, klen))
+        # a None timestamp (unresolved) fails here with TypeError, as in the native encoder
+        append(pack_head(length, delta, timestamp - base_timestamp, klen))  # type: ignore[operator]
         if key is not None:
             append(key)
         append(body)
@@ -293,14 +303,17 @@ except ImportError:  # pragma: no cover
 
 def encode_batch(
     base_offset: int,
-    records: Sequence[tuple[bytes | None, bytes | None, tuple[Header, ...], int]],
+    records: Sequence[tuple[bytes | None, bytes | None, tuple[Header, ...], int | None]],
     *,
     timestamp_type: int = 0,
     offset_deltas: Sequence[int] | None = None,
     last_offset_delta: int | None = None,
+    timestamps: Sequence[int] | None = None,
 ) -> bytes:
-    """Frame ``records`` (``(key, value, headers, timestamp)``, timestamps resolved) as a batch.
+    """Frame ``records`` (``(key, value, headers, timestamp)``) as a batch.
 
+    Timestamps must be resolved: either every record's own, or ``timestamps`` (one per
+    record, replacing the records' own fields, which are then ignored).
     ``offset_deltas`` (default ``0..n-1``) and ``last_offset_delta`` let the cleaner re-frame a
     batch it has compacted without moving any offset.
 
@@ -311,9 +324,10 @@ def encode_batch(
     """
     if not records:
         raise ValueError("a batch holds at least one record")
-    timestamps = [r[3] for r in records]
+    if timestamps is None:
+        timestamps = [r[3] for r in records]  # type: ignore[misc]
     base_ts = timestamps[0]
-    body = encode_records(records, base_ts, offset_deltas)  # type-checks every field
+    body = encode_records(records, base_ts, offset_deltas, timestamps)  # type-checks every field
     if min(timestamps) < 0:
         raise ValueError(f"timestamps are ms since the epoch (>= 0), got {min(timestamps)}")
     if last_offset_delta is None:

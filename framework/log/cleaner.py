@@ -13,6 +13,13 @@ active one, cut short at the first segment holding a record younger than
    are re-framed with their original base offset and ``last_offset_delta``, so offsets are
    preserved and gaps appear.
 
+Pass 1 scans keys without building records or copying values (``index_keys``). In pass 2
+a batch none of whose offsets is the last of a key is skipped and one all of whose offsets
+are (and that holds no tombstone old enough to drop) is copied byte for byte, both told
+from the sorted last offsets without reading a record; the others get a key-only keep/drop
+scan (``keep_flags``), and only a batch with records both kept and dropped is decoded and
+re-framed.
+
 Tombstones expire by the log's own clock, never by the producer's timestamp (a tombstone
 stamped two days old by its producer must still reach a consumer one record behind), as
 Kafka measures ``delete.retention.ms``. ``cleaner-first-seen`` (JSON, written with fsync +
@@ -38,14 +45,14 @@ closed); its records are a superset of the cleaned ones at the same offsets.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
-import operator
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Final, NamedTuple, cast
+from typing import Final
 
 import orjson
 
@@ -54,6 +61,7 @@ from framework.log.batch import (
     HEADER_SIZE,
     NATIVE,
     BatchHeader,
+    _py_decode_records,
     batch_crc_ok,
     decode_records,
     encode_batch,
@@ -112,36 +120,48 @@ _TIMESTAMP_AT: Final = 3
 _KEY_AT: Final = 5
 _VALUE_AT: Final = 6
 _HEADERS_AT: Final = 7
-_KEY = operator.itemgetter(_KEY_AT)
-_VALUE = operator.itemgetter(_VALUE_AT)
-_OFFSET = operator.itemgetter(_OFFSET_AT)
-_TIMESTAMP = operator.itemgetter(_TIMESTAMP_AT)
 
 
-class _Batch(NamedTuple):
-    """One stored batch as the cleaner sees it: header, exact bytes (CRC-checked), records."""
-
-    header: BatchHeader
-    raw: bytes
-    records: Sequence[_Fields]
+KeepFlagsFn = Callable[
+    [bytes, int, int, int, dict[bytes, int], Callable[[bytes], bytes], int],
+    tuple[bytes, int | None],
+]
 
 
-def _iter_batches(partition: Partition, base: int, end_offset: int) -> Iterator[_Batch]:
-    """The batches of segment ``base`` below ``end_offset``, decoded, one at a time."""
-    for h, raw in _iter_raw(partition, base, end_offset):
-        records = decode_records(
-            raw,
-            HEADER_SIZE,
-            h.size,
-            h.base_offset,
-            h.base_timestamp,
-            h.timestamp_type,
-            partition.topic,
-            partition.partition,
-            0,
-            _DECODE_AS,
-        )
-        yield _Batch(h, raw, records)
+def _py_keep_flags(
+    buf: bytes,
+    start: int,
+    end: int,
+    base_offset: int,
+    last: dict[bytes, int],
+    key_id: Callable[[bytes], bytes],
+    horizon: int,
+) -> tuple[bytes, int | None]:
+    """Pass 2's decision for every record of ``buf[start:end]``: one byte each, 1 = kept.
+
+    A record is kept iff it has a key, it is the last record of that key (``last``, keys
+    over 16 bytes as ``key_id(key)``), and it is not a tombstone at an offset below
+    ``horizon``. Also returns the largest timestamp delta of a kept record (``None``: none
+    kept). The reference for the native version, which decodes no value or header.
+    """
+    records = _py_decode_records(buf, start, end, base_offset, 0, 0, "", 0, -(1 << 63))
+    flags = bytes(
+        r.key is not None
+        and last.get(r.key if len(r.key) <= 16 else key_id(r.key)) == r.offset
+        and not (r.value is None and r.offset < horizon)
+        for r in records
+    )
+    deltas = list(itertools.compress((r.timestamp for r in records), flags))
+    return flags, max(deltas) if deltas else None
+
+
+keep_flags: KeepFlagsFn
+try:
+    from framework.log import _native  # type: ignore[attr-defined]
+
+    keep_flags = _native.keep_flags
+except ImportError:  # pragma: no cover - only without a C compiler
+    keep_flags = _py_keep_flags
 
 
 def _iter_raw(
@@ -184,20 +204,6 @@ def _iter_raw(
         os.close(fd)
 
 
-def _key_ids(records: Sequence[_Fields]) -> list[bytes] | None:
-    """``key_id`` of every record's key, or ``None`` if some record has no key.
-
-    Runs without a Python-level step per record when keys are short (the common case).
-    """
-    keys: list[bytes | None] = list(map(_KEY, records))
-    if None in keys:
-        return None
-    ids = cast("list[bytes]", keys)
-    if ids and max(map(len, ids)) > 16:
-        return list(map(key_id, ids))
-    return ids
-
-
 def compact_partition(partition: Partition) -> CompactionReport:
     """Compact the cleanable range of ``partition`` (no-op unless its policy compacts)."""
     started = time.perf_counter()
@@ -236,10 +242,13 @@ def _compact_locked(partition: Partition, started: float) -> CompactionReport:
     # Pass 2: write cleaned groups.
     horizon = _tombstone_horizon(partition, _cleanable_end(cleanable, bases, snap.active_base), now)
     groups = plan_groups(cleanable, cfg.segment_bytes)
+    kept_offsets = sorted(last.values())  # the last offset of every key, for _write_cleaned
     kept_total = 0
     bytes_after = 0
     for group in groups:
-        kept_total_group, size = _write_cleaned(partition, group, end_offset, last, horizon)
+        kept_total_group, size = _write_cleaned(
+            partition, group, end_offset, last, kept_offsets, horizon
+        )
         kept_total += kept_total_group
         bytes_after += size
     partition.replace_segments(groups)
@@ -291,8 +300,22 @@ def _tombstone_horizon(partition: Partition, end: int, now: int) -> int:
 
 
 def _write_cleaned(
-    partition: Partition, group: list[int], end_offset: int, last: dict[bytes, int], horizon: int
+    partition: Partition,
+    group: list[int],
+    end_offset: int,
+    last: dict[bytes, int],
+    kept_offsets: list[int],
+    horizon: int,
 ) -> tuple[int, int]:
+    """Write the cleaned copy of ``group``; return (records kept, bytes written).
+
+    ``kept_offsets`` is ``sorted(last.values())``. Offsets of a batch lie in
+    ``[base_offset, base_offset + last_offset_delta]`` and no other batch's do, so the number
+    of kept offsets in that range says, without reading a record, that no record of the
+    batch is the last of its key (skipped) or that all are (copied as it is, unless a
+    tombstone in it may have expired: offsets below ``horizon``). Only the other batches
+    are scanned (``keep_flags``).
+    """
     base = group[0]
     out_log, out_index, out_time = Segment(partition.dir, base).files(CLEANED)
     kept_count = 0
@@ -303,36 +326,36 @@ def _write_cleaned(
     time_entries: list[bytes] = []
     with open(out_log, "wb") as f:
         for seg in group:
-            for batch in _iter_batches(partition, seg, end_offset):
-                records = batch.records
-                base_offset = batch.header.base_offset
-                kept = _kept(records, last, horizon)
-                if not kept:
+            for h, stored in _iter_raw(partition, seg, end_offset):
+                first = h.base_offset
+                last_of_keys = bisect.bisect_right(
+                    kept_offsets, first + h.last_offset_delta
+                ) - bisect.bisect_left(kept_offsets, first)
+                if last_of_keys == 0:  # nothing kept
                     continue
-                if len(kept) == len(records):  # nothing to drop: copy the batch as it is
-                    raw = batch.raw
+                if last_of_keys == h.record_count and first >= horizon:
+                    raw, kept, max_ts = stored, last_of_keys, h.max_timestamp
                 else:
-                    raw = encode_batch(
-                        base_offset,
-                        [
-                            (r[_KEY_AT], r[_VALUE_AT], r[_HEADERS_AT], r[_TIMESTAMP_AT])
-                            for r in kept
-                        ],
-                        timestamp_type=batch.header.timestamp_type,
-                        offset_deltas=[r[_OFFSET_AT] - base_offset for r in kept],
-                        last_offset_delta=batch.header.last_offset_delta,
+                    flags, max_delta = keep_flags(
+                        stored, HEADER_SIZE, h.size, first, last, key_id, horizon
                     )
+                    if max_delta is None:  # nothing kept (expired tombstones)
+                        continue
+                    kept = flags.count(1)
+                    max_ts = h.base_timestamp + max_delta
+                    # all kept: copied as it is; else only this batch is decoded and re-framed
+                    raw = stored if kept == len(flags) else _reframe(partition, h, stored, flags)
                 if (
                     position == 0
                     or position - last_indexed >= partition.config.index_interval_bytes
                 ):
-                    index_entries.append(OFFSET_ENTRY.pack(base_offset - base, position))
-                    time_entries.append(TIME_ENTRY.pack(running_max, base_offset - base))
+                    index_entries.append(OFFSET_ENTRY.pack(h.base_offset - base, position))
+                    time_entries.append(TIME_ENTRY.pack(running_max, h.base_offset - base))
                     last_indexed = position
-                running_max = max(running_max, *map(_TIMESTAMP, kept))
+                running_max = max(running_max, max_ts)
                 f.write(raw)
                 position += len(raw)
-                kept_count += len(kept)
+                kept_count += kept
         f.flush()
         os.fsync(f.fileno())
     for path, entries in ((out_index, index_entries), (out_time, time_entries)):
@@ -343,27 +366,32 @@ def _write_cleaned(
     return kept_count, position
 
 
-def _kept(records: Sequence[_Fields], last: dict[bytes, int], horizon: int) -> Sequence[_Fields]:
-    """The records of one batch that compaction keeps, in order.
+def _reframe(partition: Partition, h: BatchHeader, raw: bytes, flags: bytes) -> bytes:
+    """The batch ``raw`` holding only the records whose flag is set, offsets unchanged.
 
-    A record is kept iff it is the last one of its key (``last``) and is not a tombstone at
-    an offset below ``horizon`` (first seen long enough ago); keyless records are dropped.
-    The common batch (every record keyed, no tombstone) is filtered without a Python-level
-    step per record.
+    Re-framed with its original base offset, timestamp type and ``last_offset_delta``
+    (so offsets never move and the next batch's base stays past it).
     """
-    ids = _key_ids(records)
-    if ids is None or None in map(_VALUE, records):
-        return [
-            r
-            for r in records
-            if r[_KEY_AT] is not None
-            and last.get(key_id(r[_KEY_AT])) == r[_OFFSET_AT]
-            and not (r[_VALUE_AT] is None and r[_OFFSET_AT] < horizon)
-        ]
-    flags = list(map(operator.eq, map(last.get, ids), map(_OFFSET, records)))
-    if flags.count(True) == len(records):
-        return records
-    return list(itertools.compress(records, flags))
+    records: Sequence[_Fields] = decode_records(
+        raw,
+        HEADER_SIZE,
+        h.size,
+        h.base_offset,
+        h.base_timestamp,
+        h.timestamp_type,
+        partition.topic,
+        partition.partition,
+        -(1 << 63),  # every record, so the flags line up
+        _DECODE_AS,
+    )
+    kept = list(itertools.compress(records, flags))
+    return encode_batch(
+        h.base_offset,
+        [(r[_KEY_AT], r[_VALUE_AT], r[_HEADERS_AT], r[_TIMESTAMP_AT]) for r in kept],
+        timestamp_type=h.timestamp_type,
+        offset_deltas=[r[_OFFSET_AT] - h.base_offset for r in kept],
+        last_offset_delta=h.last_offset_delta,
+    )
 
 
 class LogCleaner:

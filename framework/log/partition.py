@@ -515,12 +515,11 @@ class Partition:
                 timestamps: list[int] = []
                 base = leo
                 for chunk in request.batches:
-                    resolved = [
-                        (r[0], r[1], r[2], now if (ts_type or r[3] is None) else r[3])
-                        for r in chunk
-                    ]
+                    # resolved timestamps as a column of ints: no tuple per record (a tracked
+                    # object each, which the cyclic GC would walk)
+                    stamps = [now if (ts_type or r[3] is None) else r[3] for r in chunk]
                     try:
-                        raw = encode_batch(leo, resolved, timestamp_type=ts_type)
+                        raw = encode_batch(leo, chunk, timestamp_type=ts_type, timestamps=stamps)
                     except (TypeError, ValueError, OverflowError, struct.error) as exc:
                         error = InvalidRecordError(
                             f"cannot encode record: {exc}",
@@ -546,7 +545,6 @@ class Partition:
                         last_index_pos = size
                     pending.append(raw)
                     size += len(raw)
-                    stamps = [r[3] for r in resolved]
                     max_ts = max(max_ts, *stamps)
                     timestamps.extend(stamps)
                     leo += len(chunk)

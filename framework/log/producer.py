@@ -17,12 +17,13 @@ Two ways to send:
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import overload
 
 from framework.errors import ConfigError, InvalidRecordError
 from framework.log.names import refuse_internal
@@ -31,31 +32,72 @@ from framework.log.port import Log
 from framework.log.record import Header, ProducerRecord, RecordMetadata
 from framework.observability import get_logger
 
-if TYPE_CHECKING:
-    from framework.log.types import AppendResult
-
 log = get_logger("eventlane.producer")
 
 
-def _py_metadata_list(
-    cls: type[RecordMetadata], topic: str, partition: int, base: int, stamps: Sequence[int]
-) -> list[RecordMetadata]:
-    """``cls(topic, partition, base + i, stamps[i])`` for every ``i``, without a Python-level
-    call per record (``_make`` is ``tuple.__new__``). The reference for the native version,
-    which also keeps these tuples out of the cyclic GC: a 10k-record ``send_batch`` would
-    otherwise leave 10k tracked objects behind for every later collection to walk."""
-    offsets = range(base, base + len(stamps))
-    fields = zip(itertools.repeat(topic), itertools.repeat(partition), offsets, stamps)
-    return list(map(cls._make, fields))
+class SentBatch(Sequence[RecordMetadata]):
+    """The metadata of one :meth:`Producer.send_batch` call, built on access.
 
+    Item ``i`` is ``RecordMetadata(topic, partition of record i, offset of record i, its
+    timestamp)``; it compares equal to the list of those items. Holding only the partition,
+    offset and timestamp columns (ints, which Python's cyclic GC never tracks) instead of a
+    list of tuples costs O(1) tracked objects per call where a 10k-record batch used to
+    allocate 10k tuples that every later collection walked.
+    """
 
-MetadataFn = Callable[[type[RecordMetadata], str, int, int, Sequence[int]], list[RecordMetadata]]
-try:
-    from framework.log import _native  # type: ignore[attr-defined]
+    __slots__ = ("_offsets", "_partition", "_partitions", "_timestamps", "_topic")
 
-    _metadata_list: MetadataFn = _native.metadata_list
-except ImportError:  # pragma: no cover - only without a C compiler
-    _metadata_list = _py_metadata_list
+    def __init__(
+        self,
+        topic: str,
+        partitions: int | Sequence[int],
+        offsets: Sequence[int],
+        timestamps: Sequence[int],
+    ) -> None:
+        """``partitions``: one partition for every record, or one per record."""
+        if len(offsets) != len(timestamps) or (
+            not isinstance(partitions, int) and len(partitions) != len(offsets)
+        ):
+            raise ValueError("partitions, offsets and timestamps must be as long")
+        self._topic = topic
+        self._partition = partitions if isinstance(partitions, int) else -1
+        self._partitions = () if isinstance(partitions, int) else partitions
+        self._offsets = offsets
+        self._timestamps = timestamps
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> RecordMetadata: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RecordMetadata]: ...
+
+    def __getitem__(self, index: int | slice) -> RecordMetadata | list[RecordMetadata]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        part = self._partition if self._partition >= 0 else self._partitions[index]
+        return RecordMetadata(self._topic, part, self._offsets[index], self._timestamps[index])
+
+    def __iter__(self) -> Iterator[RecordMetadata]:
+        parts = (
+            itertools.repeat(self._partition, len(self))
+            if self._partition >= 0
+            else self._partitions
+        )
+        fields = zip(itertools.repeat(self._topic), parts, self._offsets, self._timestamps)
+        return map(RecordMetadata._make, fields)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SentBatch | list | tuple):
+            return len(self) == len(other) and all(map(operator.eq, self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SentBatch({list(self)!r})"
 
 
 class Producer:
@@ -99,17 +141,18 @@ class Producer:
         records: Iterable[ProducerRecord],
         *,
         partition: int | None = None,
-    ) -> list[RecordMetadata]:
+    ) -> SentBatch:
         """Append ``records`` and return their metadata, in order, once durable.
 
         Keyed records go to their key's partition; the keyless records of one call stick to
         one partition (Kafka's sticky partitioning), the next call moves on. Record fields
-        are type-checked by the encoder, which names the offending record.
+        are type-checked by the encoder, which names the offending record. The metadata is a
+        :class:`SentBatch` (a sequence, built on access).
         """
         refuse_internal(topic, "produce to it")
         items = records if isinstance(records, list) else list(records)
         if not items:
-            return []
+            return SentBatch(topic, 0, (), ())
         count = self.log.partition_count(topic)
         if partition is not None:
             targets = [self.partition_for(topic, None, partition)] * len(items)
@@ -125,23 +168,21 @@ class Producer:
                 raise InvalidRecordError(f"cannot partition records: {exc}", topic=topic) from None
         first = targets[0]
         if targets.count(first) == len(targets):  # one partition: no regrouping
-            return self._metadata(topic, first, self.log.append(topic, first, items))
+            result = self.log.append(topic, first, items)
+            offsets = range(result.base_offset, result.base_offset + len(items))
+            return SentBatch(topic, first, offsets, result.timestamps)
         by_partition: dict[int, list[int]] = defaultdict(list)
         for i, t in enumerate(targets):
             by_partition[t].append(i)
-        out: list[RecordMetadata | None] = [None] * len(items)
+        offsets_at = [0] * len(items)
+        stamps_at = [0] * len(items)
         for p, indexes in by_partition.items():
             result = self.log.append(topic, p, [items[i] for i in indexes])
-            for i, meta in zip(indexes, self._metadata(topic, p, result), strict=True):
-                out[i] = meta
-        return out  # type: ignore[return-value]
-
-    @staticmethod
-    def _metadata(topic: str, partition: int, result: AppendResult) -> list[RecordMetadata]:
-        """One :class:`RecordMetadata` per appended record (natively: untracked by the GC)."""
-        return _metadata_list(
-            RecordMetadata, topic, partition, result.base_offset, result.timestamps
-        )
+            stamps = result.timestamps
+            for n, i in enumerate(indexes):
+                offsets_at[i] = result.base_offset + n
+                stamps_at[i] = stamps[n]
+        return SentBatch(topic, targets, offsets_at, stamps_at)
 
     # ------------------------------------------------------------------ future API
     def send(

@@ -129,6 +129,22 @@ def test_native_encode_equals_python_encode(case: Any) -> None:
     assert native.encode_records(tuple(records), base_ts, deltas) == expected
     if deltas is None:
         assert native.encode_records(records, base_ts) == expected
+    # timestamps given as a column replace the records' own (None here, as the log passes)
+    stamps = [r[3] for r in records]
+    unresolved = [(k, v, h, None) for k, v, h, _ in records]
+    assert native.encode_records(unresolved, base_ts, deltas, stamps) == expected
+    assert _py_encode_records(unresolved, base_ts, deltas, stamps) == expected
+
+
+def test_encode_rejects_a_short_timestamp_column(native: ModuleType) -> None:
+    records = [(b"k", b"v", (), None), (b"k", b"v", (), None)]
+    for encode in (native.encode_records, _py_encode_records):
+        with pytest.raises(ValueError, match="timestamps has 1 entries for 2 records"):
+            encode(records, 0, None, [5])
+        with pytest.raises(TypeError):
+            encode(records, 0, None, [5, "6"])
+    with pytest.raises(TypeError):
+        native.encode_records(records, 0)  # unresolved and no column
 
 
 @given(record_lists(), st.integers(min_value=0, max_value=2**50), st.sampled_from([0, 1]))

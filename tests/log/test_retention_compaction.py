@@ -244,6 +244,38 @@ def test_compaction_keeps_last_per_key_and_offsets(store: LogStore, clock: FakeC
     assert active.read_bytes() == active_bytes
 
 
+def test_compaction_of_whole_batches_by_shape(store: LogStore, clock: FakeClock) -> None:
+    """Pass 2 skips a batch none of whose records is the last of its key and copies one all
+    of whose records are, without reading them; a batch with both, or with a tombstone old
+    enough to drop, is scanned and re-framed. Every shape against the model, twice: before
+    and after the tombstone's ``delete_retention_ms``."""
+    compact_topic(store, "c", segment_bytes=100_000)
+    shapes = [
+        [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")],  # all superseded later: skipped
+        [(b"c", b"2"), (b"a", b"2"), (b"x", b"1")],  # c superseded, a and x last: mixed
+        [(b"b", b"2"), (b"d", None), (b"e", b"1")],  # all last, d a tombstone
+        [(b"f", b"1"), (b"f", b"2"), (b"c", b"3")],  # f twice in one batch: mixed
+        [(b"g", b"1"), (b"h", b"1")],  # all last: copied as it is
+    ]
+    written: list[tuple[int, bytes, bytes | None]] = []
+    for ts, shape in enumerate(shapes):
+        result = store.append("c", 0, [(k, v, (("h", k),), 1000 + ts) for k, v in shape])
+        written += [(result.base_offset + i, k, v) for i, (k, v) in enumerate(shape)]
+    roll(store, "c")
+    last = {key: off for off, key, _ in written}
+    expected = [w for w in written if last[w[1]] == w[0]]
+    before = {r.offset: r for r in read_all(store, "c")}
+    store.compact("c")
+    got = read_all(store, "c")
+    assert kv(got) == expected
+    assert all(r == before[r.offset] for r in got)  # headers and timestamps kept
+    assert store.offset_for_time("c", 0, 1003) == 10  # the time index follows the kept max
+    clock.advance(1001)
+    store.compact("c")
+    assert kv(read_all(store, "c")) == [e for e in expected if e[1] != b"d"]
+    assert store.verify() == []
+
+
 def test_min_compaction_lag(store: LogStore, clock: FakeClock) -> None:
     compact_topic(store, "c", min_compaction_lag_ms=10_000, segment_bytes=10_000)
     for i in range(6):  # segment A at T0

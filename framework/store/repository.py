@@ -19,6 +19,8 @@ snapshot is best effort: the events are already saved, so a failure is logged, n
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -289,7 +291,8 @@ class Repository:
         causation_id: str | None = None,
     ) -> A:
         """Load, run ``command`` on the aggregate, save; on a concurrency conflict reload
-        and run it again (up to ``attempts`` times). ``create=True`` starts from a new
+        and run it again (up to ``attempts`` times; from the second conflict on after a
+        short random pause, see :func:`conflict_pause`). ``create=True`` starts from a new
         aggregate when none exists."""
         aggregate, _ = self._run(
             cls, aggregate_id, command, create, attempts, correlation_id, causation_id, once=False
@@ -363,6 +366,8 @@ class Repository:
                 log.debug(
                     "concurrency conflict; retrying", aggregate_id=aggregate_id, attempt=attempt
                 )
+                if attempt > 1:
+                    time.sleep(conflict_pause(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _load_for_command(
@@ -390,3 +395,12 @@ class Repository:
                 f"no events for {cls.__qualname__} {aggregate_id!r}", topic=topic
             )
         return cls.rehydrate(aggregate_id, [env.event for env in history])
+
+
+def conflict_pause(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt + 1`` of a command that lost a race: none
+    after the first conflict (the common case: one other writer, retry at once), then a
+    random pause up to 0.5 ms x 2^attempt, at most 50 ms ("full jitter"). Without it,
+    writers that keep losing to each other on one hot aggregate retry in lock step and one
+    can lose every one of its attempts (8 threads on one aggregate did, 20 times in a row)."""
+    return random.uniform(0.0, min(0.05, 0.0005 * 2**attempt))

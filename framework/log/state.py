@@ -41,6 +41,7 @@ systems without futexes the wait degrades to short sleeps.
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
 import struct
@@ -242,17 +243,13 @@ class _Futex(NamedTuple):
     ctypes: Any
 
 
-_futex_loaded: list[_Futex | None] = []
-
-
+@functools.cache
 def _futex() -> _Futex | None:
     """The futex system call, loaded on first use (``None`` where there is none).
 
     Loaded lazily: ``ctypes`` costs every command that opens a log a few milliseconds of
     start-up, and only appending and waiting use the futex."""
-    if not _futex_loaded:
-        _futex_loaded.append(_load_syscall())
-    return _futex_loaded[0]
+    return _load_syscall()
 
 
 def _load_syscall() -> _Futex | None:

@@ -137,12 +137,25 @@ class BatchApplier:
             return BatchResult(0, 0, 0)
         # Decode before taking the write lock: workers of one read model decode in
         # parallel and hold the lock only for their handlers' writes.
+        decode = self._decode
         groups: dict[TopicPartition, tuple[list[Record], list[Decoded]]] = {}
         collecting = gc.isenabled()
         if collecting:  # thousands of live envelopes would each trigger a futile collection
             gc.disable()
         try:
-            self._decode_into(records, groups)
+            last: tuple[str, int] | None = None
+            recs: list[Record] = []
+            decoded: list[Decoded] = []
+            for r in records:  # a poll's records come in runs of one partition
+                if (r.topic, r.partition) != last:
+                    last = (r.topic, r.partition)
+                    tp = TopicPartition(r.topic, r.partition)
+                    group = groups.get(tp)
+                    if group is None:
+                        group = groups[tp] = ([], [])
+                    recs, decoded = group
+                recs.append(r)
+                decoded.append(decode(r))
         finally:
             if collecting:
                 gc.enable()
@@ -161,55 +174,6 @@ class BatchApplier:
                 self._apply_partition(conn, recs, decoded, first, counts)
         self.dead_lettered_total += counts[2]
         return BatchResult(*counts)
-
-    def _decode_into(
-        self,
-        records: list[Record],
-        groups: dict[TopicPartition, tuple[list[Record], list[Decoded]]],
-    ) -> None:
-        """Decode ``records`` into ``groups`` (per partition: its records and what each
-        decoded to, see :meth:`_decode`); the loop of :meth:`_decode`, inlined: it runs
-        once per event."""
-        skip = self._skip_names
-        decode = self.codec.decode
-        last: tuple[str, int] | None = None
-        recs: list[Record] = []
-        decoded: list[Decoded] = []
-        add_rec = recs.append
-        add_decoded = decoded.append
-        for r in records:  # a poll's records come in runs of one partition
-            topic, partition, offset, _, _, key, value, headers = r
-            if (topic, partition) != last:
-                last = (topic, partition)
-                tp = TopicPartition(topic, partition)
-                group = groups.get(tp)
-                if group is None:
-                    group = groups[tp] = ([], [])
-                recs, decoded = group
-                add_rec = recs.append
-                add_decoded = decoded.append
-            add_rec(r)
-            unhandled = False  # a known type the projector has no handler for: not decoded
-            for name, raw in headers:
-                if name == "event-type":
-                    unhandled = raw in skip
-                    break
-            if unhandled:
-                add_decoded(None)
-                continue
-            try:
-                add_decoded(
-                    decode(
-                        key,
-                        value,
-                        headers,  # type: ignore[arg-type]
-                        topic=topic,
-                        partition=partition,
-                        offset=offset,
-                    )
-                )
-            except Exception as exc:
-                add_decoded(_DecodeFailedError(exc, _type_name(r)))
 
     # ------------------------------------------------------------------ one partition
     def _apply_partition(

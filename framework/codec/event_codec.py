@@ -328,9 +328,7 @@ class EventCodec:
             self._check_headers(headers, reader, name, version, topic, partition, offset)
         erased: tuple[str, ...] = ()
         if self._cipher is not None and (CIPHER_MARK in data or reader.per_field):
-            data, erased = self._cipher.open(
-                data, event_id, topic=topic, partition=partition, offset=offset
-            )
+            erased = self._cipher.open(data, event_id, topic, partition, offset)
         elif CIPHER_MARK in data:
             raise self._no_key_store(reader, topic, partition, offset)
         if reader.chain is not None:

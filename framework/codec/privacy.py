@@ -2,24 +2,29 @@
 
 Fields declared with :func:`framework.domain.privacy.personal` never reach the log in clear.
 :class:`FieldCipher` takes them out of the event's JSON ``data`` and puts one cipher object
-for all of them under the reserved key ``"$eventlane"``::
+for all of them under the reserved key ``"$eventlane"``, a JSON array (``enc3``)::
 
     {"plan": "gold",
-     "$eventlane": {"$eventlane": "enc2", "s": <subject id>, "k": <key version>,
-                    "f": ["name", "address"], "c": <base64 nonce + cipher text + tag>}}
+     "$eventlane": ["enc3", <subject id>, <key version>, "name\u0000address",
+                    <hex nonce + cipher text + tag>]}
 
-``c`` is AES-256-GCM (``cryptography``'s AESGCM) of the JSON array of the fields' values, in
-the order of ``f``, under the subject's key, with a 96-bit random nonce first, and the
-associated data ``enc2 \\0 subject \\0 event id \\0 field names (\\0-separated)``: a cipher text
-moved to another event or subject, or a renamed/reordered field list, fails authentication
-instead of decrypting there. One cipher object per event means one key lookup, one
-decryption and one JSON parse per event, whatever the number of personal fields. The object
-is self-describing, so decoding needs no class declaration of the *stored* version
-(upcasters then see plain values); subject ids, key versions and field names stay in clear.
+The cipher text is AES-256-GCM (``cryptography``'s AESGCM) of the JSON object of the
+fields (``{"name": ..., "address": ...}``) under the subject's key, with a 96-bit random
+nonce first, and the associated data ``enc3 \0 subject \0 event id \0 field names`` (the
+fourth item as stored: names joined by NUL): a cipher text moved to another event or
+subject, or a renamed/reordered field list, fails authentication instead of decrypting
+there. One cipher object per event means one key lookup, one decryption and one JSON parse
+per event, whatever the number of personal fields. The object is self-describing, so
+decoding needs no class declaration of the *stored* version (upcasters then see plain
+values); subject ids, key versions and field names stay in clear. An array rather than an
+object, the names as one string and hex rather than base64, because this is parsed for
+every event read.
 
-Single values (sealed snapshot states, and events written by eventlane before ``enc2``) use
-the per-value form ``{"$eventlane": "enc1", "s": ..., "k": ..., "c": ...}`` with the
-associated data ``enc1 \\0 subject \\0 field name \\0 bound id``; decoding reads both.
+Older forms still decode: ``enc2`` (the same content as an object, ``{"$eventlane": "enc2",
+"s": ..., "k": ..., "f": [names], "c": ...}``, the plain text a JSON array of the values in
+the order of ``f``, associated data ``enc2 \0 subject \0 event id \0 names``), and the
+per-value form ``enc1`` (``{"$eventlane": "enc1", "s": ..., "k": ..., "c": ...}``, associated
+data ``enc1 \0 subject \0 field name \0 bound id``), which sealed snapshot states still use.
 
 Keys live in a :class:`KeyStore`: :class:`LogKeyStore` keeps them in a compacted topic
 (one record per subject, its value every key version; a tombstone once forgotten), and
@@ -39,9 +44,11 @@ import binascii
 import os
 import threading
 import time
+from binascii import unhexlify
 from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import TYPE_CHECKING, Any, Protocol
+from time import monotonic
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import orjson
 import structlog
@@ -67,7 +74,8 @@ log = structlog.get_logger("eventlane.codec")
 
 CIPHER_MARK = "$eventlane"
 _SCHEME = "enc1"  # one value (snapshot states; events before enc2)
-_EVENT_SCHEME = "enc2"  # all personal fields of one event
+_EVENT_SCHEME = "enc3"  # all personal fields of one event
+_OBJECT_SCHEME = "enc2"  # the same as an object (read only)
 _NONCE = 12
 _NUL = "\0"
 KEY_TOPIC_CONFIG: Mapping[str, object] = {
@@ -97,8 +105,42 @@ def new_key() -> bytes:
     return os.urandom(32)
 
 
+class Keyring(NamedTuple):
+    """The keys of one subject: ``keys[0]`` is version ``first``, the last is the newest.
+
+    A new ring's first version is above every version the subject may have had before (one
+    past the last version known, and with ``stamped`` at least the time in ms, for a store
+    that may no longer know it), so data sealed under a destroyed key reads as erased, never
+    as a cipher text that fails under a new key of the same number.
+    """
+
+    first: int
+    keys: tuple[bytes, ...]
+
+    def get(self, version: int) -> bytes | None:
+        i = version - self.first
+        return self.keys[i] if 0 <= i < len(self.keys) else None
+
+    @property
+    def newest(self) -> tuple[int, bytes]:
+        return self.first + len(self.keys) - 1, self.keys[-1]
+
+    def rotated(self) -> Keyring:
+        return Keyring(self.first, (*self.keys, new_key()))
+
+    @staticmethod
+    def new(after: Keyring | None = None, *, stamped: bool = False) -> Keyring:
+        """A ring of one fresh key, numbered above ``after`` (the subject's destroyed ring,
+        if known) and, ``stamped``, at least the wall-clock time in ms."""
+        first = 1 if after is None else after.first + len(after.keys)
+        if stamped:
+            first = max(first, time.time_ns() // 1_000_000)
+        return Keyring(first, (new_key(),))
+
+
 class KeyStore(Protocol):
-    """Where subjects' data keys live. Keys are 32 random bytes, numbered from 1."""
+    """Where subjects' data keys live. Keys are 32 random bytes, numbered from 1
+    (see :class:`Keyring`)."""
 
     def current(self, subject: str) -> tuple[int, bytes]:
         """The subject's newest key (version, bytes), created on first use."""
@@ -116,48 +158,67 @@ class KeyStore(Protocol):
         """Destroy every key of ``subject``; ``False`` if it had none."""
         ...
 
+    def changes(self) -> int:
+        """A count that moves whenever a key known here may have been destroyed (here or,
+        once the store has caught up, by another process): readers that cache opened keys
+        drop them when it moves."""
+        ...
+
 
 class MemoryKeyStore:
     """A :class:`KeyStore` in a dict: for tests and tools that need no durability."""
 
     def __init__(self) -> None:
-        self._keys: dict[str, list[bytes]] = {}
+        self._rings: dict[str, Keyring] = {}
+        self._destroyed: dict[str, Keyring] = {}  # the last ring of each forgotten subject
         self._lock = threading.Lock()
+        self._forgotten = 0
 
     def current(self, subject: str) -> tuple[int, bytes]:
         with self._lock:
-            keys = self._keys.setdefault(subject, [])
-            if not keys:
-                keys.append(new_key())
-            return len(keys), keys[-1]
+            ring = self._rings.get(subject)
+            if ring is None:
+                ring = self._rings[subject] = Keyring.new(self._destroyed.get(subject))
+            return ring.newest
 
     def get(self, subject: str, version: int) -> bytes | None:
-        keys = self._keys.get(subject)
-        return keys[version - 1] if keys and 1 <= version <= len(keys) else None
+        ring = self._rings.get(subject)
+        return None if ring is None else ring.get(version)
 
     def rotate(self, subject: str) -> int:
         with self._lock:
-            keys = self._keys.setdefault(subject, [])
-            keys.append(new_key())
-            return len(keys)
+            ring = self._rings.get(subject)
+            ring = Keyring.new(self._destroyed.get(subject)) if ring is None else ring.rotated()
+            self._rings[subject] = ring
+            return ring.newest[0]
 
     def forget(self, subject: str) -> bool:
         with self._lock:
-            return self._keys.pop(subject, None) is not None
+            self._forgotten += 1
+            ring = self._rings.pop(subject, None)
+            if ring is not None:
+                self._destroyed[subject] = ring
+            return ring is not None
+
+    def changes(self) -> int:
+        return self._forgotten
 
 
 class LogKeyStore:
     """A :class:`KeyStore` on a compacted topic of any :class:`~framework.log.Log`.
 
-    Record format: key = the subject id (UTF-8), value = ``{"keys": [<base64 key v1>, ...]}``
-    (JSON), or ``null`` (a tombstone) once forgotten; compaction then leaves only the
-    tombstone, so the key bytes are gone from the log. Writes are conditional on the
-    subject's last record (:class:`~framework.log.types.Expect`), so two processes can
-    never give one subject two different first keys.
+    Record format: key = the subject id (UTF-8), value = ``{"keys": [<base64 key>, ...],
+    "first": <version of the first key>}`` (JSON; ``first`` absent means 1), or ``null`` (a
+    tombstone) once forgotten; compaction then leaves only the tombstone, so the key bytes
+    are gone from the log (and, after ``delete.retention.ms``, the tombstone too: which is
+    why new rings are numbered from the time in ms, see :class:`Keyring`). Writes are
+    conditional on the subject's last record (:class:`~framework.log.types.Expect`), so two
+    processes can never give one subject two different first keys.
 
-    The store caches what it read and catches up with the topic at most every
-    ``refresh_ms`` (and on every miss): a subject forgotten by another process stops
-    decrypting here within ``refresh_ms``.
+    The store caches what it read and catches up with the topic at most every half
+    ``refresh_ms`` (and on every miss); a :class:`FieldCipher` caches an opened key for at
+    most the other half, so a subject forgotten by another process stops decrypting here
+    within ``refresh_ms``.
     """
 
     def __init__(
@@ -173,9 +234,12 @@ class LogKeyStore:
         self._create_partitions = partitions
         self._partitions = 0  # known once the topic exists (created on the first key)
         self._refresh_s = refresh_ms / 1000.0
+        self._stale_s = self._refresh_s / 2  # catch-up interval; readers cache the other half
         self._positions: list[int] = []
-        self._keys: dict[str, list[bytes] | None] = {}
+        self._rings: dict[str, Keyring | None] = {}  # None: forgotten
+        self._destroyed: dict[str, Keyring] = {}  # the last ring seen of forgotten subjects
         self._heads: dict[str, int] = {}  # subject -> offset of its last record
+        self._forgotten = 0  # rings destroyed or replaced: see changes()
         self._checked = 0.0
         self._lock = threading.RLock()
 
@@ -196,7 +260,7 @@ class LogKeyStore:
     # -- reading ---------------------------------------------------------------------------
     def _catch_up(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._checked < self._refresh_s:
+        if not force and now - self._checked < self._stale_s:
             return
         with self._lock:
             if not self._partitions:
@@ -224,11 +288,14 @@ class LogKeyStore:
         subject = key.decode()
         self._heads[subject] = offset
         if value is None:
-            self._keys[subject] = None
+            self._set(subject, None)
             return
         try:
             doc = orjson.loads(value)
-            keys = [binascii.a2b_base64(k) for k in doc["keys"]]
+            keys = tuple(binascii.a2b_base64(k) for k in doc["keys"])
+            first = doc.get("first", 1)
+            if not keys or type(first) is not int or first < 1:
+                raise ValueError("no keys, or a first version that is not a positive integer")
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise SerializationError(
                 f"key record of subject {subject!r} is not a key list: {exc}",
@@ -236,31 +303,47 @@ class LogKeyStore:
                 partition=partition,
                 offset=offset,
             ) from None
-        self._keys[subject] = keys
+        self._set(subject, Keyring(first, keys))
 
-    def _lookup(self, subject: str) -> list[bytes] | None:
+    def _set(self, subject: str, ring: Keyring | None) -> None:
+        old = self._rings.get(subject)
+        if old is not None and (
+            ring is None or ring.first != old.first or ring.keys[: len(old.keys)] != old.keys
+        ):
+            self._forgotten += 1  # destroyed (or replaced: a forget, then a new first key)
+            self._destroyed[subject] = old
+        self._rings[subject] = ring
+
+    def changes(self) -> int:
         self._catch_up()
-        if subject not in self._keys:
+        return self._forgotten
+
+    def _lookup(self, subject: str) -> Keyring | None:
+        self._catch_up()
+        if subject not in self._rings:
             self._catch_up(force=True)
-        return self._keys.get(subject)
+        return self._rings.get(subject)
 
     def get(self, subject: str, version: int) -> bytes | None:
-        keys = self._keys.get(subject)  # None: forgotten or not seen yet (_lookup tells)
-        if keys is None or time.monotonic() - self._checked >= self._refresh_s:
-            keys = self._lookup(subject)
-        return keys[version - 1] if keys and 0 < version <= len(keys) else None
+        ring = self._rings.get(subject)  # None: forgotten or not seen yet (_lookup tells)
+        if ring is None or monotonic() - self._checked >= self._stale_s:
+            ring = self._lookup(subject)
+        return None if ring is None else ring.get(version)
 
     # -- writing ---------------------------------------------------------------------------
-    def _write(self, subject: str, keys: list[bytes] | None) -> None:
-        """Append the subject's new key list (or a tombstone), conditional on its head."""
+    def _write(self, subject: str, ring: Keyring | None) -> None:
+        """Append the subject's new key ring (or a tombstone), conditional on its head."""
         from framework.log.types import Expect  # noqa: PLC0415
 
         self._ensure_topic()
         key = subject.encode()
         partition = partition_for_key(key, self._partitions)
-        value = None if keys is None else orjson.dumps(
-            {"keys": [base64.b64encode(k).decode() for k in keys]}
-        )
+        value = None
+        if ring is not None:
+            doc: dict[str, Any] = {"keys": [base64.b64encode(k).decode() for k in ring.keys]}
+            if ring.first != 1:
+                doc["first"] = ring.first
+            value = orjson.dumps(doc)
         result = self.log.append(
             self.topic,
             partition,
@@ -268,50 +351,56 @@ class LogKeyStore:
             expect=Expect(key, self._heads.get(subject)),
         )
         self._heads[subject] = result.last_offset
-        self._keys[subject] = keys
+        self._set(subject, ring)
 
     def _update(self, subject: str, change: Any) -> Any:
         for _ in range(20):
             with self._lock:
                 self._catch_up(force=True)
                 try:
-                    return change(self._keys.get(subject))
+                    return change(self._rings.get(subject))
                 except ConcurrencyError:
                     continue  # another process wrote this subject: read it, decide again
         raise ConcurrencyError(
             f"key of subject {subject!r} keeps changing", expected=0, actual=0, topic=self.topic
         )
 
-    def current(self, subject: str) -> tuple[int, bytes]:
-        keys = self._keys.get(subject)
-        if keys:
-            return len(keys), keys[-1]
+    def _new_ring(self, subject: str) -> Keyring:
+        """A first ring: numbered from the time in ms, because a subject forgotten long ago
+        leaves no trace here once its tombstone is compacted away, while its events still
+        name their old key versions."""
+        return Keyring.new(self._destroyed.get(subject), stamped=True)
 
-        def create(existing: list[bytes] | None) -> tuple[int, bytes]:
-            if existing:
-                return len(existing), existing[-1]
-            if existing is None and subject in self._keys:
-                # Forgotten: new data of this subject gets a new key (and history stays
-                # erased). Kafka-style: the tombstone is followed by a new record.
+    def current(self, subject: str) -> tuple[int, bytes]:
+        ring = self._rings.get(subject)
+        if ring is not None:
+            return ring.newest
+
+        def create(existing: Keyring | None) -> tuple[int, bytes]:
+            if existing is not None:
+                return existing.newest
+            if subject in self._rings:  # a tombstone was seen
+                # New data of a forgotten subject gets a new key (history stays erased).
+                # Kafka-style: the tombstone is followed by a new record.
                 log.info("new key for a forgotten subject", subject=subject, topic=self.topic)
-            keys = [new_key()]
-            self._write(subject, keys)
-            return 1, keys[0]
+            ring = self._new_ring(subject)
+            self._write(subject, ring)
+            return ring.newest
 
         result: tuple[int, bytes] = self._update(subject, create)
         return result
 
     def rotate(self, subject: str) -> int:
-        def add(existing: list[bytes] | None) -> int:
-            keys = [*(existing or []), new_key()]
-            self._write(subject, keys)
-            return len(keys)
+        def add(existing: Keyring | None) -> int:
+            ring = self._new_ring(subject) if existing is None else existing.rotated()
+            self._write(subject, ring)
+            return ring.newest[0]
 
         result: int = self._update(subject, add)
         return result
 
     def forget(self, subject: str) -> bool:
-        def drop(existing: list[bytes] | None) -> bool:
+        def drop(existing: Keyring | None) -> bool:
             if existing is None:
                 return False
             self._write(subject, None)
@@ -342,11 +431,12 @@ class Sealed:
 class _Plan:
     """What to encrypt in one event class: its personal fields and its subject field."""
 
-    __slots__ = ("fields", "names", "subject")
+    __slots__ = ("fields", "joined", "names", "subject")
 
     def __init__(self, fields: tuple[PersonalField, ...], subject: str | None) -> None:
         self.fields = fields
         self.names = tuple(f.name for f in fields)
+        self.joined = _NUL.join(self.names)  # as stored in the cipher object
         self.subject = subject
 
 
@@ -362,6 +452,10 @@ class FieldCipher:
         self._unstructure = unstructure or (lambda value: value)
         self._plans: dict[type, _Plan] = {}
         self._aeads: dict[bytes, Any] = {}  # key bytes -> AESGCM (its set-up costs ~µs)
+        self._opened: dict[tuple[str, int], Any] = {}  # (subject, version) -> AESGCM
+        self._cache_seconds = float(getattr(keys, "refresh_seconds", 0.0)) / 2
+        self._fresh_until = 0.0  # monotonic time until which _opened needs no check
+        self._changes = keys.changes()
 
     def _aead_for(self, key: bytes) -> Any:
         aead = self._aeads.get(key)
@@ -405,7 +499,7 @@ class FieldCipher:
     def seal(
         self, cls: type, data: dict[str, Any], aggregate_id: str, event_id: str
     ) -> dict[str, Any]:
-        """``data`` without the personal fields of ``cls``, and with one ``enc2`` cipher
+        """``data`` without the personal fields of ``cls``, and with one ``enc3`` cipher
         object of all of them under ``"$eventlane"``."""
         plan = self.plan(cls)
         if not plan.fields:
@@ -415,16 +509,18 @@ class FieldCipher:
         names = plan.names
         nonce = os.urandom(_NONCE)
         body = self._aead_for(key).encrypt(
-            nonce, orjson.dumps([data[n] for n in names]), _event_aad(subject, event_id, names)
+            nonce,
+            orjson.dumps({n: data[n] for n in names}),
+            f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{plan.joined}".encode(),
         )
         sealed = {k: v for k, v in data.items() if k not in names}
-        sealed[CIPHER_MARK] = {
-            CIPHER_MARK: _EVENT_SCHEME,
-            "s": subject,
-            "k": version,
-            "f": list(names),
-            "c": base64.b64encode(nonce + body).decode(),
-        }
+        sealed[CIPHER_MARK] = [
+            _EVENT_SCHEME,
+            subject,
+            version,
+            plan.joined,
+            (nonce + body).hex(),
+        ]
         return sealed
 
     def open_value(
@@ -460,72 +556,113 @@ class FieldCipher:
         try:
             plain = self._aead_for(key).decrypt(blob[:_NONCE], blob[_NONCE:], aad)
         except (_invalid_tag(), ValueError) as exc:
-            what = f"personal field {name!r} of subject {subject!r} fails"
-            raise _unauthentic(what, exc, topic, partition, offset) from None
+            raise _unauthentic(subject, [name], exc, topic, partition, offset) from None
         return orjson.loads(plain)
 
     def open(
         self,
         data: dict[str, Any],
         event_id: str,
-        *,
         topic: str | None = None,
         partition: int | None = None,
         offset: int | None = None,
-    ) -> tuple[dict[str, Any], tuple[str, ...]]:
-        """``data`` with its cipher object(s) decrypted, and the names of the fields whose key
-        is forgotten (left as :class:`Sealed` markers for :meth:`erase` to fill in).
-
-        ``data`` is changed in place when it holds an ``enc2`` object (the codec passes the
-        dict it has just parsed); nothing is changed when opening fails. This runs once per
-        event read: see docs/performance.md (issue 16) before adding work to it.
+    ) -> tuple[str, ...]:
+        """Decrypt ``data``'s cipher object(s) in place (the codec passes the dict it has just
+        parsed) and return the names of the fields whose key is forgotten (left as
+        :class:`Sealed` markers for :meth:`erase` to fill in). Nothing is changed when
+        opening fails. This runs
+        once per event read: see docs/performance.md (issue 16) before adding work to it
+        (``topic``/``partition``/``offset`` are positional there: keywords cost a little).
         """
         sealed = data.get(CIPHER_MARK)
-        if sealed is None:
-            return self._open_values(data, event_id, topic, partition, offset)
+        if type(sealed) is not list:
+            if sealed is None:
+                return self._open_values(data, event_id, topic, partition, offset)
+            return self._open_object(data, sealed, event_id, topic, partition, offset)
         try:
-            if type(sealed) is not dict or sealed.get(CIPHER_MARK) != _EVENT_SCHEME:
-                raise ValueError(f"unknown cipher scheme {_scheme_of(sealed)!r}")
+            scheme, subject, version, fields, text = sealed
+            if (
+                scheme != _EVENT_SCHEME
+                or type(subject) is not str
+                or type(version) is not int
+                or type(fields) is not str
+            ):
+                raise ValueError
+            aad = f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{fields}".encode()
+            blob = unhexlify(text)  # hex, not base64: half the cost to decode
+        except (TypeError, ValueError, binascii.Error) as exc:
+            raise _malformed(sealed, exc, topic, partition, offset) from None
+        # the subject's opened key, cached for half the store's refresh (see _opener)
+        aead = self._opened.get((subject, version)) if monotonic() < self._fresh_until else None
+        if aead is None and (aead := self._opener(subject, version)) is None:
+            return _erased(data, subject, fields.split(_NUL))
+        try:
+            values = orjson.loads(aead.decrypt(blob[:_NONCE], blob[_NONCE:], aad))
+        except (_invalid_tag(), ValueError) as exc:
+            raise _unauthentic(subject, fields.split(_NUL), exc, topic, partition, offset) from None
+        if type(values) is not dict:
+            raise _not_fields(values, fields.split(_NUL), topic, partition, offset)
+        del data[CIPHER_MARK]
+        data.update(values)
+        return ()
+
+    def _open_object(
+        self,
+        data: dict[str, Any],
+        sealed: object,
+        event_id: str,
+        topic: str | None,
+        partition: int | None,
+        offset: int | None,
+    ) -> tuple[str, ...]:
+        """:meth:`open` for an ``enc2`` cipher object (written before ``enc3``)."""
+        try:
+            if type(sealed) is not dict or sealed.get(CIPHER_MARK) != _OBJECT_SCHEME:
+                raise ValueError
             subject, version, names = sealed["s"], sealed["k"], sealed["f"]
             if type(subject) is not str or type(version) is not int or type(names) is not list:
-                raise ValueError("subject, key version or field list of the wrong type")
-            # _event_aad, inlined (hot path); TypeError unless the names are strings
-            aad = f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{_NUL.join(names)}".encode()
+                raise ValueError
+            aad = f"{_OBJECT_SCHEME}\0{subject}\0{event_id}\0{_NUL.join(names)}".encode()
             blob = binascii.a2b_base64(sealed["c"])
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
-            raise SerializationError(
-                f"the event's cipher object is malformed: {exc}",
-                topic=topic,
-                partition=partition,
-                offset=offset,
-            ) from None
-        key = self.keys.get(subject, version)
-        if key is None:
-            del data[CIPHER_MARK]
-            for name in names:
-                data[name] = Sealed(subject)
-            return data, tuple(names)
-        aead = self._aeads.get(key)
+            raise _malformed(sealed, exc, topic, partition, offset) from None
+        aead = self._opener(subject, version)
         if aead is None:
-            aead = self._aead_for(key)
+            return _erased(data, subject, names)
         try:
-            plain = aead.decrypt(blob[:_NONCE], blob[_NONCE:], aad)
+            values = orjson.loads(aead.decrypt(blob[:_NONCE], blob[_NONCE:], aad))
         except (_invalid_tag(), ValueError) as exc:
-            what = f"personal fields {', '.join(names)} of subject {subject!r} fail"
-            raise _unauthentic(what, exc, topic, partition, offset) from None
-        values = orjson.loads(plain)
+            raise _unauthentic(subject, names, exc, topic, partition, offset) from None
         if type(values) is not list or len(values) != len(names):
-            raise SerializationError(
-                f"the event's cipher object holds {values!r}, not one value per field of "
-                f"{names}",
-                topic=topic,
-                partition=partition,
-                offset=offset,
-            )
+            raise _not_fields(values, names, topic, partition, offset)
         del data[CIPHER_MARK]
-        for i, name in enumerate(names):  # not update(zip(...)): that costs ~3x here
-            data[name] = values[i]
-        return data, ()
+        data.update(zip(names, values, strict=True))
+        return ()
+
+    def _opener(self, subject: str, version: int) -> Any:
+        """The AES-GCM object of key ``version`` of ``subject``, or ``None`` when the key is
+        forgotten (or unknown here).
+
+        Opened keys are cached until the store's :meth:`KeyStore.changes` moves, which is
+        asked at most every half of the store's ``refresh_seconds`` (on every call for a
+        store without one, such as :class:`MemoryKeyStore`); the store catches up with other
+        processes at most every other half, so a subject forgotten anywhere stops
+        decrypting here within ``refresh_seconds``. Forgotten keys are never cached.
+        """
+        now = monotonic()
+        if now >= self._fresh_until:
+            changes = self.keys.changes()
+            if changes != self._changes or len(self._opened) >= 65536:
+                self._opened.clear()
+                self._changes = changes
+            self._fresh_until = now + self._cache_seconds
+        aead = self._opened.get((subject, version))
+        if aead is None:
+            key = self.keys.get(subject, version)
+            if key is None:
+                return None
+            aead = self._opened[(subject, version)] = self._aead_for(key)
+        return aead
 
     def _open_values(
         self,
@@ -534,15 +671,15 @@ class FieldCipher:
         topic: str | None,
         partition: int | None,
         offset: int | None,
-    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+    ) -> tuple[str, ...]:
         """Events written before ``enc2``: one ``enc1`` cipher object per field."""
-        opened: dict[str, Any] | None = None
+        opened: dict[str, Any] | None = None  # applied once every field has opened
         erased: list[str] = []
         for name, value in data.items():
             if type(value) is not dict or CIPHER_MARK not in value:
                 continue
             if opened is None:
-                opened = dict(data)
+                opened = {}
             plain = self.open_value(
                 value, name, event_id, topic=topic, partition=partition, offset=offset
             )
@@ -551,7 +688,9 @@ class FieldCipher:
                 erased.append(name)
             else:
                 opened[name] = plain
-        return (data if opened is None else opened), tuple(erased)
+        if opened is not None:
+            data.update(opened)
+        return tuple(erased)
 
     def erase(self, cls: type, data: dict[str, Any]) -> dict[str, Any]:
         """Replace :class:`Sealed` markers left by :meth:`open` (after upcasting) with the
@@ -573,21 +712,71 @@ def _aad(subject: str, field: str, event_id: str) -> bytes:
     return f"{_SCHEME}\0{subject}\0{field}\0{event_id}".encode()
 
 
-def _event_aad(subject: str, event_id: str, names: Sequence[str]) -> bytes:
-    return f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{_NUL.join(names)}".encode()
+def _erased(
+    data: dict[str, Any], subject: str, names: Sequence[str]
+) -> tuple[str, ...]:
+    """Put a :class:`Sealed` marker in ``data`` for each of ``names`` (the key is gone)."""
+    del data[CIPHER_MARK]
+    for name in names:
+        data[name] = Sealed(subject)
+    return tuple(names)
 
 
 def _unauthentic(
-    what: str, exc: Exception, topic: str | None, partition: int | None, offset: int | None
+    subject: str,
+    names: Sequence[str],
+    exc: Exception,
+    topic: str | None,
+    partition: int | None,
+    offset: int | None,
 ) -> SerializationError:
-    """The error for a cipher text that fails authentication: ``what`` fails it."""
+    """The error for a cipher text of ``names`` that fails authentication."""
+    what = "field {} of subject {!r} fails" if len(names) == 1 else "fields {} of subject {!r} fail"
     return SerializationError(
-        f"{what} authentication (tampered cipher text or wrong key): {type(exc).__name__}",
+        f"personal {what.format(', '.join(names), subject)} authentication"
+        f" (tampered cipher text or wrong key): {type(exc).__name__}",
         topic=topic,
         partition=partition,
         offset=offset,
     )
 
 
-def _scheme_of(sealed: object) -> object:
-    return sealed.get(CIPHER_MARK) if isinstance(sealed, dict) else type(sealed).__name__
+def _not_fields(
+    values: object,
+    names: Sequence[str],
+    topic: str | None,
+    partition: int | None,
+    offset: int | None,
+) -> SerializationError:
+    return SerializationError(
+        f"the event's cipher object holds {values!r}, not the values of {', '.join(names)}",
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+def _malformed(
+    sealed: object, exc: Exception, topic: str | None, partition: int | None, offset: int | None
+) -> SerializationError:
+    """The error for an event's cipher object that is neither ``enc3`` nor ``enc2``."""
+    if type(sealed) is list:
+        scheme = sealed[0] if sealed else None
+    else:
+        scheme = sealed.get(CIPHER_MARK) if isinstance(sealed, dict) else type(sealed).__name__
+    if scheme not in (_EVENT_SCHEME, _OBJECT_SCHEME):
+        why = f"unknown cipher scheme {scheme!r}"
+    elif isinstance(exc, KeyError):
+        why = f"no {exc} entry"
+    elif type(exc) is ValueError and str(exc).startswith(("not enough", "too many")):
+        why = f"not 5 items ({exc})"
+    elif type(exc) is ValueError and not str(exc):
+        why = "subject, key version or field names of the wrong type"
+    else:
+        why = str(exc)
+    return SerializationError(
+        f"the event's cipher object is malformed: {why}",
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )

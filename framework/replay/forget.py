@@ -153,10 +153,14 @@ def _drop_snapshots(runtime: Runtime, subjects: tuple[str, ...]) -> tuple[list[s
 
 def _scan(runtime: Runtime, subjects: tuple[str, ...]) -> dict[str, int]:
     """Records per event topic whose value holds a cipher object of one of ``subjects``."""
-    needles = [  # b'"$eventlane":"enc2","s":"<subject>"': how the codec writes them
-        orjson.dumps({CIPHER_MARK: scheme, "s": s})[1:-1]
-        for s in subjects
-        for scheme in ("enc2", "enc1")
+    needles = [  # how the codec writes them: b'"$eventlane":["enc3","<subject>"' (enc3),
+        # b'"$eventlane":"enc2","s":"<subject>"' (enc2 and enc1 objects)
+        *(orjson.dumps({CIPHER_MARK: ["enc3", s]})[1:-2] for s in subjects),
+        *(
+            orjson.dumps({CIPHER_MARK: scheme, "s": s})[1:-1]
+            for s in subjects
+            for scheme in ("enc2", "enc1")
+        ),
     ]
     found: dict[str, int] = {}
     log_ = runtime.log

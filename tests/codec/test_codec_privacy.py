@@ -7,17 +7,21 @@ store, ``forget`` and the whole-app acceptance are in tests/privacy/.
 from __future__ import annotations
 
 import base64
+import time
+from pathlib import Path
 from typing import ClassVar
 
 import orjson
 import pytest
 from attrs import frozen
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
-from framework.codec.privacy import CIPHER_MARK, MemoryKeyStore
+from framework.codec.privacy import CIPHER_MARK, LogKeyStore, MemoryKeyStore
 from framework.domain import Aggregate, DomainEvent, Snapshot, event
 from framework.domain.privacy import ERASED, personal, subject
 from framework.errors import ConfigError, SerializationError, StaleSnapshotError
+from framework.log.store import LogStore
 
 
 @frozen
@@ -84,9 +88,10 @@ def test_personal_fields_never_reach_the_record_in_clear() -> None:
     data = orjson.loads(value)["data"]
     # one cipher object for all personal fields of the event; the others stay in clear
     assert set(data) == {"plan", CIPHER_MARK}
-    sealed = data[CIPHER_MARK]
-    assert sealed[CIPHER_MARK] == "enc2" and sealed["s"] == "c-1" and sealed["k"] == 1
-    assert sealed["f"] == ["name", "address"]
+    # ["enc3", subject, key version, field names, base64 nonce + cipher text + tag]
+    scheme, subject_id, version, names, text = data[CIPHER_MARK]
+    assert (scheme, subject_id, version, names) == ("enc3", "c-1", 1, "name\0address")
+    assert len(bytes.fromhex(text)) > 12 + 16
     assert back.event == env.event and back.erased == ()
 
 
@@ -94,7 +99,7 @@ def test_the_subject_field_chooses_the_key() -> None:
     keys = MemoryKeyStore()
     codec = make_codec(keys)
     value, back = roundtrip(codec, Envelope(Referred("cust-9", "likes tea"), "order-1", 1))
-    assert orjson.loads(value)["data"][CIPHER_MARK]["s"] == "cust-9"
+    assert orjson.loads(value)["data"][CIPHER_MARK][1] == "cust-9"
     assert back.event.referrer_note == "likes tea"
     keys.forget("order-1")  # the aggregate's subject is not the event's subject
     assert roundtrip(codec, Envelope(Referred("cust-9", "x"), "order-1", 1))[1].erased == ()
@@ -118,7 +123,7 @@ def test_rotation_keeps_old_cipher_texts_readable() -> None:
     old = codec.encode(Envelope(Registered("Ada", NOWHERE), "c-1", 1))
     assert keys.rotate("c-1") == 2
     new = codec.encode(Envelope(Registered("Ada L.", NOWHERE), "c-1", 2))
-    assert orjson.loads(new.value)["data"][CIPHER_MARK]["k"] == 2
+    assert orjson.loads(new.value)["data"][CIPHER_MARK][2] == 2
     assert codec.decode(old.key, old.value).event.name == "Ada"
     assert codec.decode(new.key, new.value).event.name == "Ada L."
 
@@ -147,9 +152,9 @@ def test_tampering_and_wrong_keys_fail_with_coordinates_never_wrong_plain_text()
     codec = make_codec(keys)
     rec = codec.encode(Envelope(Registered("Ada", NOWHERE), "c-1", 1))
     doc = orjson.loads(rec.value)
-    blob = bytearray(base64.b64decode(doc["data"][CIPHER_MARK]["c"]))
+    blob = bytearray(bytes.fromhex(doc["data"][CIPHER_MARK][4]))
     blob[-1] ^= 1
-    doc["data"][CIPHER_MARK]["c"] = base64.b64encode(bytes(blob)).decode()
+    doc["data"][CIPHER_MARK][4] = blob.hex()
     with pytest.raises(SerializationError, match="fail authentication") as info:
         codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=41)
     assert (info.value.topic, info.value.partition, info.value.offset) == ("customers", 2, 41)
@@ -157,7 +162,7 @@ def test_tampering_and_wrong_keys_fail_with_coordinates_never_wrong_plain_text()
     # the same cipher text under another subject's key (a moved or forged record)
     doc = orjson.loads(rec.value)
     keys.current("c-2")
-    doc["data"][CIPHER_MARK]["s"] = "c-2"
+    doc["data"][CIPHER_MARK][1] = "c-2"
     with pytest.raises(SerializationError, match="c-2"):
         codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=42)
 
@@ -169,16 +174,63 @@ def test_tampering_and_wrong_keys_fail_with_coordinates_never_wrong_plain_text()
 
     # the field names are in clear but authenticated: swapping them fails, never swaps values
     doc = orjson.loads(rec.value)
-    doc["data"][CIPHER_MARK]["f"] = ["address", "name"]
+    doc["data"][CIPHER_MARK][3] = "address\0name"
     with pytest.raises(SerializationError, match="fail authentication"):
         codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=44)
 
     # a malformed object (here: the key version as a string) names itself and its record
     doc = orjson.loads(rec.value)
-    doc["data"][CIPHER_MARK]["k"] = "1"
+    doc["data"][CIPHER_MARK][2] = "1"
     with pytest.raises(SerializationError, match="cipher object is malformed") as info:
         codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=45)
     assert info.value.offset == 45
+    doc["data"][CIPHER_MARK] = ["enc3", "c-1", 1]  # too short
+    with pytest.raises(SerializationError, match="not 5 items"):
+        codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=46)
+    doc["data"][CIPHER_MARK] = ["enc3", "c-1", 1, "name\0address", "not hex"]
+    with pytest.raises(SerializationError, match="cipher object is malformed"):
+        codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=47)
+    doc["data"][CIPHER_MARK] = ["enc9", "c-1", 1, "name", "abcd"]
+    with pytest.raises(SerializationError, match="unknown cipher scheme 'enc9'"):
+        codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=47)
+    # the plain text is authentic but not the object of the fields (a writer's bug)
+    aead = AESGCM(keys.current("c-1")[1])
+    nonce = b"\0" * 12
+    aad = f"enc3\0c-1\0{doc['event_id']}\0name\0address".encode()
+    body = aead.encrypt(nonce, b'["Ada", {"street": "", "city": ""}]', aad)
+    doc["data"][CIPHER_MARK] = ["enc3", "c-1", 1, "name\0address", (nonce + body).hex()]
+    with pytest.raises(SerializationError, match="not the values of name, address"):
+        codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=48)
+
+
+def test_event_cipher_objects_written_as_enc2_still_read() -> None:
+    """Events sealed before ``enc3`` hold an ``enc2`` object (the values as a JSON array, the
+    names as a list): they decode, fail authentication when tampered, and read as erased
+    once the subject is forgotten."""
+    keys = MemoryKeyStore()
+    codec = make_codec(keys)
+    doc = orjson.loads(codec.encode(Envelope(Registered("x", NOWHERE, "gold"), "c-1", 1)).value)
+    aead = AESGCM(keys.current("c-1")[1])
+    nonce = b"\1" * 12
+    body = aead.encrypt(
+        nonce,
+        orjson.dumps(["Ada", {"street": "a", "city": "b"}]),
+        f"enc2\0c-1\0{doc['event_id']}\0name\0address".encode(),
+    )
+    doc["data"][CIPHER_MARK] = {
+        CIPHER_MARK: "enc2", "s": "c-1", "k": 1, "f": ["name", "address"],
+        "c": base64.b64encode(nonce + body).decode(),
+    }
+    env = codec.decode(None, orjson.dumps(doc))
+    assert env.event == Registered("Ada", Address("a", "b"), "gold") and env.erased == ()
+    doc["data"][CIPHER_MARK]["f"] = ["address", "name"]
+    with pytest.raises(SerializationError, match="fail authentication") as info:
+        codec.decode(None, orjson.dumps(doc), topic="customers", partition=0, offset=3)
+    assert info.value.offset == 3
+    doc["data"][CIPHER_MARK]["f"] = ["name", "address"]
+    keys.forget("c-1")
+    env = codec.decode(None, orjson.dumps(doc))
+    assert env.event == Registered(ERASED, NOWHERE, "gold") and env.erased == ("name", "address")
 
 
 def test_per_field_cipher_objects_written_before_enc2_still_read() -> None:
@@ -243,3 +295,32 @@ def test_snapshots_of_aggregates_with_a_subject_are_sealed_and_erased() -> None:
         codec.decode(Customer, rec.key, rec.value, rec.headers)
     with pytest.raises(StaleSnapshotError, match="no key store"):
         SnapshotCodec().decode(Customer, rec.key, rec.value, rec.headers)
+
+
+def test_a_key_forgotten_by_another_process_stops_decrypting_within_refresh_ms(
+    tmp_path: Path,
+) -> None:
+    """Two key stores on one log stand for two processes. The reader's codec caches opened
+    keys (no key lookup per event); the cache still follows the store, so a forget there is
+    seen within ``refresh_ms``, and a new first key after it decrypts new data."""
+    refresh_ms = 100
+    with LogStore(tmp_path) as log_a, LogStore(tmp_path) as log_b:
+        writer_keys = LogKeyStore(log_a, refresh_ms=refresh_ms)
+        reader_keys = LogKeyStore(log_b, refresh_ms=refresh_ms)
+        writer, reader = make_codec(writer_keys), make_codec(reader_keys)
+        old = writer.encode(Envelope(Registered("Ada", NOWHERE), "c-1", 1))
+        for _ in range(3):  # the reader opens c-1's key once and keeps it
+            assert reader.decode(old.key, old.value).event.name == "Ada"
+        assert writer_keys.forget("c-1")
+        forgotten_at = time.monotonic()
+        while reader.decode(old.key, old.value).erased != ("name", "address"):
+            assert time.monotonic() - forgotten_at < refresh_ms / 1000 + 2.0  # slack: load
+            time.sleep(0.005)
+        # new data of the subject gets a new key version 1; the reader opens it, not the old
+        new = writer.encode(Envelope(Registered("Ada L.", NOWHERE), "c-1", 2))
+        deadline = time.monotonic() + refresh_ms / 1000 + 2.0
+        while reader.decode(new.key, new.value).erased:  # its store has not seen the key yet
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert reader.decode(new.key, new.value).event.name == "Ada L."
+        assert reader.decode(old.key, old.value).erased == ("name", "address")

@@ -33,12 +33,18 @@ Invariants:
   time across all processes. SQLite's WAL-reset bug (versions < 3.51.3; this machine has
   3.40) needs two connections writing or checkpointing at once, so it cannot trigger.
   Readers never write, except :meth:`KeyIndex.catch_up` through the same lock.
+* The index may hold records that are *in flight* (written, not yet fsynced: between the
+  HWM and the LEO, see :mod:`.partition`): an appender indexes the log up to the LEO under
+  the append lock, so its version check counts every record written before its own.
+  Readers (:meth:`KeyIndex.view`) leave those rows out until the HWM passes them. When a
+  failed fsync throws in-flight records away, the partition's ``epoch`` moves and the index
+  empties itself on its next update (meta ``epoch``): their offsets will be used again.
 * The index may lag the log (a writer died between its append and its index update, or
   the file was deleted): readers overlay the unindexed tail (:meth:`KeyIndex.view`) and
   index it themselves once it is longer than :data:`READER_CATCH_UP` offsets; appenders
   index it under the append lock before their version check.
 * A file SQLite cannot read, or of another schema, is replaced by an empty index. On open,
-  cheap consistency checks run: ``next_offset <= HWM`` (else the index belongs to an older
+  cheap consistency checks run: ``next_offset <= LEO`` (else the index belongs to an older
   incarnation of the partition), ``rows`` and ``checksum`` match the table, and the anchor
   record in the log has the anchor key. A failed check empties the index (it is rebuilt
   on use). :meth:`KeyIndex.verify` compares every row with the log.
@@ -201,6 +207,7 @@ class KeyIndex:
         self._next: int | None = None  # next_offset, when known
         self._heads: dict[bytes, tuple[int, int] | None] = {}  # key -> its last (seq, offset)
         self._depth = 0  # nesting of _writing()
+        self._epoch = 0  # the partition epoch this index was last checked against
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = path.with_name(path.name.removesuffix(INDEX_SUFFIX) + LOCK_SUFFIX)
         self._file_lock = FileLock(lock_path)
@@ -295,9 +302,9 @@ class KeyIndex:
         with self._lock:
             nxt, stated, actual, last_key, last_offset = self._guard(self._meta_and_count)
         marks = self.log.offsets(self.topic, self.partition)
-        if nxt > marks.hwm:
+        if nxt > marks.leo:
             return (
-                f"the index ends at offset {nxt}, past the log's high-water mark {marks.hwm} "
+                f"the index ends at offset {nxt}, past the log end offset {marks.leo} "
                 "(the partition was recreated or restored?)"
             )
         if stated != actual:
@@ -422,26 +429,23 @@ class KeyIndex:
         ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
 
-    def _rows(self, key: bytes, after_seq: int, upto_seq: int | None) -> tuple[int, int, list[int]]:
-        """``next_offset``, ``key``'s last ``seq`` and the offsets of its rows with
-        ``after_seq < seq <= upto_seq``, read by one statement (one read transaction)."""
+    def _rows(self, key: bytes, after_seq: int) -> tuple[int, list[tuple[int, int]]]:
+        """``next_offset`` and ``(seq, offset)`` of ``key``'s rows with ``seq > after_seq``
+        and of its last row, in order, read by one statement (one read transaction)."""
         rows = self._db.execute(
             "SELECT NULL, value FROM meta WHERE name='next_offset' UNION ALL "
             "SELECT seq, offset FROM entries WHERE key=?1 AND "
             "(seq > ?2 OR seq = (SELECT max(seq) FROM entries WHERE key=?1)) ORDER BY 1",
             (key, after_seq),
         ).fetchall()
-        nxt = head = 0
+        nxt = 0
         found: list[tuple[int, int]] = []
         for seq, value in rows:
             if seq is None:
                 nxt = int(value)
             else:
                 found.append((int(seq), int(value)))
-        if found:
-            head = found[-1][0]
-        top = head if upto_seq is None else min(head, upto_seq)
-        return nxt, head, [offset for seq, offset in found if after_seq < seq <= top]
+        return nxt, found
 
     def view(self, key: bytes, after_seq: int = 0, upto_seq: int | None = None) -> View:
         """The offsets of ``key``'s records with ``after_seq < seq <= upto_seq``, complete up
@@ -449,11 +453,20 @@ class KeyIndex:
         caught_up = False
         while True:
             with self._lock:
-                nxt, head, offsets = self._guard(self._rows, key, after_seq, upto_seq)
+                nxt, found = self._guard(self._rows, key, after_seq)
             marks = self.log.offsets(self.topic, self.partition)
-            if nxt > marks.hwm:
-                self.reset(f"the index ends at offset {nxt}, past the high-water mark {marks.hwm}")
+            if nxt > marks.leo:
+                self.reset(f"the index ends at offset {nxt}, past the log end offset {marks.leo}")
                 continue
+            head = found[-1][0] if found else 0
+            while found and found[-1][1] >= marks.hwm:  # in flight (offsets grow with seq)
+                found.pop()
+            if found:
+                head = found[-1][0]
+            elif head:  # every row after after_seq is in flight
+                head = min(after_seq, head)
+            top = head if upto_seq is None else min(head, upto_seq)
+            offsets = [offset for seq, offset in found if after_seq < seq <= top]
             start = max(nxt, marks.lwm)
             if not caught_up and marks.hwm - start > READER_CATCH_UP:
                 caught_up = True
@@ -501,14 +514,7 @@ class KeyIndex:
         out: list[tuple[bytes, int]] = []
         cursor: Cursor | None = None
         while start < upto:
-            records, cursor = self.log.read(
-                self.topic,
-                self.partition,
-                start,
-                max_bytes=CATCH_UP_BYTES,
-                cursor=cursor,
-                upto=upto,
-            )
+            records, cursor = self._read(start, CATCH_UP_BYTES, cursor, upto)
             if not records:
                 break
             out.extend(
@@ -519,12 +525,23 @@ class KeyIndex:
             start = records[-1].offset + 1
         return out
 
+    def _read(
+        self, start: int, max_bytes: int, cursor: Cursor | None, upto: int
+    ) -> tuple[list[Record], Cursor | None]:
+        """The log's records in ``[start, upto)``, those still in flight included (see
+        :mod:`.partition`): an appender indexes them under the append lock, so that its
+        version check counts every record written before its own."""
+        read = getattr(self.log, "read_written", None) or self.log.read
+        records: list[Record]
+        records, cursor = read(
+            self.topic, self.partition, start, max_bytes=max_bytes, cursor=cursor, upto=upto
+        )
+        return records, cursor
+
     def record_at(self, offset: int) -> Record | None:
         """The log record at exactly ``offset`` (``None``: none there, or out of range)."""
         try:
-            records, _ = self.log.read(
-                self.topic, self.partition, offset, max_bytes=POINT_READ_BYTES, upto=offset + 1
-            )
+            records, _ = self._read(offset, POINT_READ_BYTES, None, offset + 1)
         except OffsetOutOfRangeError:
             return None
         for record in records:
@@ -551,14 +568,7 @@ class KeyIndex:
                         self._guard(self._write, [], nxt, upto)
                     break
                 try:
-                    records, cursor = self.log.read(
-                        self.topic,
-                        self.partition,
-                        start,
-                        max_bytes=CATCH_UP_BYTES,
-                        cursor=cursor,
-                        upto=upto,
-                    )
+                    records, cursor = self._read(start, CATCH_UP_BYTES, cursor, upto)
                 except OffsetOutOfRangeError:  # retention moved the low-water mark: again
                     cursor = None
                     continue
@@ -596,6 +606,7 @@ class KeyIndex:
         ending past the log (an older incarnation of the partition) is emptied first.
         """
         with self._writing():
+            self._check_epoch()
             nxt = self._next if self._next is not None else self._guard(self._next_offset)
             if nxt == leo:
                 self._next = nxt
@@ -603,6 +614,23 @@ class KeyIndex:
             if nxt > leo:
                 self._guard(self._clear_now, f"the index ends past the log end offset {leo}")
             self.catch_up(leo)
+
+    def _check_epoch(self) -> None:
+        """Empty the index if records it may hold were thrown away since it was written
+        (a failed fsync bumps the partition's epoch; their offsets are used again)."""
+        epoch_of = getattr(self.log, "epoch", None)
+        if epoch_of is None:
+            return
+        epoch = int(epoch_of(self.topic, self.partition))
+        if epoch == self._epoch:
+            return
+        row = self._db.execute("SELECT value FROM meta WHERE name='epoch'").fetchone()
+        if int(row[0] if row else 0) != epoch:
+            why = f"the partition threw in-flight records away (epoch {epoch})"
+            self._guard(self._clear_now, why)
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('epoch', ?)", (epoch,))
+            self._next = None
+        self._epoch = epoch
 
     def add_appended(
         self, pairs: Sequence[tuple[bytes, int]], first_offset: int, next_offset: int
@@ -674,7 +702,7 @@ class KeyIndex:
         """Empty the index (inside the caller's transaction)."""
         self._forget()
         self._db.execute("DELETE FROM entries")
-        self._db.execute("DELETE FROM meta WHERE name NOT IN ('schema', 'mode')")
+        self._db.execute("DELETE FROM meta WHERE name NOT IN ('schema', 'mode', 'epoch')")
         self._db.executemany(
             "INSERT INTO meta VALUES (?, ?)", [("next_offset", 0), ("rows", 0), ("checksum", 0)]
         )
@@ -721,9 +749,9 @@ class KeyIndex:
             try:
                 nxt, stated, actual, _, _ = self._meta_and_count()
                 marks = self.log.offsets(self.topic, self.partition)
-                if nxt > marks.hwm:
+                if nxt > marks.leo:
                     problems.add(
-                        f"the index ends at offset {nxt}, past the high-water mark {marks.hwm}"
+                        f"the index ends at offset {nxt}, past the log end offset {marks.leo}"
                     )
                 if stated != actual:
                     problems.add(
@@ -732,7 +760,7 @@ class KeyIndex:
                     )
                 limit = min(nxt, marks.hwm)
                 if self.mode == "stream":
-                    self._verify_stream(marks.lwm, limit, problems)
+                    self._verify_stream(marks.lwm, limit, nxt, problems)
                 else:
                     self._verify_latest(marks.lwm, limit, problems)
             finally:
@@ -749,7 +777,7 @@ class KeyIndex:
             problems.count,
         )
 
-    def _verify_stream(self, lwm: int, limit: int, problems: _Problems) -> None:
+    def _verify_stream(self, lwm: int, limit: int, nxt: int, problems: _Problems) -> None:
         rows = self._db.execute("SELECT offset, key, seq FROM entries ORDER BY offset")
         row = next(rows, None)
         seqs: dict[bytes, int] = {}
@@ -776,9 +804,10 @@ class KeyIndex:
                     f"{key!r} #{expected}"
                 )
             row = next(rows, None)
-        while row is not None:
-            where = "past the index's end" if row[0] >= limit else "with no keyed record"
-            problems.add(f"offset {row[0]}: indexed as {row[1]!r} #{row[2]}, {where}")
+        while row is not None:  # rows between the HWM and the index's end are in flight
+            if row[0] >= nxt or row[0] < limit:
+                where = "past the index's end" if row[0] >= nxt else "with no keyed record"
+                problems.add(f"offset {row[0]}: indexed as {row[1]!r} #{row[2]}, {where}")
             row = next(rows, None)
 
     def _verify_latest(self, lwm: int, limit: int, problems: _Problems) -> None:

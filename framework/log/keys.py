@@ -169,8 +169,13 @@ class KeyIndexes:
         """The offset of ``key``'s last record below the high-water mark, or ``None``."""
         index = self.index(topic, partition)
         indexed = index.head(key)
-        offsets = index.view(key, after_seq=max(0, indexed - 1)).offsets
-        return offsets[-1] if offsets else None
+        step = 1
+        while True:  # the last indexed rows may be in flight (not readable yet): look back
+            after = max(0, indexed - step)
+            offsets = index.view(key, after_seq=after).offsets
+            if offsets or after == 0:
+                return offsets[-1] if offsets else None
+            step *= 4
 
     def read_key(
         self, topic: str, partition: int, key: bytes, after: int | None = None

@@ -5,6 +5,7 @@ Directory layout (``<data>/topics/<topic>/<partition>/``)::
     00000000000000000000.log / .index / .timeindex    segments (see :mod:`.segment`)
     state              shared offsets of the partition, memory-mapped (see :mod:`.state`)
     lock               flock()ed by whoever appends, rolls, truncates or swaps segments
+    sync.lock          flock()ed by whoever makes written records durable (group commit)
     cleaner.lock       flock()ed by the one process compacting this partition
     log-start-offset   the low-water mark, written (fsync + rename) before segments are deleted
     recovery-point     every segment below this offset was fsynced when it was rolled
@@ -17,6 +18,19 @@ Invariants:
   records, so nothing is missed).
 * ``lwm <= hwm <= leo``. With ``flush_policy="always"`` the high-water mark moves only after
   the batch is fsynced; readers never return records at or above it.
+* Group commit across threads and processes: while appenders queue for ``lock`` (they leave a
+  hint in the state: ``contended_ms``), an appender writes its batch under ``lock`` (the LEO
+  moves, the HWM does not) and lets go of it; then, under ``sync.lock``, the first
+  appender not yet covered fsyncs the active segment once for every batch written so far
+  and publishes the HWM (under ``lock`` again). Appenders that wrote meanwhile find the HWM
+  past their batch and return without an fsync of their own. Nobody is told an offset
+  before the HWM covers it. Records between the HWM and the LEO are *in flight*: readers do
+  not see them, the next appender writes after them (and its conditional check counts them:
+  if they are lost, so is everything written after them). A failed fsync throws every
+  in-flight record away (the tail is cut back to the durable size, ``epoch`` is bumped) and
+  their appenders, in any process, get an error instead of an acknowledgement. An appender
+  that had the lock to itself fsyncs holding it and publishes the HWM at once (that covers
+  anything in flight in the active segment too; a roll fsyncs the segment it closes).
 * Only the holder of ``lock`` writes the active segment, its indexes, or the state. Bytes past
   ``state.active_size`` belong to an append that was never acknowledged (its writer died): the
   next writer truncates them.
@@ -71,6 +85,7 @@ from framework.log.recovery import (
     write_swap_journal,
 )
 from framework.log.segment import (
+    LOG_SUFFIX,
     OFFSET_ENTRY,
     TIME_ENTRY,
     OffsetIndex,
@@ -81,6 +96,7 @@ from framework.log.segment import (
     list_segment_bases,
     log_path,
     scan_batches,
+    segment_stem,
     timeindex_path,
 )
 from framework.log.state import Notifier, PartitionState, Snapshot
@@ -96,6 +112,9 @@ from framework.observability import get_logger
 log = get_logger("eventlane.log")
 
 MAX_BATCH_BYTES = 1 << 20
+CONTENDED_MS = 200
+"""An appender that found the append lock taken this recently makes the holder fsync after
+letting go of it (group commit across threads and processes); else it fsyncs holding it."""
 _IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
 
 Clock = Callable[[], int]
@@ -121,11 +140,14 @@ class _Append:
     __slots__ = (
         "batches",
         "count",
+        "end",
+        "epoch",
         "error",
         "keys",
         "on_appended",
         "pending",
         "precondition",
+        "refused",
         "result",
     )
 
@@ -142,6 +164,12 @@ class _Append:
         self.on_appended = on_appended
         self.keys: frozenset[bytes] = frozenset()
         self.pending: AppendResult | None = None
+        """The offsets, once written (not yet durable)."""
+        self.end = 0
+        """The LEO after the write that holds this append: durable once the HWM reaches it."""
+        self.epoch = 0
+        self.refused = False
+        """Its precondition refused it (``end``/``epoch``: the log it was checked against)."""
         self.result: AppendResult | None = None
         self.error: BaseException | None = None
 
@@ -167,6 +195,7 @@ class Partition:
         offsets taken (see :func:`framework.log.recovery.recover`).
         """
         self.dir = directory
+        self._dir_str = os.fspath(directory)
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -181,6 +210,7 @@ class Partition:
         except FileNotFoundError:
             raise self._deleted_error() from None
         self._append_lock = FileLock(directory / "lock")
+        self._sync_lock = FileLock(directory / "sync.lock")
         self._maintenance = FileLock(directory / "cleaner.lock")
         self._log = log.bind(topic=topic, partition=partition)
         # Writer cache (valid while holding the lock and layout matches).
@@ -205,18 +235,32 @@ class Partition:
         self._failed: OSError | None = None
         """Set when an fsync failed: appends are refused until the partition is reopened."""
         self._skip_lost = skip_lost_offsets
-        with self.locked():
+        with self.locked() as opened:
             if skip_lost_offsets and self._skip_lost:  # not recovered by locked() itself
                 self._recover_locked()
         self._skip_lost = False
+        snap = self.state.read() if opened.hwm < opened.leo else opened
+        if snap.hwm < snap.leo and not self.state.read_only:
+            # records of an appender that died between its write and its fsync: make them
+            # durable now, as recovery does for the complete batches it finds (a failed fsync
+            # here leaves the partition read-only in this process, readable as it was)
+            with contextlib.suppress(PartitionReadOnlyError):
+                self._await_durable(snap.leo, snap.epoch)
+                self.notifier.bump()
 
     # ------------------------------------------------------------------ locking and sync
     @contextlib.contextmanager
     def locked(self) -> Iterator[Snapshot]:
         """Hold the append lock (threads and processes) with the state made consistent."""
-        with self._append_lock:
+        lock = self._append_lock
+        if not lock.acquire(blocking=False):
+            self.state.mark_contended()  # the holder shares its fsync with us (group commit)
+            lock.acquire()
+        try:
             self.last_used = next_use()
             yield self._sync_locked()
+        finally:
+            lock.release()
 
     @contextlib.contextmanager
     def maintenance_lock(self) -> Iterator[None]:
@@ -427,7 +471,11 @@ class Partition:
         ``precondition(leo)`` runs under the append lock before anything is written, and
         ``on_appended(result)`` under the same lock once the records are published.
 
-        ``combine=True`` (with ``atomic=True``) is *group commit* for conditional appends:
+        Appends of every thread and process share fsyncs (group commit: the module
+        docstring); a refused append waits until the records it was checked against are
+        durable before it raises, so its caller can read what changed.
+
+        ``combine=True`` (with ``atomic=True``) also writes them together, for conditional appends:
         appends of this process waiting for the lock are written by whichever holds it, one
         batch each, under one fsync, as long as their record keys are disjoint (an append
         whose keys meet one of the group's waits for the next group). Each keeps its own
@@ -450,21 +498,26 @@ class Partition:
             )
         request = _Append(batches, len(records), precondition, on_appended)
         if not (combine and atomic):
-            with self.locked() as snap:
-                self._write_locked(snap, [request], raise_errors=True)
-            self.notifier.bump()
-            assert request.result is not None
-            return request.result
-        request.keys = frozenset(r[0] for r in records if r[0] is not None)
-        with self._combine_lock:
-            self._waiting.append(request)
-        with self.locked():
-            while request.result is None and request.error is None:
-                self._write_locked(self._sync_locked(), self._next_group(), raise_errors=False)
-        self.notifier.bump()
-        if request.error is not None:
-            raise request.error
-        assert request.result is not None
+            try:
+                with self.locked() as snap:
+                    self._write_locked(snap, [request], raise_errors=True)
+            except Exception:
+                self._settle(request)
+                raise
+        else:
+            request.keys = frozenset(r[0] for r in records if r[0] is not None)
+            with self._combine_lock:
+                self._waiting.append(request)
+            with self.locked():
+                while request.pending is None and request.error is None:
+                    self._write_locked(self._sync_locked(), self._next_group(), raise_errors=False)
+            if request.error is not None:
+                self._settle(request)
+                raise request.error
+        assert request.pending is not None
+        self._await_durable(request.end, request.epoch)
+        self.notifier.bump()  # the HWM moved (here, or under the lock): wake readers
+        request.result = request.pending
         return request.result
 
     def _next_group(self) -> list[_Append]:
@@ -497,6 +550,7 @@ class Partition:
             active_base = snap.active_base
             created = snap.active_created_ms
             layout = snap.layout
+            hwm, synced = snap.hwm, snap.durable_size
             pending: list[bytes] = []
             pending_start = size
             index_entries: list[bytes] = []
@@ -508,6 +562,8 @@ class Partition:
                     try:
                         request.precondition(snap.leo)
                     except Exception as exc:
+                        request.refused = True
+                        request.end, request.epoch = snap.leo, snap.epoch
                         if raise_errors:
                             raise
                         request.error = exc
@@ -536,8 +592,9 @@ class Partition:
                     ):
                         self._write_pending(pending_start, pending, index_entries, time_entries)
                         pending, index_entries, time_entries = [], [], []
-                        layout = self._roll_locked(leo, now).layout
+                        layout = self._roll_locked(leo, now).layout  # fsyncs what went before
                         active_base, size, max_ts, last_index_pos, created = leo, 0, -1, 0, now
+                        hwm, synced = leo, 0
                         pending_start = 0
                     if size == 0 or size - last_index_pos >= cfg.index_interval_bytes:
                         index_entries.append(OFFSET_ENTRY.pack(leo - active_base, size))
@@ -554,12 +611,16 @@ class Partition:
             if not written:
                 return
             self._write_pending(pending_start, pending, index_entries, time_entries)
-            if cfg.flush_policy == "always":
+            if cfg.flush_policy != "always":  # durable by the policy's own schedule
+                hwm, synced = leo, size
+            elif not self.state.contended_within(CONTENDED_MS):
+                # alone: fsync holding the lock (the HWM then covers anything in flight too)
                 self._durable(os.fdatasync, self._w_fd)
+                hwm, synced = leo, size
             self.state.write(
                 Snapshot(
                     lwm=snap.lwm,
-                    hwm=leo,
+                    hwm=hwm,
                     leo=leo,
                     active_base=active_base,
                     active_size=size,
@@ -568,53 +629,134 @@ class Partition:
                     last_index_pos=last_index_pos,
                     active_created_ms=created,
                     boot=snap.boot,
+                    epoch=snap.epoch,
+                    synced_size=synced,
                 )
             )
         except Exception as exc:
+            for request in requests:
+                request.pending = None
             if raise_errors:
                 raise
             for request in requests:  # nothing of the group was acknowledged
                 if request.error is None:
                     request.error = exc
             return
-        for request in written:
-            result = request.result = request.pending
+        for request in written:  # written, in flight until _await_durable
+            request.end, request.epoch = leo, snap.epoch
+            result = request.pending
             if request.on_appended is not None and result is not None:
                 try:
                     request.on_appended(result)
                 except Exception:
                     self._log.exception(
-                        "append hook failed (the append itself succeeded)",
+                        "append hook failed (the append itself goes on)",
                         offset=result.base_offset,
                     )
+
+    def _settle(self, request: _Append) -> None:
+        """Before a refused append raises: wait until the records it was checked against
+        are durable, so that the caller, reading what changed, sees them (they may be in
+        flight: written by another appender, not yet fsynced)."""
+        if request.refused:
+            with contextlib.suppress(PartitionReadOnlyError):
+                self._await_durable(request.end, request.epoch)
+
+    def _await_durable(self, end: int, epoch: int) -> None:
+        """Return once every offset below ``end`` is durable (the HWM reached it), syncing
+        if nobody else has: group commit across threads and processes (module docstring).
+
+        Raises :class:`~framework.errors.PartitionReadOnlyError` if the records were thrown
+        away because an fsync failed (here or in another process).
+        """
+        snap = self.state.read()
+        if snap.hwm >= end and snap.epoch == epoch:
+            return
+        with self._sync_lock:
+            snap = self.state.read()
+            if snap.epoch != epoch:
+                raise self._lost_error(end)
+            if snap.hwm >= end:
+                return
+            # one fdatasync makes every batch written so far durable, others' included
+            target, base, size = snap.leo, snap.active_base, snap.active_size
+            try:
+                fd = os.open(f"{self._dir_str}/{segment_stem(base)}{LOG_SUFFIX}", os.O_RDONLY)
+            except FileNotFoundError:  # rolled and compacted away meanwhile: fsynced then
+                fd = -1
+            if fd >= 0:
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    self._sync_failed(exc, epoch)
+                    raise self._read_only_error() from exc
+                finally:
+                    os.close(fd)
+            with self._append_lock:
+                now = self.state.read()
+                if now.layout & 1 or self.state.torn:  # a changer died: recover first
+                    now = self._sync_locked()
+                if now.epoch != epoch:
+                    raise self._lost_error(end)
+                if now.hwm < target:  # else a roll (which fsyncs) covered it
+                    self.state.write(now._replace(hwm=target, synced_size=size))
+
+    def _sync_failed(self, exc: OSError, epoch: int) -> None:
+        """An fsync outside the append lock failed: throw every in-flight record away (see
+        :meth:`_durable`) unless someone already did, and refuse appends here."""
+        self._failed = exc
+        with self.locked() as snap:
+            if snap.epoch == epoch:
+                self._discard_in_flight_locked(snap, exc)
+
+    def _discard_in_flight_locked(self, snap: Snapshot, exc: OSError) -> None:
+        """Cut the active segment back to its durable size, the LEO back to the HWM, bump
+        the epoch (waiting appenders learn their records are gone) and leave the layout odd
+        (the next lock holder in any process recovers from the files). Hold the lock."""
+        self._log.error(
+            "fsync failed: partition is read-only until reopened",
+            error=str(exc),
+            file=str(log_path(self.dir, snap.active_base)),
+            hwm=snap.hwm,
+            in_flight=snap.leo - snap.hwm,
+        )
+        with contextlib.suppress(OSError):
+            Segment(self.dir, snap.active_base).truncate_to(self._w_fd, snap.durable_size)
+        self.state.write(
+            snap._replace(
+                leo=snap.hwm,
+                active_size=snap.durable_size,
+                epoch=snap.epoch + 1,
+                layout=snap.layout | 1,
+            )
+        )
+        self._close_writer()
+
+    def _lost_error(self, end: int) -> PartitionReadOnlyError:
+        return PartitionReadOnlyError(
+            "an fsync of this partition failed (in this or another process) while this"
+            f" append waited for its own: its records (below offset {end}) may have been"
+            " thrown away, so it is not acknowledged (like a producer's timeout: they may"
+            " also be there)",
+            topic=self.topic,
+            partition=self.partition,
+            path=self.dir,
+        )
 
     def _durable(self, sync: Callable[[int], None], fd: int) -> None:
         """``sync(fd)``; if it fails, the partition goes read-only (the fsyncgate rule).
 
         After a failed fsync the kernel may have dropped the dirty pages and marked them
         clean, so a retry can succeed without the data being on disk: nothing written since
-        the last acknowledged append is ever acknowledged. The unacknowledged bytes are cut
-        off, the layout is left odd (so the next lock holder in any process runs a full
-        recovery from the files), and this object refuses appends until it is reopened.
-        Caller holds the append lock.
+        the last acknowledged append is ever acknowledged. The unacknowledged bytes (every
+        in-flight record, in any process) are cut off (:meth:`_discard_in_flight_locked`)
+        and this object refuses appends until it is reopened. Caller holds the append lock.
         """
         try:
             sync(fd)
         except OSError as exc:
             self._failed = exc
-            published = self.state.read()
-            self._log.error(
-                "fsync failed: partition is read-only until reopened",
-                error=str(exc),
-                file=str(log_path(self.dir, published.active_base)),
-                hwm=published.hwm,
-            )
-            with contextlib.suppress(OSError):
-                Segment(self.dir, published.active_base).truncate_to(
-                    self._w_fd, published.active_size
-                )
-            self.state.write(published._replace(layout=published.layout | 1))
-            self._close_writer()
+            self._discard_in_flight_locked(self.state.read(), exc)
             raise self._read_only_error() from exc
 
     def _read_only_error(self) -> PartitionReadOnlyError:
@@ -823,8 +965,11 @@ class Partition:
         max_bytes: int = MAX_BATCH_BYTES,
         cursor: Cursor | None = None,
         upto: int | None = None,
+        in_flight: bool = False,
     ) -> tuple[list[Record], Cursor | None]:
-        """Records from ``offset`` (or the next one present), below the HWM (or ``upto``).
+        """Records from ``offset`` (or the next one present), below the HWM (or ``upto``);
+        ``in_flight=True``: below the LEO, records not yet durable included (the key
+        index's catch-up under the append lock, nobody else).
 
         Returns at least one batch's records if any exist, and stops once ``max_bytes`` of
         batches were read. The returned cursor makes the next sequential read cheap.
@@ -838,7 +983,8 @@ class Partition:
                 snap = self.state.read()
                 if not snap.layout & 1:
                     try:
-                        return self._read_locked(offset, max_bytes, cursor, snap, upto)
+                        limit = snap.leo if in_flight else snap.hwm
+                        return self._read_locked(offset, max_bytes, cursor, snap, upto, limit)
                     except (FileNotFoundError, _LayoutChangedError):
                         self._r_layout = -1  # segments changed under us: reload and retry
                         cursor = None
@@ -859,7 +1005,13 @@ class Partition:
         )
 
     def _read_locked(
-        self, offset: int, max_bytes: int, cursor: Cursor | None, snap: Snapshot, upto: int | None
+        self,
+        offset: int,
+        max_bytes: int,
+        cursor: Cursor | None,
+        snap: Snapshot,
+        upto: int | None,
+        limit: int,
     ) -> tuple[list[Record], Cursor | None]:
         if offset < snap.lwm or offset > snap.leo:
             raise OffsetOutOfRangeError(
@@ -870,7 +1022,7 @@ class Partition:
                 lwm=snap.lwm,
                 leo=snap.leo,
             )
-        end_offset = snap.hwm if upto is None else min(upto, snap.hwm)
+        end_offset = limit if upto is None else min(upto, limit)
         if offset >= end_offset:
             return [], cursor
         self._reader_refresh(snap.layout)

@@ -285,6 +285,8 @@ def recover(
         last_index_pos=last_index_pos,
         active_created_ms=created if active_size else clock(),
         boot=BOOT,
+        epoch=previous.epoch if previous is not None else 0,  # complete batches survive
+        synced_size=active_size,
     )
     (logger.info if leo > lwm else logger.debug)(
         "partition recovered", lwm=lwm, leo=leo, segments=len(bases)

@@ -20,6 +20,15 @@ process are seen by readers in others without a system call. File format of
     64  int64   last_index_pos      file position of the active segment's last index entry
     72  int64   active_created_ms   when the active segment was created (segment_ms roll)
     80  uint64  boot                hash of the boot id that wrote the state (unclean reboot check)
+    88  int64   epoch               bumped when records written but not yet durable are thrown
+                                    away (a failed fsync): an appender waiting for its records
+                                    to become durable learns they are gone
+    96  int64   synced_size         bytes of the active segment known durable, when hwm < leo
+                                    (when hwm == leo: active_size)
+   112  uint64  contended_ms        a hint, outside the seqlock: when (CLOCK_MONOTONIC, ms) an
+                                    appender last found the append lock taken. While appenders
+                                    queue, the lock holder fsyncs after letting go of the lock
+                                    (group commit); alone, it fsyncs holding it (fewer steps)
    120  uint32  deleted             1 once the topic is being deleted: set (under the append lock)
                                     before the topic directory is renamed away, so a process that
                                     still has this incarnation mapped refuses to append to it or
@@ -60,10 +69,12 @@ if TYPE_CHECKING:
 STATE_SIZE = 128
 MAGIC = 0x314C5345
 _SEQ = struct.Struct("<I")
-_FIELDS = struct.Struct("<qqqqqqqqqQ")
+_FIELDS = struct.Struct("<qqqqqqqqqQqq")
 _FIELDS_AT = 8
 _MAGIC_AT = 4
 _DELETED_AT = 120
+_CONTENDED_AT = 112
+_U64 = struct.Struct("<Q")
 
 
 class Snapshot(NamedTuple):
@@ -79,6 +90,13 @@ class Snapshot(NamedTuple):
     last_index_pos: int
     active_created_ms: int
     boot: int
+    epoch: int = 0
+    synced_size: int = 0
+
+    @property
+    def durable_size(self) -> int:
+        """Bytes of the active segment below the high-water mark (known durable)."""
+        return self.active_size if self.hwm == self.leo else self.synced_size
 
 
 class PartitionState:
@@ -161,6 +179,20 @@ class PartitionState:
         except ValueError:  # released by another thread meanwhile: map it again
             (word,) = _SEQ.unpack_from(self._m, _DELETED_AT)
         return bool(word) or self._gone
+
+    def mark_contended(self) -> None:
+        """Note that an appender found the append lock taken (a hint: no lock needed)."""
+        now = time.monotonic_ns() // 1_000_000
+        with contextlib.suppress(ValueError, TypeError):  # released meanwhile, or read-only
+            _U64.pack_into(self._map or self._open(), _CONTENDED_AT, now)
+
+    def contended_within(self, ms: int) -> bool:
+        """Whether an appender found the append lock taken in the last ``ms``."""
+        try:
+            (when,) = _U64.unpack_from(self._map or self._open(), _CONTENDED_AT)
+        except ValueError:
+            return True
+        return bool(time.monotonic_ns() // 1_000_000 - when < ms)
 
     def mark_deleted(self) -> None:
         """Mark this incarnation deleted (caller holds the partition's append lock)."""

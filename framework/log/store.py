@@ -449,6 +449,31 @@ class LogStore:
             self._forget(topic, partition, part)
             raise
 
+    def read_written(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = 1 << 20,
+        cursor: Cursor | None = None,
+        upto: int | None = None,
+    ) -> tuple[list[Record], Cursor | None]:
+        """:meth:`read`, with the records written but not yet durable (between the HWM and
+        the LEO; see :mod:`.partition`). Not in the port: for the key index, which indexes
+        them under the append lock so that the next conditional append sees them."""
+        part = self.partition(topic, partition)
+        try:
+            return part.read(offset, max_bytes=max_bytes, cursor=cursor, upto=upto, in_flight=True)
+        except UnknownTopicError:
+            self._forget(topic, partition, part)
+            raise
+
+    def epoch(self, topic: str, partition: int) -> int:
+        """How many times written-but-not-durable records of the partition were thrown away
+        (a failed fsync): the key index drops itself when it changes (not in the port)."""
+        return self.partition(topic, partition).offsets().epoch
+
     def _forget(self, topic: str, partition: int, part: Partition) -> None:
         """Drop a partition whose topic was deleted under us: the next call looks again."""
         with self._lock:

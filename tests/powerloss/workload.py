@@ -16,7 +16,9 @@ every acknowledgement exactly among the file-system operations. Kinds (``k``):
 * ``state`` ``{path, hex}``: the current bytes of a memory-mapped ``state`` file (relative
   path): a power loss may leave any copy written before it on disk.
 
-The steps cover: producer group commit (concurrent ``send``), ``send_batch``, segment rolls,
+The steps cover: producer group commit (concurrent ``send``), ``send_batch``, appends of
+threads queueing for one partition's lock (in flight until one fsync after the lock covers
+them), segment rolls,
 compaction of a keyed topic, retention, event-store saves (key-index updates, SQLite), a
 projector worker's read-model commits (SQLite WAL) and its consumer group's offset commits.
 ``SIZE`` scales the number of records.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -160,6 +163,26 @@ def run(data: Path, acks_path: Path, size: int, seed: int) -> None:
                 del report
             ack.states()
     producer.close()
+
+    # contended appends: while appenders queue for a partition's lock, each writes its batch,
+    # lets go of the lock and fsyncs after it under sync.lock, one fdatasync for every batch
+    # written so far (records in flight between the HWM and the LEO until then)
+    part = log.partition(EVENTS, 1)
+    shares = [[value() for _ in range(size)] for _ in range(3)]
+
+    def appender(share: list[bytes]) -> None:
+        for v in share:
+            part.state.mark_contended()
+            ack("try", t=EVENTS, v=v.decode())
+            result = log.append(EVENTS, 1, [(None, v, (), None)])
+            ack("rec", t=EVENTS, p=1, o=result.base_offset, v=v.decode(), key=None)
+
+    threads = [threading.Thread(target=appender, args=(share,)) for share in shares]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ack.states()
 
     runtime = app.open(log)
     worker = Worker(

@@ -327,7 +327,7 @@ class EventCodec:
         ):
             self._check_headers(headers, reader, name, version, topic, partition, offset)
         erased: tuple[str, ...] = ()
-        if self._cipher is not None and (CIPHER_MARK in data or reader.per_field):
+        if self._cipher is not None and (reader.per_field or CIPHER_MARK in data):
             erased = self._cipher.open(data, event_id, topic, partition, offset)
         elif CIPHER_MARK in data:
             raise self._no_key_store(reader, topic, partition, offset)

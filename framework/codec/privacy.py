@@ -76,6 +76,7 @@ CIPHER_MARK = "$eventlane"
 _SCHEME = "enc1"  # one value (snapshot states; events before enc2)
 _EVENT_SCHEME = "enc3"  # all personal fields of one event
 _OBJECT_SCHEME = "enc2"  # the same as an object (read only)
+_NO_KEY: tuple[object, object, Any] = (None, None, None)
 _NONCE = 12
 _NUL = "\0"
 KEY_TOPIC_CONFIG: Mapping[str, object] = {
@@ -455,6 +456,7 @@ class FieldCipher:
         self._opened: dict[tuple[str, int], Any] = {}  # (subject, version) -> AESGCM
         self._cache_seconds = float(getattr(keys, "refresh_seconds", 0.0)) / 2
         self._fresh_until = 0.0  # monotonic time until which _opened needs no check
+        self._last: tuple[object, object, Any] = _NO_KEY  # (subject, version, AESGCM)
         self._changes = keys.changes()
 
     def _aead_for(self, key: bytes) -> Any:
@@ -586,10 +588,19 @@ class FieldCipher:
             aad = f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{fields}".encode()
             blob = unhexlify(text)  # hex, not base64: half the cost to decode
             # the subject's opened key, cached (see _opener, which checks the types of the
-            # subject and version before it caches a key for them)
-            aead = self._opened.get((subject, version)) if monotonic() < self._fresh_until else None
-            if aead is None and (aead := self._opener(subject, version)) is None:
-                return _erased(data, subject, fields.split(_NUL))
+            # subject and version before it caches a key for them); the last one used is
+            # kept apart: a stream's events (an aggregate's load) share one subject
+            if monotonic() >= self._fresh_until:
+                aead = None
+            elif subject == self._last[0] and version == self._last[1]:
+                aead = self._last[2]
+            else:
+                aead = self._opened.get((subject, version))
+            if aead is None:
+                aead = self._opener(subject, version)
+                if aead is None:
+                    return _erased(data, subject, fields.split(_NUL))
+                self._last = (subject, version, aead)
         except (TypeError, ValueError, binascii.Error) as exc:
             raise _malformed(sealed, exc, topic, partition, offset) from None
         try:
@@ -652,6 +663,7 @@ class FieldCipher:
             changes = self.keys.changes()
             if changes != self._changes or len(self._opened) >= 65536:
                 self._opened.clear()
+                self._last = _NO_KEY
                 self._changes = changes
             self._fresh_until = now + self._cache_seconds
         aead = self._opened.get((subject, version))

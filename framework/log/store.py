@@ -442,12 +442,7 @@ class LogStore:
                 topic=topic,
                 partition=partition,
             )
-        part = self.partition(topic, partition)
-        try:
-            return part.read(offset, max_bytes=max_bytes, cursor=cursor, upto=upto)
-        except UnknownTopicError:
-            self._forget(topic, partition, part)
-            raise
+        return self._read(topic, partition, offset, max_bytes, cursor, upto, in_flight=False)
 
     def read_written(
         self,
@@ -462,9 +457,24 @@ class LogStore:
         """:meth:`read`, with the records written but not yet durable (between the HWM and
         the LEO; see :mod:`.partition`). Not in the port: for the key index, which indexes
         them under the append lock so that the next conditional append sees them."""
+        return self._read(topic, partition, offset, max_bytes, cursor, upto, in_flight=True)
+
+    def _read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        cursor: Cursor | None,
+        upto: int | None,
+        *,
+        in_flight: bool,
+    ) -> tuple[list[Record], Cursor | None]:
         part = self.partition(topic, partition)
         try:
-            return part.read(offset, max_bytes=max_bytes, cursor=cursor, upto=upto, in_flight=True)
+            return part.read(
+                offset, max_bytes=max_bytes, cursor=cursor, upto=upto, in_flight=in_flight
+            )
         except UnknownTopicError:
             self._forget(topic, partition, part)
             raise

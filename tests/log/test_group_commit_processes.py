@@ -102,6 +102,16 @@ def _result(proc: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, obj
     return result
 
 
+def _stop(*procs: subprocess.Popen[str]) -> None:
+    """Kill what is still running (a failed test), stopped children included."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.wait()
+
+
 def _wait_for(predicate: object, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():  # type: ignore[operator]
@@ -173,10 +183,7 @@ def test_in_flight_records_are_unread_counted_by_conditional_appends_then_durabl
             assert [(r.offset, r.key) for r in records] == [(0, b"other"), (1, b"k")]
             assert log.key_head(TOPIC, 0, b"k") == 1
     finally:
-        for proc in (writer, rival):
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        _stop(writer, rival)
 
 
 def test_a_writer_killed_before_its_fsync_leaves_records_the_next_opener_makes_durable(
@@ -205,9 +212,7 @@ def test_a_writer_killed_before_its_fsync_leaves_records_the_next_opener_makes_d
             log.append(TOPIC, 0, [(b"k", b"1", (), None)], expect=Expect(b"k", 0))
             assert log.key_head(TOPIC, 0, b"k") == 1
     finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
+        _stop(writer)
 
 
 def test_a_failed_fsync_in_one_process_acknowledges_no_in_flight_record_of_another(
@@ -245,12 +250,7 @@ def test_a_failed_fsync_in_one_process_acknowledges_no_in_flight_record_of_anoth
             assert [(r.offset, r.key) for r in records] == [(0, b"c")]
             assert log.key_head(TOPIC, 0, b"a") is None and log.key_head(TOPIC, 0, b"b") is None
     finally:
-        for proc in (a, b):
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+        _stop(a, b)
 
 
 def test_processes_share_fsyncs_and_every_acknowledged_record_is_where_it_was_told(

@@ -195,6 +195,12 @@ class KeyIndex:
         auto_repair: bool = True,
     ) -> None:
         self.log = log_
+        # the embedded engine's extras (records in flight, the partition's epoch; see
+        # _read and _check_epoch), looked up once; another Log has neither
+        self._read_log: Callable[..., tuple[list[Record], Cursor | None]] = getattr(
+            log_, "read_written", log_.read
+        )
+        self._epoch_of: Callable[[str, int], int] | None = getattr(log_, "epoch", None)
         self.topic = topic
         self.partition = partition
         self.path = path
@@ -531,12 +537,9 @@ class KeyIndex:
         """The log's records in ``[start, upto)``, those still in flight included (see
         :mod:`.partition`): an appender indexes them under the append lock, so that its
         version check counts every record written before its own."""
-        read = getattr(self.log, "read_written", None) or self.log.read
-        records: list[Record]
-        records, cursor = read(
+        return self._read_log(
             self.topic, self.partition, start, max_bytes=max_bytes, cursor=cursor, upto=upto
         )
-        return records, cursor
 
     def record_at(self, offset: int) -> Record | None:
         """The log record at exactly ``offset`` (``None``: none there, or out of range)."""
@@ -618,10 +621,9 @@ class KeyIndex:
     def _check_epoch(self) -> None:
         """Empty the index if records it may hold were thrown away since it was written
         (a failed fsync bumps the partition's epoch; their offsets are used again)."""
-        epoch_of = getattr(self.log, "epoch", None)
-        if epoch_of is None:
+        if self._epoch_of is None:
             return
-        epoch = int(epoch_of(self.topic, self.partition))
+        epoch = self._epoch_of(self.topic, self.partition)
         if epoch == self._epoch:
             return
         row = self._db.execute("SELECT value FROM meta WHERE name='epoch'").fetchone()

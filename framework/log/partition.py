@@ -148,7 +148,6 @@ class _Append:
         "pending",
         "precondition",
         "refused",
-        "result",
     )
 
     def __init__(
@@ -164,13 +163,12 @@ class _Append:
         self.on_appended = on_appended
         self.keys: frozenset[bytes] = frozenset()
         self.pending: AppendResult | None = None
-        """The offsets, once written (not yet durable)."""
+        """The offsets, once written (returned once durable)."""
         self.end = 0
         """The LEO after the write that holds this append: durable once the HWM reaches it."""
         self.epoch = 0
         self.refused = False
         """Its precondition refused it (``end``/``epoch``: the log it was checked against)."""
-        self.result: AppendResult | None = None
         self.error: BaseException | None = None
 
 
@@ -517,8 +515,7 @@ class Partition:
         assert request.pending is not None
         self._await_durable(request.end, request.epoch)
         self.notifier.bump()  # the HWM moved (here, or under the lock): wake readers
-        request.result = request.pending
-        return request.result
+        return request.pending
 
     def _next_group(self) -> list[_Append]:
         """The waiting appends with pairwise disjoint keys, oldest first."""

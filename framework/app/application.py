@@ -68,6 +68,7 @@ from framework.observability import configure_default_logging
 from framework.projection.projector import Projector
 from framework.projection.status import offsets_after, projection_status, wait_for_offsets
 from framework.store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore, Repository
+from framework.store.stream_cache import DEFAULT_EVENTS
 
 log = structlog.get_logger("eventlane.app")
 
@@ -85,7 +86,10 @@ class App:
     ``"acme"``) prefixes every topic, consumer group and local file the app owns
     (``acme.orders``, ``acme.invoices``): apps, or deployments of one app, with different
     namespaces share a data directory or cluster without seeing each other; see
-    :mod:`framework.app.namespace`. Its mapping is :attr:`names`.
+    :mod:`framework.app.namespace`. Its mapping is :attr:`names`. ``cache_events`` bounds
+    the events a runtime keeps decoded from recently used streams, so that loading an
+    aggregate again reads only what changed (:mod:`framework.store.stream_cache`; ``0``:
+    off).
     """
 
     def __init__(
@@ -102,6 +106,7 @@ class App:
         keys_topic: str | None = None,
         on_forget: Iterable[Callable[[Runtime, str], None]] = (),
         namespace: str | None = None,
+        cache_events: int = DEFAULT_EVENTS,
     ) -> None:
         self.name = name
         self.names = Namespace(namespace)
@@ -122,6 +127,7 @@ class App:
         self.keys = keys
         self.keys_topic = keys_topic or f"{name}.keys"
         self.on_forget = tuple(on_forget)
+        self.cache_events = cache_events
 
     @property
     def namespace(self) -> str | None:
@@ -210,7 +216,7 @@ class Runtime:
         self.registry = app.registry
         self.keys = app.key_store(self.log)
         self.codec = app.codec(keys=self.keys)
-        self.store = EventStore(self.log, self.codec)
+        self.store = EventStore(self.log, self.codec, cache_events=app.cache_events)
         self.repository = Repository(
             self.store,
             SnapshotCodec(configure=app.configure, keys=self.keys),

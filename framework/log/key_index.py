@@ -125,6 +125,9 @@ class View(NamedTuple):
     """Offsets of the key's records in the requested ``seq`` range, ascending."""
     hwm: int
     """The partition's high-water mark the view is complete up to."""
+    last: int | None = -1
+    """Offset of the key's last record below ``hwm`` (``None``: it has none), or ``-1`` when
+    this view cannot tell (every row it fetched is in flight)."""
 
 
 class _Problems:
@@ -469,8 +472,12 @@ class KeyIndex:
                 found.pop()
             if found:
                 head = found[-1][0]
+                last: int | None = found[-1][1]
             elif head:  # every row after after_seq is in flight
                 head = min(after_seq, head)
+                last = -1  # the last readable one is among the rows not fetched
+            else:
+                last = None
             top = head if upto_seq is None else min(head, upto_seq)
             offsets = [offset for seq, offset in found if after_seq < seq <= top]
             start = max(nxt, marks.lwm)
@@ -482,9 +489,10 @@ class KeyIndex:
             for record_key, offset in self.scan(start, marks.hwm, key):
                 del record_key
                 seq += 1
+                last = offset
                 if seq > after_seq and (upto_seq is None or seq <= upto_seq):
                     offsets.append(offset)
-            return View(seq, offsets, marks.hwm)
+            return View(seq, offsets, marks.hwm, last)
 
     def last(self, key: bytes) -> int | None:
         """The offset of ``key``'s last record below the high-water mark, or ``None``

@@ -45,6 +45,8 @@ enough for an event record, so a run is usually one ``pread``, never a MiB for o
 _MAX_READ_BYTES = 1 << 20
 _CHECKED_HEADS = 1 << 16
 """Key heads remembered as checked against the log (the cache is cleared when full)."""
+_LAST_ROW_ONLY = 1 << 62
+"""``after_seq`` for a view that fetches only a key's last row (its head)."""
 
 
 _NO_RECORD = "the key index names an offset with no record"
@@ -168,6 +170,9 @@ class KeyIndexes:
     def head(self, topic: str, partition: int, key: bytes) -> int | None:
         """The offset of ``key``'s last record below the high-water mark, or ``None``."""
         index = self.index(topic, partition)
+        last = index.view(key, after_seq=_LAST_ROW_ONLY).last  # one query, usually enough
+        if last != -1:
+            return last
         indexed = index.head(key)
         step = 1
         while True:  # the last indexed rows may be in flight (not readable yet): look back

@@ -13,6 +13,10 @@ When the caller knows only the expected *version* (not the offset), the store re
 stream's last record (``key_head`` + one point read), compares its ``aggregate_version`` and
 appends expecting that offset: still one atomic check in the engine.
 
+Streams read or appended recently are kept decoded (:mod:`.stream_cache`): loading one
+again costs one ``key_head`` when nothing changed, else a read of the records after the
+cached ones. ``cache_events=0`` turns it off.
+
 Reading a stream uses the engine's per-key reads (``read_key``: the embedded engine's key
 index, never a partition scan). Records come back checked by key; the store checks each
 record's ``aggregate_version`` continues the stream. On a gap the engine's per-key state is
@@ -35,6 +39,7 @@ from framework.log import Log, Record, RecordMetadata
 from framework.log.partitioner import partition_for_key
 from framework.log.types import Expect, KeyIndexReport
 from framework.observability import get_logger
+from framework.store.stream_cache import DEFAULT_EVENTS, CachedStream, StreamCache
 
 log = get_logger("eventlane.store")
 
@@ -87,9 +92,11 @@ UNKNOWN_OFFSET: Final = UnknownOffset.TOKEN
 class EventStore:
     """Appends and reads aggregate event streams on a :class:`~framework.log.Log`."""
 
-    def __init__(self, log_: Log, codec: EventCodec) -> None:
+    def __init__(self, log_: Log, codec: EventCodec, *, cache_events: int = DEFAULT_EVENTS) -> None:
         self.log = log_
         self.codec = codec
+        self.cache = StreamCache(cache_events) if cache_events > 0 else None
+        """Recently used streams, decoded (``None``: off); see :mod:`.stream_cache`."""
 
     # ------------------------------------------------------------------ placement
     def partition_of(self, topic: str, aggregate_id: str) -> int:
@@ -121,6 +128,7 @@ class EventStore:
                     f"{aggregate_id!r} at version {i}",
                     topic=topic,
                 )
+        generation = self.codec.registry.generation
         encoded = [self.codec.encode(env) for env in envelopes]
         records = [(r.key, r.value, tuple(r.headers), None) for r in encoded]
         key = aggregate_id.encode()
@@ -136,11 +144,23 @@ class EventStore:
                 topic, partition, records, expect=Expect(key, expected_offset), atomic=True
             )
         except ConcurrencyError:
+            if self.cache is not None:
+                self.cache.drop(topic, aggregate_id)
             actual = self._version_after(topic, partition, key, expected_version, expected_offset)
             raise self._conflict(aggregate_id, expected_version, actual, topic, partition) from None
+        base = result.base_offset
+        if self.cache is not None:
+            self.cache.extend(
+                topic,
+                aggregate_id,
+                expected_version,
+                expected_offset,
+                envelopes,
+                range(base, base + len(envelopes)),
+                generation,
+            )
         return [
-            RecordMetadata(topic, partition, result.base_offset + i, ts)
-            for i, ts in enumerate(result.timestamps)
+            RecordMetadata(topic, partition, base + i, ts) for i, ts in enumerate(result.timestamps)
         ]
 
     @staticmethod
@@ -227,12 +247,30 @@ class EventStore:
         """
         key = aggregate_id.encode()
         partition = self.partition_of(topic, aggregate_id)
+        whole = after_version == 0 and after_offset is None and self.cache is not None
+        generation = self.codec.registry.generation
+        if whole:
+            cached = self._cached(topic, partition, aggregate_id, key, generation, upto_version)
+            if cached is not None:
+                envelopes, offsets = cached.envelopes, cached.offsets
+                if upto_version is not None and upto_version < len(envelopes):
+                    envelopes, offsets = envelopes[:upto_version], offsets[:upto_version]
+                return StreamRead(list(envelopes), offsets[-1] if offsets else None, len(offsets))
         for attempt in (1, 2):
             records = self.log.read_key(topic, partition, key, after=after_offset)
             try:
-                return self._decode_stream(
+                read = self._decode_stream(
                     topic, partition, records, after_version, upto_version, after_offset
                 )
+                if whole and upto_version is None and read.envelopes:
+                    self.cache.put(  # type: ignore[union-attr]
+                        topic,
+                        aggregate_id,
+                        read.envelopes,
+                        [r.offset for r in records[: len(read.envelopes)]],
+                        generation,
+                    )
+                return read
             except _StreamMismatchError as exc:
                 if attempt == 2:
                     raise SerializationError(
@@ -250,6 +288,49 @@ class EventStore:
                 )
                 self.log.rebuild_keys(topic, partition)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _cached(
+        self,
+        topic: str,
+        partition: int,
+        aggregate_id: str,
+        key: bytes,
+        generation: int,
+        upto: int | None,
+    ) -> CachedStream | None:
+        """The cached stream, brought up to date with the log (records appended since are
+        read and decoded alone) unless it already holds version ``upto``; ``None`` when
+        not cached or the log disagrees with it."""
+        cache = self.cache
+        assert cache is not None
+        entry = cache.get(topic, aggregate_id, generation)
+        if entry is None:
+            return None
+        last = entry.offsets[-1]
+        head = self.log.key_head(topic, partition, key)
+        if head == last:
+            return entry
+        if head is not None and head > last:
+            if upto is not None and upto <= len(entry.envelopes):
+                return entry  # history before the head does not change
+            records = self.log.read_key(topic, partition, key, after=last)
+            try:
+                tail = self._decode_stream(
+                    topic, partition, records, len(entry.envelopes), None, last
+                )
+            except _StreamMismatchError:
+                tail = None  # the uncached read sorts it out (rebuilds the key index)
+            if tail is not None and tail.envelopes:
+                n = len(tail.envelopes)
+                entry = CachedStream(
+                    entry.envelopes + tuple(tail.envelopes),
+                    entry.offsets + tuple(r.offset for r in records[:n]),
+                    generation,
+                )
+                cache.put(topic, aggregate_id, entry.envelopes, entry.offsets, generation)
+                return entry
+        cache.drop(topic, aggregate_id)
+        return None
 
     def _decode_stream(
         self,

@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 from framework.codec import Envelope
 from framework.domain.privacy import personal_fields
 
-DEFAULT_EVENTS = 100_000
-"""Events an event store keeps decoded by default (a few tens of MB for small events)."""
+DEFAULT_EVENTS = 20_000
+"""Events an event store keeps decoded by default (~0.4 KB each for a small event: ~8 MB)."""
 
 
 class CachedStream(NamedTuple):

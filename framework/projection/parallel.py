@@ -30,6 +30,17 @@ commit metadata). Fencing is checked at every commit: a zombie's commit raises
 :class:`~framework.errors.FencedError`, its threads stop at their next event, and what they
 did meanwhile was idempotent (``ctx.issue``).
 
+**Threads only where they help.** Threads of one interpreter overlap *waiting* (an fsync,
+a remote call), not computing: a handler that mostly computes runs slower on ``N`` threads
+than alone, every blocking call handing the GIL over. So (``Projector.adaptive``, on by
+default) the first batch, and every :data:`PROBE_EVERY`-th after it, starts with a probe:
+whole keys run one after another on the polling thread until :data:`PROBE_EVENTS` events or
+:data:`PROBE_S` seconds, timed by the wall clock and by the thread's CPU clock. If the
+handlers waited at least :data:`WAIT_SHARE` of that time, the rest of the batch (and the
+batches until the next probe) go to the threads; otherwise they run on the polling thread
+too, key after key. Either way each key's events run in order and the commits are the
+same.
+
 Parking (``park_after_dead_letter``) holds per key: a key parked before the batch, or whose
 event is dead-lettered in it, parks its later events; ``handler_attempts`` retries a failed
 handler on its key's thread before dead-lettering it.
@@ -70,6 +81,14 @@ _CREATE_DONE = (
     f"CREATE TABLE IF NOT EXISTS {DONE_TABLE} (topic TEXT NOT NULL, partition INTEGER NOT NULL,"
     " offset INTEGER NOT NULL, PRIMARY KEY (topic, partition, offset)) WITHOUT ROWID"
 )
+
+PROBE_EVERY = 16
+"""Batches between probes of how much the handlers wait (module docstring)."""
+PROBE_EVENTS = 32
+PROBE_S = 0.02
+"""A probe runs whole keys on the polling thread until this many events or seconds."""
+WAIT_SHARE = 0.5
+"""The share of a probe's wall time spent off the CPU above which threads are used."""
 
 _DeadLetter = tuple[Record, str, "str | None", int, str]
 """``(record, error, type name, attempts, status)`` of an event to dead-letter."""
@@ -135,6 +154,10 @@ class ParallelApplier(BatchApplier):
         self._guard: Any = _NoReadModel(projector.name)
         self._mutex = threading.Lock()  # finished sets, dead letters, counts, _parked
         self._stop = threading.Event()
+        self.threaded = True
+        """Whether the last probe sent the handlers to the threads (module docstring)."""
+        self._since_probe = PROBE_EVERY  # probe the first batch
+        self._probed = False
         with readmodel.transaction() as conn:
             conn.execute(_CREATE_DONE)
 
@@ -171,9 +194,14 @@ class ParallelApplier(BatchApplier):
                     keys.setdefault((tp, r.key), []).append((r, d))
         counts = [0, 0, 0]
         self._stop.clear()
+        work = [(progress[tp], events) for (tp, _), events in keys.items()]
+        if self.projector.adaptive:
+            work = self._probe_maybe(work, counts)
+            if not self.threaded:
+                self._run_here(work, counts, progress, generation)
+                work = []
         pending: set[Future[None]] = {
-            self._pool.submit(self._run_key, progress[tp], events, counts)
-            for (tp, _), events in keys.items()
+            self._pool.submit(self._run_key, part, events, counts) for part, events in work
         }
         try:
             while pending:
@@ -188,6 +216,55 @@ class ParallelApplier(BatchApplier):
         self._commit(progress, generation)
         self.dead_lettered_total += counts[2]
         return BatchResult(*counts)
+
+    # ------------------------------------------------------------------ threads or not
+    def _probe_maybe(
+        self, work: list[tuple[_Partition, list[tuple[Record, Decoded]]]], counts: list[int]
+    ) -> list[tuple[_Partition, list[tuple[Record, Decoded]]]]:
+        """Every :data:`PROBE_EVERY` batches: run the first keys here, timed, and choose
+        where the rest go (:attr:`threaded`); returns the keys not run."""
+        self._since_probe += 1
+        if self._since_probe < PROBE_EVERY or not work:
+            return work
+        self._since_probe = 0
+        wall0, cpu0 = time.perf_counter(), time.thread_time()
+        ran = events_run = 0
+        while ran < len(work) and events_run < PROBE_EVENTS:
+            part, events = work[ran]
+            self._run_key(part, events, counts)
+            ran += 1
+            events_run += len(events)
+            if time.perf_counter() - wall0 >= PROBE_S:
+                break
+        wall = time.perf_counter() - wall0
+        waited = wall - (time.thread_time() - cpu0)
+        threaded = wall > 0 and waited / wall >= WAIT_SHARE
+        if threaded != self.threaded or not self._probed:
+            self._probed = True
+            log.info(
+                "per-key parallelism: handlers placed",
+                on="threads (they mostly wait)" if threaded else "the polling thread",
+                projector=self.projector.name,
+                waited_share=round(waited / wall, 2) if wall > 0 else None,
+                events=events_run,
+            )
+        self.threaded = threaded
+        return work[ran:]
+
+    def _run_here(
+        self,
+        work: list[tuple[_Partition, list[tuple[Record, Decoded]]]],
+        counts: list[int],
+        progress: dict[TopicPartition, _Partition],
+        generation: int,
+    ) -> None:
+        """Run ``work`` key after key on this thread, committing as the threads' waits do."""
+        last = time.monotonic()
+        for part, events in work:
+            self._run_key(part, events, counts)
+            if time.monotonic() - last >= self.commit_interval_s:
+                self._commit(progress, generation)
+                last = time.monotonic()
 
     # ------------------------------------------------------------------ one key's events
     def _run_key(

@@ -269,6 +269,10 @@ class Projector:
     threads at once, events of one key strictly in order. Only for projectors that do not
     write a read model (policies issuing commands): no ``migrations``, no ``setup``, and
     ``ctx.db``/``ctx.conn`` raise. Ignored in rebuilds (nothing is issued there)."""
+    adaptive: ClassVar[bool] = True
+    """With ``concurrency > 1``: run a batch's events on the polling thread instead of the
+    ``N`` threads while a probe shows the handlers computing more than they wait (threads
+    of one interpreter then only add hand-offs of the GIL); ``False``: always threads."""
     poison_breaker: ClassVar[tuple[int, int] | None] = (50, 100)
     """``(LIMIT, WINDOW)``: stop applying when LIMIT of the last WINDOW events were
     dead-lettered (:mod:`.breaker`); ``None``: never."""

@@ -2,7 +2,7 @@
 
 Importable by worker processes as ``tests.projection.keyapp:app``. Each source aggregate
 ``src-K`` records ``Ticked(n)`` for n = 1, 2, ...; the policy ``folder`` (``concurrency``
-from ``$KEYAPP_CONCURRENCY``, default 8) issues, per tick, ``Fold.add(n)`` on the aggregate
+from ``$KEYAPP_CONCURRENCY``, default 8; threads or adaptive from ``$KEYAPP_MODE``) issues, per tick, ``Fold.add(n)`` on the aggregate
 ``fold-K`` through ``ctx.issue``. ``Fold.add`` refuses any n but its count + 1, so a tick
 handled out of key order raises (and would be dead-lettered), and ``ctx.issue`` records the
 tick's event id as causation id, so a tick applied twice would show as a second event.
@@ -56,6 +56,9 @@ class Folder(Projector):
     name = "folder"
     topics = (Source,)
     concurrency = int(os.environ.get("KEYAPP_CONCURRENCY", "8"))
+    # "threads": always the threads; "adaptive": where a probe says (here: the polling
+    # thread, the handler computes); the crash test runs both
+    adaptive = os.environ.get("KEYAPP_MODE", "threads") == "adaptive"
 
     @handles
     def ticked(self, event: Ticked, ctx: EventContext) -> None:

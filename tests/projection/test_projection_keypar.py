@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from projection_kit import Workers, positions, wait_caught_up
+from projection_kit import Workers, child_env, positions, wait_caught_up
 
 from framework.app import Runtime
 from framework.codec import Envelope
@@ -104,8 +104,12 @@ def check_folds(data: Path, keys: int, ticks: int) -> None:
         assert view.dead_letter_counts() == {}
 
 
-def test_kill9_during_per_key_parallel_processing(data: Path, workers: Workers) -> None:
+@pytest.mark.parametrize("mode", ["threads", "adaptive"])
+def test_kill9_during_per_key_parallel_processing(data: Path, workers: Workers, mode: str) -> None:
+    """``threads``: the handlers on 8 threads; ``adaptive``: where the probe sends them (the
+    polling thread: the handler computes more than it waits), the same commits."""
     keys, ticks, rng = 40, 0, random.Random(15)
+    env = child_env(KEYAPP_MODE=mode)
     kills_mid_work = 0
     with keyapp.app.open(data) as runtime:
         for _ in range(8):
@@ -118,6 +122,7 @@ def test_kill9_during_per_key_parallel_processing(data: Path, workers: Workers) 
                 app=APP,
                 session_timeout_ms=SESSION_MS,
                 max_poll_records=rng.choice([30, 200]),
+                env=env,
             )
             deadline = time.monotonic() + 120
             while (
@@ -131,12 +136,17 @@ def test_kill9_during_per_key_parallel_processing(data: Path, workers: Workers) 
             workers.kill9(proc)
             kills_mid_work += check_committed_finished(data) < keys * ticks
     assert kills_mid_work >= 4  # the kills landed on working workers
-    final = workers.start("folder", app=APP, session_timeout_ms=SESSION_MS)
+    final = workers.start("folder", app=APP, session_timeout_ms=SESSION_MS, env=env)
+    workers.wait_joined(final, "folder")  # up (its SIGTERM handler too), even with no work left
     wait_caught_up(data, "folder", topic="ticks", timeout=300)
     assert workers.term(final) == 0
     assert check_committed_finished(data) == keys * ticks
     assert done_map(data) == set()  # everything finished: the map is empty
     check_folds(data, keys, ticks)
+    probed = "handlers placed" in "".join(
+        log.read_text(errors="replace") for log in workers.logs.glob("worker-*.log")
+    )
+    assert probed is (mode == "adaptive")
 
 
 def test_concurrency_refuses_a_read_model() -> None:
@@ -187,3 +197,38 @@ def test_concurrent_handler_touching_the_read_model_is_dead_lettered(data: Path)
             assert ProjectionError.__name__ in error and "ctx.issue" in error
         finally:
             worker.close()
+
+
+class _Waits(keyapp.Folder):
+    """The keyapp policy, but each tick first waits 5 ms (a remote call)."""
+
+    name = "waits"
+    adaptive = True
+
+    @handles
+    def ticked(self, event: keyapp.Ticked, ctx: EventContext) -> None:
+        time.sleep(0.005)
+        super().ticked(event, ctx)
+
+
+class _Computes(keyapp.Folder):
+    name = "computes"
+    adaptive = True
+
+
+@pytest.mark.parametrize(("projector", "threaded"), [(_Waits, True), (_Computes, False)])
+def test_the_probe_sends_waiting_handlers_to_threads_and_computing_ones_not(
+    data: Path, projector: type[Projector], threaded: bool
+) -> None:
+    app = keyapp.App("probe", aggregates=[keyapp.Source, keyapp.Fold], projectors=[projector])
+    with app.open(data) as runtime:
+        produce(runtime, 40, 3)
+        worker = Worker(runtime, projector.name, poll_timeout=0.2)
+        try:
+            assert isinstance(worker.applier, ParallelApplier)
+            while worker.run_once():
+                assert worker.applier.threaded is threaded
+        finally:
+            worker.close()
+        folds = {f"fold-{k}": runtime.load(keyapp.Fold, f"fold-{k}").count for k in range(40)}
+    assert folds == {f"fold-{k}": 3 for k in range(40)}

@@ -226,9 +226,13 @@ class EventStore:
         aggregate_id: str,
         after_version: int = 0,
         upto_version: int | None = None,
+        *,
+        checked: bool = True,
     ) -> list[Envelope[Any]]:
         """The stream's envelopes with ``after_version < version <= upto_version``."""
-        return self.read_stream(topic, aggregate_id, after_version, upto_version).envelopes
+        return self.read_stream(
+            topic, aggregate_id, after_version, upto_version, checked=checked
+        ).envelopes
 
     def read_stream(
         self,
@@ -238,19 +242,25 @@ class EventStore:
         upto_version: int | None = None,
         *,
         after_offset: int | None = None,
+        checked: bool = True,
     ) -> StreamRead:
         """The envelopes with ``after_version < version <= upto_version``, checked against
         the stream's version sequence (see the module docstring).
 
         ``after_offset``: the offset of the stream's record ``after_version``, when known (a
-        snapshot records it): only the records after it are read.
+        snapshot records it): only the records after it are read. ``checked=False``: a
+        cached stream is returned without asking the log whether it moved, for a command
+        about to save conditionally (a stale stream then makes the save conflict, which
+        drops it from the cache: the retry reads the log).
         """
         key = aggregate_id.encode()
         partition = self.partition_of(topic, aggregate_id)
         whole = after_version == 0 and after_offset is None and self.cache is not None
         generation = self.codec.registry.generation
         if whole:
-            cached = self._cached(topic, partition, aggregate_id, key, generation, upto_version)
+            cached = self._cached(
+                topic, partition, aggregate_id, key, generation, upto_version, checked
+            )
             if cached is not None:
                 envelopes, offsets = cached.envelopes, cached.offsets
                 if upto_version is not None and upto_version < len(envelopes):
@@ -297,6 +307,7 @@ class EventStore:
         key: bytes,
         generation: int,
         upto: int | None,
+        checked: bool,
     ) -> CachedStream | None:
         """The cached stream, brought up to date with the log (records appended since are
         read and decoded alone) unless it already holds version ``upto``; ``None`` when
@@ -304,8 +315,8 @@ class EventStore:
         cache = self.cache
         assert cache is not None
         entry = cache.get(topic, aggregate_id, generation)
-        if entry is None:
-            return None
+        if entry is None or not checked:
+            return entry
         last = entry.offsets[-1]
         head = self.log.key_head(topic, partition, key)
         if head == last:

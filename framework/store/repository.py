@@ -162,8 +162,13 @@ class Repository:
             )
 
     # ------------------------------------------------------------------ load
-    def load(self, cls: type[A], aggregate_id: str, version: int | None = None) -> A:
+    def load(
+        self, cls: type[A], aggregate_id: str, version: int | None = None, *, checked: bool = True
+    ) -> A:
         """The aggregate as of ``version`` (default: latest).
+
+        ``checked=False`` (commands): a stream in the store's cache is used as it is, without
+        asking the log whether it moved; the conditional save catches a stale one.
 
         Raises :class:`~framework.errors.AggregateNotFoundError` when it has no events (or
         fewer than ``version``). A snapshot that cannot be used (stale schema, undecodable)
@@ -182,7 +187,7 @@ class Repository:
                 snapshot, unusable = None, True
         if snapshot is None or at is None:
             after = snapshot.aggregate_version if snapshot is not None else 0
-            stream = self.store.read_stream(topic, aggregate_id, after, version)
+            stream = self.store.read_stream(topic, aggregate_id, after, version, checked=checked)
             if snapshot is not None and stream.version < snapshot.aggregate_version:
                 self._ahead(cls, aggregate_id, snapshot)  # the event topic was recreated
                 snapshot, unusable = None, True
@@ -375,13 +380,13 @@ class Repository:
     ) -> A | None:
         if not once:
             try:
-                return self.load(cls, aggregate_id)
+                return self.load(cls, aggregate_id, checked=False)
             except AggregateNotFoundError:
                 if not create:
                     raise
                 return cls(aggregate_id)
         topic = self.topic_of(cls)
-        history = self.store.read(topic, aggregate_id)
+        history = self.store.read(topic, aggregate_id, checked=False)
         if any(env.causation_id == causation_id for env in history):
             log.info(
                 "command already issued for this event; not again",

@@ -99,7 +99,7 @@ from framework.log.segment import (
     segment_stem,
     timeindex_path,
 )
-from framework.log.state import Notifier, PartitionState, Snapshot
+from framework.log.state import BOOT, Notifier, PartitionState, Snapshot
 from framework.log.types import (  # re-exported: older imports name them here
     AppendHook as AppendHook,  # noqa: PLC0414
 )
@@ -298,9 +298,9 @@ class Partition:
         if self.state.torn:  # seq left odd under the lock: a writer died inside write()
             self._log.warning("state update interrupted; recovering")
             return self._recover_locked()
-        if not self.state.initialized:
-            return self._recover_locked()
         snap = self.state.read()
+        if snap.boot != BOOT or not self.state.has_magic():  # not written on this boot
+            return self._recover_locked()
         if snap.layout & 1:
             # Only the lock holder makes the layout odd (a roll creating files, a compaction
             # swap renaming them) and it makes it even again before unlocking: it died midway.
@@ -506,9 +506,12 @@ class Partition:
             request.keys = frozenset(r[0] for r in records if r[0] is not None)
             with self._combine_lock:
                 self._waiting.append(request)
-            with self.locked():
+            with self.locked() as first:
+                snap = first
                 while request.pending is None and request.error is None:
-                    self._write_locked(self._sync_locked(), self._next_group(), raise_errors=False)
+                    self._write_locked(snap, self._next_group(), raise_errors=False)
+                    if request.pending is None and request.error is None:
+                        snap = self._sync_locked()  # ours waits for the next group
             if request.error is not None:
                 self._settle(request)
                 raise request.error

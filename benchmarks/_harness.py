@@ -260,6 +260,16 @@ class Bench:
                 self.record(name, fn())
             print(f"  round {i + 1}/{n} done", file=sys.stderr, flush=True)
 
+    def paired(self, series: str, baseline: str) -> str:
+        """Record ``series / baseline`` round by round as the series ``paired.<series>.<baseline>``
+        (returned): with both measured in every round, the median of these ratios is less at
+        the mercy of a slow moment of a shared machine than the ratio of the two medians."""
+        name = f"paired.{series}.{baseline}"
+        self.series[name] = [
+            a / b for a, b in zip(self.series[series], self.series[baseline], strict=True)
+        ]
+        return name
+
     def add(
         self,
         figure: str,

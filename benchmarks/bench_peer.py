@@ -475,8 +475,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "eventlane: 8 threads vs the peer's 8 threads", "cmd/s", "el_8t", baseline="peer_8t"
         )
         bench.add("eventlane: 8 processes vs its own 1 thread", "cmd/s", "el_8p", baseline="el_1")
-        # each round runs both systems back to back: the median of the per-round ratios is
-        # less at the mercy of a slow moment of this shared machine than the ratio of medians
+        # each round runs both systems back to back (Bench.paired)
         for mine, theirs, figure, target in (
             ("el_1", "peer_1", "1 thread vs the peer", 1.3),
             ("el_8t", "peer_8t", "8 threads vs the peer's 8 threads", 2.0),
@@ -484,13 +483,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             ("el_load.again", "peer_load.again", "loads again (no cache) vs the peer", 1.5),
             ("el_8p", "el_1", "8 processes vs its own 1 thread", 5.0),
         ):
-            bench.series[f"paired.{mine}.{theirs}"] = [
-                a / b for a, b in zip(bench.series[mine], bench.series[theirs], strict=True)
-            ]
             bench.add(
                 f"{figure}, median of the per-round ratios",
                 "x",
-                f"paired.{mine}.{theirs}",
+                bench.paired(mine, theirs),
                 target=Target(">=", target),
             )
         bench.finish()

@@ -153,8 +153,10 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         return {"wall": count / seconds, "cpu": count / cpu}
 
     bench.rounds(
-        {"plain": lambda: run(plain_app, "plain_directory"),
-         "sealed": lambda: run(sealed_app, "sealed_directory")},
+        {
+            "plain": lambda: run(plain_app, "plain_directory"),
+            "sealed": lambda: run(sealed_app, "sealed_directory"),
+        },
         warmup=True,
     )
     bench.add("projector (local rebuild), fields in clear", "ev/s", "plain.wall")
@@ -164,19 +166,19 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         "sealed.wall",
         baseline="plain.wall",
     )
-    # each round runs plain then sealed back to back: the median of the per-round ratios is
-    # less at the mercy of a slow moment than the ratio of the two medians
-    for unit in ("wall", "cpu"):
-        bench.series[f"paired.{unit}"] = [
-            s / p for s, p in zip(bench.series[f"sealed.{unit}"], bench.series[f"plain.{unit}"], strict=True)
-        ]
+    # each round runs plain then sealed back to back (Bench.paired)
     bench.add(
         "sealed / plain, median of the per-round ratios",
         "x",
-        "paired.wall",
+        bench.paired("sealed.wall", "plain.wall"),
         target=Target(">=", 0.8),
     )
-    bench.add("same, per CPU second", "x", "paired.cpu", target=Target(">=", 0.8))
+    bench.add(
+        "same, per CPU second",
+        "x",
+        bench.paired("sealed.cpu", "plain.cpu"),
+        target=Target(">=", 0.8),
+    )
     bench.add("same, fields in clear, per CPU second", "ev/cpu-s", "plain.cpu")
     bench.add(
         "same, name + city personal, per CPU second",

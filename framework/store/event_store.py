@@ -15,7 +15,8 @@ appends expecting that offset: still one atomic check in the engine.
 
 Streams read or appended recently are kept decoded (:mod:`.stream_cache`): loading one
 again costs one ``key_head`` when nothing changed, else a read of the records after the
-cached ones. ``cache_events=0`` turns it off.
+cached ones; a command's load (``checked=False``) not even the ``key_head``, its conditional
+save being the check. ``cache_events=0`` turns it off.
 
 Reading a stream uses the engine's per-key reads (``read_key``: the embedded engine's key
 index, never a partition scan). Records come back checked by key; the store checks each

@@ -17,6 +17,7 @@ Nothing here trusts an index blindly (it is derived data):
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -50,6 +51,52 @@ _LAST_ROW_ONLY = 1 << 62
 
 
 _NO_RECORD = "the key index names an offset with no record"
+
+
+class _Indexed:
+    """The append hook that indexes an append's keyed records (and, for a conditional
+    append, remembers its key's new head as checked). The appends one group commit writes
+    are indexed together: one key-index transaction for the group (:meth:`together`; the
+    partition calls it when every hook of the group has the same :attr:`group`)."""
+
+    __slots__ = ("group", "key", "keys", "records")
+
+    def __init__(
+        self,
+        keys: KeyIndexes,
+        index: KeyIndex,
+        records: Sequence[RecordTuple],
+        key: bytes | None = None,
+    ) -> None:
+        self.keys = keys
+        self.group = index
+        self.records = records
+        self.key = key
+
+    def __call__(self, result: AppendResult) -> None:
+        self.together([(self, result)])
+
+    def _pairs(self, base: int) -> list[tuple[bytes, int]]:
+        return [(r[0], base + i) for i, r in enumerate(self.records) if r[0] is not None]
+
+    def together(self, appended: Sequence[tuple[_Indexed, AppendResult]]) -> None:
+        """Index the appends ``appended`` (hooks of this index, their offsets contiguous and
+        ascending) in one transaction; non-contiguous ones one by one."""
+        for (_, a), (_, b) in itertools.pairwise(appended):
+            if b.base_offset != a.last_offset + 1:
+                for hook, result in appended:
+                    hook.together([(hook, result)])
+                return
+        pairs = [p for hook, result in appended for p in hook._pairs(result.base_offset)]
+        first, end = appended[0][1].base_offset, appended[-1][1].last_offset + 1
+        if not self.group.add_appended(pairs, first, end):
+            return
+        index = self.group
+        for hook, result in appended:
+            if hook.key is not None:
+                mine = [o for k, o in hook._pairs(result.base_offset) if k == hook.key]
+                if mine:
+                    hook.keys._remember((index.topic, index.partition, hook.key), mine[-1])
 
 
 class _MismatchError(Exception):
@@ -98,13 +145,7 @@ class KeyIndexes:
         index = self._indexes.get((topic, partition))
         if index is None:
             return None
-
-        def indexed(result: AppendResult) -> None:
-            base, last = result.base_offset, result.last_offset
-            pairs = [(r[0], base + i) for i, r in enumerate(records) if r[0] is not None]
-            index.add_appended(pairs, base, last + 1)
-
-        return indexed
+        return _Indexed(self, index, records)
 
     def conditional(
         self, topic: str, partition: int, expect: Expect, records: Sequence[RecordTuple]
@@ -113,7 +154,6 @@ class KeyIndexes:
         indexes the appended records."""
         index = self.index(topic, partition)
         key = expect.key
-        where = (topic, partition, key)
 
         def check(leo: int) -> None:
             found = self._verified_head(index, key, leo)
@@ -127,15 +167,7 @@ class KeyIndexes:
                     partition=partition,
                 )
 
-        def indexed(result: AppendResult) -> None:
-            base, last = result.base_offset, result.last_offset
-            pairs = [(r[0], base + i) for i, r in enumerate(records) if r[0] is not None]
-            if index.add_appended(pairs, base, last + 1):
-                mine = [offset for k, offset in pairs if k == key]
-                if mine:
-                    self._remember(where, mine[-1])
-
-        return check, indexed
+        return check, _Indexed(self, index, records, key)
 
     def _verified_head(self, index: KeyIndex, key: bytes, leo: int) -> int | None:
         where = (index.topic, index.partition, key)

@@ -642,17 +642,35 @@ class Partition:
                 if request.error is None:
                     request.error = exc
             return
+        hooks: list[tuple[AppendHook, AppendResult]] = []
         for request in written:  # written, in flight until _await_durable
             request.end, request.epoch = leo, snap.epoch
-            result = request.pending
-            if request.on_appended is not None and result is not None:
-                try:
-                    request.on_appended(result)
-                except Exception:
-                    self._log.exception(
-                        "append hook failed (the append itself goes on)",
-                        offset=result.base_offset,
-                    )
+            if request.on_appended is not None and request.pending is not None:
+                hooks.append((request.on_appended, request.pending))
+        if hooks:
+            self._run_hooks(hooks)
+
+    def _run_hooks(self, hooks: list[tuple[AppendHook, AppendResult]]) -> None:
+        """Call the appended requests' hooks (under the lock). Hooks of one group with the
+        same ``group`` attribute run as one ``together`` call (the key index: one
+        transaction for the group). A failing hook is logged; the appends stand."""
+        group = getattr(hooks[0][0], "group", None)
+        joint = (
+            group is not None
+            and len(hooks) > 1
+            and all(getattr(hook, "group", None) is group for hook, _ in hooks[1:])
+        )
+        for batch in [hooks] if joint else [[h] for h in hooks]:
+            try:
+                if len(batch) > 1:
+                    batch[0][0].together(batch)  # type: ignore[attr-defined]
+                else:
+                    batch[0][0](batch[0][1])
+            except Exception:
+                self._log.exception(
+                    "append hook failed (the append itself goes on)",
+                    offset=batch[0][1].base_offset,
+                )
 
     def _settle(self, request: _Append) -> None:
         """Before a refused append raises: wait until the records it was checked against

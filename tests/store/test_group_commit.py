@@ -1,7 +1,7 @@
 """Group commit for the command side: concurrent saves of one process share an fsync.
 
-Real threads, a real log on disk. ``os.fdatasync`` is wrapped only to *count* the calls
-(each still syncs). Checked: every history read back raw (no store, no index) is exactly
+Real threads, a real log on disk. ``os.fdatasync`` and the key index's ``add_appended`` are
+wrapped only to *count* the calls (each still runs). Checked: every history read back raw (no store, no index) is exactly
 versions 1..N, racing writers of one aggregate never fork it, the key index agrees with the
 log, and a group's members keep their own outcomes (one refused, the others written).
 """
@@ -12,12 +12,14 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from store_domain import Counter, make_app, raw_streams
 
 from framework.errors import ConcurrencyError
 from framework.log import LogStore
+from framework.log.key_index import KeyIndex
 
 THREADS, COMMANDS = 8, 30
 
@@ -32,9 +34,17 @@ def test_threads_share_fsyncs_and_never_fork_a_stream(
         syncs[0] += 1
         real(fd)
 
+    index_writes = [0]
+    real_add = KeyIndex.add_appended
+
+    def counted_add(self: KeyIndex, *args: Any) -> bool:
+        index_writes[0] += 1
+        return real_add(self, *args)
+
     with make_app(tmp_path, partitions=1) as app:
         app.execute(Counter, "shared", lambda c: c.increment(0), create=True)
         monkeypatch.setattr(os, "fdatasync", counted)
+        monkeypatch.setattr(KeyIndex, "add_appended", counted_add)
         start = threading.Barrier(THREADS)
 
         def work(t: int) -> None:
@@ -52,6 +62,8 @@ def test_threads_share_fsyncs_and_never_fork_a_stream(
         monkeypatch.undo()
         saves = THREADS * COMMANDS
         assert syncs[0] < saves, f"{syncs[0]} fsyncs for {saves} saves: nothing was grouped"
+        # a group's appends are indexed in one key-index transaction
+        assert index_writes[0] < saves, f"{index_writes[0]} index writes for {saves} saves"
         streams = raw_streams(app.log, Counter.topic)
         for aggregate, stream in streams.items():
             versions = [doc["aggregate_version"] for doc in stream]

@@ -198,4 +198,6 @@ refuse the append. Not part of the port (a callback cannot be sent to a server).
 AppendHook = Callable[[AppendResult], None]
 """Embedded adapter only: called under the append lock once an append is durable and
 published (derived data such as the key index is updated here, so no other appender can
-interleave). Its errors are logged, never raised: the append has already happened."""
+interleave). Its errors are logged, never raised: the append has already happened. Hooks of
+one group commit that share a ``group`` attribute are called once, as
+``hook.together([(hook, result), ...])`` (the key index: one transaction per group)."""

@@ -333,14 +333,15 @@ class EventStore:
             except _StreamMismatchError:
                 tail = None  # the uncached read sorts it out (rebuilds the key index)
             if tail is not None and tail.envelopes:
-                n = len(tail.envelopes)
-                entry = CachedStream(
-                    entry.envelopes + tuple(tail.envelopes),
-                    entry.offsets + tuple(r.offset for r in records[:n]),
+                return cache.extend(
+                    topic,
+                    aggregate_id,
+                    len(entry.envelopes),
+                    last,
+                    tail.envelopes,
+                    [r.offset for r in records[: len(tail.envelopes)]],
                     generation,
                 )
-                cache.put(topic, aggregate_id, entry.envelopes, entry.offsets, generation)
-                return entry
         cache.drop(topic, aggregate_id)
         return None
 

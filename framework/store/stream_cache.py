@@ -82,11 +82,7 @@ class StreamCache:
     ) -> None:
         """Hold the stream ``envelopes`` (versions ``1..n``) at ``offsets``, unless it has
         personal fields or is too long to be worth it."""
-        if self._plain_events(envelopes):
-            entry = CachedStream(tuple(envelopes), tuple(offsets), generation)
-            self._store(topic, aggregate_id, entry)
-        else:
-            self.drop(topic, aggregate_id)
+        self.extend(topic, aggregate_id, 0, None, envelopes, offsets, generation)
 
     def extend(
         self,
@@ -97,29 +93,24 @@ class StreamCache:
         envelopes: Sequence[Envelope[Any]],
         offsets: Sequence[int],
         generation: int,
-    ) -> None:
-        """The store appended ``envelopes`` at ``offsets`` to the stream, which was at
-        ``version`` with its last record at ``offset``: add them if the entry was exactly
-        that stream (or the stream was new); forget the stream otherwise."""
-        if version == 0:
-            self.put(topic, aggregate_id, envelopes, offsets, generation)
-            return
-        entry = self.get(topic, aggregate_id, generation)
-        if (
-            entry is not None
-            and len(entry.envelopes) == version
-            and entry.offsets[-1] == offset
-            and self._plain_events(envelopes)
-        ):
-            self._store(
-                topic,
-                aggregate_id,
-                CachedStream(
-                    entry.envelopes + tuple(envelopes), entry.offsets + tuple(offsets), generation
-                ),
-            )
+    ) -> CachedStream | None:
+        """Records ``envelopes`` at ``offsets`` follow the stream's record ``version`` at
+        ``offset`` (appended by the store, or read since): the stream with them, held if it
+        may be; ``None`` (and the stream forgotten) when the entry was not exactly that
+        stream. A new stream (``version`` 0) starts an entry."""
+        before: tuple[tuple[Envelope[Any], ...], tuple[int, ...]] = ((), ())
+        if version:
+            old = self.get(topic, aggregate_id, generation)
+            if old is None or len(old.envelopes) != version or old.offsets[-1] != offset:
+                self.drop(topic, aggregate_id)
+                return None
+            before = (old.envelopes, old.offsets)
+        entry = CachedStream(before[0] + tuple(envelopes), before[1] + tuple(offsets), generation)
+        if self._plain_events(envelopes):
+            self._store(topic, aggregate_id, entry)
         else:
             self.drop(topic, aggregate_id)
+        return entry
 
     def _plain_events(self, envelopes: Sequence[Envelope[Any]]) -> bool:
         """Whether no envelope's event declares a personal field (or had one erased)."""

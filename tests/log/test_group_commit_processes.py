@@ -141,6 +141,14 @@ def _append_lock_free(data: Path) -> bool:
     return True
 
 
+def _in_flight(log: LogStore, data: Path, proc: subprocess.Popen[str], leo: int, who: str) -> None:
+    """Let ``proc`` append as a queued appender does (:func:`_contend`) and wait until its
+    record is written (the LEO is ``leo``) but, ``sync.lock`` being held, not durable."""
+    _contend(data)
+    _go(proc)
+    _wait_for(lambda: log.offsets(TOPIC, 0).leo == leo, f"{who} record is in flight")
+
+
 class _SyncLockHeld:
     """The partition's ``sync.lock``, flock()ed by this process: no appender can fsync."""
 
@@ -165,9 +173,7 @@ def test_in_flight_records_are_unread_counted_by_conditional_appends_then_durabl
     rival = _child(data, "k", 1, expect_none=True)
     try:
         with LogStore(data) as log:
-            _contend(data)
-            _go(writer)  # writes offset 1, then waits for sync.lock
-            _wait_for(lambda: log.offsets(TOPIC, 0).leo == 2, "the writer's record is in flight")
+            _in_flight(log, data, writer, 2, "the writer's")  # offset 1, waits for sync.lock
             marks = log.offsets(TOPIC, 0)
             assert (marks.hwm, marks.leo) == (1, 2)
             records, _ = log.read(TOPIC, 0, 0)
@@ -197,9 +203,7 @@ def test_a_writer_killed_before_its_fsync_leaves_records_the_next_opener_makes_d
     writer = _child(data, "k", 1, expect_none=True)
     try:
         with LogStore(data) as log:
-            _contend(data)
-            _go(writer)
-            _wait_for(lambda: log.offsets(TOPIC, 0).leo == 1, "the writer's record is in flight")
+            _in_flight(log, data, writer, 1, "the writer's")
             os.kill(writer.pid, signal.SIGKILL)  # never acknowledged
             writer.wait(timeout=30)
             assert log.offsets(TOPIC, 0).hwm == 0
@@ -230,14 +234,10 @@ def test_a_failed_fsync_in_one_process_acknowledges_no_in_flight_record_of_anoth
     b = _child(data, "b", 1, expect_none=True, fail_sync=True)
     try:
         with LogStore(data) as log:
-            _contend(data)
-            _go(a)
-            _wait_for(lambda: log.offsets(TOPIC, 0).leo == 1, "A's record is in flight")
+            _in_flight(log, data, a, 1, "A's")
             _wait_for(lambda: _append_lock_free(data), "A let go of the append lock")
             os.kill(a.pid, signal.SIGSTOP)  # it cannot take sync.lock when we let go
-            _contend(data)
-            _go(b)
-            _wait_for(lambda: log.offsets(TOPIC, 0).leo == 2, "B's record is in flight")
+            _in_flight(log, data, b, 2, "B's")
             held.release()
             assert _result(b) == {"refused": [], "syncs": 1}
             os.kill(a.pid, signal.SIGCONT)

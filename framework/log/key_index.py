@@ -48,6 +48,16 @@ Invariants:
   incarnation of the partition), ``rows`` and ``checksum`` match the table, and the anchor
   record in the log has the anchor key. A failed check empties the index (it is rebuilt
   on use). :meth:`KeyIndex.verify` compares every row with the log.
+* *Held back*: an appender whose version check found that nobody else appended since its
+  own last append (its cache answered: the log ends where its index ends) keeps the rows of
+  its next appends in memory instead of writing each append's rows in its own transaction,
+  and writes them in one transaction once they span :data:`DEFER_OFFSETS` offsets, when
+  another appender shows up (its next version check catches up first), on ``catch_up``,
+  ``verify`` and ``close``. ``stream`` mode only. The file then lags the log by fewer than
+  :data:`DEFER_OFFSETS` offsets, which every reader already handles (the tail overlay
+  below; this object's own reads overlay the held rows instead); a process that dies holding
+  rows leaves such a lag. Held rows are written only while the partition's epoch is the one
+  they were numbered in, and only where the file still ends where they begin.
 * Each object caches what it learnt under the write lock (``next_offset`` and the last
   ``(seq, offset)`` of keys it looked up or indexed), so an appender's version check and
   index update cost no query for a key seen before. The cache holds only while no other
@@ -97,6 +107,9 @@ CATCH_UP_BYTES = 4 << 20
 POINT_READ_BYTES = 8 << 10
 """Bytes a point read asks for: one ``pread`` covers the batches between the segment index
 entry it starts from and the record (entries are at most ``index_interval_bytes`` apart)."""
+DEFER_OFFSETS = 64
+"""Offsets an appender may index in memory before writing them to the file (see
+*Held back* in the module docstring); readers elsewhere scan at most this much log tail."""
 CACHED_KEYS = 1 << 16
 """Keys whose last entry a :class:`KeyIndex` remembers (the cache is emptied when full)."""
 MAX_REPORTED = 20
@@ -215,6 +228,11 @@ class KeyIndex:
         self._version: int | None = None
         self._next: int | None = None  # next_offset, when known
         self._heads: dict[bytes, tuple[int, int] | None] = {}  # key -> its last (seq, offset)
+        # Rows held back (module docstring): they cover [_next, _held_end), every key of them
+        # is in _heads, and they were numbered while the partition's epoch was _epoch.
+        self._held: list[tuple[bytes, int, int]] = []
+        self._held_end = 0
+        self._quiet = False  # the last version check found no other appender since ours
         self._depth = 0  # nesting of _writing()
         self._epoch = 0  # the partition epoch this index was last checked against
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -375,6 +393,15 @@ class KeyIndex:
     def _forget(self) -> None:
         self._next = None
         self._heads.clear()
+        self._held = []
+        self._quiet = False
+
+    def _end(self) -> int | None:
+        """Where the index ends as this object knows it: rows held back included."""
+        return self._held_end if self._held else self._next
+
+    def _current_epoch(self) -> int:
+        return 0 if self._epoch_of is None else self._epoch_of(self.topic, self.partition)
 
     def _guard(self, operation: Callable[..., T], *args: Any) -> T:
         """Run ``operation(*args)``; if SQLite finds the file corrupt, replace the file with
@@ -463,6 +490,9 @@ class KeyIndex:
         while True:
             with self._lock:
                 nxt, found = self._guard(self._rows, key, after_seq)
+                if self._held and nxt == self._next and self._epoch == self._current_epoch():
+                    found.extend((seq, offset) for k, seq, offset in self._held if k == key)
+                    nxt = self._held_end
             marks = self.log.offsets(self.topic, self.partition)
             if nxt > marks.leo:
                 self.reset(f"the index ends at offset {nxt}, past the log end offset {marks.leo}")
@@ -503,23 +533,30 @@ class KeyIndex:
     def head_at(self, key: bytes, leo: int) -> tuple[int, int] | None:
         """``(seq, offset)`` of ``key``'s last record, from an index covering exactly the
         offsets below ``leo``. Call under the partition's append lock."""
-        with self._lock:  # a key seen before, nothing indexed since: no query
-            if self._next == leo:
+        with self._lock:  # a key seen before, nothing appended by others since: no query
+            if self._end() == leo:
                 self._revalidate()
                 cached = self._heads.get(key, _UNKNOWN)
-                if self._next == leo and cached is not _UNKNOWN:
+                if self._end() == leo and cached is not _UNKNOWN:
+                    self._quiet = True
                     return cast("tuple[int, int] | None", cached)
         with self._writing():  # no other writer until the answer is read
-            self.sync_to(leo)
+            self._check_epoch()
+            if self._end() != leo:  # another appender, or nothing known yet
+                self._quiet = False
+                self.sync_to(leo)
+            # a key not in the cache has no held rows: the file has its last entry
             entry = self._guard(self._head_entry, key)
-            if self._next == leo:
+            if self._end() == leo:
                 self._remember(key, entry)
             return entry
 
     def _remember(self, key: bytes, entry: tuple[int, int] | None) -> None:
-        """Cache ``key``'s last entry (hold the write lock, with the index at ``_next``)."""
+        """Cache ``key``'s last entry (hold the write lock, with the index at ``_end()``)."""
         if len(self._heads) >= CACHED_KEYS:
             self._heads.clear()
+            for held_key, seq, offset in self._held:  # held keys stay: the file lacks them
+                self._heads[held_key] = (seq, offset)
         self._heads[key] = entry
 
     def scan(self, start: int, upto: int, key: bytes | None = None) -> list[tuple[bytes, int]]:
@@ -571,6 +608,7 @@ class KeyIndex:
         self.log.offsets(self.topic, self.partition)
         while True:
             with self._writing():
+                self._flush()
                 nxt = self._guard(self._next_offset)
                 marks = self.log.offsets(self.topic, self.partition)
                 start = max(nxt, marks.lwm)
@@ -618,6 +656,7 @@ class KeyIndex:
         """
         with self._writing():
             self._check_epoch()
+            self._flush()
             nxt = self._next if self._next is not None else self._guard(self._next_offset)
             if nxt == leo:
                 self._next = nxt
@@ -634,6 +673,7 @@ class KeyIndex:
         epoch = self._epoch_of(self.topic, self.partition)
         if epoch == self._epoch:
             return
+        self._forget()  # held rows and cached heads may name records thrown away
         row = self._db.execute("SELECT value FROM meta WHERE name='epoch'").fetchone()
         if int(row[0] if row else 0) != epoch:
             why = f"the partition threw in-flight records away (epoch {epoch})"
@@ -647,11 +687,42 @@ class KeyIndex:
     ) -> bool:
         """Index the keyed records ``(key, offset)`` of an append that covered the offsets
         ``[first_offset, next_offset)``; applies only if the index ends at ``first_offset``
-        (else it lags, and catches up on use). Call under the partition's append lock."""
+        (else it lags, and catches up on use). Call under the partition's append lock.
+
+        When this object's last version check found that nobody else appended since its own
+        last append, the rows are held back in memory (module docstring) and written with
+        later ones, up to :data:`DEFER_OFFSETS` offsets at a time."""
+        with self._lock:
+            if pairs and self._quiet and self.mode == "stream" and self._end() == first_offset:
+                self._revalidate()
+                if self._end() == first_offset and self._epoch == self._current_epoch():
+                    return self._hold(self._guard(self._number, pairs), next_offset)
         with self._writing():
             return self._guard(
                 self._write, self._guard(self._number, pairs), first_offset, next_offset
             )
+
+    def _hold(self, rows: list[tuple[bytes, int, int]], next_offset: int) -> bool:
+        """Hold ``rows`` back (hold ``_lock``, the index ending where they begin)."""
+        self._held.extend(rows)
+        self._held_end = next_offset
+        for key, seq, offset in rows:
+            self._remember(key, (seq, offset))
+        assert self._next is not None
+        if next_offset - self._next >= DEFER_OFFSETS:
+            self._flush()
+        return True
+
+    def _flush(self) -> None:
+        """Write the rows held back (unless records of theirs were thrown away since: an
+        epoch change; or another writer indexed their offsets: the write's own check)."""
+        if not self._held:
+            return
+        rows, base, end = self._held, self._next, self._held_end
+        self._held = []
+        with self._writing():  # another connection's commit empties the cache, not the rows
+            if base is not None and self._epoch == self._current_epoch():
+                self._guard(self._write, rows, base, end)
 
     def _write(
         self, rows: list[tuple[bytes, int, int]], expected_next: int, next_offset: int
@@ -753,6 +824,7 @@ class KeyIndex:
         index's end. Memory: the distinct keys of the partition, never all the rows.
         """
         problems = _Problems()
+        self._flush()
         with self._lock:
             db = self._db
             db.execute("BEGIN")
@@ -835,5 +907,6 @@ class KeyIndex:
 
     def close(self) -> None:
         with self._writing():  # closing may checkpoint: that is a write
+            self._flush()
             self._db.close()
         self._file_lock.close()

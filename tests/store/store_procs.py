@@ -23,6 +23,8 @@ Each role prints protocol lines on stdout (flushed per line) and its logs on std
 ``die_before_index``  saves one event on ``aggregate``, but its key-index update is
              replaced by ``SIGKILL`` of itself: the process dies between its append and its
              index update, as a crash would leave it.
+``hold_then_die``  ``count`` commands on ``aggregate`` (the key index holds their rows back
+             in memory), prints ``H``, then ``SIGKILL`` of itself: the held rows die with it.
 """
 
 from __future__ import annotations
@@ -123,11 +125,20 @@ def role_die_before_index(args: dict[str, Any]) -> None:
         emit("survived")  # never reached
 
 
+def role_hold_then_die(args: dict[str, Any]) -> None:
+    app = make_app(args["data"], partitions=args.get("partitions", 2))
+    for _ in range(args["count"]):
+        app.execute(Counter, args["aggregate"], lambda c: c.increment(1, "dying"), create=True)
+    emit("H")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 ROLES = {
     "execute": role_execute,
     "race": role_race,
     "atomic": role_atomic,
     "die_before_index": role_die_before_index,
+    "hold_then_die": role_hold_then_die,
 }
 
 if __name__ == "__main__":

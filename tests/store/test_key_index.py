@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import structlog
 from store_domain import Counter, Incremented, make_app
-from store_helpers import close, spawn, stderr_of
+from store_helpers import close, read_line, send, spawn, stderr_of
 
 from framework.app import Runtime
 from framework.codec import Envelope
 from framework.errors import ConcurrencyError
-from framework.log.key_index import READER_CATCH_UP, KeyIndex, index_path
+from framework.log.key_index import DEFER_OFFSETS, READER_CATCH_UP, KeyIndex, index_path
 from framework.log.store import LogStore
 
 TOPIC = Counter.topic
@@ -318,3 +318,68 @@ def test_two_connections_keep_one_index_right(tmp_path: Path) -> None:
             assert verify_all(app) == []
             assert (app.load(Counter, "c2").version, app.load(Counter, "c1").version) == (6, 9)
     assert [e for e in logs if e["log_level"] != "debug"] == []  # no index reset, no repair
+
+
+def file_next_offset(data: Path, partition: int = 0) -> int:
+    """``next_offset`` as the index file says (not as a live index object knows it)."""
+    db = open_raw(index_path(data / "store", TOPIC, partition))
+    try:
+        return int(db.execute("SELECT value FROM meta WHERE name='next_offset'").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_held_rows_count_for_another_process_and_reach_the_file_on_close(tmp_path: Path) -> None:
+    """An appender with no competitor holds its index rows back (fewer than DEFER_OFFSETS
+    offsets): the file lags, yet another process's version check counts those records (it
+    indexes them from the log), and this runtime's next check counts the other's. Closing
+    writes what is still held: the file then covers the log and verifies clean."""
+    data = tmp_path / "data"
+    with make_app(data, partitions=1) as app:
+        for _ in range(5):
+            app.execute(Counter, "c1", lambda c: c.increment(), create=True)
+        hwm = app.log.offsets(TOPIC, 0).hwm
+        assert hwm == 5 and file_next_offset(data) < hwm  # held back, in this object only
+        assert index_of(app, 0).view(b"c1").offsets == list(range(5))  # ... and seen here
+        with make_app(data, partitions=1) as other:  # another connection reads them too
+            assert other.load(Counter, "c1").version == 5
+        child = spawn("execute", data=str(data), partitions=1, aggregate="c1", count=3, writer="w")
+        try:
+            assert read_line(child) == "R"
+            send(child, "go")
+            done = read_line(child).split()
+            assert done[:2] == ["D", "3"], stderr_of(child)  # no conflict: it counted ours
+            child.wait(timeout=60)
+        finally:
+            close(child)
+        app.execute(Counter, "c1", lambda c: c.increment())  # and ours counts the child's
+        counter = app.load(Counter, "c1")
+        assert (counter.version, counter.value) == (9, 9)
+        for _ in range(DEFER_OFFSETS + 3):  # past the bound: written while the app runs
+            app.execute(Counter, "c2", lambda c: c.increment(), create=True)
+        assert file_next_offset(data) >= app.log.offsets(TOPIC, 0).hwm - DEFER_OFFSETS
+        hwm = app.log.offsets(TOPIC, 0).hwm
+    assert file_next_offset(data) == hwm
+    with make_app(data, partitions=1) as app:
+        assert verify_all(app) == []
+
+
+def test_held_rows_of_a_killed_appender_are_indexed_from_the_log(tmp_path: Path) -> None:
+    """kill -9 of an appender holding rows back: the file lacks them; loads overlay the
+    log's tail, the next save indexes it, and the index verifies clean."""
+    data = tmp_path / "data"
+    with make_app(data, partitions=1) as app:
+        app.execute(Counter, "c1", lambda c: c.increment(), create=True)
+    proc = spawn("hold_then_die", data=str(data), partitions=1, aggregate="c1", count=10)
+    try:
+        assert read_line(proc) == "H"
+        proc.wait(timeout=60)
+        assert proc.returncode == -9, stderr_of(proc)
+    finally:
+        close(proc)
+    assert file_next_offset(data) < 11  # the dead process's held rows never reached it
+    with make_app(data, partitions=1) as app:
+        assert app.load(Counter, "c1").version == 11
+        app.execute(Counter, "c1", lambda c: c.increment())
+        assert (app.load(Counter, "c1").version, app.load(Counter, "c1").value) == (12, 12)
+        assert verify_all(app) == []

@@ -53,11 +53,13 @@ Invariants:
   its next appends in memory instead of writing each append's rows in its own transaction,
   and writes them in one transaction once they span :data:`DEFER_OFFSETS` offsets, when
   another appender shows up (its next version check catches up first), on ``catch_up``,
-  ``verify`` and ``close``. ``stream`` mode only. The file then lags the log by fewer than
-  :data:`DEFER_OFFSETS` offsets, which every reader already handles (the tail overlay
-  below; this object's own reads overlay the held rows instead); a process that dies holding
-  rows leaves such a lag. Held rows are written only while the partition's epoch is the one
-  they were numbered in, and only where the file still ends where they begin.
+  ``verify`` and ``close``, and from a background thread :data:`FLUSH_AFTER_S` after the
+  first of them was held (the appender went quiet). ``stream`` mode only. The file then lags
+  the log by fewer than :data:`DEFER_OFFSETS` offsets for at most about that long, which
+  every reader already handles (the tail overlay below; this object's own reads overlay the
+  held rows instead); a process that dies holding rows leaves such a lag. Held rows are
+  written only while the partition's epoch is the one they were numbered in, and only where
+  the file still ends where they begin.
 * Each object caches what it learnt under the write lock (``next_offset`` and the last
   ``(seq, offset)`` of keys it looked up or indexed), so an appender's version check and
   index update cost no query for a key seen before. The cache holds only while no other
@@ -77,6 +79,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar, cast
@@ -110,6 +113,9 @@ entry it starts from and the record (entries are at most ``index_interval_bytes`
 DEFER_OFFSETS = 64
 """Offsets an appender may index in memory before writing them to the file (see
 *Held back* in the module docstring); readers elsewhere scan at most this much log tail."""
+FLUSH_AFTER_S = 0.05
+"""Held rows reach the file at most about this long after the first of them was held, even
+when no append follows (the :class:`_Flusher` thread)."""
 CACHED_KEYS = 1 << 16
 """Keys whose last entry a :class:`KeyIndex` remembers (the cache is emptied when full)."""
 MAX_REPORTED = 20
@@ -704,6 +710,8 @@ class KeyIndex:
 
     def _hold(self, rows: list[tuple[bytes, int, int]], next_offset: int) -> bool:
         """Hold ``rows`` back (hold ``_lock``, the index ending where they begin)."""
+        if not self._held:
+            _FLUSHER.schedule(self)
         self._held.extend(rows)
         self._held_end = next_offset
         for key, seq, offset in rows:
@@ -713,16 +721,27 @@ class KeyIndex:
             self._flush()
         return True
 
-    def _flush(self) -> None:
+    def _flush(self, epoch: int | None = None) -> None:
         """Write the rows held back (unless records of theirs were thrown away since: an
-        epoch change; or another writer indexed their offsets: the write's own check)."""
+        epoch change; or another writer indexed their offsets: the write's own check).
+        Hold ``_lock``; ``epoch``: the partition's, when the caller read it already."""
         if not self._held:
             return
+        if epoch is None:
+            epoch = self._current_epoch()
         rows, base, end = self._held, self._next, self._held_end
         self._held = []
         with self._writing():  # another connection's commit empties the cache, not the rows
-            if base is not None and self._epoch == self._current_epoch():
+            if base is not None and self._epoch == epoch:
                 self._guard(self._write, rows, base, end)
+
+    def flush_held(self) -> None:
+        """Write the rows held back now (the :class:`_Flusher`'s call; it holds no lock)."""
+        if not self._held:
+            return
+        epoch = self._current_epoch()  # first: it may open the partition, taking its lock
+        with self._lock:
+            self._flush(epoch)
 
     def _write(
         self, rows: list[tuple[bytes, int, int]], expected_next: int, next_offset: int
@@ -824,7 +843,7 @@ class KeyIndex:
         index's end. Memory: the distinct keys of the partition, never all the rows.
         """
         problems = _Problems()
-        self._flush()
+        self.flush_held()
         with self._lock:
             db = self._db
             db.execute("BEGIN")
@@ -909,4 +928,49 @@ class KeyIndex:
         with self._writing():  # closing may checkpoint: that is a write
             self._flush()
             self._db.close()
+        _FLUSHER.cancel(self)
         self._file_lock.close()
+
+
+class _Flusher:
+    """The process's one daemon thread writing the held rows of indexes whose appender went
+    quiet, :data:`FLUSH_AFTER_S` after their first held row (started on first use, again in
+    a forked child)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[KeyIndex, float] = {}
+        self._pid = -1
+
+    def schedule(self, index: KeyIndex) -> None:
+        with self._cond:
+            if index in self._due:
+                return
+            self._due[index] = time.monotonic() + FLUSH_AFTER_S
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="eventlane-key-index", daemon=True).start()
+            self._cond.notify()
+
+    def cancel(self, index: KeyIndex) -> None:
+        with self._cond:
+            self._due.pop(index, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due:
+                    self._cond.wait()
+                index, due = min(self._due.items(), key=lambda item: item[1])
+                wait = due - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                del self._due[index]
+            try:
+                index.flush_held()
+            except Exception:  # the rows are lost, not the records: the index lags
+                log.exception("writing held key-index rows failed", topic=index.topic)
+
+
+_FLUSHER = _Flusher()

@@ -24,7 +24,7 @@ Each role prints protocol lines on stdout (flushed per line) and its logs on std
              replaced by ``SIGKILL`` of itself: the process dies between its append and its
              index update, as a crash would leave it.
 ``hold_then_die``  ``count`` commands on ``aggregate`` (the key index holds their rows back
-             in memory), prints ``H``, then ``SIGKILL`` of itself: the held rows die with it.
+             in memory, its flusher thread told to wait an hour), prints ``H``, then ``SIGKILL`` of itself: the held rows die with it.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import Any
 from store_domain import Batcher, Counter, SnapCounter, make_app
 
 from framework.errors import AggregateNotFoundError, ConcurrencyError
+from framework.log import key_index
 from framework.log.key_index import KeyIndex
 from framework.observability import configure_logging
 
@@ -126,6 +127,7 @@ def role_die_before_index(args: dict[str, Any]) -> None:
 
 
 def role_hold_then_die(args: dict[str, Any]) -> None:
+    key_index.FLUSH_AFTER_S = 3600.0  # nothing written behind the test's back
     app = make_app(args["data"], partitions=args.get("partitions", 2))
     for _ in range(args["count"]):
         app.execute(Counter, args["aggregate"], lambda c: c.increment(1, "dying"), create=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from store_helpers import close, read_line, send, spawn, stderr_of
 from framework.app import Runtime
 from framework.codec import Envelope
 from framework.errors import ConcurrencyError
+from framework.log import key_index
 from framework.log.key_index import DEFER_OFFSETS, READER_CATCH_UP, KeyIndex, index_path
 from framework.log.store import LogStore
 
@@ -329,11 +331,15 @@ def file_next_offset(data: Path, partition: int = 0) -> int:
         db.close()
 
 
-def test_held_rows_count_for_another_process_and_reach_the_file_on_close(tmp_path: Path) -> None:
+def test_held_rows_count_for_another_process_and_reach_the_file_on_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An appender with no competitor holds its index rows back (fewer than DEFER_OFFSETS
-    offsets): the file lags, yet another process's version check counts those records (it
-    indexes them from the log), and this runtime's next check counts the other's. Closing
-    writes what is still held: the file then covers the log and verifies clean."""
+    offsets; the flusher thread told to wait a minute): the file lags, yet another process's
+    version check counts those records (it indexes them from the log), and this runtime's
+    next check counts the other's. Closing writes what is still held: the file then covers
+    the log and verifies clean."""
+    monkeypatch.setattr(key_index, "FLUSH_AFTER_S", 60.0)
     data = tmp_path / "data"
     with make_app(data, partitions=1) as app:
         for _ in range(5):
@@ -362,6 +368,23 @@ def test_held_rows_count_for_another_process_and_reach_the_file_on_close(tmp_pat
     assert file_next_offset(data) == hwm
     with make_app(data, partitions=1) as app:
         assert verify_all(app) == []
+
+
+def test_held_rows_reach_the_file_soon_after_the_appender_goes_quiet(tmp_path: Path) -> None:
+    """No append follows, the runtime stays open: the flusher thread writes the held rows
+    (FLUSH_AFTER_S after the first), so other processes' loads need not scan the log's tail."""
+    data = tmp_path / "data"
+    with make_app(data, partitions=1) as app:
+        for _ in range(5):
+            app.execute(Counter, "c1", lambda c: c.increment(), create=True)
+        deadline = time.monotonic() + 30
+        while file_next_offset(data) < 5:
+            assert time.monotonic() < deadline, "held rows never reached the file"
+            time.sleep(0.01)
+        assert index_of(app, 0).view(b"c1").offsets == list(range(5))
+        app.execute(Counter, "c1", lambda c: c.increment())  # holding goes on afterwards
+        assert app.load(Counter, "c1").version == 6
+    assert file_next_offset(data) == 6
 
 
 def test_held_rows_of_a_killed_appender_are_indexed_from_the_log(tmp_path: Path) -> None:

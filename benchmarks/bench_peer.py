@@ -35,10 +35,13 @@ again). Each is also reported as the median of the per-round ratios (both system
 to back in a round), less at the mercy of a slow moment than the ratio of two medians.
 
     .venv/bin/python benchmarks/bench_peer.py [--quick] [--runs 5] [--json]
-        [--accounts 1000] [--commands 5] [--profile]
+        [--accounts 1000] [--commands 5] [--profile | --cpu]
 
 ``--profile`` runs eventlane's sequential workload once under cProfile and prints where the
-time goes (no table).
+time goes (no table). ``--cpu`` prints the CPU time a command costs eventlane: one process
+(the process's CPU clock around the sequential workload) and 8 processes (user + system time
+of the workers, from ``getrusage``, with their voluntary context switches), min and median
+of ``--runs`` runs (no table).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import cProfile
 import multiprocessing
 import os
 import pstats
+import resource
 import shutil
 import sys
 import threading
@@ -258,13 +262,19 @@ def _process_main(data: str, ids: list[str], commands: int, ready: Any, go: Any,
     app.execute(Account, f"warm-{os.getpid()}", Account.command, create=True)
     ready.put(os.getpid())
     go.wait()
+    before = resource.getrusage(resource.RUSAGE_SELF)
     el_commands(app, ids, commands)
-    done.put(time.monotonic())
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    done.put((time.monotonic(), cpu, after.ru_nvcsw - before.ru_nvcsw))
     app.close()
 
 
-def in_processes(data: Path, ids: Sequence[str], commands: int) -> float:
-    """Seconds for ``PROCESSES`` processes to run their share, from the moment all are up."""
+def in_processes(
+    data: Path, ids: Sequence[str], commands: int, usage: list[tuple[float, int]] | None = None
+) -> float:
+    """Seconds for ``PROCESSES`` processes to run their share, from the moment all are up;
+    ``usage`` gets each worker's (CPU seconds, voluntary context switches) of its share."""
     ctx = multiprocessing.get_context("spawn")
     ready, done, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
@@ -290,7 +300,9 @@ def in_processes(data: Path, ids: Sequence[str], commands: int) -> float:
                 p.join()
     if any(p.exitcode for p in procs):
         raise RuntimeError(f"worker exit codes {[p.exitcode for p in procs]}")
-    return max(ends) - t0
+    if usage is not None:
+        usage.extend((cpu, switches) for _, cpu, switches in ends)
+    return max(end for end, _, _ in ends) - t0
 
 
 # ------------------------------------------------------------------------------ measures
@@ -310,12 +322,41 @@ def profile(root: Path, accounts: int, commands: int) -> None:
     stats.sort_stats("tottime").print_stats(30)
 
 
+def cpu_per_command(root: Path, accounts: int, commands: int, runs: int) -> None:
+    ids = [f"acc-{i}" for i in range(accounts)]
+    total = accounts * commands
+    one: list[float] = []
+    eight: list[tuple[float, float]] = []
+    for run in range(runs):
+        app = el_app(root / f"cpu1-{run}")
+        el_opened(app)
+        t0 = time.process_time()
+        el_commands(app, ids, commands)
+        one.append((time.process_time() - t0) / total)
+        app.close()
+        data = root / f"cpu8-{run}"
+        el_app(data).close()
+        usage: list[tuple[float, int]] = []
+        in_processes(data, ids, commands, usage)
+        eight.append((sum(u[0] for u in usage) / total, sum(u[1] for u in usage) / total))
+
+    def show(values: Sequence[float]) -> str:
+        ordered = sorted(values)
+        return f"min {ordered[0] * 1e6:.0f}, median {ordered[len(ordered) // 2] * 1e6:.0f}"
+
+    print(f"eventlane, CPU per command ({runs} runs of {total} commands):")
+    print(f"  1 process:   µs {show(one)}")
+    print(f"  8 processes: µs {show([e[0] for e in eight])} (user + system, all workers);")
+    print(f"               voluntary context switches per command {min(e[1] for e in eight):.1f}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     global _PEER  # noqa: PLW0603 - the peer's classes, built once the library is imported
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--accounts", type=int, default=None, help="accounts per run")
     p.add_argument("--commands", type=int, default=5, help="commands per account")
     p.add_argument("--profile", action="store_true", help="profile eventlane's commands")
+    p.add_argument("--cpu", action="store_true", help="CPU per command, 1 and 8 processes")
     args = p.parse_args(argv)
     accounts = args.accounts or (100 if args.quick else 1000)
     commands = args.commands
@@ -325,6 +366,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     with scratch_dir(args.tmp, "peer") as root:
         if args.profile:
             profile(root, accounts, commands)
+            return
+        if args.cpu:
+            cpu_per_command(root, accounts, commands, args.runs)
             return
         bench = bench_from_args(__file__, args)
         bench.notes.append(

@@ -143,13 +143,13 @@ class BatchApplier:
         if collecting:  # thousands of live envelopes would each trigger a futile collection
             gc.disable()
         try:
-            last: tuple[str, int] | None = None
+            topic, partition = "", -1
             recs: list[Record] = []
             decoded: list[Decoded] = []
             for r in records:  # a poll's records come in runs of one partition
-                if (r.topic, r.partition) != last:
-                    last = (r.topic, r.partition)
-                    tp = TopicPartition(r.topic, r.partition)
+                if r.partition != partition or r.topic != topic:
+                    topic, partition = r.topic, r.partition
+                    tp = TopicPartition(topic, partition)
                     group = groups.get(tp)
                     if group is None:
                         group = groups[tp] = ([], [])
@@ -315,11 +315,12 @@ class BatchApplier:
         """The record's envelope; ``None`` for a type the projector does not handle; or the
         decoding error (dead-lettered when its turn comes)."""
         headers = rec.headers
-        for name, value in headers:
-            if name == "event-type":
-                if value in self._skip_names:
-                    return None
-                break
+        if self._skip_names:
+            for name, value in headers:
+                if name == "event-type":
+                    if value in self._skip_names:
+                        return None
+                    break
         try:
             return self.codec.decode(
                 rec.key,

@@ -85,7 +85,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 from framework._locks import FileLock
-from framework.errors import FrameworkError, OffsetOutOfRangeError
+from framework.errors import FrameworkError, OffsetOutOfRangeError, UnknownTopicError
 from framework.log.port import Log
 from framework.log.record import Record
 from framework.log.types import Cursor
@@ -406,8 +406,14 @@ class KeyIndex:
         """Where the index ends as this object knows it: rows held back included."""
         return self._held_end if self._held else self._next
 
-    def _current_epoch(self) -> int:
-        return 0 if self._epoch_of is None else self._epoch_of(self.topic, self.partition)
+    def _current_epoch(self) -> int | None:
+        """The partition's epoch (``None``: the partition is gone, its topic deleted)."""
+        if self._epoch_of is None:
+            return 0
+        try:
+            return self._epoch_of(self.topic, self.partition)
+        except UnknownTopicError:
+            return None
 
     def _guard(self, operation: Callable[..., T], *args: Any) -> T:
         """Run ``operation(*args)``; if SQLite finds the file corrupt, replace the file with
@@ -494,9 +500,10 @@ class KeyIndex:
         to the current high-water mark (indexed rows plus the unindexed tail)."""
         caught_up = False
         while True:
+            epoch = self._current_epoch() if self._held else None  # read before the lock
             with self._lock:
                 nxt, found = self._guard(self._rows, key, after_seq)
-                if self._held and nxt == self._next and self._epoch == self._current_epoch():
+                if self._held and nxt == self._next and self._epoch == epoch:
                     found.extend((seq, offset) for k, seq, offset in self._held if k == key)
                     nxt = self._held_end
             marks = self.log.offsets(self.topic, self.partition)
@@ -721,19 +728,23 @@ class KeyIndex:
             self._flush()
         return True
 
-    def _flush(self, epoch: int | None = None) -> None:
-        """Write the rows held back (unless records of theirs were thrown away since: an
-        epoch change; or another writer indexed their offsets: the write's own check).
-        Hold ``_lock``; ``epoch``: the partition's, when the caller read it already."""
+    def _flush(self) -> None:
+        """Write the rows held back (hold ``_lock``; the partition is open)."""
+        if self._held:
+            self._flush_at(self._current_epoch())
+
+    def _flush_at(self, epoch: int | None) -> None:
+        """Write the rows held back, unless records of theirs were thrown away since they
+        were numbered (``epoch``, the partition's now, differs; ``None``: it is gone) or
+        another writer indexed their offsets (the write's own check). Hold ``_lock``."""
         if not self._held:
             return
-        if epoch is None:
-            epoch = self._current_epoch()
         rows, base, end = self._held, self._next, self._held_end
         self._held = []
+        if base is None or self._epoch != epoch:
+            return
         with self._writing():  # another connection's commit empties the cache, not the rows
-            if base is not None and self._epoch == epoch:
-                self._guard(self._write, rows, base, end)
+            self._guard(self._write, rows, base, end)
 
     def flush_held(self) -> None:
         """Write the rows held back now (the :class:`_Flusher`'s call; it holds no lock)."""
@@ -741,7 +752,7 @@ class KeyIndex:
             return
         epoch = self._current_epoch()  # first: it may open the partition, taking its lock
         with self._lock:
-            self._flush(epoch)
+            self._flush_at(epoch)
 
     def _write(
         self, rows: list[tuple[bytes, int, int]], expected_next: int, next_offset: int
@@ -952,6 +963,12 @@ class _Flusher:
                 threading.Thread(target=self._run, name="eventlane-key-index", daemon=True).start()
             self._cond.notify()
 
+    def reset(self) -> None:
+        """In a forked child: no thread yet, nothing due (the parent's lock may be held)."""
+        self._cond = threading.Condition()
+        self._due = {}
+        self._pid = -1
+
     def cancel(self, index: KeyIndex) -> None:
         with self._cond:
             self._due.pop(index, None)
@@ -974,3 +991,4 @@ class _Flusher:
 
 
 _FLUSHER = _Flusher()
+os.register_at_fork(after_in_child=_FLUSHER.reset)

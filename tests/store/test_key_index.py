@@ -387,6 +387,20 @@ def test_held_rows_reach_the_file_soon_after_the_appender_goes_quiet(tmp_path: P
     assert file_next_offset(data) == 6
 
 
+def test_held_rows_of_a_deleted_topic_are_dropped_quietly(tmp_path: Path) -> None:
+    """The topic is deleted while rows are held: neither the flusher thread nor closing
+    fails on the partition that is gone (nothing is logged above debug)."""
+    data = tmp_path / "data"
+    with structlog.testing.capture_logs() as logs:
+        app = make_app(data, partitions=1)
+        for _ in range(3):
+            app.execute(Counter, "c1", lambda c: c.increment(), create=True)
+        app.log.delete_topic(TOPIC)
+        time.sleep(key_index.FLUSH_AFTER_S * 4)  # the flusher's turn comes and goes
+        app.close()
+    assert [e for e in logs if e["log_level"] not in ("debug", "info")] == []
+
+
 def test_held_rows_of_a_killed_appender_are_indexed_from_the_log(tmp_path: Path) -> None:
     """kill -9 of an appender holding rows back: the file lacks them; loads overlay the
     log's tail, the next save indexes it, and the index verifies clean."""

@@ -40,8 +40,8 @@ to back in a round), less at the mercy of a slow moment than the ratio of two me
 ``--profile`` runs eventlane's sequential workload once under cProfile and prints where the
 time goes (no table). ``--cpu`` prints the CPU time a command costs eventlane: one process
 (the process's CPU clock around the sequential workload) and 8 processes (user + system time
-of the workers, from ``getrusage``, with their voluntary context switches), min and median
-of ``--runs`` runs (no table).
+of the workers, from ``getrusage``, with their voluntary context switches and the rate),
+min and median of ``--runs`` runs (no table).
 """
 
 from __future__ import annotations
@@ -327,6 +327,7 @@ def cpu_per_command(root: Path, accounts: int, commands: int, runs: int) -> None
     total = accounts * commands
     one: list[float] = []
     eight: list[tuple[float, float]] = []
+    rates: list[float] = []
     for run in range(runs):
         app = el_app(root / f"cpu1-{run}")
         el_opened(app)
@@ -337,7 +338,7 @@ def cpu_per_command(root: Path, accounts: int, commands: int, runs: int) -> None
         data = root / f"cpu8-{run}"
         el_app(data).close()
         usage: list[tuple[float, int]] = []
-        in_processes(data, ids, commands, usage)
+        rates.append(total / in_processes(data, ids, commands, usage))
         eight.append((sum(u[0] for u in usage) / total, sum(u[1] for u in usage) / total))
 
     def show(values: Sequence[float]) -> str:
@@ -348,6 +349,7 @@ def cpu_per_command(root: Path, accounts: int, commands: int, runs: int) -> None
     print(f"  1 process:   µs {show(one)}")
     print(f"  8 processes: µs {show([e[0] for e in eight])} (user + system, all workers);")
     print(f"               voluntary context switches per command {min(e[1] for e in eight):.1f}")
+    print(f"  8 processes: cmd/s median {sorted(rates)[len(rates) // 2]:.0f}, max {max(rates):.0f}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

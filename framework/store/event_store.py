@@ -52,7 +52,7 @@ EVENT_TOPIC_CONFIG: dict[str, object] = {
 """The config of an event topic: unbounded retention, no compaction (a rebuild from the
 low-water mark sees the whole history), and an offset index entry every KiB instead of every
 4 KiB: a stream's load reads its records by offset, and every batch between the index entry
-and the record is read and checked (~8 % faster loads, measured with ``bench_peer.py``; the
+and the record is read and checked (~8 % faster loads, docs/performance.md; the
 index grows by 8 bytes per KiB of log)."""
 DEFAULT_PARTITIONS = 6
 """The partition count of an event topic an application creates, unless it says otherwise."""

@@ -554,10 +554,9 @@ class KeyIndex:
                     self._quiet = True
                     return cast("tuple[int, int] | None", cached)
         with self._writing():  # no other writer until the answer is read
-            self._check_epoch()
             if self._end() != leo:  # another appender, or nothing known yet
                 self._quiet = False
-                self.sync_to(leo)
+            self.sync_to(leo)
             # a key not in the cache has no held rows: the file has its last entry
             entry = self._guard(self._head_entry, key)
             if self._end() == leo:
@@ -665,10 +664,13 @@ class KeyIndex:
         """Make the index cover exactly the offsets below ``leo``, the log end offset.
 
         Call under the partition's append lock (nothing can be appended meanwhile): an index
-        ending past the log (an older incarnation of the partition) is emptied first.
+        ending past the log (an older incarnation of the partition) is emptied first. Rows
+        held back count: an index they bring to ``leo`` is left as it is.
         """
         with self._writing():
             self._check_epoch()
+            if self._held and self._held_end == leo:
+                return
             self._flush()
             nxt = self._next if self._next is not None else self._guard(self._next_offset)
             if nxt == leo:

@@ -87,14 +87,15 @@ class _Indexed:
                 for hook, result in appended:
                     hook.together([(hook, result)])
                 return
-        pairs = [p for hook, result in appended for p in hook._pairs(result.base_offset)]
+        each = [(hook, hook._pairs(result.base_offset)) for hook, result in appended]
+        pairs = [p for _, hook_pairs in each for p in hook_pairs]
         first, end = appended[0][1].base_offset, appended[-1][1].last_offset + 1
         if not self.group.add_appended(pairs, first, end):
             return
         index = self.group
-        for hook, result in appended:
+        for hook, hook_pairs in each:
             if hook.key is not None:
-                mine = [o for k, o in hook._pairs(result.base_offset) if k == hook.key]
+                mine = [o for k, o in hook_pairs if k == hook.key]
                 if mine:
                     hook.keys._remember((index.topic, index.partition, hook.key), mine[-1])
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from framework.errors import ConfigError as ConfigError
     from framework.errors import DomainError as DomainError
     from framework.errors import FrameworkError as FrameworkError
+    from framework.errors import OutcomeUnknownError as OutcomeUnknownError
     from framework.log import LogStore as LogStore
     from framework.log import Producer as Producer
     from framework.log import ProducerRecord as ProducerRecord
@@ -61,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "FrameworkError": "framework.errors",
     "GroupConsumer": "framework.consumer",
     "LogStore": "framework.log",
+    "OutcomeUnknownError": "framework.errors",
     "Producer": "framework.log",
     "ProducerRecord": "framework.log",
     "Projector": "framework.projection",
@@ -95,6 +97,7 @@ __all__ = [
     "FrameworkError",
     "GroupConsumer",
     "LogStore",
+    "OutcomeUnknownError",
     "Producer",
     "ProducerRecord",
     "Projector",

@@ -19,6 +19,9 @@ callers that do not know eventlane::
     │   │   └── DataLossError                   acknowledged offsets missing (refuses to open)
     │   ├── PartitionReadOnlyError              an fsync failed: no more appends until reopened
     │   ├── PreconditionFailedError             a conditional append's check refused the write
+    │   ├── LogUnavailableError               * no leader / replica cut off / read timed out:
+    │   │                                       nothing was written
+    │   ├── OutcomeUnknownError               ! a write was sent; it may or may not be stored
     │   └── ReadOnlyDataError (PermissionError) a read-only data directory, and this must write
     ├── ConsumerError
     │   ├── CommitFailedError                 * stale generation, evicted member, unowned partition
@@ -42,6 +45,9 @@ callers that do not know eventlane::
 
 ``*`` marks the *retriable* errors (``error.retriable`` is true, Kafka's flag): the same call
 may succeed when retried after reloading (a write conflict) or re-polling (a rebalance).
+``!`` marks the *indeterminate* errors (``error.indeterminate`` is true): the outcome of a
+write is unknown. Never report it as refused nor as done, and never retry it blindly: re-read
+(an aggregate's stream, a key's head) to learn whether it landed, then decide.
 Every other error is permanent for the same input.
 """
 
@@ -61,6 +67,7 @@ class FrameworkError(Exception):
     """
 
     retriable: ClassVar[bool] = False
+    indeterminate: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -155,6 +162,25 @@ class PartitionReadOnlyError(LogError):
 
 class PreconditionFailedError(LogError):
     """A conditional append's precondition refused the write; nothing was appended."""
+
+
+class LogUnavailableError(LogError):
+    """The engine cannot serve the request now: no leader for the partition, a replica cut
+    off, a read that timed out, a connection lost before the request was sent. Nothing was
+    written. Retriable: the same call may succeed once the engine recovers."""
+
+    retriable = True
+
+
+class OutcomeUnknownError(LogError):
+    """A write was sent but its outcome is unknown: it may or may not be stored (a timeout
+    after the request left, a retried publish whose first copy is still being proposed).
+
+    Neither refused nor done. Never retry it blindly (that may write twice): re-read what
+    the write would have changed (an aggregate's stream, a key's head) and decide from what
+    is stored. ``execute`` and ``save`` do this for aggregate appends."""
+
+    indeterminate = True
 
 
 class ReadOnlyDataError(LogError, PermissionError):

@@ -11,7 +11,9 @@ from framework.errors import (
     DomainError,
     FencedError,
     FrameworkError,
+    LogUnavailableError,
     MergeConflictError,
+    OutcomeUnknownError,
     RebalanceInProgressError,
 )
 
@@ -21,9 +23,24 @@ def test_retriable_errors_are_exactly_the_retry_cases() -> None:
         c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, FrameworkError)
     ]
     retriable = {c for c in classes if c.retriable}
-    assert retriable == {ConcurrencyError, CommitFailedError, RebalanceInProgressError}
+    assert retriable == {
+        ConcurrencyError,
+        CommitFailedError,
+        RebalanceInProgressError,
+        LogUnavailableError,
+    }
     conflict = ConcurrencyError("stale", expected=1, actual=2, topic="t")
     assert conflict.retriable and not FrameworkError("x").retriable
+
+
+def test_an_unknown_outcome_is_neither_retriable_nor_permanent() -> None:
+    classes = [
+        c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, FrameworkError)
+    ]
+    assert {c for c in classes if c.indeterminate} == {OutcomeUnknownError}
+    unknown = OutcomeUnknownError("publish timed out", topic="t", partition=0)
+    assert unknown.indeterminate and not unknown.retriable
+    assert not FrameworkError("x").indeterminate
 
 
 def test_a_write_conflict_is_not_a_domain_error() -> None:

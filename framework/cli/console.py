@@ -1,17 +1,19 @@
 """``eventlane console``: the web console (docs/console.md).
 
     eventlane console [--data DIR | --log URL] [APP] [--host 127.0.0.1] [--port 8070]
-                      [--read-write]
+                      [--read-write] [--token TOKEN] [--allow-host NAME ...]
 
 Serves until SIGTERM / Ctrl-C. Read-only unless ``--read-write``; bound to loopback unless
-``--host`` says otherwise (then a warning is printed: the console has no authentication).
-Prints ``eventlane console: http://HOST:PORT/ (read-only|read-write)`` on standard error
-once it listens.
+``--host`` says otherwise. Beyond loopback every request needs an access token: ``--token``
+or ``$EVENTLANE_CONSOLE_TOKEN``, else one is made up and printed, once, in the URL line
+(``.../?token=...``); a token given on loopback is required too. Prints ``eventlane
+console: http://HOST:PORT/ (read-only|read-write)`` on standard error once it listens.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import secrets
 from pathlib import Path
 
 import click
@@ -25,6 +27,8 @@ log = get_logger("eventlane.console")
 __all__ = ["console"]
 
 LOOPBACK_NAMES = ("localhost",)
+MIN_TOKEN = 16
+"""Shortest access token accepted from --token / $EVENTLANE_CONSOLE_TOKEN."""
 
 
 def is_loopback(host: str) -> bool:
@@ -53,6 +57,22 @@ def is_loopback(host: str) -> bool:
     help="Allow state changes: offset resets, dead-letter retries, rebuilds, SQL on read models.",
 )
 @click.option(
+    "--token",
+    envvar="EVENTLANE_CONSOLE_TOKEN",
+    default=None,
+    metavar="TOKEN",
+    help="Access token every request must carry (Bearer header, or ?token= once for a"
+    " cookie). Made up and printed when --host is beyond loopback and none is given.",
+)
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A host name the browser may use for the console (e.g. a reverse proxy's); IP"
+    " addresses and localhost always may. Repeatable.",
+)
+@click.option(
     "--lag-interval",
     type=click.FloatRange(0.2, 3600),
     default=5.0,
@@ -66,6 +86,8 @@ def console(
     host: str,
     port: int,
     read_write: bool,
+    token: str | None,
+    allow_hosts: tuple[str, ...],
     lag_interval: float,
 ) -> None:
     """Serve the web console for the log (and APP's aggregates, projectors and codec)."""
@@ -86,17 +108,32 @@ def console(
     )
     # --log wins over a data directory that was not typed (default, $EVENTLANE_DATA)
     data_dir: Path | None = cli_app().data if data_given or log_url is None else None
+    if token is not None and len(token) < MIN_TOKEN:
+        raise click.BadParameter(f"use at least {MIN_TOKEN} characters", param_hint="--token")
+    made_up = None
+    if token is None and not is_loopback(host):
+        token = made_up = secrets.token_urlsafe(32)
     data = ConsoleData(open_log(data_dir, log_url), app_spec)
-    web = create_app(data, read_write=read_write, lag_interval=lag_interval)
+    web = create_app(
+        data,
+        read_write=read_write,
+        lag_interval=lag_interval,
+        token=token,
+        hosts=[host, *allow_hosts],
+    )
     err = stderr_console()
     if not is_loopback(host):
         log.warning("console bound to a non-loopback address", host=host)
         err.print(
-            f"[yellow]warning:[/yellow] listening on {host}: the console has no authentication;"
-            " anyone who can reach this address can read every record"
+            f"[yellow]warning:[/yellow] listening on {host}: anyone who can reach this address"
+            " and has the access token can read every record"
             + (" and change offsets" if read_write else "")
+            + "; the console speaks plain HTTP, so put TLS in front of it beyond a trusted"
+            " network",
+            highlight=False,
         )
     mode = "read-write" if read_write else "read-only"
+    shown = f"?token={made_up}" if made_up else ""
     config = uvicorn.Config(web, host=host, port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
 
@@ -108,7 +145,12 @@ def console(
         for s in server.servers:
             for sock in s.sockets:
                 bound = sock.getsockname()[1]
-        err.print(f"eventlane console: http://{host}:{bound}/ ({mode})", highlight=False)
+        where = f"[{host}]" if ":" in host else host
+        err.print(
+            f"eventlane console: http://{where}:{bound}/{shown} ({mode})",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     server.startup = startup  # type: ignore[method-assign]
     server.run()

@@ -44,6 +44,7 @@ from framework.consumer.admin import (
     reset_offsets,
 )
 from framework.consumer.coordinator import validate_group_id
+from framework.engine import log_locator
 from framework.engine import open_log as engine_open_log
 from framework.errors import (
     AggregateNotFoundError,
@@ -280,7 +281,7 @@ class ConsoleData:
     # ------------------------------------------------------------------ overview
     def backend(self) -> dict[str, Any]:
         return {
-            "engine": type(self.log).__name__,
+            "engine": engine_name(self.log),
             "location": str(self.log.local.root),
             "app": None if self.app is None else self.app.name,
         }
@@ -569,16 +570,44 @@ class ConsoleData:
         parts = range(count) if partition is None else [partition]
         return {p: self.log.offsets(topic, p).hwm for p in parts}
 
+    def tail_positions(
+        self, topic: str, given: dict[int, int], partition: int | None
+    ) -> dict[int, int]:
+        """Where a live tail starts: ``given`` (partition -> offset, each partition the
+        topic's and each offset >= 0, clamped into ``[lwm, hwm]``), else the end of
+        ``partition`` (``None``: of every partition)."""
+        if not given:
+            if partition is not None:
+                self._check_partition(topic, partition)
+            return self.positions_at_end(topic, partition)
+        out = {}
+        for p, offset in given.items():
+            self._check_partition(topic, p)
+            if offset < 0:
+                raise ConfigError(
+                    f"a tail starts at an offset >= 0, got {offset}", topic=topic, partition=p
+                )
+            marks = self.log.offsets(topic, p)
+            out[p] = min(max(offset, marks.lwm), marks.hwm)
+        return out
+
     def read_new(
         self, topic: str, positions: dict[int, int], filters: Filters, limit: int = 200
     ) -> list[dict[str, Any]]:
-        """Records past ``positions`` (advanced in place) that match ``filters``."""
+        """Records past ``positions`` (advanced in place) that match ``filters``; a position
+        that retention or compaction left below the low-water mark moves up to it."""
         out: list[dict[str, Any]] = []
         for p, start in positions.items():
             offset = start
-            hwm = self.log.offsets(topic, p).hwm
+            marks = self.log.offsets(topic, p)
+            hwm = marks.hwm
+            offset = max(offset, marks.lwm)
             while offset < hwm and len(out) < limit:
-                records, _ = self.log.read(topic, p, offset, upto=hwm)
+                try:
+                    records, _ = self.log.read(topic, p, offset, upto=hwm)
+                except OffsetOutOfRangeError:  # deleted under the tail meanwhile
+                    offset = max(offset, self.log.offsets(topic, p).lwm)
+                    records, _ = self.log.read(topic, p, offset, upto=hwm)
                 if not records:
                     break
                 out.extend(self.record_json(r) for r in records if filters.match(r))
@@ -841,6 +870,20 @@ class ConsoleData:
             if path.exists():
                 out[name] = path
         return out
+
+
+ENGINE_NAMES = {None: "embedded log", "file": "embedded log", "nats": "JetStream"}
+"""What the console calls each engine, by the scheme of the URL that opens it."""
+
+
+def engine_name(log_: Log) -> str:
+    """The engine as users know it: ``embedded log``, ``JetStream``, else its URL scheme."""
+    try:
+        locator = log_locator(log_)
+    except ConfigError:
+        return type(log_).__name__
+    scheme = urlsplit(locator).scheme.lower() if "://" in locator else None
+    return ENGINE_NAMES.get(scheme, scheme or "embedded log")
 
 
 def _parse_time_ms(value: str | None) -> int:

@@ -7,24 +7,30 @@ rebuild's progress (``/rebuilds/{id}/stream``).
 
 Security invariants:
 
-* read-only by default: :class:`ReadOnlyGuard` answers 403 to every request that is not
-  ``GET``/``HEAD``/``OPTIONS`` unless the console was started with ``--read-write``, before
-  any route runs (Datasette's included); every state change is a ``POST``;
-* a ``POST`` whose ``Origin`` is not this console's is refused (no cross-site forms);
+* every request passes :class:`~framework.console.guard.Guard` before any route runs
+  (Datasette's included): the ``Host`` check, the access token where there is one, the
+  read-only refusal and, in a ``--read-write`` console, the same-origin and CSRF-token
+  checks of every state change (each a ``POST``); no answer may be framed;
 * templates autoescape everything (keys, values, headers are text, never markup);
 * names from URLs reach the file system only after validation (topic and group names by
   Kafka's rule, projector names by lookup in the app), and Datasette serves only the app's
-  read-model files, with arbitrary SQL off unless ``--read-write``.
+  read-model files, with arbitrary SQL off unless ``--read-write``;
+* a malformed parameter is answered 4xx before a stream starts, never with a 5xx or an
+  aborted stream.
+
+Live tails hold no thread while idle: they await :class:`~framework.console.wake.Waker`,
+whose one thread sleeps on the log's wake-up word; a worker thread is taken only to read
+what was appended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import orjson
 import structlog
@@ -33,52 +39,38 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from framework.console.data import ConsoleData, Filters
+from framework.console.guard import Guard
 from framework.console.lag import LagSampler
-from framework.errors import AggregateNotFoundError, FrameworkError, UnknownTopicError
+from framework.console.wake import Waker
+from framework.errors import (
+    AggregateNotFoundError,
+    ConfigError,
+    FrameworkError,
+    UnknownTopicError,
+)
 
 log = structlog.get_logger("eventlane.console")
 
-__all__ = ["ReadOnlyGuard", "create_app"]
+__all__ = ["create_app"]
 
 HERE = Path(__file__).parent
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+ID_MAX = (1 << 63) - 1
+"""Largest id a URL may name (SQLite's INTEGER); larger ones are answered 404."""
 BAD_REQUEST = (FrameworkError, ValueError)
 """Errors answered 400 (404 for an unknown topic or aggregate) with the message, never 500:
 framework errors name what was wrong; ``ValueError`` covers a malformed number in a URL."""
-TAIL_WAIT_S = 1.0
-"""How long the live tail sleeps on the log's wake-up word before it re-checks the client."""
-
-
-class ReadOnlyGuard:
-    """ASGI middleware: 403 for every unsafe method unless ``read_write``; 403 for a
-    cross-origin ``POST`` always."""
-
-    def __init__(self, app: ASGIApp, *, read_write: bool) -> None:
-        self.app = app
-        self.read_write = read_write
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] not in SAFE_METHODS:
-            reason = None
-            if not self.read_write:
-                reason = "read-only console: start it with --read-write to change anything"
-            else:
-                headers = dict(scope.get("headers") or [])
-                origin = headers.get(b"origin", b"").decode("latin-1")
-                host = headers.get(b"host", b"").decode("latin-1")
-                if origin and origin != "null" and urlsplit(origin).netloc != host:
-                    reason = f"cross-origin request from {origin} refused"
-            if reason is not None:
-                response = JSONResponse({"error": reason}, status_code=403)
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def _json_default(value: object) -> Any:
@@ -139,20 +131,28 @@ def create_app(
     read_write: bool = False,
     lag_interval: float = 5.0,
     datasette: bool = True,
+    token: str | None = None,
+    hosts: Collection[str] = (),
 ) -> Starlette:
-    """The console as an ASGI app over ``data`` (which it closes on shutdown)."""
+    """The console as an ASGI app over ``data`` (which it closes on shutdown).
+
+    ``token``: the access token every request must carry (``None``: none); ``hosts``: the
+    names, beyond IP addresses and ``localhost``, that the ``Host`` header may give
+    (:class:`~framework.console.guard.Guard`)."""
     env = _templates(read_write)
     sampler = LagSampler(data.group_lags, interval=lag_interval)
+    waker = Waker(data.wait_seq, data.wait)
 
-    def html(template: str, status: int = 200, **context: Any) -> HTMLResponse:
-        body = env.get_template(template).render(backend=data.backend(), **context)
+    def html(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        csrf = getattr(request.state, "csrf_token", "")
+        body = env.get_template(template).render(backend=data.backend(), csrf_token=csrf, **context)
         return HTMLResponse(body, status_code=status)
 
     def error_response(request: Request, exc: BaseException) -> Response:
         status = 404 if isinstance(exc, UnknownTopicError | AggregateNotFoundError) else 400
         if request.url.path.startswith("/api/"):
             return _Json({"error": str(exc)}, status_code=status)
-        return html("error.html", status=status, error=str(exc))
+        return html(request, "error.html", status=status, error=str(exc))
 
     def page(template: str, view: View) -> tuple[Callable[[Request], Awaitable[Response]], ...]:
         """The HTML endpoint and the JSON endpoint of one view function."""
@@ -162,7 +162,7 @@ def create_app(
                 context = await run_in_threadpool(view, request)
             except BAD_REQUEST as exc:
                 return error_response(request, exc)
-            return html(template, request=request, **context)
+            return html(request, template, **context)
 
         async def as_json(request: Request) -> Response:
             try:
@@ -172,6 +172,14 @@ def create_app(
             return _Json(context.get("api", context))
 
         return as_html, as_json
+
+    def path_id(request: Request, name: str) -> int:
+        """An id from the path (digits, by the route); beyond SQLite's range it names
+        nothing: a 400, not an overflow."""
+        value = int(request.path_params[name])
+        if value > ID_MAX:
+            raise ConfigError(f"no {name} {value}: ids are below 2**63")
+        return value
 
     def q(request: Request, name: str) -> str | None:
         value = request.query_params.get(name)
@@ -225,10 +233,13 @@ def create_app(
         desc = data.topic(name, details=False)
         return {"api": page_, "page": page_, "t": desc, "args": dict(request.query_params)}
 
+    def partition_or_all(request: Request) -> int | None:
+        """``?partition=N`` (checked against the topic later), or ``None``: every one."""
+        return None if q(request, "partition") is None else qint(request, "partition", 0)
+
     def tail_page(request: Request) -> dict[str, Any]:
         name = data.topic_name(request.path_params["name"])
-        partition = qint(request, "partition", -1)
-        positions = data.positions_at_end(name, None if partition < 0 else partition)
+        positions = data.tail_positions(name, {}, partition_or_all(request))
         desc = data.topic(name, details=False)
         args = dict(request.query_params)
         start = ",".join(f"{p}:{o}" for p, o in positions.items())
@@ -276,11 +287,11 @@ def create_app(
 
     def dead_letter(request: Request) -> dict[str, Any]:
         name = request.path_params["name"]
-        doc = data.dead_letter(name, int(request.path_params["letter"]))
+        doc = data.dead_letter(name, path_id(request, "letter"))
         return {"api": doc, "d": doc, "name": name}
 
     def rebuild_job(request: Request) -> dict[str, Any]:
-        doc = data.job(int(request.path_params["job"])).to_json()
+        doc = data.job(path_id(request, "job")).to_json()
         return {"api": doc, "j": doc}
 
     views: list[tuple[str, str, View]] = [
@@ -310,7 +321,13 @@ def create_app(
             context = await run_in_threadpool(group, request)
         except BAD_REQUEST as exc:
             return error_response(request, exc)
-        return html("group_body.html", **context)
+        return html(request, "group_body.html", **context)
+
+    async def session(request: Request) -> Response:
+        """This session's CSRF token, for API clients (the pages carry it themselves)."""
+        return _Json(
+            {"csrf_token": getattr(request.state, "csrf_token", ""), "read_write": read_write}
+        )
 
     async def export(request: Request) -> Response:
         try:
@@ -338,32 +355,34 @@ def create_app(
         try:
             name = data.topic_name(request.path_params["name"])
             wanted = filters(request)
-            positions = _positions(q(request, "from"))
-            if not positions:
-                partition = q(request, "partition")
-                positions = await run_in_threadpool(
-                    data.positions_at_end, name, None if partition is None else int(partition)
-                )
+            positions = await run_in_threadpool(
+                data.tail_positions, name, _positions(q(request, "from")), partition_or_all(request)
+            )
         except BAD_REQUEST as exc:
             return error_response(request, exc)
         row = env.get_template("record_row.html")
         as_json = q(request, "format") == "json"
 
         async def events() -> AsyncIterator[dict[str, str]]:
-            while not await request.is_disconnected():
+            """Read what is new (a worker thread), else await the waker (no thread)."""
+            while True:
                 seen = data.wait_seq()
-                records = await run_in_threadpool(data.read_new, name, positions, wanted)
+                try:
+                    records = await run_in_threadpool(data.read_new, name, positions, wanted)
+                except BAD_REQUEST as exc:  # the topic went away under the tail
+                    yield {"event": "error", "data": str(exc)}
+                    return
                 for r in records:
                     body = orjson.dumps(r).decode() if as_json else row.render(r=r)
                     yield {"event": "record", "data": body, "id": f"{r['partition']}:{r['offset']}"}
                 if not records:
-                    await run_in_threadpool(data.wait, seen, TAIL_WAIT_S)
+                    await waker.wait(seen)
 
         return EventSourceResponse(events(), ping=15)
 
     async def rebuild_stream(request: Request) -> Response:
         try:
-            job = data.job(int(request.path_params["job"]))
+            job = data.job(path_id(request, "job"))
         except BAD_REQUEST as exc:
             return error_response(request, exc)
         bar = env.get_template("rebuild_progress.html")
@@ -410,10 +429,10 @@ def create_app(
             doc = await run_in_threadpool(work, args)
         except BAD_REQUEST as exc:
             if wants_html(request):  # htmx swaps only 2xx answers in
-                return html("error_fragment.html", error=str(exc))
+                return html(request, "error_fragment.html", error=str(exc))
             return error_response(request, exc)
         if wants_html(request):
-            return html(template, r=doc, args=args, stream=True)
+            return html(request, template, r=doc, args=args, stream=True)
         return _Json(doc, status_code=status)
 
     def truthy(text: str | None) -> bool:
@@ -451,6 +470,7 @@ def create_app(
 
     routes += [
         Route("/groups/{group}/body", group_fragment, methods=["GET"]),
+        Route("/api/session", session, methods=["GET"]),
         Route("/topics/{name}/export.ndjson", export, methods=["GET"]),
         Route("/topics/{name}/tail/stream", tail_stream, methods=["GET"]),
         Route("/rebuilds/{job:int}/stream", rebuild_stream, methods=["GET"]),
@@ -466,15 +486,18 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         sampler.start()
+        waker.start()
         try:
             yield
         finally:
+            waker.stop()
             sampler.stop()
             data.close()
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    app.add_middleware(ReadOnlyGuard, read_write=read_write)
+    app.add_middleware(Guard, read_write=read_write, token=token, hosts=hosts)
     app.state.sampler = sampler
+    app.state.waker = waker
     return app
 
 
@@ -489,10 +512,21 @@ def _positions(text: str | None) -> dict[int, int]:
 
 
 def _datasette(files: dict[str, Path], *, read_write: bool) -> ASGIApp:
-    """Datasette over the read-model files, under ``/readmodels/``; SQL only if read-write."""
-    from datasette.app import Datasette  # noqa: PLC0415  (heavy: imported only when mounted)
+    """Datasette over the read-model files, under ``/readmodels/``; SQL only if read-write.
 
-    ds = Datasette(
+    Paths are tidied before Datasette sees them: an empty segment (``//evil.example``) is a
+    404, and a trailing slash is redirected to the same path without it, under the mount
+    (Datasette's own redirect forgets the mount: ``/readmodels/x/`` went to ``/x``)."""
+    # heavy: imported only when mounted; datasette.app first (it registers the default
+    # plugins, datasette.handle_exception among them, which must not be half-imported then)
+    import datasette.app  # noqa: PLC0415
+    import datasette.handle_exception  # noqa: PLC0415
+
+    # Datasette's default error page prints the traceback with its locals through rich when
+    # rich is importable (it is: the CLI uses it): values of read models on standard error,
+    # and outside an ``except`` block (every 404) rich raises, turning the 404 into a 500.
+    datasette.handle_exception.rich = None
+    ds = datasette.app.Datasette(
         files=[str(p) for p in files.values()],
         settings={"base_url": "/readmodels/", "default_allow_sql": read_write},
     )
@@ -503,11 +537,22 @@ def _datasette(files: dict[str, Path], *, read_write: bool) -> ASGIApp:
         # adds base_url to the links it makes itself).
         if scope["type"] == "http":
             root = scope.get("root_path", "")
+            path = scope["path"].removeprefix(root) or "/"
+            if "//" in path:
+                await _Json({"error": "no such read-model page"}, status_code=404)(
+                    scope, receive, send
+                )
+                return
+            if path != "/" and path.endswith("/"):
+                query = scope.get("query_string", b"").decode("latin-1")
+                where = root + path.rstrip("/") + ("?" + query if query else "")
+                await RedirectResponse(where, status_code=308)(scope, receive, send)
+                return
             raw = scope.get("raw_path") or scope["path"].encode()
             scope = {
                 **scope,
                 "root_path": "",
-                "path": scope["path"].removeprefix(root) or "/",
+                "path": path,
                 "raw_path": raw.removeprefix(root.encode()) or b"/",
             }
         await inner(scope, receive, send)

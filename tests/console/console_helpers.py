@@ -9,6 +9,8 @@ Screenshots for docs/console.md are written to docs/img/console-*.png only when
 from __future__ import annotations
 
 import contextlib
+import copy
+import http.cookiejar
 import os
 import shutil
 import signal
@@ -80,11 +82,19 @@ def free_port() -> int:
 
 
 class Console:
-    """A running ``eventlane console`` process."""
+    """A running ``eventlane console`` process, and an HTTP client of it that behaves as the
+    console's own pages do: it keeps the session cookie and sends the session's CSRF token
+    (from ``/api/session``) with every state change, and the access token where one is set."""
 
-    def __init__(self, data: Path, *args: str) -> None:
+    def __init__(
+        self, data: Path, *args: str, token: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.token = token
+        self.csrf: str | None = None
+        self.cookies = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
         self.log_path = data.parent / f"console-{self.port}.log"
         self._log = self.log_path.open("wb")
         cmd = [
@@ -100,7 +110,9 @@ class Console:
             "0.5",
             *args,
         ]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -111,12 +123,27 @@ class Console:
                 assert time.monotonic() < deadline, "console did not start"
                 time.sleep(0.2)
 
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         req = urllib.request.Request(self.url + path, data=body, method=method)
         if body is not None:
             req.add_header("content-type", "application/json")
+        if self.token is not None:
+            req.add_header("authorization", f"Bearer {self.token}")
+        if method not in ("GET", "HEAD"):
+            if self.csrf is None:
+                status, doc = self.request("GET", "/api/session")
+                self.csrf = doc["csrf_token"] if status == 200 else ""
+            req.add_header("x-csrf-token", self.csrf)
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
+            with self.opener.open(req, timeout=60) as resp:
                 status, raw = resp.status, resp.read()
         except urllib.error.HTTPError as err:
             status, raw = err.code, err.read()
@@ -124,6 +151,16 @@ class Console:
             return status, orjson.loads(raw)
         except orjson.JSONDecodeError:
             return status, raw.decode("utf-8", "replace")
+
+    def client(self) -> Console:
+        """Another client of the same console: its own cookie jar, so its own session."""
+        other = copy.copy(self)
+        other.csrf = None
+        other.cookies = http.cookiejar.CookieJar()
+        other.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(other.cookies)
+        )
+        return other
 
     def get(self, path: str) -> Any:
         status, doc = self.request("GET", path)
@@ -142,8 +179,10 @@ class Console:
 
 
 @contextlib.contextmanager
-def console_process(data: Path, *args: str) -> Iterator[Console]:
-    console = Console(data, *args)
+def console_process(
+    data: Path, *args: str, token: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[Console]:
+    console = Console(data, *args, token=token, env=env)
     try:
         yield console
     finally:
@@ -151,8 +190,9 @@ def console_process(data: Path, *args: str) -> Iterator[Console]:
 
 
 @contextlib.contextmanager
-def chromium() -> Iterator[Any]:
-    """One headless Chromium driven by Selenium, with a fresh profile."""
+def chromium(*extra: str) -> Iterator[Any]:
+    """One headless Chromium driven by Selenium, with a fresh profile (``extra``: more
+    command-line switches, e.g. ``--host-resolver-rules=MAP evil.example 127.0.0.1``)."""
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.fail("Debian's chromium and chromium-driver are missing: run `make test-deps`")
     profile = tempfile.mkdtemp(prefix="eventlane-chromium-")
@@ -168,6 +208,7 @@ def chromium() -> Iterator[Any]:
         "--disable-sync",
         "--window-size=1400,1000",
         f"--user-data-dir={profile}",
+        *extra,
     ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
@@ -203,6 +244,8 @@ def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> A
 
 __all__ = [
     "APP",
+    "Console",
+    "free_port",
     "PROJECTOR",
     "chromium",
     "console_process",

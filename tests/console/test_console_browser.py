@@ -7,6 +7,8 @@ One console process and one browser serve the whole module (see console_helpers)
 
 from __future__ import annotations
 
+import http.client
+import random
 import subprocess
 import sys
 import time
@@ -101,6 +103,8 @@ def test_every_view_loads_in_the_browser_and_as_json(env: SimpleNamespace) -> No
         assert b.find_element(By.TAG_NAME, "h1").text == title, path
         assert not b.find_elements(By.ID, "error"), path
         assert b.find_element(By.ID, "mode").text == "read-only"
+        assert "embedded log" in b.find_element(By.TAG_NAME, "nav").text, path
+        assert "LogStore" not in b.page_source, path
         if path != "/topics/orders/tail":  # its page only opens a stream
             env.console.get("/api/overview" if path == "/" else "/api" + path)
     b.get(url + f"/readmodels/{PROJECTOR}")
@@ -369,4 +373,118 @@ def test_warns_before_listening_on_a_non_loopback_address(env: SimpleNamespace) 
     )
     assert out.returncode != 0
     assert "warning: listening on 203.0.113.1" in out.stderr
-    assert "no authentication" in out.stderr
+    assert "access token" in out.stderr
+
+
+def raw_get(console: Any, path: str) -> tuple[int, str | None, bytes]:
+    """``(status, Location, first bytes of the body)`` of one GET, redirects not followed; a
+    stream answered 200 is closed after its headers."""
+    conn = http.client.HTTPConnection("127.0.0.1", console.port, timeout=30)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = b"" if resp.status == 200 and "stream" in path else resp.read(4096)
+        return resp.status, resp.getheader("location"), body
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/api/projectors/{PROJECTOR}/dead-letters/99999999999999999999999",
+        f"/projectors/{PROJECTOR}/dead-letters/99999999999999999999999",
+        "/api/rebuilds/99999999999999999999999",
+        "/readmodels//evil.example",
+        "/topics/orders/tail/stream?from=999:0",
+        "/topics/orders/tail/stream?from=0:-5",
+        "/topics/orders/tail/stream?from=-1:0",
+        "/topics/orders/tail/stream?partition=-2",
+    ],
+)
+def test_bad_parameters_are_answered_4xx(env: SimpleNamespace, path: str) -> None:
+    status, location, body = raw_get(env.console, path)
+    assert 400 <= status < 500, (path, status, body[:300])
+    assert location is None
+
+
+def test_a_read_models_trailing_slash_stays_under_readmodels(env: SimpleNamespace) -> None:
+    status, location, body = raw_get(env.console, f"/readmodels/{PROJECTOR}/?_sort=x")
+    if 300 <= status < 400:
+        assert location is not None and location.startswith(f"/readmodels/{PROJECTOR}"), location
+        status, location, body = raw_get(env.console, location)
+    assert status == 200, (status, location, body[:300])
+    assert b"orders" in body  # Datasette's page of the read model's database
+
+
+JUNK = [
+    "99999999999999999999999",
+    "-99999999999999999999999",
+    "-1",
+    "0",
+    "",
+    "..",
+    "%2e%2e",
+    "a%2Fb",
+    "%00",
+    "%ff",
+    "x" * 300,
+    "%C3%A9",
+    "1e3",
+    "%201",
+    "//evil.example",
+    "null",
+    "0:-5",
+    "999:0",
+    "-1:0",
+    "0:99999999999999999999999",
+    "1,2",
+    "2024-13-45T99:99",
+]
+SHAPES = [
+    "/api/topics/{}",
+    "/api/topics/orders/records?partition={}",
+    "/api/topics/orders/records?start=offset&value={}",
+    "/api/topics/orders/records?start=timestamp&value={}",
+    "/api/topics/orders/records?limit={}",
+    "/api/topics/orders/records?key={}",
+    "/api/topics/orders/records?jpath={}",
+    "/api/topics/orders/tail?partition={}",
+    "/api/aggregates?type=Order&id={}",
+    "/api/aggregates?type=Order&id=x&version={}",
+    "/api/aggregates?type=Order&id=x&as_of={}",
+    "/api/aggregates?type={}&id=x",
+    "/api/groups/{}",
+    "/api/groups?min_lag={}",
+    "/api/groups?sort={}",
+    "/groups/{}/body",
+    "/api/projectors/{}",
+    "/api/projectors/{}/dead-letters",
+    f"/api/projectors/{PROJECTOR}/dead-letters?status={{}}",
+    f"/api/projectors/{PROJECTOR}/dead-letters/{{}}",
+    "/api/rebuilds/{}",
+    "/rebuilds/{}/stream",
+    "/topics/orders/tail/stream?from={}",
+    "/topics/orders/tail/stream?partition={}",
+    "/topics/orders/export.ndjson?partition={}",
+    "/readmodels/{}",
+    f"/readmodels/{PROJECTOR}/{{}}",
+    "/static/{}",
+]
+
+
+def test_generated_bad_parameters_never_get_a_5xx(env: SimpleNamespace) -> None:
+    """A seeded generator over every view's parameters: junk in any one of them is answered
+    (2xx, 3xx or 4xx), never with a 5xx or a dropped connection."""
+    rng = random.Random(2026)
+    cases = [shape.format(junk) for shape in SHAPES for junk in JUNK]
+    failures = []
+    for path in rng.sample(cases, 160):
+        try:
+            status, _, body = raw_get(env.console, path)
+        except (OSError, http.client.HTTPException) as exc:
+            failures.append((path, repr(exc)))
+            continue
+        if status >= 500:
+            failures.append((path, status, body[:200]))
+    assert not failures, failures

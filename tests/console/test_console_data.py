@@ -3,6 +3,8 @@ the scan bound, export, names. The browser tests cover the same through the page
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,3 +169,41 @@ def test_cli_refuses_a_missing_log_and_contradicting_locations(tmp_path: Path) -
     assert both.exit_code == 1 and "name different logs" in both.output
     assert missing.exit_code == 1 and "no eventlane data" in missing.output  # env not counted
     assert not (tmp_path / "none").exists()
+
+
+def test_the_backend_is_named_as_users_know_it(console: ConsoleData) -> None:
+    """ "embedded log", not the class name ``LogStore``."""
+    assert console.backend()["engine"] == "embedded log"
+    assert console.overview()["backend"]["engine"] == "embedded log"
+
+
+@pytest.mark.jetstream
+def test_a_jetstream_backend_is_named_jetstream(tmp_path: Path) -> None:
+    """A real standalone nats-server with JetStream (one process, a fraction of a second)."""
+    pytest.importorskip("nats", reason="the nats extra is not installed")
+    from framework.log.jetstream.cluster import free_ports, nats_server_binary  # noqa: PLC0415
+
+    (port,) = free_ports(1)
+    server = subprocess.Popen(
+        [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"nats://127.0.0.1:{port}?namespace=console&replicas=1"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                log = open_log(tmp_path / "local", url)
+                break
+            except FrameworkError:
+                assert time.monotonic() < deadline and server.poll() is None, "no nats-server"
+                time.sleep(0.2)
+        data = ConsoleData(log)
+        try:
+            assert data.backend()["engine"] == "JetStream"
+        finally:
+            data.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,199 @@
+"""The console's access token: required on every request where one is set, and set (made
+up and printed once on standard error) whenever the console binds beyond loopback.
+
+Beyond loopback is tested for real: in a network namespace this test creates (``unshare
+-n``) with a veth interface at 10.77.0.1, a console bound to ``0.0.0.0`` is reached over
+that interface and over the namespace's loopback, and the token is required on both (the
+console cannot tell a proxied request from a local one, so it never exempts loopback
+clients). 127.0.0.0/8 is loopback to the kernel, so the console treats every address in it
+as loopback: binding 127.0.0.2 proves nothing about a reachable address, a namespace does.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from console_helpers import Console, console_process
+
+from framework.log import LogStore, Producer, ProducerRecord
+
+TOKEN = "s3cret-token-for-tests-0123456789"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("console-token") / "data"
+    log = LogStore(path)
+    log.create_topic("notes", 1)
+    with Producer(log) as producer:
+        producer.send_batch("notes", [ProducerRecord(b"k", b"hello")])
+    log.close()
+    return path
+
+
+def send(
+    port: int, method: str, path: str, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        body = b"" if resp.status == 200 and path.endswith("/stream") else resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
+    finally:
+        conn.close()
+
+
+PATHS = ["/", "/api/topics", "/topics/notes/records", "/static/console.css", "/api/session"]
+
+
+def assert_token_required(console: Console) -> None:
+    port = console.port
+    for path in [*PATHS, "/topics/notes/tail/stream"]:
+        for headers in ({}, {"authorization": "Bearer wrong"}, {"cookie": "x=" + TOKEN}):
+            status, _, body = send(port, "GET", path, headers)
+            assert status == 401, (path, headers, status)
+            assert b"hello" not in body and b"notes" not in body
+        status, _, _ = send(port, "GET", path, {"authorization": f"Bearer {TOKEN}"})
+        assert status == 200, path
+    status, _, _ = send(port, "POST", "/api/projectors/p/rebuild")
+    assert status == 401
+    # a first visit with ?token=: a cookie, and a redirect that drops the token from the URL
+    status, headers, _ = send(port, "GET", "/topics/notes/records?partition=0&token=" + TOKEN)
+    assert status == 303, status
+    assert headers["location"] == "/topics/notes/records?partition=0"
+    cookie = headers["set-cookie"]
+    assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower(), cookie
+    jar = cookie.split(";", 1)[0]
+    for path in PATHS:
+        status, _, _ = send(port, "GET", path, {"cookie": jar})
+        assert status == 200, path
+    status, _, _ = send(port, "GET", "/api/topics?token=wrong")
+    assert status == 401
+
+
+def test_a_given_token_is_required_on_every_request(data: Path) -> None:
+    with console_process(data, "--token", TOKEN, token=TOKEN) as console:
+        assert_token_required(console)
+        assert TOKEN not in console.log_path.read_text()  # given, so never printed
+
+
+def test_the_token_can_come_from_the_environment(data: Path) -> None:
+    env = {"EVENTLANE_CONSOLE_TOKEN": TOKEN}
+    with console_process(data, token=TOKEN, env=env) as console:
+        assert_token_required(console)
+
+
+def test_loopback_without_a_token_is_open_as_before(data: Path) -> None:
+    with console_process(data) as console:
+        status, _, body = send(console.port, "GET", "/api/topics")
+        assert status == 200 and b"notes" in body
+        assert "token" not in console.log_path.read_text()
+
+
+NAMESPACE_SCRIPT = textwrap.dedent(
+    """
+    import http.client, json, os, re, signal, socket, subprocess, sys, time
+
+    data = sys.argv[1]
+    for cmd in ("ip link set lo up", "ip link add el0 type veth peer name el1",
+                "ip addr add 10.77.0.1/24 dev el0", "ip link set el0 up", "ip link set el1 up"):
+        subprocess.run(cmd.split(), check=True)
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "EVENTLANE_CONSOLE_TOKEN"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from framework.cli import main; main()", "console",
+         "--data", data, "--host", "0.0.0.0", "--port", str(port)],
+        stderr=subprocess.PIPE, text=True, env=env)
+
+    def get(host, path, headers=None):
+        conn = http.client.HTTPConnection(host, port, timeout=30)
+        try:
+            conn.request("GET", path, headers=headers or {})
+            resp = conn.getresponse()
+            body = resp.read().decode("utf-8", "replace")
+            return resp.status, resp.getheader("set-cookie"), body
+        finally:
+            conn.close()
+
+    out = {}
+    try:
+        lines = []  # standard error up to the line that says where the console listens
+        while not lines or "eventlane console: http" not in lines[-1]:
+            lines.append(proc.stderr.readline())
+            assert lines[-1], "the console stopped: " + "".join(lines)
+        for host in ("10.77.0.1", "127.0.0.1"):
+            status, _, body = get(host, "/api/topics")
+            out[host + " bare"] = [status, "notes" in body]
+        found = re.search(r"token=([A-Za-z0-9_-]+)", "".join(lines))
+        token = found.group(1) if found else ""
+        out["token"] = token
+        for host in ("10.77.0.1", "127.0.0.1"):
+            status, _, body = get(host, "/api/topics", {"authorization": "Bearer " + token})
+            out[host + " bearer"] = [status, "notes" in body]
+            status, cookie, _ = get(host, "/api/topics?token=" + token)
+            out[host + " first visit"] = [status, cookie is not None]
+            status, _, body = get(host, "/api/topics", {"cookie": (cookie or "").split(";")[0]})
+            out[host + " cookie"] = [status, "notes" in body]
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=30)
+        out["stderr"] = "".join(lines) + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print(json.dumps(out))
+    """
+)
+"""Run under ``unshare -n``: a console on 0.0.0.0 probed over the veth address and over
+loopback, without the token, then with the one it printed; what was seen, as JSON."""
+
+
+def run_in_namespace(script: str, data: Path, tmp_path: Path) -> dict[str, object]:
+    probe = subprocess.run(
+        ["unshare", "-n", "true"], capture_output=True, text=True, timeout=30, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"network namespaces cannot be made here: {probe.stderr.strip()}")
+    path = tmp_path / "in_namespace.py"
+    path.write_text(script)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run(
+        ["unshare", "-n", sys.executable, str(path), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        cwd=root,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_binding_beyond_loopback_requires_a_token_printed_once(data: Path, tmp_path: Path) -> None:
+    seen = run_in_namespace(NAMESPACE_SCRIPT, data, tmp_path)
+    stderr = str(seen.get("stderr", ""))
+    for host in ("10.77.0.1", "127.0.0.1"):
+        assert seen[host + " bare"] == [401, False], seen  # no token: nothing readable
+    token = str(seen["token"])
+    assert len(token) >= 32, stderr
+    assert stderr.count(token) == 1, stderr  # printed once
+    assert "warning: listening on 0.0.0.0" in stderr
+    for host in ("10.77.0.1", "127.0.0.1"):
+        assert seen[host + " bearer"] == [200, True], seen
+        assert seen[host + " first visit"] == [303, True], seen
+        assert seen[host + " cookie"] == [200, True], seen
+    assert urllib.parse.quote(token) == token  # fits a URL as it is

@@ -16,20 +16,29 @@ over loopback HTTP from this process, page cache warm):
   ``--idle-seconds`` with one SSE client connected to a tail of the topic and nothing
   appended (the console's lag sampler runs meanwhile, as it always does). Target < 2 %.
   Baseline: the same process with no client connected.
+* **pages under ``--tails`` idle live tails** (default 600): each round measures the topics
+  page and the 100-record page (median of 5 requests each) with no tail open, then opens
+  the tails (raw asyncio sockets on one loop in a thread of this process, each past its
+  ``200`` headers, nothing appended), waits 2 s, measures the same pages again, counts the
+  console's threads, and closes the tails. Figure: the paired ratio (with tails / idle,
+  round by round), target < 2x. ``--only-tails`` measures just this.
 
 The big topic is built once and cached in ``--tmp`` under
 ``eventlane-bench-console-<records>x<partitions>`` (``--rebuild`` discards it): values are
 ~200-byte JSON documents with an ``event-type`` header, appended with ``LogStore.append``.
 
     .venv/bin/python benchmarks/bench_console.py [--quick] [--records N] [--runs 7] [--json]
+                                                  [--tails 600] [--only-tails]
 """
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -177,12 +186,78 @@ class TailClient:
         self.conn.close()
 
 
+class IdleTails:
+    """``count`` SSE clients holding live tails open and idle: raw sockets on one asyncio
+    loop in a thread (what ``count`` browser tabs on the tail page hold)."""
+
+    def __init__(self, port: int, count: int) -> None:
+        self.port = port
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.writers: list[asyncio.StreamWriter] = asyncio.run_coroutine_threadsafe(
+            self._open(count), self.loop
+        ).result(timeout=300)
+
+    async def _one(self, gate: asyncio.Semaphore) -> asyncio.StreamWriter:
+        async with gate:
+            reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+            writer.write(
+                f"GET /topics/{TOPIC}/tail/stream HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                "Accept: text/event-stream\r\n\r\n".encode()
+            )
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head[:200]
+            return writer
+
+    async def _open(self, count: int) -> list[asyncio.StreamWriter]:
+        gate = asyncio.Semaphore(50)
+        return list(await asyncio.gather(*(self._one(gate) for _ in range(count))))
+
+    async def _close(self) -> None:
+        for w in self.writers:
+            w.close()
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(timeout=60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+        self.loop.close()
+
+
+def pages_with_tails(
+    port: int, proc: psutil.Process, pages: dict[str, str], tails: int
+) -> dict[str, float]:
+    """One round: each page's median of 5 GETs (ms) idle, then with ``tails`` open."""
+    out: dict[str, float] = {}
+    for name, path in pages.items():
+        out[f"{name}_idle"] = statistics.median(get(port, path) * 1000 for _ in range(5))
+    out["threads_idle"] = proc.num_threads()
+    opened = time.perf_counter()
+    held = IdleTails(port, tails)
+    out["open_s"] = time.perf_counter() - opened
+    try:
+        time.sleep(2.0)
+        out["threads_tails"] = proc.num_threads()
+        for name, path in pages.items():
+            out[f"{name}_tails"] = statistics.median(get(port, path) * 1000 for _ in range(5))
+    finally:
+        held.close()
+    time.sleep(1.0)  # the console notices the closed tails
+    return out
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=None, help="records in the topic (10M)")
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--idle-seconds", type=float, default=None, help="idle CPU window (20)")
     p.add_argument("--rebuild", action="store_true", help="discard the cached topic")
+    p.add_argument("--tails", type=int, default=600, help="idle live tails held open (600)")
+    p.add_argument(
+        "--only-tails", action="store_true", help="measure only the pages under idle tails"
+    )
     args = p.parse_args()
     quiet_logs()
     bench = bench_from_args(__file__, args)
@@ -222,23 +297,28 @@ def main() -> None:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
         page = f"/topics/{TOPIC}/records?partition=0&start=offset&value={mid}&limit=100"
-        bench.rounds(
-            {
-                "topics_html": lambda: get(port, "/topics") * 1000,
-                "topics_api": lambda: get(port, "/api/topics") * 1000,
-                "page_html": lambda: get(port, page) * 1000,
-                "page_api": lambda: get(port, "/api" + page) * 1000,
-                "consume_cli": lambda: consume_cli(data, mid) * 1000,
-                "consume_inproc": lambda: consume_inprocess(log, mid) * 1000,
-            },
-            warmup=True,
-        )
         proc = psutil.Process(console.pid)
-        bench.record("idle_no_client", cpu_percent(proc, idle))
-        client = TailClient(port)
-        time.sleep(1.0)
-        bench.record("idle_tail", cpu_percent(proc, idle))
-        client.close()
+        pages = {"topics": "/topics", "page": page}
+        bench.rounds(
+            {"tails": lambda: pages_with_tails(port, proc, pages, args.tails)}, warmup=True
+        )
+        if not args.only_tails:
+            bench.rounds(
+                {
+                    "topics_html": lambda: get(port, "/topics") * 1000,
+                    "topics_api": lambda: get(port, "/api/topics") * 1000,
+                    "page_html": lambda: get(port, page) * 1000,
+                    "page_api": lambda: get(port, "/api" + page) * 1000,
+                    "consume_cli": lambda: consume_cli(data, mid) * 1000,
+                    "consume_inproc": lambda: consume_inprocess(log, mid) * 1000,
+                },
+                warmup=True,
+            )
+            bench.record("idle_no_client", cpu_percent(proc, idle))
+            client = TailClient(port)
+            time.sleep(1.0)
+            bench.record("idle_tail", cpu_percent(proc, idle))
+            client.close()
     finally:
         console.send_signal(signal.SIGTERM)
         try:
@@ -247,6 +327,34 @@ def main() -> None:
             console.kill()
             console.wait()
         log.close()
+    tails = f"{args.tails} idle tails"
+    for name, label in (("topics", "topics page (HTML)"), ("page", "100-record page (HTML)")):
+        bench.add(
+            f"{label}, {tails} open",
+            "ms",
+            f"tails.{name}_tails",
+            baseline=f"tails.{name}_idle",
+        )
+        bench.add(
+            f"{label}: with {tails} / idle, paired by round",
+            "x",
+            bench.paired(f"tails.{name}_tails", f"tails.{name}_idle"),
+            target=Target("<", 2.0),
+        )
+    bench.add(
+        f"console threads, {tails} open",
+        "threads",
+        "tails.threads_tails",
+        baseline="tails.threads_idle",
+    )
+    bench.add(f"opening {tails}", "s", "tails.open_s")
+    bench.notes.append(
+        f"{records:,} records in {args.partitions} partitions; pages start at offset {mid:,} of"
+        f" partition 0; each tails figure is per round the median of 5 requests"
+    )
+    if args.only_tails:
+        bench.finish()
+        return
     under = Target("<", 100.0)
     bench.add("topics page (HTML)", "ms", "topics_html", baseline="consume_cli", target=under)
     bench.add("GET /api/topics", "ms", "topics_api", baseline="consume_cli", target=under)
@@ -267,10 +375,7 @@ def main() -> None:
         baseline="idle_no_client",
         target=Target("<", 2.0),
     )
-    bench.notes.append(
-        f"{records:,} records in {args.partitions} partitions; pages start at offset {mid:,} of"
-        f" partition 0; idle window {idle:.0f} s (one sample)"
-    )
+    bench.notes.append(f"idle window {idle:.0f} s (one sample)")
     bench.finish()
 
 

@@ -9,10 +9,11 @@ waiter on the console's event loop. A live tail with nothing new is then one pen
 Invariants:
 
 * no lost wake-up: :meth:`Waker.wait` returns once :meth:`~framework.log.Log.wait_seq`
-  differs from the ``seen`` it was given. It checks the word on the event loop before it
-  registers its future, and the thread releases the registered futures on the event loop
-  after every change it sees, so a change is either seen by the check or followed by a
-  release (spurious returns are allowed: callers re-check what they wait for);
+  differs from the ``seen`` it was given. It registers its future, then checks the word
+  again (on the event loop); the thread, whose starting value was read before that check,
+  releases the registered futures on the event loop after every change it sees. So a
+  change is either seen by the check or followed by a release (spurious returns are
+  allowed: callers re-check what they wait for);
 * :meth:`Waker.stop` releases every waiter and joins the thread; an error of the log's wait
   is logged and retried after a pause, never ends the thread.
 """
@@ -46,9 +47,14 @@ class Waker:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start watching, on behalf of the running event loop's waiters."""
+        """Start watching, on behalf of the running event loop's waiters (once; the first
+        :meth:`wait` starts it where nothing did)."""
+        if self._thread is not None:
+            return
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="console-waker", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(self._seq(),), name="console-waker", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -61,9 +67,12 @@ class Waker:
         """Return once the wake-up word differs from ``seen`` (or the waker stops)."""
         if self._seq() != seen or self._stopped.is_set():
             return
+        self.start()
         future = asyncio.get_running_loop().create_future()
         self._waiters.add(future)
         try:
+            if self._seq() != seen:  # changed before the thread could see it (its start)
+                return
             await future
         finally:
             self._waiters.discard(future)
@@ -85,8 +94,7 @@ class Waker:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(self._release)
 
-    def _run(self) -> None:
-        last = self._seq()
+    def _run(self, last: int) -> None:
         while not self._stopped.is_set():
             try:
                 self._wait(last, POLL_S)

@@ -67,7 +67,7 @@ __all__ = ["create_app"]
 
 HERE = Path(__file__).parent
 ID_MAX = (1 << 63) - 1
-"""Largest id a URL may name (SQLite's INTEGER); larger ones are answered 404."""
+"""Largest id a URL may name (SQLite's INTEGER); larger ones are answered 400."""
 BAD_REQUEST = (FrameworkError, ValueError)
 """Errors answered 400 (404 for an unknown topic or aggregate) with the message, never 500:
 framework errors name what was wrong; ``ValueError`` covers a malformed number in a URL."""
@@ -370,7 +370,7 @@ def create_app(
                 try:
                     records = await run_in_threadpool(data.read_new, name, positions, wanted)
                 except BAD_REQUEST as exc:  # the topic went away under the tail
-                    yield {"event": "error", "data": str(exc)}
+                    yield {"event": "tail-error", "data": str(exc)}
                     return
                 for r in records:
                     body = orjson.dumps(r).decode() if as_json else row.render(r=r)
@@ -522,9 +522,10 @@ def _datasette(files: dict[str, Path], *, read_write: bool) -> ASGIApp:
     import datasette.app  # noqa: PLC0415
     import datasette.handle_exception  # noqa: PLC0415
 
-    # Datasette's default error page prints the traceback with its locals through rich when
-    # rich is importable (it is: the CLI uses it): values of read models on standard error,
-    # and outside an ``except`` block (every 404) rich raises, turning the 404 into a 500.
+    # Datasette's default error handler prints every error's traceback, with its local
+    # variables (read-model rows: personal data), on standard error through rich whenever
+    # rich is importable (it is: the CLI uses it); outside an ``except`` block rich raises
+    # instead, turning a 404 into a 500. Without rich it answers the same pages, silently.
     datasette.handle_exception.rich = None
     ds = datasette.app.Datasette(
         files=[str(p) for p in files.values()],

@@ -8,7 +8,9 @@ The figure (page latency idle vs with 600 tails, median of rounds, ratio) is
 from __future__ import annotations
 
 import asyncio
+import random
 import statistics
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 from console_helpers import Console, console_process
 
+from framework.console.wake import Waker
 from framework.log import LogStore, Producer, ProducerRecord
 
 TAILS = 600
@@ -100,3 +103,43 @@ def test_a_tail_still_delivers_new_records(console: Console) -> None:
                 assert time.monotonic() - started < 10, "the tail never showed the record"
         finally:
             log.close()
+
+
+def test_the_waker_never_loses_a_wake_up(tmp_path: Path) -> None:
+    """A seeded generator of interleavings against the model "every waiter parked before an
+    append returns after it": waiters are parked at random moments, appends come from
+    another thread through the real log's wake-up word (a futex shared by processes), and
+    some land between a waiter's first look at the word and its registration (the waker's
+    own start included: it starts lazily, on the first wait)."""
+    log = LogStore(tmp_path / "data")
+    log.create_topic("w", 1)
+    waker = Waker(log.wait_seq, log.wait)
+    rng = random.Random(28)
+
+    async def run() -> int:
+        checked = 0
+        try:
+            for _step in range(150):
+                seen = log.wait_seq()
+                waiters = [asyncio.create_task(waker.wait(seen)) for _ in range(rng.randint(1, 8))]
+                await asyncio.sleep(rng.choice([0, 0, 0.0005, 0.002]))  # some reach await
+                delay = rng.choice([0, 0, 0.001])
+
+                def append(delay: float = delay) -> None:
+                    time.sleep(delay)
+                    log.append("w", 0, [(b"k", b"v", [], None)])
+
+                appender = threading.Thread(target=append)
+                appender.start()
+                done, pending = await asyncio.wait(waiters, timeout=5.0)
+                appender.join()
+                assert not pending, f"{len(pending)} waiters never woke"
+                checked += len(done)
+        finally:
+            waker.stop()
+        return checked
+
+    try:
+        assert asyncio.run(asyncio.wait_for(run(), timeout=120)) >= 150
+    finally:
+        log.close()

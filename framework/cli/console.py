@@ -13,6 +13,7 @@ console: http://HOST:PORT/ (read-only|read-write)`` on standard error once it li
 from __future__ import annotations
 
 import ipaddress
+import re
 import secrets
 from pathlib import Path
 
@@ -29,6 +30,7 @@ __all__ = ["console"]
 LOOPBACK_NAMES = ("localhost",)
 MIN_TOKEN = 16
 """Shortest access token accepted from --token / $EVENTLANE_CONSOLE_TOKEN."""
+TOKEN_SHAPE = re.compile(rf"[A-Za-z0-9._~-]{{{MIN_TOKEN},}}")
 
 
 def is_loopback(host: str) -> bool:
@@ -108,8 +110,12 @@ def console(
     )
     # --log wins over a data directory that was not typed (default, $EVENTLANE_DATA)
     data_dir: Path | None = cli_app().data if data_given or log_url is None else None
-    if token is not None and len(token) < MIN_TOKEN:
-        raise click.BadParameter(f"use at least {MIN_TOKEN} characters", param_hint="--token")
+    if token is not None and not TOKEN_SHAPE.fullmatch(token):
+        raise click.BadParameter(
+            f"use at least {MIN_TOKEN} characters among A-Z a-z 0-9 . _ ~ -"
+            " (it goes into a URL and a cookie as it is)",
+            param_hint="--token",
+        )
     made_up = None
     if token is None and not is_loopback(host):
         token = made_up = secrets.token_urlsafe(32)

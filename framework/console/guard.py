@@ -178,9 +178,8 @@ class Guard:
                 )
                 if scope["method"] in ("GET", "HEAD"):
                     rest = urlencode([(k, v) for k, v in parse_qsl(query) if k != "token"])
-                    where = (
-                        scope.get("root_path", "") + scope["path"] + ("?" + rest if rest else "")
-                    )
+                    path = scope.get("raw_path") or scope["path"].encode()  # %-encoded
+                    where = path.decode("latin-1") + ("?" + rest if rest else "")
                     await refuse(303, "token accepted", {"location": where})
                     return
             elif not (

@@ -29,7 +29,6 @@ from console_helpers import (
     chromium,
     console_process,
     free_port,
-    run_projector_until_caught_up,
     seed,
     wait_for,
 )
@@ -79,7 +78,6 @@ class AttackerSite:
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     data = tmp_path_factory.mktemp("console-sec") / "data"
     seed(data, orders=10)
-    run_projector_until_caught_up(data)
     log = LogStore(data)
     consumer = GroupConsumer(log, group_id=AUDIT, topics=["orders"], auto_offset_reset="earliest")
     total = sum(log.offsets("orders", p).hwm for p in range(log.partition_count("orders")))

@@ -21,8 +21,11 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+import structlog
+from click.testing import CliRunner
 from console_helpers import Console, console_process
 
+from framework.cli import main
 from framework.log import LogStore, Producer, ProducerRecord
 
 TOKEN = "s3cret-token-for-tests-0123456789"
@@ -197,3 +200,14 @@ def test_binding_beyond_loopback_requires_a_token_printed_once(data: Path, tmp_p
         assert seen[host + " first visit"] == [303, True], seen
         assert seen[host + " cookie"] == [200, True], seen
     assert urllib.parse.quote(token) == token  # fits a URL as it is
+
+
+@pytest.mark.parametrize("bad", ["short-token", "has spaces in it, and; a semicolon"])
+def test_a_token_that_cannot_go_into_a_url_or_cookie_is_refused(data: Path, bad: str) -> None:
+    saved = structlog.get_config()  # the CLI configures logging for its process
+    try:
+        out = CliRunner().invoke(main, ["console", "--data", str(data), "--token", bad])
+    finally:
+        structlog.configure(**saved)
+    assert out.exit_code == 2, out.output
+    assert "--token" in out.output and "at least 16 characters" in out.output

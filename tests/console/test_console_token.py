@@ -163,11 +163,19 @@ loopback, without the token, then with the one it printed; what was seen, as JSO
 
 
 def run_in_namespace(script: str, data: Path, tmp_path: Path) -> dict[str, object]:
-    probe = subprocess.run(
-        ["unshare", "-n", "true"], capture_output=True, text=True, timeout=30, check=False
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"network namespaces cannot be made here: {probe.stderr.strip()}")
+    try:
+        probe = subprocess.run(
+            ["unshare", "-n", "ip", "link", "add", "p0", "type", "veth", "peer", "name", "p1"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        made, why = probe.returncode == 0, probe.stderr.strip()
+    except FileNotFoundError as exc:  # no unshare (util-linux) or no ip (iproute2)
+        made, why = False, str(exc)
+    if not made:
+        pytest.skip(f"network namespaces cannot be made here (unshare -n, ip): {why}")
     path = tmp_path / "in_namespace.py"
     path.write_text(script)
     root = Path(__file__).resolve().parents[2]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -219,3 +220,95 @@ def test_a_token_that_cannot_go_into_a_url_or_cookie_is_refused(data: Path, bad:
         structlog.configure(**saved)
     assert out.exit_code == 2, out.output
     assert "--token" in out.output and "at least 16 characters" in out.output
+
+
+def test_the_guard_answers_as_its_model_says(data: Path) -> None:
+    """A seeded generator of requests (Host, credentials, method, Origin, Sec-Fetch-Site,
+    session cookie, CSRF header) against a real read-write console with a token, each
+    answer compared with a small model of the guard written from docs/console.md: 400 for a
+    host it does not serve, else 401 without the token, else for a state change 403 unless
+    same-origin (when it says) with its own session's CSRF token; what passes reaches the
+    route (GET /api/topics: 200; POST .../rebuild on a console without an app: 400)."""
+    rng = random.Random(2811)
+    with console_process(data, "--read-write", "--token", TOKEN, token=TOKEN) as console:
+        port = console.port
+        cookie_name = f"eventlane-console-{port}"
+        sessions = []
+        for _ in range(2):
+            client = console.client()
+            csrf = client.get("/api/session")["csrf_token"]
+            (sid,) = [c.value for c in client.cookies if c.name == cookie_name]
+            sessions.append((sid, csrf))
+        (a_sid, a_csrf), (b_sid, b_csrf) = sessions
+        hosts = {
+            f"127.0.0.1:{port}": True,
+            f"localhost:{port}": True,
+            f"LOCALHOST.:{port}": True,
+            f"[::1]:{port}": True,
+            "127.0.0.1": True,
+            f"evil.example:{port}": False,
+            f"127.0.0.1.evil.example:{port}": False,
+            f"localhost.evil.example:{port}": False,
+        }
+        credentials = {
+            "none": ({}, False),
+            "bearer": ({"authorization": f"Bearer {TOKEN}"}, True),
+            "wrong bearer": ({"authorization": "Bearer " + TOKEN[::-1]}, False),
+            "basic": ({"authorization": f"Basic {TOKEN}"}, False),
+            "cookie": ({"cookie": f"eventlane-console-token-{port}={TOKEN}"}, True),
+            "other port's cookie": ({"cookie": f"eventlane-console-token-1={TOKEN}"}, False),
+        }
+        origins = [None, "same", "null", "http://evil.example", f"http://localhost:{port}"]
+        sites = [None, "same-origin", "none", "same-site", "cross-site"]
+        cookies = [None, a_sid, b_sid, "short"]
+        csrfs = [None, "", a_csrf, b_csrf]
+        mismatches = []
+        for _ in range(250):
+            host, host_ok = rng.choice(list(hosts.items()))
+            cred_name = rng.choice(list(credentials))
+            cred, token_ok = credentials[cred_name]
+            method = rng.choice(["GET", "POST"])
+            origin = rng.choice(origins)
+            origin = f"http://{host}" if origin == "same" else origin
+            site, sid, csrf = rng.choice(sites), rng.choice(cookies), rng.choice(csrfs)
+            headers = dict(cred)
+            if sid is not None:
+                headers["cookie"] = "; ".join(
+                    x for x in (headers.get("cookie"), f"{cookie_name}={sid}") if x
+                )
+            for name, value in (("origin", origin), ("sec-fetch-site", site)):
+                if value is not None:
+                    headers[name] = value
+            if csrf is not None:
+                headers["x-csrf-token"] = csrf
+            # the model
+            if not host_ok:
+                want = 400
+            elif not token_ok:
+                want = 401
+            elif method == "GET":
+                want = 200
+            else:
+                same_origin = origin is None or origin == f"http://{host}"
+                own_token = (sid, csrf) in ((a_sid, a_csrf), (b_sid, b_csrf))
+                from_here = site in (None, "same-origin", "none")
+                want = 400 if same_origin and from_here and own_token else 403
+            path = "/api/topics" if method == "GET" else "/api/projectors/p/rebuild"
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                conn.putrequest(method, path, skip_host=True)
+                conn.putheader("host", host)
+                for name, value in headers.items():
+                    conn.putheader(name, value)
+                conn.putheader("content-length", "0")
+                conn.endheaders()
+                resp = conn.getresponse()
+                got, body = resp.status, resp.read()
+                framed = resp.getheader("x-frame-options") == "DENY"
+            finally:
+                conn.close()
+            if got != want or not framed:
+                mismatches.append((host, cred_name, method, origin, site, sid, csrf, got, want))
+            if want != 200:
+                assert b"notes" not in body
+        assert not mismatches, mismatches[:5]

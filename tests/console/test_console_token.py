@@ -90,19 +90,6 @@ def test_a_given_token_is_required_on_every_request(data: Path) -> None:
         assert TOKEN not in console.log_path.read_text()  # given, so never printed
 
 
-def test_the_token_can_come_from_the_environment(data: Path) -> None:
-    env = {"EVENTLANE_CONSOLE_TOKEN": TOKEN}
-    with console_process(data, token=TOKEN, env=env) as console:
-        assert_token_required(console)
-
-
-def test_loopback_without_a_token_is_open_as_before(data: Path) -> None:
-    with console_process(data) as console:
-        status, _, body = send(console.port, "GET", "/api/topics")
-        assert status == 200 and b"notes" in body
-        assert "token" not in console.log_path.read_text()
-
-
 NAMESPACE_SCRIPT = textwrap.dedent(
     """
     import http.client, json, os, re, signal, socket, subprocess, sys, time
@@ -230,7 +217,8 @@ def test_the_guard_answers_as_its_model_says(data: Path) -> None:
     same-origin (when it says) with its own session's CSRF token; what passes reaches the
     route (GET /api/topics: 200; POST .../rebuild on a console without an app: 400)."""
     rng = random.Random(2811)
-    with console_process(data, "--read-write", "--token", TOKEN, token=TOKEN) as console:
+    env = {"EVENTLANE_CONSOLE_TOKEN": TOKEN}  # the token from the environment, this time
+    with console_process(data, "--read-write", token=TOKEN, env=env) as console:
         port = console.port
         cookie_name = f"eventlane-console-{port}"
         sessions = []
@@ -263,7 +251,7 @@ def test_the_guard_answers_as_its_model_says(data: Path) -> None:
         cookies = [None, a_sid, b_sid, "short"]
         csrfs = [None, "", a_csrf, b_csrf]
         mismatches = []
-        for _ in range(250):
+        for _ in range(200):
             host, host_ok = rng.choice(list(hosts.items()))
             cred_name = rng.choice(list(credentials))
             cred, token_ok = credentials[cred_name]

@@ -2,10 +2,18 @@
 
 Library modules only call :func:`get_logger` (``log = get_logger("eventlane.<layer>")``) and
 log events with their coordinates as fields (``topic``, ``partition``, ``offset``,
-``group``); they never configure anything, and ``import framework`` configures nothing. The
-entry points do: the ``eventlane`` CLI and its worker processes call
-:func:`configure_logging` at start-up, and opening an application's runtime calls
-:func:`configure_default_logging` (a no-op when structlog is already configured).
+``group``); they never configure anything: neither ``import framework`` nor opening an
+application's runtime configures logging for the host process. The entry points do: the
+``eventlane`` CLI and its worker processes call :func:`configure_logging` at start-up.
+
+Nothing eventlane logs ever goes to standard output, configured or not. While structlog is
+not configured (by an entry point or by the host application), an eventlane logger writes
+through a pipeline of its own, as :func:`configure_logging` would set it up from the
+environment (warnings and above, on standard error), and leaves structlog's global
+configuration alone (structlog's own default prints to standard output). This is what the
+standard library's ``logging`` does without a handler (its "last resort" writes warnings to
+standard error). Once structlog is configured, eventlane's loggers follow that
+configuration, as structlog's own loggers do.
 
 structlog is imported when something is first logged, not before (importing it costs more
 than a short command's whole run): :func:`get_logger` returns a :class:`Logger` that
@@ -48,7 +56,6 @@ __all__ = [
     "LEVELS",
     "Logger",
     "apply_pending",
-    "configure_default_logging",
     "configure_logging",
     "get_logger",
     "log_level_name",
@@ -64,6 +71,8 @@ LEVELS: dict[str, int] = {  # the logging module's level numbers
 _FORMATS = ("console", "json")
 _pending: tuple[str, bool] | None = None
 """``(level, json)`` asked for while structlog was not loaded yet."""
+_structlog: Any = None
+"""The structlog module, once loaded (see the module docstring)."""
 
 
 class Logger:
@@ -73,26 +82,35 @@ class Logger:
     (``debug``, ``info``, ``warning``, ``error``, ``exception``, ...) is that of
     ``structlog.get_logger(name, **bound)``, structlog's lazy proxy, so configuration made at
     any time applies, as it does to module-level structlog loggers.
+
+    While structlog is not configured, the events go through a private pipeline to
+    standard error instead (see the module docstring); the choice is made at every call.
     """
 
-    __slots__ = ("_bound", "_name", "_proxy")
+    __slots__ = ("_bound", "_fallback", "_name", "_proxy")
 
     def __init__(self, name: str, bound: dict[str, Any] | None = None) -> None:
         self._name = name
         self._bound: dict[str, Any] = bound or {}
         self._proxy: Any = None
+        self._fallback: Any = None
 
     def bind(self, **values: Any) -> Logger:
         return Logger(self._name, {**self._bound, **values})
 
     def __getattr__(self, attr: str) -> Any:
-        proxy = self._proxy
-        if proxy is None:
+        if _pending is not None or _structlog is None:
             apply_pending()
-            import structlog  # noqa: PLC0415 - loaded on first use (module docstring)
-
-            proxy = self._proxy = structlog.get_logger(self._name, **self._bound)
-        return getattr(proxy, attr)
+            _load()
+        if _structlog.is_configured():
+            proxy = self._proxy
+            if proxy is None:
+                proxy = self._proxy = _structlog.get_logger(self._name, **self._bound)
+            return getattr(proxy, attr)
+        fallback = self._fallback
+        if fallback is None:
+            fallback = self._fallback = _unconfigured_logger(self._name, self._bound)
+        return getattr(fallback, attr)
 
     def __repr__(self) -> str:
         return f"<Logger {self._name} {self._bound}>"
@@ -101,6 +119,30 @@ class Logger:
 def get_logger(name: str) -> Logger:
     """The logger ``name`` (``eventlane.<layer>``); structlog is loaded when it first logs."""
     return Logger(name)
+
+
+def _load() -> Any:
+    global _structlog  # noqa: PLW0603 - process-wide logging state
+    if _structlog is None:
+        import structlog  # noqa: PLC0415 - loaded on first use (module docstring)
+
+        _structlog = structlog
+    return _structlog
+
+
+def _unconfigured_logger(name: str, bound: dict[str, Any]) -> Any:
+    """A logger for ``name`` with the pipeline :func:`configure_logging` would set up from the
+    environment (an unusable setting counts as the default), writing to standard error,
+    without touching structlog's global configuration."""
+    try:
+        level, json = _settings(None, None)
+    except ConfigError:
+        level, json = "warning", False
+    structlog = _load()
+    processors, wrapper_class = _pipeline(level, json)
+    return structlog.wrap_logger(
+        _StderrLogger(name), processors=processors, wrapper_class=wrapper_class, **bound
+    )
 
 
 def apply_pending() -> None:
@@ -146,6 +188,16 @@ def configure_logging(level: str | None = None, json: bool | None = None) -> Non
     when it is (:func:`apply_pending`).
     """
     global _pending  # noqa: PLW0603 - process-wide logging state
+    name, json = _settings(level, json)
+    if "structlog" not in sys.modules:
+        _pending = (name, json)
+        return
+    _pending = None
+    _apply(name, json)
+
+
+def _settings(level: str | None, json: bool | None) -> tuple[str, bool]:
+    """``(level, json)`` from the arguments, else the environment (see the module docstring)."""
     name = (level or os.environ.get("EVENTLANE_LOG_LEVEL") or "warning").strip().lower()
     if name not in LEVELS:
         raise ConfigError(
@@ -158,54 +210,41 @@ def configure_logging(level: str | None = None, json: bool | None = None) -> Non
                 f"unknown log format {fmt!r} (EVENTLANE_LOG_FORMAT); use console or json"
             )
         json = fmt == "json"
-    if "structlog" not in sys.modules:
-        _pending = (name, json)
-        return
-    _pending = None
-    _apply(name, json)
+    return name, json
 
 
 def _apply(name: str, json: bool) -> None:
-    import structlog  # noqa: PLC0415 - loaded on first use (module docstring)
-
-    renderer: structlog.typing.Processor
-    if json:
-        renderer = structlog.processors.JSONRenderer()
-    else:
-        isatty = getattr(sys.stderr, "isatty", None)
-        renderer = structlog.dev.ConsoleRenderer(colors=bool(isatty and isatty()))
+    structlog = _load()
+    processors, wrapper_class = _pipeline(name, json)
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.stdlib.add_logger_name,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.StackInfoRenderer(),
-            *([structlog.processors.dict_tracebacks] if json else []),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(LEVELS[name]),
+        processors=processors,
+        wrapper_class=wrapper_class,
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
 
 
+def _pipeline(name: str, json: bool) -> tuple[list[Any], Any]:
+    """The processors and the level-filtering wrapper class for ``(level, json)``."""
+    structlog = _load()
+    renderer: Any
+    if json:
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        isatty = getattr(sys.stderr, "isatty", None)
+        renderer = structlog.dev.ConsoleRenderer(colors=bool(isatty and isatty()))
+    processors = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+        *([structlog.processors.dict_tracebacks] if json else []),
+        renderer,
+    ]
+    return processors, structlog.make_filtering_bound_logger(LEVELS[name])
+
+
 def log_level_name() -> str:
     """The level name :func:`configure_logging` uses when called without arguments."""
     return (os.environ.get("EVENTLANE_LOG_LEVEL") or "warning").strip().lower()
-
-
-def configure_default_logging() -> None:
-    """Configure logging from the environment unless the application already configured
-    structlog itself. Called when an application's runtime opens (``App.open``), never on
-    import, so that a library user gets warnings on standard error, not structlog's default
-    of everything on standard output; configure structlog (or call
-    :func:`configure_logging`) before opening to choose otherwise. Loads structlog."""
-    apply_pending()
-    import structlog  # noqa: PLC0415 - loaded on first use (module docstring)
-
-    if not structlog.is_configured():
-        try:
-            configure_logging()
-        except ConfigError:
-            configure_logging(level="warning", json=False)

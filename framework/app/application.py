@@ -52,8 +52,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-import structlog
-
 from framework.app.moments import as_of_ms
 from framework.app.namespace import Namespace
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
@@ -64,13 +62,13 @@ from framework.domain.privacy import personal_fields
 from framework.engine import open_log
 from framework.errors import AggregateNotFoundError, ConfigError
 from framework.log import Log, RecordMetadata, TopicPartition
-from framework.observability import configure_default_logging
+from framework.observability import get_logger
 from framework.projection.projector import Projector
 from framework.projection.status import offsets_after, projection_status, wait_for_offsets
 from framework.store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore, Repository
 from framework.store.stream_cache import DEFAULT_EVENTS
 
-log = structlog.get_logger("eventlane.app")
+log = get_logger("eventlane.app")
 
 A = TypeVar("A", bound=Aggregate)
 
@@ -190,8 +188,8 @@ class Runtime:
     policy commands, wait for and inspect read models. A context manager (or ``close()``).
 
     ``log`` is a :class:`~framework.log.Log` (left open on close), or a data directory for
-    the embedded log (opened and closed by the runtime). Unless structlog is configured
-    already, opening configures eventlane's default logging (warnings on standard error; see
+    the embedded log (opened and closed by the runtime). Opening configures no logging: until
+    the application configures structlog, eventlane's warnings go to standard error (see
     :mod:`framework.observability`).
 
     Every name it puts on the log or the local directory goes through the app's namespace
@@ -202,7 +200,6 @@ class Runtime:
     def __init__(
         self, app: App, log: Log | str | Path | None = None, *, create_topics: bool = True
     ) -> None:
-        configure_default_logging()  # unless the application configured structlog itself
         self.app = app
         self.log: Log
         if log is None or isinstance(log, str | Path):

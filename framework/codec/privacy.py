@@ -51,12 +51,12 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import orjson
-import structlog
 
 from framework.domain.privacy import PersonalField, personal_fields, subject_field
 from framework.errors import ConcurrencyError, ConfigError, SerializationError
 from framework.log import Log
 from framework.log.partitioner import partition_for_key
+from framework.observability import get_logger
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -70,7 +70,7 @@ __all__ = [
     "Sealed",
 ]
 
-log = structlog.get_logger("eventlane.codec")
+log = get_logger("eventlane.codec")
 
 CIPHER_MARK = "$eventlane"
 _SCHEME = "enc1"  # one value (snapshot states; events before enc2)
@@ -479,9 +479,7 @@ class FieldCipher:
             return aggregate_id
         value = data.get(name)
         if not isinstance(value, str) or not value:
-            raise ConfigError(
-                f"{cls.__qualname__}.{name} is the subject field but holds {value!r}"
-            )
+            raise ConfigError(f"{cls.__qualname__}.{name} is the subject field but holds {value!r}")
         return value
 
     def seal_value(self, subject: str, value: Any, name: str, bound_to: str) -> dict[str, Any]:
@@ -722,9 +720,7 @@ def _aad(subject: str, field: str, event_id: str) -> bytes:
     return f"{_SCHEME}\0{subject}\0{field}\0{event_id}".encode()
 
 
-def _erased(
-    data: dict[str, Any], subject: str, names: Sequence[str]
-) -> tuple[str, ...]:
+def _erased(data: dict[str, Any], subject: str, names: Sequence[str]) -> tuple[str, ...]:
     """Put a :class:`Sealed` marker in ``data`` for each of ``names`` (the key is gone)."""
     del data[CIPHER_MARK]
     for name in names:

@@ -51,7 +51,6 @@ from typing import Any, TypeVar
 
 import nats.js.errors
 import orjson
-import structlog
 from nats.js.api import DeliverPolicy
 
 from framework.consumer.coordinator import GroupCoordinator, validate_group_id
@@ -62,10 +61,11 @@ from framework.log.jetstream import mapping
 from framework.log.jetstream.kv import Kv
 from framework.log.jetstream.log import JetStreamLog
 from framework.log.record import TopicPartition
+from framework.observability import get_logger
 
 __all__ = ["KvCoordinator", "KvLiveness", "KvOffsets", "JetStreamCoordination", "group_key"]
 
-log = structlog.get_logger("eventlane.consumer.group")
+log = get_logger("eventlane.consumer.group")
 T = TypeVar("T")
 
 FRESH_READS = 50  # leader reads (25 ms apart) to see an announced revision before giving up

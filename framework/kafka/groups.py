@@ -35,11 +35,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from framework.kafka.protocol import ErrorCode
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.kafka.groups")
+log = get_logger("eventlane.kafka.groups")
 
 INITIAL_REBALANCE_DELAY_S = 1.0
 """Kafka's group.initial.rebalance.delay.ms (3 s there): how long an empty group waits for

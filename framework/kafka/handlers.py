@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
 from kafka.protocol.admin import (
     CreateTopicsResponse,
     DeleteGroupsResponse,
@@ -64,8 +63,9 @@ from framework.kafka.groups import GroupCoordinator
 from framework.kafka.protocol import SUPPORTED, ErrorCode
 from framework.kafka.records import BatchFormatError, KafkaBatch, encode_batch, parse_batches
 from framework.log import Log, TopicPartition
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.kafka")
+log = get_logger("eventlane.kafka")
 
 NODE_ID = 0
 CLUSTER_ID = "eventlane"

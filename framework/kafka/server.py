@@ -22,15 +22,14 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
-
 from framework.kafka.handlers import Broker
 from framework.kafka.protocol import REQUESTS, SUPPORTED, UnsupportedVersionError, decode_request
 from framework.log import Log
+from framework.observability import get_logger
 
 __all__ = ["KafkaServer", "serve"]
 
-log = structlog.get_logger("eventlane.kafka")
+log = get_logger("eventlane.kafka")
 
 _SIZE = struct.Struct(">i")
 MAX_REQUEST_BYTES = 100 << 20

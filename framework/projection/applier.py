@@ -36,17 +36,17 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Union
 
 import orjson
-import structlog
 
 from framework.codec import Envelope, EventCodec, event_type_from_headers
 from framework.domain import event_type_of
 from framework.log import Record, TopicPartition
+from framework.observability import get_logger
 from framework.projection.breaker import PoisonBreaker
 from framework.projection.dead_letters import describe_failure
 from framework.projection.projector import EventContext, Projector
 from framework.projection.readmodel import ReadModel
 
-log = structlog.get_logger("eventlane.projection")
+log = get_logger("eventlane.projection")
 
 ParkedKey = tuple[str, bytes]
 """``(topic, key)`` of a parked aggregate."""

@@ -15,14 +15,14 @@ import traceback
 from typing import Any, NamedTuple
 
 import orjson
-import structlog
 
 from framework.codec import EventCodec
 from framework.log import Log
+from framework.observability import get_logger
 from framework.projection.projector import EventContext, Projector
 from framework.projection.readmodel import ReadModel, ReadModelView
 
-log = structlog.get_logger("eventlane.projection")
+log = get_logger("eventlane.projection")
 
 
 class DeadLetter(NamedTuple):

@@ -17,9 +17,9 @@ import os
 import signal
 import sys
 
-import structlog
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.projection")
+log = get_logger("eventlane.projection")
 
 SUPERVISOR_ENV = "EVENTLANE_SUPERVISOR_PID"
 _PR_SET_PDEATHSIG = 1

@@ -54,11 +54,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
-import structlog
-
 from framework.codec import EventCodec
 from framework.errors import ProjectionError
 from framework.log import Record, TopicPartition
+from framework.observability import get_logger
 from framework.projection.applier import (
     BatchApplier,
     BatchResult,
@@ -72,7 +71,7 @@ from framework.projection.readmodel import ReadModel
 
 __all__ = ["DONE_TABLE", "ParallelApplier", "applier_for"]
 
-log = structlog.get_logger("eventlane.projection")
+log = get_logger("eventlane.projection")
 
 DONE_TABLE = "_eventlane_parallel_done"
 """The offset map: finished offsets at or above each partition's position."""

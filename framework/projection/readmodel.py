@@ -39,16 +39,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import structlog
-
 from framework._locks import FileLock
 from framework.errors import FencedError, ProjectionError
 from framework.log import TopicPartition
 from framework.log.local import LocalDir
+from framework.observability import get_logger
 from framework.projection._sqlite_utils import Database, Migrations
 from framework.projection.system_tables import read_model as framework_migrations
 
-log = structlog.get_logger("eventlane.projection")
+log = get_logger("eventlane.projection")
 
 SAFE_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_S = 60.0

@@ -16,16 +16,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import structlog
-
 from framework.consumer.admin import delete_group, group_exists
 from framework.errors import ProjectionError
 from framework.log import Log
+from framework.observability import get_logger
 from framework.projection.dead_letters import dlq_topic
 from framework.projection.readmodel import ReadModelView, readmodel_path
 from framework.projection.status import projection_status
 
-log = structlog.get_logger("eventlane.projection")
+log = get_logger("eventlane.projection")
 
 _SUFFIXES = (
     ".sqlite",

@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
+from framework.observability import get_logger
 from framework.projection.breaker import EXIT_BREAKER, describe, load_tripped
 from framework.projection.lifeline import SUPERVISOR_ENV
 from framework.projection.readmodel import readmodel_path
 from framework.projection.worker import EXIT_CANNOT_START
 
-log = structlog.get_logger("eventlane.projection")
+log = get_logger("eventlane.projection")
 
 RESTART_RESET_S = 10.0
 """A worker that lived this long is restarted at once; one that died younger waits."""

@@ -22,16 +22,15 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import structlog
-
 from framework.errors import ProjectionError
+from framework.observability import get_logger
 from framework.projection._sqlite_utils import Migrations
 from framework.projection.host import ProjectionHost
 from framework.projection.readmodel import ReadModel
 
 __all__ = ["apply_migrations", "migrate_all", "open_readmodel", "pending_migrations"]
 
-log = structlog.get_logger("eventlane.projection")
+log = get_logger("eventlane.projection")
 
 
 def pending_migrations(migrations: Migrations | None, readmodel: ReadModel) -> list[str]:

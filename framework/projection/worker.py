@@ -38,12 +38,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import structlog
-
 from framework.consumer.coordination import coordination_for
 from framework.consumer.group import GroupConsumer
 from framework.errors import CommitFailedError, FencedError, FrameworkError
 from framework.log import Record, TopicPartition
+from framework.observability import get_logger
 from framework.projection.applier import BatchResult
 from framework.projection.breaker import (
     PoisonRateError,
@@ -61,7 +60,7 @@ from framework.store import EVENT_TOPIC_CONFIG
 
 __all__ = ["EXIT_CANNOT_START", "Polled", "Worker"]
 
-log = structlog.get_logger("eventlane.projection")
+log = get_logger("eventlane.projection")
 
 EXIT_CANNOT_START = 2
 """A worker process's exit status when it cannot start; a supervisor does not restart it."""

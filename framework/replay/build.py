@@ -31,15 +31,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import structlog
-
 from framework.app import App
 from framework.codec import EventCodec
 from framework.log import Log, Record, TopicPartition
+from framework.observability import get_logger
 from framework.projection import BatchApplier, Projector, ReadModel, apply_migrations
 from framework.replay.ranges import OffsetRange, read_range
 
-log = structlog.get_logger("eventlane.replay")
+log = get_logger("eventlane.replay")
 
 __all__ = [
     "BATCH_RECORDS",

@@ -32,20 +32,20 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import orjson
-import structlog
 from attrs import frozen
 
 from framework.codec.privacy import CIPHER_MARK, LogKeyStore
 from framework.domain.privacy import personal_fields
 from framework.errors import ConfigError
 from framework.log.partitioner import partition_for_key
+from framework.observability import get_logger
 from framework.replay.handoff import rebuild_and_swap
 from framework.replay.progress import NO_PROGRESS, Progress
 
 if TYPE_CHECKING:
     from framework.app import Runtime
 
-log = structlog.get_logger("eventlane.replay")
+log = get_logger("eventlane.replay")
 
 __all__ = ["ForgetReport", "forget", "personal_projectors"]
 

@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from framework.app import Runtime
 from framework.consumer.admin import describe_group, group_exists
@@ -49,6 +48,7 @@ from framework.errors import ReplayError
 from framework.log import Log, TopicPartition
 from framework.log.files import fsync_dir
 from framework.log.local import LocalDir
+from framework.observability import get_logger
 from framework.projection import BatchApplier, ReadModel, ReadModelView
 from framework.projection.pause import PauseControl
 from framework.replay.build import (
@@ -63,7 +63,7 @@ from framework.replay.progress import NO_PROGRESS, Progress
 from framework.replay.ranges import OffsetRange
 from framework.replay.rebuild import RebuildResult, rebuild
 
-log = structlog.get_logger("eventlane.replay")
+log = get_logger("eventlane.replay")
 
 __all__ = ["HandoffResult", "catch_up", "rebuild_and_swap", "shadow_path", "swap_file"]
 

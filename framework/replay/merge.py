@@ -47,11 +47,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
-import structlog
-
 from framework.errors import MergeConflictError, ReplayError
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.replay")
+log = get_logger("eventlane.replay")
 
 __all__ = [
     "COLUMN_RULES",

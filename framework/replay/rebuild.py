@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 
 from framework.app import App, Runtime
 from framework.app.moments import as_of_ms
@@ -36,6 +35,7 @@ from framework.engine import open_log
 from framework.errors import ConfigError
 from framework.log import Log, TopicPartition
 from framework.log.local import LocalDir
+from framework.observability import get_logger
 from framework.replay.build import BuildCounts, DeadLetterReport, dead_letter_report, remove_db
 from framework.replay.local import build_local
 from framework.replay.merge import MergeStats
@@ -45,7 +45,7 @@ from framework.replay.ranges import end_vector, end_vector_at, plan_ranges
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-log = structlog.get_logger("eventlane.replay")
+log = get_logger("eventlane.replay")
 
 __all__ = ["ENGINES", "RebuildResult", "default_output", "rebuild"]
 

@@ -30,12 +30,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-import structlog
-
 from framework.app import App
 from framework.engine import log_locator
 from framework.errors import ReplayError
 from framework.log import Log, TopicPartition
+from framework.observability import get_logger
 from framework.replay.build import BuildCounts, finalize, open_build
 from framework.replay.merge import MergeStats, Partial, merge_partials
 from framework.replay.progress import NO_PROGRESS, Progress
@@ -45,7 +44,7 @@ from framework.replay.task import TaskResult, make_tasks, read_progress, run_tas
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-log = structlog.get_logger("eventlane.replay")
+log = get_logger("eventlane.replay")
 
 __all__ = ["SparkBuild", "build_spark"]
 

@@ -23,11 +23,9 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-import structlog
-
 from framework.app import App
 from framework.log import Log
-from framework.observability import configure_logging
+from framework.observability import get_logger
 from framework.projection import BatchApplier
 from framework.replay.build import BuildCounts, KeyGroup, app_codec, open_build, replay_ranges
 from framework.replay.ranges import OffsetRange, open_store
@@ -112,8 +110,6 @@ def run_task(
     ``log_`` is the log itself (in the driver's process) or its locator
     (:func:`framework.engine.log_locator`; in an executor), opened with ``data_dir`` as the
     local directory of a non-embedded engine."""
-    if not structlog.is_configured():
-        configure_logging()
     t0 = time.perf_counter()
     folder = Path(work)
     attempt = _attempt()
@@ -139,7 +135,7 @@ def run_task(
     finally:
         readmodel.close()
     os.replace(tmp, final)
-    structlog.get_logger("eventlane.replay").debug(
+    get_logger("eventlane.replay").debug(
         "rebuild task done",
         topic=spec.range.topic,
         partition=spec.range.partition,

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import attrs
 import orjson
-import structlog
 
 from framework.errors import ConfigError
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 
 STATE_FILE = "cluster.json"
 

@@ -58,7 +58,6 @@ import nats
 import nats.errors
 import nats.js.errors
 import orjson
-import structlog
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 
@@ -94,8 +93,9 @@ from framework.log.types import (
     RetentionReport,
     TopicDescription,
 )
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 
 T = TypeVar("T")
 MAX_BATCH_RECORDS = 1000  # JetStream's limit of messages in one atomic batch

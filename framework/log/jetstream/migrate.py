@@ -19,14 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
-import structlog
-
 from framework.errors import LogError, TopicExistsError
 from framework.log.jetstream.log import JetStreamLog
 from framework.log.port import Log
 from framework.log.record import Record
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.log")
+log = get_logger("eventlane.log")
 CHUNK = 500
 
 

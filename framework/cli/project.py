@@ -19,6 +19,7 @@ JSON shapes:
 from __future__ import annotations
 
 import gc
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -143,6 +144,7 @@ def run_command(
             session_timeout_ms=session_timeout_ms,
             log_path=log_path,
             readmodel=runtime.readmodel_path(projection),
+            env=_worker_env(),
         )
         started = time.monotonic()
         doc = runtime.status(projection)
@@ -175,6 +177,18 @@ def run_command(
             f"every worker of {projection} died: worker {pid} exited with status {code}"
             f" ({len(runner.crashes)} worker exit(s) with an error; see the worker log)"
         )
+
+
+def _worker_env() -> dict[str, str]:
+    """The workers' environment: this one, with this command's ``--log`` (the workers must
+    run on the log this command opened, not on the embedded log in --data)."""
+    env = os.environ.copy()
+    url = cli_app().log_url
+    if url:
+        env["EVENTLANE_LOG"] = url
+    else:
+        env.pop("EVENTLANE_LOG", None)
+    return env
 
 
 @project.command("worker", hidden=True)

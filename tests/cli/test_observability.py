@@ -116,3 +116,27 @@ def test_structlog_loads_only_when_something_is_logged(tmp_path: Path) -> None:
     *logged, loaded = run("topics", "create", "u", level="info")
     assert loaded == "True"
     assert any(json.loads(line)["event"] == "topic created" for line in logged)
+
+
+def test_unconfigured_library_logs_go_to_stderr_and_configure_nothing(tmp_path: Path) -> None:
+    """A library user who configures nothing: opening a runtime leaves structlog alone, and
+    eventlane's warnings (not its info lines) go to stderr, never to stdout."""
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import sys, structlog\n"
+        "from framework import App\n"
+        "from framework.observability import get_logger\n"
+        f"with App('quiet').open({str(tmp_path)!r}):\n"
+        "    log = get_logger('eventlane.test').bind(topic='t')\n"
+        "    log.info('hidden')\n"
+        "    log.warning('shown')\n"
+        "print(structlog.is_configured(), file=sys.stderr)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("EVENTLANE_LOG_LEVEL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout == ""
+    assert "shown" in done.stderr and "topic=t" in done.stderr and "hidden" not in done.stderr
+    assert done.stderr.splitlines()[-1] == "False"

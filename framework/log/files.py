@@ -19,13 +19,23 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` durably: write a temp file, fsync, rename, fsync dir."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    """Replace ``path`` with ``data`` durably: write a temp file, fsync, rename, fsync dir.
+
+    The temp file's name is unique to this call (``<name>.<pid>-<random>.tmp``; recovery
+    deletes ``.tmp`` leftovers of a crash): two writers, in one process or several, never
+    write into or rename each other's file, so a reader sees one complete version or
+    another, never a torn or empty one. A failed write removes its temp file. Which version
+    stays is the last rename's: callers that read-modify-write hold a lock around it."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

@@ -8,7 +8,10 @@ Data directory layout (default ``./eventlane-data``, or ``$EVENTLANE_DATA``)::
 
 Any number of processes may open the same data directory at once: appends to a partition
 are serialized by its file lock, and readers see them as soon as they are durable.
-Topic creation and deletion are atomic renames of a whole topic directory.
+Topic creation and deletion are atomic renames of a whole topic directory. Changes of an
+existing topic's ``topic.json`` (``alter_topic``, and ``delete_topic``) are read-modify-writes
+serialized across processes by ``<data>/topics/.meta.lock``: the change is computed from the
+file as read under the lock and replaces it atomically, so no acknowledged change is lost.
 """
 
 from __future__ import annotations
@@ -107,7 +110,9 @@ class _TopicMeta(NamedTuple):
     partitions: int
     config: TopicConfig
     checked: float
-    mtime_ns: int
+    stamp: tuple[int, int, int]
+    """``(inode, mtime_ns, size)`` of the ``topic.json`` read: every change is a rename of a
+    new file, so a change within the file system's timestamp granularity is still seen."""
 
 
 class LogStore:
@@ -123,6 +128,8 @@ class LogStore:
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._meta: dict[str, _TopicMeta] = {}
         self._lock = threading.Lock()
+        self._meta_lock = FileLock(self.topics_root / ".meta.lock")
+        """Serializes changes of existing topics' ``topic.json`` (module docstring)."""
         self._closed = False
         self._cleaner: LogCleaner | None = None
 
@@ -217,7 +224,8 @@ class LogStore:
         path = topic_dir(self.topics_root, name) / "topic.json"
         try:
             st = path.stat()
-            if meta is not None and st.st_mtime_ns == meta.mtime_ns:
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if meta is not None and stamp == meta.stamp:
                 meta = meta._replace(checked=now)
             else:
                 body = orjson.loads(path.read_bytes())
@@ -225,7 +233,7 @@ class LogStore:
                     int(body["partitions"]),
                     TopicConfig.from_mapping(body["config"]),
                     now,
-                    st.st_mtime_ns,
+                    stamp,
                 )
         except FileNotFoundError:
             self._meta.pop(name, None)
@@ -271,50 +279,55 @@ class LogStore:
         More partitions change key → partition placement for new records; a warning is
         logged, as Kafka warns.
         """
-        meta = self._topic_meta(name, fresh=True)
-        cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
-        check_internal_policy(name, cfg.cleanup_policy)
-        count = meta.partitions
-        if partitions is not None:
-            if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
-                raise ConfigError(f"partitions must be an integer <= {MAX_PARTITIONS}", topic=name)
-            if partitions < meta.partitions:
-                raise ConfigError(
-                    f"cannot decrease partitions of {name!r} from {meta.partitions} to"
-                    f" {partitions}: records would be lost",
-                    topic=name,
-                )
-            if partitions > meta.partitions:
-                log.warning(
-                    "partition count increased: new records with the same key may land"
-                    " in a different partition than older ones",
-                    topic=name,
-                    old=meta.partitions,
-                    new=partitions,
-                )
-                for p in range(meta.partitions, partitions):
-                    (topic_dir(self.topics_root, name) / str(p)).mkdir(exist_ok=True)
-                count = partitions
-        self._write_meta(topic_dir(self.topics_root, name), name, count, cfg)
-        with self._lock:
-            for (topic, _), part in self._partitions.items():
-                if topic == name:
-                    part.config = cfg
-        self._meta.pop(name, None)
+        with self._meta_lock:  # the read-modify-write of topic.json (module docstring)
+            self._meta.pop(name, None)  # read the file as it is now, under the lock
+            meta = self._topic_meta(name, fresh=True)
+            cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
+            check_internal_policy(name, cfg.cleanup_policy)
+            count = meta.partitions
+            if partitions is not None:
+                if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
+                    raise ConfigError(
+                        f"partitions must be an integer <= {MAX_PARTITIONS}", topic=name
+                    )
+                if partitions < meta.partitions:
+                    raise ConfigError(
+                        f"cannot decrease partitions of {name!r} from {meta.partitions} to"
+                        f" {partitions}: records would be lost",
+                        topic=name,
+                    )
+                if partitions > meta.partitions:
+                    log.warning(
+                        "partition count increased: new records with the same key may land"
+                        " in a different partition than older ones",
+                        topic=name,
+                        old=meta.partitions,
+                        new=partitions,
+                    )
+                    for p in range(meta.partitions, partitions):
+                        (topic_dir(self.topics_root, name) / str(p)).mkdir(exist_ok=True)
+                    count = partitions
+            self._write_meta(topic_dir(self.topics_root, name), name, count, cfg)
+            with self._lock:
+                for (topic, _), part in self._partitions.items():
+                    if topic == name:
+                        part.config = cfg
+            self._meta.pop(name, None)
         return self.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its records (an atomic rename, then removal)."""
         directory = topic_dir(self.topics_root, name)
-        if not (directory / "topic.json").exists():
-            raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)
-        with self._lock:
-            for key in [k for k in self._partitions if k[0] == name]:
-                self._partitions.pop(key).close()
-        _mark_deleted(directory)
-        trash = self.topics_root / f".deleted-{os.urandom(16).hex()}"
-        os.rename(directory, trash)
-        fsync_dir(self.topics_root)
+        with self._meta_lock:  # not while another process alters it (module docstring)
+            if not (directory / "topic.json").exists():
+                raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)
+            with self._lock:
+                for key in [k for k in self._partitions if k[0] == name]:
+                    self._partitions.pop(key).close()
+            _mark_deleted(directory)
+            trash = self.topics_root / f".deleted-{os.urandom(16).hex()}"
+            os.rename(directory, trash)
+            fsync_dir(self.topics_root)
         _remove_tree(trash)
         self._meta.pop(name, None)
         log.info("topic deleted", topic=name)
@@ -653,6 +666,7 @@ class LogStore:
         if self._closed:
             return
         self._closed = True
+        self._meta_lock.close()
         if self._cleaner is not None:
             self._cleaner.stop()
         if self._keys is not None:

@@ -341,12 +341,19 @@ def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bo
     skip = problems or read_only
     indexes = [] if skip else log.check_keys(index_topics, repair=repair)
     bad_indexes = [r for r in indexes if not r.ok and not r.repaired]
+    from framework.projection.readmodel import (  # noqa: PLC0415 - only verify needs it
+        SQLITE_VERSION,
+        sqlite_note,
+    )
+
+    note = sqlite_note()
     if as_json:
         _json_out(
             {
                 "partitions_checked": checked,
                 "problems": [_problem_dict(e) for e in problems],
                 "key_indexes": [r._asdict() for r in indexes],
+                "sqlite": {"version": SQLITE_VERSION, "note": note},
             }
         )
     elif not problems:
@@ -361,6 +368,8 @@ def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bo
             )
     if not as_json and not problems:
         _echo_index_reports(indexes)
+    if not as_json and note is not None:
+        click.echo(f"note: {note}")
     if problems:
         raise click.ClickException(
             f"{len(problems)} corrupt spot(s) in {checked} partition(s) checked"

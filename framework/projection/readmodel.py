@@ -25,13 +25,14 @@ own busy handler sleeps up to 100 ms at a time, which would leave workers of one
 mostly asleep; the lock hands the file over within a millisecond.
 
 SQLite older than 3.51.3 has a rare WAL-reset corruption bug with several writing
-connections; each process keeps one writing connection per file, and a note saying so is
-logged once per data directory.
+connections; each process keeps one writing connection per file, and writers take turns
+through the lock file, so eventlane's own writes cannot trigger it. ``eventlane verify``
+says which SQLite this Python has and whether that matters (:func:`sqlite_note`), as do
+docs/projections.md and docs/reliability.md; nothing is logged per data directory.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sqlite3
 import threading
@@ -53,35 +54,20 @@ SAFE_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_S = 60.0
 
 
-SQLITE_NOTE = ".sqlite-version-noted"
-"""The marker, in a data directory's ``readmodels/``, that the old-SQLite note was shown."""
+SQLITE_VERSION: str = sqlite3.sqlite_version
+"""The SQLite library this Python uses (``eventlane verify`` reports it)."""
 
 
-@functools.cache
-def _warn_old_sqlite(readmodels: Path) -> None:
-    """Log the old-SQLite note once per data directory (the first process to create the
-    marker file under ``readmodels/`` logs it; workers find it there; Spark tasks' scratch
-    files are not in a data directory and say nothing). ``EVENTLANE_SQLITE_WARNED=1`` in
-    the environment silences it everywhere."""
-    if sqlite3.sqlite_version_info >= SAFE_SQLITE or os.environ.get("EVENTLANE_SQLITE_WARNED"):
-        return
-    if readmodels.name != "readmodels":
-        return  # a scratch file (a Spark task's partial build), not a data directory's
-    try:
-        readmodels.mkdir(parents=True, exist_ok=True)
-        fd = os.open(readmodels / SQLITE_NOTE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except OSError:
-        return  # noted before (or a directory that cannot take the marker: nothing to write)
-    os.write(fd, f"{sqlite3.sqlite_version}\n".encode())
-    os.close(fd)
-    log.warning(
-        f"this Python's SQLite {sqlite3.sqlite_version} is older than 3.51.3, which fixes a"
-        " rare WAL-reset corruption bug that needs two connections writing one file;"
-        " eventlane avoids it (one writing connection per read-model file per process,"
-        " writers take turns through a file lock), so you need to act only if your own code"
-        " writes read-model files while workers run. A Python built with SQLite >= 3.51.3"
-        f" silences this. Shown once per data directory (marker {readmodels / SQLITE_NOTE})",
-        sqlite_version=sqlite3.sqlite_version,
+def sqlite_note() -> str | None:
+    """What to know about this Python's SQLite (``None``: nothing, it is >= 3.51.3)."""
+    if sqlite3.sqlite_version_info >= SAFE_SQLITE:
+        return None
+    return (
+        f"SQLite {sqlite3.sqlite_version} is older than 3.51.3, which fixes a rare WAL-reset"
+        " corruption bug that needs two connections writing one file; eventlane never does"
+        " that (one writing connection per read-model file per process, writers take turns"
+        " through a lock file), so act only if your own code writes read-model files while"
+        " workers run (docs/projections.md, section 11)"
     )
 
 
@@ -95,7 +81,6 @@ class ReadModel:
     """An open read-model file. One per process per file; thread-safe through a lock."""
 
     def __init__(self, path: Path) -> None:
-        _warn_old_sqlite(path.parent)
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(

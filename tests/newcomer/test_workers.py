@@ -1,10 +1,16 @@
-"""Items 15 and 16 with real worker processes: dead letters carry their traceback, the
-old-SQLite note appears once per data directory. (Item 11, no orphans after kill -9 of the
-supervisor, is pinned by tests/newcomer/test_e2e.py.)"""
+"""Items 15 and 16 with real worker processes: dead letters carry their traceback; an old
+SQLite is reported by `eventlane verify`, never as a warning on a new data directory.
+(Item 11, no orphans after kill -9 of the supervisor, is pinned by
+tests/newcomer/test_e2e.py.)"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.newcomer.kit import (
@@ -16,6 +22,8 @@ from tests.newcomer.kit import (
     stop,
     wait_until,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _migrate(workdir: Path) -> None:
@@ -57,9 +65,7 @@ def test_dead_letters_keep_the_traceback_and_list_fits_80_columns(workdir: Path)
     assert all("ValueError" in row for row in rows)
 
 
-def test_the_old_sqlite_note_is_printed_once_per_data_directory(workdir: Path) -> None:
-    if sqlite3.sqlite_version_info >= (3, 51, 3):  # pragma: no cover - nothing to note
-        return
+def test_sqlite_is_reported_by_verify_not_on_every_new_data_directory(workdir: Path) -> None:
     outputs = [eventlane("--data", "d", "migrate", "library.app:app", cwd=workdir).stderr]
     seed(workdir, 5)
     proc = start_workers(workdir, "loans_view", "--workers", "2")
@@ -68,9 +74,32 @@ def test_the_old_sqlite_note_is_printed_once_per_data_directory(workdir: Path) -
     finally:
         stop(proc)
     outputs.append((workdir / "run-loans_view.log").read_text())
-    outputs.append(eventlane("--data", "d", "migrate", "library.app:app", cwd=workdir).stderr)
-    notes = sum(text.count("older than 3.51.3") for text in outputs)
-    assert notes == 1, outputs
-    assert "eventlane avoids it" in outputs[0] and "once per data directory" in outputs[0]
-    other = eventlane("--data", "d2", "migrate", "library.app:app", cwd=workdir).stderr
-    assert other.count("older than 3.51.3") == 1  # a new data directory: noted there too
+    outputs.append(eventlane("--data", "d2", "migrate", "library.app:app", cwd=workdir).stderr)
+    assert not [text for text in outputs if "SQLite" in text], outputs
+    verified = eventlane("--data", "d", "verify", cwd=workdir)
+    assert verified.returncode == 0, verified.stderr
+    old = sqlite3.sqlite_version_info < (3, 51, 3)
+    assert (f"note: SQLite {sqlite3.sqlite_version} is older than 3.51.3" in verified.stdout) == old
+    as_json = json.loads(eventlane("--data", "d", "verify", "--json", cwd=workdir).stdout)
+    assert as_json["sqlite"]["version"] == sqlite3.sqlite_version
+    assert (as_json["sqlite"]["note"] is not None) == old
+
+
+def test_the_readme_example_says_nothing_about_sqlite(tmp_path: Path) -> None:
+    """The README's example, as a new user runs it: a script in a fresh process."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"^```python\n(.*?)^```", readme, re.S | re.M))
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "SQLite" not in done.stderr and done.stdout == ""

@@ -179,7 +179,8 @@ class EventCodec:
         elif writer.personal:
             raise SerializationError(
                 f"{type(event).__qualname__} has personal fields but the codec has no key "
-                "store: give the App a key store (App(..., keys=...)) to encrypt them",
+                "store: give the App a key store (App(..., keys=...)) to encrypt them; a test"
+                " without a log: app.codec(keys=MemoryKeyStore()), from framework.codec.privacy",
                 type_name=writer.name,
                 version=writer.version,
             )

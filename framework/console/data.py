@@ -34,7 +34,6 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import orjson
-import structlog
 
 from framework.app import App, Runtime, load_app
 from framework.consumer.admin import (
@@ -56,6 +55,7 @@ from framework.errors import (
 from framework.log import Log, Record
 from framework.log.names import validate_topic_name
 from framework.log.partitioner import partition_for_key
+from framework.observability import get_logger
 from framework.projection import (
     ReadModelView,
     get_dead_letter,
@@ -66,7 +66,7 @@ from framework.projection import (
 from framework.replay.rebuild import ENGINES, rebuild
 from framework.replay.verify import verify_rebuild
 
-log = structlog.get_logger("eventlane.console")
+log = get_logger("eventlane.console")
 
 __all__ = ["ConsoleData", "Filters", "RebuildJob", "open_log"]
 

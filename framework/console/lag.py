@@ -13,9 +13,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-import structlog
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.console")
+log = get_logger("eventlane.console")
 
 __all__ = ["LagSampler"]
 

@@ -25,9 +25,9 @@ import contextlib
 import threading
 from collections.abc import Callable
 
-import structlog
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.console")
+log = get_logger("eventlane.console")
 
 __all__ = ["Waker"]
 

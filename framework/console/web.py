@@ -33,7 +33,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
-import structlog
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
@@ -60,8 +59,9 @@ from framework.errors import (
     FrameworkError,
     UnknownTopicError,
 )
+from framework.observability import get_logger
 
-log = structlog.get_logger("eventlane.console")
+log = get_logger("eventlane.console")
 
 __all__ = ["create_app"]
 

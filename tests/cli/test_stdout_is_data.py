@@ -296,15 +296,6 @@ def run_scenario(env: Env, tmp: Path) -> None:
     assert env.ran == {s.path for s in steps if env.engine in s.engines}
 
 
-CONSOLE_PENDING = {
-    "framework/console/data.py",
-    "framework/console/lag.py",
-    "framework/console/wake.py",
-    "framework/console/web.py",
-}
-"""Modules still calling ``structlog.get_logger`` (the console's owner converts them)."""
-
-
 def test_library_modules_log_through_framework_observability() -> None:
     """The root cause of log lines on stdout: a module logging through structlog directly
     gets structlog's default (print to stdout) whenever the process has not configured it,
@@ -317,7 +308,7 @@ def test_library_modules_log_through_framework_observability() -> None:
         if path.name != "observability.py"
         and re.search(r"structlog\.(get_logger|wrap_logger|PrintLogger)", path.read_text())
     )
-    assert set(direct) <= CONSOLE_PENDING, direct
+    assert not direct, direct
 
 
 def test_every_command_is_classified(tmp_path: Path) -> None:

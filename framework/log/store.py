@@ -279,34 +279,23 @@ class LogStore:
         More partitions change key → partition placement for new records; a warning is
         logged, as Kafka warns.
         """
+        # Bad arguments are refused before the lock (whose file a refused call must not
+        # create); the change itself is computed again under the lock, from the file as it is.
+        self._altered(name, self._topic_meta(name), partitions, config)
         with self._meta_lock:  # the read-modify-write of topic.json (module docstring)
             self._meta.pop(name, None)  # read the file as it is now, under the lock
             meta = self._topic_meta(name, fresh=True)
-            cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
-            check_internal_policy(name, cfg.cleanup_policy)
-            count = meta.partitions
-            if partitions is not None:
-                if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
-                    raise ConfigError(
-                        f"partitions must be an integer <= {MAX_PARTITIONS}", topic=name
-                    )
-                if partitions < meta.partitions:
-                    raise ConfigError(
-                        f"cannot decrease partitions of {name!r} from {meta.partitions} to"
-                        f" {partitions}: records would be lost",
-                        topic=name,
-                    )
-                if partitions > meta.partitions:
-                    log.warning(
-                        "partition count increased: new records with the same key may land"
-                        " in a different partition than older ones",
-                        topic=name,
-                        old=meta.partitions,
-                        new=partitions,
-                    )
-                    for p in range(meta.partitions, partitions):
-                        (topic_dir(self.topics_root, name) / str(p)).mkdir(exist_ok=True)
-                    count = partitions
+            count, cfg = self._altered(name, meta, partitions, config)
+            if count > meta.partitions:
+                log.warning(
+                    "partition count increased: new records with the same key may land"
+                    " in a different partition than older ones",
+                    topic=name,
+                    old=meta.partitions,
+                    new=count,
+                )
+                for p in range(meta.partitions, count):
+                    (topic_dir(self.topics_root, name) / str(p)).mkdir(exist_ok=True)
             self._write_meta(topic_dir(self.topics_root, name), name, count, cfg)
             with self._lock:
                 for (topic, _), part in self._partitions.items():
@@ -315,9 +304,33 @@ class LogStore:
             self._meta.pop(name, None)
         return self.describe_topic(name)
 
+    @staticmethod
+    def _altered(
+        name: str,
+        meta: _TopicMeta,
+        partitions: int | None,
+        config: Mapping[str, object] | None,
+    ) -> tuple[int, TopicConfig]:
+        """The partition count and config ``alter_topic`` makes of ``meta``, or its error."""
+        cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
+        check_internal_policy(name, cfg.cleanup_policy)
+        if partitions is None:
+            return meta.partitions, cfg
+        if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
+            raise ConfigError(f"partitions must be an integer <= {MAX_PARTITIONS}", topic=name)
+        if partitions < meta.partitions:
+            raise ConfigError(
+                f"cannot decrease partitions of {name!r} from {meta.partitions} to"
+                f" {partitions}: records would be lost",
+                topic=name,
+            )
+        return partitions, cfg
+
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its records (an atomic rename, then removal)."""
         directory = topic_dir(self.topics_root, name)
+        if not (directory / "topic.json").exists():  # refused before the lock's file exists
+            raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)
         with self._meta_lock:  # not while another process alters it (module docstring)
             if not (directory / "topic.json").exists():
                 raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)

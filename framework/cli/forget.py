@@ -13,15 +13,16 @@ import orjson
 
 from framework.app import load_app
 from framework.cli.context import app as cli_app
-from framework.cli.context import data_option, json_option, stdout_console
+from framework.cli.context import data_option, json_option, stderr_console, stdout_console
 from framework.cli.project import app_argument
+from framework.replay.forget import ForgetReport
 from framework.replay.forget import forget as forget_subjects
 from framework.replay.rebuild import ENGINES
 
 
 @click.command()
 @app_argument
-@click.argument("subjects", nargs=-1, required=True, metavar="SUBJECT...")
+@click.argument("subjects", nargs=-1, metavar="[SUBJECT]...")
 @click.option(
     "--engine",
     type=click.Choice(ENGINES),
@@ -51,7 +52,9 @@ def forget(
 ) -> None:
     """Forget SUBJECT... of APP: destroy their keys so their personal data is unreadable.
 
-    APP is the application as module:attribute [env EVENTLANE_APP].
+    APP is the application as module:attribute [env EVENTLANE_APP]. Without SUBJECT it
+    finishes the subjects of an interrupted run (the journal in the data directory). Exits
+    1 when a place may still hold their data (listed under "not scrubbed"): run it again.
     """
     application = load_app(app_spec)
     log = cli_app().open_log(create=False)
@@ -61,12 +64,25 @@ def forget(
         )
     if as_json:
         click.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
-        return
+    else:
+        _print(report)
+    if not report.ok:
+        stderr_console().print(
+            f"forget incomplete: {len(report.not_scrubbed)} place(s) not scrubbed; the journal"
+            " is kept: run `eventlane forget APP` again"
+        )
+        raise SystemExit(1)
+
+
+def _print(report: ForgetReport) -> None:
     console = stdout_console()
     for subject in report.subjects:
-        state = (
-            "key destroyed" if subject in report.keys_destroyed else "no key (already forgotten?)"
-        )
+        if subject in report.keys_destroyed:
+            state = "key destroyed"
+        elif subject in report.already_forgotten:
+            state = "already forgotten (nothing destroyed)"
+        else:
+            state = "unknown subject (no key record)"
         console.print(f"{subject}: {state}")
     for topic, count in sorted(report.unreadable.items()):
         console.print(
@@ -76,3 +92,7 @@ def forget(
         console.print(f"  {report.snapshots_removed} snapshots removed")
     if report.rebuilt:
         console.print(f"  read models rebuilt: {', '.join(report.rebuilt)}")
+    for line in report.scrubbed:
+        console.print(f"  scrubbed: {line}")
+    for line in report.not_scrubbed:
+        console.print(f"  not scrubbed: {line}")

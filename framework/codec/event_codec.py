@@ -115,6 +115,11 @@ class EventCodec:
         """The key store personal fields are encrypted with (``None``: not configured)."""
         return None if self._cipher is None else self._cipher.keys
 
+    def plain_values(self, value: bytes | None) -> tuple[str, ...]:
+        """The personal plain text in a stored record's value (error paths only: see
+        :meth:`FieldCipher.plain_values`); ``()`` without a key store."""
+        return () if self._cipher is None else self._cipher.plain_values(value)
+
     @property
     def registry(self) -> EventRegistry:
         """The registry the codec reads types, aliases and upcasters from."""
@@ -332,10 +337,13 @@ class EventCodec:
             erased = self._cipher.open(data, event_id, topic, partition, offset)
         elif CIPHER_MARK in data:
             raise self._no_key_store(reader, topic, partition, offset)
+        if erased:  # upcasters see placeholders, never a Sealed marker (privacy.md)
+            data = self._cipher.erase(reader.cls, data)  # type: ignore[union-attr]
         if reader.chain is not None:
             data = reader.chain(data, topic=topic, partition=partition, offset=offset)
-        if erased:
-            data = self._cipher.erase(reader.cls, data)  # type: ignore[union-attr]
+            if erased:  # what an upcaster made of a placeholder is a placeholder again
+                data = self._cipher.placeholders(reader.cls, data, erased)  # type: ignore[union-attr]
+                erased = tuple(f.name for f in personal_fields(reader.cls)) or erased
         try:
             event = reader.structure(data, reader.cls)
         except Exception as exc:

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import orjson
 
-from framework.domain.privacy import PersonalField, personal_fields, subject_field
+from framework.domain.privacy import ERASED, PersonalField, personal_fields, subject_field
 from framework.errors import ConcurrencyError, ConfigError, SerializationError
 from framework.log import Log
 from framework.log.partitioner import partition_for_key
@@ -68,6 +68,7 @@ __all__ = [
     "LogKeyStore",
     "MemoryKeyStore",
     "Sealed",
+    "redact",
 ]
 
 log = get_logger("eventlane.codec")
@@ -410,6 +411,15 @@ class LogKeyStore:
         forgotten: bool = self._update(subject, drop)
         return forgotten
 
+    def state(self, subject: str) -> str:
+        """``"live"`` (the subject has a key), ``"forgotten"`` (its key record is a
+        tombstone) or ``"unknown"`` (no key record here: never written, or its tombstone
+        compacted away)."""
+        self._catch_up(force=True)
+        if subject not in self._rings:
+            return "unknown"
+        return "forgotten" if self._rings[subject] is None else "live"
+
     def erase_history(self) -> None:
         """Make forgotten keys unrecoverable from the log: close the active segments and
         compact the key topic, so only tombstones remain of forgotten subjects."""
@@ -700,20 +710,93 @@ class FieldCipher:
             data.update(opened)
         return tuple(erased)
 
+    def placeholders(
+        self, cls: type, data: dict[str, Any], erased: Sequence[str]
+    ) -> dict[str, Any]:
+        """``data`` (upcast from a version whose fields ``erased`` were erased) with every
+        personal field of ``cls`` set to its declared ``erased`` value: one event's
+        personal fields share one subject's key, so all of them are erased together,
+        whatever an upcaster renamed or derived them from."""
+        fields = [f for f in self.plan(cls).fields if f.name in data]
+        if not fields:
+            return data
+        return {**data, **{f.name: self._unstructure(f.erased) for f in fields}}
+
+    def plain_values(self, value: bytes | None) -> tuple[str, ...]:
+        """The personal plain text inside a stored event record ``value``: every string (and
+        its words of three or more characters) in its decrypted personal fields, longest
+        first; ``()`` when it holds none, or its key is gone. For error paths only (it
+        parses and decrypts the record again): dead letters, breaker records and log lines
+        are redacted with it, so they never hold a personal value (see docs/privacy.md)."""
+        try:
+            doc = orjson.loads(value or b"null")
+            data, event_id = doc["data"], doc["event_id"]
+            if type(data) is not dict or type(event_id) is not str:
+                return ()
+            personal = data.get(CIPHER_MARK)
+            if personal is None and not any(
+                type(v) is dict and CIPHER_MARK in v for v in data.values()
+            ):
+                return ()
+            before = set(data) - {CIPHER_MARK}
+            opened = dict(data)
+            self.open(opened, event_id)
+        except Exception:  # malformed, unauthentic: nothing of it can be plain text
+            return ()
+        found: set[str] = set()
+        _strings([v for k, v in opened.items() if k not in before or type(data[k]) is dict], found)
+        return tuple(sorted(found, key=len, reverse=True))
+
     def erase(self, cls: type, data: dict[str, Any]) -> dict[str, Any]:
-        """Replace :class:`Sealed` markers left by :meth:`open` (after upcasting) with the
-        declared ``erased`` values of ``cls``'s personal fields."""
+        """Replace :class:`Sealed` markers left by :meth:`open` with placeholders, before
+        any upcaster runs: the declared ``erased`` value of the current class's personal
+        field of that name, or :data:`~framework.domain.privacy.ERASED` (``"[erased]"``)
+        for a field the current class no longer has (an upcaster renames or drops it). A
+        field the current class has but does not declare personal is a ConfigError."""
         declared = {f.name: f.erased for f in self.plan(cls).fields}
+        names = _field_names(cls)
         out = dict(data)
         for name, value in data.items():
             if isinstance(value, Sealed):
-                if name not in declared:
+                if name in declared:
+                    out[name] = self._unstructure(declared[name])
+                elif name in names:
                     raise ConfigError(
                         f"{cls.__qualname__}.{name} was stored encrypted but is not declared "
                         "personal: declare it with personal(erased=...)"
                     )
-                out[name] = self._unstructure(declared[name])
+                else:
+                    out[name] = ERASED
         return out
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    import attrs  # noqa: PLC0415
+
+    return frozenset(a.name for a in attrs.fields(cls)) if attrs.has(cls) else frozenset()
+
+
+def _strings(value: Any, found: set[str]) -> None:
+    """Collect the strings in a JSON value (and their words of 3+ characters)."""
+    if isinstance(value, str):
+        if len(value) >= 3:
+            found.add(value)
+            found.update(w for w in value.split() if len(w) >= 3)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _strings(v, found)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _strings(v, found)
+
+
+def redact(text: str, values: Sequence[str]) -> str:
+    """``text`` with each of ``values`` (longest first) replaced by ``[redacted]``."""
+    for v in values:
+        if v in text:
+            text = text.replace(v, "[redacted]")
+    return text
 
 
 def _aad(subject: str, field: str, event_id: str) -> bytes:

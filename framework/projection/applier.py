@@ -38,6 +38,7 @@ from typing import Any, NamedTuple, Union
 import orjson
 
 from framework.codec import Envelope, EventCodec, event_type_from_headers
+from framework.codec.privacy import redact
 from framework.domain import event_type_of
 from framework.log import Record, TopicPartition
 from framework.observability import get_logger
@@ -309,6 +310,7 @@ class BatchApplier:
     def _count_dead(self, rec: Record, error: str) -> None:
         """Tell the breaker; when it trips, the batch's transaction is rolled back."""
         if self.breaker is not None:
+            error = redact(error, self.codec.plain_values(rec.value))
             self.breaker.dead_lettered(rec.topic, rec.partition, rec.offset, error)
 
     def _decode(self, rec: Record) -> Decoded:
@@ -379,6 +381,8 @@ class BatchApplier:
     def _dead_letter(
         self, rec: Record, error: str, type_name: str | None, attempts: int, *, status: str = "dead"
     ) -> None:
+        # never a personal value in a dead letter, its dlq copy or the log line (privacy.md)
+        error = redact(error, self.codec.plain_values(rec.value))
         headers = orjson.dumps(
             [[n, None if v is None else v.decode("latin-1")] for n, v in rec.headers]
         )

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from framework.codec import EventCodec
+from framework.codec.privacy import redact
 from framework.log import Log
 from framework.observability import get_logger
 from framework.projection.projector import EventContext, Projector
@@ -227,7 +228,8 @@ def _retry_one(
             projector.handle(env.event, ctx)
             conn.execute("UPDATE _eventlane_dead_letters SET status='retried' WHERE id=?", (d.id,))
     except Exception as exc:
-        message = f"retry failed: {describe_failure(exc)}"
+        values = codec.plain_values(d.value)
+        message = redact(f"retry failed: {describe_failure(exc)}", values)
         with readmodel.transaction() as conn:
             conn.execute(
                 "UPDATE _eventlane_dead_letters SET error=?, attempts=attempts+1 WHERE id=?",
@@ -239,7 +241,7 @@ def _retry_one(
             topic=d.topic,
             partition=d.partition,
             offset=d.offset,
-            error=str(exc),
+            error=redact(str(exc), values),
         )
         return message
     log.info(

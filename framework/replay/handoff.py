@@ -102,10 +102,16 @@ def shadow_path(data: Path | LocalDir, projection: str) -> Path:
     return local.shadow(projection)
 
 
-def catch_up(log_: Log, applier: BatchApplier, topics: tuple[str, ...]) -> int:
+def catch_up(
+    log_: Log,
+    applier: BatchApplier,
+    topics: tuple[str, ...],
+    upto: Mapping[TopicPartition, int] | None = None,
+) -> int:
     """Apply to ``applier``'s read model everything between its positions and the current
-    high-water marks (partitions it never saw: from their low-water mark). Returns the
-    number of records read."""
+    high-water marks, or ``upto`` where given (a partition missing there: nothing)
+    (partitions it never saw: from their low-water mark). Returns the number of records
+    read."""
     positions = applier.readmodel.positions()
     ranges = []
     for topic in sorted(set(topics)):
@@ -123,8 +129,9 @@ def catch_up(log_: Log, applier: BatchApplier, topics: tuple[str, ...]) -> int:
                     partition=p,
                     offset=start,
                 )
-            if start < marks.hwm:
-                ranges.append(OffsetRange(topic, p, start, marks.hwm))
+            end = marks.hwm if upto is None else min(upto.get(tp, marks.lwm), marks.hwm)
+            if start < end:
+                ranges.append(OffsetRange(topic, p, start, end))
     counts: BuildCounts = replay_ranges(log_, applier, ranges)
     return counts.records
 
@@ -200,9 +207,21 @@ def rebuild_and_swap(
     catch_up_rounds: int = 20,
     progress: Progress = NO_PROGRESS,
     before_swap: Callable[[RebuildResult], None] | None = None,
+    upto_live: bool = False,
+    scrub_error: Callable[[bytes | None], bool] | None = None,
     **rebuild_options: Any,
 ) -> HandoffResult:
     """Rebuild ``projection`` and hand the result to its live workers (module docstring).
+
+    ``upto_live`` (forget's rebuild): replay only what the live read model had applied,
+    never up to the high-water marks: the end vector and every catch-up stop at the live
+    file's positions (read again while the workers are paused), so events the live model
+    had not applied yet keep their side effects for the workers (a stopped or lagging
+    policy does them later). The live file's dead-letter history is carried over (an
+    event dead-lettered live and applied by the rebuild is marked ``retried``), with the
+    error text of letters whose value ``scrub_error`` picks replaced; an event the rebuild
+    dead-letters but the live model had applied refuses the swap (ReplayError): a rebuild
+    never silently drops a row.
 
     ``rebuild_options`` go to :func:`~framework.replay.rebuild.rebuild` (``spark``,
     ``master``, ``conf``, ``key_groups``). ``before_swap`` is called with the rebuild's
@@ -214,6 +233,8 @@ def rebuild_and_swap(
     shadow = local.shadow(stem)
     control = PauseControl(local, stem)
     topics = runtime.topics_of(projection)
+    if upto_live:
+        rebuild_options["end"] = _live_vector(runtime.log, live, topics)
     result = rebuild(
         runtime, projection, engine=engine, output=shadow, progress=progress, **rebuild_options
     )
@@ -229,7 +250,7 @@ def rebuild_and_swap(
         applier = BatchApplier(projector, runtime.codec, readmodel, replaying=True)
         caught_up = 0
         for _ in range(catch_up_rounds):
-            n = catch_up(runtime.log, applier, topics)
+            n = catch_up(runtime.log, applier, topics, _live_positions(live, upto_live))
             caught_up += n
             if n < catch_up_records:
                 break
@@ -240,9 +261,11 @@ def rebuild_and_swap(
         members = wait_for_pause(
             runtime.log, control, runtime.names.group(projection), token, pause_timeout
         )
-        final = catch_up(runtime.log, applier, topics)
+        final = catch_up(runtime.log, applier, topics, _live_positions(live, upto_live))
         with ReadModelView(live) as view:
             generations = view.generations()
+        if upto_live:
+            carry_dead_letters(live, readmodel.conn, scrub_error)
         with readmodel.transaction() as conn:
             conn.executemany(
                 "UPDATE _eventlane_positions SET generation=? WHERE topic=? AND partition=?",
@@ -280,3 +303,84 @@ def rebuild_and_swap(
     return HandoffResult(
         result, caught_up + final, final, paused_seconds, members, positions, letters
     )
+
+
+SCRUBBED_ERROR = (
+    "[error text removed by eventlane forget: it may have held personal data of a forgotten"
+    " subject]"
+)
+
+
+def _live_positions(live: Path, wanted: bool) -> dict[TopicPartition, int] | None:
+    if not wanted:
+        return None
+    with ReadModelView(live) as view:
+        return view.positions()
+
+
+def _live_vector(log_: Log, live: Path, topics: tuple[str, ...]) -> dict[TopicPartition, int]:
+    """The live file's positions as a full end vector (a partition it never saw: its
+    low-water mark, i.e. nothing)."""
+    positions = _live_positions(live, True) or {}
+    vector = {}
+    for topic in sorted(set(topics)):
+        if not log_.topic_exists(topic):
+            continue
+        for p in range(log_.partition_count(topic)):
+            tp = TopicPartition(topic, p)
+            marks = log_.offsets(topic, p)
+            vector[tp] = min(max(positions.get(tp, marks.lwm), marks.lwm), marks.hwm)
+    return vector
+
+
+def carry_dead_letters(
+    live: Path,
+    shadow: sqlite3.Connection,
+    scrub_error: Callable[[bytes | None], bool] | None,
+) -> None:
+    """Replace the shadow's dead letters by the live file's history (see
+    :func:`rebuild_and_swap`, ``upto_live``); ReplayError if the rebuild dead-lettered an
+    event the live model had applied."""
+    columns = (
+        "id, topic, partition, offset, key, value, headers, event_type, error, attempts,"
+        " status, created_ms, published"
+    )
+    with ReadModelView(live) as view:
+        conn = view.conn
+        rows = [] if conn is None else conn.execute(
+            f"SELECT {columns} FROM _eventlane_dead_letters ORDER BY id"
+        ).fetchall()
+    failed = {
+        (t, p, o): status
+        for t, p, o, status in shadow.execute(
+            "SELECT topic, partition, offset, status FROM _eventlane_dead_letters"
+        )
+    }
+    known = {(r[1], r[2], r[3]) for r in rows}
+    lost = sorted(c for c in failed if c not in known)
+    if lost:
+        t, p, o = lost[0]
+        raise ReplayError(
+            f"the rebuild dead-lettered {len(lost)} event(s) the live read model had applied"
+            " (e.g. an upcaster or handler that fails on erased values); not swapped, so no"
+            " row is lost",
+            topic=t,
+            partition=p,
+            offset=o,
+        )
+    carried = []
+    for r in rows:
+        row = list(r)
+        if scrub_error is not None and scrub_error(row[5]):
+            row[8] = SCRUBBED_ERROR
+        if (row[1], row[2], row[3]) not in failed and row[10] in ("dead", "parked"):
+            row[10] = "retried"  # the rebuild applied it
+        carried.append(row)
+    shadow.execute("BEGIN IMMEDIATE")
+    shadow.execute("DELETE FROM _eventlane_dead_letters")
+    shadow.executemany(
+        f"INSERT INTO _eventlane_dead_letters ({columns}) VALUES"
+        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        carried,
+    )
+    shadow.execute("COMMIT")

@@ -271,6 +271,7 @@ class LogKeyStore:
                     return
                 self._partitions = self.log.partition_count(self.topic)
                 self._positions = [0] * self._partitions
+            read = False
             for p in range(self._partitions):
                 offsets = self.log.offsets(self.topic, p)
                 position = max(self._positions[p], offsets.lwm)
@@ -278,11 +279,27 @@ class LogKeyStore:
                     records, _ = self.log.read(self.topic, p, position, upto=offsets.hwm)
                     if not records:
                         break
+                    read = True
                     for record in records:
                         self._apply(record.key, record.value, record.offset, p)
                     position = records[-1].offset + 1
                 self._positions[p] = position
+            if read:
+                self._release_files()
             self._checked = now
+
+    def _release_files(self) -> None:
+        """Close the key topic's segment files this process opened to read it (the store
+        holds every key in memory): a segment that compaction deletes after a forget must
+        not stay readable through ``/proc/PID/fd`` while this process lives. Logs without
+        local files (JetStream, Kafka) have nothing to close."""
+        partition = getattr(self.log, "partition", None)
+        if not callable(partition):
+            return
+        for p in range(self._partitions):
+            release = getattr(partition(self.topic, p), "release_fds", None)
+            if callable(release):
+                release()
 
     def _apply(self, key: bytes | None, value: bytes | None, offset: int, partition: int) -> None:
         if key is None:
@@ -428,6 +445,7 @@ class LogKeyStore:
             self.log.roll(self.topic, p)
         if self._partitions:
             self.log.compact(self.topic)
+            self._release_files()
 
 
 class Sealed:

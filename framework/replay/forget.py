@@ -156,7 +156,7 @@ def forget(
     def carries(value: bytes | None) -> bool:
         return value is not None and any(n in value for n in carriers)
 
-    found, plain = _find(runtime, carries)
+    found, streams, plain = _find(runtime, carries)
     states = {s: keys.state(s) for s in subjects_}
     destroyed = tuple(s for s in subjects_ if states[s] == "live" and keys.forget(s))
     for s in subjects_:
@@ -166,7 +166,7 @@ def forget(
             log.info("subject already forgotten: nothing to destroy", subject=s)
         else:
             log.warning("unknown subject: no key record", subject=s, topic=keys.topic)
-    snapshot_topics, removed = _drop_snapshots(runtime, subjects_)
+    snapshot_topics, removed = _drop_snapshots(runtime, subjects_, streams)
     for hook in runtime.app.on_forget:
         for s in subjects_:
             hook(runtime, s)
@@ -261,14 +261,17 @@ def _needles(subjects: tuple[str, ...]) -> list[bytes]:
 
 
 Coordinates = set[tuple[str, int, int]]
+Streams = set[tuple[str, bytes]]
 
 
 def _find(
     runtime: Runtime, carries: Callable[[bytes | None], bool]
-) -> tuple[Coordinates, list[str]]:
-    """The coordinates of the event records that carry the subjects' cipher texts, and
-    their personal plain text (while the keys exist), longest first."""
+) -> tuple[Coordinates, Streams, list[str]]:
+    """The coordinates of the event records that carry the subjects' cipher texts, the
+    streams (topic, aggregate id) they are in, and their personal plain text (while the
+    keys exist), longest first."""
     found: Coordinates = set()
+    streams: Streams = set()
     plain: set[str] = set()
     log_ = runtime.log
     for topic in sorted({runtime.names.aggregate_topic(c) for c in runtime.app.aggregates}):
@@ -278,8 +281,10 @@ def _find(
             for record in _records(log_, topic, p):
                 if carries(record.value):
                     found.add((topic, p, record.offset))
+                    if record.key is not None:
+                        streams.add((topic, record.key))
                     plain.update(runtime.codec.plain_values(record.value))
-    return found, sorted(plain, key=len, reverse=True)
+    return found, streams, sorted(plain, key=len, reverse=True)
 
 
 def _records(log_: Log, topic: str, p: int):  # type: ignore[no-untyped-def]
@@ -300,8 +305,12 @@ def _count(found: Coordinates) -> dict[str, int]:
     return counts
 
 
-def _drop_snapshots(runtime: Runtime, subjects: tuple[str, ...]) -> tuple[list[str], int]:
-    """Tombstones for live snapshots keyed by a subject id; the snapshot topics touched."""
+def _drop_snapshots(
+    runtime: Runtime, subjects: tuple[str, ...], streams: Streams
+) -> tuple[list[str], int]:
+    """Tombstones for live snapshots keyed by a subject id, and for those of every stream
+    that holds a subject's event (a snapshot sealed under another subject's key may hold a
+    copy of its data); the snapshot topics touched."""
     from framework.store.repository import snapshot_topic  # noqa: PLC0415
 
     touched: list[str] = []
@@ -312,8 +321,10 @@ def _drop_snapshots(runtime: Runtime, subjects: tuple[str, ...]) -> tuple[list[s
         if not log_.topic_exists(topic):
             continue
         count = log_.partition_count(topic)
-        for subject in subjects:
-            key = subject.encode()
+        source = runtime.names.aggregate_topic(cls)
+        wanted = [s.encode() for s in subjects]
+        wanted += sorted(k for t, k in streams if t == source and k not in wanted)
+        for key in wanted:
             p = partition_for_key(key, count)
             head = log_.key_head(topic, p, key)
             if head is None:
@@ -348,9 +359,7 @@ def _scrub_dlq(
         error = dict(headers).get("dlq-error")
         if error == SCRUBBED_ERROR.encode():
             continue
-        new = tuple(
-            (n, SCRUBBED_ERROR.encode() if n == "dlq-error" else v) for n, v in headers
-        )
+        new = tuple((n, SCRUBBED_ERROR.encode() if n == "dlq-error" else v) for n, v in headers)
         fixes.append((key, value, new, None))
     if not fixes:
         return

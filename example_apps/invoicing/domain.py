@@ -118,7 +118,7 @@ class Order(Aggregate):
 
     def change_shipping_address(self, address: Address) -> None:
         self._require_open()
-        self.record_that(ShippingAddressChanged(address))
+        self.record_that(ShippingAddressChanged(self.customer_id, address))
 
     def confirm(self) -> None:
         self._require_open()

@@ -1,7 +1,8 @@
 """The invoicing app's events: pure domain data, frozen attrs classes with wire names.
 
 Amounts are integer cents. ``OrderPlaced`` is at schema version 2 (version 1 stored the
-shipping address as one string); the upcaster lives in :mod:`.app`.
+shipping address as one string), ``ShippingAddressChanged`` too (version 1 stored the
+address in clear); the upcasters live in :mod:`.app`.
 
 Personal data (``docs/privacy.md``): a customer's name and addresses are encrypted per
 customer, so ``eventlane forget`` of a customer erases them everywhere; an order's shipping
@@ -72,10 +73,14 @@ class OrderLineRemoved(DomainEvent):
     sku: str
 
 
-@event("ShippingAddressChanged")
+@event("ShippingAddressChanged", version=2)
 @frozen
 class ShippingAddressChanged(DomainEvent):
-    address: Address
+    """Version 1 stored the address in clear, without its customer; version 2 names the
+    customer as the subject and encrypts the address (the upcaster lives in :mod:`.app`)."""
+
+    customer_id: str = subject()
+    address: Address = personal(erased=NO_ADDRESS)
 
 
 @event("OrderConfirmed")

@@ -64,6 +64,8 @@ class _Writer:
     version_bytes: bytes
     unstructure: Callable[[Any], Any]
     personal: bool
+    topic: str
+    """The logical topic personal fields' cipher texts are bound to ("" when unknown)."""
 
 
 @frozen
@@ -80,6 +82,9 @@ class _Reader:
     per_field: bool
     """Whether values may hold per-field (``enc1``) cipher objects: the class declares
     personal fields, or the stored version is upcast (an older one may have)."""
+    topics: frozenset[str]
+    """The logical topics an ``enc4`` cipher object of this class may be bound to (empty:
+    not checked, a codec whose registry knows no aggregate of the class)."""
 
 
 class EventCodec:
@@ -118,7 +123,16 @@ class EventCodec:
     def plain_values(self, value: bytes | None) -> tuple[str, ...]:
         """The personal plain text in a stored record's value (error paths only: see
         :meth:`FieldCipher.plain_values`); ``()`` without a key store."""
-        return () if self._cipher is None else self._cipher.plain_values(value)
+        if self._cipher is None:
+            return ()
+        try:
+            doc = orjson.loads(value or b"null")
+            reader = self._readers.get((doc["type"], doc["version"])) or self._reader(
+                doc["type"], doc["version"], None, None, None
+            )
+        except Exception:  # not an event this codec reads: no plain text of it
+            return ()
+        return self._cipher.plain_values(value, reader.topics)
 
     @property
     def registry(self) -> EventRegistry:
@@ -148,6 +162,7 @@ class EventCodec:
             version_bytes=str(declared.version).encode(),
             unstructure=self._converter.get_unstructure_hook(cls),
             personal=_declares_personal(cls),
+            topic=min(self._registry.topics_of(cls), default=""),
         )
         self._writers[cls] = writer
         return writer
@@ -179,7 +194,7 @@ class EventCodec:
             ) from exc
         if self._cipher is not None:
             data = self._cipher.seal(
-                type(event), data, envelope.aggregate_id, str(envelope.event_id)
+                type(event), data, envelope.aggregate_id, str(envelope.event_id), writer.topic
             )
         elif writer.personal:
             raise SerializationError(
@@ -241,6 +256,7 @@ class EventCodec:
             chain=resolution.chain,
             structure=structure,
             per_field=resolution.chain is not None or _declares_personal(resolution.cls),
+            topics=self._registry.topics_of(resolution.cls),
         )
         self._readers[(name, version)] = reader
         return reader
@@ -334,7 +350,9 @@ class EventCodec:
             self._check_headers(headers, reader, name, version, topic, partition, offset)
         erased: tuple[str, ...] = ()
         if self._cipher is not None and (reader.per_field or CIPHER_MARK in data):
-            erased = self._cipher.open(data, event_id, topic, partition, offset)
+            erased = self._cipher.open(
+                data, event_id, topic, partition, offset, aggregate_id, reader.topics
+            )
         elif CIPHER_MARK in data:
             raise self._no_key_store(reader, topic, partition, offset)
         if erased:  # upcasters see placeholders, never a Sealed marker (privacy.md)

@@ -75,7 +75,8 @@ log = get_logger("eventlane.codec")
 
 CIPHER_MARK = "$eventlane"
 _SCHEME = "enc1"  # one value (snapshot states; events before enc2)
-_EVENT_SCHEME = "enc3"  # all personal fields of one event
+_EVENT_SCHEME = "enc4"  # all personal fields of one event, bound to topic and aggregate
+_ENC3 = "enc3"  # the same without topic and aggregate id (read only)
 _OBJECT_SCHEME = "enc2"  # the same as an object (read only)
 _NO_KEY: tuple[object, object, Any] = (None, None, None)
 _NONCE = 12
@@ -525,10 +526,11 @@ class FieldCipher:
         }
 
     def seal(
-        self, cls: type, data: dict[str, Any], aggregate_id: str, event_id: str
+        self, cls: type, data: dict[str, Any], aggregate_id: str, event_id: str, topic: str = ""
     ) -> dict[str, Any]:
-        """``data`` without the personal fields of ``cls``, and with one ``enc3`` cipher
-        object of all of them under ``"$eventlane"``."""
+        """``data`` without the personal fields of ``cls``, and with one ``enc4`` cipher
+        object of all of them under ``"$eventlane"``, bound to the logical ``topic`` and
+        ``aggregate_id`` as well as the subject, the event id and the field names."""
         plan = self.plan(cls)
         if not plan.fields:
             return data
@@ -539,7 +541,7 @@ class FieldCipher:
         body = self._aead_for(key).encrypt(
             nonce,
             orjson.dumps({n: data[n] for n in names}),
-            f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{plan.joined}".encode(),
+            _aad4(topic, aggregate_id, subject, event_id, plan.joined),
         )
         sealed = {k: v for k, v in data.items() if k not in names}
         sealed[CIPHER_MARK] = [
@@ -547,6 +549,7 @@ class FieldCipher:
             subject,
             version,
             plan.joined,
+            topic,
             (nonce + body).hex(),
         ]
         return sealed
@@ -594,6 +597,8 @@ class FieldCipher:
         topic: str | None = None,
         partition: int | None = None,
         offset: int | None = None,
+        aggregate_id: str = "",
+        topics: frozenset[str] = frozenset(),
     ) -> tuple[str, ...]:
         """Decrypt ``data``'s cipher object(s) in place (the codec passes the dict it has just
         parsed) and return the names of the fields whose key is forgotten (left as
@@ -608,10 +613,18 @@ class FieldCipher:
                 return self._open_values(data, event_id, topic, partition, offset)
             return self._open_object(data, sealed, event_id, topic, partition, offset)
         try:
-            scheme, subject, version, fields, text = sealed
-            if scheme != _EVENT_SCHEME or type(fields) is not str:
-                raise ValueError
-            aad = f"{_EVENT_SCHEME}\0{subject}\0{event_id}\0{fields}".encode()
+            if len(sealed) == 6:  # enc4: bound to the topic and the aggregate too
+                scheme, subject, version, fields, bound, text = sealed
+                if scheme != _EVENT_SCHEME or type(fields) is not str or type(bound) is not str:
+                    raise ValueError
+                if topics and bound not in topics:
+                    raise _moved(bound, topics, topic, partition, offset)
+                aad = _aad4(bound, aggregate_id, subject, event_id, fields)
+            else:
+                scheme, subject, version, fields, text = sealed
+                if scheme != _ENC3 or type(fields) is not str:
+                    raise ValueError
+                aad = f"{_ENC3}\0{subject}\0{event_id}\0{fields}".encode()
             blob = unhexlify(text)  # hex, not base64: half the cost to decode
             # the subject's opened key, cached (see _opener, which checks the types of the
             # subject and version before it caches a key for them); the last one used is
@@ -627,6 +640,8 @@ class FieldCipher:
                 if aead is None:
                     return _erased(data, subject, fields.split(_NUL))
                 self._last = (subject, version, aead)
+        except SerializationError:
+            raise
         except (TypeError, ValueError, binascii.Error) as exc:
             raise _malformed(sealed, exc, topic, partition, offset) from None
         try:
@@ -740,7 +755,9 @@ class FieldCipher:
             return data
         return {**data, **{f.name: self._unstructure(f.erased) for f in fields}}
 
-    def plain_values(self, value: bytes | None) -> tuple[str, ...]:
+    def plain_values(
+        self, value: bytes | None, topics: frozenset[str] = frozenset()
+    ) -> tuple[str, ...]:
         """The personal plain text inside a stored event record ``value``: every string (and
         its words of three or more characters) in its decrypted personal fields, longest
         first; ``()`` when it holds none, or its key is gone. For error paths only (it
@@ -748,7 +765,7 @@ class FieldCipher:
         are redacted with it, so they never hold a personal value (see docs/privacy.md)."""
         try:
             doc = orjson.loads(value or b"null")
-            data, event_id = doc["data"], doc["event_id"]
+            data, event_id, aggregate_id = doc["data"], doc["event_id"], doc["aggregate_id"]
             if type(data) is not dict or type(event_id) is not str:
                 return ()
             personal = data.get(CIPHER_MARK)
@@ -758,7 +775,7 @@ class FieldCipher:
                 return ()
             before = set(data) - {CIPHER_MARK}
             opened = dict(data)
-            self.open(opened, event_id)
+            self.open(opened, event_id, None, None, None, aggregate_id, topics)
         except Exception:  # malformed, unauthentic: nothing of it can be plain text
             return ()
         found: set[str] = set()
@@ -817,6 +834,26 @@ def redact(text: str, values: Sequence[str]) -> str:
     return text
 
 
+def _aad4(topic: str, aggregate_id: str, subject: str, event_id: str, fields: str) -> bytes:
+    return f"{_EVENT_SCHEME}\0{topic}\0{aggregate_id}\0{subject}\0{event_id}\0{fields}".encode()
+
+
+def _moved(
+    bound: str,
+    topics: frozenset[str],
+    topic: str | None,
+    partition: int | None,
+    offset: int | None,
+) -> SerializationError:
+    return SerializationError(
+        f"the event's cipher object is bound to topic {bound!r}, but its class is recorded in"
+        f" {', '.join(sorted(topics))}: a cipher text moved from another topic",
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
 def _aad(subject: str, field: str, event_id: str) -> bytes:
     return f"{_SCHEME}\0{subject}\0{field}\0{event_id}".encode()
 
@@ -871,12 +908,12 @@ def _malformed(
         scheme = sealed[0] if sealed else None
     else:
         scheme = sealed.get(CIPHER_MARK) if isinstance(sealed, dict) else type(sealed).__name__
-    if scheme not in (_EVENT_SCHEME, _OBJECT_SCHEME):
+    if scheme not in (_EVENT_SCHEME, _ENC3, _OBJECT_SCHEME):
         why = f"unknown cipher scheme {scheme!r}"
     elif isinstance(exc, KeyError):
         why = f"no {exc} entry"
     elif type(exc) is ValueError and str(exc).startswith(("not enough", "too many")):
-        why = f"not 5 items ({exc})"
+        why = f"not 5 (enc3) or 6 (enc4) items ({exc})"
     elif type(exc) is ValueError and not str(exc):
         why = "subject, key version or field names of the wrong type"
     else:

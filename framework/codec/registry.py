@@ -50,6 +50,7 @@ class EventRegistry:
     def __init__(self) -> None:
         self._by_name: dict[str, type[DomainEvent]] = {}
         self._by_class: dict[type[DomainEvent], EventType] = {}
+        self._topics: dict[type[DomainEvent], frozenset[str]] = {}
         self._aliases: dict[str, str] = {}
         self._upcasters: dict[tuple[str, int], Upcaster] = {}
         self._resolved: dict[tuple[str, int], Resolution] = {}
@@ -94,6 +95,17 @@ class EventRegistry:
         """Register every event class the aggregates have apply methods for."""
         for aggregate in aggregates:
             self.register(*aggregate.event_types())
+            topic = getattr(aggregate, "topic", None)
+            if isinstance(topic, str) and topic:
+                for cls in aggregate.event_types():
+                    self._topics[cls] = self._topics.get(cls, frozenset()) | {topic}
+            self._changed()
+
+    def topics_of(self, cls: type[DomainEvent]) -> frozenset[str]:
+        """The logical topics (aggregates' ``topic``, without an engine's or namespace's
+        prefix) the registered aggregates record ``cls`` in; empty when none registered it
+        (personal fields' cipher texts are bound to these: docs/privacy.md)."""
+        return self._topics.get(cls, frozenset())
 
     def add_alias(self, old_name: str, new_name: str) -> None:
         """Read events stored under ``old_name`` as type ``new_name`` (a renamed type)."""

@@ -248,10 +248,14 @@ def _write_journal(journal: Path, subjects: tuple[str, ...]) -> None:
 
 # -- finding the subjects' records --------------------------------------------------------
 def _needles(subjects: tuple[str, ...]) -> list[bytes]:
-    """How the codec writes the subjects' cipher objects: ``"$eventlane":["enc3","<s>"``
-    (enc3) and ``"$eventlane":"enc2","s":"<s>"`` (enc2, and enc1 objects)."""
+    """How the codec writes the subjects' cipher objects: ``"$eventlane":["enc4","<s>"``
+    (enc4, enc3) and ``"$eventlane":"enc2","s":"<s>"`` (enc2, and enc1 objects)."""
     return [
-        *(orjson.dumps({CIPHER_MARK: ["enc3", s]})[1:-2] for s in subjects),
+        *(
+            orjson.dumps({CIPHER_MARK: [scheme, s]})[1:-2]
+            for s in subjects
+            for scheme in ("enc4", "enc3")
+        ),
         *(
             orjson.dumps({CIPHER_MARK: scheme, "s": s})[1:-1]
             for s in subjects

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.privacy import CIPHER_MARK, LogKeyStore, MemoryKeyStore
-from framework.domain import Aggregate, DomainEvent, Snapshot, event
+from framework.domain import Aggregate, DomainEvent, Snapshot, applies, event
 from framework.domain.privacy import ERASED, personal, subject
 from framework.errors import ConfigError, SerializationError, StaleSnapshotError
 from framework.log.store import LogStore
@@ -88,9 +88,9 @@ def test_personal_fields_never_reach_the_record_in_clear() -> None:
     data = orjson.loads(value)["data"]
     # one cipher object for all personal fields of the event; the others stay in clear
     assert set(data) == {"plan", CIPHER_MARK}
-    # ["enc3", subject, key version, field names, base64 nonce + cipher text + tag]
-    scheme, subject_id, version, names, text = data[CIPHER_MARK]
-    assert (scheme, subject_id, version, names) == ("enc3", "c-1", 1, "name\0address")
+    # ["enc4", subject, key version, field names, topic, hex nonce + cipher text + tag]
+    scheme, subject_id, version, names, topic, text = data[CIPHER_MARK]
+    assert (scheme, subject_id, version, names, topic) == ("enc4", "c-1", 1, "name\0address", "")
     assert len(bytes.fromhex(text)) > 12 + 16
     assert back.event == env.event and back.erased == ()
 
@@ -153,9 +153,9 @@ def test_tampering_and_wrong_keys_fail_with_coordinates_never_wrong_plain_text()
     codec = make_codec(keys)
     rec = codec.encode(Envelope(Registered("Ada", NOWHERE), "c-1", 1))
     doc = orjson.loads(rec.value)
-    blob = bytearray(bytes.fromhex(doc["data"][CIPHER_MARK][4]))
+    blob = bytearray(bytes.fromhex(doc["data"][CIPHER_MARK][-1]))
     blob[-1] ^= 1
-    doc["data"][CIPHER_MARK][4] = blob.hex()
+    doc["data"][CIPHER_MARK][-1] = blob.hex()
     with pytest.raises(SerializationError, match="fail authentication") as info:
         codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=41)
     assert (info.value.topic, info.value.partition, info.value.offset) == ("customers", 2, 41)
@@ -186,7 +186,7 @@ def test_tampering_and_wrong_keys_fail_with_coordinates_never_wrong_plain_text()
         codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=45)
     assert info.value.offset == 45
     doc["data"][CIPHER_MARK] = ["enc3", "c-1", 1]  # too short
-    with pytest.raises(SerializationError, match="not 5 items"):
+    with pytest.raises(SerializationError, match=r"not 5 \(enc3\) or 6 \(enc4\) items"):
         codec.decode(None, orjson.dumps(doc), topic="customers", partition=2, offset=46)
     doc["data"][CIPHER_MARK] = ["enc3", "c-1", 1, "name\0address", "not hex"]
     with pytest.raises(SerializationError, match="cipher object is malformed"):
@@ -325,3 +325,49 @@ def test_a_key_forgotten_by_another_process_stops_decrypting_within_refresh_ms(
             time.sleep(0.005)
         assert reader.decode(new.key, new.value).event.name == "Ada L."
         assert reader.decode(old.key, old.value).erased == ("name", "address")
+
+
+class Holder(Aggregate):
+    topic: ClassVar[str] = "holders"
+    name: str
+
+    def init_state(self) -> None:
+        self.name = ""
+
+    @applies
+    def _registered(self, e: Registered) -> None:
+        self.name = e.name
+
+
+def test_enc4_binds_the_topic_and_the_aggregate_and_enc3_still_reads() -> None:
+    """A cipher text copied unchanged into another aggregate's event (same subject, same
+    event id) fails authentication; one bound to another topic is refused; ``enc3``
+    objects (bound to subject, event id and names only) written before still decode."""
+    keys = MemoryKeyStore()
+    registry = EventRegistry()
+    registry.register_aggregate(Holder)
+    codec = EventCodec(registry, keys=keys)
+    rec = codec.encode(Envelope(Registered("Ada", NOWHERE), "c-1", 1))
+    doc = orjson.loads(rec.value)
+    assert doc["data"][CIPHER_MARK][:5] == ["enc4", "c-1", 1, "name\0address", "holders"]
+    assert codec.decode(None, rec.value).event.name == "Ada"
+    moved = {**doc, "aggregate_id": "c-2"}  # copied into another aggregate's stream
+    with pytest.raises(SerializationError, match="fail authentication"):
+        codec.decode(None, orjson.dumps(moved), topic="holders", partition=0, offset=1)
+    other = orjson.loads(rec.value)
+    other["data"][CIPHER_MARK][4] = "elsewhere"  # claims another topic
+    with pytest.raises(SerializationError, match="bound to topic 'elsewhere'"):
+        codec.decode(None, orjson.dumps(other), topic="holders", partition=0, offset=2)
+    # an enc3 object, as written before enc4
+    aead = AESGCM(keys.current("c-1")[1])
+    nonce = b"\2" * 12
+    body = aead.encrypt(
+        nonce,
+        orjson.dumps({"name": "Grace", "address": {"street": "s", "city": "c"}}),
+        f"enc3\0c-1\0{doc['event_id']}\0name\0address".encode(),
+    )
+    doc["data"][CIPHER_MARK] = ["enc3", "c-1", 1, "name\0address", (nonce + body).hex()]
+    env = codec.decode(None, orjson.dumps(doc))
+    assert env.event == Registered("Grace", Address("s", "c"))
+    keys.forget("c-1")
+    assert codec.decode(None, orjson.dumps(doc)).erased == ("name", "address")

@@ -2,25 +2,29 @@
 
 Fields declared with :func:`framework.domain.privacy.personal` never reach the log in clear.
 :class:`FieldCipher` takes them out of the event's JSON ``data`` and puts one cipher object
-for all of them under the reserved key ``"$eventlane"``, a JSON array (``enc3``)::
+for all of them under the reserved key ``"$eventlane"``, a JSON array (``enc4``)::
 
     {"plan": "gold",
-     "$eventlane": ["enc3", <subject id>, <key version>, "name\u0000address",
+     "$eventlane": ["enc4", <subject id>, <key version>, "name\u0000address", <topic>,
                     <hex nonce + cipher text + tag>]}
 
 The cipher text is AES-256-GCM (``cryptography``'s AESGCM) of the JSON object of the
 fields (``{"name": ..., "address": ...}``) under the subject's key, with a 96-bit random
-nonce first, and the associated data ``enc3 \0 subject \0 event id \0 field names`` (the
-fourth item as stored: names joined by NUL): a cipher text moved to another event or
-subject, or a renamed/reordered field list, fails authentication instead of decrypting
-there. One cipher object per event means one key lookup, one decryption and one JSON parse
-per event, whatever the number of personal fields. The object is self-describing, so
-decoding needs no class declaration of the *stored* version (upcasters then see plain
-values); subject ids, key versions and field names stay in clear. An array rather than an
-object, the names as one string and hex rather than base64, because this is parsed for
-every event read.
+nonce first, and the associated data ``enc4 \0 topic \0 aggregate id \0 subject \0 event
+id \0 field names`` (names joined by NUL, as stored): a cipher text moved to another event,
+aggregate, topic or subject, or a renamed/reordered field list, fails authentication
+instead of decrypting there. The topic is the logical one (the aggregates' ``topic`` that
+record the class, from the registry; no engine or namespace prefix), stored in clear; a
+codec whose registry knows those aggregates also refuses an object naming another topic.
+One cipher object per event means one key lookup, one decryption and one JSON parse per
+event, whatever the number of personal fields. The object is self-describing, so decoding
+needs no class declaration of the *stored* version (upcasters see plain values, or, once
+the subject is forgotten, placeholders: :meth:`FieldCipher.erase`); subject ids, key
+versions, field names and topics stay in clear. An array rather than an object, the names
+as one string and hex rather than base64, because this is parsed for every event read.
 
-Older forms still decode: ``enc2`` (the same content as an object, ``{"$eventlane": "enc2",
+Older forms still decode: ``enc3`` (the same array without the topic, associated data
+``enc3 \0 subject \0 event id \0 names``), ``enc2`` (the same content as an object, ``{"$eventlane": "enc2",
 "s": ..., "k": ..., "f": [names], "c": ...}``, the plain text a JSON array of the values in
 the order of ``f``, associated data ``enc2 \0 subject \0 event id \0 names``), and the
 per-value form ``enc1`` (``{"$eventlane": "enc1", "s": ..., "k": ..., "c": ...}``, associated

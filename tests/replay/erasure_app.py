@@ -18,6 +18,7 @@ from typing import ClassVar
 from attrs import frozen
 
 from framework import App, EventContext, Projector, handles
+from framework.codec.privacy import LogKeyStore
 from framework.domain import Aggregate, DomainEvent, applies, event, personal, subject
 from framework.projection._sqlite_utils import Database
 
@@ -169,4 +170,7 @@ app = App(
     aggregates=[Member, Mailbox],
     projectors=[Directory, Welcome, Strict],
     partitions=1,
+    # a 10 ms key refresh (50 by default): forget waits two refreshes for other processes,
+    # and the model test runs hundreds of forgets
+    keys=lambda log: LogKeyStore(log, "club.keys", refresh_ms=10),
 )

@@ -7,6 +7,7 @@ directory (``grep``), with a positive control where it matters.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import sqlite3
@@ -371,3 +372,59 @@ def test_forget_never_swaps_in_a_rebuild_that_lost_a_row(tmp_path: Path) -> None
             assert conn.execute("SELECT count(*) FROM names").fetchone() == (1,)  # not lost
         assert not report.ok and any("picky" in s for s in report.not_scrubbed), report
         assert (data / JOURNAL).exists()
+
+
+def test_forget_with_a_worker_process_running_completes(tmp_path: Path) -> None:
+    """A live ``directory`` worker process pauses for the swap and goes on; afterwards no
+    file under the data directory, and no file the worker holds open (``/proc/PID/fd``,
+    deleted ones included), has the forgotten member's name or key."""
+    data = tmp_path / "data"
+    with app.open(data) as rt:
+        join(rt, "m0", "Bartholomew Running")
+        join(rt, "m1", "Cordelia Stays")
+        key = rt.codec.keys.current("m0")[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "framework.cli",
+            "--data",
+            str(data),
+            "project",
+            "worker",
+            "tests.replay.erasure_app:app",
+            "directory",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        with app.open(data) as rt:
+            deadline = time.monotonic() + 60
+            while rt.status("directory")["lag"] or not readmodel_path(data, "directory").exists():
+                assert time.monotonic() < deadline and worker.poll() is None
+                time.sleep(0.1)
+            report = forget(rt, "m0")
+            assert report.ok and report.rebuilt == ("directory",), report
+            join(rt, "m2", "Dorothea Later")  # the worker goes on after the swap
+            while rt.status("directory")["lag"]:
+                assert time.monotonic() < deadline and worker.poll() is None
+                time.sleep(0.1)
+        with sqlite3.connect(readmodel_path(data, "directory")) as conn:
+            names = dict(conn.execute("SELECT id, name FROM members"))
+        assert names == {"m0": ERASED, "m1": "Cordelia Stays", "m2": "Dorothea Later"}
+        held = {}
+        for fd in Path(f"/proc/{worker.pid}/fd").iterdir():
+            target = os.readlink(fd)
+            if target.startswith(str(data)) and Path(fd).is_file():
+                held[target] = Path(fd).read_bytes()
+        assert held  # the search sees the worker's files
+        for needle in (b"Bartholomew", key, base64.b64encode(key)):
+            assert not [t for t, raw in held.items() if needle in raw], needle
+            assert not [p for p in data.rglob("*") if p.is_file() and needle in p.read_bytes()]
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)

@@ -40,6 +40,14 @@ from framework.replay.rebuild import ENGINES
     is_flag=True,
     help="Do not rebuild read models now (then they still show the erased values).",
 )
+@click.option(
+    "--swap-timeout",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for a read model's workers to pause and its readers to let go.",
+)
 @data_option
 @json_option
 def forget(
@@ -48,6 +56,7 @@ def forget(
     engine: str,
     no_scan: bool,
     no_rebuild: bool,
+    swap_timeout: float,
     as_json: bool,
 ) -> None:
     """Forget SUBJECT... of APP: destroy their keys so their personal data is unreadable.
@@ -60,7 +69,12 @@ def forget(
     log = cli_app().open_log(create=False)
     with application.open(log, create_topics=False) as runtime:
         report = forget_subjects(
-            runtime, subjects, engine=engine, scan=not no_scan, rebuild_readmodels=not no_rebuild
+            runtime,
+            subjects,
+            engine=engine,
+            scan=not no_scan,
+            rebuild_readmodels=not no_rebuild,
+            swap_timeout=swap_timeout,
         )
     if as_json:
         click.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())

@@ -24,11 +24,12 @@ versions, field names and topics stay in clear. An array rather than an object, 
 as one string and hex rather than base64, because this is parsed for every event read.
 
 Older forms still decode: ``enc3`` (the same array without the topic, associated data
-``enc3 \0 subject \0 event id \0 names``), ``enc2`` (the same content as an object, ``{"$eventlane": "enc2",
-"s": ..., "k": ..., "f": [names], "c": ...}``, the plain text a JSON array of the values in
-the order of ``f``, associated data ``enc2 \0 subject \0 event id \0 names``), and the
-per-value form ``enc1`` (``{"$eventlane": "enc1", "s": ..., "k": ..., "c": ...}``, associated
-data ``enc1 \0 subject \0 field name \0 bound id``), which sealed snapshot states still use.
+``enc3 \0 subject \0 event id \0 names``), ``enc2`` (the same content as an object,
+``{"$eventlane": "enc2", "s": ..., "k": ..., "f": [names], "c": ...}``, the plain text a
+JSON array of the values in the order of ``f``, associated data ``enc2 \0 subject \0 event
+id \0 names``), and the per-value form ``enc1`` (``{"$eventlane": "enc1", "s": ..., "k":
+..., "c": ...}``, associated data ``enc1 \0 subject \0 field name \0 bound id``), which
+sealed snapshot states still use.
 
 Keys live in a :class:`KeyStore`: :class:`LogKeyStore` keeps them in a compacted topic
 (one record per subject, its value every key version; a tombstone once forgotten), and

@@ -428,3 +428,43 @@ def test_forget_with_a_worker_process_running_completes(tmp_path: Path) -> None:
     finally:
         worker.terminate()
         worker.wait(timeout=30)
+
+
+def test_the_cli_exits_1_while_a_place_is_not_scrubbed_and_the_next_run_finishes(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with app.open(data) as rt:
+        join(rt, "m0", "Eustace Commandline")
+        run_to_end(rt, "directory")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    base = [sys.executable, "-m", "framework.cli", "--data", str(data), "forget"]
+    console = sqlite3.connect(readmodel_path(data, "directory"))  # a console's connection
+    console.execute("SELECT count(*) FROM members").fetchall()
+    try:
+        held = subprocess.run(
+            [*base, "tests.replay.erasure_app:app", "m0", "--swap-timeout", "1"],
+            check=False,
+            capture_output=True,
+            env=env,
+            cwd=ROOT,
+            timeout=120,
+        )
+    finally:
+        console.close()
+    assert held.returncode == 1, held.stderr
+    assert b"m0: key destroyed" in held.stdout and b"not scrubbed: read model" in held.stdout
+    assert b"forget incomplete" in held.stderr
+    again = subprocess.run(
+        [*base, "tests.replay.erasure_app:app", "--json"],
+        check=False,
+        capture_output=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr
+    report = orjson.loads(again.stdout)
+    assert report["subjects"] == ["m0"] and report["already_forgotten"] == ["m0"]
+    assert report["rebuilt"] == ["directory"] and report["ok"] is True
+    assert [p for p in data.rglob("*") if p.is_file() and b"Eustace" in p.read_bytes()] == []

@@ -260,6 +260,8 @@ class Repository:
         if not records:
             return None, None, False
         record = records[-1]
+        if record.value is None:  # removed (forget's tombstone): none, and not unusable
+            return None, None, False
         where = {"topic": topic, "partition": partition, "offset": record.offset}
         try:
             snap = self.snapshots.decode(

@@ -84,6 +84,7 @@ def test_unknown_subjects_are_reported_and_a_repeated_forget_changes_nothing(
         assert report.unknown == ("nobody",) and report.keys_destroyed == ()
         first = forget(rt, "m0")
         assert first.keys_destroyed == ("m0",) and first.snapshots_removed == 1
+        assert rt.load(Member, "m0").name == ERASED  # reading it writes no new snapshot/key
         marks = {t: rt.log.offsets(t, 0).hwm for t in ("club.keys", "members.snapshots")}
         again = forget(rt, "m0")
         assert again.keys_destroyed == () and again.already_forgotten == ("m0",)

@@ -304,16 +304,21 @@ def run_scenarios(seeds: range, tmp_path: Path) -> None:
             except Exception as exc:
                 raise AssertionError(f"scenario seed {seed} failed ({data}): {exc!r}") from exc
             shutil.rmtree(data)
+            done = seed - seeds.start + 1
+            if done % 250 == 0:
+                print(f"  {done} scenarios, {time.monotonic() - started:.0f}s", flush=True)
     finally:
         if base != tmp_path:
             shutil.rmtree(base, ignore_errors=True)
     print(f"{len(seeds)} scenarios in {time.monotonic() - started:.1f}s: {dict(totals)}")
 
 
+@pytest.mark.timeout(900)
 def test_erasure_model(tmp_path: Path) -> None:
     run_scenarios(range(SCENARIOS), tmp_path)
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(4 * 3600)
 def test_erasure_model_soak(tmp_path: Path) -> None:
     run_scenarios(range(10_000, 10_000 + SOAK_SCENARIOS), tmp_path)

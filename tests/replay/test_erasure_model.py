@@ -47,6 +47,7 @@ from tests.replay.erasure_app import Member, app
 
 SCENARIOS = int(os.environ.get("ERASURE_SCENARIOS", "200"))
 SOAK_SCENARIOS = int(os.environ.get("ERASURE_SOAK_SCENARIOS", "5000"))
+SOAK_FIRST_SEED = int(os.environ.get("ERASURE_SOAK_FIRST_SEED", "10000"))
 PROJECTORS = ("directory", "welcome", "strict")
 
 
@@ -321,4 +322,4 @@ def test_erasure_model(tmp_path: Path) -> None:
 @pytest.mark.soak
 @pytest.mark.timeout(4 * 3600)
 def test_erasure_model_soak(tmp_path: Path) -> None:
-    run_scenarios(range(10_000, 10_000 + SOAK_SCENARIOS), tmp_path)
+    run_scenarios(range(SOAK_FIRST_SEED, SOAK_FIRST_SEED + SOAK_SCENARIOS), tmp_path)

@@ -20,7 +20,9 @@ At the end every projector that can catches up, and the oracle checks, against t
 * the welcome policy's side effect happened exactly once per member (``WelcomeSent``
   records in ``mail``), however many forgets ran while it was stopped or lagging.
 
-``ERASURE_SCENARIOS`` scenarios in the default suite (200); the soak runs 5,000.
+``ERASURE_SCENARIOS`` scenarios in the default suite (200, seeds 0..199); the soak
+(``pytest -m soak``) runs ``ERASURE_SOAK_SCENARIOS`` (5,000) from seed
+``ERASURE_SOAK_FIRST_SEED`` (10,000). Data directories go to ``/dev/shm`` where it exists.
 """
 
 from __future__ import annotations

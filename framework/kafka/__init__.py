@@ -9,6 +9,6 @@ classes (built from Kafka's own message schemas), record batches by its record m
 package maps them onto the log port.
 """
 
-from framework.kafka.server import KafkaServer, serve
+from framework.kafka.server import KafkaServer, Limits, serve
 
-__all__ = ["KafkaServer", "serve"]
+__all__ = ["KafkaServer", "Limits", "serve"]

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from framework.kafka.protocol import ErrorCode
+from framework.kafka.codes import Errors, errno
 from framework.observability import get_logger
 
 log = get_logger("eventlane.kafka.groups")
@@ -117,21 +117,21 @@ class GroupCoordinator:
         self.start()
         group = self.groups.setdefault(req.group_id, Group(req.group_id))
         if not group.members and await asyncio.to_thread(self.eventlane_live, req.group_id):
-            return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return _join_error(errno(Errors.InconsistentGroupProtocolError))
         if (
             group.protocol_type is not None
             and group.members
             and req.protocol_type != group.protocol_type
         ):
-            return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return _join_error(errno(Errors.InconsistentGroupProtocolError))
         names = {p.name for p in req.protocols}
         if group.members and not any(
             names & {n for n, _ in m.protocols} for m in group.members.values()
         ):
-            return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return _join_error(errno(Errors.InconsistentGroupProtocolError))
         member = self._member_for(group, req, client_id, host)
         if member is None:
-            return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id)
+            return _join_error(errno(Errors.UnknownMemberIdError), req.member_id)
         member.protocols = [(p.name, bytes(p.metadata)) for p in req.protocols]
         member.session_s = req.session_timeout_ms / 1000.0
         rebalance_ms = getattr(req, "rebalance_timeout_ms", -1)
@@ -170,7 +170,7 @@ class GroupCoordinator:
         group.state = "PreparingRebalance"
         for m in group.members.values():
             if m.sync is not None and not m.sync.done():
-                m.sync.set_result((ErrorCode.REBALANCE_IN_PROGRESS, b""))
+                m.sync.set_result((errno(Errors.RebalanceInProgressError), b""))
         timeout = max((m.rebalance_s for m in group.members.values()), default=5.0)
         if initial:
             timeout = self.initial_delay_s
@@ -245,22 +245,22 @@ class GroupCoordinator:
         group = self.groups.get(req.group_id)
         member = None if group is None else group.members.get(req.member_id)
         if group is None or member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID, b""
+            return errno(Errors.UnknownMemberIdError), b""
         if req.generation_id != group.generation:
-            return ErrorCode.ILLEGAL_GENERATION, b""
+            return errno(Errors.IllegalGenerationError), b""
         if group.state == "PreparingRebalance":
-            return ErrorCode.REBALANCE_IN_PROGRESS, b""
+            return errno(Errors.RebalanceInProgressError), b""
         member.last_seen = time.monotonic()
         if member.member_id == group.leader and group.state == "CompletingRebalance":
             given = {a.member_id: bytes(a.assignment) for a in req.assignments}
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
                 if m.sync is not None and not m.sync.done():
-                    m.sync.set_result((ErrorCode.NONE, m.assignment))
+                    m.sync.set_result((errno(Errors.NoError), m.assignment))
             group.state = "Stable"
-            return ErrorCode.NONE, member.assignment
+            return errno(Errors.NoError), member.assignment
         if group.state == "Stable":
-            return ErrorCode.NONE, member.assignment
+            return errno(Errors.NoError), member.assignment
         member.sync = asyncio.get_running_loop().create_future()
         try:
             return await member.sync
@@ -271,13 +271,13 @@ class GroupCoordinator:
         group = self.groups.get(req.group_id)
         member = None if group is None else group.members.get(req.member_id)
         if group is None or member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+            return errno(Errors.UnknownMemberIdError)
         if req.generation_id != group.generation:
-            return ErrorCode.ILLEGAL_GENERATION
+            return errno(Errors.IllegalGenerationError)
         member.last_seen = time.monotonic()
         if group.state == "PreparingRebalance":
-            return ErrorCode.REBALANCE_IN_PROGRESS
-        return ErrorCode.NONE
+            return errno(Errors.RebalanceInProgressError)
+        return errno(Errors.NoError)
 
     def leave(
         self, group_id: str, member_ids: list[tuple[str, str | None]]
@@ -296,11 +296,11 @@ class GroupCoordinator:
                     None,
                 )
             if group is None or member is None:
-                out.append((member_id, instance, ErrorCode.UNKNOWN_MEMBER_ID))
+                out.append((member_id, instance, errno(Errors.UnknownMemberIdError)))
                 continue
             del group.members[member.member_id]
             group.joined.discard(member.member_id)
-            out.append((member.member_id, instance, ErrorCode.NONE))
+            out.append((member.member_id, instance, errno(Errors.NoError)))
             log.info("member left", group=group_id, member_id=member.member_id)
             self._after_removal(group, "member left")
         return out
@@ -341,17 +341,17 @@ class GroupCoordinator:
         if generation < 0 and not member_id:
             # a simple consumer (assign, no membership): only when no generation is live
             if group is not None and group.members:
-                return ErrorCode.ILLEGAL_GENERATION
-            return ErrorCode.NONE
+                return errno(Errors.IllegalGenerationError)
+            return errno(Errors.NoError)
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+            return errno(Errors.UnknownMemberIdError)
         if generation != group.generation:
-            return ErrorCode.ILLEGAL_GENERATION
+            return errno(Errors.IllegalGenerationError)
         if group.state == "PreparingRebalance":
-            return ErrorCode.REBALANCE_IN_PROGRESS
+            return errno(Errors.RebalanceInProgressError)
         member.last_seen = time.monotonic()
-        return ErrorCode.NONE
+        return errno(Errors.NoError)
 
     def describe(self, group_id: str) -> Group | None:
         return self.groups.get(group_id)

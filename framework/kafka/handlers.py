@@ -48,21 +48,21 @@ from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from kafka.record.memory_records import MemoryRecords
 
+from framework.consumer.coordinator import validate_group_id
 from framework.consumer.offsets import OffsetAndMetadata, OffsetStore
 from framework.errors import (
     ConfigError,
     FrameworkError,
     InvalidTopicError,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
     TopicExistsError,
-    UnknownPartitionError,
-    UnknownTopicError,
 )
+from framework.kafka.codes import Errors, errno, error_for, group_error_for
 from framework.kafka.groups import GroupCoordinator
-from framework.kafka.protocol import SUPPORTED, ErrorCode
+from framework.kafka.protocol import SUPPORTED
 from framework.kafka.records import BatchFormatError, KafkaBatch, encode_batch, parse_batches
-from framework.log import Log, TopicPartition
+from framework.log import Log, TopicConfig, TopicPartition
+from framework.log.names import INTERNAL_TOPICS, validate_topic_name
 from framework.observability import get_logger
 
 log = get_logger("eventlane.kafka")
@@ -71,29 +71,49 @@ NODE_ID = 0
 CLUSTER_ID = "eventlane"
 _TOPIC_NS = uuid.UUID("6f1c7c56-3c1a-4e8e-9a53-3b1f0d6a6b21")
 _DEDUPE_WINDOW = 5
-_INTERNAL = ("__consumer_offsets",)
+TRANSACTIONS_REFUSED = errno(Errors.TransactionalIdAuthorizationFailedError)
+"""The answer to every transactional request: a code no client retries (Kafka's clients fail
+``init_transactions()`` at once on it), with :data:`TRANSACTIONS_MESSAGE` beside it."""
+TRANSACTIONS_MESSAGE = (
+    "transactions are not supported by eventlane's Kafka listener (no transaction coordinator)"
+)
+KAFKA_INTERNAL_TOPICS = frozenset(
+    {"__transaction_state", "__share_group_state", "__cluster_metadata"}
+)
+"""Kafka's own internal topics: refused like eventlane's (a client may think it writes them)."""
+_LEGAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_MAX_TOPIC_NAME = 249
 
 
-def topic_id(name: str) -> uuid.UUID:
+def is_internal(name: str) -> bool:
+    """Whether ``name`` is an internal topic: written by eventlane (or, for Kafka's, by
+    nobody), never by a client."""
+    return name in INTERNAL_TOPICS or name in KAFKA_INTERNAL_TOPICS
+
+
+def check_topic_name(name: object) -> str:
+    """``name`` if Kafka and eventlane both accept it as a topic name, else
+    :class:`InvalidTopicError` (Kafka's rule: 1-249 characters of ``[a-zA-Z0-9._-]``, not
+    ``.`` or ``..``; eventlane's: no leading ``.``)."""
+    if not isinstance(name, str) or not name or len(name) > _MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"illegal topic name {name!r}", topic=str(name)[:300])
+    if not set(name) <= _LEGAL or name in (".", ".."):
+        raise InvalidTopicError(f"illegal topic name {name!r}", topic=name)
+    validate_topic_name(name)
+    return name
+
+
+def refuse_internal(name: str, action: str) -> None:
+    """:class:`InvalidTopicError` when a client asks to ``action`` an internal topic."""
+    if is_internal(name):
+        raise InvalidTopicError(
+            f"{name} is an internal topic: clients cannot {action} it", topic=name
+        )
+
+
+def topic_id(name: str | None) -> uuid.UUID:
     """A stable topic id (Kafka's are random; eventlane's topics are named, so derived)."""
-    return uuid.uuid5(_TOPIC_NS, name)
-
-
-def error_for(exc: BaseException) -> ErrorCode:
-    """The Kafka error code for an eventlane error."""
-    if isinstance(exc, UnknownTopicError | UnknownPartitionError):
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    if isinstance(exc, OffsetOutOfRangeError):
-        return ErrorCode.OFFSET_OUT_OF_RANGE
-    if isinstance(exc, RecordTooLargeError):
-        return ErrorCode.MESSAGE_TOO_LARGE
-    if isinstance(exc, InvalidTopicError):
-        return ErrorCode.INVALID_TOPIC_EXCEPTION
-    if isinstance(exc, TopicExistsError):
-        return ErrorCode.TOPIC_ALREADY_EXISTS
-    if isinstance(exc, ConfigError):
-        return ErrorCode.INVALID_CONFIG
-    return ErrorCode.UNKNOWN_SERVER_ERROR
+    return uuid.uuid5(_TOPIC_NS, name or "")
 
 
 class _ProducerState:
@@ -123,6 +143,11 @@ class Broker:
         self._producers: dict[tuple[int, str, int], _ProducerState] = {}
         self._next_pid = (int(time.time() * 1000) & 0xFFFFFFFFFF) << 12
         self._append_lock = asyncio.Lock()
+        self.limits: dict[str, str] = {}
+        # (group, partition) -> a negative committed offset (-1 latest, -2 earliest: a
+        # client's "no position, apply the reset policy"), answered by OffsetFetch until the
+        # group commits a real offset there; the store keeps its last real commit
+        self._placeholders: dict[tuple[str, TopicPartition], int] = {}
         self.offsets = OffsetStore(log_)
         self.groups = GroupCoordinator(self.offsets, eventlane_live=self._eventlane_live)
 
@@ -182,7 +207,7 @@ class Broker:
 
     def api_versions_error(self, correlation_id: int) -> bytes:
         response = ApiVersionsResponse(
-            error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=self._versions()
+            error_code=errno(Errors.UnsupportedVersionError), api_keys=self._versions()
         )
         response.API_VERSION = 0
         response.with_header(correlation_id=correlation_id)
@@ -193,8 +218,8 @@ class Broker:
         Topic = MetadataResponse.MetadataResponseTopic
         Partition = Topic.MetadataResponsePartition
         try:
-            count = self.log.partition_count(name)
-        except FrameworkError as exc:
+            count = self.log.partition_count(check_topic_name(name))
+        except Exception as exc:
             return Topic(
                 error_code=error_for(exc),
                 name=name,
@@ -206,7 +231,7 @@ class Broker:
             error_code=0,
             name=name,
             topic_id=topic_id(name),
-            is_internal=name in _INTERNAL,
+            is_internal=is_internal(name),
             partitions=[
                 Partition(
                     error_code=0,
@@ -226,7 +251,7 @@ class Broker:
             names = await asyncio.to_thread(self.log.list_topics)
         else:
             names = [t.name for t in request.topics]
-            if self.auto_create_topics and request.allow_auto_topic_creation:
+            if self.auto_create_topics and getattr(request, "allow_auto_topic_creation", True):
                 for name in names:
                     await asyncio.to_thread(self._auto_create, name)
         topics = [await asyncio.to_thread(self._topic_metadata, n) for n in names]
@@ -244,9 +269,9 @@ class Broker:
         )
 
     def _auto_create(self, name: str) -> None:
-        if name.startswith("__") or self.log.topic_exists(name):
-            return
         try:
+            if name.startswith("__") or self.log.topic_exists(check_topic_name(name)):
+                return
             self.log.create_topic(name, self.default_partitions, exist_ok=True)
             log.info("topic auto-created", topic=name, partitions=self.default_partitions)
         except FrameworkError as exc:
@@ -257,25 +282,29 @@ class Broker:
         Result = CreateTopicsResponse.CreatableTopicResult
         results = []
         for topic in request.topics:
-            code, message = ErrorCode.NONE, None
+            code, message = errno(Errors.NoError), None
             partitions = topic.num_partitions if topic.num_partitions > 0 else 1
-            if topic.replication_factor not in (-1, 1):
-                code = ErrorCode.INVALID_REPLICATION_FACTOR
+            if is_internal(topic.name):
+                code = errno(Errors.InvalidTopicError)
+                message = f"{topic.name} is an internal topic: clients cannot create it"
+            elif topic.replication_factor not in (-1, 1):
+                code = errno(Errors.InvalidReplicationFactorError)
                 message = "eventlane is one broker: replication factor must be 1"
             elif topic.assignments:
-                code = ErrorCode.INVALID_REQUEST
+                code = errno(Errors.InvalidRequestError)
                 message = "manual replica assignment is not supported"
             else:
-                config = eventlane_config({c.name: c.value for c in topic.configs})
                 try:
-                    if request.validate_only:
+                    check_topic_name(topic.name)
+                    config = eventlane_config({c.name: c.value for c in topic.configs})
+                    if getattr(request, "validate_only", False):
                         if self.log.topic_exists(topic.name):
                             raise TopicExistsError(f"topic {topic.name!r} exists", topic=topic.name)
                     else:
                         await asyncio.to_thread(
                             self.log.create_topic, topic.name, partitions, config
                         )
-                except FrameworkError as exc:
+                except Exception as exc:
                     code, message = error_for(exc), str(exc)
             results.append(
                 Result(
@@ -299,12 +328,11 @@ class Broker:
         )
         results = []
         for name in names:
-            code, message = ErrorCode.NONE, None
+            code, message = errno(Errors.NoError), None
             try:
-                if name in _INTERNAL:
-                    raise InvalidTopicError(f"{name} is internal", topic=name)
+                refuse_internal(check_topic_name(name), "delete")
                 await asyncio.to_thread(self.log.delete_topic, name)
-            except FrameworkError as exc:
+            except Exception as exc:
                 code, message = error_for(exc), str(exc)
             results.append(
                 DeleteTopicsResponse.DeletableTopicResult(
@@ -314,33 +342,44 @@ class Broker:
         return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
     async def describe_configs(self, request: Any) -> Any:
+        """Topic configs (Kafka's names) and the broker's; each entry says whether it is the
+        default (source DEFAULT_CONFIG, 5) or set (TOPIC_CONFIG 1 / STATIC_BROKER_CONFIG 4).
+        Everything is read-only: AlterConfigs is not implemented."""
         Result = DescribeConfigsResponse.DescribeConfigsResult
         Entry = Result.DescribeConfigsResourceResult
         results = []
         for resource in request.resources:
             entries: list[Any] = []
-            code, message = ErrorCode.NONE, None
-            if resource.resource_type == 2:  # TOPIC
-                try:
-                    config = await asyncio.to_thread(self.log.topic_config, resource.resource_name)
-                    values = kafka_config(config)
-                except FrameworkError as exc:
-                    code, message, values = error_for(exc), str(exc), {}
-            else:  # BROKER and others: what a client may ask for
-                values = {
-                    "broker.id": str(NODE_ID),
-                    "auto.create.topics.enable": str(self.auto_create_topics).lower(),
-                }
+            code, message = errno(Errors.NoError), None
+            values: dict[str, tuple[str, bool]] = {}
+            set_source = 1
+            try:
+                if resource.resource_type == 2:  # TOPIC
+                    name = check_topic_name(resource.resource_name)
+                    config = await asyncio.to_thread(self.log.topic_config, name)
+                    values = _with_defaults(kafka_config(config), _TOPIC_DEFAULTS)
+                elif resource.resource_type == 4:  # BROKER
+                    if resource.resource_name not in ("", str(NODE_ID)):
+                        raise ConfigError(f"unknown broker {resource.resource_name!r}")
+                    values = _with_defaults(self.broker_configs, _BROKER_DEFAULTS)
+                    set_source = 4
+                else:
+                    code = errno(Errors.InvalidRequestError)
+                    message = f"resource type {resource.resource_type} is not supported"
+            except Exception as exc:
+                code, message, values = error_for(exc), str(exc), {}
+                if resource.resource_type == 4:
+                    code = errno(Errors.InvalidRequestError)
             wanted = resource.configuration_keys
-            for name, value in sorted(values.items()):
+            for name, (value, is_default) in sorted(values.items()):
                 if wanted is None or name in wanted:
                     entries.append(
                         Entry(
                             name=name,
                             value=value,
-                            read_only=False,
-                            config_source=1,
-                            is_default=False,
+                            read_only=True,
+                            config_source=5 if is_default else set_source,
+                            is_default=is_default,
                             is_sensitive=False,
                             synonyms=[],
                             config_type=0,
@@ -358,12 +397,26 @@ class Broker:
             )
         return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
+    @property
+    def broker_configs(self) -> dict[str, str]:
+        """The broker's configuration under Kafka's names."""
+        return {
+            "broker.id": str(NODE_ID),
+            "node.id": str(NODE_ID),
+            "auto.create.topics.enable": str(self.auto_create_topics).lower(),
+            "num.partitions": str(self.default_partitions),
+            "default.replication.factor": "1",
+            "offsets.topic.replication.factor": "1",
+            **self.limits,
+        }
+
     # -- produce ---------------------------------------------------------------------------
     async def init_producer_id(self, request: Any) -> Any:
         if request.transactional_id is not None:
+            log.info("transactional producer refused", transactional_id=request.transactional_id)
             return InitProducerIdResponse(
                 throttle_time_ms=0,
-                error_code=ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                error_code=TRANSACTIONS_REFUSED,
                 producer_id=-1,
                 producer_epoch=-1,
             )
@@ -402,15 +455,12 @@ class Broker:
         self, topic: str, partition: int, raw: bytes | None, transactional_id: str | None
     ) -> tuple[int, int, int, int, str | None]:
         if transactional_id is not None:
-            return (
-                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                -1,
-                -1,
-                -1,
-                "transactions are not supported",
-            )
+            return TRANSACTIONS_REFUSED, -1, -1, -1, TRANSACTIONS_MESSAGE
         try:
+            refuse_internal(check_topic_name(topic), "produce to")
             batches = _produced_batches(bytes(raw or b""))
+        except InvalidTopicError as exc:
+            return errno(Errors.InvalidTopicError), -1, -1, -1, str(exc)
         except _RefusedError as exc:
             return exc.code, -1, -1, -1, str(exc)
         first_base = -1
@@ -431,7 +481,7 @@ class Broker:
                         continue
                     if state.next_seq >= 0 and seq != state.next_seq:
                         return (
-                            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                            errno(Errors.OutOfOrderSequenceNumberError),
                             -1,
                             -1,
                             -1,
@@ -441,7 +491,7 @@ class Broker:
                     continue
                 try:
                     result = await asyncio.to_thread(self.log.append, topic, partition, tuples)
-                except FrameworkError as exc:
+                except Exception as exc:
                     return error_for(exc), -1, -1, -1, str(exc)
                 if first_base < 0:
                     first_base = result.base_offset
@@ -457,10 +507,11 @@ class Broker:
                     state.next_seq = (batch.base_sequence + len(tuples)) & 0x7FFFFFFF
         try:
             lwm = (await asyncio.to_thread(self.log.offsets, topic, partition)).lwm
-        except FrameworkError as exc:
-            return error_for(exc), -1, -1, -1, str(exc)
-        timestamp_type = await asyncio.to_thread(self._append_time_topic, topic)
-        return ErrorCode.NONE, first_base, append_time if timestamp_type else -1, lwm, None
+            timestamp_type = await asyncio.to_thread(self._append_time_topic, topic)
+        except Exception as exc:
+            # the records are stored (acknowledge them): only the marks could not be read
+            return errno(Errors.NoError), first_base, -1, -1, f"stored; {exc}"
+        return errno(Errors.NoError), first_base, append_time if timestamp_type else -1, lwm, None
 
     def _append_time_topic(self, topic: str) -> bool:
         return bool(self.log.topic_config(topic).log_append_time)
@@ -485,9 +536,9 @@ class Broker:
         for topic in request.topics:
             parts = []
             for p in topic.partitions:
-                code, hwm, lwm, blob = ErrorCode.NONE, -1, -1, b""
+                code, hwm, lwm, blob = errno(Errors.NoError), -1, -1, b""
                 try:
-                    marks = self.log.offsets(topic.topic, p.partition)
+                    marks = self.log.offsets(check_topic_name(topic.topic), p.partition)
                     hwm, lwm = marks.hwm, marks.lwm
                     if p.fetch_offset < lwm or p.fetch_offset > hwm:
                         raise OffsetOutOfRangeError(
@@ -504,7 +555,7 @@ class Broker:
                             topic.topic, p.partition, p.fetch_offset, hwm, limit, total == 0
                         )
                         total += len(blob)
-                except FrameworkError as exc:
+                except Exception as exc:
                     code = error_for(exc)
                 parts.append(
                     PartR(
@@ -551,12 +602,15 @@ class Broker:
         for topic in request.topics:
             parts = []
             for p in topic.partitions:
-                code, offset, ts = ErrorCode.NONE, -1, -1
+                code, offset, ts = errno(Errors.NoError), -1, -1
                 try:
                     offset, ts = await asyncio.to_thread(
-                        self._offset_for, topic.name, p.partition_index, p.timestamp
+                        self._offset_for,
+                        check_topic_name(topic.name),
+                        p.partition_index,
+                        p.timestamp,
                     )
-                except FrameworkError as exc:
+                except Exception as exc:
                     code = error_for(exc)
                 parts.append(
                     PartR(
@@ -590,8 +644,9 @@ class Broker:
         for topic in request.topics:
             parts = []
             for p in topic.partitions:
-                code, lwm = ErrorCode.NONE, -1
+                code, lwm = errno(Errors.NoError), -1
                 try:
+                    refuse_internal(check_topic_name(topic.name), "delete records of")
                     offset = p.offset
                     if offset == -1:
                         offset = (
@@ -600,7 +655,7 @@ class Broker:
                     lwm = await asyncio.to_thread(
                         self.log.delete_records, topic.name, p.partition_index, offset
                     )
-                except FrameworkError as exc:
+                except Exception as exc:
                     code = error_for(exc)
                 parts.append(
                     PartR(partition_index=p.partition_index, low_watermark=lwm, error_code=code)
@@ -653,7 +708,7 @@ class Broker:
         else:
             wanted = [(request.member_id, None)]
         results = self.groups.leave(request.group_id, wanted)
-        code = results[0][2] if results and not members else ErrorCode.NONE
+        code = results[0][2] if results and not members else errno(Errors.NoError)
         return LeaveGroupResponse(
             throttle_time_ms=0,
             error_code=code,
@@ -664,35 +719,57 @@ class Broker:
         )
 
     async def offset_commit(self, request: Any) -> Any:
+        """Kafka stores any committed offset; so does the listener. A negative one (-1, -2:
+        a client's placeholder for "latest"/"earliest" after OFFSET_OUT_OF_RANGE) is held as
+        a placeholder that OffsetFetch answers, so the client applies its reset policy; one
+        below the low-water mark is stored, and the next fetch from it gets
+        OFFSET_OUT_OF_RANGE, so the client resets as its policy says (Kafka's behaviour)."""
         TopicR = OffsetCommitResponse.OffsetCommitResponseTopic
         PartR = TopicR.OffsetCommitResponsePartition
         generation = request.generation_id_or_member_epoch
-        code = self.groups.check_commit(request.group_id, generation, request.member_id)
+        group = request.group_id
+        try:
+            validate_group_id(group)
+            code = self.groups.check_commit(group, generation, request.member_id or "")
+        except ConfigError:
+            code = errno(Errors.InvalidGroupIdError)
         wanted: dict[TopicPartition, OffsetAndMetadata] = {}
+        placeholders: dict[TopicPartition, int] = {}
         errors: dict[TopicPartition, int] = {}
         for topic in request.topics:
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
                 if code:
                     errors[tp] = code
-                elif not self.log.topic_exists(
-                    topic.name
-                ) or p.partition_index >= self.log.partition_count(topic.name):
-                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    wanted[tp] = OffsetAndMetadata(p.committed_offset, p.committed_metadata or "")
+                    continue
+                try:
+                    exists = self.log.topic_exists(check_topic_name(topic.name))
+                    if not exists or p.partition_index >= self.log.partition_count(topic.name):
+                        errors[tp] = errno(Errors.UnknownTopicOrPartitionError)
+                    elif p.committed_offset < 0:
+                        placeholders[tp] = p.committed_offset
+                    else:
+                        meta = p.committed_metadata or ""
+                        wanted[tp] = OffsetAndMetadata(p.committed_offset, meta)
+                except Exception as exc:
+                    errors[tp] = error_for(exc)
         if wanted:
             try:
                 await asyncio.to_thread(
                     self.offsets.commit,
-                    request.group_id,
+                    group,
                     wanted,
                     generation=generation,
                     member_id=request.member_id or "kafka-simple",
                 )
-            except FrameworkError as exc:
+            except Exception as exc:
                 for tp in wanted:
-                    errors[tp] = error_for(exc)
+                    errors[tp] = group_error_for(exc)
+        for tp in wanted:
+            if tp not in errors:
+                self._placeholders.pop((group, tp), None)
+        for tp, offset in placeholders.items():
+            self._placeholders[(group, tp)] = offset
         topics = []
         for topic in request.topics:
             parts = [
@@ -713,11 +790,11 @@ class Broker:
             Parts = Topics.OffsetFetchResponsePartitions
             out = []
             for g in groups:
-                found = await asyncio.to_thread(self._committed, g.group_id, g.topics)
+                code, found = await self._fetch_committed(g.group_id, g.topics)
                 out.append(
                     Group(
                         group_id=g.group_id,
-                        error_code=0,
+                        error_code=code,
                         topics=[
                             Topics(
                                 name=name,
@@ -727,7 +804,7 @@ class Broker:
                                         committed_offset=o,
                                         committed_leader_epoch=-1,
                                         metadata=m,
-                                        error_code=0,
+                                        error_code=code,
                                     )
                                     for p, o, m in parts
                                 ],
@@ -739,10 +816,10 @@ class Broker:
             return OffsetFetchResponse(throttle_time_ms=0, groups=out)
         Topic = OffsetFetchResponse.OffsetFetchResponseTopic
         Part = Topic.OffsetFetchResponsePartition
-        found = await asyncio.to_thread(self._committed, request.group_id, request.topics)
+        code, found = await self._fetch_committed(request.group_id, request.topics)
         return OffsetFetchResponse(
             throttle_time_ms=0,
-            error_code=0,
+            error_code=code,
             topics=[
                 Topic(
                     name=name,
@@ -752,7 +829,7 @@ class Broker:
                             committed_offset=o,
                             committed_leader_epoch=-1,
                             metadata=m,
-                            error_code=0,
+                            error_code=code,
                         )
                         for p, o, m in parts
                     ],
@@ -761,24 +838,43 @@ class Broker:
             ],
         )
 
+    async def _fetch_committed(
+        self, group: Any, topics: Any
+    ) -> tuple[int, list[tuple[str, list[tuple[int, int, str]]]]]:
+        """(error code, committed offsets by topic) of ``group``; on an error every asked
+        partition is listed with offset -1."""
+        try:
+            validate_group_id(group)
+            return 0, await asyncio.to_thread(self._committed, group, topics)
+        except ConfigError:
+            code = errno(Errors.InvalidGroupIdError)
+        except Exception as exc:
+            code = group_error_for(exc)
+        asked = [(t.name, [(p, -1, "") for p in t.partition_indexes]) for t in topics or []]
+        return code, asked
+
     def _committed(self, group: str, topics: Any) -> list[tuple[str, list[tuple[int, int, str]]]]:
         if not self.offsets.exists():
-            committed: dict[TopicPartition, Any] = {}
+            committed: dict[TopicPartition, tuple[int, str]] = {}
         else:
-            committed = self.offsets.group_offsets(group)
+            committed = {
+                tp: (c.offset, c.metadata or "")
+                for tp, c in self.offsets.group_offsets(group).items()
+            }
+        for (g, tp), offset in list(self._placeholders.items()):
+            if g == group:
+                committed[tp] = (offset, "")
         if topics is None:
             by_topic: dict[str, list[tuple[int, int, str]]] = {}
-            for tp, c in sorted(committed.items()):
-                by_topic.setdefault(tp.topic, []).append((tp.partition, c.offset, c.metadata or ""))
+            for tp, (offset, meta) in sorted(committed.items()):
+                by_topic.setdefault(tp.topic, []).append((tp.partition, offset, meta))
             return sorted(by_topic.items())
         out = []
         for t in topics:
             parts = []
             for p in t.partition_indexes:
-                c = committed.get(TopicPartition(t.name, p))
-                parts.append(
-                    (p, -1 if c is None else c.offset, "" if c is None else (c.metadata or ""))
-                )
+                offset, meta = committed.get(TopicPartition(t.name, p), (-1, ""))
+                parts.append((p, offset, meta))
             out.append((t.name, parts))
         return out
 
@@ -835,15 +931,17 @@ class Broker:
         results = []
         for name in request.groups_names:
             group = self.groups.describe(name)
-            code = ErrorCode.NONE
+            code = errno(Errors.NoError)
             if group is not None and group.members:
-                code = ErrorCode.NON_EMPTY_GROUP
+                code = errno(Errors.NonEmptyGroupError)
             else:
                 try:
                     await asyncio.to_thread(self.offsets.delete_group, name)
                     self.groups.groups.pop(name, None)
-                except FrameworkError as exc:
-                    code = error_for(exc)
+                    for key in [k for k in self._placeholders if k[0] == name]:
+                        del self._placeholders[key]
+                except Exception as exc:
+                    code = group_error_for(exc)
             results.append(
                 DeleteGroupsResponse.DeletableGroupResult(group_id=name, error_code=code)
             )
@@ -851,10 +949,10 @@ class Broker:
 
     async def find_coordinator(self, request: Any) -> Any:
         keys = list(getattr(request, "coordinator_keys", None) or [request.key])
-        if request.key_type == 1:
-            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
+        if request.key_type != 0:  # 1: a transaction coordinator, 2: a share group's
+            code, message = TRANSACTIONS_REFUSED, TRANSACTIONS_MESSAGE
         else:
-            code, message = ErrorCode.NONE, None
+            code, message = errno(Errors.NoError), None
         return FindCoordinatorResponse(
             throttle_time_ms=0,
             error_code=code,
@@ -905,6 +1003,22 @@ def eventlane_config(values: dict[str, str | None]) -> dict[str, str]:
     return out
 
 
+def _with_defaults(values: dict[str, str], defaults: dict[str, str]) -> dict[str, tuple[str, bool]]:
+    return {name: (value, defaults.get(name) == value) for name, value in values.items()}
+
+
+_BROKER_DEFAULTS = {
+    "auto.create.topics.enable": "true",
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "socket.request.max.bytes": str(100 << 20),
+    "connections.max.idle.ms": "600000",
+    "max.connections": str(0x7FFFFFFF),
+    "queued.max.request.bytes": "-1",
+}
+"""Kafka's defaults of the broker configs the listener reports."""
+
+
 def kafka_config(config: Any) -> dict[str, str]:
     """A topic's configuration under Kafka's names (what DescribeConfigs returns)."""
     out: dict[str, str] = {}
@@ -914,49 +1028,84 @@ def kafka_config(config: Any) -> dict[str, str]:
     return out
 
 
+_TOPIC_DEFAULTS = kafka_config(TopicConfig())
+"""A topic's configs when nothing was set (eventlane's defaults, which are Kafka's)."""
+
+
 class _RefusedError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
 
 
 def _produced_batches(raw: bytes) -> list[KafkaBatch]:
     """A Produce request's batches: plain ones parsed here (fast), compressed ones by
-    kafka-python; transactional and control batches refused, never half-applied."""
+    kafka-python (gzip, snappy, lz4, zstd); transactional and control batches refused, and
+    any batch that does not decode whole refuses the partition's request: never half-applied.
+    """
     try:
         return parse_batches(raw)
     except BatchFormatError as exc:
         if not exc.fallback:
-            raise _RefusedError(ErrorCode.CORRUPT_MESSAGE, f"bad record batch: {exc}") from None
-    batches = []
-    try:
-        records = MemoryRecords(raw)
-        while (batch := records.next_batch()) is not None:
-            batches.append(batch)
-    except Exception as exc:
-        raise _RefusedError(ErrorCode.CORRUPT_MESSAGE, f"bad record batch: {exc}") from None
-    out = []
-    for batch in batches:
-        if getattr(batch, "is_transactional", False) or getattr(batch, "is_control_batch", False):
             raise _RefusedError(
-                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, "transactions are not supported"
+                errno(Errors.CorruptRecordError), f"bad record batch: {exc}"
+            ) from None
+    try:
+        return _decoded(raw)
+    except _RefusedError:
+        raise
+    except Errors.UnsupportedCodecError as exc:
+        raise _RefusedError(
+            errno(Errors.UnsupportedCompressionTypeError), f"unsupported compression: {exc}"
+        ) from None
+    except Exception as exc:
+        raise _RefusedError(
+            errno(Errors.CorruptRecordError), f"bad record batch: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _decoded(raw: bytes) -> list[KafkaBatch]:
+    out = []
+    records = MemoryRecords(raw)
+    while (batch := records.next_batch()) is not None:
+        if getattr(batch, "magic", 2) != 2:
+            raise _RefusedError(
+                errno(Errors.UnsupportedForMessageFormatError),
+                f"message format v{batch.magic} (magic {batch.magic}): only record batches v2",
+            )
+        if batch.is_transactional or batch.is_control_batch:
+            raise _RefusedError(TRANSACTIONS_REFUSED, TRANSACTIONS_MESSAGE)
+        if batch.compression_type not in _CODECS:
+            raise _RefusedError(
+                errno(Errors.UnsupportedCompressionTypeError),
+                f"compression type {batch.compression_type} is not one of Kafka's",
             )
         if not batch.validate_crc():
-            raise _RefusedError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+            raise _RefusedError(errno(Errors.CorruptRecordError), "record batch CRC mismatch")
+        records_ = [
+            (
+                None if r.key is None else bytes(r.key),
+                None if r.value is None else bytes(r.value),
+                tuple((k, None if v is None else bytes(v)) for k, v in r.headers),
+                r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None,
+            )
+            for r in batch
+        ]
+        if len(records_) != batch.records_count:
+            raise _RefusedError(
+                errno(Errors.CorruptRecordError),
+                f"batch says {batch.records_count} records, holds {len(records_)}",
+            )
         out.append(
             KafkaBatch(
                 batch.producer_id if batch.has_producer_id() else -1,
                 batch.producer_epoch,
                 batch.base_sequence,
-                [
-                    (
-                        None if r.key is None else bytes(r.key),
-                        None if r.value is None else bytes(r.value),
-                        tuple((k, None if v is None else bytes(v)) for k, v in r.headers),
-                        r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None,
-                    )
-                    for r in batch
-                ],
+                records_,
             )
         )
     return out
+
+
+_CODECS = frozenset({0, 1, 2, 3, 4})
+"""Kafka's compression types: none, gzip, snappy, lz4, zstd."""

@@ -3,13 +3,15 @@
 :data:`SUPPORTED` maps an API key to the (min, max) versions this listener implements; it
 is what ApiVersions advertises. Caps below kafka-python's maximum are where a later version
 needs something eventlane does not have (topic ids in Produce/Fetch v13+, KIP-848 groups).
-Error codes are Kafka's (``org.apache.kafka.common.protocol.Errors``).
+Minimum versions are Kafka 4's (KIP-896 removed older ones): Produce v3 and Fetch v4 are the
+first that carry record batches v2 (magic 2), the only format the listener reads and writes,
+so an older client is told at ApiVersions instead of failing on its first batch.
+Error codes are ``kafka.errors``' (see :mod:`framework.kafka.codes`).
 """
 
 from __future__ import annotations
 
 import struct
-from enum import IntEnum
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -34,36 +36,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
-__all__ = ["REQUESTS", "SUPPORTED", "ErrorCode", "UnsupportedVersionError", "decode_request"]
-
-
-class ErrorCode(IntEnum):
-    """Kafka's error codes used here."""
-
-    NONE = 0
-    OFFSET_OUT_OF_RANGE = 1
-    CORRUPT_MESSAGE = 2
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    MESSAGE_TOO_LARGE = 10
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    INVALID_TOPIC_EXCEPTION = 17
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    UNKNOWN_MEMBER_ID = 25
-    REBALANCE_IN_PROGRESS = 27
-    UNSUPPORTED_VERSION = 35
-    TOPIC_ALREADY_EXISTS = 36
-    INVALID_PARTITIONS = 37
-    INVALID_REPLICATION_FACTOR = 38
-    INVALID_REQUEST = 42
-    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
-    POLICY_VIOLATION = 44
-    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-    INVALID_CONFIG = 40
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    UNKNOWN_SERVER_ERROR = -1
+__all__ = ["REQUESTS", "SUPPORTED", "UnsupportedVersionError", "decode_request"]
 
 
 REQUESTS: dict[int, Any] = {
@@ -100,8 +73,14 @@ _CAPS: dict[int, int] = {
     9: 9,  # OffsetFetch: v10 names topics by id
 }
 
+_MIN: dict[int, int] = {
+    0: 3,  # Produce: v3 is the first with record batches v2
+    1: 4,  # Fetch: v4 is the first with record batches v2
+}
+
 SUPPORTED: dict[int, tuple[int, int]] = {
-    key: (0, min(cls.max_version, _CAPS.get(key, cls.max_version))) for key, cls in REQUESTS.items()
+    key: (_MIN.get(key, 0), min(cls.max_version, _CAPS.get(key, cls.max_version)))
+    for key, cls in REQUESTS.items()
 }
 
 

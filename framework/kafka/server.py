@@ -13,27 +13,117 @@ blocks other connections.
 Guarantees are the log's: an acknowledged produce (acks=1 or -1; both mean "durable per the
 topic's flush policy" on one node) is in the log; a fetch never returns records at or
 above the high-water mark.
+
+Invariants of the connection loop:
+
+* every request that decodes at a supported version is answered (acks=0 produce excepted,
+  as in Kafka): a failure inside a handler becomes a Kafka error code in the response, never
+  a dropped connection. The connection is closed, as Kafka closes it, only for a frame it
+  cannot take (a size outside ``[8, max_request_bytes]``, a body that does not decode, an
+  API or version not advertised other than ApiVersions), an idle connection, a request
+  whose bytes do not all arrive within ``request_timeout_s``, or one over
+  ``max_connections``;
+* the bytes of requests being received or served never exceed ``max_inflight_bytes`` in
+  total: a frame's size is reserved before its body is read, and a connection whose frame
+  does not fit waits (its bytes stay in the kernel's socket buffer) until others finish;
+* each refused or failed request logs one line, at most :data:`LOG_LINES_PER_S` a second
+  (the rest are counted and reported in the next line).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from framework.kafka.codes import Errors, errno
 from framework.kafka.handlers import Broker
 from framework.kafka.protocol import REQUESTS, SUPPORTED, UnsupportedVersionError, decode_request
 from framework.log import Log
 from framework.observability import get_logger
 
-__all__ = ["KafkaServer", "serve"]
+__all__ = ["KafkaServer", "Limits", "serve"]
 
 log = get_logger("eventlane.kafka")
 
 _SIZE = struct.Struct(">i")
-MAX_REQUEST_BYTES = 100 << 20
-"""Kafka's socket.request.max.bytes default; a larger frame closes the connection."""
+_CHUNK = 1 << 20
+LOG_LINES_PER_S = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The listener's resource bounds (Kafka's broker configs where one exists)."""
+
+    max_request_bytes: int = 100 << 20
+    """``socket.request.max.bytes``: a larger frame closes the connection."""
+    max_inflight_bytes: int = 256 << 20
+    """``queued.max.request.bytes``: the bytes of all requests being received or served."""
+    idle_timeout_s: float = 600.0
+    """``connections.max.idle.ms``: a connection with no request for this long is closed."""
+    request_timeout_s: float = 30.0
+    """A request whose bytes do not all arrive within this is dropped with its connection."""
+    max_connections: int = 1000
+    """``max.connections``: connections beyond it are closed as they are accepted."""
+
+    def configs(self) -> dict[str, str]:
+        """These limits under Kafka's broker config names (what DescribeConfigs reports)."""
+        return {
+            "socket.request.max.bytes": str(self.max_request_bytes),
+            "queued.max.request.bytes": str(self.max_inflight_bytes),
+            "connections.max.idle.ms": str(int(self.idle_timeout_s * 1000)),
+            "max.connections": str(self.max_connections),
+        }
+
+
+class _Budget:
+    """Bytes of requests in flight, shared by every connection (FIFO by wake-up order)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._changed = asyncio.Condition()
+
+    async def acquire(self, size: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.used + size <= self.total)
+            self.used += size
+
+    async def release(self, size: int) -> None:
+        async with self._changed:
+            self.used -= size
+            self._changed.notify_all()
+
+
+class _Limiter:
+    """At most ``per_s`` log lines a second; the lines held back are counted."""
+
+    def __init__(self, per_s: int) -> None:
+        self.per_s = per_s
+        self._window = 0.0
+        self._count = 0
+        self.suppressed = 0
+
+    def warning(self, event: str, **fields: Any) -> None:
+        now = time.monotonic()
+        if now - self._window >= 1.0:
+            self._window, self._count = now, 0
+        if self._count >= self.per_s:
+            self.suppressed += 1
+            return
+        self._count += 1
+        if self.suppressed:
+            fields["suppressed_since_last"] = self.suppressed
+            self.suppressed = 0
+        log.warning(event, **fields)
+
+
+class _CloseError(Exception):
+    """Close this connection (the reason is logged by whoever raises it)."""
 
 
 class KafkaServer:
@@ -52,20 +142,31 @@ class KafkaServer:
         advertised: str | None = None,
         auto_create_topics: bool = True,
         default_partitions: int = 1,
+        limits: Limits | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self._advertised = advertised
+        self.limits = limits or Limits()
+        if self.limits.max_inflight_bytes < self.limits.max_request_bytes:
+            raise ValueError("max_inflight_bytes must be >= max_request_bytes")
         self.broker = Broker(
             log_,
             auto_create_topics=auto_create_topics,
             default_partitions=default_partitions,
         )
+        self.broker.limits = self.limits.configs()
         self._server: asyncio.Server | None = None
         self._handlers: dict[int, Callable[[Any], Awaitable[Any]]] = self.broker.handlers()
+        self._budget: _Budget | None = None
+        self._connections = 0
+        self.bad = _Limiter(LOG_LINES_PER_S)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self._budget = _Budget(self.limits.max_inflight_bytes)
+        self._server = await asyncio.start_server(
+            self._connection, self.host, self.port, limit=_CHUNK
+        )
         sock = self._server.sockets[0].getsockname()
         self.port = sock[1]
         adv_host, _, adv_port = (self._advertised or f"{self.host}:{self.port}").rpartition(":")
@@ -90,28 +191,92 @@ class KafkaServer:
             await self._server.wait_closed()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+        peer = str(writer.get_extra_info("peername"))
+        self._connections += 1
         try:
+            if self._connections > self.limits.max_connections:
+                self.bad.warning(
+                    "connection refused: too many connections",
+                    peer=peer,
+                    max_connections=self.limits.max_connections,
+                )
+                return
             while True:
+                payload, size = await self._read_request(reader, peer)
                 try:
-                    head = await reader.readexactly(4)
-                except asyncio.IncompleteReadError:
-                    return
-                (size,) = _SIZE.unpack(head)
-                if size < 8 or size > MAX_REQUEST_BYTES:
-                    log.warning("bad request size; closing", peer=str(peer), size=size)
-                    return
-                payload = await reader.readexactly(size)
-                response = await self._respond(payload, peer)
+                    response = await self._respond(payload, peer)
+                finally:
+                    del payload
+                    assert self._budget is not None
+                    await self._budget.release(size)
                 if response is not None:
                     writer.write(response)
                     await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, _CloseError):
             return
         finally:
+            self._connections -= 1
             writer.close()
 
-    async def _respond(self, payload: bytes, peer: object) -> bytes | None:
+    async def _read_request(self, reader: asyncio.StreamReader, peer: str) -> tuple[bytes, int]:
+        """The next request's bytes and the budget reserved for them (the caller releases)."""
+        limits = self.limits
+        try:
+            head = await asyncio.wait_for(reader.readexactly(4), limits.idle_timeout_s)
+        except TimeoutError:
+            log.info("idle connection closed", peer=peer, idle_s=limits.idle_timeout_s)
+            raise _CloseError from None
+        (size,) = _SIZE.unpack(head)
+        if size < 8 or size > limits.max_request_bytes:
+            self.bad.warning(
+                "bad request size; closing",
+                peer=peer,
+                size=size,
+                max_request_bytes=limits.max_request_bytes,
+            )
+            raise _CloseError
+        deadline = time.monotonic() + limits.request_timeout_s
+        assert self._budget is not None
+        try:
+            await asyncio.wait_for(self._budget.acquire(size), limits.request_timeout_s)
+        except TimeoutError:
+            self.bad.warning("request dropped: in-flight memory cap", peer=peer, size=size)
+            raise _CloseError from None
+        try:
+            if size <= _CHUNK:
+                payload = await asyncio.wait_for(reader.readexactly(size), limits.request_timeout_s)
+            else:
+                payload = await self._read_large(reader, size, deadline)
+        except TimeoutError:
+            await self._budget.release(size)
+            self.bad.warning(
+                "request dropped: its bytes did not arrive in time",
+                peer=peer,
+                size=size,
+                timeout_s=limits.request_timeout_s,
+            )
+            raise _CloseError from None
+        except BaseException:
+            await self._budget.release(size)
+            raise
+        return payload, size
+
+    @staticmethod
+    async def _read_large(reader: asyncio.StreamReader, size: int, deadline: float) -> bytes:
+        # chunks, joined once complete: a partial frame holds only the bytes received
+        chunks: list[bytes] = []
+        remaining = size
+        while remaining:
+            chunk = await asyncio.wait_for(
+                reader.read(min(remaining, _CHUNK)), max(deadline - time.monotonic(), 0)
+            )
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"", remaining)
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    async def _respond(self, payload: bytes, peer: str) -> bytes | None:
         api_key, version, correlation_id = struct.unpack_from(">hhi", payload)
         try:
             request = decode_request(payload)
@@ -120,30 +285,75 @@ class KafkaServer:
             # listing what it supports; any other unsupported request closes the connection.
             if api_key == 18:
                 return self.broker.api_versions_error(correlation_id)
-            log.warning(
-                "unsupported request",
-                peer=str(peer),
+            self.bad.warning(
+                "unsupported request; closing",
+                peer=peer,
                 api_key=api_key,
                 version=version,
                 error=str(exc),
             )
-            raise ConnectionError(str(exc)) from None
+            raise _CloseError from None
+        except Exception as exc:
+            self.bad.warning(
+                "malformed request; closing",
+                peer=peer,
+                api_key=api_key,
+                version=version,
+                error=_one_line(exc),
+            )
+            raise _CloseError from None
         handler = self._handlers[api_key]
         try:
             response = await handler(request)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            # A bug, not a client error: log it with the request and drop the connection
-            # (the client retries on a new one), never the listener.
-            log.exception("request failed", api_key=api_key, version=version, peer=str(peer))
-            raise ConnectionError("request failed") from None
+        except Exception as exc:
+            # a bug, not a client error: one line naming where, and an error answer
+            self.bad.warning(
+                "request failed",
+                api_key=api_key,
+                version=version,
+                peer=peer,
+                error=_one_line(exc),
+            )
+            response = error_response(api_key, errno(Errors.UnknownError))
         if response is None:  # acks=0
             return None
         response.API_VERSION = version
         response.with_header(correlation_id=correlation_id)
-        out: bytes = response.encode(header=True, framed=True)
+        try:
+            out: bytes = response.encode(header=True, framed=True)
+        except Exception as exc:
+            self.bad.warning(
+                "response not encodable", api_key=api_key, version=version, error=_one_line(exc)
+            )
+            response = error_response(api_key, errno(Errors.UnknownError))
+            response.API_VERSION = version
+            response.with_header(correlation_id=correlation_id)
+            out = response.encode(header=True, framed=True)
         return bytes(out)
+
+
+def error_response(api_key: int, code: int) -> Any:
+    """A response of API ``api_key`` with every field defaulted and ``code`` as its
+    top-level error code where the API has one (Kafka's answer to a request that failed as a
+    whole)."""
+    request_cls = REQUESTS[api_key]
+    module = sys.modules[request_cls.__module__]
+    response_cls = getattr(module, request_cls.__name__.replace("Request", "Response"))
+    try:
+        return response_cls(error_code=code)
+    except Exception:
+        return response_cls()
+
+
+def _one_line(exc: BaseException) -> str:
+    """``exc`` and where it was raised, on one line."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = "" if tb is None else f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+    return f"{type(exc).__name__}: {exc}{where}".replace("\n", " ")[:500]
 
 
 def serve(
@@ -154,12 +364,18 @@ def serve(
     advertised: str | None = None,
     auto_create_topics: bool = True,
     ready: Callable[[KafkaServer], None] | None = None,
+    limits: Limits | None = None,
 ) -> None:
     """Run a :class:`KafkaServer` until interrupted (the CLI's ``eventlane serve --kafka``)."""
 
     async def main() -> None:
         server = KafkaServer(
-            log_, host, port, advertised=advertised, auto_create_topics=auto_create_topics
+            log_,
+            host,
+            port,
+            advertised=advertised,
+            auto_create_topics=auto_create_topics,
+            limits=limits,
         )
         await server.start()
         if ready is not None:

@@ -4,8 +4,6 @@ member, and transactions refused (never half-done)."""
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 
 import pytest
@@ -15,20 +13,7 @@ from kafka.errors import MessageSizeTooLargeError, OffsetOutOfRangeError
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
 from framework.log import LogStore
-
-
-def raw_call(bootstrap: str, request, response_cls, version: int):
-    """One request on a fresh connection, with kafka-python's codec (what a client sends)."""
-    host, port = bootstrap.rsplit(":", 1)
-    request.API_VERSION = version
-    request.with_header(correlation_id=42, client_id="raw")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(bytes(request.encode(header=True, framed=True)))
-        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-        body = b""
-        while len(body) < size:
-            body += sock.recv(size - len(body))
-    return response_cls[version].decode(body, header=True)
+from tests.kafka.wire import raw_call
 
 
 def test_offset_out_of_range_after_the_low_water_mark_moved(kafka) -> None:

@@ -60,7 +60,13 @@ from framework.errors import (
 from framework.kafka.codes import Errors, errno, error_for, group_error_for
 from framework.kafka.groups import GroupCoordinator
 from framework.kafka.protocol import SUPPORTED
-from framework.kafka.records import BatchFormatError, KafkaBatch, encode_batch, parse_batches
+from framework.kafka.records import (
+    BatchFormatError,
+    KafkaBatch,
+    UnsupportedCompressionError,
+    encode_batch,
+    parse_batches,
+)
 from framework.log import Log, TopicConfig, TopicPartition
 from framework.log.names import INTERNAL_TOPICS, validate_topic_name
 from framework.observability import get_logger
@@ -1045,6 +1051,8 @@ def _produced_batches(raw: bytes) -> list[KafkaBatch]:
     """
     try:
         return parse_batches(raw)
+    except UnsupportedCompressionError as exc:
+        raise _RefusedError(errno(Errors.UnsupportedCompressionTypeError), str(exc)) from None
     except BatchFormatError as exc:
         if not exc.fallback:
             raise _RefusedError(

@@ -1,10 +1,11 @@
-"""Kafka record batches (magic 2, uncompressed) to and from the log's records, fast.
+"""Kafka record batches (magic 2) to and from the log's records, fast.
 
 The listener speaks Kafka's on-the-wire batch format; the embedded log stores its own (see
 docs/file-format.md: fixed-width fields, a CRC that also covers the base offset). Fetch
 therefore re-frames what it reads, and Produce parses what clients send. kafka-python's
 generic builder and reader spend tens of microseconds per record in pure Python; the two
-functions here do the common case (no compression, no transactions) and leave everything
+functions here do the common case (magic 2, no transactions; compressed batches are
+decompressed with kafka-python's codecs, then parsed the same way) and leave everything
 else to kafka-python. The records of a Fetch are framed by the optional C extension
 ``framework.kafka._wire`` (``_payload_py`` is the same loop in Python, used without it).
 
@@ -35,7 +36,14 @@ import crc32c
 
 from framework.log import Record
 
-__all__ = ["BatchFormatError", "KafkaBatch", "LogTuple", "encode_batch", "parse_batches"]
+__all__ = [
+    "BatchFormatError",
+    "KafkaBatch",
+    "LogTuple",
+    "UnsupportedCompressionError",
+    "encode_batch",
+    "parse_batches",
+]
 
 LogTuple = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int | None]
 """A record as :meth:`framework.log.Log.append` takes it: key, value, headers, timestamp."""
@@ -43,6 +51,7 @@ LogTuple = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _HEADER_SIZE = _HEADER.size  # 61
 _ATTRIBUTES_AT = 21  # the CRC covers [21, end)
+_MAGIC_AT = 16
 _LOG_APPEND_TIME = 0x08
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
@@ -166,7 +175,7 @@ class KafkaBatch(NamedTuple):
 
 
 class BatchFormatError(ValueError):
-    """A batch this module does not parse (compressed, transactional, control, not magic 2)
+    """A batch this module does not parse (transactional, control, not magic 2)
     or that is malformed; :attr:`fallback` says whether kafka-python should try it."""
 
     def __init__(self, message: str, *, fallback: bool) -> None:
@@ -236,15 +245,48 @@ def _load_parse() -> Callable[[bytes, int, int, int, int], list[LogTuple]]:
 _parse = _load_parse()
 
 
+class UnsupportedCompressionError(BatchFormatError):
+    """A batch compressed with a codec that is not Kafka's (or whose library is missing)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, fallback=False)
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    """The records section of a compressed batch, uncompressed (gzip 1, snappy 2, lz4 3,
+    zstd 4: kafka-python's codecs over zlib, python-snappy, lz4 and zstandard)."""
+    from kafka import codec as kafka_codec  # noqa: PLC0415  (kafka-python: the kafka extra)
+
+    decoders: dict[int, Callable[[bytes], bytes]] = {
+        1: kafka_codec.gzip_decode,
+        2: kafka_codec.snappy_decode,
+        3: kafka_codec.lz4_decode,
+        4: kafka_codec.zstd_decode,
+    }
+    decode = decoders.get(codec)
+    if decode is None:
+        raise UnsupportedCompressionError(f"compression type {codec} is not one of Kafka's")
+    try:
+        return bytes(decode(data))
+    except NotImplementedError as exc:
+        raise UnsupportedCompressionError(f"compression type {codec}: {exc}") from None
+
+
 def parse_batches(raw: bytes) -> list[KafkaBatch]:
     """The batches of a Produce request's record set.
 
-    Raises :class:`BatchFormatError` for anything but plain magic-2 batches (``fallback``:
-    hand it to the generic reader) or for a malformed one (a bad CRC, lengths past the
-    end: ``fallback`` false, the request is corrupt)."""
+    Compressed batches are decompressed and parsed like plain ones, so a record count or a
+    length that disagrees with the bytes is caught either way. Raises
+    :class:`BatchFormatError` for anything but magic-2 batches without transaction markers
+    (``fallback``: hand it to the generic reader, which refuses it with the right error) or
+    for a malformed one (a bad CRC, lengths past the end, records that disagree with the
+    batch: ``fallback`` false, the request is corrupt), :class:`UnsupportedCompressionError`
+    for a codec that is not Kafka's."""
     batches = []
     pos, end = 0, len(raw)
     while pos < end:
+        if end - pos > _MAGIC_AT and raw[pos + _MAGIC_AT] != 2:  # an older format's batch
+            raise BatchFormatError(f"magic {raw[pos + _MAGIC_AT]}", fallback=True)
         if end - pos < _HEADER_SIZE:
             raise BatchFormatError("truncated batch header", fallback=False)
         (
@@ -263,15 +305,21 @@ def parse_batches(raw: bytes) -> list[KafkaBatch]:
             count,
         ) = _HEADER.unpack_from(raw, pos)
         stop = pos + 12 + length
-        if magic != 2 or attributes & (_COMPRESSION | _TRANSACTIONAL | _CONTROL):
+        if magic != 2 or attributes & (_TRANSACTIONAL | _CONTROL):
             raise BatchFormatError(f"magic {magic}, attributes {attributes:#x}", fallback=True)
         if stop > end or length < _HEADER_SIZE - 12:
             raise BatchFormatError(f"batch length {length} past the request's end", fallback=False)
         if crc32c.crc32c(memoryview(raw)[pos + _ATTRIBUTES_AT : stop]) != crc:
             raise BatchFormatError("record batch CRC mismatch", fallback=False)
         try:
-            records = _parse(raw, pos + _HEADER_SIZE, stop, count, base_ts)
-        except ValueError as exc:  # BatchFormatError included
+            if attributes & _COMPRESSION:
+                body = _decompress(attributes & _COMPRESSION, raw[pos + _HEADER_SIZE : stop])
+                records = _parse(body, 0, len(body), count, base_ts)
+            else:
+                records = _parse(raw, pos + _HEADER_SIZE, stop, count, base_ts)
+        except UnsupportedCompressionError:
+            raise
+        except Exception as exc:  # BatchFormatError included; a codec's own errors
             raise BatchFormatError(f"malformed records: {exc}", fallback=False) from None
         batches.append(KafkaBatch(producer_id, producer_epoch, base_sequence, records))
         pos = stop

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-deps lint soak clean screenshots
+.PHONY: demo test test-deps kafka-jars lint soak clean screenshots
 
 # eventlane itself, then the sample app (a distribution of its own: example_apps/pyproject.toml).
 $(STAMP): pyproject.toml setup.py example_apps/pyproject.toml
@@ -25,12 +25,25 @@ lint: $(STAMP)
 
 # System packages the tests drive (Debian): installed once, quietly, when missing: kcat (Kafka
 # listener tests), strace (power-loss explorer), chromium + chromium-driver (the console's
-# browser tests, tests/console/). Nothing is downloaded at test run time.
+# browser tests, tests/console/), maven (+ its JDK) for Apache Kafka's jars (Kafka's own tools
+# judge the listener: tests/kafka/test_kafka_tools.py). Nothing is downloaded at test run time.
 test-deps:
+	@command -v mvn >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null)
+	@$(MAKE) --no-print-directory kafka-jars
 	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null)
 	@command -v strace >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq strace >/dev/null)
 	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
+
+# Apache Kafka's jars (tools/kafka/pom.xml) from Maven Central into tools/kafka/lib, fetched
+# again when the pom changes; tools/kafka/jars.py gives their classpath to tests.
+KAFKA_LIB := tools/kafka/lib
+$(KAFKA_LIB)/.stamp: tools/kafka/pom.xml
+	rm -rf $(KAFKA_LIB)
+	mvn -q -B -f tools/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=lib -DincludeScope=runtime
+	touch $@
+
+kafka-jars: $(KAFKA_LIB)/.stamp
 
 test: lint test-deps
 	$(BIN)/python -m pytest -q

@@ -280,7 +280,7 @@ class Broker:
                 return
             self.log.create_topic(name, self.default_partitions, exist_ok=True)
             log.info("topic auto-created", topic=name, partitions=self.default_partitions)
-        except FrameworkError as exc:
+        except Exception as exc:
             log.warning("topic not auto-created", topic=name, error=str(exc))
 
     # -- topics ----------------------------------------------------------------------------
@@ -289,6 +289,7 @@ class Broker:
         results = []
         for topic in request.topics:
             code, message = errno(Errors.NoError), None
+            configs: list[Any] = []
             partitions = topic.num_partitions if topic.num_partitions > 0 else 1
             if is_internal(topic.name):
                 code = errno(Errors.InvalidTopicError)
@@ -310,6 +311,19 @@ class Broker:
                         await asyncio.to_thread(
                             self.log.create_topic, topic.name, partitions, config
                         )
+                        created = await asyncio.to_thread(self.log.topic_config, topic.name)
+                        configs = [
+                            Result.CreatableTopicConfigs(
+                                name=name,
+                                value=value,
+                                read_only=True,
+                                config_source=5 if is_default else 1,
+                                is_sensitive=False,
+                            )
+                            for name, (value, is_default) in sorted(
+                                _with_defaults(kafka_config(created), _TOPIC_DEFAULTS).items()
+                            )
+                        ]
                 except Exception as exc:
                     code, message = error_for(exc), str(exc)
             results.append(
@@ -321,7 +335,7 @@ class Broker:
                     topic_config_error_code=0,
                     num_partitions=partitions if code == 0 else -1,
                     replication_factor=1 if code == 0 else -1,
-                    configs=None,
+                    configs=configs,
                 )
             )
         return CreateTopicsResponse(throttle_time_ms=0, topics=results)

@@ -115,6 +115,12 @@ class GroupCoordinator:
     # -- membership --------------------------------------------------------------------
     async def join(self, req: Any, client_id: str, host: str) -> dict[str, Any]:
         self.start()
+        if not req.group_id:
+            return _join_error(errno(Errors.InvalidGroupIdError))
+        names = {p.name for p in req.protocols or []}
+        if not names or not req.protocol_type:
+            # Kafka's answer to a member that names no protocol (nothing to agree on)
+            return _join_error(errno(Errors.InconsistentGroupProtocolError))
         group = self.groups.setdefault(req.group_id, Group(req.group_id))
         if not group.members and await asyncio.to_thread(self.eventlane_live, req.group_id):
             return _join_error(errno(Errors.InconsistentGroupProtocolError))
@@ -124,10 +130,8 @@ class GroupCoordinator:
             and req.protocol_type != group.protocol_type
         ):
             return _join_error(errno(Errors.InconsistentGroupProtocolError))
-        names = {p.name for p in req.protocols}
-        if group.members and not any(
-            names & {n for n, _ in m.protocols} for m in group.members.values()
-        ):
+        others = [m for m in group.members.values() if m.member_id != req.member_id]
+        if any(not names & {n for n, _ in m.protocols} for m in others):
             return _join_error(errno(Errors.InconsistentGroupProtocolError))
         member = self._member_for(group, req, client_id, host)
         if member is None:

@@ -1,0 +1,94 @@
+"""The protocol fuzzer (tests/kafka/fuzz.py) against a real listener, with a normal
+kafka-python client producing and reading back at the same time: no well-framed request
+unanswered, no record stored from a rejected produce, no failure of the normal client.
+A short seeded run by default; ``pytest -m soak`` runs 100,000 requests."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from framework.log import LogStore
+from tests.kafka.fuzz import TOPICS, Fuzzer
+
+
+class NormalClient(threading.Thread):
+    """Produces one record at a time (acks=all, waited for) until stopped; then reads back."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap = bootstrap
+        self.stop = threading.Event()
+        self.sent: list[bytes] = []
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all", retries=5)
+        i = 0
+        while not self.stop.is_set():
+            value = b"normal-%d" % i
+            try:
+                producer.send("normal-client", value=value, partition=0).get(15)
+                self.sent.append(value)
+            except Exception as exc:
+                self.failures.append(repr(exc))
+            i += 1
+            time.sleep(0.02)
+        producer.close()
+
+    def read_back(self) -> list[bytes]:
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, auto_offset_reset="earliest")
+        tp = TopicPartition("normal-client", 0)
+        consumer.assign([tp])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(self.sent) and time.monotonic() < deadline:
+            got += [m.value for ms in consumer.poll(500).values() for m in ms]
+        consumer.close()
+        return got
+
+
+def _fuzz(kafka, seed: int, count: int, seconds: float) -> None:
+    log = LogStore(kafka.data)
+    for name in TOPICS:
+        log.create_topic(name, 3, exist_ok=True)
+    log.create_topic("normal-client", 1, exist_ok=True)
+    log.close()
+    normal = NormalClient(kafka.bootstrap)
+    normal.start()
+    fuzzer = Fuzzer(kafka.bootstrap, kafka.data, seed)
+    start = time.monotonic()
+    try:
+        stats = fuzzer.run(count, seconds)
+    finally:
+        fuzzer.close()
+        normal.stop.set()
+        normal.join(60)
+    elapsed = time.monotonic() - start
+    print(
+        f"fuzz seed {seed}: {stats.sent} requests in {elapsed:.0f} s ({stats.well_framed}"
+        f" well-framed, {stats.answered} answered, {stats.acks0} acks=0,"
+        f" {stats.closed_on_malformed} closed on malformed, {stats.abandoned_waits} long polls"
+        f" abandoned, {stats.produce_rejections} produce partitions rejected);"
+        f" normal client: {len(normal.sent)} sent, {len(normal.failures)} failures;"
+        f" APIs {dict(sorted(stats.by_api.items()))}"
+    )
+    assert stats.failures == [], stats.failures[:10]
+    assert normal.failures == [], normal.failures[:5]
+    assert normal.read_back() == normal.sent
+    assert stats.sent >= min(count, 200)
+    assert len(stats.by_api) == len(fuzzer.versions)  # every advertised API was exercised
+    log_text = kafka.stderr.read_text()
+    assert "Traceback" not in log_text
+
+
+def test_a_short_seeded_fuzz_run(kafka) -> None:
+    _fuzz(kafka, seed=20261127, count=1500, seconds=150)
+
+
+@pytest.mark.soak
+def test_fuzz_soak(kafka) -> None:
+    _fuzz(kafka, seed=7, count=100_000, seconds=3000)

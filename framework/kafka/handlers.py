@@ -77,6 +77,8 @@ NODE_ID = 0
 CLUSTER_ID = "eventlane"
 _TOPIC_NS = uuid.UUID("6f1c7c56-3c1a-4e8e-9a53-3b1f0d6a6b21")
 _DEDUPE_WINDOW = 5
+_MAX_PLACEHOLDERS = 100_000
+"""Negative commits held in memory (see ``offset_commit``): a bound, oldest dropped first."""
 TRANSACTIONS_REFUSED = errno(Errors.TransactionalIdAuthorizationFailedError)
 """The answer to every transactional request: a code no client retries (Kafka's clients fail
 ``init_transactions()`` at once on it), with :data:`TRANSACTIONS_MESSAGE` beside it."""
@@ -789,7 +791,10 @@ class Broker:
             if tp not in errors:
                 self._placeholders.pop((group, tp), None)
         for tp, offset in placeholders.items():
+            self._placeholders.pop((group, tp), None)
             self._placeholders[(group, tp)] = offset
+        while len(self._placeholders) > _MAX_PLACEHOLDERS:  # the oldest go first
+            del self._placeholders[next(iter(self._placeholders))]
         topics = []
         for topic in request.topics:
             parts = [

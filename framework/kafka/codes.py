@@ -24,6 +24,7 @@ from framework.errors import (
     InvalidTopicError,
     OffsetOutOfRangeError,
     PartitionReadOnlyError,
+    PreconditionFailedError,
     ReadOnlyDataError,
     RebalanceInProgressError,
     RecordTooLargeError,
@@ -50,6 +51,8 @@ _PERMANENT: tuple[tuple[type[BaseException], type[Errors.BrokerResponseError]], 
     (InvalidRecordError, Errors.InvalidRecordError),
     (ConfigError, Errors.InvalidConfigurationError),
     (ReadOnlyDataError, Errors.PolicyViolationError),
+    # a conditional write the listener's request asked for was refused: nothing written
+    (PreconditionFailedError, Errors.InvalidRequestError),
     (CommitFailedError, Errors.RebalanceInProgressError),
     (RebalanceInProgressError, Errors.RebalanceInProgressError),
     # the stored data cannot be read as written, or the partition was set read-only after

@@ -316,6 +316,8 @@ class KafkaServer:
                 peer=peer,
                 error=_one_line(exc),
             )
+            if api_key == 0 and getattr(request, "acks", 1) == 0:
+                raise _CloseError from None  # acks=0 is never answered: Kafka closes instead
             response = error_response(api_key, errno(Errors.UnknownError))
         if response is None:  # acks=0
             return None

@@ -10,7 +10,8 @@ The oracle, per request:
 
 * a frame whose payload decodes (kafka-python's decoder, the listener's own) at an
   advertised version is *well-framed*: it must be answered on its connection with its
-  correlation id and a response that decodes (acks=0 Produce excepted); JoinGroup,
+  correlation id and a response that decodes (acks=0 Produce excepted: never answered, and
+  the connection closed if it failed, as Kafka does; the fuzzer then reconnects); JoinGroup,
   SyncGroup and Fetch may wait (Kafka's long polls) and are then abandoned, not failed;
 * a frame that does not decode may be answered or have its connection closed, never hang;
 * a Produce partition answered with an error stored nothing: the partition's high-water
@@ -64,6 +65,7 @@ class Stats:
     produce_rejections: int = 0
     failures: list[str] = field(default_factory=list)
     by_api: Counter[int] = field(default_factory=Counter)
+    by_version: Counter[tuple[int, int]] = field(default_factory=Counter)
 
 
 class Fuzzer:
@@ -77,6 +79,11 @@ class Fuzzer:
         self.correlation = 0
         self.stats = Stats()
         self.versions = self._advertised()
+        self.pairs = [
+            (api, v) for api, (lo, hi) in sorted(self.versions.items()) for v in range(lo, hi + 1)
+        ]
+        """Every advertised (API, version), visited in turn: a run of len(pairs) requests
+        covers them all."""
 
     # -- connection ------------------------------------------------------------------
     def _connect(self) -> socket.socket:
@@ -224,10 +231,8 @@ class Fuzzer:
 
     def request(self) -> tuple[int, int, bytes]:
         """(api key, version, framed bytes) of one generated, perhaps mutated, request."""
+        api, version = self.pairs[self.stats.sent % len(self.pairs)]
         while True:
-            api = self.rng.choice(sorted(self.versions))
-            lo, hi = self.versions[api]
-            version = self.rng.randint(lo, hi)
             cls = REQUESTS[api]
             try:
                 req = cls(**self._fields(cls._struct.fields, version, api))
@@ -275,6 +280,7 @@ class Fuzzer:
         st = self.stats
         st.sent += 1
         st.by_api[api] += 1
+        st.by_version[(api, version)] += 1
         payload = frame[4:]
         try:
             decoded = REQUESTS[api].decode(payload, version=version, header=True)
@@ -291,8 +297,9 @@ class Fuzzer:
             sock.sendall(frame)
         if decoded is not None:
             st.well_framed += 1
-        if acks0:
+        if acks0:  # never answered; a failed one closes the connection (Kafka's way): start anew
             st.acks0 += 1
+            self._drop()
             return
         sock.settimeout(3 if api in WAITING_APIS else 15)
         try:

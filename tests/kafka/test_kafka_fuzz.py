@@ -93,4 +93,4 @@ def test_a_short_seeded_fuzz_run(kafka) -> None:
 @pytest.mark.soak
 @pytest.mark.timeout(3600)
 def test_fuzz_soak(kafka) -> None:
-    _fuzz(kafka, seed=7, count=100_000, seconds=2700)
+    _fuzz(kafka, seed=7, count=100_000, seconds=3200)

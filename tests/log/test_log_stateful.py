@@ -327,10 +327,16 @@ class LogMachine(RuleBasedStateMachine):
     def conditional_append(self, topic: str, key: bytes, value: bytes | None, stale: bool) -> None:
         """``expect=`` against the model's head of the key: refused (nothing written) when
         the expected offset is not the head, appended when it is."""
-        records = [r for r in self.models[topic].records() if r.key == key]
+        model = self.models[topic]
+        records = model.key_records(key, None)
         head = records[-1].offset if records else None
+        if head is None and model.written.get(key):
+            # the key's records are all below the LWM: the engine may name the last one
+            # (see key_reads); its answer, checked there, is what expect= compares with
+            head = self.store.key_head(topic, 0, key)
+            assert head is None or (head < model.lwm and head in model.written[key])
         if stale:
-            wrong = (head - 1 if head else None) if head is not None else self.models[topic].leo
+            wrong = (head - 1 if head else None) if head is not None else model.leo
             before = self.store.offsets(topic, 0)
             with pytest.raises(ConcurrencyError):
                 self.store.append(topic, 0, [(key, value, (), None)], expect=Expect(key, wrong))
@@ -616,13 +622,14 @@ def test_log_against_a_list_model() -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(0)  # bounded by its step count; progress is printed per round
 def test_log_against_a_list_model_soak() -> None:
-    """``EVENTLANE_SOAK_STEPS`` (default 100,000) steps, in rounds of 200 machines."""
+    """``EVENTLANE_SOAK_STEPS`` (default 100,000) steps, in rounds of 25 machines."""
     target = int(os.environ.get("EVENTLANE_SOAK_STEPS", "100000"))
     started, steps, machines = time.monotonic(), 0, 0
     while steps < target:
-        steps += run_machines(200, 120)
-        machines += 200
+        steps += run_machines(25, 80)
+        machines += 25
         print(
             f"log model soak: {steps} steps, {machines} machines, "
             f"{time.monotonic() - started:.0f} s",

@@ -36,6 +36,7 @@ import os
 import random
 import signal
 import sqlite3
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -150,9 +151,9 @@ def run(store: LogStore, members: list[Member], tmp: Path, steps: int, seed: int
             break
         if model.stopped is not None:
             zombie, since, old = model.stopped
-            if time.monotonic() - since > 2.5 * SESSION_MS / 1000:
+            if time.monotonic() - since > 2.5 * SESSION_MS / 1000 + 0.05:
                 model.zombies.append((zombie, since, time.monotonic(), old))
-                zombie.signal(signal.SIGCONT)
+                zombie.signal(signal.SIGCONT)  # (the timer has done it already)
                 model.stopped = None
         roll = rng.random()
         # only members that have started are stopped, killed or asked to leave
@@ -196,6 +197,9 @@ def run(store: LogStore, members: list[Member], tmp: Path, steps: int, seed: int
             zombie = rng.choice(joined)
             zombie.signal(signal.SIGSTOP)
             t = time.monotonic()
+            # resumed by a timer, not by this loop: a stopped reader may hold a partition's
+            # lock that this loop's next append waits for (seen in the soak)
+            threading.Timer(2.5 * SESSION_MS / 1000, zombie.signal, (signal.SIGCONT,)).start()
             model.stopped = (zombie, t, str(member_id_before(zombie, t)))
             done("stop")
         else:

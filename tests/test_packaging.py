@@ -47,7 +47,10 @@ def test_the_eventlane_wheel_installs_only_framework(tmp_path: Path) -> None:
     assert "framework/py.typed" in names
     assert "framework/testing/contracts.py" in names  # the shipped log contract kit
     assert "framework/projection/system_tables.py" in names  # the framework's own schema
-    assert {"framework/console/templates/base.html", "framework/console/static/htmx.min.js"} <= names
+    assert {
+        "framework/console/templates/base.html",
+        "framework/console/static/htmx.min.js",
+    } <= names
     assert not any(n.startswith(("migrations/", "example_apps/")) for n in names)
     assert entry_points(wheel).split() == [
         "[console_scripts]",

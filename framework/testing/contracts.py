@@ -13,19 +13,31 @@ test cases)::
         def make_log(self, directory, clock):
             return MyLog(directory, clock=clock)
 
+What the kit checks where a weak engine would slip through: conditional appends racing
+across threads and across processes (each key's history must be one chain, one winner per
+expected position, no loser's record stored); atomic batches seen whole or not at all;
+compaction (each key's last record kept at its offset, superseded records of closed segments
+gone, the active segment untouched, tombstones kept until ``delete_retention_ms``);
+retention (the low-water mark advances, reads below it are out of range); a close and
+reopen that keeps every acknowledged record at its offset. The suite proves the kit catches
+engines broken in each of these ways (tests/log/test_contract_kit_proof.py).
+
 Tests of a capability an engine lacks are skipped only through its ``capabilities``
-(:class:`~framework.log.types.Capabilities`). This module imports pytest; ``import
+(:class:`~framework.log.types.Capabilities`), with the flag named in the reason
+(:func:`require`). This module imports pytest; ``import
 framework`` and ``framework.testing`` do not import it.
 """
 
 from __future__ import annotations
 
 import abc
+import multiprocessing
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 from structlog.testing import capture_logs
@@ -42,10 +54,94 @@ from framework.errors import (
 )
 from framework.log import Expect, Log, Producer, ProducerRecord, TopicConfig
 from framework.log.partitioner import partition_for_key
-from framework.log.record import TimestampType
+from framework.log.record import Record, TimestampType
 from framework.testing.clock import FakeClock
 
 T0 = 1_700_000_000_000
+RACE_KEYS = (b"k", b"j")
+
+
+class _RaceResult(NamedTuple):
+    """One racing writer's outcome: ``(value, expected head, offset)`` of each append it was
+    told succeeded, and the values of those refused with ConcurrencyError."""
+
+    wins: list[tuple[bytes, int | None, int]]
+    losses: list[bytes]
+
+
+def require(log: Log, *capabilities: str) -> None:
+    """Skip the calling test, naming the flags, where ``log`` declares it lacks any of
+    ``capabilities`` (:class:`~framework.log.types.Capabilities`)."""
+    lacking = [name for name in capabilities if not getattr(log.capabilities, name)]
+    if lacking:
+        pytest.skip("this engine declares no " + ", ".join(f"capabilities.{n}" for n in lacking))
+
+
+def _race(log: Log, topic: str, name: str, *, rounds: int) -> _RaceResult:
+    """Read a key's head, append expecting it; the value names the writer, the round and
+    the head it expected, so the log itself shows which record each append followed."""
+    wins: list[tuple[bytes, int | None, int]] = []
+    losses: list[bytes] = []
+    for n in range(rounds):
+        key = RACE_KEYS[n % len(RACE_KEYS)]
+        head = log.key_head(topic, 0, key)
+        value = f"{name}/{n}/{head}".encode()
+        try:
+            result = log.append(topic, 0, [(key, value, (), None)], expect=Expect(key, head))
+        except ConcurrencyError:
+            losses.append(value)
+        else:
+            wins.append((value, head, result.base_offset))
+    return _RaceResult(wins, losses)
+
+
+def read_all(log: Log, topic: str, partition: int = 0) -> list[Record]:
+    """Every record of a partition from its low-water mark up to its high-water mark."""
+    offset = log.offsets(topic, partition).lwm
+    out: list[Record] = []
+    cursor = None
+    while True:
+        records, cursor = log.read(topic, partition, offset, cursor=cursor)
+        if not records:
+            return out
+        out.extend(records)
+        offset = records[-1].offset + 1
+
+
+def _check_chains(log: Log, topic: str, results: list[_RaceResult], *, attempts: int) -> None:
+    """Each key's records form one chain; one winner per expected position; losers absent;
+    the winners are exactly the records, at the offsets they were told."""
+    records = read_all(log, topic)
+    forks: list[str] = []
+    for key in RACE_KEYS:
+        previous: int | None = None
+        for r in (r for r in records if r.key == key):
+            assert r.value is not None
+            expected = r.value.decode().rsplit("/", 1)[1]
+            if expected != str(previous):
+                forks.append(
+                    f"{key!r} at offset {r.offset} was appended expecting the key's last "
+                    f"record at {expected}, but the record before it is at {previous}"
+                )
+            previous = r.offset
+    assert not forks, f"forked history: {len(forks)} forked append(s): " + "; ".join(forks[:5])
+    wins = [w for result in results for w in result.wins]
+    losses = {value for result in results for value in result.losses}
+    assert len(wins) + len(losses) == attempts
+    per_position = Counter(
+        (RACE_KEYS[int(value.decode().split("/")[1]) % len(RACE_KEYS)], head)
+        for value, head, _ in wins
+    )
+    twice = [pos for pos, n in per_position.items() if n > 1]
+    assert not twice, f"two winners for one expected position (key, last offset): {twice[:5]}"
+    stored = {r.value: r.offset for r in records}
+    assert not losses & stored.keys(), (
+        f"records of refused appends are in the log: {sorted(losses & stored.keys())[:5]}"
+    )
+    assert {value: offset for value, _, offset in wins} == stored, (
+        "the log's records are not exactly the acknowledged appends at their offsets"
+    )
+    assert log.offsets(topic, 0).leo == len(records) == len(wins)
 
 
 class LogContract(abc.ABC):
@@ -272,6 +368,7 @@ class LogContract(abc.ABC):
         """``expect=Expect(key, last_offset)``: appended only if the key's last record is at
         ``last_offset`` (``None``: no record yet); otherwise ConcurrencyError, nothing
         written. Other keys are not affected."""
+        require(log, "key_reads")
         log.create_topic("t", 1)
         first = log.append("t", 0, [(b"a", b"1", (), None)], expect=Expect(b"a", None))
         assert first.base_offset == 0
@@ -287,36 +384,71 @@ class LogContract(abc.ABC):
         assert log.key_head("t", 0, b"a") == 2 and log.key_head("t", 0, b"zz") is None
 
     def test_conditional_append_under_contention(self, log: Log) -> None:
-        """Threads racing on the same key's expected last offset: exactly one wins each
-        round, and the key's history is a chain without forks."""
+        """Threads racing on the same keys' expected last offsets: each key's history is
+        a single chain (every record was appended expecting the record just before it),
+        one winner per expected position, and no loser's record is in the log."""
+        require(log, "key_reads")
         log.create_topic("t", 1)
-        wins: list[int] = []
-        losses = 0
+        results: list[_RaceResult] = []
         lock = threading.Lock()
 
         def writer(name: int) -> None:
-            nonlocal losses
-            for _ in range(20):
-                head = log.key_head("t", 0, b"k")
-                try:
-                    log.append("t", 0, [(b"k", b"%d" % name, (), None)], expect=Expect(b"k", head))
-                    with lock:
-                        wins.append(name)
-                except ConcurrencyError:
-                    with lock:
-                        losses += 1
+            outcome = _race(log, "t", f"thread-{name}", rounds=20)
+            with lock:
+                results.append(outcome)
 
         threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        assert log.offsets("t", 0).leo == len(wins) == len(log.read_key("t", 0, b"k"))
-        assert len(wins) + losses == 80
+        _check_chains(log, "t", results, attempts=80)
+
+    def test_conditional_append_across_processes(self, log: Log, tmp_path: Path) -> None:
+        """As above with writers in separate OS processes, each with its own log opened on
+        the same directory: the check and the write are atomic across processes, not only
+        across threads."""
+        require(log, "key_reads", "multi_process")
+        log.create_topic("t", 1)
+        ctx = multiprocessing.get_context("fork")
+        go = ctx.Event()
+        queue: multiprocessing.Queue[_RaceResult | str] = ctx.Queue()
+        procs = [
+            ctx.Process(target=self._race_in_process, args=(tmp_path / "log", i, go, queue))
+            for i in range(3)
+        ]
+        for proc in procs:
+            proc.start()
+        try:
+            go.set()
+            results = []
+            for _ in procs:
+                got = queue.get(timeout=120)
+                assert not isinstance(got, str), f"a writer process failed: {got}"
+                results.append(got)
+        finally:
+            for proc in procs:
+                proc.join(30)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+        _check_chains(log, "t", results, attempts=3 * 25)
+
+    def _race_in_process(
+        self, directory: Path, name: int, go: Any, queue: multiprocessing.Queue[Any]
+    ) -> None:
+        try:
+            other = self.make_log(directory, FakeClock())
+            try:
+                go.wait(60)
+                queue.put(_race(other, "t", f"process-{name}", rounds=25))
+            finally:
+                other.close()
+        except BaseException as exc:
+            queue.put(f"{type(exc).__name__}: {exc}")
 
     def test_per_key_reads(self, log: Log) -> None:
-        if not log.capabilities.key_reads:
-            pytest.skip("this engine declares no per-key reads (capabilities.key_reads)")
+        require(log, "key_reads")
         log.create_topic("t", 1)
         for i in range(6):
             log.append("t", 0, [(b"k%d" % (i % 2), b"%d" % i, (), None)])
@@ -340,6 +472,7 @@ class LogContract(abc.ABC):
         thread.join()
 
     def test_atomic_append(self, log: Log) -> None:
+        require(log, "atomic_batches")
         log.create_topic("t", 1, {"max_record_bytes": 600_000})
         result = log.append("t", 0, [(b"k", b"v" * 100, (), None)] * 50, atomic=True)
         assert (result.base_offset, result.last_offset) == (0, 49)
@@ -356,6 +489,7 @@ class LogContract(abc.ABC):
         assert log.offsets("t", 0).leo == 0
 
     def test_offset_for_time(self, log: Log) -> None:
+        require(log, "offset_for_time")
         log.create_topic("t", 1, {"segment_bytes": 200, "index_interval_bytes": 64})
         stamps = [T0 + 10, T0 + 5, T0 + 30, T0 + 20, T0 + 40, T0 + 40, T0 + 50]
         for ts in stamps:
@@ -420,3 +554,218 @@ class LogContract(abc.ABC):
         assert log.delete_records("t", 0, 1) == 4  # never backwards
         with pytest.raises(OffsetOutOfRangeError):
             log.delete_records("t", 0, 11)
+
+    # ------------------------------------------------------------------ atomic batches
+    def test_atomic_batch_is_seen_whole_or_not_at_all(self, log: Log) -> None:
+        """A reader racing a writer of atomic batches never sees part of one (the marks and
+        reads move a whole batch at a time); a batch refused for one bad record leaves
+        nothing."""
+        require(log, "atomic_batches")
+        log.create_topic("t", 1)
+        size, batches = 5, 30
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def writer() -> None:
+            try:
+                for n in range(batches):
+                    records = [(b"k", b"%d/%d" % (n, i), (), None) for i in range(size)]
+                    log.append("t", 0, records, atomic=True)
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        torn: list[str] = []
+        while not done.is_set() and len(torn) < 5:
+            hwm = log.offsets("t", 0).hwm
+            if hwm % size:
+                torn.append(f"high-water mark {hwm}")
+            got, _ = log.read("t", 0, 0)
+            if len(got) % size:
+                torn.append(f"a read from 0 returned {len(got)} records")
+        thread.join()
+        assert not errors, errors
+        assert not torn, f"part of an atomic batch was visible: {torn}"
+        assert log.offsets("t", 0).hwm == size * batches
+        log.create_topic("c", 1, {"cleanup_policy": "compact"})
+        bad = [(b"a", b"1", (), None), (b"b", b"2", (), None), (None, b"keyless", (), None)]
+        with pytest.raises(InvalidRecordError):
+            log.append("c", 0, bad, atomic=True)
+        assert log.offsets("c", 0).leo == 0 and log.read("c", 0, 0)[0] == []
+
+    # ------------------------------------------------------------------ close and reopen
+    def test_everything_acknowledged_survives_reopen(
+        self, tmp_path: Path, clock: FakeClock
+    ) -> None:
+        """Close the log and open it again on the same directory: topics, their configs and
+        every acknowledged record (same offsets, keys, values, headers, timestamps) are
+        there, per-key state agrees, and appends continue at the old end (no offset is
+        reused)."""
+        directory = tmp_path / "reopened"
+        first = self.make_log(directory, clock)
+        keyed = first.capabilities.key_reads
+        try:
+            first.create_topic("r", 3, {"retention_ms": -1})
+            first.create_topic("c", 1, {"cleanup_policy": "compact", "segment_bytes": 4096})
+            for p in range(3):
+                first.append("r", p, [(b"k%d" % p, b"v", (("h", b"x"),), T0 + p)])
+                first.append("r", p, [(None, b"keyless", (), None), (b"k", None, (), None)])
+            if first.capabilities.atomic_batches:
+                first.append("r", 1, [(b"a", b"%d" % i, (), None) for i in range(7)], atomic=True)
+            for i in range(12):
+                if keyed:
+                    head = first.key_head("c", 0, b"c%d" % (i % 3))
+                    expect = Expect(b"c%d" % (i % 3), head)
+                    first.append("c", 0, [(b"c%d" % (i % 3), b"%d" % i, (), None)], expect=expect)
+                else:
+                    first.append("c", 0, [(b"c%d" % (i % 3), b"%d" % i, (), None)])
+            topics = first.list_topics()
+            configs = {t: first.topic_config(t) for t in topics}
+            marks = {
+                (t, p): first.offsets(t, p) for t in topics for p in range(first.partition_count(t))
+            }
+            stored = {tp: [_fields(r) for r in read_all(first, *tp)] for tp in marks}
+            heads = (
+                {k: first.key_head("c", 0, k) for k in (b"c0", b"c1", b"c2", b"new")}
+                if keyed
+                else {}
+            )
+        finally:
+            first.close()
+        clock.advance(1000)
+        second = self.make_log(directory, clock)
+        try:
+            assert second.list_topics() == topics, "topics lost or invented by a reopen"
+            assert {t: second.topic_config(t) for t in topics} == configs
+            assert {tp: second.offsets(*tp) for tp in marks} == marks
+            for tp, records in stored.items():
+                assert [_fields(r) for r in read_all(second, *tp)] == records, tp
+            if keyed:
+                assert {k: second.key_head("c", 0, k) for k in heads} == heads
+                with pytest.raises(ConcurrencyError):
+                    second.append("c", 0, [(b"c0", b"x", (), None)], expect=Expect(b"c0", None))
+                after = second.append(
+                    "c", 0, [(b"c0", b"x", (), None)], expect=Expect(b"c0", heads[b"c0"])
+                )
+                assert after.base_offset == marks[("c", 0)].leo
+            assert (
+                second.append("r", 1, [(None, b"next", (), None)]).base_offset
+                == marks[("r", 1)].leo
+            )
+        finally:
+            second.close()
+
+    # ------------------------------------------------------------------ compaction
+    def test_compaction_keeps_each_keys_last_record(self, log: Log, clock: FakeClock) -> None:
+        """``compact()`` on a compacted topic: each key's last record stays, at its offset,
+        with its value; records superseded before the active segment are gone; records of
+        the active segment are untouched (engines that compact lazily); a tombstone stays
+        until ``delete_retention_ms`` after compaction first saw it, then goes; the marks
+        do not move backwards and offsets are never renumbered."""
+        require(log, "compaction")
+        log.create_topic(
+            "t",
+            1,
+            {"cleanup_policy": "compact", "segment_bytes": 300, "delete_retention_ms": 60_000},
+        )
+        appended: dict[int, tuple[bytes | None, bytes | None]] = {}
+
+        def put(key: bytes, value: bytes | None) -> None:
+            offset = log.append("t", 0, [(key, value, (), None)]).base_offset
+            appended[offset] = (key, value)
+
+        for n in range(24):  # several closed segments of superseded values
+            put(b"k%d" % (n % 4), b"v%d" % n)
+        put(b"k1", None)  # k1's last record is a tombstone
+        log.roll("t", 0)
+        closed_end = log.offsets("t", 0).leo
+        put(b"k0", b"active-1")  # the active segment: one key twice, one new key
+        put(b"k0", b"active-2")
+        put(b"k9", b"active")
+        lazy = log.capabilities.lazy_compaction
+        if lazy:
+            assert [(r.key, r.value) for r in read_all(log, "t")] == list(appended.values()), (
+                "superseded records must stay readable until a compaction runs"
+            )
+        lwm, hwm, leo = log.offsets("t", 0)
+
+        def last_in(end: int) -> dict[bytes | None, int]:
+            last: dict[bytes | None, int] = {}
+            for offset, (key, _) in sorted(appended.items()):
+                if offset < end:
+                    last[key] = offset
+            return last
+
+        last_closed, last_all = last_in(closed_end), last_in(leo)
+        superseded = [o for o in appended if o < closed_end and last_closed[appended[o][0]] != o]
+
+        def check(tombstone_kept: bool) -> dict[int, tuple[bytes | None, bytes | None]]:
+            got = {r.offset: (r.key, r.value) for r in read_all(log, "t")}
+            assert list(got) == sorted(got)
+            renumbered = {o: kv for o, kv in got.items() if appended.get(o) != kv}
+            assert not renumbered, f"records not at the offset they were appended at: {renumbered}"
+            after = log.offsets("t", 0)
+            assert (after.hwm, after.leo) == (hwm, leo) and after.lwm >= lwm
+            missing = [o for o in last_all.values() if o not in got and appended[o][1] is not None]
+            assert not missing, f"compaction removed a key's last record: offsets {missing}"
+            kept = [o for o in superseded if o in got]
+            assert not kept, (
+                f"compaction kept {len(kept)} superseded record(s) of closed segments: {kept[:6]}"
+            )
+            if lazy:
+                active = [o for o in appended if o >= closed_end and o not in got]
+                assert not active, f"compaction touched the active segment: lost {active}"
+            tomb = last_all[b"k1"]
+            assert (tomb in got) == tombstone_kept, (
+                "a tombstone was removed before delete_retention_ms"
+                if tombstone_kept
+                else "a tombstone outlived delete_retention_ms"
+            )
+            return got
+
+        log.compact("t")
+        first = check(tombstone_kept=True)
+        clock.advance(60_001)
+        log.compact("t")
+        second = check(tombstone_kept=False)
+        assert {o: kv for o, kv in first.items() if o != last_all[b"k1"]} == second
+
+    # ------------------------------------------------------------------ retention
+    def test_size_retention_advances_the_low_water_mark(self, log: Log) -> None:
+        """A topic over ``retention_bytes`` loses its oldest records once retention runs:
+        the low-water mark advances, reads below it are out of range, the rest keep their
+        offsets and values, and the high-water mark does not move."""
+        require(log, "retention")
+        log.create_topic(
+            "t",
+            1,
+            {
+                "cleanup_policy": "delete",
+                "retention_bytes": 2000,
+                "segment_bytes": 500,
+                "retention_ms": -1,
+            },
+        )
+        values = [b"%03d" % n + b"x" * 60 for n in range(80)]
+        for value in values:
+            log.append("t", 0, [(b"k", value, (), None)])
+        log.roll("t", 0)
+        log.cleanup("t")
+        lwm, hwm, leo = log.offsets("t", 0)
+        assert (hwm, leo) == (80, 80)
+        assert 0 < lwm < 80, f"retention did not advance the low-water mark ({lwm})"
+        with pytest.raises(OffsetOutOfRangeError) as info:
+            log.read("t", 0, lwm - 1)
+        assert (info.value.offset, info.value.lwm) == (lwm - 1, lwm)
+        assert [(r.offset, r.value) for r in read_all(log, "t")] == [
+            (o, values[o]) for o in range(lwm, 80)
+        ]
+        log.append("t", 0, [(b"k", b"after", (), None)])
+        assert log.offsets("t", 0).leo == 81  # offsets are never reused
+
+
+def _fields(r: Record) -> tuple[object, ...]:
+    return (r.offset, r.key, r.value, r.headers, r.timestamp, r.timestamp_type)

@@ -77,7 +77,9 @@ def make_codec(keys: MemoryKeyStore | None = None) -> EventCodec:
 
 def roundtrip(codec: EventCodec, env: Envelope) -> tuple[bytes, Envelope]:
     rec = codec.encode(env)
-    return rec.value, codec.decode(rec.key, rec.value, rec.headers, topic="t", partition=0, offset=7)
+    return rec.value, codec.decode(
+        rec.key, rec.value, rec.headers, topic="t", partition=0, offset=7
+    )
 
 
 def test_personal_fields_never_reach_the_record_in_clear() -> None:
@@ -219,7 +221,10 @@ def test_event_cipher_objects_written_as_enc2_still_read() -> None:
         f"enc2\0c-1\0{doc['event_id']}\0name\0address".encode(),
     )
     doc["data"][CIPHER_MARK] = {
-        CIPHER_MARK: "enc2", "s": "c-1", "k": 1, "f": ["name", "address"],
+        CIPHER_MARK: "enc2",
+        "s": "c-1",
+        "k": 1,
+        "f": ["name", "address"],
         "c": base64.b64encode(nonce + body).decode(),
     }
     env = codec.decode(None, orjson.dumps(doc))
@@ -281,8 +286,9 @@ def test_declaration_errors() -> None:
 def test_snapshots_of_aggregates_with_a_subject_are_sealed_and_erased() -> None:
     keys = MemoryKeyStore()
     codec = SnapshotCodec(keys=keys)
-    snap = Snapshot(aggregate_id="c-1", aggregate_version=4, snapshot_version=1,
-                    state={"name": "Ada Lovelace"})
+    snap = Snapshot(
+        aggregate_id="c-1", aggregate_version=4, snapshot_version=1, state={"name": "Ada Lovelace"}
+    )
     rec = codec.encode(Customer, snap)
     assert b"Ada" not in rec.value
     assert codec.decode(Customer, rec.key, rec.value, rec.headers).state == {"name": "Ada Lovelace"}

@@ -14,7 +14,10 @@ The member joins ``group`` on ``topic`` with a :class:`GroupConsumer` and loops:
 
 so a ``kill -9`` while it sleeps ("processing") lands after the commit in at-most-once mode
 (the batch is skipped) and before it in at-least-once mode (the batch is redelivered).
-SIGTERM makes it ``close()`` the consumer (a graceful leave) and exit.
+SIGTERM makes it ``close()`` the consumer (a graceful leave) and exit. With ``projector``
+(a SQLite file), "after" mode also applies each batch to a read model whose positions are in
+the same transaction (:class:`Projector`), seeks to those positions when assigned, and logs
+``{"ev": "applied", "recs", ...}`` before it commits.
 
 Every event is one JSON line written with a single ``write`` (so a ``kill -9`` never leaves a
 half line) to the member's event file. Times are ``time.monotonic()``: CLOCK_MONOTONIC is one
@@ -37,6 +40,7 @@ import itertools
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -86,8 +90,13 @@ def _run_member(args: dict[str, Any]) -> None:
     store, coordination = _open(args)
     consumer: GroupConsumer
 
+    project = projector(args["projector"]) if "projector" in args else None
+
     def listener(kind: str) -> Any:
         def callback(tps: list[TopicPartition]) -> None:
+            if project is not None and kind == "assigned":
+                for tp in tps:  # the read model's position, not the group's commit
+                    consumer.seek(tp, project.position(tp.partition))
             emit(
                 ev=kind,
                 tps=[tp.partition for tp in tps],
@@ -161,6 +170,9 @@ def _run_member(args: dict[str, Any]) -> None:
                 emit(ev="records", recs=recs, gen=gen, member=member)
                 emit(ev="processing")
                 time.sleep(delay)
+                if project is not None:
+                    applied = project.apply(records, member)
+                    emit(ev="applied", recs=applied, gen=gen, member=member)
                 commit(records)
     except ConsumerError as exc:
         emit(ev="error", error=str(exc))
@@ -168,6 +180,58 @@ def _run_member(args: dict[str, Any]) -> None:
     consumer.close()
     emit(ev="closed")
     store.close()
+
+
+class Projector:
+    """A read model in SQLite whose positions live in the same file: each batch of a
+    partition is applied in one transaction that also moves the partition's position, and
+    only from that position on (compare-and-set), so a redelivered batch or a zombie's batch
+    applies nothing twice. ``applied`` has (partition, offset) as its primary key: a second
+    application would raise and kill the member."""
+
+    SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS positions (p INTEGER PRIMARY KEY, next INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS applied (p INTEGER, o INTEGER, member TEXT,"
+        " PRIMARY KEY (p, o))",
+    )
+
+    def __init__(self, path: str) -> None:
+        self.db = sqlite3.connect(path, timeout=120, isolation_level=None)
+        for statement in self.SCHEMA:
+            self.db.execute(statement)
+
+    def position(self, p: int) -> int:
+        row = self.db.execute("SELECT next FROM positions WHERE p = ?", (p,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def apply(self, records: list[Any], member: str | None) -> list[list[int]]:
+        applied: list[list[int]] = []
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            ordered = sorted(records, key=lambda r: (r.partition, r.offset))
+            for p, group in itertools.groupby(ordered, key=lambda r: r.partition):
+                batch = list(group)
+                position = self.position(p)
+                if not batch[0].offset <= position <= batch[-1].offset + 1:
+                    continue  # behind (a zombie) or a gap: apply nothing
+                fresh = [r.offset for r in batch if r.offset >= position]
+                self.db.executemany(
+                    "INSERT INTO applied VALUES (?, ?, ?)", [(p, o, member) for o in fresh]
+                )
+                if fresh:
+                    self.db.execute(
+                        "INSERT OR REPLACE INTO positions VALUES (?, ?)", (p, fresh[-1] + 1)
+                    )
+                applied.extend([p, o] for o in fresh)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return applied
+
+
+def projector(path: str) -> Projector:
+    return Projector(path)
 
 
 # ---------------------------------------------------------------------------- test side

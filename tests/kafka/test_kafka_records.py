@@ -64,11 +64,21 @@ def test_encoded_batches_read_back_through_kafka_python(ts_type: int, framing: s
     assert got == want
 
 
-def build(recs: list[tuple[bytes | None, bytes | None, list, int]], *, pid: int = -1,
-          compression: int = 0, seq: int = -1) -> bytes:
+def build(
+    recs: list[tuple[bytes | None, bytes | None, list, int]],
+    *,
+    pid: int = -1,
+    compression: int = 0,
+    seq: int = -1,
+) -> bytes:
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=compression, is_transactional=False, producer_id=pid,
-        producer_epoch=0 if pid >= 0 else -1, base_sequence=seq, batch_size=1 << 30,
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=seq,
+        batch_size=1 << 30,
     )
     for i, (key, value, headers, ts) in enumerate(recs):
         builder.append(i, ts, key, value, headers)

@@ -13,7 +13,9 @@ After every step: ``lwm <= hwm <= leo`` and all three equal the model's; the seg
 are the model's (bases, and sizes of closed segments); reading everything from the LWM (with
 a cursor and a small ``max_bytes``) returns exactly the model's records; ``verify()`` is clean.
 
-Run longer with ``HYPOTHESIS_PROFILE=soak``.
+Also per-key state (``key_head``/``read_key`` and ``expect=`` appends, right and stale),
+atomic appends and DeleteRecords. The default suite runs >= 1,000 steps; ``pytest -m soak``
+runs ``EVENTLANE_SOAK_STEPS`` (default 100,000).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,10 +36,11 @@ from hypothesis.stateful import (
     initialize,
     invariant,
     rule,
+    run_state_machine_as_test,
 )
 
-from framework.errors import InvalidRecordError, OffsetOutOfRangeError
-from framework.log import LogStore
+from framework.errors import ConcurrencyError, InvalidRecordError, OffsetOutOfRangeError
+from framework.log import Expect, LogStore
 from framework.log.batch import encode_batch  # only to forge a torn write's bytes
 from framework.log.record import Record
 
@@ -123,6 +127,8 @@ class ModelLog:
         self.segments = [MSegment(0)]
         self.lwm = 0
         self.leo = 0
+        self.written: dict[bytes | None, set[int]] = {}
+        """Every offset ever appended per key (what a key's head may name below the LWM)."""
         self.first_seen: list[tuple[int, int]] = []
         """(end offset, when a compaction pass first covered the offsets below it)."""
 
@@ -150,6 +156,8 @@ class ModelLog:
         if self.segments[-1].size > 0 and self.segments[-1].size + batch.size > SEGMENT_BYTES:
             self.roll()
         self.segments[-1].batches.append(batch)
+        for r in stamped:
+            self.written.setdefault(r.key, set()).add(r.offset)
         base = self.leo
         self.leo += len(records)
         return base, self.leo - 1, [r.timestamp for r in stamped]
@@ -227,6 +235,19 @@ class ModelLog:
             cleaned.append(out)
         self.segments = cleaned + self.segments[len(cleanable) :]
 
+    def delete_records(self, before: int) -> None:
+        """Kafka's DeleteRecords: the LWM moves to ``before``; segments wholly below go."""
+        if before <= self.lwm:
+            return
+        self.lwm = before
+        bases = [s.base for s in self.segments[1:]]
+        self.segments = [
+            s for s, nxt in zip(self.segments, [*bases, None]) if nxt is None or nxt > before
+        ]
+
+    def key_records(self, key: bytes, after: int | None) -> list[MRecord]:
+        return [r for r in self.records() if r.key == key and (after is None or r.offset > after)]
+
     def offset_for_time(self, target: int) -> int | None:
         for r in self.records():
             if r.timestamp >= target:
@@ -264,6 +285,7 @@ class LogMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="eventlane-stateful-"))
+        self.steps = -1  # the invariants run once after the initialisation too
         self.now = T0
         self.store = LogStore(self.tmp, clock=lambda: self.now)
         self.models: dict[str, ModelLog] = {}
@@ -280,6 +302,7 @@ class LogMachine(RuleBasedStateMachine):
             self.tails[name] = (0, None)
 
     def teardown(self) -> None:
+        STEPS[0] += max(self.steps, 0)
         self.store.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -288,10 +311,38 @@ class LogMachine(RuleBasedStateMachine):
 
     # -------------------------------------------------------------------- appends
     @rule(
-        topic=st.sampled_from(sorted(TOPICS)), specs=st.lists(record_specs, min_size=1, max_size=5)
+        topic=st.sampled_from(sorted(TOPICS)),
+        specs=st.lists(record_specs, min_size=1, max_size=5),
+        atomic=st.booleans(),
     )
-    def append(self, topic: str, specs: list[tuple[Any, ...]]) -> None:
-        self._append(topic, specs)
+    def append(self, topic: str, specs: list[tuple[Any, ...]], atomic: bool) -> None:
+        self._append(topic, specs, atomic=atomic)
+
+    @rule(
+        topic=st.sampled_from(sorted(TOPICS)),
+        key=st.sampled_from([k for k in KEYS if k]),
+        value=values,
+        stale=st.booleans(),
+    )
+    def conditional_append(self, topic: str, key: bytes, value: bytes | None, stale: bool) -> None:
+        """``expect=`` against the model's head of the key: refused (nothing written) when
+        the expected offset is not the head, appended when it is."""
+        model = self.models[topic]
+        records = model.key_records(key, None)
+        head = records[-1].offset if records else None
+        if head is None and model.written.get(key):
+            # the key's records are all below the LWM: after a reopen key_head names the last
+            # one while expect= compares with None (tests/log/test_key_head_below_lwm.py,
+            # xfail); left out here until the engine answers one way
+            return
+        if stale:
+            wrong = (head - 1 if head else None) if head is not None else model.leo
+            before = self.store.offsets(topic, 0)
+            with pytest.raises(ConcurrencyError):
+                self.store.append(topic, 0, [(key, value, (), None)], expect=Expect(key, wrong))
+            assert self.store.offsets(topic, 0) == before
+            return
+        self._append(topic, [(key, value, (), None)], expect=Expect(key, head))
 
     @rule(
         topic=st.sampled_from(sorted(TOPICS)),
@@ -302,14 +353,21 @@ class LogMachine(RuleBasedStateMachine):
         for specs in calls:
             self._append(topic, specs)
 
-    def _append(self, topic: str, specs: list[tuple[Any, ...]]) -> None:
+    def _append(
+        self,
+        topic: str,
+        specs: list[tuple[Any, ...]],
+        *,
+        atomic: bool = False,
+        expect: Expect | None = None,
+    ) -> None:
         model = self.models[topic]
         records = []
         for key, value, headers, delta in specs:
             if key is None and "compact" in model.policy:
                 key = b"z"  # noqa: PLW2901 - keyless records are refused there (own rule)
             records.append((key, value, headers, None if delta is None else self.now - delta))
-        result = self.store.append(topic, 0, records)
+        result = self.store.append(topic, 0, records, atomic=atomic, expect=expect)
         base, last, timestamps = model.append(records, self.now)
         assert (result.base_offset, result.last_offset) == (base, last)
         assert list(result.timestamps) == timestamps
@@ -350,6 +408,17 @@ class LogMachine(RuleBasedStateMachine):
     def compaction(self, topic: str) -> None:
         self.store.compact(topic)
         self.models[topic].compact(self.now)
+
+    @rule(topic=st.sampled_from(sorted(TOPICS)), data=st.data())
+    def delete_records(self, topic: str, data: st.DataObject) -> None:
+        model = self.models[topic]
+        before = data.draw(st.integers(model.lwm - 2, model.leo + 2), label="before")
+        if before < 0 or before > model.leo:
+            with pytest.raises(OffsetOutOfRangeError):
+                self.store.delete_records(topic, 0, before)
+            return
+        assert self.store.delete_records(topic, 0, before) == max(model.lwm, before)
+        model.delete_records(before)
 
     # -------------------------------------------------------------------- restarts and crashes
     def _reopen(self, *, drop_state: frozenset[str] = frozenset()) -> None:
@@ -439,6 +508,33 @@ class LogMachine(RuleBasedStateMachine):
         assert bool(got) == bool(expected)
         self.tails[topic] = (got[-1].offset + 1 if got else offset, cursor)
 
+    @rule(
+        topic=st.sampled_from(sorted(TOPICS)),
+        key=st.sampled_from([k for k in KEYS if k]),
+        data=st.data(),
+    )
+    def key_reads(self, topic: str, key: bytes, data: st.DataObject) -> None:
+        model = self.models[topic]
+        expected = model.key_records(key, None)
+        head = self.store.key_head(topic, 0, key)
+        if expected:
+            assert head == expected[-1].offset
+        else:
+            # the key has no record at or above the LWM: the engine answers None or an
+            # offset below the LWM that the key once had (its index is not pruned by
+            # DeleteRecords/retention; the port does not say which)
+            assert head is None or (head < model.lwm and head in model.written.get(key, ()))
+        after = data.draw(st.none() | st.integers(-1, model.leo), label="after")
+        got = self.store.read_key(topic, 0, key, after=after)
+        want = [m_tuple(r) for r in model.key_records(key, after)]
+        if "compact" not in model.policy:
+            assert [as_tuple(r) for r in got] == want
+            return
+        # the port promises a compacted topic's key reads at least the key's last record
+        assert want[-1:] == [as_tuple(r) for r in got][-1:]
+        assert {as_tuple(r) for r in got} <= set(want)
+        assert [r.offset for r in got] == sorted({r.offset for r in got})
+
     @rule(topic=st.sampled_from(sorted(TOPICS)), data=st.data())
     def offset_for_time(self, topic: str, data: st.DataObject) -> None:
         model = self.models[topic]
@@ -450,6 +546,10 @@ class LogMachine(RuleBasedStateMachine):
         assert self.store.offset_for_time(topic, 0, target) == model.offset_for_time(target)
 
     # -------------------------------------------------------------------- invariants
+    @invariant()
+    def count_step(self) -> None:
+        self.steps += 1
+
     @invariant()
     def marks_match_model(self) -> None:
         if not self.models:
@@ -464,6 +564,13 @@ class LogMachine(RuleBasedStateMachine):
         for topic, model in self.models.items():
             directory = self._partition_dir(topic)
             on_disk = sorted(p.name for p in directory.glob("*.log"))
+            # a segment wholly below the LWM (DeleteRecords moved it past a segment that
+            # was active then) may go at any later maintenance or recovery
+            model.segments = [
+                seg
+                for seg, nxt in zip(model.segments, [*model.segments[1:], None], strict=True)
+                if nxt is None or nxt.base > model.lwm or f"{seg.base:020d}.log" in on_disk
+            ]
             assert on_disk == [f"{s.base:020d}.log" for s in model.segments]
             for seg in model.segments[:-1]:
                 assert (directory / f"{seg.base:020d}.log").stat().st_size == seg.size
@@ -492,13 +599,47 @@ class LogMachine(RuleBasedStateMachine):
             assert self.store.verify() == []
 
 
-SOAK = os.environ.get("HYPOTHESIS_PROFILE") == "soak"
-LogMachine.TestCase.settings = settings(
-    max_examples=1500 if SOAK else 60,
-    stateful_step_count=120 if SOAK else 60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    # the explain phase traces every line of the engine: minutes per failure, no insight
-    phases=[p for p in Phase if p is not Phase.explain],
-)
-TestLogStateful = LogMachine.TestCase
+STEPS = [0]
+"""Rules run by every machine so far (counted after each step, by the invariant below)."""
+
+
+def run_machines(examples: int, steps: int) -> int:
+    """Run ``examples`` machines of up to ``steps`` steps; the number of steps they ran."""
+    before = STEPS[0]
+    run_state_machine_as_test(
+        LogMachine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            # the explain phase traces every line of the engine: minutes per failure
+            phases=[p for p in Phase if p is not Phase.explain],
+        ),
+    )
+    return STEPS[0] - before
+
+
+def test_log_against_a_list_model() -> None:
+    """The default run: at least 1,000 generated steps (the seconds are printed)."""
+    started = time.monotonic()
+    steps = run_machines(24, 60)
+    print(f"log model: {steps} steps in {time.monotonic() - started:.1f} s")
+    assert steps >= 1000
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(0)  # bounded by its step count; progress is printed per round
+def test_log_against_a_list_model_soak() -> None:
+    """``EVENTLANE_SOAK_STEPS`` (default 100,000) steps, in rounds of 25 machines."""
+    target = int(os.environ.get("EVENTLANE_SOAK_STEPS", "100000"))
+    started, steps, machines = time.monotonic(), 0, 0
+    while steps < target:
+        steps += run_machines(25, 80)
+        machines += 25
+        print(
+            f"log model soak: {steps} steps, {machines} machines, "
+            f"{time.monotonic() - started:.0f} s",
+            flush=True,
+        )
+    assert steps >= target

@@ -58,7 +58,8 @@ class Directory(Projector):
     @handles
     def moved(self, e: CustomerMoved, ctx: EventContext) -> None:
         ctx.db.execute(
-            "UPDATE directory SET city = ? WHERE customer_id = ?", (e.address.city, ctx.aggregate_id)
+            "UPDATE directory SET city = ? WHERE customer_id = ?",
+            (e.address.city, ctx.aggregate_id),
         )
 
 
@@ -125,7 +126,9 @@ def test_forgetting_a_customer_erases_their_personal_data_everywhere(data: Path)
     with app.open(data) as rt:
         report = forget(rt, [FORGOTTEN])
         assert report.keys_destroyed == (FORGOTTEN,)
-        assert report.unreadable.get("customers", 0) >= 1 and report.unreadable.get("orders", 0) >= 1
+        assert (
+            report.unreadable.get("customers", 0) >= 1 and report.unreadable.get("orders", 0) >= 1
+        )
         assert "directory" in report.rebuilt
         # the aggregate still loads, with the declared placeholders
         forgotten = rt.load(Customer, FORGOTTEN)
@@ -157,15 +160,28 @@ def test_read_models_and_rebuilds_agree_after_forgetting(data: Path, tmp_path: P
 def test_a_spark_rebuild_after_forgetting_agrees(data: Path, tmp_path: Path, spark) -> None:  # type: ignore[no-untyped-def]
     with app.open(data, create_topics=False) as rt:
         for name in ("directory", "invoices"):
-            result = rebuild(rt, name, engine="spark", spark=spark, output=tmp_path / f"{name}.sqlite")
+            result = rebuild(
+                rt, name, engine="spark", spark=spark, output=tmp_path / f"{name}.sqlite"
+            )
             checks = verify_rebuild(rt, result)  # against the local engine and the live model
             assert checks and all(c.ok for c in checks), (name, checks)
 
 
 def test_raw_tools_show_cipher_text_never_plain_text(data: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-c", "from framework.cli import main; main()", "--data", str(data),
-         "consume", "customers", "--max", "100"],
-        capture_output=True, check=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "from framework.cli import main; main()",
+            "--data",
+            str(data),
+            "consume",
+            "customers",
+            "--max",
+            "100",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=120,
     ).stdout
     assert b"$eventlane" in out and name_of(5).encode() not in out

@@ -83,7 +83,9 @@ def truncated_copy(data: Path, target: Path, vector: dict[TopicPartition, int]) 
                     records, _ = src.read(topic, p, offset, upto=end)
                     if not records:
                         break
-                    dst.append(topic, p, [(r.key, r.value, tuple(r.headers), r.timestamp) for r in records])
+                    dst.append(
+                        topic, p, [(r.key, r.value, tuple(r.headers), r.timestamp) for r in records]
+                    )
                     offset = records[-1].offset + 1
     finally:
         src.close()
@@ -102,14 +104,23 @@ def test_a_read_model_as_of_a_moment_equals_a_rebuild_of_the_truncated_log(
             topics = app.projector(name).topic_names
             vector = end_vector_at(rt.log, topics, ms(middle))
             result = rebuild(
-                rt, name, engine=engine, spark=spark, as_of=middle, output=tmp_path / f"{name}.sqlite"
+                rt,
+                name,
+                engine=engine,
+                spark=spark,
+                as_of=middle,
+                output=tmp_path / f"{name}.sqlite",
             )
             assert dict(result.end) == vector
             now = end_vector_at(rt.log, topics, ms(datetime.now(UTC)))
             assert sum(vector.values()) < sum(now.values())  # the moment is really in the past
             oracle_data = truncated_copy(data, tmp_path / "oracle", vector)
             with app.open(oracle_data, create_topics=False) as oracle_rt:
-                expected = rebuild(oracle_rt, name, engine="local", output=tmp_path / "oracle.sqlite")
+                expected = rebuild(
+                    oracle_rt, name, engine="local", output=tmp_path / "oracle.sqlite"
+                )
             diffs = compare(file_checksums(expected.path), file_checksums(result.path))
-            differ = [d.table for d in diffs if not d.equal and not d.table.startswith("_eventlane")]
+            differ = [
+                d.table for d in diffs if not d.equal and not d.table.startswith("_eventlane")
+            ]
             assert diffs and not differ, differ

@@ -1,0 +1,177 @@
+"""Deliberately broken engines: the real embedded :class:`LogStore` with one promise of the
+log port broken each, so that the suite can show the contract kit catches every one
+(tests/log/test_contract_kit_proof.py). Also an honest engine that declares less
+(``key_reads=False``, as a plain Kafka adapter must), which the kit must skip, not fail.
+
+Each breaks its promise the way a plausible adapter would, not by refusing to work:
+
+* :class:`CheckThenAppend`: ``expect`` checked, then the write done separately (a client of
+  a store with no conditional write); the gap between is where another writer gets in.
+* :class:`ThreadLockedExpect`: the same, under a lock of this process only: atomic across
+  threads, not across processes.
+* :class:`NoOpCompaction` / :class:`NoOpRetention`: maintenance reports and does nothing.
+* :class:`ForgetsOnReopen`: nothing survives a close (an engine keeping its data in memory
+  or in a temporary directory).
+* :class:`SplitsAtomicBatches`: ``atomic=True`` checked for size, then written record by
+  record.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from framework.errors import ConcurrencyError, RecordTooLargeError
+from framework.log import Log, LogStore
+from framework.log.partition import MAX_BATCH_BYTES
+from framework.log.types import (
+    AppendResult,
+    Capabilities,
+    CompactionReport,
+    Expect,
+    RecordTuple,
+    RetentionReport,
+)
+
+GAP_S = 0.002
+"""How long a broken engine is 'descheduled' between two steps that must be one."""
+
+
+class CheckThenAppend(LogStore):
+    def append(  # type: ignore[override]
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        expect: Expect | None = None,
+        atomic: bool = False,
+    ) -> AppendResult:
+        if expect is None:
+            return super().append(topic, partition, records, atomic=atomic)
+        return self._check_then_append(topic, partition, records, expect, atomic)
+
+    def _check_then_append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        expect: Expect,
+        atomic: bool,
+    ) -> AppendResult:
+        head = self.key_head(topic, partition, expect.key)
+        if head != expect.last_offset:
+            raise ConcurrencyError(
+                "key moved",
+                expected=expect.last_offset,
+                actual=head,
+                unit="offset",
+                topic=topic,
+                partition=partition,
+            )
+        time.sleep(GAP_S)  # descheduled between the check and the write
+        return super().append(topic, partition, records, atomic=atomic)
+
+
+class ThreadLockedExpect(CheckThenAppend):
+    _expect_lock = threading.Lock()
+
+    def _check_then_append(self, *args: Any) -> AppendResult:
+        with self._expect_lock:
+            return super()._check_then_append(*args)
+
+
+class NoOpCompaction(LogStore):
+    def compact(self, topic: str, *, progress: Any = None) -> list[CompactionReport]:
+        return [
+            CompactionReport(topic, p, 1, 1, 0, 0, 0, 0, 0.0)
+            for p in range(self.partition_count(topic))
+        ]
+
+
+class NoOpRetention(LogStore):
+    def cleanup(self, topic: str, *, progress: Any = None) -> list[RetentionReport]:
+        return [
+            RetentionReport(topic, p, 0, 0, 0, 0, 0, 0.0)
+            for p in range(self.partition_count(topic))
+        ]
+
+
+class ForgetsOnReopen(LogStore):
+    def __init__(self, path: Path, **kwargs: Any) -> None:
+        shutil.rmtree(path, ignore_errors=True)  # whatever a previous instance stored
+        super().__init__(path, **kwargs)
+
+
+class SplitsAtomicBatches(LogStore):
+    def append(  # type: ignore[override]
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        expect: Expect | None = None,
+        atomic: bool = False,
+    ) -> AppendResult:
+        if not atomic or len(records) < 2 or expect is not None:
+            return super().append(topic, partition, records, expect=expect, atomic=atomic)
+        if sum(len(k or b"") + len(v or b"") for k, v, _, _ in records) > MAX_BATCH_BYTES:
+            raise RecordTooLargeError("too large for one batch", topic=topic, partition=partition)
+        results = []
+        for record in records:
+            results.append(super().append(topic, partition, [record]))
+            time.sleep(GAP_S / 4)
+        return AppendResult(
+            results[0].base_offset,
+            results[-1].last_offset,
+            [ts for r in results for ts in r.timestamps],
+        )
+
+
+class DeclaresNoKeyReads:
+    """An honest engine without per-key reads: every method of the port forwarded to a real
+    LogStore, except those that need per-key state, which it says it lacks."""
+
+    capabilities = Capabilities(key_reads=False)
+
+    def __init__(self, path: Path, **kwargs: Any) -> None:
+        self._inner = LogStore(path, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def local(self) -> Any:
+        return self._inner.local
+
+    def read_key(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("no per-key reads")
+
+    def key_head(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("no per-key reads")
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        expect: Expect | None = None,
+        atomic: bool = False,
+    ) -> AppendResult:
+        if expect is not None:
+            raise NotImplementedError("no per-key expected offsets")
+        return self._inner.append(topic, partition, records, atomic=atomic)
+
+
+def _forward(name: str) -> Any:
+    return lambda self, *a, **k: getattr(self._inner, name)(*a, **k)
+
+
+for _name in [n for n in dir(Log) if not n.startswith("_") and n not in vars(DeclaresNoKeyReads)]:
+    # a Protocol check needs the methods on the class, not only through __getattr__
+    setattr(DeclaresNoKeyReads, _name, _forward(_name))

@@ -91,12 +91,13 @@ class Kv:
                         self.log.js.publish, self.subject(key), value, headers=headers
                     ),
                     what="kv put",
+                    write=True,  # a repeat is harmless: the same Nats-Msg-Id
                 )
             except nats.js.errors.APIError as exc:
                 raise _conflict(exc, key, expect) from None
             return int(ack.seq)
 
-        return self.log.run(go())
+        return self.log.run(go(), write=True)
 
     def delete(self, key: str) -> None:
         async def go() -> None:
@@ -108,9 +109,10 @@ class Kv:
                     headers={"KV-Operation": "PURGE", "Nats-Rollup": "sub"},
                 ),
                 what="kv delete",
+                write=True,  # a purge: a repeat is harmless
             )
 
-        self.log.run(go())
+        self.log.run(go(), write=True)
 
     def put_many(self, values: Mapping[str, bytes], *, fence: tuple[str, int] | None = None) -> int:
         """Write every key of ``values`` at once (an atomic batch), only if ``fence``'s key is
@@ -130,14 +132,14 @@ class Kv:
         async def go() -> int:
             try:
                 return await self.log.retry(
-                    functools.partial(self.log.batch, msgs, extra), what="kv put_many"
+                    functools.partial(self.log.batch, msgs, extra), what="kv put_many", write=True
                 )
             except nats.js.errors.APIError as exc:
                 raise _conflict(
                     exc, fence[0] if fence else "", fence[1] if fence else None
                 ) from None
 
-        return self.log.run(go())
+        return self.log.run(go(), write=True)
 
     def list(self, prefix: str = "") -> list[str]:
         """Every key under ``prefix`` (a prefix ending in ``.``, or ``""`` for all), from the

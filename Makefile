@@ -25,8 +25,10 @@ lint: $(STAMP)
 
 # System packages the tests drive (Debian): installed once, quietly, when missing: kcat (Kafka
 # listener tests), strace (power-loss explorer), chromium + chromium-driver (the console's
-# browser tests, tests/console/). Nothing is downloaded at test run time.
+# browser tests, tests/console/), iproute2 (`ip netns`: the JetStream partition tests'
+# simulated hosts). Nothing is downloaded at test run time.
 test-deps:
+	@command -v ip >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null)
 	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null)
 	@command -v strace >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq strace >/dev/null)
 	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || \

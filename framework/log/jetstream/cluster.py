@@ -186,6 +186,10 @@ class LocalCluster:
         network namespace of its own)."""
         return [nats_server_binary(), "-c", str(conf)]
 
+    def check_sync(self) -> list[SyncCheck]:
+        """:func:`check_sync` of every node (through its monitoring port)."""
+        return [check_sync(f"http://{n.host}:{n.http}") for n in self.nodes]
+
     def healthy(self, node: Node) -> bool:
         """Whether ``node``'s ``/healthz`` answers ok (JetStream current)."""
         try:
@@ -257,6 +261,39 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@attrs.frozen
+class SyncCheck:
+    """What one server's monitoring endpoint says of its durability: ``sync_always`` is
+    ``True`` when JetStream fsyncs every write before acknowledging it, ``False`` when it
+    syncs on a timer (an acknowledged write can then be lost by a power cut of a majority),
+    ``None`` when the endpoint could not be read (``detail`` says why)."""
+
+    monitor: str
+    sync_always: bool | None
+    detail: str
+
+
+def check_sync(monitor: str, *, timeout: float = 5.0) -> SyncCheck:
+    """Read ``sync_always`` from a server's ``/varz`` (``monitor``: its monitoring URL,
+    ``http://host:8222``). Only the monitoring endpoint exposes it: neither the client
+    protocol nor JetStream's account info says how a server syncs."""
+    url = monitor.rstrip("/") + "/varz"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            body = orjson.loads(resp.read())
+    except (OSError, ValueError) as exc:
+        return SyncCheck(monitor, None, f"cannot read {url}: {exc}")
+    config = (body.get("jetstream") or {}).get("config")
+    if not config:
+        return SyncCheck(monitor, None, f"{url} shows no JetStream configuration")
+    if config.get("sync_always"):
+        return SyncCheck(monitor, True, "sync_interval: always (fsync before every ack)")
+    every = int(config.get("sync_interval") or 0) / 1e9
+    return SyncCheck(
+        monitor, False, f"sync_interval is {every:g}s: acknowledged writes are not fsynced"
+    )
 
 
 def _alive(pid: int) -> bool:

@@ -94,7 +94,7 @@ def translate(
         return exc
     if isinstance(exc, nats.js.errors.APIError):
         return _api(exc, topic, partition, write)
-    if isinstance(exc, NOTHING_SENT | nats.errors.NoServersError):
+    if isinstance(exc, (*NOTHING_SENT, nats.errors.NoServersError)):
         return LogUnavailableError(
             f"JetStream: nobody answered ({exc!r}); nothing sent", topic=topic, partition=partition
         )
@@ -116,8 +116,9 @@ def translate(
 def _api(
     exc: nats.js.errors.APIError, topic: str | None, partition: int | None, write: bool
 ) -> FrameworkError:
-    text = exc.description or ""
+    text = getattr(exc, "description", None) or type(exc).__name__
     code = getattr(exc, "err_code", None)
+    status = getattr(exc, "code", None)
     if text.startswith("wrong last sequence"):
         found = re.search(r"(\d+)\s*$", text)
         return ConcurrencyError(
@@ -138,11 +139,11 @@ def _api(
         return LogUnavailableError(
             f"JetStream cluster unavailable: {text}", topic=topic, partition=partition
         )
-    if code == STREAM_NOT_FOUND or exc.code == 404:
+    if code == STREAM_NOT_FOUND or status == 404:
         if topic is not None:
             return UnknownTopicError(f"topic {topic!r} has no stream: {text}", topic=topic)
         return LogError(f"JetStream: not found: {text}", topic=topic, partition=partition)
-    if exc.code == 413 or "maximum payload" in text:
+    if status == 413 or "maximum payload" in text:
         return RecordTooLargeError(
             f"rejected by the server: {text}", topic=topic, partition=partition
         )

@@ -1142,8 +1142,16 @@ class JetStreamLog:
                 self._loop.create_task(self._republish(call, sent=e.maybe_stored(exc)))
             else:
                 call.settle(None, exc)
-        except Exception as exc:  # not an ack
-            call.settle(None, LogError(f"JetStream answered an append with {msg.data!r}: {exc}"))
+        except Exception as exc:  # not an ack: what became of the append is not known
+            assert call.pub is not None
+            topic, partition = call.pub[0], call.pub[1]
+            unknown = OutcomeUnknownError(
+                f"JetStream answered an append with {msg.data!r} ({exc}); it may or may not"
+                " be stored",
+                topic=topic,
+                partition=partition,
+            )
+            call.settle(None, unknown)
 
     def _expire(self) -> None:
         """Hand publishes without an ack by their deadline to the retrying path (a timer,

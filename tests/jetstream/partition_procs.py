@@ -5,7 +5,7 @@ plus the role's own. Every line on stdout is data for the test:
 ``setup``    creates ``topic`` with ``partitions`` partitions and moves stream leaders until
              partition 0's leader leads no other partition; prints one JSON line
              ``{"leaders": [node of partition p, ...]}``.
-``leaders``  prints the same JSON line (no changes).
+``leaders``  prints the same JSON line (no changes), once every partition has a leader.
 ``write``    one thread per partition appends records ``<tag>:<p>:<i>`` under the key
              ``<tag>-<p>``, every other one conditional on the key's head (``Expect``), until
              the file ``stop`` exists or ``seconds`` pass; one more thread per partition
@@ -16,7 +16,12 @@ plus the role's own. Every line on stdout is data for the test:
              ``H <p> <before> <after>``             a reader saw its high-water mark go back
              ``X <p> <module.class> <message>``     an error that is not eventlane's
              ``D``                                   done
+``execute``  one thread per aggregate ``c0``..``c<n>`` runs ``Runtime.execute`` of
+             ``Counter.increment`` tagged ``<tag>:<agg>:<i>`` until ``stop``/``seconds``:
+             ``A <agg> <i> <t0> <t1>`` done; ``E <agg> <i> <t0> <t1> <class> <indeterminate>
+             <message>`` failed; ``X`` as above.
 ``readback`` prints ``{"p": [[offset, value], ...], ...}``: every record of every partition.
+``counters`` prints ``{"<agg>": [writer tag of each stored event, in order], ...}``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from typing import Any
 import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
+
+from store_domain import Counter, make_app, raw_streams
 
 from framework.errors import FrameworkError
 from framework.log.jetstream import mapping
@@ -66,7 +74,13 @@ def setup(log: JetStreamLog, args: dict[str, Any]) -> None:
 
 
 def leaders(log: JetStreamLog, args: dict[str, Any]) -> None:
-    out(json.dumps({"leaders": _leaders(log, str(args["topic"]), int(args["partitions"]))}))
+    """The leaders, once every partition has one (after a heal, an election may still run)."""
+    for _ in range(100):
+        found = _leaders(log, str(args["topic"]), int(args["partitions"]))
+        if None not in found:
+            break
+        time.sleep(0.2)
+    out(json.dumps({"leaders": found}))
 
 
 def _guard(p: int, body: Any) -> Any:
@@ -150,16 +164,73 @@ def write(log: JetStreamLog, args: dict[str, Any]) -> None:
     out("D")
 
 
+def _commands(app: Any, agg: str, tag: str, stop: Path, until: float) -> None:
+    i = 0
+    while not stop.exists() and time.monotonic() < until:
+        i += 1
+        writer = f"{tag}:{agg}:{i}"
+        t0 = time.time()
+        try:
+            _guard(
+                -1,
+                lambda w=writer: app.execute(
+                    Counter, agg, lambda c: c.increment(1, w), create=True
+                ),
+            )
+        except FrameworkError as exc:
+            message = str(exc).replace("\n", " ")[:200]
+            out(
+                f"E {agg} {i} {t0:.3f} {time.time():.3f} {type(exc).__name__}"
+                f" {int(exc.indeterminate)} {message!r}"
+            )
+            time.sleep(0.1)
+            continue
+        out(f"A {agg} {i} {t0:.3f} {time.time():.3f}")
+
+
+def execute(log: JetStreamLog, args: dict[str, Any]) -> None:
+    tag, count = str(args["tag"]), int(args["aggregates"])
+    stop, until = Path(str(args["stop"])), time.monotonic() + float(args["seconds"])
+    with make_app(log, partitions=int(args["partitions"])) as app:  # type: ignore[arg-type]
+        threads = [
+            threading.Thread(target=_commands, args=(app, f"c{n}", tag, stop, until))
+            for n in range(count)
+        ]
+        out("R")
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    out("D")
+
+
+def counters(log: JetStreamLog, args: dict[str, Any]) -> None:
+    topic = Counter.topic
+    streams = raw_streams(log, topic) if log.topic_exists(topic) else {}  # type: ignore[arg-type]
+    out(json.dumps({agg: [e["data"]["writer"] for e in events] for agg, events in streams.items()}))
+
+
 def readback(log: JetStreamLog, args: dict[str, Any]) -> None:
+    """Every record of every partition, read up to its high-water mark; an empty answer
+    below it (which the port forbids) is noted under ``"short"`` and asked again."""
     topic, count = str(args["topic"]), int(args["partitions"])
-    found: dict[str, list[tuple[int, str]]] = {}
+    found: dict[str, Any] = {}
+    short: list[tuple[int, int, int]] = []
     for p in range(count):
         rows: list[tuple[int, str]] = []
-        offset = 0
-        while batch := log.read(topic, p, offset)[0]:
+        offset, hwm = 0, log.offsets(topic, p).hwm
+        empty = 0
+        while offset < hwm and empty < 50:
+            batch = log.read(topic, p, offset)[0]
+            if not batch:
+                short.append((p, offset, hwm))
+                empty += 1
+                time.sleep(0.1)
+                continue
             rows.extend((r.offset, (r.value or b"").decode()) for r in batch)
             offset = batch[-1].offset + 1
         found[str(p)] = rows
+    found["short"] = short
     out(json.dumps(found))
 
 
@@ -169,4 +240,6 @@ if __name__ == "__main__":
     with JetStreamLog.from_url(
         str(raw["url"]), namespace=str(raw["namespace"]), retry_s=float(raw.get("retry_s", 30))
     ) as js:
-        {"setup": setup, "leaders": leaders, "write": write, "readback": readback}[role](js, raw)
+        roles = {"setup": setup, "leaders": leaders, "write": write, "readback": readback}
+        roles |= {"execute": execute, "counters": counters}
+        roles[role](js, raw)

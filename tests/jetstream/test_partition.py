@@ -131,10 +131,16 @@ def run_cuts(hosts: Hosts, cluster: NamespaceCluster, tmp: Path, cycles: int) ->
         Child(hosts, "write", {**base, "tag": tag, "stop": str(stop), "seconds": seconds})
         for tag in ("a", "b")
     ]
+    commands = Child(
+        hosts,
+        "execute",
+        {**base, "tag": "x", "aggregates": 4, "stop": str(stop), "seconds": seconds},
+    )
     figures: dict[str, Any] = {"resume_s": [], "untouched_pause_s": [], "cut": []}
     try:
         for w in writers:
             _until("first appends", lambda w=w: len(w.acks()) >= 10 * PARTITIONS, 60)
+        _until("first commands", lambda: len(commands.rows("A")) >= 10, 60)
         for cycle in range(cycles):
             if cycle:
                 leaders = _once(hosts, "leaders", base)["leaders"]
@@ -175,14 +181,20 @@ def run_cuts(hosts: Hosts, cluster: NamespaceCluster, tmp: Path, cycles: int) ->
         stop.touch()
         for w in writers:
             w.finish()
+        commands.finish()
     stored = _once(hosts, "readback", base)
+    short = stored.pop("short")
+    events = _once(hosts, "counters", base)
     figures["acks"] = sum(len(w.acks()) for w in writers)
     figures["errors"] = sorted({r[5] for w in writers for r in w.rows("E")})
     figures["unknown"] = sum(1 for w in writers for r in w.rows("E") if r[6] == "1")
     figures["stored"] = sum(len(rows) for rows in stored.values())
+    figures["executed"] = len(commands.rows("A"))
+    figures["execute_errors"] = sorted({r[5] for r in commands.rows("E")})
     print(f"\npartition figures: {json.dumps(figures)}")
 
-    raw = [r for w in writers for r in w.rows("X")]
+    assert not short, f"reads answered nothing below the high-water mark: {short[:5]}"
+    raw = [r for w in [*writers, commands] for r in w.rows("X")]
     assert not raw, f"errors that are not eventlane's reached the callers: {raw[:5]}"
     back = [r for w in writers for r in w.rows("H")]
     assert not back, f"a reader saw its high-water mark go backwards: {back[:5]}"
@@ -190,10 +202,23 @@ def run_cuts(hosts: Hosts, cluster: NamespaceCluster, tmp: Path, cycles: int) ->
     assert len(values) == len(set(values)), "a record was stored twice"
     at = {(int(p), o): v for p, rows in stored.items() for o, v in rows}
     lost = [a for w in writers for a in w.acks() if at.get((a[0], a[1])) != a[2]]
+    if lost:  # (diagnosis) what is stored around the first loss
+        p0, o0 = lost[0][0], lost[0][1]
+        print("stored near:", [(o, v) for o, v in stored[str(p0)] if abs(o - o0) < 6])
+        print("stored count per partition:", {p: len(r) for p, r in stored.items()})
+        print("acks near:", sorted(a for w in writers for a in w.acks(p0) if abs(a[1] - o0) < 6))
     assert not lost, f"acknowledged appends lost or moved: {lost[:5]}"
     kept = set(values)
     refused = [r for w in writers for r in w.rows("E") if r[6] == "0" and r[2] in kept]
     assert not refused, f"appends reported as failed (not 'unknown') are stored: {refused[:5]}"
+    # Runtime.execute: each command done is stored once; one that failed for sure is not
+    assert figures["executed"] > 0, f"no command was executed: {commands.lines[-5:]}"
+    tags = [t for stream in events.values() for t in stream]
+    assert len(tags) == len(set(tags)), "a command's event was stored twice"
+    done = {f"x:{r[1]}:{r[2]}" for r in commands.rows("A")}
+    assert done <= set(tags), f"executed commands missing: {sorted(done - set(tags))[:5]}"
+    failed = {f"x:{r[1]}:{r[2]}" for r in commands.rows("E") if r[6] == "0"}
+    assert not failed & set(tags), f"failed commands stored: {sorted(failed & set(tags))[:5]}"
     for resume in figures["resume_s"]:
         assert resume < 15.0, f"appends to the cut-off partition resumed after {resume}s"
     for pause in figures["untouched_pause_s"]:

@@ -106,6 +106,12 @@ class KvLiveness:
         except ConcurrencyError:
             self._revs.pop(token, None)
             return False
+        except OutcomeUnknownError:  # our stamp may or may not be there: the key says
+            raw, current = self.kv.get(self._key(token))
+            if raw is None:
+                self._revs.pop(token, None)
+                return False
+            self._revs[token] = current
         return True
 
     def polled(self, slot: int, token: int, now_ns: int) -> None:

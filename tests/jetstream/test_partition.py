@@ -113,6 +113,20 @@ def _until(what: str, check: Any, timeout: float) -> None:
         time.sleep(0.1)
 
 
+def _stable_leaders(hosts: Hosts, base: dict[str, Any], seen: list[str] | None) -> list[str]:
+    """The partitions' leaders once two looks a second apart agree (after a heal, leaders
+    can still move: a cut is aimed at the node that leads partition p when it falls)."""
+    for _ in range(10):
+        if seen is None:
+            seen = _once(hosts, "leaders", base)["leaders"]
+        time.sleep(1.0)
+        now: list[str] = _once(hosts, "leaders", base)["leaders"]
+        if now == seen:
+            return now
+        seen = now
+    raise AssertionError(f"stream leaders kept moving: {seen}")
+
+
 def _longest_pause(times: list[float], start: float, end: float) -> float:
     """The longest time without an ack between ``start`` and ``end``."""
     inside = sorted(t for t in times if start < t < end)
@@ -142,8 +156,7 @@ def run_cuts(hosts: Hosts, cluster: NamespaceCluster, tmp: Path, cycles: int) ->
             _until("first appends", lambda w=w: len(w.acks()) >= 10 * PARTITIONS, 60)
         _until("first commands", lambda: len(commands.rows("A")) >= 10, 60)
         for cycle in range(cycles):
-            if cycle:
-                leaders = _once(hosts, "leaders", base)["leaders"]
+            leaders = _stable_leaders(hosts, base, leaders if not cycle else None)
             p = cycle % PARTITIONS
             victim = int(leaders[p][1:]) - 1
             untouched = [q for q in range(PARTITIONS) if leaders[q] != leaders[p]]

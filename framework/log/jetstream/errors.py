@@ -9,7 +9,9 @@ Invariant: no nats-py exception leaves the JetStream adapter. Every one becomes
 * :class:`~framework.errors.OutcomeUnknownError` (indeterminate) when a write was sent and no
   answer says what became of it: a timeout or a lost connection after the request left, a
   retried publish whose first copy is still being proposed ("duplicate message id is in
-  process", 10158), a leader whose store closed under a committed entry (10077);
+  process", 10158), a leader whose store closed under a committed entry (10077), any
+  "unavailable" answer to a write (it may come from a stale replica while the leader
+  stores the write);
 * :class:`~framework.errors.ConcurrencyError` for a refused expected sequence, and the
   specific :mod:`framework.errors` classes for a missing stream or an oversized record;
 * a plain :class:`~framework.errors.LogError` (permanent) for any other refusal by the
@@ -42,13 +44,9 @@ TOO_MANY_REQUESTS = 10167  # the leader's ingest queue is full: dropped before i
 RETRY_CODES = frozenset({CLUSTER_NOT_AVAILABLE, STORE_CLOSED, IN_PROCESS, TOO_MANY_REQUESTS})
 """API error codes worth asking again (with the same message id for a publish)."""
 
-MAYBE_STORED_CODES = frozenset({STORE_CLOSED, IN_PROCESS})
-"""API error codes after which a write may yet be stored."""
-
 NOTHING_SENT = (
     nats.errors.NoRespondersError,  # nobody subscribes to the subject: nothing received it
     nats.js.errors.NoStreamResponseError,
-    nats.js.errors.ServiceUnavailableError,
 )
 """Transient errors that say the request reached nobody who could store it."""
 
@@ -75,9 +73,14 @@ def retry_api_error(exc: nats.js.errors.APIError) -> bool:
 
 
 def maybe_stored(exc: BaseException) -> bool:
-    """Whether a write that failed with ``exc`` may nevertheless be stored."""
+    """Whether a write that failed with ``exc`` may nevertheless be stored.
+
+    Only "no responders" proves nothing received it. A retriable API error does not: every
+    replica of a stream receives a publish, and the answer that arrives first may be a
+    stale ex-leader's ("not leader", "unavailable") while the real leader stores it (seen
+    by the partition soak). A permanent refusal (a bad request) is a refusal."""
     if isinstance(exc, nats.js.errors.APIError):
-        return getattr(exc, "err_code", None) in MAYBE_STORED_CODES
+        return retry_api_error(exc)
     return not isinstance(exc, NOTHING_SENT)
 
 
@@ -129,7 +132,7 @@ def _api(
             topic=topic,
             partition=partition,
         )
-    if write and code in MAYBE_STORED_CODES:
+    if write and retry_api_error(exc):
         return OutcomeUnknownError(
             f"JetStream: {text} ({code}); the write may or may not be stored",
             topic=topic,

@@ -969,9 +969,10 @@ class JetStreamLog:
                 _, hwm, _ = self._run(self._state(topic, partition))
                 precondition(hwm)
                 extra["Nats-Expected-Last-Sequence"] = str(hwm)
+            msg_id = f"{self._msg_id_prefix}{next(self._msg_ids)}"
             try:
                 if len(msgs) == 1:
-                    seqs = [self._publish_one(topic, partition, msgs[0], extra)]
+                    seqs = [self._publish_one(topic, partition, msgs[0], extra, msg_id)]
                 else:
                     seqs = self._run(
                         self._publish(topic, msgs, extra),
@@ -981,9 +982,15 @@ class JetStreamLog:
                     )
                 break
             except ConcurrencyError as exc:  # a refused expected sequence (see .errors)
+                if expect is not None:
+                    self._await_visible(topic, partition, expect)
+                if len(msgs) == 1 and (
+                    mine := self._stored_copy(topic, partition, msgs[0], extra, msg_id)
+                ):
+                    seqs = [mine]  # the refusal came from a stale replica: ours is stored
+                    break
                 if expect is None:
                     continue  # only the end moved: ask the precondition again
-                self._await_visible(topic, partition, expect)
                 raise _conflict(exc, expect, topic, partition) from None
         stream = m.stream_name(self.namespace, topic, partition)
         if (known := self._marks.get(stream)) is not None:
@@ -991,6 +998,22 @@ class JetStreamLog:
         result = AppendResult(seqs[0] - 1, seqs[-1] - 1, [int(h[m.H_TS]) for _, _, h in msgs])
         self._bump()
         return result
+
+    def _stored_copy(
+        self,
+        topic: str,
+        partition: int,
+        msg: tuple[str, bytes, dict[str, str]],
+        extra: dict[str, str],
+        msg_id: str,
+    ) -> int | None:
+        """The sequence of our refused publish's copy if the stream leader has it. Every
+        replica receives a publish; the refusal that arrived first can be a stale ex-leader's
+        while the real leader stored it (seen by the partition soak), so a refusal is
+        believed only once the leader shows no record with our message id."""
+        headers = {**extra, "Nats-Msg-Id": msg_id}
+        find = self._find_copy(topic, partition, msg[0], headers)
+        return self._run(find, topic=topic, partition=partition)
 
     def _await_visible(self, topic: str, partition: int, expect: Expect) -> None:
         """Wait (up to 2 s) until the write that beat ours is readable at the leader: the
@@ -1071,10 +1094,11 @@ class JetStreamLog:
         partition: int,
         msg: tuple[str, bytes, dict[str, str]],
         extra: dict[str, str],
+        msg_id: str,
     ) -> int:
         """Publish one record and return its stream sequence (see :meth:`_send_pubs`)."""
         subject, payload, hdrs = msg
-        headers = {**hdrs, **extra, "Nats-Msg-Id": f"{self._msg_id_prefix}{next(self._msg_ids)}"}
+        headers = {**hdrs, **extra, "Nats-Msg-Id": msg_id}
         call = _Call(None, (topic, partition, subject, payload, headers))
         seq: int = self._run(
             self._publish_call(call), call, topic=topic, partition=partition, write=True
@@ -1170,23 +1194,83 @@ class JetStreamLog:
         """``call``'s publish by ``js.publish`` under :meth:`_retry` (same headers, so a
         copy stored by an earlier try is answered as a duplicate, not stored twice).
         ``sent``: the first try may have been stored (it went out and got no answer), so
-        running out of time is :class:`OutcomeUnknownError`, not "unavailable"."""
+        running out of time is :class:`OutcomeUnknownError`, not "unavailable".
+
+        A conditional publish whose earlier try may have been stored can be refused with
+        "wrong last sequence" by *its own first copy* (a leader that changed meanwhile does
+        not always answer it as a duplicate): the refusal is then checked against the
+        partition (:meth:`_own_copy`) and is a success if the copy is there, "unknown" if it
+        cannot be told, and a conflict only when no try may have been stored."""
         assert call.pub is not None
         topic, partition, subject, payload, headers = call.pub
-        publish = functools.partial(
-            self._js.publish, subject, payload, timeout=self.attempt_s, headers=headers
-        )
+        maybe = sent
+
+        async def publish() -> Any:
+            nonlocal maybe
+            try:
+                return await self._js.publish(
+                    subject, payload, timeout=self.attempt_s, headers=headers
+                )
+            except Exception as exc:
+                maybe = maybe or e.maybe_stored(exc)
+                raise
+
         try:
-            ack = await self._retry(
-                publish, what="append", topic=topic, partition=partition, write=True, sent=sent
-            )
+            try:
+                ack = await self._retry(
+                    publish, what="append", topic=topic, partition=partition, write=True, sent=sent
+                )
+                seq = int(ack.seq)
+            except nats.js.errors.APIError as exc:
+                refused = (getattr(exc, "description", None) or "").startswith("wrong last")
+                if not (maybe and refused):
+                    raise
+                seq = await self._own_copy(topic, partition, subject, headers)
         except BaseException as exc:
             call.settle(None, exc)
             if not isinstance(exc, Exception):
                 raise
             return
         self._owe_wake()
-        call.settle(ack.seq, None)
+        call.settle(seq, None)
+
+    async def _find_copy(
+        self, topic: str, partition: int, subject: str, headers: dict[str, str]
+    ) -> int | None:
+        """The stream sequence of the stored copy of the publish with ``headers``' message
+        id, looked up on the stream leader among the records of ``subject`` after the
+        expected sequence; ``None`` if there is none (yet)."""
+        msg_id = headers["Nats-Msg-Id"]
+        expected = headers.get("Nats-Expected-Last-Subject-Sequence") or headers.get(
+            "Nats-Expected-Last-Sequence"
+        )
+        seq = int(expected) + 1 if expected is not None else 1
+        stream = m.stream_name(self.namespace, topic, partition)
+        for _ in range(64):
+            get = functools.partial(self._js.get_msg, stream, seq, subject, False, True)
+            try:
+                msg = await self._retry(get, what="leader read", topic=topic, partition=partition)
+            except nats.js.errors.NotFoundError:
+                break
+            if (msg.headers or {}).get("Nats-Msg-Id") == msg_id:
+                return int(msg.seq or 0)
+            seq = int(msg.seq or 0) + 1
+        return None
+
+    async def _own_copy(
+        self, topic: str, partition: int, subject: str, headers: dict[str, str]
+    ) -> int:
+        """:meth:`_find_copy`, or :class:`OutcomeUnknownError` if there is none: a first copy
+        may still be in flight at a leader that lost its quorum."""
+        found = await self._find_copy(topic, partition, subject, headers)
+        if found is not None:
+            return found
+        raise OutcomeUnknownError(
+            "a retried conditional append was refused and its first copy is not (yet) in the"
+            " partition: it may or may not be stored",
+            topic=topic,
+            partition=partition,
+        )
 
     def _owe_wake(self) -> None:
         """An append was acknowledged: its wake message is owed (on the loop). It rides in

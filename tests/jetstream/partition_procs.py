@@ -216,9 +216,16 @@ def readback(log: JetStreamLog, args: dict[str, Any]) -> None:
     topic, count = str(args["topic"]), int(args["partitions"])
     found: dict[str, Any] = {}
     short: list[tuple[int, int, int]] = []
+    stale: list[tuple[int, int, int]] = []
     for p in range(count):
         rows: list[tuple[int, str]] = []
-        offset, hwm = 0, log.offsets(topic, p).hwm
+        first = log.offsets(topic, p).hwm
+        for _ in range(3):  # the highest of several looks: marks are monotone per reader
+            time.sleep(0.3)
+            hwm = log.offsets(topic, p).hwm
+        if hwm != first:
+            stale.append((p, first, hwm))
+        offset = 0
         empty = 0
         while offset < hwm and empty < 50:
             batch = log.read(topic, p, offset)[0]
@@ -231,6 +238,7 @@ def readback(log: JetStreamLog, args: dict[str, Any]) -> None:
             offset = batch[-1].offset + 1
         found[str(p)] = rows
     found["short"] = short
+    found["stale"] = stale
     out(json.dumps(found))
 
 

@@ -197,6 +197,7 @@ def run_cuts(hosts: Hosts, cluster: NamespaceCluster, tmp: Path, cycles: int) ->
         commands.finish()
     stored = _once(hosts, "readback", base)
     short = stored.pop("short")
+    figures["stale_hwm_answers"] = stored.pop("stale")
     events = _once(hosts, "counters", base)
     figures["acks"] = sum(len(w.acks()) for w in writers)
     figures["errors"] = sorted({r[5] for w in writers for r in w.rows("E")})

@@ -847,17 +847,8 @@ class JetStreamLog:
     async def _state(self, topic: str, p: int) -> tuple[int, int, int]:
         """``(lwm, hwm, bytes)`` of one partition, from its stream leader."""
         stream = m.stream_name(self.namespace, topic, p)
-
-        async def leader_info() -> Any:
-            info = await self._js.stream_info(stream)
-            if self.replicas > 1 and info.cluster is not None and not info.cluster.leader:
-                # a replica answering while it knows no leader (after a partition heals): its
-                # marks may be stale; ask again until the leader answers
-                raise nats.errors.TimeoutError
-            return info
-
         try:
-            info = await self._retry(leader_info, what="stream info")
+            info = await self._retry(lambda: self._js.stream_info(stream), what="stream info")
         except nats.js.errors.NotFoundError:
             raise UnknownTopicError(
                 f"topic {topic!r} has no stream for partition {p}", topic=topic, partition=p

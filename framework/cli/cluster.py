@@ -1,10 +1,12 @@
-"""``eventlane cluster up|down`` (a local NATS JetStream cluster) and ``eventlane migrate-log``.
+"""``eventlane cluster up|down|check`` (a local NATS JetStream cluster) and
+``eventlane migrate-log``.
 
-``up`` starts N ``nats-server`` processes on free 127.0.0.1 ports with their data under
-``--dir`` (see :mod:`framework.log.jetstream.cluster`), waits until JetStream is ready, and
-prints the ``--log`` URL; the servers keep running after the command exits. ``down`` stops
-them by the PIDs recorded in ``<dir>/cluster.json``. ``migrate-log`` copies the embedded log
-to a cluster and verifies the copy (:mod:`framework.log.jetstream.migrate`).
+``up`` starts N ``nats-server`` processes on free ports of ``--host`` (127.0.0.1 unless
+given) with their data under ``--dir`` (see :mod:`framework.log.jetstream.cluster`), waits
+until JetStream is ready, and prints the ``--log`` URL; the servers keep running after the
+command exits. ``down`` stops them by the PIDs recorded in ``<dir>/cluster.json``. ``check``
+reads each server's durability setting from its monitoring endpoint. ``migrate-log`` copies
+the embedded log to a cluster and verifies the copy (:mod:`framework.log.jetstream.migrate`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from pathlib import Path
 import click
 
 from framework.cli.context import app
-from framework.log.jetstream.cluster import STATE_FILE, LocalCluster
+from framework.log.jetstream.cluster import (
+    LOOPBACK,
+    STATE_FILE,
+    LocalCluster,
+    SyncCheck,
+    check_sync,
+)
 from framework.log.jetstream.log import JetStreamLog
 from framework.log.jetstream.migrate import PartitionCopy, migrate
 
@@ -24,7 +32,7 @@ NAMESPACE_HELP = "Prefix of the cluster's streams and topic registry (several lo
 
 @click.group()
 def cluster() -> None:
-    """A local JetStream cluster (loopback only) to run eventlane on with --log nats://..."""
+    """A local JetStream cluster (loopback unless --host) to run eventlane on with --log nats://..."""
 
 
 @cluster.command("up")
@@ -37,7 +45,14 @@ def cluster() -> None:
     show_default=True,
     help=DIR_HELP,
 )
-def up(nodes: int, directory: Path) -> None:
+@click.option(
+    "--host",
+    default=LOOPBACK,
+    show_default=True,
+    help="Address the servers bind (client, route and monitoring ports): this host's address"
+    " for clients on other hosts, or one inside a network namespace.",
+)
+def up(nodes: int, directory: Path, host: str) -> None:
     """Start NODES nats-server processes forming one JetStream cluster; print its URL."""
     if (directory / STATE_FILE).exists():
         running = LocalCluster.load(directory)
@@ -46,8 +61,9 @@ def up(nodes: int, directory: Path) -> None:
                 f"a cluster is already recorded in {directory}; run `eventlane cluster down`"
                 f" --dir {directory} first"
             )
-    local = LocalCluster.create(directory, nodes)
+    local = LocalCluster.create(directory, nodes, host=host)
     local.start()
+    _warn_unsynced(local.check_sync())
     click.echo(local.url)
 
 
@@ -65,6 +81,43 @@ def down(directory: Path) -> None:
     local = LocalCluster.load(directory)
     local.stop()
     click.echo(f"stopped {len(local.nodes)} nodes")
+
+
+@cluster.command("check")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A cluster started by `eventlane cluster up` (its monitoring ports).",
+)
+@click.option(
+    "--monitor",
+    "monitors",
+    multiple=True,
+    help="A server's monitoring URL, e.g. http://10.0.0.5:8222 (repeatable).",
+)
+def check(directory: Path | None, monitors: tuple[str, ...]) -> None:
+    """Check that every server fsyncs before it acknowledges (sync_interval: always).
+
+    Prints one line per server; exit status 1 if any does not, or cannot be asked (the
+    setting is visible only on a server's monitoring endpoint, /varz)."""
+    checks = [check_sync(m) for m in monitors]
+    if directory is not None:
+        checks += LocalCluster.load(directory).check_sync()
+    if not checks:
+        raise click.UsageError("name a cluster with --dir or its servers with --monitor")
+    for c in checks:
+        state = {True: "ok", False: "NOT DURABLE", None: "unknown"}[c.sync_always]
+        click.echo(f"{c.monitor} {state}: {c.detail}")
+    if not all(c.sync_always for c in checks):
+        raise SystemExit(1)
+
+
+def _warn_unsynced(checks: list[SyncCheck]) -> None:
+    for c in checks:
+        if not c.sync_always:
+            click.echo(f"warning: {c.monitor}: {c.detail}", err=True)
 
 
 @click.command("migrate-log")

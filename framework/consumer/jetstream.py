@@ -49,14 +49,13 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-import nats.js.errors
 import orjson
 from nats.js.api import DeliverPolicy
 
 from framework.consumer.coordinator import GroupCoordinator, validate_group_id
 from framework.consumer.membership import GroupState, Member
 from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata
-from framework.errors import ConcurrencyError, ConfigError, LogError
+from framework.errors import ConcurrencyError, ConfigError, OutcomeUnknownError
 from framework.log.jetstream import mapping
 from framework.log.jetstream.kv import Kv
 from framework.log.jetstream.log import JetStreamLog
@@ -107,6 +106,12 @@ class KvLiveness:
         except ConcurrencyError:
             self._revs.pop(token, None)
             return False
+        except OutcomeUnknownError:  # our stamp may or may not be there: the key says
+            raw, current = self.kv.get(self._key(token))
+            if raw is None:
+                self._revs.pop(token, None)
+                return False
+            self._revs[token] = current
         return True
 
     def polled(self, slot: int, token: int, now_ns: int) -> None:
@@ -371,8 +376,8 @@ class KvOffsets:
                 return write(rev)
             except ConcurrencyError:
                 continue
-            except LogError as exc:
-                if "may or may not" not in str(exc) or time.monotonic() > deadline:
+            except OutcomeUnknownError:
+                if time.monotonic() > deadline:
                     raise
                 log.info("fenced write outcome unknown; writing again", group=group)
                 time.sleep(0.2)
@@ -428,14 +433,9 @@ class KvOffsets:
                 "Nats-Expected-Last-Subject-Sequence": str(rev),
                 "Nats-Expected-Last-Subject-Sequence-Subject": state,
             }
-            try:
-                return js.run(js.retry(functools.partial(js.batch, msgs, fence), what="kv delete"))
-            except nats.js.errors.APIError as exc:
-                if (exc.description or "").startswith("wrong last sequence"):
-                    raise ConcurrencyError(
-                        f"group {group!r} moved on", expected=rev, actual=-1
-                    ) from None
-                raise LogError(f"JetStream refused deleting group {group!r}: {exc}") from None
+            # a refused fence is raised as ConcurrencyError (framework.log.jetstream.errors)
+            batch = functools.partial(js.batch, msgs, fence)
+            return js.run(js.retry(batch, what="kv delete", write=True), write=True)
 
         self._fenced(group, precondition, write)
         return len(keys)

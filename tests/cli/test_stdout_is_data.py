@@ -277,6 +277,12 @@ def scenario(env: Env, tmp: Path) -> list[Run]:
         Run(("project", "remove"), ("balances", "--dry-run", "--json")),
         Run(("topics", "delete"), ("t",), plain(r"topic t deleted")),
         Run(("cluster", "up"), ("--nodes", "3", *cluster), plain(r"nats://\S+"), engines=JETSTREAM),
+        Run(
+            ("cluster", "check"),
+            cluster,
+            plain(r"http://\S+ ok: sync_interval: always \(fsync before every ack\)"),
+            engines=JETSTREAM,
+        ),
         Run(("cluster", "down"), cluster, plain(r"stopped 3 nodes"), engines=JETSTREAM),
         Run(
             ("migrate-log",),

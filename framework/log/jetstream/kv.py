@@ -27,7 +27,8 @@ import nats.js.errors
 import orjson
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
-from framework.errors import ConcurrencyError, LogError
+from framework.errors import ConcurrencyError, LogError, OutcomeUnknownError
+from framework.log.jetstream.errors import maybe_stored
 from framework.log.jetstream.log import JetStreamLog
 
 DELETED = ("DEL", "PURGE")
@@ -79,24 +80,49 @@ class Kv:
 
     def put(self, key: str, value: bytes, *, expect: int | None = None) -> int:
         """Write ``value``; with ``expect``, only if the key is still at that revision
-        (:class:`~framework.errors.ConcurrencyError` otherwise). Returns the new revision."""
-        headers = {"Nats-Msg-Id": uuid.uuid4().hex}
+        (:class:`~framework.errors.ConcurrencyError` otherwise). Returns the new revision.
+
+        A try that got no answer is sent again under the same ``Nats-Msg-Id``; if that
+        repeat is refused by the expected revision, the refusal may be the first copy's own
+        doing: the key's last write is read back, and is ours (a success) when it carries our
+        message id; otherwise the outcome is unknown (:class:`OutcomeUnknownError`)."""
+        msg_id = uuid.uuid4().hex
+        headers = {"Nats-Msg-Id": msg_id}
         if expect is not None:
             headers["Nats-Expected-Last-Subject-Sequence"] = str(expect)
+        maybe = False
+
+        async def publish() -> Any:
+            nonlocal maybe
+            try:
+                return await self.log.js.publish(self.subject(key), value, headers=headers)
+            except Exception as exc:
+                maybe = maybe or maybe_stored(exc)
+                raise
 
         async def go() -> int:
             try:
                 ack = await self.log.retry(
-                    functools.partial(
-                        self.log.js.publish, self.subject(key), value, headers=headers
-                    ),
+                    publish,
                     what="kv put",
+                    write=True,  # a repeat is harmless: same msg id
                 )
             except nats.js.errors.APIError as exc:
-                raise _conflict(exc, key, expect) from None
+                if not (maybe and (exc.description or "").startswith("wrong last sequence")):
+                    raise _conflict(exc, key, expect) from None
+                last = await self.log.retry(
+                    functools.partial(self.log.js.get_msg, self.stream, subject=self.subject(key)),
+                    what="kv get",
+                )
+                if (last.headers or {}).get("Nats-Msg-Id") == msg_id:
+                    return int(last.seq or 0)
+                raise OutcomeUnknownError(
+                    f"kv key {key!r}: a repeated write was refused and the key's last write is"
+                    " not ours; the first may or may not have been stored"
+                ) from None
             return int(ack.seq)
 
-        return self.log.run(go())
+        return self.log.run(go(), write=True)
 
     def delete(self, key: str) -> None:
         async def go() -> None:
@@ -108,9 +134,10 @@ class Kv:
                     headers={"KV-Operation": "PURGE", "Nats-Rollup": "sub"},
                 ),
                 what="kv delete",
+                write=True,  # a purge: a repeat is harmless
             )
 
-        self.log.run(go())
+        self.log.run(go(), write=True)
 
     def put_many(self, values: Mapping[str, bytes], *, fence: tuple[str, int] | None = None) -> int:
         """Write every key of ``values`` at once (an atomic batch), only if ``fence``'s key is
@@ -130,14 +157,14 @@ class Kv:
         async def go() -> int:
             try:
                 return await self.log.retry(
-                    functools.partial(self.log.batch, msgs, extra), what="kv put_many"
+                    functools.partial(self.log.batch, msgs, extra), what="kv put_many", write=True
                 )
             except nats.js.errors.APIError as exc:
                 raise _conflict(
                     exc, fence[0] if fence else "", fence[1] if fence else None
                 ) from None
 
-        return self.log.run(go())
+        return self.log.run(go(), write=True)
 
     def list(self, prefix: str = "") -> list[str]:
         """Every key under ``prefix`` (a prefix ending in ``.``, or ``""`` for all), from the

@@ -45,7 +45,6 @@ import concurrent.futures
 import contextlib
 import functools
 import itertools
-import re
 import threading
 import time
 import uuid
@@ -64,15 +63,19 @@ from nats.js.kv import KeyValue
 from framework.errors import (
     ConcurrencyError,
     ConfigError,
+    FrameworkError,
     InvalidRecordError,
     LogError,
+    LogUnavailableError,
     OffsetOutOfRangeError,
+    OutcomeUnknownError,
     RecordTooLargeError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
 )
 from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
+from framework.log.jetstream import errors as e
 from framework.log.jetstream import mapping as m
 from framework.log.local import LocalDir
 from framework.log.names import validate_topic_name
@@ -100,18 +103,20 @@ log = get_logger("eventlane.log")
 T = TypeVar("T")
 MAX_BATCH_RECORDS = 1000  # JetStream's limit of messages in one atomic batch
 MAX_BATCH_BYTES = 1 << 20  # as the embedded log: one atomic append is at most 1 MiB
-STREAM_NOT_FOUND = 10059
 _META_TTL_S = 0.5
+_META_BACKOFF_S = 5.0  # a topic's cached metadata is used this long when the registry is out
 _NO_STREAM = (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError)
-_TRANSIENT = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.js.errors.NoStreamResponseError,
-    nats.js.errors.ServiceUnavailableError,
-    asyncio.TimeoutError,
-)
+_TRANSIENT = e.TRANSIENT
+
+PING_INTERVAL_S = 1.0
+"""Client-side failure detection: a PING every second, and the connection is declared stale
+(and re-made to another server) after :data:`MAX_OUTSTANDING_PINGS` go unanswered, so a
+server cut off from this client costs about 3 s, not nats-py's default two minutes."""
+
+MAX_OUTSTANDING_PINGS = 2
+
+DIRECT_TRIES = 3
+"""Direct gets that time out (a replica cut off or frozen) before a read asks the leader."""
 
 
 IDLE_HANDBACK_S = 0.01
@@ -120,6 +125,10 @@ IDLE_HANDBACK_S = 0.01
 TRAIN_HOLD_S = 0.001
 """At most this long the loop holds calls queued by concurrent callers while callers whose
 appends it just acknowledged have not queued their next call yet (see ``_drain``)."""
+
+
+class _GaveUpError(Exception):
+    """The backstop fired: a call did not finish in time (raised as eventlane's by _run)."""
 
 
 class _Waiter:
@@ -163,10 +172,10 @@ class _Call:
     def __init__(
         self,
         coro: Coroutine[Any, Any, Any] | None,
-        pub: tuple[str, str, bytes, dict[str, str]] | None = None,
+        pub: tuple[str, int, str, bytes, dict[str, str]] | None = None,
     ) -> None:
         self.coro = coro
-        self.pub = pub  # (topic, subject, payload, headers with Nats-Msg-Id)
+        self.pub = pub  # (topic, partition, subject, payload, headers with Nats-Msg-Id)
         self.lock = threading.Lock()
         self.lock.acquire()
         self.task: asyncio.Task[Any] | None = None
@@ -261,6 +270,9 @@ class JetStreamLog:
         (a Spark executor): the servers, the namespace and the replica count."""
         self.clock = clock
         self.timeout = timeout
+        self.attempt_s = min(timeout, 2.0)
+        """How long one single-record publish or direct get waits for its answer before it
+        is asked again (the publish with the same ``Nats-Msg-Id``)."""
         self.retry_s = retry_s
         self._meta: dict[str, _Meta] = {}
         self._marks: dict[str, tuple[int, int]] = {}  # stream -> (lwm, hwm) last seen
@@ -304,11 +316,15 @@ class JetStreamLog:
     # ------------------------------------------------------------------ plumbing
     # For modules built on this connection (framework.log.jetstream.kv): run a coroutine on
     # the log's event loop, retry transient errors, the clients, an atomic batch.
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._run(coro)
+    def run(self, coro: Coroutine[Any, Any, T], *, write: bool = False) -> T:
+        """Run ``coro`` on the log's loop; a nats-py error it raises is raised as eventlane's
+        (:mod:`.errors`; ``write``: a timeout leaves the outcome unknown)."""
+        return self._run(coro, write=write)
 
-    async def retry(self, op: Callable[[], Awaitable[T]], *, what: str = "request") -> T:
-        return await self._retry(op, what=what)
+    async def retry(
+        self, op: Callable[[], Awaitable[T]], *, what: str = "request", write: bool = False
+    ) -> T:
+        return await self._retry(op, what=what, write=write)
 
     async def batch(
         self, msgs: list[tuple[str, bytes, dict[str, str]]], extra: dict[str, str]
@@ -323,10 +339,40 @@ class JetStreamLog:
     def nc(self) -> Any:
         return self._nc
 
-    def _run(self, coro: Coroutine[Any, Any, T], call: _Call | None = None) -> T:
+    def _run(
+        self,
+        coro: Coroutine[Any, Any, T],
+        call: _Call | None = None,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        write: bool = False,
+    ) -> T:
         """Run ``coro`` on the log's event loop and return its result (module docstring:
         in this thread when the loop is free, else by the thread running it). ``call``: the
-        same work as a :class:`_Call` without a coroutine, for concurrent callers."""
+        same work as a :class:`_Call` without a coroutine, for concurrent callers.
+
+        The boundary of the adapter: a nats-py error is raised as eventlane's (see
+        :mod:`.errors`; ``write``: the work was a write, so a timeout or a lost connection
+        leaves its outcome unknown), never as itself."""
+        try:
+            return self._run_raw(coro, call)
+        except FrameworkError:
+            raise
+        except _GaveUpError:
+            if write:
+                raise OutcomeUnknownError(
+                    "JetStream write did not finish in time; it may or may not be stored",
+                    topic=topic,
+                    partition=partition,
+                ) from None
+            raise LogUnavailableError(
+                "JetStream call did not finish in time", topic=topic, partition=partition
+            ) from None
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise e.translate(exc, topic=topic, partition=partition, write=write) from exc
+
+    def _run_raw(self, coro: Coroutine[Any, Any, T], call: _Call | None = None) -> T:
         if self._closed:
             coro.close()
             raise LogError("the JetStream log is closed")
@@ -386,7 +432,7 @@ class JetStreamLog:
         try:
             return self._loop.run_until_complete(task)
         except asyncio.CancelledError:
-            raise LogError("JetStream call did not finish in time; gave up") from None
+            raise _GaveUpError from None
         finally:
             timer.cancel()
             if not task.done():  # interrupted (KeyboardInterrupt): do not leave it running
@@ -408,7 +454,7 @@ class JetStreamLog:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     future.cancel()
-                    raise LogError("JetStream call did not finish in time; gave up")
+                    raise _GaveUpError
                 waiter.event.wait(left)
                 waiter.event.clear()  # then both conditions are looked at again
             return future.result()
@@ -431,7 +477,7 @@ class JetStreamLog:
             self._loop.call_soon_threadsafe(self._drain)
         if not call.lock.acquire(timeout=self._backstop_s):
             self._loop.call_soon_threadsafe(self._abandon, call)
-            raise LogError("JetStream call did not finish in time; gave up")
+            raise _GaveUpError
         if call.error is not None:
             raise call.error
         return call.result
@@ -539,7 +585,9 @@ class JetStreamLog:
     async def _connect(self, servers: list[str]) -> None:
         self._nc = await nats.connect(
             servers=servers,
-            connect_timeout=self.timeout,
+            connect_timeout=self.attempt_s,  # a server cut off is passed over quickly
+            ping_interval=PING_INTERVAL_S,  # (annotated int; it sleeps that long)
+            max_outstanding_pings=MAX_OUTSTANDING_PINGS,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.2,
             allow_reconnect=True,
@@ -575,15 +623,28 @@ class JetStreamLog:
             self._wake.notify_all()
 
     async def _retry(
-        self, op: Callable[[], Awaitable[T]], *, what: str = "request", topic: str | None = None
+        self,
+        op: Callable[[], Awaitable[T]],
+        *,
+        what: str = "request",
+        topic: str | None = None,
+        partition: int | None = None,
+        write: bool = False,
+        sent: bool = False,
     ) -> T:
         """Run ``op``, retrying transient cluster errors for up to ``retry_s`` seconds.
 
         With ``topic``, "no responders" (no stream takes the subject) is first checked against
         the topic registry: a deleted topic raises :class:`UnknownTopicError` at once.
+        When the time is up: :class:`OutcomeUnknownError` if ``write`` and any attempt may
+        have been stored (``sent``: an attempt before this call may have been; a write is
+        retried only when a repeat is harmless, e.g. under the same ``Nats-Msg-Id``), else
+        :class:`LogUnavailableError`. A refusal is raised as nats-py's ``APIError``, which
+        the caller (or :meth:`_run`) translates.
         """
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
+        maybe = sent
         while True:
             try:
                 async with asyncio.timeout(3 * self.timeout):  # no extra task, unlike wait_for
@@ -593,11 +654,24 @@ class JetStreamLog:
                 if topic is not None and isinstance(exc, _NO_STREAM):
                     await self._raise_if_gone(topic)
             except nats.js.errors.APIError as exc:
-                if not _transient_api_error(exc):
+                if not e.retry_api_error(exc):
                     raise
                 err = exc
+            maybe = maybe or (write and e.maybe_stored(err))
             if time.monotonic() > deadline:
-                raise LogError(f"JetStream {what} failed for {self.retry_s}s: {err!r}") from err
+                detail = str(err) or repr(err)
+                if maybe:
+                    raise OutcomeUnknownError(
+                        f"JetStream {what}: no answer for {self.retry_s}s ({detail}); it may or"
+                        " may not be stored",
+                        topic=topic,
+                        partition=partition,
+                    ) from err
+                raise LogUnavailableError(
+                    f"JetStream {what} failed for {self.retry_s}s: {detail}",
+                    topic=topic,
+                    partition=partition,
+                ) from err
             log.debug("jetstream retry", what=what, error=repr(err))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
@@ -614,7 +688,7 @@ class JetStreamLog:
         except _TRANSIENT:
             return
         except nats.js.errors.APIError as exc:
-            if not _transient_api_error(exc):
+            if not e.retry_api_error(exc):
                 raise
 
     # ------------------------------------------------------------------ topics
@@ -720,7 +794,17 @@ class JetStreamLog:
                 return None
             return entry.value
 
-        raw = self._run(self._retry(get, what="read topic metadata"))
+        if meta is not None and not fresh:
+            # a refresh of what is cached: when the registry cannot answer now (its leader
+            # cut off, an election), keep using the cached metadata for a while, so appends
+            # to partitions that are up do not wait for the registry (it only ever grows)
+            try:
+                raw = self._run(asyncio.wait_for(get(), self.attempt_s), topic=name)
+            except LogUnavailableError:
+                self._meta[name] = meta._replace(checked=now + _META_BACKOFF_S)
+                return meta
+        else:
+            raw = self._run(self._retry(get, what="read topic metadata"), topic=name)
         if not raw:
             self._meta.pop(name, None)
             raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)
@@ -771,6 +855,9 @@ class JetStreamLog:
             ) from None
         last = info.state.last_seq
         lwm = max(info.state.first_seq - 1, 0) if info.state.messages else last
+        known = self._marks.get(stream)
+        if known is not None:  # monotone per reader: a stale node's answer never goes back
+            lwm, last = max(lwm, known[0]), max(last, known[1])
         self._marks[stream] = (lwm, last)
         return lwm, last, info.state.bytes
 
@@ -882,18 +969,28 @@ class JetStreamLog:
                 _, hwm, _ = self._run(self._state(topic, partition))
                 precondition(hwm)
                 extra["Nats-Expected-Last-Sequence"] = str(hwm)
+            msg_id = f"{self._msg_id_prefix}{next(self._msg_ids)}"
             try:
                 if len(msgs) == 1:
-                    seqs = [self._publish_one(topic, msgs[0], extra)]
+                    seqs = [self._publish_one(topic, partition, msgs[0], extra, msg_id)]
                 else:
-                    seqs = self._run(self._publish(topic, msgs, extra))
+                    seqs = self._run(
+                        self._publish(topic, msgs, extra),
+                        write=True,
+                        topic=topic,
+                        partition=partition,
+                    )
                 break
-            except nats.js.errors.APIError as exc:
-                if not (exc.description or "").startswith("wrong last sequence"):
-                    raise _api_error(exc, topic, partition) from None
+            except ConcurrencyError as exc:  # a refused expected sequence (see .errors)
+                if expect is not None:
+                    self._await_visible(topic, partition, expect)
+                if len(msgs) == 1 and (
+                    mine := self._stored_copy(topic, partition, msgs[0], extra, msg_id)
+                ):
+                    seqs = [mine]  # the refusal came from a stale replica: ours is stored
+                    break
                 if expect is None:
                     continue  # only the end moved: ask the precondition again
-                self._await_visible(topic, partition, expect)
                 raise _conflict(exc, expect, topic, partition) from None
         stream = m.stream_name(self.namespace, topic, partition)
         if (known := self._marks.get(stream)) is not None:
@@ -901,6 +998,22 @@ class JetStreamLog:
         result = AppendResult(seqs[0] - 1, seqs[-1] - 1, [int(h[m.H_TS]) for _, _, h in msgs])
         self._bump()
         return result
+
+    def _stored_copy(
+        self,
+        topic: str,
+        partition: int,
+        msg: tuple[str, bytes, dict[str, str]],
+        extra: dict[str, str],
+        msg_id: str,
+    ) -> int | None:
+        """The sequence of our refused publish's copy if the stream leader has it. Every
+        replica receives a publish; the refusal that arrived first can be a stale ex-leader's
+        while the real leader stored it (seen by the partition soak), so a refusal is
+        believed only once the leader shows no record with our message id."""
+        headers = {**extra, "Nats-Msg-Id": msg_id}
+        find = self._find_copy(topic, partition, msg[0], headers)
+        return self._run(find, topic=topic, partition=partition)
 
     def _await_visible(self, topic: str, partition: int, expect: Expect) -> None:
         """Wait (up to 2 s) until the write that beat ours is readable at the leader: the
@@ -976,13 +1089,20 @@ class JetStreamLog:
         return seqs
 
     def _publish_one(
-        self, topic: str, msg: tuple[str, bytes, dict[str, str]], extra: dict[str, str]
+        self,
+        topic: str,
+        partition: int,
+        msg: tuple[str, bytes, dict[str, str]],
+        extra: dict[str, str],
+        msg_id: str,
     ) -> int:
         """Publish one record and return its stream sequence (see :meth:`_send_pubs`)."""
         subject, payload, hdrs = msg
-        headers = {**hdrs, **extra, "Nats-Msg-Id": f"{self._msg_id_prefix}{next(self._msg_ids)}"}
-        call = _Call(None, (topic, subject, payload, headers))
-        seq: int = self._run(self._publish_call(call), call)
+        headers = {**hdrs, **extra, "Nats-Msg-Id": msg_id}
+        call = _Call(None, (topic, partition, subject, payload, headers))
+        seq: int = self._run(
+            self._publish_call(call), call, topic=topic, partition=partition, write=True
+        )
         return seq
 
     async def _publish_call(self, call: _Call) -> int:
@@ -1007,10 +1127,10 @@ class JetStreamLog:
         if self._wake_owed:
             self._wake_owed = False
             await self._send_wake()
-        deadline = self._loop.time() + self.timeout
+        deadline = self._loop.time() + self.attempt_s
         for call in calls:
             assert call.pub is not None
-            _, subject, payload, headers = call.pub
+            _, _, subject, payload, headers = call.pub
             token = str(next(self._ack_ids))
             call.deadline = deadline
             self._acks[token] = call
@@ -1019,8 +1139,8 @@ class JetStreamLog:
                     subject, payload, reply=self._ack_prefix + token, headers=headers
                 )
             except Exception:  # closed, reconnecting, too large: the retrying path decides
-                del self._acks[token]
-                self._loop.create_task(self._republish(call))
+                del self._acks[token]  # (not sent: nats-py raises before buffering it)
+                self._loop.create_task(self._republish(call, sent=False))
         if self._acks and self._sweep is None:
             self._sweep = self._loop.call_at(deadline, self._expire)
 
@@ -1030,7 +1150,7 @@ class JetStreamLog:
         if call is None:  # acked after it was handed to the retrying path
             return
         if (msg.headers or {}).get("Status") == "503":  # no responders: no stream, election
-            self._loop.create_task(self._republish(call))
+            self._loop.create_task(self._republish(call, sent=False))
             return
         try:
             body = orjson.loads(msg.data)
@@ -1042,12 +1162,20 @@ class JetStreamLog:
                 return
             nats.js.errors.APIError.from_error(body["error"])  # raises it
         except nats.js.errors.APIError as exc:
-            if _transient_api_error(exc):
-                self._loop.create_task(self._republish(call))
+            if e.retry_api_error(exc):
+                self._loop.create_task(self._republish(call, sent=e.maybe_stored(exc)))
             else:
                 call.settle(None, exc)
-        except Exception as exc:  # not an ack
-            call.settle(None, LogError(f"JetStream answered an append with {msg.data!r}: {exc}"))
+        except Exception as exc:  # not an ack: what became of the append is not known
+            assert call.pub is not None
+            topic, partition = call.pub[0], call.pub[1]
+            unknown = OutcomeUnknownError(
+                f"JetStream answered an append with {msg.data!r} ({exc}); it may or may not"
+                " be stored",
+                topic=topic,
+                partition=partition,
+            )
+            call.settle(None, unknown)
 
     def _expire(self) -> None:
         """Hand publishes without an ack by their deadline to the retrying path (a timer,
@@ -1060,22 +1188,89 @@ class JetStreamLog:
                 self._sweep = self._loop.call_at(call.deadline, self._expire)
                 return
             del self._acks[token]
-            self._loop.create_task(self._republish(call))
+            self._loop.create_task(self._republish(call, sent=True))
 
-    async def _republish(self, call: _Call) -> None:
-        """``call``'s publish by ``js.publish`` under :meth:`_retry` (same headers)."""
+    async def _republish(self, call: _Call, *, sent: bool) -> None:
+        """``call``'s publish by ``js.publish`` under :meth:`_retry` (same headers, so a
+        copy stored by an earlier try is answered as a duplicate, not stored twice).
+        ``sent``: the first try may have been stored (it went out and got no answer), so
+        running out of time is :class:`OutcomeUnknownError`, not "unavailable".
+
+        A conditional publish whose earlier try may have been stored can be refused with
+        "wrong last sequence" by *its own first copy* (a leader that changed meanwhile does
+        not always answer it as a duplicate): the refusal is then checked against the
+        partition (:meth:`_own_copy`) and is a success if the copy is there, "unknown" if it
+        cannot be told, and a conflict only when no try may have been stored."""
         assert call.pub is not None
-        topic, subject, payload, headers = call.pub
-        publish = functools.partial(self._js.publish, subject, payload, headers=headers)
+        topic, partition, subject, payload, headers = call.pub
+        maybe = sent
+
+        async def publish() -> Any:
+            nonlocal maybe
+            try:
+                return await self._js.publish(
+                    subject, payload, timeout=self.attempt_s, headers=headers
+                )
+            except Exception as exc:
+                maybe = maybe or e.maybe_stored(exc)
+                raise
+
         try:
-            ack = await self._retry(publish, what="append", topic=topic)
+            try:
+                ack = await self._retry(
+                    publish, what="append", topic=topic, partition=partition, write=True, sent=sent
+                )
+                seq = int(ack.seq)
+            except nats.js.errors.APIError as exc:
+                refused = (getattr(exc, "description", None) or "").startswith("wrong last")
+                if not (maybe and refused):
+                    raise
+                seq = await self._own_copy(topic, partition, subject, headers)
         except BaseException as exc:
             call.settle(None, exc)
             if not isinstance(exc, Exception):
                 raise
             return
         self._owe_wake()
-        call.settle(ack.seq, None)
+        call.settle(seq, None)
+
+    async def _find_copy(
+        self, topic: str, partition: int, subject: str, headers: dict[str, str]
+    ) -> int | None:
+        """The stream sequence of the stored copy of the publish with ``headers``' message
+        id, looked up on the stream leader among the records of ``subject`` after the
+        expected sequence; ``None`` if there is none (yet)."""
+        msg_id = headers["Nats-Msg-Id"]
+        expected = headers.get("Nats-Expected-Last-Subject-Sequence") or headers.get(
+            "Nats-Expected-Last-Sequence"
+        )
+        seq = int(expected) + 1 if expected is not None else 1
+        stream = m.stream_name(self.namespace, topic, partition)
+        for _ in range(64):
+            get = functools.partial(self._js.get_msg, stream, seq, subject, False, True)
+            try:
+                msg = await self._retry(get, what="leader read", topic=topic, partition=partition)
+            except nats.js.errors.NotFoundError:
+                break
+            if (msg.headers or {}).get("Nats-Msg-Id") == msg_id:
+                return int(msg.seq or 0)
+            seq = int(msg.seq or 0) + 1
+        return None
+
+    async def _own_copy(
+        self, topic: str, partition: int, subject: str, headers: dict[str, str]
+    ) -> int:
+        """:meth:`_find_copy`, or :class:`OutcomeUnknownError` if there is none: a first copy
+        may still be in flight at a leader that lost its quorum."""
+        found = await self._find_copy(topic, partition, subject, headers)
+        if found is not None:
+            return found
+        raise OutcomeUnknownError(
+            "a retried conditional append was refused and its first copy is not (yet) in the"
+            " partition: it may or may not be stored",
+            topic=topic,
+            partition=partition,
+        )
 
     def _owe_wake(self) -> None:
         """An append was acknowledged: its wake message is owed (on the loop). It rides in
@@ -1109,9 +1304,10 @@ class JetStreamLog:
             msg_id = f"{self._msg_id_prefix}{next(self._msg_ids)}"
             headers = {**hdrs, **extra, "Nats-Msg-Id": msg_id}
             ack = await self._retry(
-                lambda: self._js.publish(subject, payload, headers=headers),
+                lambda: self._js.publish(subject, payload, timeout=self.attempt_s, headers=headers),
                 what="append",
                 topic=topic,
+                write=True,
             )
             return [ack.seq]
         seqs: list[int] = []
@@ -1125,7 +1321,7 @@ class JetStreamLog:
                 end += 1
             piece, head = msgs[start:end], extra if first else {}
             last = await self._retry(
-                functools.partial(self._batch, piece, head), what="append", topic=topic
+                functools.partial(self._batch, piece, head), what="append", topic=topic, write=True
             )
             seqs.extend(range(last - (end - start) + 1, last + 1))
             start, first = end, False
@@ -1136,14 +1332,17 @@ class JetStreamLog:
     ) -> int:
         """One JetStream atomic batch: all of ``msgs`` or none; returns the last sequence.
 
-        "No responders" means nobody took it (safe to retry); no answer in time means the
-        outcome is unknown, which is raised as a :class:`LogError` (never retried blindly).
+        "No responders" means nobody took it (safe to retry); no answer in time, or a
+        connection lost once any of it left, means the outcome is unknown: raised as
+        :class:`OutcomeUnknownError`, never retried blindly (a batch has no message id).
         """
         try:
             async with asyncio.timeout(2 * self.timeout):
                 return await self._batch_once(msgs, extra)
-        except TimeoutError as exc:
-            raise LogError(
+        except (nats.errors.NoRespondersError, nats.js.errors.APIError):
+            raise  # nobody took it / a refusal: nothing stored
+        except (*_TRANSIENT, nats.errors.Error) as exc:
+            raise OutcomeUnknownError(
                 f"atomic append: no answer from the cluster ({exc!r}); it may or may not have"
                 " been stored"
             ) from exc
@@ -1218,6 +1417,13 @@ class JetStreamLog:
             if got and (compacted or got[0].offset == offset):
                 return got
         lwm, hwm, _ = await self._state(topic, partition)
+        for pause in (0.05, 0.1, 0.2, 0.4, 0.8):
+            if offset <= hwm:
+                break
+            # above the end: a committed offset another process saw, and a node behind the
+            # leader (a partitioned ex-leader) answered; ask again before refusing it
+            await asyncio.sleep(pause)
+            lwm, hwm, _ = await self._state(topic, partition)
         if offset < lwm or offset > hwm:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{lwm}, {hwm}]",
@@ -1252,8 +1458,15 @@ class JetStreamLog:
             "batch": min(end - int(req["seq"]) + 1, MAX_BATCH_RECORDS),
             "max_bytes": max(max_bytes, 1),
         }
+        timeouts = 0
         for attempt in range(25):
-            got = await self._direct_once(stream, body, topic, partition, end)
+            try:
+                got = await self._direct_once(stream, body, topic, partition, end)
+            except _TRANSIENT:  # the replica asked is cut off, frozen or gone: ask again
+                timeouts += 1
+                if timeouts >= DIRECT_TRIES:
+                    return []  # the caller asks the leader (its API request is retried)
+                continue
             if got:
                 return got
             await asyncio.sleep(0.001 * (attempt + 1) / 2)
@@ -1291,7 +1504,7 @@ class JetStreamLog:
         try:
             await self._nc.publish(f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(body), reply=inbox)
             try:
-                async with asyncio.timeout(self.timeout):
+                async with asyncio.timeout(self.attempt_s):
                     await done
             except TimeoutError:
                 raise nats.errors.TimeoutError from None
@@ -1567,7 +1780,7 @@ class JetStreamLog:
         subject = f"{m.subject_prefix(self.namespace, topic, partition)}.{m.FILLER}"
         msgs = [(subject, b"", {m.H_TS: "0"})] * count
         if count:
-            self._run(self._publish_only(topic, msgs, {}))
+            self._run(self._publish_only(topic, msgs, {}), topic=topic, write=True)
         return count
 
     def purge_fillers(self, topic: str, partition: int) -> None:
@@ -1625,12 +1838,6 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
     return asyncio._get_running_loop()
 
 
-def _transient_api_error(exc: nats.js.errors.APIError) -> bool:
-    """An API error worth retrying (no leader, leader changed); KV errors such as
-    ``KeyWrongLastSequenceError`` carry no code: not transient."""
-    return getattr(exc, "code", None) == 503 or getattr(exc, "err_code", None) in (10008, 10077)
-
-
 def _size(msgs: list[tuple[str, bytes, dict[str, str]]]) -> int:
     return sum(len(payload) for _, payload, _ in msgs)
 
@@ -1661,28 +1868,15 @@ def _server_time(stamp: str | None) -> int:
 
 
 def _conflict(
-    exc: nats.js.errors.APIError, expect: Expect, topic: str, partition: int
+    exc: ConcurrencyError, expect: Expect, topic: str, partition: int
 ) -> ConcurrencyError:
     """The server refused an expected-sequence header: ``ConcurrencyError`` for an
     :class:`Expect` (offsets: ``expected`` = ``last_offset`` or -1 for "none yet", ``actual`` =
     the key's last offset as the server saw it, -1 if none, when it says)."""
-    found = re.search(r"(\d+)\s*$", exc.description or "")
     return ConcurrencyError(
         f"key {expect.key!r} moved on",
         expected=-1 if expect.last_offset is None else expect.last_offset,
-        actual=int(found.group(1)) - 1 if found else -1,
+        actual=-1 if exc.actual is None else exc.actual,
         topic=topic,
         partition=partition,
-    )
-
-
-def _api_error(exc: nats.js.errors.APIError, topic: str, partition: int) -> Exception:
-    if exc.err_code == STREAM_NOT_FOUND or exc.code == 404:
-        return UnknownTopicError(f"topic {topic!r} has no stream: {exc.description}", topic=topic)
-    if exc.code == 413 or "maximum payload" in (exc.description or ""):
-        return RecordTooLargeError(
-            f"rejected by the server: {exc.description}", topic=topic, partition=partition
-        )
-    return LogError(
-        f"JetStream refused the append: {exc.description}", topic=topic, partition=partition
     )

@@ -34,8 +34,13 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from framework.codec import Envelope, EventCodec
-from framework.errors import ConcurrencyError, SerializationError
+from framework.codec import HEADER_EVENT_ID, Envelope, EventCodec
+from framework.errors import (
+    ConcurrencyError,
+    LogUnavailableError,
+    OutcomeUnknownError,
+    SerializationError,
+)
 from framework.log import Log, Record, RecordMetadata
 from framework.log.partitioner import partition_for_key
 from framework.log.types import Expect, KeyIndexReport
@@ -86,6 +91,25 @@ class StreamRead(NamedTuple):
     """Offset of the last record read (``None``: none)."""
     version: int
     """Version of the last record read (``after_version`` when none was read after it)."""
+
+
+def _event_id(record: Record) -> str | None:
+    for name, raw in record.headers:
+        if name == HEADER_EVENT_ID and raw is not None:
+            return raw.decode(errors="replace")
+    return None
+
+
+class Outcome(enum.Enum):
+    """What became of an append whose outcome was unknown (:meth:`EventStore.outcome`)."""
+
+    STORED = "stored"
+    """Its records are in the log."""
+    SUPERSEDED = "superseded"
+    """Another record holds its first version: it is not stored and never will be (it was
+    conditional on that version being free)."""
+    ABSENT = "absent"
+    """Not in the log now; it may still land while the stream stays where it was."""
 
 
 class UnknownOffset(enum.Enum):
@@ -146,16 +170,19 @@ class EventStore:
         elif isinstance(expected_offset, UnknownOffset):
             version, expected_offset = self._head(topic, partition, key)
             if version != expected_version:
+                self._forget(topic, aggregate_id)
                 raise self._conflict(aggregate_id, expected_version, version, topic, partition)
         try:
             result = self.log.append(
                 topic, partition, records, expect=Expect(key, expected_offset), atomic=True
             )
         except ConcurrencyError:
-            if self.cache is not None:
-                self.cache.drop(topic, aggregate_id)
+            self._forget(topic, aggregate_id)
             actual = self._version_after(topic, partition, key, expected_version, expected_offset)
             raise self._conflict(aggregate_id, expected_version, actual, topic, partition) from None
+        except (LogUnavailableError, OutcomeUnknownError):
+            self._forget(topic, aggregate_id)
+            raise
         base = result.base_offset
         if self.cache is not None:
             self.cache.extend(
@@ -170,6 +197,42 @@ class EventStore:
         return [
             RecordMetadata(topic, partition, base + i, ts) for i, ts in enumerate(result.timestamps)
         ]
+
+    def _forget(self, topic: str, aggregate_id: str) -> None:
+        """Drop the cached stream: the log may hold more than it (a conflict, an append of
+        unknown outcome), so the next read of the stream reads the log."""
+        if self.cache is not None:
+            self.cache.drop(topic, aggregate_id)
+
+    def outcome(
+        self, topic: str, aggregate_id: str, envelopes: Sequence[Envelope[Any]]
+    ) -> tuple[Outcome, list[RecordMetadata]]:
+        """Whether an append of ``envelopes`` (one batch, whose outcome was unknown) is in
+        the log, read from the log itself (never the cache): by the event id of the record
+        at the batch's first version. The records' metadata when stored."""
+        self._forget(topic, aggregate_id)
+        partition = self.partition_of(topic, aggregate_id)
+        by_version: dict[int | None, Record] = {}
+        for record in self.log.read_key(topic, partition, aggregate_id.encode()):
+            by_version[stored_version(record)] = record
+        first = by_version.get(envelopes[0].aggregate_version)
+        if first is None:
+            return Outcome.ABSENT, []
+        if _event_id(first) != str(envelopes[0].event_id):
+            return Outcome.SUPERSEDED, []
+        stored: list[RecordMetadata] = []
+        for env in envelopes:
+            found = by_version.get(env.aggregate_version)
+            if found is None or _event_id(found) != str(env.event_id):
+                raise SerializationError(
+                    f"stream {aggregate_id!r}: a batch is stored only in part (the log"
+                    " itself is inconsistent)",
+                    topic=topic,
+                    partition=partition,
+                    offset=first.offset,
+                )
+            stored.append(RecordMetadata(topic, partition, found.offset, found.timestamp))
+        return Outcome.STORED, stored
 
     @staticmethod
     def _conflict(

@@ -3,7 +3,8 @@
 ``save`` appends an aggregate's pending events as one conditional, atomic batch (see
 :mod:`framework.store.event_store`). ``load`` rebuilds the aggregate from the latest usable
 snapshot plus the events after it, or from all its events. ``execute`` runs a command with
-retry on concurrency conflicts (load, run, save; again on :class:`ConcurrencyError`).
+retry on concurrency conflicts (load, run, save; again on :class:`ConcurrencyError`); the
+retry loop of ``execute``, ``issue`` and ``save`` is :mod:`framework.store.command`.
 
 Snapshots live in the compacted topic ``<topic>.snapshots`` (created on the first snapshot
 with the event topic's partition count; keyed by aggregate id, so compaction keeps the
@@ -19,8 +20,6 @@ snapshot is best effort: the events are already saved, so a failure is logged, n
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -28,13 +27,13 @@ from framework.codec import Envelope, SnapshotCodec
 from framework.domain import Aggregate, Snapshot
 from framework.errors import (
     AggregateNotFoundError,
-    ConcurrencyError,
     SerializationError,
     StaleSnapshotError,
 )
 from framework.log import RecordMetadata
 from framework.observability import get_logger
-from framework.store.event_store import UNKNOWN_OFFSET, EventStore, StreamRead
+from framework.store import command
+from framework.store.event_store import EventStore, StreamRead
 
 log = get_logger("eventlane.store")
 
@@ -50,6 +49,11 @@ SNAPSHOT_TOPIC_CONFIG: dict[str, object] = {
 with segments small enough for compaction (which never touches the active segment) to
 reclaim space early."""
 
+
+SAVE_ATTEMPTS = 10
+"""Appends a ``save`` may make: a conflict is never retried (the caller decides again), but
+an unavailable log is waited for, and an append of unknown outcome is settled by reading the
+stream back (:mod:`framework.store.command`)."""
 
 HEADER_EVENT_OFFSET = "event-offset"
 """Snapshot record header: the log offset of the event the snapshot was taken at."""
@@ -98,37 +102,37 @@ class Repository:
     ) -> list[RecordMetadata]:
         """Append the aggregate's pending events iff nobody saved it since it was loaded.
 
-        Raises :class:`~framework.errors.ConcurrencyError` (nothing written) otherwise.
+        Raises :class:`~framework.errors.ConcurrencyError` (nothing written) otherwise. An
+        unavailable log is waited for, and an append of unknown outcome is settled by reading
+        the stream back (:mod:`framework.store.command`): the events are stored once, or
+        :class:`~framework.errors.OutcomeUnknownError` says the log cannot tell yet.
         """
-        pending = aggregate.pending_events
-        if not pending:
+        if not aggregate.pending_events:
             return []
-        base = aggregate.committed_version
-        envelopes = [
-            Envelope(
-                event,
-                aggregate.id,
-                base + i,
-                correlation_id=correlation_id,
-                causation_id=causation_id,
-            )
-            for i, event in enumerate(pending, start=1)
-        ]
-        topic = self.topic_of(type(aggregate))
-        known = aggregate._stored_offset
-        written = self.store.append(
-            topic,
+        _, written = command.run(
+            self.store,
+            self.topic_of(type(aggregate)),
             aggregate.id,
-            base,
-            envelopes,
-            expected_offset=UNKNOWN_OFFSET if base and known is None else known,
+            lambda: aggregate,
+            attempts=SAVE_ATTEMPTS,
+            retry_conflicts=False,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
         )
+        self._committed(aggregate, written)
+        return written
+
+    def _committed(self, aggregate: Aggregate, written: list[RecordMetadata]) -> None:
+        """The aggregate's pending events are stored at ``written``: mark them committed,
+        and take a snapshot when the save crossed a multiple of ``snapshot_every``."""
+        if not written:
+            return
+        base = aggregate.committed_version
         aggregate.mark_committed()
         aggregate._stored_offset = written[-1].offset
         every = type(aggregate).snapshot_every
         if every and aggregate.version // every > base // every:
             self._save_snapshot(aggregate)
-        return written
 
     def _save_snapshot(self, aggregate: Aggregate) -> None:
         cls = type(aggregate)
@@ -299,7 +303,10 @@ class Repository:
     ) -> A:
         """Load, run ``command`` on the aggregate, save; on a concurrency conflict reload
         and run it again (up to ``attempts`` times; from the second conflict on after a
-        short random pause, see :func:`conflict_pause`). ``create=True`` starts from a new
+        short random pause, see :func:`~framework.store.command.conflict_pause`), likewise
+        when the log is unavailable (after :func:`~framework.store.command.unavailable_pause`);
+        an append of unknown outcome is settled by reading the stream back, never repeated
+        blindly (:mod:`framework.store.command`). ``create=True`` starts from a new
         aggregate when none exists."""
         aggregate, _ = self._run(
             cls, aggregate_id, command, create, attempts, correlation_id, causation_id, once=False
@@ -346,7 +353,7 @@ class Repository:
         self,
         cls: type[A],
         aggregate_id: str,
-        command: Callable[[A], Any],
+        command_: Callable[[A], Any],
         create: bool,
         attempts: int,
         correlation_id: str | None,
@@ -354,28 +361,29 @@ class Repository:
         *,
         once: bool,
     ) -> tuple[A | None, list[RecordMetadata]]:
-        """The one retry loop of :meth:`execute` and :meth:`issue`: load, run, save, and on a
-        conflict again. ``once``: load from the whole stream and do nothing (``None, []``)
-        when an event in it was caused by ``causation_id``."""
-        for attempt in range(1, attempts + 1):
+        """:meth:`execute` and :meth:`issue`: load, run, save, and on a conflict again, on the
+        command path of :mod:`framework.store.command`. ``once``: load from the whole stream
+        and do nothing (``None, []``) when an event in it was caused by ``causation_id``."""
+
+        def decide() -> A | None:
             aggregate = self._load_for_command(cls, aggregate_id, create, causation_id, once)
-            if aggregate is None:
-                return None, []
-            command(aggregate)
-            try:
-                written = self.save(
-                    aggregate, correlation_id=correlation_id, causation_id=causation_id
-                )
-                return aggregate, written
-            except ConcurrencyError:
-                if attempt == attempts:
-                    raise
-                log.debug(
-                    "concurrency conflict; retrying", aggregate_id=aggregate_id, attempt=attempt
-                )
-                if attempt > 1:
-                    time.sleep(conflict_pause(attempt))
-        raise AssertionError("unreachable")  # pragma: no cover
+            if aggregate is not None:
+                command_(aggregate)
+            return aggregate
+
+        aggregate, written = command.run(
+            self.store,
+            self.topic_of(cls),
+            aggregate_id,
+            decide,
+            attempts=attempts,
+            retry_conflicts=True,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+        )
+        if aggregate is not None:
+            self._committed(aggregate, written)
+        return aggregate, written
 
     def _load_for_command(
         self, cls: type[A], aggregate_id: str, create: bool, causation_id: str | None, once: bool
@@ -388,7 +396,8 @@ class Repository:
                     raise
                 return cls(aggregate_id)
         topic = self.topic_of(cls)
-        history = self.store.read(topic, aggregate_id, checked=False)
+        stream = self.store.read_stream(topic, aggregate_id, checked=False)
+        history = stream.envelopes
         if any(env.causation_id == causation_id for env in history):
             log.info(
                 "command already issued for this event; not again",
@@ -401,13 +410,6 @@ class Repository:
             raise AggregateNotFoundError(
                 f"no events for {cls.__qualname__} {aggregate_id!r}", topic=topic
             )
-        return cls.rehydrate(aggregate_id, [env.event for env in history])
-
-
-def conflict_pause(attempt: int) -> float:
-    """Seconds to wait before retry ``attempt + 1`` of a command that lost a race: none
-    after the first conflict (the common case: one other writer, retry at once), then a
-    random pause up to 0.5 ms x 2^attempt, at most 50 ms ("full jitter"). Without it,
-    writers that keep losing to each other on one hot aggregate retry in lock step and one
-    can lose every one of its attempts (8 threads on one aggregate did, 20 times in a row)."""
-    return random.uniform(0.0, min(0.05, 0.0005 * 2**attempt))
+        aggregate = cls.rehydrate(aggregate_id, [env.event for env in history])
+        aggregate._stored_offset = stream.last_offset  # the conditional save's expectation
+        return aggregate

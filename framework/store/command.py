@@ -1,0 +1,210 @@
+"""The command path: decide on an aggregate's stream, append conditionally, retry.
+
+``execute``, ``issue`` and ``save`` are one loop (:func:`run`). Each attempt *decides* (loads
+the aggregate and runs the command on it; a save's decision is the aggregate it was given),
+then appends the decision's events as one batch, conditionally on the stream's last record
+the decision was made on (:meth:`EventStore.append`). What the append answers:
+
+* stored: done;
+* :class:`ConcurrencyError` (nothing written; the store dropped its cached stream, so the
+  next decision reads the log): decide again (``execute``, ``issue``) or raise (``save``);
+* :class:`LogUnavailableError` (nothing written): wait a growing, jittered pause
+  (:func:`unavailable_pause`) and try again;
+* :class:`OutcomeUnknownError` (maybe stored): never appended again blindly. The attempt
+  becomes a *doubt*; before each later decision, and before giving up, the stream is read
+  back from the log, uncached, and each doubt settled by its event ids
+  (:meth:`EventStore.outcome`): its first event at its version means it was stored (the
+  command is done and returns as if the append had answered); another event there means it
+  never will be (its append was conditional on that version being free); nothing there means
+  it may still land, so the next append is conditional on the same record (at most one of
+  the two can be stored) and the doubt is settled again after it.
+
+Invariants: a command's effect is stored at most once, and reported done only when stored
+(its events read back or acknowledged); at most ``attempts`` appends; when attempts run out
+(or the command fails) while a doubt is neither stored nor superseded, or the log cannot be
+read to tell, the caller gets :class:`OutcomeUnknownError`, never a ConcurrencyError nor
+success.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
+
+from framework.codec import Envelope
+from framework.domain import Aggregate
+from framework.errors import (
+    ConcurrencyError,
+    FrameworkError,
+    LogUnavailableError,
+    OutcomeUnknownError,
+)
+from framework.log import RecordMetadata
+from framework.observability import get_logger
+from framework.store.event_store import UNKNOWN_OFFSET, EventStore, Outcome
+
+log = get_logger("eventlane.store")
+
+A = TypeVar("A", bound=Aggregate)
+
+
+class _Attempt(NamedTuple):
+    """A decision on its way to the log: the aggregate and the envelopes of its events."""
+
+    aggregate: Aggregate
+    envelopes: list[Envelope[Any]]
+
+
+def envelopes_of(
+    aggregate: Aggregate, correlation_id: str | None, causation_id: str | None
+) -> list[Envelope[Any]]:
+    """The aggregate's pending events as envelopes (versions after its committed one)."""
+    base = aggregate.committed_version
+    return [
+        Envelope(
+            event,
+            aggregate.id,
+            base + i,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+        )
+        for i, event in enumerate(aggregate.pending_events, start=1)
+    ]
+
+
+def run(
+    store: EventStore,
+    topic: str,
+    aggregate_id: str,
+    decide: Callable[[], A | None],
+    *,
+    attempts: int,
+    retry_conflicts: bool,
+    correlation_id: str | None = None,
+    causation_id: str | None = None,
+) -> tuple[A | None, list[RecordMetadata]]:
+    """Decide and append until stored, at most ``attempts`` times (see the module docstring).
+
+    ``decide`` returns the aggregate with its pending events (``None``: nothing to do; the
+    same object again: append the same events again). Returns the aggregate whose events
+    were stored, still pending (the caller marks them committed), and their records."""
+    doubts: list[_Attempt] = []
+    current: _Attempt | None = None
+    failure: FrameworkError | None = None
+    for attempt in range(1, attempts + 1):
+        try:
+            if doubts:
+                stored = _settle(store, topic, aggregate_id, doubts)
+                if stored is not None:
+                    return stored  # type: ignore[return-value]
+            aggregate = decide()
+            if aggregate is None or not aggregate.pending_events:
+                return aggregate, []
+            if current is None or current.aggregate is not aggregate:
+                current = _Attempt(aggregate, envelopes_of(aggregate, correlation_id, causation_id))
+            return aggregate, _append(store, topic, current)
+        except ConcurrencyError as exc:
+            failure, pause = exc, conflict_pause(attempt) if attempt > 1 else 0.0
+            if not retry_conflicts:
+                break
+        except LogUnavailableError as exc:
+            failure, pause = exc, unavailable_pause(attempt)
+        except OutcomeUnknownError as exc:
+            assert current is not None
+            failure, pause = exc, 0.0
+            if all(d is not current for d in doubts):
+                doubts.append(current)
+        except Exception:
+            if doubts:  # the command failed while an earlier attempt may still land
+                _give_up(store, topic, aggregate_id, doubts, None)
+            raise
+        log.debug(
+            "command not stored; retrying",
+            topic=topic,
+            aggregate_id=aggregate_id,
+            attempt=attempt,
+            error=str(failure),
+        )
+        if attempt < attempts and pause:
+            time.sleep(pause)
+    assert failure is not None
+    return _give_up(store, topic, aggregate_id, doubts, failure)  # type: ignore[return-value]
+
+
+def _append(store: EventStore, topic: str, attempt: _Attempt) -> list[RecordMetadata]:
+    aggregate = attempt.aggregate
+    base = aggregate.committed_version
+    known = aggregate._stored_offset
+    return store.append(
+        topic,
+        aggregate.id,
+        base,
+        attempt.envelopes,
+        expected_offset=UNKNOWN_OFFSET if base and known is None else known,
+    )
+
+
+def _settle(
+    store: EventStore, topic: str, aggregate_id: str, doubts: list[_Attempt]
+) -> tuple[Aggregate, list[RecordMetadata]] | None:
+    """The doubt that was stored, with its records; drops the doubts that never can be."""
+    for doubt in list(doubts):
+        outcome, written = store.outcome(topic, aggregate_id, doubt.envelopes)
+        if outcome is Outcome.STORED:
+            log.info(
+                "append of unknown outcome was stored",
+                topic=topic,
+                aggregate_id=aggregate_id,
+                offset=written[0].offset,
+            )
+            return doubt.aggregate, written
+        if outcome is Outcome.SUPERSEDED:
+            doubts.remove(doubt)
+    return None
+
+
+def _give_up(
+    store: EventStore,
+    topic: str,
+    aggregate_id: str,
+    doubts: list[_Attempt],
+    failure: FrameworkError | None,
+) -> tuple[Aggregate, list[RecordMetadata]]:
+    """The last word once no attempt is left: a doubt found stored, else ``failure``; or
+    :class:`OutcomeUnknownError` while a doubt may still land or the log cannot tell."""
+    partition = store.partition_of(topic, aggregate_id)
+    cause: Exception | None = failure
+    if doubts:
+        try:
+            stored = _settle(store, topic, aggregate_id, doubts)
+        except LogUnavailableError as exc:
+            stored, cause = None, exc
+        if stored is not None:
+            return stored
+        if doubts:
+            raise OutcomeUnknownError(
+                f"aggregate {aggregate_id!r}: an append may or may not be stored, and the log"
+                " cannot tell yet; read the aggregate before deciding again",
+                topic=topic,
+                partition=partition,
+            ) from cause
+    assert failure is not None
+    raise failure
+
+
+def conflict_pause(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt + 1`` of a command that lost a race: none
+    after the first conflict (the common case: one other writer, retry at once), then a
+    random pause up to 0.5 ms x 2^attempt, at most 50 ms ("full jitter"). Without it,
+    writers that keep losing to each other on one hot aggregate retry in lock step and one
+    can lose every one of its attempts (8 threads on one aggregate did, 20 times in a row)."""
+    return random.uniform(0.0, min(0.05, 0.0005 * 2**attempt))
+
+
+def unavailable_pause(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt + 1`` of a command the log could not take
+    (:class:`LogUnavailableError`: a leader being elected, a replica cut off): a random
+    pause up to 10 ms x 2^attempt, at most 1 s, so 20 attempts span about 15 s."""
+    return random.uniform(0.0, min(1.0, 0.01 * 2**attempt))

@@ -14,7 +14,8 @@ and (run as a script) a child process executing a seeded stream of commands.
   reads raise LogUnavailableError (the log cannot tell what is stored).
 
 Child protocol (``python model_app.py '<json>'``): ``{"data", "seed", "steps", "proc",
-"ids", "causes", "cache_events", "faults"}``; one line per step on stdout, ``A <op> <tag>
+"ids", "causes", "cache_events", "faults"}``; ``R`` once open, then it waits for a line on
+stdin (so that children start together), then one line per step on stdout: ``A <op> <tag>
 <aggregate> <version>`` for an acknowledged command whose last event is at ``version``,
 ``N <op> <tag> <aggregate>`` for one that stored nothing (an ``issue`` already done),
 ``C <tag> <aggregate>`` for a held save refused (ConcurrencyError), ``L <aggregate>
@@ -190,6 +191,8 @@ def child(args: dict[str, Any]) -> None:
     proc = args["proc"]
     runtime, log = open_runtime(args["data"], args["cache_events"])
     held: dict[str, Ledger] = {}
+    _emit("R")
+    sys.stdin.readline()  # all children start together
     try:
         for step in range(args["steps"]):
             aggregate_id = rng.choice(args["ids"])

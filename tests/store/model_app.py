@@ -5,6 +5,8 @@ and (run as a script) a child process executing a seeded stream of commands.
 * ``Ledger`` (topic ``ledgers``) and ``SnapLedger`` (``snapledgers``, a snapshot every 5
   events): ``enter(tag)`` records ``Entered(tag)``; the state is the tuple of tags in order,
   so a load shows the whole history it was built from and a double effect shows twice.
+* ``Ledger2`` and ``SnapLedger2``: the next release of the same aggregates (same topics),
+  writing ``Entered`` v2 and reading v1 through an upcaster (:func:`model_app` ``schema=2``).
 * :class:`FaultyLog`: the real embedded :class:`LogStore`, except that the appends a test
   arms fail as a partitioned cluster's can: ``stored`` (the records are stored, then
   :class:`OutcomeUnknownError`), ``lost`` (not stored, then OutcomeUnknownError), ``late``
@@ -18,6 +20,8 @@ Child protocol (``python model_app.py '<json>'``): ``{"data", "seed", "steps", "
 stdin (so that children start together), then one line per step on stdout: ``A <op> <tag>
 <aggregate> <version>`` for an acknowledged command whose last event is at ``version``,
 ``N <op> <tag> <aggregate>`` for one that stored nothing (an ``issue`` already done),
+``S <tag> <aggregate>`` for a command or load of the old release (``schema`` 1) that met an
+event of the new one (``UnknownEventTypeError``; nothing stored),
 ``C <tag> <aggregate>`` for a held save refused (ConcurrencyError), ``L <aggregate>
 <version> <tags joined by ,>`` for a load; ``E <tag> <aggregate> <error>`` for an
 OutcomeUnknownError (its effect may or may not be stored).
@@ -30,18 +34,20 @@ import random
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import orjson
 from attrs import frozen
 
 from framework.app import App, Runtime
+from framework.codec import EventRegistry
 from framework.domain import Aggregate, DomainEvent, applies, event
 from framework.errors import (
     AggregateNotFoundError,
     ConcurrencyError,
     LogUnavailableError,
     OutcomeUnknownError,
+    SerializationError,
 )
 from framework.log import LogStore, Record
 from framework.log.types import AppendResult
@@ -75,16 +81,69 @@ class SnapLedger(Ledger):
     snapshot_every: ClassVar[int | None] = 5
 
 
+@event("Entered", version=2)
+@frozen
+class EnteredV2(DomainEvent):
+    """The next release's ``Entered``: it also says which schema wrote it."""
+
+    tag: str
+    schema: int = 2
+
+
+class Ledger2(Aggregate):
+    """The next release of :class:`Ledger` (same topic, same state), writing ``Entered``
+    v2 and reading v1 through an upcaster."""
+
+    topic: ClassVar[str] = "ledgers"
+    tags: tuple[str, ...]
+
+    def init_state(self) -> None:
+        self.tags = ()
+
+    def enter(self, tag: str) -> None:
+        self.record_that(EnteredV2(tag))
+
+    @applies(EnteredV2)
+    def _entered(self, e: EnteredV2) -> None:
+        self.tags = (*self.tags, e.tag)
+
+
+class SnapLedger2(Ledger2):
+    topic: ClassVar[str] = "snapledgers"
+    snapshot_every: ClassVar[int | None] = 5
+
+
 CLASSES: tuple[type[Ledger], ...] = (Ledger, SnapLedger)
+RELEASES: dict[int, tuple[type[Aggregate], type[Aggregate]]] = {
+    1: (Ledger, SnapLedger),
+    2: (Ledger2, SnapLedger2),
+}
+"""Event schema -> the ledger classes of the release that writes it."""
 
 
-def ledger_class(aggregate_id: str) -> type[Ledger]:
-    """Ids starting with ``s`` are ``SnapLedger``s, the others ``Ledger``s."""
-    return SnapLedger if aggregate_id.startswith("s") else Ledger
+def ledger_class(aggregate_id: str, schema: int = 1) -> Any:
+    """Ids starting with ``s`` are snapshotted ledgers, the others plain ones, of the
+    release writing ``schema``."""
+    plain, snapshotted = RELEASES[schema]
+    return snapshotted if aggregate_id.startswith("s") else plain
 
 
-def model_app(cache_events: int) -> App:
-    return App("model", aggregates=list(CLASSES), partitions=2, cache_events=cache_events)
+def _upcast_entered(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "schema": 1}
+
+
+def model_app(cache_events: int, schema: int = 1) -> App:
+    """The application of the release writing ``schema`` (2: with the v1 -> v2 upcaster)."""
+    registry = EventRegistry()
+    if schema == 2:
+        registry.add_upcaster("Entered", 1, _upcast_entered)
+    return App(
+        "model",
+        aggregates=list(RELEASES[schema]),
+        partitions=2,
+        cache_events=cache_events,
+        registry=registry,
+    )
 
 
 class FaultyLog:
@@ -149,14 +208,23 @@ class FaultyLog:
         return getattr(self._inner, name)
 
 
-def open_runtime(data: Path | str, cache_events: int) -> tuple[Runtime, FaultyLog]:
+def open_runtime(data: Path | str, cache_events: int, schema: int = 1) -> tuple[Runtime, FaultyLog]:
     log = FaultyLog(data)
-    return model_app(cache_events).open(log), log  # type: ignore[arg-type]
+    return model_app(cache_events, schema).open(log), log  # type: ignore[arg-type]
 
 
-def raw_ledgers(data: Path | str) -> Iterator[tuple[str, int, str, int]]:
-    """``(aggregate_id, aggregate_version, tag, offset)`` of every ledger event, straight
-    from the log's partitions in offset order (no key index, no codec, no cache)."""
+class RawEvent(NamedTuple):
+    aggregate_id: str
+    version: int
+    tag: str
+    offset: int
+    schema: int
+    """The ``Entered`` schema version the record was written with."""
+
+
+def raw_ledgers(data: Path | str) -> Iterator[RawEvent]:
+    """Every ledger event, straight from the log's partitions in offset order (no key
+    index, no codec, no cache)."""
     log = LogStore(data)
     try:
         for cls in CLASSES:
@@ -168,11 +236,12 @@ def raw_ledgers(data: Path | str) -> Iterator[tuple[str, int, str, int]]:
                     for record in records:
                         assert record.value is not None
                         doc = orjson.loads(record.value)
-                        yield (
+                        yield RawEvent(
                             doc["aggregate_id"],
                             doc["aggregate_version"],
                             doc["data"]["tag"],
                             record.offset,
+                            doc["version"],
                         )
                     offset = records[-1].offset + 1
     finally:
@@ -189,14 +258,15 @@ def child(args: dict[str, Any]) -> None:
     """A seeded stream of commands and loads against the shared data directory."""
     rng = random.Random(args["seed"])
     proc = args["proc"]
-    runtime, log = open_runtime(args["data"], args["cache_events"])
-    held: dict[str, Ledger] = {}
+    schema = args.get("schema", 1)
+    runtime, log = open_runtime(args["data"], args["cache_events"], schema)
+    held: dict[str, Any] = {}
     _emit("R")
     sys.stdin.readline()  # all children start together
     try:
         for step in range(args["steps"]):
             aggregate_id = rng.choice(args["ids"])
-            cls = ledger_class(aggregate_id)
+            cls = ledger_class(aggregate_id, schema)
             tag = f"p{proc}-{step}"
             if args["faults"] and rng.random() < 0.1:
                 log.armed.append(rng.choice(MODES))
@@ -237,6 +307,9 @@ def child(args: dict[str, Any]) -> None:
                     _emit(f"L {aggregate_id} {ledger.version} {','.join(ledger.tags)}")
             except OutcomeUnknownError as exc:
                 _emit(f"E {tag} {aggregate_id} {exc}")
+            except SerializationError as exc:  # an older release meets newer events
+                assert schema == 1, exc
+                _emit(f"S {tag} {aggregate_id}")
     finally:
         runtime.close()
         log.close()

@@ -86,7 +86,9 @@ def _command(runtime: Runtime, op: str, aggregate_id: str, tag: str) -> int:
 
 def _stream(data: Path, aggregate_id: str) -> list[tuple[int, str, int]]:
     """``(version, tag, offset)`` of the aggregate's events, read raw from the log."""
-    return [(v, tag, off) for agg, v, tag, off in raw_ledgers(data) if agg == aggregate_id]
+    return [
+        (e.version, e.tag, e.offset) for e in raw_ledgers(data) if e.aggregate_id == aggregate_id
+    ]
 
 
 @pytest.mark.parametrize("cache", [0, 1000])

@@ -94,16 +94,20 @@ def run(
     current: _Attempt | None = None
     failure: FrameworkError | None = None
     for attempt in range(1, attempts + 1):
+        appending = False
         try:
             if doubts:
                 stored = _settle(store, topic, aggregate_id, doubts)
                 if stored is not None:
                     return stored  # type: ignore[return-value]
             aggregate = decide()
-            if aggregate is None or not aggregate.pending_events:
-                return aggregate, []
+            if aggregate is None:
+                return None, []
+            if not aggregate.pending_events:  # nothing to do, unless an attempt landed
+                return _last_word(store, topic, aggregate_id, doubts) or (aggregate, [])  # type: ignore[return-value]
             if current is None or current.aggregate is not aggregate:
                 current = _Attempt(aggregate, envelopes_of(aggregate, correlation_id, causation_id))
+            appending = True
             return aggregate, _append(store, topic, current)
         except ConcurrencyError as exc:
             failure, pause = exc, conflict_pause(attempt) if attempt > 1 else 0.0
@@ -112,13 +116,15 @@ def run(
         except LogUnavailableError as exc:
             failure, pause = exc, unavailable_pause(attempt)
         except OutcomeUnknownError as exc:
-            assert current is not None
+            if not appending or current is None:
+                raise
             failure, pause = exc, 0.0
             if all(d is not current for d in doubts):
                 doubts.append(current)
-        except Exception:
-            if doubts:  # the command failed while an earlier attempt may still land
-                _give_up(store, topic, aggregate_id, doubts, None)
+        except Exception:  # the command failed: done if an earlier attempt landed
+            stored = _last_word(store, topic, aggregate_id, doubts)
+            if stored is not None:
+                return stored  # type: ignore[return-value]
             raise
         log.debug(
             "command not stored; retrying",
@@ -129,8 +135,11 @@ def run(
         )
         if attempt < attempts and pause:
             time.sleep(pause)
+    stored = _last_word(store, topic, aggregate_id, doubts)
+    if stored is not None:
+        return stored  # type: ignore[return-value]
     assert failure is not None
-    return _give_up(store, topic, aggregate_id, doubts, failure)  # type: ignore[return-value]
+    raise failure
 
 
 def _append(store: EventStore, topic: str, attempt: _Attempt) -> list[RecordMetadata]:
@@ -165,33 +174,27 @@ def _settle(
     return None
 
 
-def _give_up(
-    store: EventStore,
-    topic: str,
-    aggregate_id: str,
-    doubts: list[_Attempt],
-    failure: FrameworkError | None,
-) -> tuple[Aggregate, list[RecordMetadata]]:
-    """The last word once no attempt is left: a doubt found stored, else ``failure``; or
-    :class:`OutcomeUnknownError` while a doubt may still land or the log cannot tell."""
-    partition = store.partition_of(topic, aggregate_id)
-    cause: Exception | None = failure
-    if doubts:
-        try:
-            stored = _settle(store, topic, aggregate_id, doubts)
-        except LogUnavailableError as exc:
-            stored, cause = None, exc
-        if stored is not None:
-            return stored
-        if doubts:
-            raise OutcomeUnknownError(
-                f"aggregate {aggregate_id!r}: an append may or may not be stored, and the log"
-                " cannot tell yet; read the aggregate before deciding again",
-                topic=topic,
-                partition=partition,
-            ) from cause
-    assert failure is not None
-    raise failure
+def _last_word(
+    store: EventStore, topic: str, aggregate_id: str, doubts: list[_Attempt]
+) -> tuple[Aggregate, list[RecordMetadata]] | None:
+    """Before the command ends without storing anything: the doubt found stored, if any;
+    ``None`` when none is left that could still land; else (or when the log cannot be
+    read to tell) :class:`OutcomeUnknownError`."""
+    if not doubts:
+        return None
+    cause: Exception | None = None
+    try:
+        stored = _settle(store, topic, aggregate_id, doubts)
+    except LogUnavailableError as exc:
+        stored, cause = None, exc
+    if stored is not None or not doubts:
+        return stored
+    raise OutcomeUnknownError(
+        f"aggregate {aggregate_id!r}: an append may or may not be stored, and the log cannot"
+        " tell yet; read the aggregate before deciding again",
+        topic=topic,
+        partition=store.partition_of(topic, aggregate_id),
+    ) from cause
 
 
 def conflict_pause(attempt: int) -> float:

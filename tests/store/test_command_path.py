@@ -174,3 +174,25 @@ def test_execute_waits_out_an_unavailable_log_within_its_attempts(data_dir: Path
             runtime.execute(Ledger, "l", lambda a: a.enter("y"), attempts=3)
         assert runtime.load(Ledger, "l").tags == ("x",)
     log.close()
+
+
+def test_a_command_that_fails_after_an_unknown_outcome_is_reported_unknown(
+    data_dir: Path,
+) -> None:
+    """The first append's outcome is unknown and not readable in the log yet; the retry's
+    command raises: the first append may still land, so the caller hears "unknown"."""
+    runtime, log = open_runtime(data_dir, 1000)
+    runs = 0
+
+    def once_then_refuse(ledger: Ledger) -> None:
+        nonlocal runs
+        runs += 1
+        if runs > 1:
+            raise ValueError("refused on retry")
+        ledger.enter("x")
+
+    with runtime:
+        log.armed = ["lost"]
+        with pytest.raises(OutcomeUnknownError):
+            runtime.execute(Ledger, "l", once_then_refuse, create=True)
+    log.close()

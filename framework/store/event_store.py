@@ -9,6 +9,11 @@ two writers can never fork a history: the loser gets
 :class:`~framework.errors.ConcurrencyError` and nothing of its batch is written. A save's
 events form one batch (``atomic=True``), so a crash never leaves part of a save visible.
 
+An append that fails with :class:`~framework.errors.OutcomeUnknownError` may or may not be
+stored: :meth:`EventStore.outcome` reads the stream back from the log and tells by the
+event ids (the retry loop of :mod:`framework.store.command` uses it). A conflict, an
+unavailable log or an unknown outcome drops the stream's cache entry.
+
 When the caller knows only the expected *version* (not the offset), the store reads the
 stream's last record (``key_head`` + one point read), compares its ``aggregate_version`` and
 appends expecting that offset: still one atomic check in the engine.

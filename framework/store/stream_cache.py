@@ -10,7 +10,7 @@ the records after it and adds them. Invariants:
 * A load through the cache returns what a fresh read of the stream would return at the
   moment of its ``key_head``, in any process: every record appended by anyone is seen. A
   command's load skips the ``key_head`` (``checked=False``): it saves conditionally, and a
-  conflict drops the entry, so its retry reads the log.
+  conflict (or an append of unknown outcome) drops the entry, so its retry reads the log.
 * The store adds what it appends itself when the entry was current at the append (the
   engine's conditional append proved it): the envelopes it encoded, not decoded again,
   as a caching repository keeps the aggregate it saved.

@@ -78,6 +78,9 @@ class CommandMachine(RuleBasedStateMachine):
     does give must still be the model's."""
 
     steps = 0
+    progress = 0
+    """Print the steps done to stderr every ``progress`` runs (0: never; the soak)."""
+    runs = 0
 
     def __init__(self) -> None:
         super().__init__()
@@ -235,6 +238,9 @@ class CommandMachine(RuleBasedStateMachine):
                 assert stored == stream, aggregate_id
         finally:
             shutil.rmtree(self.data, ignore_errors=True)
+            CommandMachine.runs += 1
+            if self.progress and CommandMachine.runs % self.progress == 0:
+                print(f"model steps: {CommandMachine.steps}", file=sys.stderr, flush=True)
 
 
 def _run_machine(examples: int, steps: int) -> int:
@@ -258,9 +264,14 @@ def test_commands_from_several_runtimes_match_the_model() -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(4 * 3600)
 def test_commands_from_several_runtimes_match_the_model_soak() -> None:
     started = time.monotonic()
-    done = _run_machine(examples=SOAK_STEPS // 100, steps=100)
+    CommandMachine.progress = 100
+    try:
+        done = _run_machine(examples=SOAK_STEPS // 100, steps=100)
+    finally:
+        CommandMachine.progress = 0
     print(f"model steps: {done} in {time.monotonic() - started:.0f} s", file=sys.stderr)
     assert done >= SOAK_STEPS * 0.95
 
@@ -374,6 +385,7 @@ def test_commands_from_several_processes_match_the_model(tmp_path: Path) -> None
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(4 * 3600)
 def test_commands_from_several_processes_match_the_model_soak(tmp_path: Path) -> None:
     started = time.monotonic()
     procs, rounds, total = 3, 10, 0
@@ -382,6 +394,7 @@ def test_commands_from_several_processes_match_the_model_soak(tmp_path: Path) ->
         data = tmp_path / f"data-{seed}"
         kinds.update(check_processes(data, seed, procs, SOAK_STEPS // (procs * rounds)))
         total += SOAK_STEPS // (procs * rounds) * procs
+        print(f"process steps: {total} {dict(kinds)}", file=sys.stderr, flush=True)
         shutil.rmtree(data)
     took = time.monotonic() - started
     print(f"process steps: {total} in {took:.0f} s {dict(kinds)}", file=sys.stderr)

@@ -207,24 +207,18 @@ class CommandMachine(RuleBasedStateMachine):
             with self._newer(r, aggregate_id):
                 self._check(aggregate_id, runtime.load(cls, aggregate_id, as_of=now))
 
-    def _reopen(self, r: int, cache: int) -> None:
+    @rule(r=runtime, cache=st.sampled_from(CACHES), upgrade=st.booleans())
+    def reopen(self, r: int, cache: int, upgrade: bool) -> None:
+        """Close a runtime and open another with a stream cache of ``cache`` events; with
+        ``upgrade``, on release 2 (``Entered`` v2, and an upcaster from v1)."""
         CommandMachine.steps += 1
         runtime, log = self.runtimes[r]
         runtime.close()
         log.close()
+        if upgrade:
+            self.schema[r] = 2
         self.runtimes[r] = open_runtime(self.data, cache, self.schema[r])
         self.held = {k: v for k, v in self.held.items() if k[0] != r}
-
-    @rule(r=runtime, cache=st.sampled_from(CACHES))
-    def reopen(self, r: int, cache: int) -> None:
-        """Close a runtime and open another with a stream cache of ``cache`` events."""
-        self._reopen(r, cache)
-
-    @rule(r=runtime, cache=st.sampled_from(CACHES))
-    def upgrade(self, r: int, cache: int) -> None:
-        """Reopen a runtime on release 2: ``Entered`` v2, and an upcaster from v1."""
-        self.schema[r] = 2
-        self._reopen(r, cache)
 
     def teardown(self) -> None:
         try:
@@ -258,7 +252,7 @@ def _run_machine(examples: int, steps: int) -> int:
 
 
 def test_commands_from_several_runtimes_match_the_model() -> None:
-    done = _run_machine(examples=25, steps=50)
+    done = _run_machine(examples=12, steps=100)
     print(f"model steps: {done}", file=sys.stderr)
     assert done >= 1000
 
@@ -267,9 +261,9 @@ def test_commands_from_several_runtimes_match_the_model() -> None:
 @pytest.mark.timeout(4 * 3600)
 def test_commands_from_several_runtimes_match_the_model_soak() -> None:
     started = time.monotonic()
-    CommandMachine.progress = 100
+    CommandMachine.progress = 50
     try:
-        done = _run_machine(examples=SOAK_STEPS // 100, steps=100)
+        done = _run_machine(examples=SOAK_STEPS // 200, steps=200)
     finally:
         CommandMachine.progress = 0
     print(f"model steps: {done} in {time.monotonic() - started:.0f} s", file=sys.stderr)

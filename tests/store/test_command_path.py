@@ -91,15 +91,13 @@ def _stream(data: Path, aggregate_id: str) -> list[tuple[int, str, int]]:
     ]
 
 
-@pytest.mark.parametrize("cache", [0, 1000])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("op", OPS)
-def test_an_append_of_unknown_outcome_takes_effect_once(
-    data_dir: Path, op: str, mode: str, cache: int
-) -> None:
+def test_an_append_of_unknown_outcome_takes_effect_once(data_dir: Path, op: str, mode: str) -> None:
     """Stored or not, landing now or later, or refused for want of a leader: the command
-    takes effect once and returns the position of its record."""
-    runtime, log = open_runtime(data_dir, cache)
+    takes effect once and returns the position of its record. (With the cache off, and
+    interleaved with other runtimes: tests/store/test_command_model.py.)"""
+    runtime, log = open_runtime(data_dir, 1000)
     with runtime:
         _command(runtime, op, "l", "first")
         log.armed = [mode] * (2 if mode == "unavailable" else 1)

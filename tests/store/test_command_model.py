@@ -262,12 +262,14 @@ def test_commands_from_several_runtimes_match_the_model() -> None:
 def test_commands_from_several_runtimes_match_the_model_soak() -> None:
     started = time.monotonic()
     CommandMachine.progress = 50
+    done = 0
     try:
-        done = _run_machine(examples=SOAK_STEPS // 200, steps=200)
+        while done < SOAK_STEPS:  # Hypothesis ends some runs before their step count
+            done += _run_machine(examples=max(1, (SOAK_STEPS - done) // 200), steps=200)
     finally:
         CommandMachine.progress = 0
     print(f"model steps: {done} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    assert done >= SOAK_STEPS * 0.95
+    assert done >= SOAK_STEPS
 
 
 # ---------------------------------------------------------------------- several processes

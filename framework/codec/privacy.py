@@ -78,7 +78,7 @@ _EVENT_SCHEME = "enc3"  # all personal fields of one event
 _OBJECT_SCHEME = "enc2"  # the same as an object (read only)
 _NO_KEY: tuple[object, object, Any] = (None, None, None)
 _NONCE = 12
-_OPENED_KEYS = 2048
+_OPENED_KEYS = 1024
 """AES-GCM objects a :class:`FieldCipher` keeps per cache (by key bytes; by subject and
 version): ~2.6 KB of native memory each, so both caches are emptied when this full."""
 _NUL = "\0"

@@ -134,6 +134,10 @@ forgets its least recently used key first. A process that writes ever new keys (
 ids) keeps a bounded cache, not one entry per key ever written."""
 MIN_CACHED_KEYS = 512
 """Keys each open :class:`KeyIndex` may remember whatever the number of open indexes."""
+PAGE_CACHE_KIB = 512
+"""SQLite's page cache per index connection (its default: 2 MiB, filled as the file grows;
+a process has one connection per partition it uses). A lookup reads a few pages, the upper
+levels of the B-tree stay cached, and the OS page cache holds the file."""
 MAX_REPORTED = 20
 """Problems listed one by one in an :class:`IndexReport`; the rest are only counted."""
 
@@ -293,6 +297,7 @@ class KeyIndex:
             try:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
+                db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
                 db.executescript(_DDL)
                 row = db.execute("SELECT value FROM meta WHERE name='schema'").fetchone()
                 if row is None:

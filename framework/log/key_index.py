@@ -551,8 +551,12 @@ class KeyIndex:
                 caught_up = True
                 self.catch_up(marks.hwm)
                 continue
+            try:
+                tail = self.scan(start, marks.hwm, key)
+            except OffsetOutOfRangeError:  # retention moved the low-water mark meanwhile
+                continue
             seq = head
-            for record_key, offset in self.scan(start, marks.hwm, key):
+            for record_key, offset in tail:
                 del record_key
                 seq += 1
                 last = offset

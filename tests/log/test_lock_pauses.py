@@ -127,6 +127,10 @@ def run_with_pauses(
         while not all(c.finished() for c in children):
             time.sleep(0.2)
             now = time.monotonic()
+            failed = [(c.tag, c.errors) for c in children if c.errors]
+            if failed:
+                dumps = "\n".join(c.dump() for c in children)
+                pytest.fail(f"errors in the children: {failed} (seed {seed})\n{dumps}")
             stuck = {c.tag: c.stalled(now) for c in children}
             if any(stuck.values()):
                 dumps = "\n".join(c.dump() for c in children)

@@ -39,7 +39,7 @@ from framework.consumer.coordinator import GroupCoordinator
 from framework.consumer.offsets import OffsetAndMetadata, OffsetStore
 from framework.errors import ConcurrencyError, PreconditionFailedError
 from framework.log import Expect, LogStore, TopicPartition
-from framework.observability import configure_logging
+from framework.observability import configure_logging, get_logger
 
 KEYS = [b"k%d" % i for i in range(6)]
 OPS = (
@@ -122,6 +122,8 @@ def run_thread(log: LogStore, offsets: OffsetStore, tag: str, n: int, seed: int,
 def main() -> None:
     args: dict[str, Any] = json.loads(sys.argv[1])
     configure_logging(level="error")
+    # the first log call loads structlog (seconds on a loaded host): not under a lock, here
+    get_logger("eventlane.test").debug("child ready")
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     log = LogStore(args["data"])
     offsets = OffsetStore(log)

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -44,6 +45,22 @@ def _rss_mib(pid: int) -> float | None:
         return float(psutil.Process(pid).memory_info().rss) / MIB
     except psutil.Error:
         return None
+
+
+def _cache_fill(runtime: Any) -> dict[str, int]:
+    """How full the command process's per-key caches are (diagnostics: internals)."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(Exception):
+        out["stream_cache_events"] = runtime.store.cache._events
+        keys = runtime.log.keys
+        out["key_heads"] = sum(len(i._heads) for i in keys._indexes.values())
+        out["key_indexes"] = len(keys._indexes)
+        out["checked_heads"] = len(keys._checked)
+        out["key_store_subjects"] = len(runtime.keys._rings)
+        cipher = runtime.codec._cipher
+        out["aes_by_key"] = len(cipher._aeads)
+        out["aes_by_subject"] = len(cipher._opened)
+    return out
 
 
 def _series_figures(
@@ -148,6 +165,7 @@ def main() -> int:
                     )
             sample()
             end = time.monotonic() - t0
+            print(f"command process caches at the end: {_cache_fill(runtime)}", file=sys.stderr)
             for runner in runners.values():
                 runner.stop()
             crashes = [c for r in runners.values() for c in r.crashes]

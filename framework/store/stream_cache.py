@@ -40,9 +40,9 @@ from framework.domain.privacy import personal_fields
 
 DEFAULT_EVENTS = 20_000
 """Events an event store keeps decoded by default: 0.4-0.8 KB each for a small event (an
-invoicing ``Invoice`` event with its envelope: ~0.75 KB), so 8-15 MB once full. It fills
-only with streams that are loaded again: a process issuing a new aggregate per command
-(the invoicing policy) reaches it after ~20,000 events and levels off there."""
+invoicing ``Invoice`` event with its envelope: ~0.75 KB), so 8-15 MB once full. A process
+that works on ever new aggregates (the invoicing policy) fills it over its first ~20,000
+cached events and levels off there."""
 
 
 class CachedStream(NamedTuple):

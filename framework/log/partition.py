@@ -55,6 +55,13 @@ in this list; every path that takes two is named:
    queue's ``_combine_lock``, the descriptor budget's): held only for a few statements,
    taking nothing else except the descriptor budget's non-blocking releases.
 
+Opening objects takes locks too: :class:`~framework.log.store.LogStore` opens a partition
+under its ``_lock`` (the open takes ``lock`` to recover), and
+:class:`~framework.log.keys.KeyIndexes` opens a key index under its ``_lock`` (the open
+takes the index's locks and may open the partition). Neither is taken under ``lock``: an
+appender finds its partition and key index already open (a conditional append opens the
+index before it takes ``lock``).
+
 Readers never wait for ``lock``: a reader that finds the state's seqlock odd or the layout odd
 for too long (its writer descheduled, or dead) takes ``lock`` only if it is free, repairing
 what a dead writer left (:meth:`Partition._wait_for_writer`), and otherwise waits on. A reader

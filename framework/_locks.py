@@ -10,6 +10,9 @@ object and the processes that lock the same file:
   pass, so a holder frozen by SIGSTOP makes the others give up instead of hang;
 * **died with its holder**: a ``flock`` is released when its process dies (``kill -9``), so
   no lock is ever stale;
+* **descheduled holders, on purpose**: with ``EVENTLANE_PAUSES`` set (tests only, see
+  :mod:`framework._pauses`) a holder sleeps a random time after taking the lock and before
+  letting go of it, as a loaded host may stop it there;
 * **re-created files**: with ``follow_replacement=True`` a lock whose file was deleted (or
   replaced) while we waited is taken again on the new file, so two processes never both
   believe they hold it (used where a directory can be deleted and re-created).
@@ -28,6 +31,8 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from framework._pauses import PAUSE
 
 __all__ = ["FileLock", "open_rw_or_read_only"]
 
@@ -131,10 +136,14 @@ class FileLock:
             self._mutex.release()
             return False
         self._depth = 1
+        if PAUSE is not None:  # fault injection (tests): descheduled holding the lock
+            PAUSE(f"locked {self.path.name}")
         return True
 
     def release(self) -> None:
         """Drop one level of the lock; the outermost release drops the ``flock``."""
+        if PAUSE is not None and self._depth == 1:  # fault injection: about to let go
+            PAUSE(f"unlocking {self.path.name}")
         self._depth -= 1
         try:
             if self._depth == 0:

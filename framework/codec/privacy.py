@@ -85,6 +85,9 @@ _ENC3 = "enc3"  # the same without topic and aggregate id (read only)
 _OBJECT_SCHEME = "enc2"  # the same as an object (read only)
 _NO_KEY: tuple[object, object, Any] = (None, None, None)
 _NONCE = 12
+_OPENED_KEYS = 1024
+"""AES-GCM objects a :class:`FieldCipher` keeps per cache (by key bytes; by subject and
+version): ~2.6 KB of native memory each, so both caches are emptied when this full."""
 _NUL = "\0"
 KEY_TOPIC_CONFIG: Mapping[str, object] = {
     "cleanup_policy": "compact",
@@ -496,7 +499,7 @@ class FieldCipher:
     def _aead_for(self, key: bytes) -> Any:
         aead = self._aeads.get(key)
         if aead is None:
-            if len(self._aeads) >= 4096:
+            if len(self._aeads) >= _OPENED_KEYS:
                 self._aeads.clear()
             aead = self._aeads[key] = _aead()(key)
         return aead
@@ -707,7 +710,7 @@ class FieldCipher:
         now = monotonic()
         if now >= self._fresh_until:
             changes = self.keys.changes()
-            if changes != self._changes or len(self._opened) >= 65536:
+            if changes != self._changes or len(self._opened) >= _OPENED_KEYS:
                 self._opened.clear()
                 self._last = _NO_KEY
                 self._changes = changes

@@ -62,10 +62,19 @@ Invariants:
   the file still ends where they begin.
 * Each object caches what it learnt under the write lock (``next_offset`` and the last
   ``(seq, offset)`` of keys it looked up or indexed), so an appender's version check and
-  index update cost no query for a key seen before. The cache holds only while no other
-  connection committed: SQLite's ``PRAGMA data_version`` changes when one did, and the
-  cache is dropped. Checked at every outermost write-lock acquisition and before a cached
-  answer is used.
+  index update cost no query for a key seen before (recently: the cache of a process is
+  bounded, :data:`CACHED_KEYS`, least recently used keys first out, keys of held rows
+  never). The cache holds only while no other connection committed: SQLite's
+  ``PRAGMA data_version`` changes when one did, and the cache is dropped. Checked at
+  every outermost write-lock acquisition and before a cached answer is used.
+* Locks, in the order they are taken (the engine's whole order is in :mod:`.partition`):
+  the partition's append lock (held by an appender calling :meth:`KeyIndex.head_at`,
+  :meth:`KeyIndex.sync_to` or :meth:`KeyIndex.add_appended`), then this object's ``RLock``,
+  then the lock file, then the :class:`_Flusher`'s condition (scheduling held rows). Holding
+  this object's locks, nothing waits for the append lock: reading the partition's state
+  never waits for it (:meth:`~framework.log.partition.Partition._wait_for_writer`), and
+  :meth:`KeyIndex.catch_up` opens the partition (which takes the append lock) before it
+  takes its own. The flusher thread reads the partition's epoch before taking any lock.
 * The event store never trusts a row blindly (:mod:`framework.store.event_store`): reads
   check each record's key and version, and the version check of an append reads the
   stream's last record. Not caught cheaply: an index edited by hand so that it drops a
@@ -80,11 +89,13 @@ import os
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 from framework._locks import FileLock
+from framework._pauses import PAUSE
 from framework.errors import FrameworkError, OffsetOutOfRangeError, UnknownTopicError
 from framework.log.port import Log
 from framework.log.record import Record
@@ -116,8 +127,17 @@ DEFER_OFFSETS = 64
 FLUSH_AFTER_S = 0.05
 """Held rows reach the file at most about this long after the first of them was held, even
 when no append follows (the :class:`_Flusher` thread)."""
-CACHED_KEYS = 1 << 16
-"""Keys whose last entry a :class:`KeyIndex` remembers (the cache is emptied when full)."""
+CACHED_KEYS = 1 << 14
+"""Keys whose last entry the :class:`KeyIndex` objects of a process remember, together
+(~300 bytes each): each open index keeps its share, at least :data:`MIN_CACHED_KEYS`, and
+forgets its least recently used key first. A process that writes ever new keys (aggregate
+ids) keeps a bounded cache, not one entry per key ever written."""
+MIN_CACHED_KEYS = 512
+"""Keys each open :class:`KeyIndex` may remember whatever the number of open indexes."""
+PAGE_CACHE_KIB = 512
+"""SQLite's page cache per index connection (its default: 2 MiB, filled as the file grows;
+a process has one connection per partition it uses). A lookup reads a few pages, the upper
+levels of the B-tree stay cached, and the OS page cache holds the file."""
 MAX_REPORTED = 20
 """Problems listed one by one in an :class:`IndexReport`; the rest are only counted."""
 
@@ -233,7 +253,8 @@ class KeyIndex:
         # The cache of the module docstring, valid while ``data_version`` is ``_version``:
         self._version: int | None = None
         self._next: int | None = None  # next_offset, when known
-        self._heads: dict[bytes, tuple[int, int] | None] = {}  # key -> its last (seq, offset)
+        # key -> its last (seq, offset), least recently used first (bounded: _remember)
+        self._heads: OrderedDict[bytes, tuple[int, int] | None] = OrderedDict()
         # Rows held back (module docstring): they cover [_next, _held_end), every key of them
         # is in _heads, and they were numbered while the partition's epoch was _epoch.
         self._held: list[tuple[bytes, int, int]] = []
@@ -265,6 +286,7 @@ class KeyIndex:
         except BaseException:
             self._file_lock.close()
             raise
+        _OPEN.change(1)
 
     # ------------------------------------------------------------------ opening
     def _open(self, *, replace: bool = True) -> tuple[sqlite3.Connection, int]:
@@ -275,6 +297,7 @@ class KeyIndex:
             try:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
+                db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
                 db.executescript(_DDL)
                 row = db.execute("SELECT value FROM meta WHERE name='schema'").fetchone()
                 if row is None:
@@ -528,8 +551,12 @@ class KeyIndex:
                 caught_up = True
                 self.catch_up(marks.hwm)
                 continue
+            try:
+                tail = self.scan(start, marks.hwm, key)
+            except OffsetOutOfRangeError:  # retention moved the low-water mark meanwhile
+                continue
             seq = head
-            for record_key, offset in self.scan(start, marks.hwm, key):
+            for record_key, offset in tail:
                 del record_key
                 seq += 1
                 last = offset
@@ -551,6 +578,7 @@ class KeyIndex:
                 self._revalidate()
                 cached = self._heads.get(key, _UNKNOWN)
                 if self._end() == leo and cached is not _UNKNOWN:
+                    self._heads.move_to_end(key)
                     self._quiet = True
                     return cast("tuple[int, int] | None", cached)
         with self._writing():  # no other writer until the answer is read
@@ -565,11 +593,16 @@ class KeyIndex:
 
     def _remember(self, key: bytes, entry: tuple[int, int] | None) -> None:
         """Cache ``key``'s last entry (hold the write lock, with the index at ``_end()``)."""
-        if len(self._heads) >= CACHED_KEYS:
-            self._heads.clear()
-            for held_key, seq, offset in self._held:  # held keys stay: the file lacks them
-                self._heads[held_key] = (seq, offset)
-        self._heads[key] = entry
+        heads = self._heads
+        heads[key] = entry
+        heads.move_to_end(key)
+        excess = len(heads) - max(MIN_CACHED_KEYS, CACHED_KEYS // max(1, _OPEN.count))
+        if excess > 0:
+            held = {held_key for held_key, _, _ in self._held}
+            for _ in range(excess):
+                old, value = heads.popitem(last=False)
+                if old in held:  # held keys stay (the file lacks their rows): newest now
+                    heads[old] = value
 
     def scan(self, start: int, upto: int, key: bytes | None = None) -> list[tuple[bytes, int]]:
         """``(key, offset)`` of the keyed records in ``[start, upto)`` read from the log
@@ -634,6 +667,8 @@ class KeyIndex:
                     cursor = None
                     continue
                 end = records[-1].offset + 1 if records else upto
+                if PAUSE is not None:  # fault injection (tests): read, not yet written
+                    PAUSE("key_index.catch_up")
                 pairs = [(r.key, r.offset) for r in records if r.key is not None]
                 rows = self._guard(self._number, pairs)
                 self._guard(self._write, rows, nxt, end)
@@ -892,7 +927,9 @@ class KeyIndex:
         )
 
     def _verify_stream(self, lwm: int, limit: int, nxt: int, problems: _Problems) -> None:
-        rows = self._db.execute("SELECT offset, key, seq FROM entries ORDER BY offset")
+        rows = self._db.execute(  # rows below the low-water mark: records retention removed
+            "SELECT offset, key, seq FROM entries WHERE offset >= ? ORDER BY offset", (lwm,)
+        )
         row = next(rows, None)
         seqs: dict[bytes, int] = {}
         for key, offset in self.scan(lwm, limit):
@@ -928,7 +965,9 @@ class KeyIndex:
         truth: dict[bytes, int] = {}
         for key, offset in self.scan(lwm, limit):
             truth[key] = offset
-        for key, offset in self._db.execute("SELECT key, offset FROM entries"):
+        for key, offset in self._db.execute(
+            "SELECT key, offset FROM entries WHERE offset >= ?", (lwm,)
+        ):
             actual = truth.pop(key, None)
             if actual != offset:
                 problems.add(
@@ -941,8 +980,25 @@ class KeyIndex:
         with self._writing():  # closing may checkpoint: that is a write
             self._flush()
             self._db.close()
+            self._heads.clear()
         _FLUSHER.cancel(self)
         self._file_lock.close()
+        _OPEN.change(-1)
+
+
+class _OpenCount:
+    """How many :class:`KeyIndex` objects this process has open (their cache's share)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def change(self, by: int) -> None:
+        with self._lock:
+            self.count = max(0, self.count + by)
+
+
+_OPEN = _OpenCount()
 
 
 class _Flusher:
@@ -987,6 +1043,8 @@ class _Flusher:
                     continue
                 del self._due[index]
             try:
+                if PAUSE is not None:  # fault injection (tests)
+                    PAUSE("key_index.flusher")
                 index.flush_held()
             except Exception:  # the rows are lost, not the records: the index lags
                 log.exception("writing held key-index rows failed", topic=index.topic)

@@ -11,14 +11,18 @@ Nothing here trusts an index blindly (it is derived data):
   when the index names exactly the head this object appended or checked); on a difference
   the index is emptied and caught up again before deciding;
 * ``read_key`` checks that every record it returns has the key; on a difference the index is
-  rebuilt once and the read repeated. A difference that survives a rebuild is in the log
-  itself: :class:`~framework.errors.SerializationError` naming topic, partition and offset.
+  rebuilt once and the read repeated. Rows of records below the low-water mark (removed by
+  retention, in any process) are skipped, not a difference. A difference that survives a
+  rebuild is in the log itself: :class:`~framework.errors.SerializationError` naming
+  topic, partition and offset.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
@@ -44,8 +48,9 @@ _READ_BYTES_PER_RECORD = 4 << 10
 """Bytes fetched per wanted record when reading a run of adjacent offsets (capped at 1 MiB):
 enough for an event record, so a run is usually one ``pread``, never a MiB for one record."""
 _MAX_READ_BYTES = 1 << 20
-_CHECKED_HEADS = 1 << 16
-"""Key heads remembered as checked against the log (the cache is cleared when full)."""
+CHECKED_HEADS = 1 << 13
+"""Key heads an object remembers as checked against the log (~250 bytes each), the least
+recently used forgotten first: bounded, however many keys the process ever writes."""
 _LAST_ROW_ONLY = 1 << 62
 """``after_seq`` for a view that fetches only a key's last row (its head)."""
 
@@ -115,8 +120,9 @@ class KeyIndexes:
         self.root = root
         self._indexes: dict[tuple[str, int], KeyIndex] = {}
         self._lock = threading.Lock()
-        # (topic, partition, key) -> offset of a head this object checked or appended
-        self._checked: dict[tuple[str, int, bytes], int] = {}
+        # (topic, partition, key) -> offset of a head this object checked or appended,
+        # least recently used first (at most CHECKED_HEADS: _remember)
+        self._checked: OrderedDict[tuple[str, int, bytes], int] = OrderedDict()
 
     def mode_of(self, topic: str) -> Mode:
         return "latest" if self.log.topic_config(topic).compact else "stream"
@@ -178,6 +184,8 @@ class KeyIndexes:
                 return None
             offset = entry[1]
             if self._checked.get(where) == offset:
+                with contextlib.suppress(KeyError):  # forgotten by another thread meanwhile
+                    self._checked.move_to_end(where)
                 return offset
             record = index.record_at(offset)
             if record is not None and record.key == key:
@@ -195,9 +203,14 @@ class KeyIndexes:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _remember(self, where: tuple[str, int, bytes], offset: int) -> None:
-        if len(self._checked) >= _CHECKED_HEADS:
-            self._checked.clear()
-        self._checked[where] = offset
+        # no lock: each step is one call on the OrderedDict (threads of other partitions
+        # may remember or forget between them)
+        checked = self._checked
+        checked.pop(where, None)
+        checked[where] = offset  # the most recently used
+        if len(checked) > CHECKED_HEADS:
+            with contextlib.suppress(KeyError):
+                checked.popitem(last=False)
 
     # ------------------------------------------------------------------ reads
     def head(self, topic: str, partition: int, key: bytes) -> int | None:
@@ -220,12 +233,17 @@ class KeyIndexes:
     ) -> list[Record]:
         """``key``'s records with offsets above ``after``, ascending, each checked."""
         index = self.index(topic, partition)
-        for attempt in (1, 2):
+        attempt = retention_races = 0
+        while True:
+            attempt += 1
             offsets = index.view(key).offsets
             if index.mode == "latest":  # the tail overlay may hold older records of the key
                 offsets = offsets[-1:]
-            if after is not None:
-                offsets = [o for o in offsets if o > after]
+            # rows of records that retention removed (the index keeps them until rebuilt)
+            lwm = self.log.offsets(topic, partition).lwm
+            floor = lwm - 1 if after is None else max(after, lwm - 1)
+            if offsets and offsets[0] <= floor:
+                offsets = [o for o in offsets if o > floor]
             try:
                 records = self._read(topic, partition, offsets)
                 for record in records:
@@ -235,6 +253,10 @@ class KeyIndexes:
                         )
                 return records
             except _MismatchError as exc:
+                if retention_races < 10 and exc.offset < self.log.offsets(topic, partition).lwm:
+                    retention_races += 1  # retention moved the low-water mark meanwhile
+                    attempt -= 1
+                    continue
                 if attempt == 2 or exc.offset < index.trusted_upto:
                     raise SerializationError(
                         f"key {key.decode(errors='replace')!r}: {exc.problem}",
@@ -250,7 +272,6 @@ class KeyIndexes:
                     problem=exc.problem,
                 )
                 index.rebuild()
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _read(self, topic: str, partition: int, offsets: Sequence[int]) -> list[Record]:
         """The records at ``offsets`` (ascending); one read per run of adjacent offsets."""
@@ -293,7 +314,9 @@ class KeyIndexes:
         if index.trusted_upto >= self.log.offsets(topic, partition).hwm:
             return 0
         with self._lock:
-            self._checked = {k: v for k, v in self._checked.items() if k[:2] != (topic, partition)}
+            self._checked = OrderedDict(
+                (k, v) for k, v in self._checked.items() if k[:2] != (topic, partition)
+            )
         return index.rebuild()
 
     def check(

@@ -34,6 +34,42 @@ Invariants:
 * Only the holder of ``lock`` writes the active segment, its indexes, or the state. Bytes past
   ``state.active_size`` belong to an append that was never acknowledged (its writer died): the
   next writer truncates them.
+
+Lock order (threads and processes alike). A lock is taken only while holding none below it
+in this list; every path that takes two is named:
+
+1. a consumer group's ``groups/<g>/lock`` (:mod:`framework.consumer.coordinator`), then the
+   append lock of ``__consumer_offsets`` (``groups`` admin commands commit under it; a
+   member's commit holds no group lock: its precondition reads the state without it);
+2. ``cleaner.lock`` (:meth:`Partition.maintenance_lock`: compaction, retention), then ``lock``
+   for the segment swap or the low-water mark;
+3. ``sync.lock`` (:meth:`Partition._await_durable`: one fsync for everything written), then
+   ``lock`` to publish the HWM; never the other way: an appender lets go of ``lock`` before
+   it waits for durability;
+4. ``lock``, the append lock;
+5. the key index's locks (:mod:`.key_index`: its object's ``RLock``, then the
+   ``<p>.keyindex.lock`` flock), taken under ``lock`` by a conditional append's version
+   check and by the append hook that indexes the records; on their own by readers and the
+   index's catch-up and flusher;
+6. the process's in-memory locks below these (the reader cache's ``_r_lock``, the combine
+   queue's ``_combine_lock``, the descriptor budget's): held only for a few statements,
+   taking nothing else except the descriptor budget's non-blocking releases.
+
+Opening objects takes locks too: :class:`~framework.log.store.LogStore` opens a partition
+under its ``_lock`` (the open takes ``lock`` to recover), and
+:class:`~framework.log.keys.KeyIndexes` opens a key index under its ``_lock`` (the open
+takes the index's locks and may open the partition). Neither is taken under ``lock``: an
+appender finds its partition and key index already open (a conditional append opens the
+index before it takes ``lock``).
+
+Readers never wait for ``lock``: a reader that finds the state's seqlock odd or the layout odd
+for too long (its writer descheduled, or dead) takes ``lock`` only if it is free, repairing
+what a dead writer left (:meth:`Partition._wait_for_writer`), and otherwise waits on. A reader
+may hold a key index's lock, which the live writer needs next (issue 26: two processes hung
+forever when a reader waited). Opening a partition takes ``lock`` (recovery): the key index
+touches its partition before taking its own lock. ``tests/log/test_lock_pauses.py`` runs every
+path above across processes with random pauses inside the critical sections
+(:mod:`framework._pauses`) and fails on any stall.
 """
 
 from __future__ import annotations
@@ -50,6 +86,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from framework._locks import FileLock, open_rw_or_read_only
+from framework._pauses import PAUSE
 from framework.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -288,9 +325,25 @@ class Partition:
             )
 
     def _wait_for_writer(self) -> None:
-        """Take and release the append lock: waits for a live writer, repairs a dead one's."""
-        with self.locked():
-            pass
+        """A reader saw a change in progress for too long (an odd ``seq`` or layout): repair
+        it if its writer died, else let the reader wait on. Never waits for the append lock
+        (lock order, module docstring): the caller may hold a lock a live writer needs next
+        (the key index's), and that writer may just be descheduled mid-change.
+
+        The append lock free means nobody is changing anything: a change left half done is
+        a dead writer's, and taking the lock repairs it (:meth:`_sync_locked`). The lock
+        taken means a live writer (a ``flock`` dies with its process) that will finish; a
+        dead writer's change left behind while another holds the lock is repaired by that
+        holder's next :meth:`locked` (or by ours, once it lets go)."""
+        lock = self._append_lock
+        if lock.acquire(blocking=False):
+            try:
+                self.last_used = next_use()
+                self._sync_locked()
+            finally:
+                lock.release()
+        else:
+            time.sleep(0.001)
 
     def _sync_locked(self) -> Snapshot:
         if self.state.deleted:
@@ -426,6 +479,8 @@ class Partition:
         with self.locked() as snap:
             self._bump_layout(snap, 1)
             try:
+                if PAUSE is not None:  # fault injection: descheduled with the layout odd
+                    PAUSE("partition.swap")
                 for group in groups:
                     apply_swap_group(self.dir, group[0], group)
                 fsync_dir(self.dir)
@@ -611,6 +666,8 @@ class Partition:
             if not written:
                 return
             self._write_pending(pending_start, pending, index_entries, time_entries)
+            if PAUSE is not None:  # fault injection (tests): written, not yet published
+                PAUSE("partition.append.written")
             if cfg.flush_policy != "always":  # durable by the policy's own schedule
                 hwm, synced = leo, size
             elif not self.state.contended_within(CONTENDED_MS):
@@ -648,6 +705,8 @@ class Partition:
             if request.on_appended is not None and request.pending is not None:
                 hooks.append((request.on_appended, request.pending))
         if hooks:
+            if PAUSE is not None:  # fault injection: published, before the key index
+                PAUSE("partition.append.hooks")
             self._run_hooks(hooks)
 
     def _run_hooks(self, hooks: list[tuple[AppendHook, AppendResult]]) -> None:
@@ -710,6 +769,8 @@ class Partition:
                     raise self._read_only_error() from exc
                 finally:
                     os.close(fd)
+            if PAUSE is not None:  # fault injection: synced, HWM not yet published
+                PAUSE("partition.synced")
             with self._append_lock:
                 now = self.state.read()
                 if now.layout & 1 or self.state.torn:  # a changer died: recover first
@@ -900,6 +961,8 @@ class Partition:
         # and recovers (see _sync_locked) instead of appending behind it.
         current = self.state.read()
         self.state.write(current._replace(layout=current.layout | 1))
+        if PAUSE is not None:  # fault injection: descheduled with the layout odd
+            PAUSE("partition.roll")
         Segment(self.dir, new_base).create()
         fsync_dir(self.dir)
         write_atomic(self.dir / RECOVERY_POINT, str(new_base).encode())
@@ -996,7 +1059,8 @@ class Partition:
         if self.state.deleted:
             raise self._deleted_error()
         self.last_used = next_use()
-        for attempt in range(200):
+        changed = waited = 0
+        while changed < 200:
             with self._r_lock:
                 snap = self.state.read()
                 if not snap.layout & 1:
@@ -1006,15 +1070,16 @@ class Partition:
                     except (FileNotFoundError, _LayoutChangedError):
                         self._r_layout = -1  # segments changed under us: reload and retry
                         cursor = None
+                        changed += 1
                         continue
             # A roll or a compaction swap is changing the segment files: wait a moment; if it
-            # lasts, wait for the append lock, whose next holder repairs a change left half
-            # done by a process that died.
-            if attempt < 10:
+            # lasts, repair a change left half done by a process that died (never waiting
+            # for the append lock: see _wait_for_writer), else wait on for the live one.
+            waited += 1
+            if waited < 10:
                 time.sleep(0.001)
             else:
-                with self.locked():
-                    pass
+                self._wait_for_writer()
         raise CorruptRecordError(
             "segment layout kept changing during a read",
             topic=self.topic,

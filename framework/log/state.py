@@ -37,7 +37,11 @@ process are seen by readers in others without a system call. File format of
 Writers update fields only while holding the partition's append lock, inside a seqlock
 (``seq`` odd → even); readers retry until they see the same even ``seq`` before and after.
 A writer killed inside the seqlock leaves ``seq`` odd: the next lock holder rebuilds the state
-(recovery), and a reader that waits too long takes the lock to make that happen.
+(recovery), and a reader that waits too long takes the lock to make that happen, *if it is
+free*. A reader never waits for the append lock: it may itself hold a lock the writer takes
+after its update (the key index's, in an append hook), and the writer, descheduled inside
+:meth:`PartitionState.write`, is alive and will finish (issue 26: two processes hung forever
+when a reader did wait). See :mod:`.partition` for the engine's lock order.
 The state is a cache of what the segment files say: it is never fsynced, and after a reboot
 (``boot`` differs) or if it is missing, recovery rebuilds it from the files.
 
@@ -62,6 +66,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from framework._host import BOOT as BOOT  # noqa: PLC0414 (re-exported)
 from framework._locks import READ_ONLY_ERRNOS, open_rw_or_read_only
+from framework._pauses import PAUSE
 
 if TYPE_CHECKING:
     import ctypes
@@ -115,8 +120,10 @@ class PartitionState:
         self.on_remap = on_remap
         """Called when the file is mapped again after :meth:`release` (descriptor budget)."""
         self.on_stuck = on_stuck
-        """Called when a writer seems to have died mid-update (``seq`` stays odd): it should
-        take the append lock, which waits for a live writer or repairs what a dead one left."""
+        """Called when a writer seems to have died mid-update (``seq`` stays odd, every
+        :data:`STUCK_S`): it repairs what a dead writer left if the append lock is free,
+        and must never wait for that lock (a live writer is only descheduled, and the
+        reader may hold a lock that writer needs next: the module docstring's lock order)."""
         self._identity: tuple[int, int] | None = None
         self._gone = False
         self.read_only = False
@@ -220,6 +227,7 @@ class PartitionState:
         m = self._map or self._open()
         unpack_seq = _SEQ.unpack_from
         odd_since = 0.0
+        nap = 0.0
         while True:
             try:
                 (before,) = unpack_seq(m, 0)
@@ -231,9 +239,10 @@ class PartitionState:
                 if not odd_since:
                     odd_since = now
                 elif now - odd_since > self.STUCK_S and self.on_stuck is not None:
-                    self.on_stuck()
-                    odd_since = 0.0
-                time.sleep(0)
+                    self.on_stuck()  # never waits for the append lock (lock order)
+                    odd_since = now
+                    nap = 0.0005  # a writer descheduled this long: stop spinning
+                time.sleep(nap)
                 continue
             fields = _FIELDS.unpack_from(m, _FIELDS_AT)
             (after,) = unpack_seq(m, 0)
@@ -252,6 +261,8 @@ class PartitionState:
         m = self._m
         (seq,) = _SEQ.unpack_from(m, 0)
         _SEQ.pack_into(m, 0, (seq + 1) & 0xFFFFFFFF | 1)
+        if PAUSE is not None:  # fault injection (tests): descheduled mid-update
+            PAUSE("state.write")
         _FIELDS.pack_into(m, _FIELDS_AT, *snapshot)
         _SEQ.pack_into(m, _MAGIC_AT, MAGIC)
         _SEQ.pack_into(m, 0, (seq + 2) & 0xFFFFFFFE)

@@ -377,3 +377,16 @@ def test_enc4_binds_the_topic_and_the_aggregate_and_enc3_still_reads() -> None:
     assert env.event == Registered("Grace", Address("s", "c"))
     keys.forget("c-1")
     assert codec.decode(None, orjson.dumps(doc)).erased == ("name", "address")
+
+
+def test_opened_keys_stay_bounded_however_many_subjects() -> None:
+    """Issue 26 (memory): the cipher's AES-GCM objects (~2.6 KB of native memory each) were
+    kept for up to 65,536 subjects; both of its caches now stay under _OPENED_KEYS."""
+    codec = make_codec(MemoryKeyStore())
+    for i in range(2548):
+        env = Envelope(Registered(f"n{i}", Address("s", "c")), f"c-{i}", 1)
+        assert roundtrip(codec, env)[1].event.name == f"n{i}"
+    cipher = codec._cipher
+    assert cipher is not None
+    assert len(cipher._opened) <= 1024, len(cipher._opened)
+    assert len(cipher._aeads) <= 1024, len(cipher._aeads)

@@ -24,7 +24,9 @@
 7. the other files: ``<group>.dlq`` records of the subjects' events get their
    ``dlq-error`` replaced (a new record per key, then compaction), breaker records and
    worker logs under ``readmodels/`` lose the subjects' plain text, and rebuild outputs
-   (``NAME.rebuild.sqlite``) and partial Spark parts (``.NAME*.parts-*``) are deleted.
+   (``NAME.rebuild.sqlite``) and partial Spark parts (``.NAME*.parts-*``) are deleted; a
+   hand-off's ``NAME.shadow.sqlite`` is reported as not scrubbed (another process may be
+   building it), so the run fails until it is gone.
 
 :class:`ForgetReport` lists every place scrubbed and every place that could not be
 (``not_scrubbed``; the CLI then exits 1 and the journal stays). Forgetting is idempotent:
@@ -397,6 +399,12 @@ def _scrub_files(
                 else:
                     path.unlink()
                 scrubbed.append(f"{path}: deleted (a rebuild output)")
+            elif ".shadow.sqlite" in name:  # a hand-off's model, perhaps being built now
+                failed.append(
+                    f"{path}: a hand-off's shadow read model (left by an interrupted rebuild,"
+                    " or one running now) may hold the subjects' data: delete it while no"
+                    " rebuild runs, then run forget again"
+                )
         except OSError as exc:
             failed.append(f"{path}: {exc}")
 

@@ -227,6 +227,23 @@ def test_forget_deletes_rebuild_outputs_and_partial_parts(tmp_path: Path) -> Non
     assert report.ok and sum("deleted" in s for s in report.scrubbed) == 2, report.scrubbed
 
 
+def test_forget_reports_a_shadow_model_left_by_an_interrupted_hand_off(tmp_path: Path) -> None:
+    """A hand-off killed mid-way leaves ``NAME.shadow.sqlite`` (a full read model, personal
+    values included). Forget must not pass over it in silence: another rebuild may be
+    building it right now, so it is reported as not scrubbed (the run fails) with what to do."""
+    data = tmp_path / "data"
+    with app.open(data) as rt:
+        join(rt, "m0", "Xaver Shadowed")
+        result = rebuild(rt, "directory", engine="local")
+        shadow = result.path.with_name("directory.shadow.sqlite")
+        shutil.copy(result.path, shadow)  # as an interrupted hand-off leaves it
+        report = forget(rt, "m0")
+    assert not report.ok
+    assert any(str(shadow) in line and "shadow" in line for line in report.not_scrubbed), (
+        report.not_scrubbed
+    )
+
+
 # ------------------------------------------------------------------ items 3 and 4
 def test_forget_with_a_read_model_held_open_leaves_a_journal_the_next_run_finishes(
     tmp_path: Path,

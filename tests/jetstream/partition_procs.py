@@ -217,12 +217,20 @@ def readback(log: JetStreamLog, args: dict[str, Any]) -> None:
     found: dict[str, Any] = {}
     short: list[tuple[int, int, int]] = []
     stale: list[tuple[int, int, int]] = []
+    acked = {int(p): int(n) for p, n in dict(args.get("acked", {})).items()}
+    deadline = time.monotonic() + 30  # for all partitions together
     for p in range(count):
         rows: list[tuple[int, str]] = []
-        first = log.offsets(topic, p).hwm
-        for _ in range(3):  # the highest of several looks: marks are monotone per reader
+        first = hwm = log.offsets(topic, p).hwm
+        # The highest of several looks (marks are monotone per reader). A fresh reader may
+        # be answered by a replica still catching up after the heal (as a Kafka consumer
+        # fetching from a follower may): wait, bounded, until the mark covers the highest
+        # acknowledged offset. What is not readable after that is lost, and the test says so.
+        for look in range(1000):
             time.sleep(0.3)
             hwm = log.offsets(topic, p).hwm
+            if look >= 2 and (hwm >= acked.get(p, 0) or time.monotonic() > deadline):
+                break
         if hwm != first:
             stale.append((p, first, hwm))
         offset = 0

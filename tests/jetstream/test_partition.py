@@ -195,7 +195,11 @@ def run_cuts(hosts: Hosts, cluster: NamespaceCluster, tmp: Path, cycles: int) ->
         for w in writers:
             w.finish()
         commands.finish()
-    stored = _once(hosts, "readback", base)
+    acked = {
+        q: 1 + max((a[1] for w in writers for a in w.acks(q)), default=-1)
+        for q in range(PARTITIONS)
+    }
+    stored = _once(hosts, "readback", {**base, "acked": acked})
     short = stored.pop("short")
     figures["stale_hwm_answers"] = stored.pop("stale")
     events = _once(hosts, "counters", base)

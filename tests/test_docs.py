@@ -46,7 +46,7 @@ def test_python_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.delenv("EVENTLANE_DATA", raising=False)
-    saved_logging = structlog.get_config()
+    saved_logging = structlog.get_config() if structlog.is_configured() else None
     # A real module, so typing.get_type_hints (cattrs, attrs) resolves the doc's own names.
     module = types.ModuleType(f"docs_{path.stem.replace('-', '_')}")
     module.__file__ = str(path)
@@ -58,7 +58,12 @@ def test_python_examples_run(path: Path, tmp_path: Path, monkeypatch: pytest.Mon
             exec(compiled, module.__dict__)
     finally:
         del sys.modules[module.__name__]
-        structlog.configure(**saved_logging)
+        # Configuring the saved defaults would mark structlog configured (a later test's
+        # debug lines on stdout): an unconfigured structlog is restored as unconfigured.
+        if saved_logging is None:
+            structlog.reset_defaults()
+        else:
+            structlog.configure(**saved_logging)
 
 
 def test_every_doc_with_examples_is_found() -> None:

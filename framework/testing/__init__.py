@@ -1,12 +1,15 @@
 """Test kits that ship with eventlane.
 
 * :mod:`.scenario`: given-when-then tests of an aggregate, no storage (:class:`Scenario`);
+* :mod:`.projection`: given events → a projector's rows and a policy's commands, no worker
+  (:class:`ProjectorFixture`);
 * :mod:`.contracts`: the log port's contract kit (:class:`~.contracts.LogContract`), which
   another engine subclasses to prove itself (imports pytest: import it explicitly);
 * :mod:`.clock`: :class:`~.clock.FakeClock`, a clock that moves only when told.
 """
 
 from framework.testing.clock import FakeClock
+from framework.testing.projection import Issued, ProjectorFixture
 from framework.testing.scenario import Scenario
 
-__all__ = ["FakeClock", "Scenario"]
+__all__ = ["FakeClock", "Issued", "ProjectorFixture", "Scenario"]

@@ -1,0 +1,264 @@
+"""A testing kit for projectors and policies: given events → these rows, these commands.
+
+:class:`ProjectorFixture` runs a projector's handlers with no worker process and no consumer
+group, but through the code a worker runs: the app is opened on a temporary embedded log,
+each given event is saved to its aggregate's stream (encoded by the app's codec, as a command
+would save it), read back as a record and applied by the worker's own applier
+(:func:`framework.projection.parallel.applier_for`: the same dispatch, transaction, retries
+and dead letters) to a temporary read model created by the projector's migrations. Commands
+a policy issues (``ctx.issue``) run on that application for real (causation check, retries),
+so what they append is what the fixture reports.
+
+Invariants: each given event is applied exactly once, in the order given; ``issued`` is
+exactly what the projector's handlers appended to aggregate topics since the last ``when``
+(or since the start), decoded; a fixture never touches anything outside its temporary
+directory (removed by :meth:`ProjectorFixture.close`, or the ``with`` block).
+
+Used as (the invoicing app's policy; docs/projections.md has more)::
+
+    with ProjectorFixture(app, "invoicing_policy") as fx:
+        fx.given(Order, "o-1", placed).when(Order, "o-1", OrderConfirmed("c-1", 1000))
+        fx.then_issued((Invoice, "invoice-o-1", InvoiceIssued("o-1", "c-1", 1000)))
+
+A failed expectation raises ``AssertionError`` with a unified diff of expected and actual; an
+event the projector dead-lettered fails every ``then_rows``/``then_issued`` with its error,
+unless :meth:`~ProjectorFixture.then_dead_lettered` expects it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import pprint
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from framework.domain import Aggregate, DomainEvent
+from framework.errors import AggregateNotFoundError, ConfigError
+from framework.log import Record, RecordMetadata
+from framework.projection.applier import BatchApplier
+from framework.projection.dead_letters import DeadLetter, list_dead_letters
+from framework.projection.parallel import ParallelApplier, applier_for
+from framework.projection.projector import Projector
+from framework.projection.readmodel import ReadModel
+from framework.projection.schema import apply_migrations
+
+if TYPE_CHECKING:
+    from framework.app.application import App, Runtime
+
+__all__ = ["Issued", "ProjectorFixture"]
+
+
+class Issued(NamedTuple):
+    """An event a projector's command appended: the aggregate class, its id, the event."""
+
+    cls: type[Aggregate]
+    aggregate_id: str
+    event: DomainEvent
+
+
+def _diff(what: str, expected: Any, actual: Any) -> str:
+    lines = difflib.unified_diff(
+        pprint.pformat(expected, width=100).splitlines(),
+        pprint.pformat(actual, width=100).splitlines(),
+        fromfile=f"expected {what}",
+        tofile=f"actual {what}",
+        lineterm="",
+    )
+    return "\n".join(lines)
+
+
+class ProjectorFixture:
+    """Given events → one projector's handlers (see the module docstring).
+
+    ``projector``: its name in ``app`` or its class. ``replaying=True`` applies as a rebuild
+    does (``ctx.replaying``; nothing is issued). ``directory``: where the temporary log and
+    read model live (a new temporary directory by default, removed on close).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        projector: str | type[Projector],
+        *,
+        replaying: bool = False,
+        directory: str | Path | None = None,
+    ) -> None:
+        cls = app.projector(projector) if isinstance(projector, str) else projector
+        if not (isinstance(cls, type) and issubclass(cls, Projector)):
+            raise ConfigError(f"ProjectorFixture: {projector!r} is not a projector class")
+        self._owned = directory is None
+        self.directory = Path(
+            tempfile.mkdtemp(prefix="eventlane-fixture-") if directory is None else directory
+        )
+        self.projector = cls()
+        self.runtime: Runtime = app.open(self.directory / "log")
+        self._topics = set(self.runtime.names.projector_topics(cls))
+        self._classes = {self.runtime.names.aggregate_topic(a): a for a in app.aggregates}
+        self.readmodel = ReadModel(self.directory / "readmodels" / f"{cls.name}.sqlite")
+        apply_migrations(cls.migrations, self.readmodel)
+        self._applier: BatchApplier = (
+            BatchApplier(self.projector, self.runtime.codec, self.readmodel, replaying=True)
+            if replaying
+            else applier_for(self.projector, self.runtime.codec, self.readmodel, app=self.runtime)
+        )
+        self._given: set[tuple[str, int, int]] = set()
+        self._issued: list[Issued] = []
+        self._since = 0
+        self._letters_expected = 0
+
+    # ------------------------------------------------------------------ given / when
+    def given(
+        self, cls: type[Aggregate], aggregate_id: str, *events: DomainEvent
+    ) -> ProjectorFixture:
+        """Save ``events`` to ``aggregate_id``'s stream (after what it has; its apply methods
+        run, so the history must be one the aggregate accepts) and apply each to the
+        projector, in order, if it reads that topic."""
+        try:
+            aggregate = self.runtime.load(cls, aggregate_id)
+        except AggregateNotFoundError:
+            aggregate = cls.rehydrate(aggregate_id, [])
+        for event in events:
+            aggregate.record_that(event)
+        written = self.runtime.save(aggregate)
+        for meta in written:
+            self._given.add((meta.topic, meta.partition, meta.offset))
+        for meta in written:
+            self._apply(meta)
+        return self
+
+    def when(
+        self, cls: type[Aggregate], aggregate_id: str, *events: DomainEvent
+    ) -> ProjectorFixture:
+        """:meth:`given`, after which ``issued`` and ``then_issued`` see only what these
+        events caused."""
+        self._since = len(self._issued)
+        return self.given(cls, aggregate_id, *events)
+
+    def _apply(self, meta: RecordMetadata) -> None:
+        if meta.topic not in self._topics:
+            return
+        marks = {t: self._marks(t) for t in self._classes}
+        records, _ = self.runtime.log.read(
+            meta.topic, meta.partition, meta.offset, upto=meta.offset + 1
+        )
+        self._applier.apply([r for r in records if r.offset == meta.offset])
+        for topic, before in marks.items():
+            for partition, start in enumerate(before):
+                self._collect(topic, partition, start)
+
+    def _marks(self, topic: str) -> list[int]:
+        log = self.runtime.log
+        return [log.offsets(topic, p).hwm for p in range(log.partition_count(topic))]
+
+    def _collect(self, topic: str, partition: int, start: int) -> None:
+        end = self.runtime.log.offsets(topic, partition).hwm
+        offset = start
+        while offset < end:
+            records, _ = self.runtime.log.read(topic, partition, offset, upto=end)
+            if not records:
+                break
+            for record in records:
+                self._record_issued(record)
+            offset = records[-1].offset + 1
+
+    def _record_issued(self, record: Record) -> None:
+        if (record.topic, record.partition, record.offset) in self._given or record.value is None:
+            return
+        headers = [(n, v) for n, v in record.headers if v is not None]
+        envelope = self.runtime.codec.decode(
+            record.key,
+            record.value,
+            headers,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+        )
+        self._issued.append(
+            Issued(self._classes[record.topic], envelope.aggregate_id, envelope.event)
+        )
+
+    # ------------------------------------------------------------------ what happened
+    def rows(self, table: str, *, order_by: str | None = None) -> list[dict[str, Any]]:
+        """The rows of a read-model table (``ORDER BY order_by`` if given)."""
+        return list(self.readmodel.db[table].rows_where(order_by=order_by))
+
+    def issued(self) -> list[Issued]:
+        """What the projector's commands appended since the last :meth:`when`, in order."""
+        return self._issued[self._since :]
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """The events the projector dead-lettered so far."""
+        return list_dead_letters(self.readmodel)
+
+    # ------------------------------------------------------------------ then
+    def _no_surprise_letters(self) -> None:
+        letters = self.dead_letters()
+        if len(letters) > self._letters_expected:
+            raise AssertionError(
+                "the projector dead-lettered events:\n"
+                + "\n".join(
+                    f"  {d.topic}/{d.partition}@{d.offset}: {d.event_type}: {d.error_line}"
+                    for d in letters
+                )
+            )
+
+    def then_rows(
+        self,
+        table: str,
+        expected: Sequence[Mapping[str, Any]],
+        *,
+        order_by: str | None = None,
+    ) -> None:
+        """Assert ``table`` holds exactly ``expected``: the columns the expected rows name
+        (any others are not compared), in ``order_by`` order if given, else as a multiset."""
+        self._no_surprise_letters()
+        columns = sorted({c for row in expected for c in row})
+        actual = [{c: row.get(c) for c in columns} for row in self.rows(table, order_by=order_by)]
+        wanted = [{c: row.get(c) for c in columns} for row in expected]
+        if order_by is None:
+            actual.sort(key=repr)
+            wanted.sort(key=repr)
+        if actual != wanted:
+            raise AssertionError(
+                f"table {table!r} differs:\n" + _diff(f"rows of {table}", wanted, actual)
+            )
+
+    def then_issued(self, *expected: Issued | tuple[type[Aggregate], str, DomainEvent]) -> None:
+        """Assert the projector's commands appended exactly ``expected`` since the last
+        :meth:`when`: ``(aggregate class, aggregate id, event)`` in order."""
+        self._no_surprise_letters()
+        wanted = [Issued(*e) for e in expected]
+        actual = self.issued()
+        if actual != wanted:
+            raise AssertionError("issued events differ:\n" + _diff("issued", wanted, actual))
+
+    def then_dead_lettered(self, *type_names: str) -> list[DeadLetter]:
+        """Assert the projector dead-lettered exactly events of these types (in order) so
+        far; returns the dead letters."""
+        letters = self.dead_letters()
+        actual = [d.event_type for d in letters]
+        if actual != list(type_names):
+            raise AssertionError(
+                "dead letters differ:\n" + _diff("dead-lettered types", list(type_names), actual)
+            )
+        self._letters_expected = len(letters)
+        return letters
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Close the application and the read model; remove the temporary directory."""
+        if isinstance(self._applier, ParallelApplier):
+            self._applier.close()
+        self.readmodel.close()
+        self.runtime.close()
+        if self._owned:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> ProjectorFixture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

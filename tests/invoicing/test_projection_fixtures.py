@@ -1,0 +1,156 @@
+"""The invoicing app's projectors and policy under ``framework.testing.ProjectorFixture``:
+given events → rows and issued commands, no worker process; and the fixture's own promise
+that a wrong projector fails with a readable diff."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from example_apps.invoicing import app
+from example_apps.invoicing.domain import Invoice, Order
+from example_apps.invoicing.events import (
+    Address,
+    InvoiceIssued,
+    InvoiceVoided,
+    OrderCancelled,
+    OrderConfirmed,
+    OrderLine,
+    OrderLineAdded,
+    OrderPlaced,
+    PaymentRecorded,
+)
+from framework import App, EventContext, Projector, handles
+from framework.errors import ConfigError
+from framework.testing import Issued, ProjectorFixture
+
+HOME = Address("1 Main St", "Oslo", "NO")
+
+
+def placed(customer: str = "c-1", *prices: int) -> OrderPlaced:
+    lines = tuple(OrderLine(f"sku-{i}", 1, p) for i, p in enumerate(prices or (500,)))
+    return OrderPlaced(customer, lines, HOME)
+
+
+def test_orders_by_status_rows() -> None:
+    with ProjectorFixture(app, "orders_by_status") as fx:
+        fx.given(Order, "o-1", placed("c-1", 500, 250), OrderConfirmed("c-1", 750))
+        fx.given(Order, "o-2", placed("c-2", 100), OrderLineAdded(OrderLine("x", 2, 50)))
+        fx.given(Order, "o-3", placed("c-1", 100), OrderCancelled("changed my mind"))
+        fx.then_rows(
+            "orders",
+            [
+                {"order_id": "o-1", "status": "confirmed", "total_cents": 750, "lines": 2},
+                {"order_id": "o-2", "status": "placed", "total_cents": 200, "lines": 2},
+                {"order_id": "o-3", "status": "cancelled", "total_cents": 100, "lines": 1},
+            ],
+            order_by="order_id",
+        )
+
+
+def test_invoices_and_balances() -> None:
+    with ProjectorFixture(app, "customer_balances") as fx:
+        fx.given(Invoice, "inv-1", InvoiceIssued("o-1", "c-1", 1000), PaymentRecorded(400))
+        fx.given(Invoice, "inv-2", InvoiceIssued("o-2", "c-1", 300), InvoiceVoided("dup"))
+        fx.then_rows(
+            "customer_balances",
+            [
+                {
+                    "customer_id": "c-1",
+                    "invoiced_cents": 1300,
+                    "paid_cents": 400,
+                    "voided_cents": 300,
+                    "invoices": 2,
+                }
+            ],
+        )
+    with ProjectorFixture(app, "invoices") as fx:
+        fx.given(Invoice, "inv-1", InvoiceIssued("o-1", "c-1", 1000), PaymentRecorded(1000))
+        fx.then_rows("invoices", [{"invoice_id": "inv-1", "status": "paid", "paid_cents": 1000}])
+
+
+def test_policy_issues_one_invoice_per_confirmed_order_and_voids_on_cancel() -> None:
+    with ProjectorFixture(app, "invoicing_policy") as fx:
+        fx.given(Order, "o-1", placed("c-1", 700))
+        fx.then_issued()  # placing an order issues nothing
+        fx.when(Order, "o-1", OrderConfirmed("c-1", 700))
+        fx.then_issued((Invoice, "invoice-o-1", InvoiceIssued("o-1", "c-1", 700)))
+        fx.when(Order, "o-1", OrderCancelled("fraud"))
+        fx.then_issued(Issued(Invoice, "invoice-o-1", InvoiceVoided("fraud")))
+        # Cancelled before confirmation: there is no invoice to void, nothing is issued.
+        fx.given(Order, "o-2", placed("c-2")).when(Order, "o-2", OrderCancelled("oops"))
+        fx.then_issued()
+
+
+def test_policy_in_a_rebuild_issues_nothing() -> None:
+    with ProjectorFixture(app, "invoicing_policy", replaying=True) as fx:
+        fx.given(Order, "o-1", placed("c-1", 700), OrderConfirmed("c-1", 700))
+        fx.then_issued()
+
+
+class WrongOrders(Projector):
+    """Deliberately wrong: counts confirmed orders' totals twice."""
+
+    name = "wrong_orders"
+    topics = ("orders",)
+
+    def setup(self, db) -> None:  # type: ignore[no-untyped-def]
+        db.execute("CREATE TABLE orders (order_id TEXT PRIMARY KEY, total INT)")
+
+    @handles(OrderConfirmed)
+    def confirmed(self, event: OrderConfirmed, ctx: EventContext) -> None:
+        ctx.db.execute(
+            "INSERT INTO orders VALUES (?, ?)", (ctx.aggregate_id, 2 * event.total_cents)
+        )
+
+    @handles(OrderCancelled)
+    def cancelled(self, event: OrderCancelled, ctx: EventContext) -> None:
+        raise RuntimeError(f"no row for {ctx.aggregate_id}")
+
+
+def test_a_wrong_projector_fails_with_a_readable_diff() -> None:
+    with ProjectorFixture(app, WrongOrders) as fx:
+        fx.given(Order, "o-1", placed("c-1", 300), OrderConfirmed("c-1", 300))
+        with pytest.raises(AssertionError) as failed:
+            fx.then_rows("orders", [{"order_id": "o-1", "total": 300}])
+        message = str(failed.value)
+        assert "table 'orders' differs" in message
+        assert "-[{'order_id': 'o-1', 'total': 300}]" in message
+        assert "+[{'order_id': 'o-1', 'total': 600}]" in message
+
+
+def test_a_dead_lettered_event_fails_the_fixture_with_its_error() -> None:
+    with ProjectorFixture(app, WrongOrders) as fx:
+        fx.given(Order, "o-1", placed("c-1", 300), OrderCancelled("x"))
+        with pytest.raises(AssertionError, match=r"OrderCancelled: RuntimeError: no row for o-1"):
+            fx.then_rows("orders", [])
+        letters = fx.then_dead_lettered("OrderCancelled")
+        assert letters[0].topic == "orders"
+        fx.then_rows("orders", [])
+
+
+def test_issued_is_compared_in_order_with_a_diff() -> None:
+    with ProjectorFixture(app, "invoicing_policy") as fx:
+        fx.given(Order, "o-1", placed("c-1", 700), OrderConfirmed("c-1", 700))
+        with pytest.raises(AssertionError, match=r"issued events differ") as failed:
+            fx.then_issued((Invoice, "invoice-o-1", InvoiceIssued("o-1", "c-1", 701)))
+        assert "amount_cents=701" in str(failed.value)
+        assert "amount_cents=700" in str(failed.value)
+
+
+def test_the_fixture_leaves_nothing_behind(tmp_path: Path) -> None:
+    fx = ProjectorFixture(app, "orders_by_status")
+    directory = fx.directory
+    fx.given(Order, "o-1", placed())
+    fx.close()
+    assert not directory.exists()
+    kept = ProjectorFixture(app, "orders_by_status", directory=tmp_path / "fx")
+    kept.given(Order, "o-1", placed())
+    kept.close()
+    assert (tmp_path / "fx" / "readmodels" / "orders_by_status.sqlite").exists()
+
+
+def test_a_class_that_is_not_a_projector_is_refused() -> None:
+    with pytest.raises(ConfigError, match="not a projector"):
+        ProjectorFixture(App("x"), dict)  # type: ignore[arg-type]

@@ -5,8 +5,10 @@ Everything an application needs is importable from here (``docs/api.md`` lists i
     from framework import Aggregate, App, DomainEvent, EventContext, Projector, event
 
 The names are imported lazily, on first use (PEP 562), so ``import framework`` is cheap and
-has no side effects: it configures no logging (the ``eventlane`` command and worker
-processes do; an application may call :func:`framework.observability.configure_logging`).
+has no side effects: it configures no logging (eventlane's loggers are standard-library
+loggers under ``eventlane.``, governed by the application's configuration; the ``eventlane``
+command and its worker processes configure their own output, see
+:mod:`framework.observability`).
 Machinery stays in the subpackages (``framework.log``, ``framework.consumer``,
 ``framework.projection``, ``framework.replay`` …).
 """

@@ -1,39 +1,35 @@
-"""The one place structlog is configured, and the loggers library modules use.
+"""eventlane's loggers, and the one place an entry point configures log output.
 
-Library modules only call :func:`get_logger` (``log = get_logger("eventlane.<layer>")``) and
-log events with their coordinates as fields (``topic``, ``partition``, ``offset``,
-``group``); they never configure anything: neither ``import framework`` nor opening an
-application's runtime configures logging for the host process. The entry points do: the
-``eventlane`` CLI and its worker processes call :func:`configure_logging` at start-up.
+**Library etiquette.** Every eventlane logger is a standard-library logger under
+``eventlane.`` (``eventlane.log``, ``eventlane.store``, ``eventlane.projection``, ...), so the
+host application's logging configuration (``logging.basicConfig``, ``dictConfig``,
+uvicorn's, structlog's stdlib integration) governs eventlane's records as it governs
+kafka-python's or aiokafka's. Neither ``import framework`` nor opening a runtime configures
+anything: no handler, no level, no structlog configuration. With nothing configured, the
+standard library's "last resort" writes warnings and above to standard error; nothing
+eventlane logs ever goes to standard output.
 
-Nothing eventlane logs ever goes to standard output, configured or not. While structlog is
-not configured (by an entry point or by the host application), an eventlane logger writes
-through a pipeline of its own, as :func:`configure_logging` would set it up from the
-environment (warnings and above, on standard error), and leaves structlog's global
-configuration alone (structlog's own default prints to standard output). This is what the
-standard library's ``logging`` does without a handler (its "last resort" writes warnings to
-standard error). Once structlog is configured, eventlane's loggers follow that
-configuration, as structlog's own loggers do.
+Library modules call :func:`get_logger` (``log = get_logger("eventlane.<layer>")``) and log an
+*event* with its coordinates as fields (``topic``, ``partition``, ``offset``, ``group``):
+``log.warning("segment truncated", topic=t, partition=p, offset=o)``. A record's message is
+the event followed by ``key=value`` pairs (what a plain ``%(message)s`` formatter shows);
+the record also carries ``eventlane_event`` and ``eventlane_fields`` (a dict), and each field
+as an attribute of its own where the name is free (what JSON formatters such as
+python-json-logger pick up). A disabled level costs one ``isEnabledFor`` check.
 
-structlog is imported when something is first logged, not before (importing it costs more
-than a short command's whole run): :func:`get_logger` returns a :class:`Logger` that
-resolves to ``structlog.get_logger(name, **bound)`` on its first use, and a configuration
-asked for before structlog is loaded is applied then (or by :func:`apply_pending`, which the
-CLI calls before it imports an application's code, so that the application's own structlog
-loggers see it too). Events are logged exactly as through structlog's own lazy loggers.
+**Entry points** (the ``eventlane`` CLI, its worker processes, the console, the Kafka
+listener) call :func:`configure_logging` at start-up: one handler on the root logger,
+writing to standard error (looked up at every write, so a replaced or closed
+``sys.stderr`` never breaks logging), in the console format (aligned, coloured on a
+terminal) or as JSON lines, rendered by structlog's ``ProcessorFormatter`` (structlog is
+imported when the first line is rendered, not before: its import costs more than a short
+command's whole run). Settings, from the arguments or the environment:
 
-Environment:
+* ``EVENTLANE_LOG_LEVEL`` / ``--log-level``: ``debug``, ``info``, ``warning`` (the default),
+  ``error`` or ``critical``;
+* ``EVENTLANE_LOG_FORMAT`` / ``--log-format``: ``console`` (the default) or ``json``.
 
-* ``EVENTLANE_LOG_LEVEL``: ``debug``, ``info``, ``warning`` (the default), ``error`` or
-  ``critical``. Events below the level cost one comparison (structlog's filtering logger).
-* ``EVENTLANE_LOG_FORMAT``: ``console`` (the default: aligned, coloured when stderr is a
-  terminal) or ``json`` (one JSON object per line, for log shippers).
-
-Logs always go to standard error, so a command's standard output stays machine-readable.
-The stream is looked up at every write, never captured at configuration time, so logging
-keeps working when ``sys.stderr`` is replaced (test runners, daemonised workers).
-
-Typical use, at the start of a process::
+Typical use, at the start of a process of your own that wants eventlane's output format::
 
     configure_logging()                    # level and format from the environment
     configure_logging(level="debug", json=True)
@@ -46,8 +42,10 @@ Typical use, at the start of a process::
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 from framework.errors import ConfigError
@@ -55,145 +53,233 @@ from framework.errors import ConfigError
 __all__ = [
     "LEVELS",
     "Logger",
-    "apply_pending",
     "configure_logging",
     "get_logger",
     "log_level_name",
+    "logging_env",
+    "route_structlog",
 ]
 
 LEVELS: dict[str, int] = {  # the logging module's level numbers
-    "debug": 10,
-    "info": 20,
-    "warning": 30,
-    "error": 40,
-    "critical": 50,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
 }
 _FORMATS = ("console", "json")
-_pending: tuple[str, bool] | None = None
-"""``(level, json)`` asked for while structlog was not loaded yet."""
-_structlog: Any = None
-"""The structlog module, once loaded (see the module docstring)."""
+_entry_point: tuple[str, bool] | None = None
+"""``(level, json)`` of the last :func:`configure_logging` in this process (an entry point)."""
+_HANDLER_NAME = "eventlane"
+"""The name of the handler :func:`configure_logging` installs (and replaces)."""
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message",
+    "asctime",
+    "eventlane_event",
+    "eventlane_fields",
+}
+"""Attributes of a ``LogRecord``: a field with such a name stays in ``eventlane_fields`` only."""
+
+
+def _render(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text) if isinstance(value, str) and (" " in text or not text) else text
+
+
+class _Message:
+    """A record's message, rendered only if a handler formats it: ``event k=v ...``."""
+
+    __slots__ = ("event", "fields")
+
+    def __init__(self, event: str, fields: dict[str, Any]) -> None:
+        self.event = event
+        self.fields = fields
+
+    def __str__(self) -> str:
+        if not self.fields:
+            return self.event
+        pairs = " ".join(f"{k}={_render(v)}" for k, v in sorted(self.fields.items()))
+        return f"{self.event} {pairs}"
 
 
 class Logger:
-    """A structlog logger that loads structlog on its first use (see the module docstring).
+    """A standard-library logger with bound fields (see the module docstring).
 
-    ``bind`` returns another :class:`Logger` (nothing is loaded); every other attribute
-    (``debug``, ``info``, ``warning``, ``error``, ``exception``, ...) is that of
-    ``structlog.get_logger(name, **bound)``, structlog's lazy proxy, so configuration made at
-    any time applies, as it does to module-level structlog loggers.
-
-    While structlog is not configured, the events go through a private pipeline to
-    standard error instead (see the module docstring); the choice is made at every call.
+    ``debug``/``info``/``warning``/``error``/``critical``/``exception`` take an event name
+    and fields; ``exc_info=True`` (or an exception) attaches a traceback, as ``exception``
+    does. ``bind`` returns a new :class:`Logger` with more fields.
     """
 
-    __slots__ = ("_bound", "_fallback", "_name", "_proxy")
+    __slots__ = ("_bound", "_logger", "_name")
 
     def __init__(self, name: str, bound: dict[str, Any] | None = None) -> None:
         self._name = name
         self._bound: dict[str, Any] = bound or {}
-        self._proxy: Any = None
-        self._fallback: Any = None
+        self._logger = logging.getLogger(name)
 
     def bind(self, **values: Any) -> Logger:
         return Logger(self._name, {**self._bound, **values})
 
-    def __getattr__(self, attr: str) -> Any:
-        if _pending is not None or _structlog is None:
-            apply_pending()
-            _load()
-        if _structlog.is_configured():
-            proxy = self._proxy
-            if proxy is None:
-                proxy = self._proxy = _structlog.get_logger(self._name, **self._bound)
-            return getattr(proxy, attr)
-        fallback = self._fallback
-        if fallback is None:
-            fallback = self._fallback = _unconfigured_logger(self._name, self._bound)
-        return getattr(fallback, attr)
+    def _log(self, level: int, event: str, fields: dict[str, Any], exc_info: Any = None) -> None:
+        logger = self._logger
+        if not logger.isEnabledFor(level):
+            return
+        merged = {**self._bound, **fields} if self._bound else fields
+        exc_info = merged.pop("exc_info", exc_info)
+        extra = {k: v for k, v in merged.items() if k not in _RESERVED}
+        extra["eventlane_event"] = event
+        extra["eventlane_fields"] = merged
+        # stacklevel 3: the record names the caller of debug()/info()/..., not this module.
+        logger.log(level, _Message(event, merged), exc_info=exc_info, extra=extra, stacklevel=3)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._log(logging.DEBUG, event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._log(logging.INFO, event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._log(logging.WARNING, event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._log(logging.ERROR, event, fields)
+
+    def critical(self, event: str, **fields: Any) -> None:
+        self._log(logging.CRITICAL, event, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        """An error with the traceback of the exception being handled."""
+        self._log(logging.ERROR, event, fields, exc_info=True)
 
     def __repr__(self) -> str:
         return f"<Logger {self._name} {self._bound}>"
 
 
 def get_logger(name: str) -> Logger:
-    """The logger ``name`` (``eventlane.<layer>``); structlog is loaded when it first logs."""
+    """The logger ``name`` (``eventlane.<layer>``), a standard-library logger underneath."""
     return Logger(name)
 
 
-def _load() -> Any:
-    global _structlog  # noqa: PLW0603 - process-wide logging state
-    if _structlog is None:
-        import structlog  # noqa: PLC0415 - loaded on first use (module docstring)
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the current ``sys.stderr`` at every record; never raises."""
 
-        _structlog = structlog
-    return _structlog
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ sets it: ignored
+        pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if sys.stderr is None:  # pythonw, or a closed stderr: drop silently
+            return
+        super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        """A closed or broken stream: logging must never raise, nor print about itself."""
 
 
-def _unconfigured_logger(name: str, bound: dict[str, Any]) -> Any:
-    """A logger for ``name`` with the pipeline :func:`configure_logging` would set up from the
-    environment (an unusable setting counts as the default), writing to standard error,
-    without touching structlog's global configuration."""
-    try:
-        level, json = _settings(None, None)
-    except ConfigError:
-        level, json = "warning", False
-    structlog = _load()
-    processors, wrapper_class = _pipeline(level, json)
-    return structlog.wrap_logger(
-        _StderrLogger(name), processors=processors, wrapper_class=wrapper_class, **bound
+class _Formatter(logging.Formatter):
+    """Renders records (eventlane's and any other logger's) with structlog's
+    ``ProcessorFormatter``, built on the first record (structlog is imported then)."""
+
+    def __init__(self, json: bool) -> None:
+        super().__init__()
+        self.json = json
+        self._inner: logging.Formatter | None = None
+
+    def format(self, record: logging.LogRecord) -> str:
+        inner = self._inner
+        if inner is None:
+            inner = self._inner = _structlog_formatter(self.json)
+        return inner.format(record)
+
+
+def _eventlane_fields(
+    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    record = event_dict.get("_record")
+    event = getattr(record, "eventlane_event", None)
+    if event is not None:
+        event_dict["event"] = event
+        event_dict.update(record.eventlane_fields)  # type: ignore[union-attr]
+    return event_dict
+
+
+def _structlog_formatter(json: bool) -> logging.Formatter:
+    import structlog  # noqa: PLC0415 - loaded when the first line is rendered (docstring)
+
+    renderer: Any
+    if json:
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        isatty = getattr(sys.stderr, "isatty", None)
+        renderer = structlog.dev.ConsoleRenderer(colors=bool(isatty and isatty()))
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _eventlane_fields,
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            *([structlog.processors.dict_tracebacks] if json else []),
+            renderer,
+        ],
     )
 
 
-def apply_pending() -> None:
-    """Apply a configuration asked for before structlog was loaded (loading it now)."""
-    global _pending  # noqa: PLW0603 - process-wide logging state
-    if _pending is not None:
-        level, json = _pending
-        _pending = None
-        _apply(level, json)
-
-
-class _StderrLogger:
-    """A structlog logger writing each rendered line to the current ``sys.stderr``."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def msg(self, message: str) -> None:
-        stream = sys.stderr
-        if stream is None:  # pythonw, or a closed stderr: drop silently
-            return
-        try:
-            stream.write(message + "\n")
-            stream.flush()
-        except (OSError, ValueError):  # closed or broken stream: logging must never raise
-            pass
-
-    log = debug = info = warn = warning = error = err = critical = fatal = exception = msg
-
-
-def _stderr_logger_factory(*args: Any) -> _StderrLogger:
-    return _StderrLogger(str(args[0]) if args else "eventlane")
-
-
 def configure_logging(level: str | None = None, json: bool | None = None) -> None:
-    """Configure structlog for the whole process (idempotent; the last call wins).
+    """Send the process's log records to standard error in eventlane's format (for entry
+    points: the CLI, workers, the console; a library never calls it). Idempotent; the last
+    call wins: one handler on the root logger, the root level set to ``level``.
 
     ``level`` defaults to ``$EVENTLANE_LOG_LEVEL``, else ``"warning"``; ``json`` defaults to
     ``$EVENTLANE_LOG_FORMAT == "json"``. Raises :class:`~framework.errors.ConfigError` for
-    an unknown level or format. While structlog is not loaded, the configuration is applied
-    when it is (:func:`apply_pending`).
+    an unknown level or format.
     """
-    global _pending  # noqa: PLW0603 - process-wide logging state
+    global _entry_point  # noqa: PLW0603 - process-wide logging state, entry points only
     name, json = _settings(level, json)
-    if "structlog" not in sys.modules:
-        _pending = (name, json)
+    _entry_point = (name, json)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if handler.get_name() == _HANDLER_NAME:
+            root.removeHandler(handler)
+    handler = _StderrHandler()
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(_Formatter(json))
+    root.addHandler(handler)
+    root.setLevel(LEVELS[name])
+
+
+def route_structlog() -> None:
+    """In a process whose output :func:`configure_logging` set up (an entry point, before it
+    imports an application's code), send structlog's own loggers (an application's) through
+    the same handler, unless something configured structlog already. Elsewhere: nothing."""
+    if _entry_point is None:
         return
-    _pending = None
-    _apply(name, json)
+    import structlog  # noqa: PLC0415 - only entry points that load an application need it
+
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.stdlib.filter_by_level,
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
 
 
 def _settings(level: str | None, json: bool | None) -> tuple[str, bool]:
@@ -213,38 +299,18 @@ def _settings(level: str | None, json: bool | None) -> tuple[str, bool]:
     return name, json
 
 
-def _apply(name: str, json: bool) -> None:
-    structlog = _load()
-    processors, wrapper_class = _pipeline(name, json)
-    structlog.configure(
-        processors=processors,
-        wrapper_class=wrapper_class,
-        logger_factory=_stderr_logger_factory,
-        cache_logger_on_first_use=False,
-    )
-
-
-def _pipeline(name: str, json: bool) -> tuple[list[Any], Any]:
-    """The processors and the level-filtering wrapper class for ``(level, json)``."""
-    structlog = _load()
-    renderer: Any
-    if json:
-        renderer = structlog.processors.JSONRenderer()
-    else:
-        isatty = getattr(sys.stderr, "isatty", None)
-        renderer = structlog.dev.ConsoleRenderer(colors=bool(isatty and isatty()))
-    processors = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.processors.StackInfoRenderer(),
-        *([structlog.processors.dict_tracebacks] if json else []),
-        renderer,
-    ]
-    return processors, structlog.make_filtering_bound_logger(LEVELS[name])
-
-
 def log_level_name() -> str:
-    """The level name :func:`configure_logging` uses when called without arguments."""
+    """The level :func:`configure_logging` set in this process, else the one it would use
+    when called without arguments."""
+    if _entry_point is not None:
+        return _entry_point[0]
     return (os.environ.get("EVENTLANE_LOG_LEVEL") or "warning").strip().lower()
+
+
+def logging_env() -> dict[str, str]:
+    """The environment that gives a child process this process's log settings (a
+    supervisor's workers run ``configure_logging()`` from it)."""
+    if _entry_point is None:
+        return {}
+    name, json = _entry_point
+    return {"EVENTLANE_LOG_LEVEL": name, "EVENTLANE_LOG_FORMAT": "json" if json else "console"}

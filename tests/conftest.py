@@ -10,6 +10,7 @@ longer stateful runs), picked with ``HYPOTHESIS_PROFILE=soak``.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,20 @@ from framework.observability import configure_logging
 from framework.testing.clock import FakeClock
 
 configure_logging()
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """An in-process CLI run configures the root logger, a docs example the ``eventlane``
+    logger (handlers, level, propagation): put both back."""
+    loggers = [logging.getLogger(), logging.getLogger("eventlane")]
+    saved = [(list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
+    yield
+    for logger, (handlers, level, propagate) in zip(loggers, saved, strict=True):
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
+
 
 settings.register_profile(
     "soak",

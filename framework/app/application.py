@@ -188,9 +188,9 @@ class Runtime:
     policy commands, wait for and inspect read models. A context manager (or ``close()``).
 
     ``log`` is a :class:`~framework.log.Log` (left open on close), or a data directory for
-    the embedded log (opened and closed by the runtime). Opening configures no logging: until
-    the application configures structlog, eventlane's warnings go to standard error (see
-    :mod:`framework.observability`).
+    the embedded log (opened and closed by the runtime). Opening configures no logging: eventlane's
+    loggers are standard-library loggers under ``eventlane.`` that the application's own
+    configuration governs (see :mod:`framework.observability`).
 
     Every name it puts on the log or the local directory goes through the app's namespace
     (:attr:`names`): records and errors carry the full topic (``acme.orders``), methods

@@ -10,7 +10,7 @@ from typing import Any
 
 from framework.app.application import App
 from framework.errors import ConfigError
-from framework.observability import apply_pending
+from framework.observability import route_structlog
 
 __all__ = ["load_app"]
 
@@ -23,7 +23,7 @@ def load_app(spec: str | None = None) -> App:
     ``uvicorn``, ``flask`` and ``celery`` do. A file path (``library/app.py[:app]``) under
     the current directory is accepted as its dotted module name (``library.app:app``).
     """
-    apply_pending()  # the app's own structlog loggers see the configuration asked for
+    route_structlog()  # in the CLI, the app's own structlog loggers write where eventlane's do
     spec = spec or os.environ.get("EVENTLANE_APP")
     if not spec:
         raise ConfigError("APP must be 'module:attribute' or 'module' (or set EVENTLANE_APP)")

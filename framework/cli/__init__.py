@@ -13,8 +13,8 @@ one ``Error: ...`` line on standard error, naming what was wrong (topic, partiti
 file, position), with exit status 1 and no traceback (set ``EVENTLANE_LOG_LEVEL=debug`` to get
 the traceback). A bad argument caught while parsing exits with status 2, click's usage error.
 Logging is configured once at start (:func:`framework.observability.configure_logging`;
-warnings and above by default), on standard error, so standard output carries only the
-command's result.
+warnings and above by default; ``--log-level``, ``--log-format``), on standard error, so
+standard output carries only the command's result; worker processes get the same settings.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from framework.cli.context import DATA_HELP, LOG_HELP, AppContext
 from framework.cli.plugins import add_plugins, load_plugin, plugin_points
 from framework.engine import DEFAULT_DATA_DIR
 from framework.errors import FrameworkError
-from framework.observability import configure_logging, log_level_name
+from framework.observability import LEVELS, configure_logging, log_level_name
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -156,9 +156,27 @@ class _RootGroup(_LazyGroup):
     help=DATA_HELP,
 )
 @click.option("--log", "log_url", envvar="EVENTLANE_LOG", metavar="URL", help=LOG_HELP)
+@click.option(
+    "--log-level",
+    type=click.Choice(list(LEVELS), case_sensitive=False),
+    help="Diagnostics on standard error from this level up (default: $EVENTLANE_LOG_LEVEL,"
+    " else warning).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"], case_sensitive=False),
+    help="Diagnostics as aligned text or JSON lines (default: $EVENTLANE_LOG_FORMAT, else"
+    " console).",
+)
 @click.version_option(package_name="eventlane", prog_name="eventlane")
 @click.pass_context
-def main(ctx: click.Context, data: Path, log_url: str | None) -> None:
+def main(
+    ctx: click.Context,
+    data: Path,
+    log_url: str | None,
+    log_level: str | None,
+    log_format: str | None,
+) -> None:
     """eventlane: an embedded, partitioned, append-only log with Kafka's semantics.
 
     Topics are split into partitions; records are appended with a key (which picks the
@@ -167,7 +185,7 @@ def main(ctx: click.Context, data: Path, log_url: str | None) -> None:
     command with examples.
     """
     try:
-        configure_logging()
+        configure_logging(log_level, None if log_format is None else log_format.lower() == "json")
     except FrameworkError as err:
         raise click.ClickException(str(err)) from None
     state = AppContext(data, log_url or None)

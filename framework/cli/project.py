@@ -40,6 +40,7 @@ from framework.cli.context import data_option, json_option, stderr_console, stdo
 from framework.cli.groups import GROUP
 from framework.cli.render import simple_table
 from framework.errors import ConfigError, FrameworkError, ProjectionError
+from framework.observability import logging_env
 from framework.projection import (
     DeadLetter,
     ReadModelView,
@@ -181,8 +182,9 @@ def run_command(
 
 def _worker_env() -> dict[str, str]:
     """The workers' environment: this one, with this command's ``--log`` (the workers must
-    run on the log this command opened, not on the embedded log in --data)."""
-    env = os.environ.copy()
+    run on the log this command opened, not on the embedded log in --data) and its log
+    settings (``--log-level``, ``--log-format``)."""
+    env = {**os.environ, **logging_env()}
     url = cli_app().log_url
     if url:
         env["EVENTLANE_LOG"] = url

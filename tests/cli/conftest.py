@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import structlog
 from click.testing import CliRunner, Result
 
 from framework.cli import main
 
 Cli = Callable[..., Result]
-
-
-@pytest.fixture(autouse=True)
-def _restore_structlog() -> Iterator[None]:
-    """The CLI configures structlog for the process; put the previous configuration back."""
-    saved = structlog.get_config()
-    yield
-    structlog.configure(**saved)
 
 
 @pytest.fixture

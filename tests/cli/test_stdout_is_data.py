@@ -304,10 +304,9 @@ def run_scenario(env: Env, tmp: Path) -> None:
 
 def test_library_modules_log_through_framework_observability() -> None:
     """The root cause of log lines on stdout: a module logging through structlog directly
-    gets structlog's default (print to stdout) whenever the process has not configured it,
-    or has only asked for a configuration not applied yet (the CLI applies it when an
-    eventlane logger first logs). ``framework.observability.get_logger`` never prints to
-    stdout."""
+    gets structlog's default (print to stdout) whenever the process has not configured it.
+    ``framework.observability.get_logger`` is a standard-library logger: it never prints to
+    stdout (the host's handlers, or the last resort on stderr)."""
     direct = sorted(
         str(path.relative_to(ROOT))
         for path in (ROOT / "framework").rglob("*.py")

@@ -33,8 +33,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 
@@ -43,6 +41,7 @@ from store_domain import Counter, make_app, raw_streams
 from framework.errors import FrameworkError
 from framework.log.jetstream import mapping
 from framework.log.jetstream.log import Expect, JetStreamLog
+from framework.observability import configure_logging
 
 _print = threading.Lock()
 
@@ -251,7 +250,7 @@ def readback(log: JetStreamLog, args: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout: data
+    configure_logging()  # on stderr: stdout carries data
     role, raw = sys.argv[1], json.loads(sys.argv[2])
     with JetStreamLog.from_url(
         str(raw["url"]), namespace=str(raw["namespace"]), retry_s=float(raw.get("retry_s", 30))

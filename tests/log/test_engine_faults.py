@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-import structlog
 from click.testing import CliRunner, Result
 
 from framework.cli import main
@@ -62,12 +61,8 @@ def simulate_reboot(data: Path) -> None:
 
 
 def cli(data: Path, *args: str) -> Result:
-    saved = structlog.get_config()
-    try:
-        runner = CliRunner(env={"EVENTLANE_DATA": None, "EVENTLANE_LOG_LEVEL": None})
-        return runner.invoke(main, ["--data", str(data), *args], catch_exceptions=False)
-    finally:
-        structlog.configure(**saved)
+    runner = CliRunner(env={"EVENTLANE_DATA": None, "EVENTLANE_LOG_LEVEL": None})
+    return runner.invoke(main, ["--data", str(data), *args], catch_exceptions=False)
 
 
 def ten_records(data: Path, **config: object) -> None:

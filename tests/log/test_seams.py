@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import structlog
 from click.testing import CliRunner
 
 import framework.log
@@ -48,24 +47,20 @@ def _tiny_segments(store: LogStore, topic: str, count: int) -> None:
 
 
 def test_cli_compact_merges_tiny_segments(data_dir: Path) -> None:
-    saved = structlog.get_config()
-    try:
-        with LogStore(data_dir) as store:
-            store.create_topic("c", 1, {"cleanup_policy": "compact", "min_compaction_lag_ms": 0})
-            _tiny_segments(store, "c", 9)
-            assert len(_segments(store, "c")) == 10
-            before = _values(store, "c")
-        runner = CliRunner(env={"EVENTLANE_DATA": None, "EVENTLANE_LOG_LEVEL": None})
-        result = runner.invoke(
-            main, ["--data", str(data_dir), "compact", "c", "--json"], catch_exceptions=False
-        )
-        assert result.exit_code == 0, result.output
-        assert '"segments_before": 9' in result.stdout and '"segments_after": 1' in result.stdout
-        with LogStore(data_dir) as store:
-            assert len(_segments(store, "c")) == 2  # one cleaned segment + the active one
-            assert _values(store, "c") == before
-    finally:
-        structlog.configure(**saved)
+    with LogStore(data_dir) as store:
+        store.create_topic("c", 1, {"cleanup_policy": "compact", "min_compaction_lag_ms": 0})
+        _tiny_segments(store, "c", 9)
+        assert len(_segments(store, "c")) == 10
+        before = _values(store, "c")
+    runner = CliRunner(env={"EVENTLANE_DATA": None, "EVENTLANE_LOG_LEVEL": None})
+    result = runner.invoke(
+        main, ["--data", str(data_dir), "compact", "c", "--json"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert '"segments_before": 9' in result.stdout and '"segments_after": 1' in result.stdout
+    with LogStore(data_dir) as store:
+        assert len(_segments(store, "c")) == 2  # one cleaned segment + the active one
+        assert _values(store, "c") == before
 
 
 def test_cleaner_groups_by_pre_cleaning_size_so_small_results_merge_next_pass(

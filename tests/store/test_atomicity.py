@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from store_domain import Batcher, make_app, raw_streams
 from store_helpers import close, read_line, spawn, stderr_of
+
+from tests.logs import capture_logs
 
 AGGREGATES = 4
 
@@ -75,7 +76,7 @@ def kill_cycles(data: Path, cycles: int, seed: int) -> tuple[dict[str, int], int
             _, aggregate_id, _, _, version = line.split()
             acked[aggregate_id] = max(acked.get(aggregate_id, 0), int(version))
 
-        with structlog.testing.capture_logs() as logs, make_app(data) as app:
+        with capture_logs() as logs, make_app(data) as app:
             streams = raw_streams(app.log, Batcher.topic)
             truncated += sum("truncating" in entry["event"] for entry in logs)
             for aggregate_id, version in acked.items():

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-import structlog
 from store_domain import Counter, CountingLog, Incremented, SnapCounter, make_app, raw_streams
 
 from framework.app import Runtime
 from framework.domain import Snapshot, applies
 from framework.store.repository import snapshot_topic
+from tests.logs import capture_logs
 
 SNAPSHOTS = snapshot_topic(SnapCounter.topic)
 
@@ -92,7 +92,7 @@ def test_an_undecodable_snapshot_is_ignored(tmp_path: Path) -> None:
         increment(app, SnapCounter, "s", 12)
         partition = app.store.partition_of(SNAPSHOTS, "s")
         app.log.append(SNAPSHOTS, partition, [(b"s", b"{not json", (), None)])
-        with structlog.testing.capture_logs() as logs:
+        with capture_logs() as logs:
             counter = app.load(SnapCounter, "s")
         assert (counter.version, counter.value) == (12, 12)
         (warning,) = [e for e in logs if e["event"] == "undecodable snapshot ignored"]

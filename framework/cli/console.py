@@ -15,12 +15,14 @@ from __future__ import annotations
 import ipaddress
 import re
 import secrets
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
 
 from framework.cli.context import app as cli_app
 from framework.cli.context import data_option, stderr_console
+from framework.cli.metrics import export_metrics, metrics_options
 from framework.observability import get_logger
 
 log = get_logger("eventlane.console")
@@ -82,6 +84,7 @@ def is_loopback(host: str) -> bool:
     metavar="S",
     help="Seconds between the console's lag samples (lag charts).",
 )
+@metrics_options
 @data_option
 def console(
     app_spec: str | None,
@@ -91,6 +94,8 @@ def console(
     token: str | None,
     allow_hosts: tuple[str, ...],
     lag_interval: float,
+    metrics_port: int | None,
+    metrics_addr: str,
 ) -> None:
     """Serve the web console for the log (and APP's aggregates, projectors and codec)."""
     try:
@@ -120,6 +125,11 @@ def console(
     if token is None and not is_loopback(host):
         token = made_up = secrets.token_urlsafe(32)
     data = ConsoleData(open_log(data_dir, log_url), app_spec)
+    metrics = ExitStack()
+    if metrics_port is not None:
+        export_metrics(
+            metrics, data.runtime, metrics_port, metrics_addr, log_=data.log, workers=False
+        )
     web = create_app(
         data,
         read_write=read_write,
@@ -159,4 +169,5 @@ def console(
         )
 
     server.startup = startup  # type: ignore[method-assign]
-    server.run()
+    with metrics:
+        server.run()

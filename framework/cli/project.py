@@ -38,8 +38,11 @@ from framework.app import Runtime, load_app
 from framework.cli.context import app as cli_app
 from framework.cli.context import data_option, json_option, stderr_console, stdout_console
 from framework.cli.groups import GROUP
+from framework.cli.metrics import export_metrics, metrics_options
 from framework.cli.render import simple_table
 from framework.errors import ConfigError, FrameworkError, ProjectionError
+from framework.metrics import MULTIPROC_ENV
+from framework.metrics import enable as enable_metrics
 from framework.observability import logging_env
 from framework.projection import (
     DeadLetter,
@@ -111,6 +114,7 @@ def project() -> None:
     default=None,
     help="Live view of positions, lag and workers [default: when stdout is a terminal].",
 )
+@metrics_options
 @data_option
 def run_command(
     app_spec: str,
@@ -119,6 +123,8 @@ def run_command(
     restart: bool,
     session_timeout_ms: int,
     live: bool | None,
+    metrics_port: int | None,
+    metrics_addr: str,
 ) -> None:
     """Run N worker processes of one projector until SIGTERM / Ctrl-C.
 
@@ -127,8 +133,11 @@ def run_command(
     commits and leaves the group. With the live view the workers' logs go to
     <data>/readmodels/NAME.log (NS.NAME.log for an app declared with namespace=NS).
     """
-    with _runtime(app_spec, create=True) as runtime:
+    with _runtime(app_spec, create=True) as runtime, ExitStack() as metrics:
         runtime.app.projector(projection)
+        env = _worker_env()
+        if metrics_port is not None:
+            env[MULTIPROC_ENV] = export_metrics(metrics, runtime, metrics_port, metrics_addr)
         local = runtime.log.local
         data = local.root.resolve()
         # Refuse pending migrations here, once, with the same error a worker would give.
@@ -145,7 +154,7 @@ def run_command(
             session_timeout_ms=session_timeout_ms,
             log_path=log_path,
             readmodel=runtime.readmodel_path(projection),
-            env=_worker_env(),
+            env=env,
         )
         started = time.monotonic()
         doc = runtime.status(projection)
@@ -211,6 +220,8 @@ def worker_command(
     when `project run` dies, even by SIGKILL (framework.projection.lifeline).
     """
     follow_supervisor()  # no orphans: SIGTERM when the supervisor dies
+    if os.environ.get(MULTIPROC_ENV):
+        enable_metrics()  # the supervisor's /metrics sums its workers' instruments
     with ExitStack() as stack:
         try:
             runtime = stack.enter_context(_runtime(app_spec, create=True))

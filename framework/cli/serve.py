@@ -10,10 +10,12 @@ from __future__ import annotations
 import ipaddress
 import signal
 import sys
+from contextlib import ExitStack
 
 import click
 
 from framework.cli.context import app, data_option
+from framework.cli.metrics import export_metrics, metrics_options
 from framework.errors import ConfigError
 from framework.observability import get_logger
 
@@ -60,8 +62,15 @@ def _interrupt(signum: int, frame: object) -> None:
     show_default=True,
     help="Create a topic (1 partition) when a client asks for an unknown one, as Kafka does.",
 )
+@metrics_options
 @data_option
-def serve(listen: str, advertised: str | None, auto_create_topics: bool) -> None:
+def serve(
+    listen: str,
+    advertised: str | None,
+    auto_create_topics: bool,
+    metrics_port: int | None,
+    metrics_addr: str,
+) -> None:
     """Serve the Kafka protocol for the data directory until interrupted."""
     from framework.kafka import serve as run  # noqa: PLC0415  (an optional extra)
 
@@ -82,6 +91,9 @@ def serve(listen: str, advertised: str | None, auto_create_topics: bool) -> None
         sys.stderr.flush()
 
     signal.signal(signal.SIGTERM, _interrupt)
+    metrics = ExitStack()
+    if metrics_port is not None:
+        export_metrics(metrics, None, metrics_port, metrics_addr, log_=log_, workers=False)
     try:
         run(
             log_,
@@ -95,3 +107,5 @@ def serve(listen: str, advertised: str | None, auto_create_topics: bool) -> None
         pass
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    finally:
+        metrics.close()

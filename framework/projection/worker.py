@@ -42,6 +42,7 @@ from framework.consumer.coordination import coordination_for
 from framework.consumer.group import GroupConsumer
 from framework.errors import CommitFailedError, FencedError, FrameworkError
 from framework.log import Record, TopicPartition
+from framework.metrics import M
 from framework.observability import get_logger
 from framework.projection.applier import BatchResult
 from framework.projection.breaker import (
@@ -148,6 +149,8 @@ class Worker:
     # ------------------------------------------------------------------ rebalances
     def _assigned(self, partitions: list[TopicPartition]) -> None:
         generation = self.consumer.generation
+        if M.on:
+            M.rebalances.labels(self.group).inc()
         for tp in partitions:
             lwm = self.runtime.log.offsets(tp.topic, tp.partition).lwm
             # A policy across hosts: the group's fenced commit may be past this host's
@@ -219,6 +222,7 @@ class Worker:
             if self._uncommitted and time.monotonic() >= self._next_group_commit:
                 self._commit_group()
             return BatchResult(0, 0, 0)
+        started = time.perf_counter()
         try:
             result = self.applier.apply(records, generation)
         except FencedError as exc:
@@ -234,6 +238,8 @@ class Worker:
             self._rewind({TopicPartition(r.topic, r.partition) for r in records})
             return None
         self.applied += len(records)
+        if M.on:
+            self._count(records, result, time.perf_counter() - started)
         self._uncommitted = True
         notify_applied(self.runtime.log)
         if time.monotonic() >= self._next_group_commit:
@@ -243,6 +249,19 @@ class Worker:
         if self.on_batch is not None:
             self.on_batch(len(records))
         return result
+
+    def _count(self, records: list[Record], result: BatchResult, seconds: float) -> None:
+        """Update the instruments (:mod:`framework.metrics`, when enabled) for one batch."""
+        name = self.name
+        M.handler_seconds.labels(name).observe(seconds)
+        M.applied.labels(name).inc(result.applied)
+        if result.dead_lettered:
+            M.dead_letters.labels(name).inc(result.dead_lettered)
+        topics: dict[str, int] = {}
+        for record in records:
+            topics[record.topic] = topics.get(record.topic, 0) + 1
+        for topic, count in topics.items():
+            M.consumed.labels(self.group, topic).inc(count)
 
     def _rewind(self, partitions: set[TopicPartition]) -> None:
         held = self.consumer.assignment()

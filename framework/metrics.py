@@ -1,0 +1,184 @@
+"""Prometheus metrics: what happens (instruments) and where things stand (read at scrape).
+
+Two kinds, both exported under ``eventlane_`` with Prometheus' naming (base units, counters
+ending in ``_total``) and bounded labels (topic, partition, group, projector, API and error
+names; never a key, an aggregate id or a member id):
+
+* **Instruments** (:data:`M`), updated where things happen: records appended and append
+  latency, conditional-append conflicts and command retries, records consumed, rebalances,
+  events applied, handler latency and dead letters, JetStream publish latency and errors,
+  the Kafka listener's requests by API and error code. They are off until a process calls
+  :func:`enable` (an entry point with ``--metrics-port``, or a worker of a supervisor that
+  has one): off, an update is one attribute test (``if M.on:``), and ``prometheus_client``
+  is never imported (its import costs more than a short command's whole run).
+* **State** (:class:`framework.app.metrics.StateCollector`), read from the log, the groups'
+  shared state and the read models at every scrape, exactly what ``eventlane groups
+  describe`` and ``eventlane project status`` report: per group and partition the committed
+  offset, the high-water mark and the lag; per projection its position, lag, dead letters by
+  status, whether its poison-rate breaker is open, the group's generation and live members.
+  Nothing is counted on the hot path for these, and the figures cannot drift from the CLI's.
+
+A supervisor's workers are separate processes: with ``--metrics-port`` the supervisor gives
+them a directory (``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's multiprocess mode) and
+its one endpoint sums their instruments and adds the state it reads itself, so the endpoint
+keeps answering, with the dead worker's counts kept, after a worker is killed.
+
+Invariant: enabling is idempotent and per process; the metric names and label sets below are
+the whole exported surface (docs/observability.md lists them and a test checks the
+dashboard's queries against a real scrape).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+__all__ = ["M", "MULTIPROC_ENV", "Endpoint", "enable", "serve"]
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's multiprocess directory, set by a supervisor for its workers."""
+
+_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class _Instruments:
+    """The process's instruments; every attribute but ``on`` is set by :func:`enable`."""
+
+    on = False
+    appended: Any
+    append_seconds: Any
+    conflicts: Any
+    retries: Any
+    consumed: Any
+    rebalances: Any
+    applied: Any
+    handler_seconds: Any
+    dead_letters: Any
+    publish_seconds: Any
+    publish_errors: Any
+    kafka_requests: Any
+
+
+M = _Instruments()
+"""The instruments: ``if M.on: M.appended.labels(topic).inc(n)``."""
+
+_lock = threading.Lock()
+
+
+def enable() -> None:
+    """Create the instruments in this process (idempotent). In a worker of a supervisor that
+    exports metrics (``PROMETHEUS_MULTIPROC_DIR`` set) they are written to its directory."""
+    with _lock:
+        if M.on:
+            return
+        from prometheus_client import Counter, Histogram  # noqa: PLC0415 - see the docstring
+
+        M.appended = Counter(
+            "eventlane_log_appended_records_total", "Records appended to the log.", ["topic"]
+        )
+        M.append_seconds = Histogram(
+            "eventlane_log_append_seconds",
+            "Latency of one append call (its batch durable when it returns).",
+            ["topic"],
+            buckets=_SECONDS,
+        )
+        M.conflicts = Counter(
+            "eventlane_store_append_conflicts_total",
+            "Conditional appends refused because the stream had moved on.",
+            ["topic"],
+        )
+        M.retries = Counter(
+            "eventlane_store_command_retries_total",
+            "Command attempts repeated, by reason (conflict, unavailable, unknown).",
+            ["topic", "reason"],
+        )
+        M.consumed = Counter(
+            "eventlane_consumer_records_total", "Records returned by polls.", ["group", "topic"]
+        )
+        M.rebalances = Counter(
+            "eventlane_consumer_rebalances_total",
+            "Assignments received by group members (one per member per generation).",
+            ["group"],
+        )
+        M.applied = Counter(
+            "eventlane_projection_events_applied_total",
+            "Events applied to a read model by its handlers.",
+            ["projector"],
+        )
+        M.handler_seconds = Histogram(
+            "eventlane_projection_batch_seconds",
+            "Time to apply one batch (handlers, dead letters and positions, one transaction).",
+            ["projector"],
+            buckets=_SECONDS,
+        )
+        M.dead_letters = Counter(
+            "eventlane_projection_dead_letters_total",
+            "Events dead-lettered by a projector's workers.",
+            ["projector"],
+        )
+        M.publish_seconds = Histogram(
+            "eventlane_jetstream_publish_seconds",
+            "Latency of a JetStream publish until acknowledged.",
+            buckets=_SECONDS,
+        )
+        M.publish_errors = Counter(
+            "eventlane_jetstream_publish_errors_total",
+            "JetStream publishes that failed, by outcome (refused, unavailable, unknown).",
+            ["outcome"],
+        )
+        M.kafka_requests = Counter(
+            "eventlane_kafka_requests_total",
+            "Requests answered by the Kafka listener, by API and error code name.",
+            ["api", "error"],
+        )
+        M.on = True
+
+
+class Endpoint(NamedTuple):
+    """A running ``/metrics`` endpoint: its port (the one chosen when asked for 0) and how
+    to stop it."""
+
+    port: int
+    stop: Callable[[], None]
+
+
+def serve(
+    port: int,
+    *,
+    addr: str = "127.0.0.1",
+    collectors: Iterable[Any] = (),
+    multiproc_dir: str | None = None,
+) -> Endpoint:
+    """Serve ``/metrics`` on ``addr:port`` from a thread.
+
+    The endpoint exports this process's instruments (enabled here) and ``collectors`` (e.g.
+    a :class:`framework.app.metrics.StateCollector`); with ``multiproc_dir``, instead of this
+    process's instruments, those of every process that wrote there (a supervisor's workers, started
+    with ``PROMETHEUS_MULTIPROC_DIR`` set to it: prometheus_client's multiprocess mode).
+    """
+    from prometheus_client import CollectorRegistry, start_http_server  # noqa: PLC0415
+
+    registry: Any
+    if multiproc_dir is not None:
+        from prometheus_client import multiprocess  # noqa: PLC0415
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=multiproc_dir)  # type: ignore[no-untyped-call]
+    else:
+        from prometheus_client import REGISTRY  # noqa: PLC0415
+
+        registry = REGISTRY
+        enable()
+    for collector in collectors:
+        registry.register(collector)
+    server, thread = start_http_server(port, addr=addr, registry=registry)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+        for collector in collectors:
+            registry.unregister(collector)
+
+    return Endpoint(int(server.server_address[1]), stop)

@@ -387,7 +387,16 @@ class LogKeyStore:
         ):
             self._changes += 1  # destroyed (or replaced: a forget, then a new first key)
             destroyed = old.ring
-        self._known[subject] = _Known(ring, head, destroyed)
+        self._keep(subject, _Known(ring, head, destroyed))
+
+    def _keep(self, subject: str, known: _Known) -> None:
+        """Hold ``known`` in memory, the least recently used subjects dropped to make room
+        (each moves :meth:`changes`)."""
+        if subject not in self._known:
+            while len(self._known) >= self._capacity:
+                self._known.popitem(last=False)
+                self._changes += 1
+        self._known[subject] = known
 
     def _drop(self, subject: str) -> None:
         """Take ``subject`` out of memory (readers' opened keys of it go too: changes())."""
@@ -396,7 +405,9 @@ class LogKeyStore:
 
     def _lookup(self, subject: str) -> _Known:
         """What is known of ``subject``: from memory (the most recently used now), else
-        read from the log (its last record) and kept, the least recently used dropped."""
+        read from the log (its last record) and kept, the least recently used dropped. A
+        subject with no record is not kept (asked again, it is read again): a key another
+        process creates is seen at once, never answered "erased" from memory."""
         known = self._known.get(subject)
         if known is not None:
             with contextlib.suppress(KeyError):  # dropped by another thread meanwhile
@@ -406,22 +417,20 @@ class LogKeyStore:
             known = self._known.get(subject)
             if known is not None:
                 return known
-            self._catch_up()  # sets the position the subject's record is read against
+            # the tail's position, which the subject's record is read against
+            self._catch_up(force=not self._partitions)
             if not self._partitions:
-                return _UNKNOWN  # no topic: no keys (not kept: the topic may come)
+                return _UNKNOWN  # no key topic: no keys
             key = subject.encode()
             p = partition_for_key(key, self._partitions)
             records = self.log.read_key(self.topic, p, key)
             self._release_files()
+            if not records:
+                return _UNKNOWN
             # Records above this one are at or above the position: the tail applies them.
-            known = _UNKNOWN
-            if records:
-                last = records[-1]
-                known = _Known(self._parse(subject, last.value, last.offset, p), last.offset)
-            while len(self._known) >= self._capacity:
-                self._known.popitem(last=False)
-                self._changes += 1
-            self._known[subject] = known
+            last = records[-1]
+            known = _Known(self._parse(subject, last.value, last.offset, p), last.offset)
+            self._keep(subject, known)
             return known
 
     def changes(self) -> int:

@@ -116,3 +116,16 @@ def test_a_subject_that_left_memory_stops_decrypting_once_another_process_forget
         assert reader.cached_subjects == 2  # s0 left the reader's memory
         assert writer.forget("s0")
         assert read.decode(None, record.value).erased == ("name", "address")
+
+
+def test_a_key_another_process_creates_is_seen_at_once(tmp_path: Path) -> None:
+    """A store that found no key for a subject does not answer "erased" from memory once
+    another process has created one, however long its refresh interval."""
+    with LogStore(tmp_path) as log_a, LogStore(tmp_path) as log_b:
+        writer = LogKeyStore(log_a)
+        reader = LogKeyStore(log_b, refresh_ms=600_000, cache_subjects=4)
+        writer.current("other")  # the key topic exists
+        assert reader.get("s0", 1) is None and reader.state("s0") == "unknown"
+        version, key = writer.current("s0")
+        assert reader.get("s0", version) == key
+        assert reader.cached_subjects == 1

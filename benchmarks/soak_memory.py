@@ -56,7 +56,7 @@ def _cache_fill(runtime: Any) -> dict[str, int]:
         out["key_heads"] = sum(len(i._heads) for i in keys._indexes.values())
         out["key_indexes"] = len(keys._indexes)
         out["checked_heads"] = len(keys._checked)
-        out["key_store_subjects"] = len(runtime.keys._rings)
+        out["key_store_subjects"] = runtime.keys.cached_subjects
         cipher = runtime.codec._cipher
         out["aes_by_key"] = len(cipher._aeads)
         out["aes_by_subject"] = len(cipher._opened)

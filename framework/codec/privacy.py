@@ -46,10 +46,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import os
 import threading
 import time
 from binascii import unhexlify
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from functools import cache
 from time import monotonic
@@ -215,6 +217,22 @@ class MemoryKeyStore:
         return self._forgotten
 
 
+class _Known(NamedTuple):
+    """What a :class:`LogKeyStore` knows of one subject: its ring (``None``: forgotten, or
+    no record), the offset of its last record (``None``: no record) and the last ring of it
+    seen destroyed (numbers a new ring above it)."""
+
+    ring: Keyring | None
+    head: int | None
+    destroyed: Keyring | None = None
+
+
+_UNKNOWN = _Known(None, None)
+KEY_CACHE_SUBJECTS = 4096
+"""Subjects a :class:`LogKeyStore` keeps in memory (~400 bytes each), the least recently
+used dropped first; a miss reads the subject's last key record (``read_key``)."""
+
+
 class LogKeyStore:
     """A :class:`KeyStore` on a compacted topic of any :class:`~framework.log.Log`.
 
@@ -226,10 +244,20 @@ class LogKeyStore:
     conditional on the subject's last record (:class:`~framework.log.types.Expect`), so two
     processes can never give one subject two different first keys.
 
-    The store caches what it read and catches up with the topic at most every half
-    ``refresh_ms`` (and on every miss); a :class:`FieldCipher` caches an opened key for at
-    most the other half, so a subject forgotten by another process stops decrypting here
-    within ``refresh_ms``.
+    Memory is bounded: the store keeps what it knows of at most ``cache_subjects`` subjects
+    (least recently used dropped first); a subject not in memory is read with the log's
+    ``read_key`` (its last record: the topic is compacted, the key indexed). Invariants:
+
+    * a subject in memory is current up to this store's position in the topic: the store
+      tails the topic (every partition, from where it was when it started, never from the
+      beginning) at most every half ``refresh_ms`` and on every write, and applies each
+      record of a subject in memory above the head it knows;
+    * :meth:`changes` moves whenever a ring known here is destroyed or replaced, *and*
+      whenever a subject leaves memory (dropped as least recently used, or after a refused
+      write): a reader caching opened keys (:class:`FieldCipher`, for at most the other half
+      of ``refresh_ms``) drops them then, so it never holds a key of a subject this store no
+      longer watches, and a subject forgotten by another process stops decrypting here
+      within ``refresh_ms``.
     """
 
     def __init__(
@@ -239,6 +267,7 @@ class LogKeyStore:
         *,
         partitions: int = 1,
         refresh_ms: int = 50,
+        cache_subjects: int = KEY_CACHE_SUBJECTS,
     ) -> None:
         self.log = log_
         self.topic = topic
@@ -246,11 +275,10 @@ class LogKeyStore:
         self._partitions = 0  # known once the topic exists (created on the first key)
         self._refresh_s = refresh_ms / 1000.0
         self._stale_s = self._refresh_s / 2  # catch-up interval; readers cache the other half
+        self._capacity = max(1, cache_subjects)
         self._positions: list[int] = []
-        self._rings: dict[str, Keyring | None] = {}  # None: forgotten
-        self._destroyed: dict[str, Keyring] = {}  # the last ring seen of forgotten subjects
-        self._heads: dict[str, int] = {}  # subject -> offset of its last record
-        self._forgotten = 0  # rings destroyed or replaced: see changes()
+        self._known: OrderedDict[str, _Known] = OrderedDict()  # least recently used first
+        self._changes = 0  # rings destroyed or replaced, subjects dropped: see changes()
         self._checked = 0.0
         self._lock = threading.RLock()
 
@@ -268,6 +296,11 @@ class LogKeyStore:
         """How stale this store's cache may be: it catches up at most this often."""
         return self._refresh_s
 
+    @property
+    def cached_subjects(self) -> int:
+        """How many subjects this store keeps in memory now (at most ``cache_subjects``)."""
+        return len(self._known)
+
     # -- reading ---------------------------------------------------------------------------
     def _catch_up(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -278,8 +311,13 @@ class LogKeyStore:
                 if not self.log.topic_exists(self.topic):
                     self._checked = now
                     return
+                # Nothing is in memory yet (see _lookup), so nothing before now needs reading.
                 self._partitions = self.log.partition_count(self.topic)
-                self._positions = [0] * self._partitions
+                self._positions = [
+                    self.log.offsets(self.topic, p).hwm for p in range(self._partitions)
+                ]
+                self._checked = now
+                return
             read = False
             for p in range(self._partitions):
                 offsets = self.log.offsets(self.topic, p)
@@ -290,7 +328,12 @@ class LogKeyStore:
                         break
                     read = True
                     for record in records:
-                        self._apply(record.key, record.value, record.offset, p)
+                        if record.key is not None:
+                            known = self._known.get(record.key.decode())
+                            if known is not None and (
+                                known.head is None or record.offset > known.head
+                            ):
+                                self._apply(record.key.decode(), record.value, record.offset, p)
                     position = records[-1].offset + 1
                 self._positions[p] = position
             if read:
@@ -298,10 +341,10 @@ class LogKeyStore:
             self._checked = now
 
     def _release_files(self) -> None:
-        """Close the key topic's segment files this process opened to read it (the store
-        holds every key in memory): a segment that compaction deletes after a forget must
-        not stay readable through ``/proc/PID/fd`` while this process lives. Logs without
-        local files (JetStream, Kafka) have nothing to close."""
+        """Close the key topic's segment files this process opened to read it: a segment
+        that compaction deletes after a forget must not stay readable through
+        ``/proc/PID/fd`` while this process lives. Logs without local files (JetStream,
+        Kafka) have nothing to close."""
         partition = getattr(self.log, "partition", None)
         if not callable(partition):
             return
@@ -310,14 +353,11 @@ class LogKeyStore:
             if callable(release):
                 release()
 
-    def _apply(self, key: bytes | None, value: bytes | None, offset: int, partition: int) -> None:
-        if key is None:
-            return
-        subject = key.decode()
-        self._heads[subject] = offset
+    def _parse(
+        self, subject: str, value: bytes | None, offset: int, partition: int
+    ) -> Keyring | None:
         if value is None:
-            self._set(subject, None)
-            return
+            return None
         try:
             doc = orjson.loads(value)
             keys = tuple(binascii.a2b_base64(k) for k in doc["keys"])
@@ -331,32 +371,82 @@ class LogKeyStore:
                 partition=partition,
                 offset=offset,
             ) from None
-        self._set(subject, Keyring(first, keys))
+        return Keyring(first, keys)
 
-    def _set(self, subject: str, ring: Keyring | None) -> None:
-        old = self._rings.get(subject)
-        if old is not None and (
-            ring is None or ring.first != old.first or ring.keys[: len(old.keys)] != old.keys
+    def _apply(self, subject: str, value: bytes | None, offset: int, partition: int) -> None:
+        self._set(subject, self._parse(subject, value, offset, partition), offset)
+
+    def _set(self, subject: str, ring: Keyring | None, head: int) -> None:
+        """Record ``subject``'s ring as of its record at ``head`` (the subject in memory)."""
+        old = self._known.get(subject, _UNKNOWN)
+        destroyed = old.destroyed
+        if old.ring is not None and (
+            ring is None
+            or ring.first != old.ring.first
+            or ring.keys[: len(old.ring.keys)] != old.ring.keys
         ):
-            self._forgotten += 1  # destroyed (or replaced: a forget, then a new first key)
-            self._destroyed[subject] = old
-        self._rings[subject] = ring
+            self._changes += 1  # destroyed (or replaced: a forget, then a new first key)
+            destroyed = old.ring
+        self._keep(subject, _Known(ring, head, destroyed))
+
+    def _keep(self, subject: str, known: _Known) -> None:
+        """Hold ``known`` in memory, the least recently used subjects dropped to make room
+        (each moves :meth:`changes`)."""
+        if subject not in self._known:
+            while len(self._known) >= self._capacity:
+                self._known.popitem(last=False)
+                self._changes += 1
+        self._known[subject] = known
+
+    def _drop(self, subject: str) -> None:
+        """Take ``subject`` out of memory (readers' opened keys of it go too: changes())."""
+        if self._known.pop(subject, None) is not None:
+            self._changes += 1
+
+    def _lookup(self, subject: str) -> _Known:
+        """What is known of ``subject``: from memory (the most recently used now), else
+        read from the log (its last record) and kept, the least recently used dropped. A
+        subject with no record is not kept (asked again, it is read again): a key another
+        process creates is seen at once, never answered "erased" from memory."""
+        known = self._known.get(subject)
+        if known is not None:
+            with contextlib.suppress(KeyError):  # dropped by another thread meanwhile
+                self._known.move_to_end(subject)
+            return known
+        with self._lock:
+            known = self._known.get(subject)
+            if known is not None:
+                return known
+            # the tail's position, which the subject's record is read against
+            self._catch_up(force=not self._partitions)
+            if not self._partitions:
+                return _UNKNOWN  # no key topic: no keys
+            key = subject.encode()
+            p = partition_for_key(key, self._partitions)
+            records = self.log.read_key(self.topic, p, key)
+            self._release_files()
+            if not records:
+                return _UNKNOWN
+            # Records above this one are at or above the position: the tail applies them.
+            last = records[-1]
+            known = _Known(self._parse(subject, last.value, last.offset, p), last.offset)
+            self._keep(subject, known)
+            return known
 
     def changes(self) -> int:
         self._catch_up()
-        return self._forgotten
-
-    def _lookup(self, subject: str) -> Keyring | None:
-        self._catch_up()
-        if subject not in self._rings:
-            self._catch_up(force=True)
-        return self._rings.get(subject)
+        return self._changes
 
     def get(self, subject: str, version: int) -> bytes | None:
-        ring = self._rings.get(subject)  # None: forgotten or not seen yet (_lookup tells)
-        if ring is None or monotonic() - self._checked >= self._stale_s:
-            ring = self._lookup(subject)
+        if monotonic() - self._checked >= self._stale_s:
+            self._catch_up()
+        ring = self._lookup(subject).ring
         return None if ring is None else ring.get(version)
+
+    def ring(self, subject: str) -> Keyring | None:
+        """The subject's key ring as the log has it now (``None``: forgotten or unknown)."""
+        self._catch_up(force=True)
+        return self._lookup(subject).ring
 
     # -- writing ---------------------------------------------------------------------------
     def _write(self, subject: str, ring: Keyring | None) -> None:
@@ -364,6 +454,7 @@ class LogKeyStore:
         from framework.log.types import Expect  # noqa: PLC0415
 
         self._ensure_topic()
+        known = self._lookup(subject)
         key = subject.encode()
         partition = partition_for_key(key, self._partitions)
         value = None
@@ -372,46 +463,49 @@ class LogKeyStore:
             if ring.first != 1:
                 doc["first"] = ring.first
             value = orjson.dumps(doc)
-        result = self.log.append(
-            self.topic,
-            partition,
-            [(key, value, (), None)],
-            expect=Expect(key, self._heads.get(subject)),
-        )
-        self._heads[subject] = result.last_offset
-        self._set(subject, ring)
+        try:
+            result = self.log.append(
+                self.topic, partition, [(key, value, (), None)], expect=Expect(key, known.head)
+            )
+        except ConcurrencyError:
+            self._drop(subject)  # read it again from the log
+            raise
+        self._set(subject, ring, result.last_offset)
 
     def _update(self, subject: str, change: Any) -> Any:
         for _ in range(20):
             with self._lock:
                 self._catch_up(force=True)
                 try:
-                    return change(self._rings.get(subject))
+                    return change(self._lookup(subject))
                 except ConcurrencyError:
                     continue  # another process wrote this subject: read it, decide again
         raise ConcurrencyError(
             f"key of subject {subject!r} keeps changing", expected=0, actual=0, topic=self.topic
         )
 
-    def _new_ring(self, subject: str) -> Keyring:
+    @staticmethod
+    def _new_ring(known: _Known) -> Keyring:
         """A first ring: numbered from the time in ms, because a subject forgotten long ago
-        leaves no trace here once its tombstone is compacted away, while its events still
-        name their old key versions."""
-        return Keyring.new(self._destroyed.get(subject), stamped=True)
+        leaves no trace here once its tombstone is compacted away (or it left memory),
+        while its events still name their old key versions."""
+        return Keyring.new(known.destroyed, stamped=True)
 
     def current(self, subject: str) -> tuple[int, bytes]:
-        ring = self._rings.get(subject)
+        if monotonic() - self._checked >= self._stale_s:
+            self._catch_up()
+        ring = self._lookup(subject).ring
         if ring is not None:
             return ring.newest
 
-        def create(existing: Keyring | None) -> tuple[int, bytes]:
-            if existing is not None:
-                return existing.newest
-            if subject in self._rings:  # a tombstone was seen
+        def create(known: _Known) -> tuple[int, bytes]:
+            if known.ring is not None:
+                return known.ring.newest
+            if known.head is not None:  # a tombstone was seen
                 # New data of a forgotten subject gets a new key (history stays erased).
                 # Kafka-style: the tombstone is followed by a new record.
                 log.info("new key for a forgotten subject", subject=subject, topic=self.topic)
-            ring = self._new_ring(subject)
+            ring = self._new_ring(known)
             self._write(subject, ring)
             return ring.newest
 
@@ -419,8 +513,8 @@ class LogKeyStore:
         return result
 
     def rotate(self, subject: str) -> int:
-        def add(existing: Keyring | None) -> int:
-            ring = self._new_ring(subject) if existing is None else existing.rotated()
+        def add(known: _Known) -> int:
+            ring = self._new_ring(known) if known.ring is None else known.ring.rotated()
             self._write(subject, ring)
             return ring.newest[0]
 
@@ -428,8 +522,8 @@ class LogKeyStore:
         return result
 
     def forget(self, subject: str) -> bool:
-        def drop(existing: Keyring | None) -> bool:
-            if existing is None:
+        def drop(known: _Known) -> bool:
+            if known.ring is None:
                 return False
             self._write(subject, None)
             return True
@@ -442,9 +536,10 @@ class LogKeyStore:
         tombstone) or ``"unknown"`` (no key record here: never written, or its tombstone
         compacted away)."""
         self._catch_up(force=True)
-        if subject not in self._rings:
+        known = self._lookup(subject)
+        if known.head is None:
             return "unknown"
-        return "forgotten" if self._rings[subject] is None else "live"
+        return "forgotten" if known.ring is None else "live"
 
     def erase_history(self) -> None:
         """Make forgotten keys unrecoverable from the log: close the active segments and

@@ -183,6 +183,8 @@ class KeyIndexes:
             if entry is None:
                 return None
             offset = entry[1]
+            if offset < self.log.offsets(index.topic, index.partition).lwm:
+                return None  # removed by DeleteRecords or retention: as head() answers
             if self._checked.get(where) == offset:
                 with contextlib.suppress(KeyError):  # forgotten by another thread meanwhile
                     self._checked.move_to_end(where)
@@ -214,19 +216,24 @@ class KeyIndexes:
 
     # ------------------------------------------------------------------ reads
     def head(self, topic: str, partition: int, key: bytes) -> int | None:
-        """The offset of ``key``'s last record below the high-water mark, or ``None``."""
+        """The offset of ``key``'s last record in ``[lwm, hwm)``, or ``None``: a key whose
+        records are all below the low-water mark has none (as ``read_key`` and the
+        ``expect`` check answer)."""
         index = self.index(topic, partition)
         last = index.view(key, after_seq=_LAST_ROW_ONLY).last  # one query, usually enough
-        if last != -1:
-            return last
-        indexed = index.head(key)
-        step = 1
-        while True:  # the last indexed rows may be in flight (not readable yet): look back
-            after = max(0, indexed - step)
-            offsets = index.view(key, after_seq=after).offsets
-            if offsets or after == 0:
-                return offsets[-1] if offsets else None
-            step *= 4
+        if last == -1:
+            indexed = index.head(key)
+            step = 1
+            while True:  # the last indexed rows may be in flight (not readable yet): look back
+                after = max(0, indexed - step)
+                offsets = index.view(key, after_seq=after).offsets
+                if offsets or after == 0:
+                    last = offsets[-1] if offsets else None
+                    break
+                step *= 4
+        if last is not None and last < self.log.offsets(topic, partition).lwm:
+            return None
+        return last
 
     def read_key(
         self, topic: str, partition: int, key: bytes, after: int | None = None

@@ -109,7 +109,12 @@ class Log(Protocol):
         ...
 
     def key_head(self, topic: str, partition: int, key: bytes) -> int | None:
-        """The offset of ``key``'s last record below the high-water mark (``None``: none)."""
+        """The offset of ``key``'s last record in ``[lwm, hwm)`` (``None``: none).
+
+        Records below the low-water mark (removed by ``delete_records`` or retention) do not
+        count: a key whose records all lie there has no head (``None``), in every process
+        and after a reopen, and ``append(expect=Expect(key, None))`` is what succeeds for
+        it; ``expect`` checks against the same answer."""
         ...
 
     def check_keys(

@@ -330,11 +330,7 @@ class LogMachine(RuleBasedStateMachine):
         model = self.models[topic]
         records = model.key_records(key, None)
         head = records[-1].offset if records else None
-        if head is None and model.written.get(key):
-            # the key's records are all below the LWM: after a reopen key_head names the last
-            # one while expect= compares with None (tests/log/test_key_head_below_lwm.py,
-            # xfail); left out here until the engine answers one way
-            return
+        # (a key whose records all lie below the LWM has no head: None, see the port)
         if stale:
             wrong = (head - 1 if head else None) if head is not None else model.leo
             before = self.store.offsets(topic, 0)
@@ -517,13 +513,8 @@ class LogMachine(RuleBasedStateMachine):
         model = self.models[topic]
         expected = model.key_records(key, None)
         head = self.store.key_head(topic, 0, key)
-        if expected:
-            assert head == expected[-1].offset
-        else:
-            # the key has no record at or above the LWM: the engine answers None or an
-            # offset below the LWM that the key once had (its index is not pruned by
-            # DeleteRecords/retention; the port does not say which)
-            assert head is None or (head < model.lwm and head in model.written.get(key, ()))
+        # a key with no record at or above the LWM has no head (the port's key_head)
+        assert head == (expected[-1].offset if expected else None)
         after = data.draw(st.none() | st.integers(-1, model.leo), label="after")
         got = self.store.read_key(topic, 0, key, after=after)
         want = [m_tuple(r) for r in model.key_records(key, after)]

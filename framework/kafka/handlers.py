@@ -48,7 +48,10 @@ from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from kafka.record.memory_records import MemoryRecords
 
+from framework.consumer.admin import live_worker_members
+from framework.consumer.coordination import coordination_for
 from framework.consumer.coordinator import validate_group_id
+from framework.consumer.membership import ClientGroup, GroupState
 from framework.consumer.offsets import OffsetAndMetadata, OffsetStore
 from framework.errors import (
     ConfigError,
@@ -157,16 +160,29 @@ class Broker:
         # group commits a real offset there; the store keeps its last real commit
         self._placeholders: dict[tuple[str, TopicPartition], int] = {}
         self.offsets = OffsetStore(log_)
-        self.groups = GroupCoordinator(self.offsets, eventlane_live=self._eventlane_live)
+        self.groups = GroupCoordinator(
+            self.offsets, eventlane_live=self._eventlane_live, publish=self._publish_group
+        )
 
     def _eventlane_live(self, group: str) -> bool:
         """Whether eventlane workers (its own coordinator) hold live members of ``group``."""
-        from framework.consumer.admin import describe_group  # noqa: PLC0415
-
         try:
-            return bool(describe_group(self.log, group).get("members"))
+            return bool(live_worker_members(self.log, group))
         except FrameworkError:
             return False
+
+    def _publish_group(self, group: str, snapshot: ClientGroup) -> None:
+        """Write a group's membership into its group state, where ``eventlane groups``
+        reads it (blocking)."""
+
+        def change(state: GroupState) -> None:
+            state.clients = snapshot
+
+        coord = coordination_for(self.log).coordinator(group)
+        try:
+            coord.mutate(change)
+        finally:
+            coord.close()
 
     def advertise(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -688,7 +704,7 @@ class Broker:
     # -- groups ----------------------------------------------------------------------------
     async def join_group(self, request: Any) -> Any:
         client_id = request.header.client_id or ""
-        result = await self.groups.join(request, client_id, "/127.0.0.1")
+        result = await self.groups.join(request, client_id)
         Member = JoinGroupResponse.JoinGroupResponseMember
         return JoinGroupResponse(
             throttle_time_ms=0,

@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from framework.kafka.codes import Errors, errno
+from framework.kafka.groups import client_host
 from framework.kafka.handlers import Broker
 from framework.kafka.protocol import REQUESTS, SUPPORTED, UnsupportedVersionError, decode_request
 from framework.log import Log
@@ -189,9 +190,13 @@ class KafkaServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        self.broker.groups.unpublish()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = str(writer.get_extra_info("peername"))
+        address = writer.get_extra_info("peername")
+        peer = str(address)
+        if isinstance(address, tuple) and address:
+            client_host.set(f"/{address[0]}")  # this connection's task only
         self._connections += 1
         try:
             if self._connections > self.limits.max_connections:
@@ -382,7 +387,12 @@ def serve(
         await server.start()
         if ready is not None:
             ready(server)
-        await server.serve_forever()
+        try:
+            await server.serve_forever()
+        finally:
+            # a clean stop (SIGINT/SIGTERM): the groups' members are gone now, not after
+            # their lease (blocking, as the loop is stopping)
+            server.broker.groups.unpublish()
 
     asyncio.run(main())
 

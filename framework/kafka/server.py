@@ -25,7 +25,10 @@ Invariants of the connection loop:
   ``max_connections``;
 * the bytes of requests being received or served never exceed ``max_inflight_bytes`` in
   total: a frame's size is reserved before its body is read, and a connection whose frame
-  does not fit waits (its bytes stay in the kernel's socket buffer) until others finish;
+  does not fit waits (its bytes stay in the kernel's socket buffer) until others finish.
+  A compressed Produce batch's records count too, chunk by chunk as they are decompressed
+  (and at most ``max_request_bytes`` of them per request: more is MESSAGE_TOO_LARGE), so a
+  small request that decompresses to gigabytes costs at most that bound;
 * each refused or failed request logs one line, at most :data:`LOG_LINES_PER_S` a second
   (the rest are counted and reported in the next line).
 """
@@ -165,6 +168,10 @@ class KafkaServer:
 
     async def start(self) -> None:
         self._budget = _Budget(self.limits.max_inflight_bytes)
+        # decompressed records count against the same cap, at most a request's worth each
+        self.broker.budget = self._budget
+        self.broker.max_decompressed_bytes = self.limits.max_request_bytes
+        self.broker.memory_wait_s = self.limits.request_timeout_s
         self._server = await asyncio.start_server(
             self._connection, self.host, self.port, limit=_CHUNK
         )

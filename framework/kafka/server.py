@@ -292,26 +292,19 @@ class KafkaServer:
         api_key, version, correlation_id = struct.unpack_from(">hhi", payload)
         try:
             request = decode_request(payload)
-        except UnsupportedVersionError as exc:
+        except Exception as exc:
             # Kafka answers an ApiVersions request it cannot parse with version 0 and error 35,
-            # listing what it supports; any other unsupported request closes the connection.
-            if api_key == 18:
+            # listing what it supports; any other unsupported or malformed request closes the
+            # connection.
+            unsupported = isinstance(exc, UnsupportedVersionError)
+            if unsupported and api_key == 18:
                 return self.broker.api_versions_error(correlation_id)
             self.bad.warning(
-                "unsupported request; closing",
+                "unsupported request; closing" if unsupported else "malformed request; closing",
                 peer=peer,
                 api_key=api_key,
                 version=version,
-                error=str(exc),
-            )
-            raise _CloseError from None
-        except Exception as exc:
-            self.bad.warning(
-                "malformed request; closing",
-                peer=peer,
-                api_key=api_key,
-                version=version,
-                error=_one_line(exc),
+                error=str(exc) if unsupported else _one_line(exc),
             )
             raise _CloseError from None
         handler = self._handlers[api_key]

@@ -3,7 +3,8 @@
 ``groups describe G --json`` prints exactly::
 
     {"group", "state", "generation",
-     "members": [{"member_id", "instance_id", "assignment": [{"topic", "partition"}]}],
+     "members": [{"member_id", "instance_id", "client_id", "host",
+                  "assignment": [{"topic", "partition"}]}],
      "offsets": [{"topic", "partition", "committed", "hwm", "lag"}]}
 
 (``committed`` and ``lag`` are ``null`` for partitions the group never committed).
@@ -119,11 +120,17 @@ def describe(group: str, as_json: bool) -> None:
         f" {len(doc['members'])} member(s)"
     )
     members = Table(title="Members", title_justify="left")
-    for name in ("member id", "instance id", "partitions"):
+    for name in ("member id", "instance id", "client id", "host", "partitions"):
         members.add_column(name)
     for m in doc["members"]:
         owned = ", ".join(f"{a['topic']}-{a['partition']}" for a in m["assignment"])
-        members.add_row(m["member_id"], _dash(m["instance_id"]), owned or "-")
+        members.add_row(
+            m["member_id"],
+            _dash(m["instance_id"]),
+            m["client_id"] or "-",
+            m["host"] or "-",
+            owned or "-",
+        )
     console.print(members)
     offsets = Table(title="Offsets", title_justify="left")
     offsets.add_column("topic")

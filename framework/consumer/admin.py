@@ -7,6 +7,10 @@ commands work whether members are running or not.
 * **describe** reports the members (as of the shared state, after evicting members whose
   session expired, exactly as a member would), the partitions each owns now, and per
   partition the committed offset, the high-water mark and the lag ``hwm - committed``.
+  A group of Kafka clients (the Kafka listener's, published into the group state as a
+  lease: :class:`~framework.consumer.membership.ClientGroup`) shows its members, their
+  client ids, hosts and assigned partitions while the lease is current; once it lapses (the
+  listener stopped) the group shows its committed offsets and no members.
 * **reset_offsets** and **delete_group** are refused while the group has live members (as
   Kafka refuses them for a group that is not empty): they run under the group's lock, so
   no member can join while they work.
@@ -14,6 +18,7 @@ commands work whether members are running or not.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -26,7 +31,7 @@ from framework.consumer.coordination import (
     coordination_for,
 )
 from framework.consumer.coordinator import validate_group_id
-from framework.consumer.membership import GroupState
+from framework.consumer.membership import ClientMember, GroupState, Member
 from framework.consumer.offsets import ADMIN_MEMBER, OffsetAndMetadata
 from framework.errors import ConfigError, ConsumerError, UnknownTopicError
 from framework.log.port import Log
@@ -40,6 +45,7 @@ __all__ = [
     "partition_lag",
     "group_exists",
     "list_groups",
+    "live_worker_members",
     "parse_datetime_ms",
     "reset_offsets",
 ]
@@ -87,12 +93,13 @@ def list_groups(log_: Log, coordination: GroupCoordination | None = None) -> lis
         except ConfigError:
             continue
         state = _live_state(groups, name) if name in with_state else GroupState(name)
+        view = _View(state)
         out.append(
             {
                 "group": name,
-                "state": state.state_name(),
-                "generation": state.generation,
-                "members": len(state.members),
+                "state": view.state,
+                "generation": view.generation,
+                "members": len(view.members),
             }
         )
     return out
@@ -102,6 +109,46 @@ def _live_state(groups: GroupCoordination, group: str) -> GroupState:
     with _coordinator(groups, group) as coord:
         coord.evict_expired()
         return coord.current().copy()
+
+
+def live_worker_members(
+    log_: Log, group: str, coordination: GroupCoordination | None = None
+) -> list[str]:
+    """The live eventlane workers of ``group`` (Kafka clients excluded): what the Kafka
+    listener asks before it lets Kafka clients form a group of that name."""
+    groups = _coordination(log_, coordination)
+    if not groups.has_state(group):
+        return []
+    with _coordinator(groups, group) as coord:
+        return coord.alive(coord.current())
+
+
+class _View:
+    """What ``groups list/describe`` show of a group state: its eventlane workers, or the
+    Kafka clients of the listener's current snapshot (the two kinds never share a group)."""
+
+    def __init__(self, state: GroupState, now_ms: int | None = None) -> None:
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        clients = state.clients
+        live = {} if clients is None else clients.live_members(now)
+        self.members: list[Member | ClientMember]
+        if live or (not state.members and clients is not None):
+            assert clients is not None
+            self.state = clients.state if clients.live(now) else "Empty"
+            self.generation = clients.generation
+            self.members = list(live.values())
+        else:
+            self.state = state.state_name()
+            self.generation = state.generation
+            self.members = list(state.members.values())
+        self.members.sort(key=lambda m: m.member_id)
+
+    def topics(self) -> set[str]:
+        return {tp.topic for m in self.members for tp in _partitions(m)}
+
+
+def _partitions(member: Member | ClientMember) -> list[TopicPartition]:
+    return sorted(member.owned if isinstance(member, Member) else member.assignment)
 
 
 def partition_lag(hwm: int, lwm: int, position: int | None) -> int:
@@ -123,7 +170,8 @@ def describe_group(
     """The ``groups describe --json`` document::
 
         {"group", "state", "generation",
-         "members": [{"member_id", "instance_id", "assignment": [{"topic", "partition"}]}],
+         "members": [{"member_id", "instance_id", "client_id", "host",
+                      "assignment": [{"topic", "partition"}]}],
          "offsets": [{"topic", "partition", "committed", "hwm", "lag"}]}
 
     ``committed`` and ``lag`` are ``null`` for a partition the group never committed.
@@ -132,8 +180,9 @@ def describe_group(
     offsets = groups.offsets
     _require(log_, group, groups)
     state = _live_state(groups, group) if groups.has_state(group) else GroupState(group)
+    view = _View(state)
     committed = offsets.group_offsets(group)
-    topics = state.topics() | {tp.topic for tp in committed}
+    topics = state.topics() | view.topics() | {tp.topic for tp in committed}
     rows = []
     for topic in sorted(topics):
         try:
@@ -165,16 +214,16 @@ def describe_group(
         {
             "member_id": m.member_id,
             "instance_id": m.instance_id,
-            "assignment": [
-                {"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.owned)
-            ],
+            "client_id": m.client_id,
+            "host": m.host,
+            "assignment": [{"topic": tp.topic, "partition": tp.partition} for tp in _partitions(m)],
         }
-        for m in sorted(state.members.values(), key=lambda m: m.member_id)
+        for m in view.members
     ]
     return {
         "group": group,
-        "state": state.state_name(),
-        "generation": state.generation,
+        "state": view.state,
+        "generation": view.generation,
         "members": members,
         "offsets": rows,
     }
@@ -240,6 +289,8 @@ def _plan(
 def _refuse_if_live(coord: Coordinator, state: GroupState, action: str) -> None:
     expired = set(coord.expired(state))
     live = sorted(mid for mid in state.members if mid not in expired)
+    if state.clients is not None:
+        live += sorted(state.clients.live_members(time.time_ns() // 1_000_000))
     if live:
         raise ConsumerError(
             f"cannot {action} consumer group {coord.group!r}: it has {len(live)} live"

@@ -11,7 +11,12 @@ stores :meth:`GroupState.to_json`::
                              "joined_generation", "synced_generation",
                              "target": [[topic, partition]],
                              "owned": [[topic, partition, since_generation]]}},
-     "updated_ms": ms}
+     "updated_ms": ms,
+     "clients": null | {"state", "generation", "protocol_type", "protocol", "leader",
+                        "published_ms", "lease_ms",
+                        "members": {member_id: {"instance_id", "client_id", "host",
+                                                "session_timeout_ms",
+                                                "assignment": [[topic, partition]]}}}}
 
 ``target`` is what the assignor wants a member to own; ``owned`` is what it *may* consume
 right now, each partition with the generation since which it has owned it. The protocol:
@@ -28,6 +33,12 @@ right now, each partition with the generation since which it has owned it. The p
   its new owner. **Eager** protocol: after a rebalance every member releases everything
   (``synced_generation`` reaches ``rebalance_generation``); grants wait until all have.
 * **Removing a member** (graceful leave, eviction) frees its partitions at once.
+
+``clients`` is a group of *Kafka clients* as the Kafka listener's coordinator last published
+it (:class:`ClientGroup`): those clients assign partitions among themselves, so nothing here
+assigns or fences them; the snapshot only lets ``eventlane groups`` show them. It is a lease:
+the listener republishes it while the group has members, and a snapshot older than its
+``lease_ms`` (a listener that stopped without saying so) shows no members.
 
 Invariants (checked by :func:`check_invariants`, and by a Hypothesis state-machine test):
 the ``owned`` sets are pairwise disjoint; no partition is in two targets; every target
@@ -47,6 +58,8 @@ from framework.errors import CommitFailedError
 from framework.log.record import TopicPartition
 
 __all__ = [
+    "ClientGroup",
+    "ClientMember",
     "GroupState",
     "Member",
     "add_member",
@@ -117,6 +130,89 @@ class Member:
 
 
 @attrs.define
+class ClientMember:
+    """One Kafka client in a :class:`ClientGroup`, with the partitions its group's leader
+    assigned it (decoded from the consumer protocol's assignment)."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    host: str
+    session_timeout_ms: int
+    assignment: list[TopicPartition] = attrs.field(factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "client_id": self.client_id,
+            "host": self.host,
+            "session_timeout_ms": self.session_timeout_ms,
+            "assignment": [[tp.topic, tp.partition] for tp in sorted(self.assignment)],
+        }
+
+    @classmethod
+    def from_json(cls, member_id: str, body: Mapping[str, Any]) -> ClientMember:
+        return cls(
+            member_id=member_id,
+            instance_id=body.get("instance_id"),
+            client_id=str(body.get("client_id", "")),
+            host=str(body.get("host", "")),
+            session_timeout_ms=int(body.get("session_timeout_ms", 0)),
+            assignment=[TopicPartition(t, int(p)) for t, p in body.get("assignment", ())],
+        )
+
+
+@attrs.define
+class ClientGroup:
+    """A group of Kafka clients as the Kafka listener last published it (a lease: see the
+    module docstring). ``state`` is Kafka's (Empty, PreparingRebalance, CompletingRebalance,
+    Stable)."""
+
+    state: str
+    generation: int
+    protocol_type: str | None
+    protocol: str | None
+    leader: str | None
+    published_ms: int
+    lease_ms: int
+    members: dict[str, ClientMember] = attrs.field(factory=dict)
+
+    def live(self, now_ms: int) -> bool:
+        """Whether the snapshot is current (its publisher renewed it within its lease)."""
+        return now_ms - self.published_ms <= self.lease_ms
+
+    def live_members(self, now_ms: int) -> dict[str, ClientMember]:
+        return self.members if self.live(now_ms) else {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "generation": self.generation,
+            "protocol_type": self.protocol_type,
+            "protocol": self.protocol,
+            "leader": self.leader,
+            "published_ms": self.published_ms,
+            "lease_ms": self.lease_ms,
+            "members": {mid: m.to_json() for mid, m in sorted(self.members.items())},
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> ClientGroup:
+        return cls(
+            state=str(body["state"]),
+            generation=int(body["generation"]),
+            protocol_type=body.get("protocol_type"),
+            protocol=body.get("protocol"),
+            leader=body.get("leader"),
+            published_ms=int(body["published_ms"]),
+            lease_ms=int(body["lease_ms"]),
+            members={
+                mid: ClientMember.from_json(mid, m) for mid, m in body.get("members", {}).items()
+            },
+        )
+
+
+@attrs.define
 class GroupState:
     """The whole shared state of one group (see the module docstring)."""
 
@@ -128,6 +224,7 @@ class GroupState:
     partitions: dict[str, int] = attrs.field(factory=dict)
     members: dict[str, Member] = attrs.field(factory=dict)
     updated_ms: int = 0
+    clients: ClientGroup | None = None
 
     @property
     def protocol(self) -> str:
@@ -174,6 +271,7 @@ class GroupState:
                 "partitions": dict(sorted(self.partitions.items())),
                 "members": {mid: m.to_json() for mid, m in sorted(self.members.items())},
                 "updated_ms": self.updated_ms,
+                **({} if self.clients is None else {"clients": self.clients.to_json()}),
             },
             option=orjson.OPT_INDENT_2,
         )
@@ -190,6 +288,7 @@ class GroupState:
             partitions={str(t): int(n) for t, n in body.get("partitions", {}).items()},
             members={mid: Member.from_json(mid, m) for mid, m in body.get("members", {}).items()},
             updated_ms=int(body.get("updated_ms", 0)),
+            clients=None if body.get("clients") is None else ClientGroup.from_json(body["clients"]),
         )
 
     def copy(self) -> GroupState:

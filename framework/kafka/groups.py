@@ -18,7 +18,14 @@ Invariants:
   commit;
 * a member silent for its session timeout is removed and the group rebalances;
 * commits are records of ``__consumer_offsets`` (eventlane's :class:`OffsetStore`), so
-  ``eventlane groups list/describe`` show the group's offsets and lag.
+  ``eventlane groups list/describe`` show the group's offsets and lag;
+* every group's membership (state, generation, members with client id, host and decoded
+  assignment) is published into the consumer layer's group state
+  (:class:`~framework.consumer.membership.ClientGroup`) within :data:`PUBLISH_TICK_S` of a
+  change and renewed every :data:`PUBLISH_EVERY_S` while the group has members, as a lease
+  of :data:`PUBLISH_LEASE_MS`: ``eventlane groups`` shows the members while the listener
+  serves them and none once it stopped (at once after a clean stop, within the lease after
+  a kill).
 
 Membership lives in memory: after a listener restart, clients rejoin (as after a Kafka
 coordinator failover). A group of Kafka clients and one of eventlane workers must have
@@ -30,12 +37,19 @@ group that has live eventlane members is refused with INCONSISTENT_GROUP_PROTOCO
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+
+from framework.consumer.coordinator import validate_group_id
+from framework.consumer.membership import ClientGroup, ClientMember
+from framework.errors import ConfigError
 from framework.kafka.codes import Errors, errno
+from framework.log.record import TopicPartition
 from framework.observability import get_logger
 
 log = get_logger("eventlane.kafka.groups")
@@ -43,6 +57,23 @@ log = get_logger("eventlane.kafka.groups")
 INITIAL_REBALANCE_DELAY_S = 1.0
 """Kafka's group.initial.rebalance.delay.ms (3 s there): how long an empty group waits for
 more members before its first generation, so members starting together share one."""
+
+
+PUBLISH_TICK_S = 0.2
+"""How often the publisher looks for changed groups."""
+PUBLISH_EVERY_S = 1.0
+"""How often a group with members is republished (its lease renewed)."""
+PUBLISH_LEASE_MS = 10_000
+"""How long a published snapshot stays current without renewal (a killed listener's
+members disappear from ``eventlane groups`` after this)."""
+
+client_host: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "client_host", default="/127.0.0.1"
+)
+"""The connection's peer as Kafka shows a member's host (``/IP``); set per connection."""
+
+Publish = Callable[[str, ClientGroup], None]
+"""Writes one group's snapshot where ``eventlane groups`` reads it (blocking: a thread)."""
 
 
 class Member:
@@ -101,19 +132,26 @@ class GroupCoordinator:
         *,
         eventlane_live: Callable[[str], bool] = lambda group: False,
         initial_delay_s: float = INITIAL_REBALANCE_DELAY_S,
+        publish: Publish | None = None,
     ) -> None:
         self.offsets = offsets
         self.eventlane_live = eventlane_live
         self.initial_delay_s = initial_delay_s
         self.groups: dict[str, Group] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._publish = publish
+        self._publisher: asyncio.Task[None] | None = None
+        # group -> (what was last published, less its time; when): what needs writing
+        self._published: dict[str, tuple[tuple[Any, ...], float]] = {}
 
     def start(self) -> None:
         if self._reaper is None:
             self._reaper = asyncio.get_running_loop().create_task(self._reap())
+        if self._publish is not None and self._publisher is None:
+            self._publisher = asyncio.get_running_loop().create_task(self._publish_loop())
 
     # -- membership --------------------------------------------------------------------
-    async def join(self, req: Any, client_id: str, host: str) -> dict[str, Any]:
+    async def join(self, req: Any, client_id: str) -> dict[str, Any]:
         self.start()
         if not req.group_id:
             return _join_error(errno(Errors.InvalidGroupIdError))
@@ -133,7 +171,7 @@ class GroupCoordinator:
         others = [m for m in group.members.values() if m.member_id != req.member_id]
         if any(not names & {n for n, _ in m.protocols} for m in others):
             return _join_error(errno(Errors.InconsistentGroupProtocolError))
-        member = self._member_for(group, req, client_id, host)
+        member = self._member_for(group, req, client_id, client_host.get())
         if member is None:
             return _join_error(errno(Errors.UnknownMemberIdError), req.member_id)
         member.protocols = [(p.name, bytes(p.metadata)) for p in req.protocols]
@@ -359,6 +397,102 @@ class GroupCoordinator:
 
     def describe(self, group_id: str) -> Group | None:
         return self.groups.get(group_id)
+
+    # -- publication -------------------------------------------------------------------
+    def _due(self, now: float) -> list[tuple[str, ClientGroup]]:
+        """The snapshots to write now: groups that changed since their last publication,
+        and groups with members whose lease needs renewing."""
+        out = []
+        for group in self.groups.values():
+            key = _snapshot_key(group)
+            last = self._published.get(group.group_id)
+            if (
+                last is not None
+                and last[0] == key
+                and (not group.members or now - last[1] < PUBLISH_EVERY_S)
+            ):
+                continue
+            try:
+                validate_group_id(group.group_id)
+            except ConfigError:
+                continue  # a name eventlane's groups cannot hold: Kafka's tools still show it
+            self._published[group.group_id] = (key, now)
+            out.append((group.group_id, _snapshot(group)))
+        return out
+
+    def _write(self, due: list[tuple[str, ClientGroup]]) -> None:
+        assert self._publish is not None
+        for group_id, snapshot in due:
+            try:
+                self._publish(group_id, snapshot)
+            except Exception as exc:  # the next change or renewal tries again
+                self._published.pop(group_id, None)
+                log.warning("group membership not published", group=group_id, error=str(exc))
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PUBLISH_TICK_S)
+            due = self._due(time.monotonic())
+            if due:
+                await asyncio.to_thread(self._write, due)
+
+    def unpublish(self) -> None:
+        """At a clean stop: publish every group without members (blocking)."""
+        if self._publish is None:
+            return
+        for task in (self._publisher, self._reaper):
+            if task is not None:
+                task.cancel()
+        for group in self.groups.values():
+            group.members.clear()
+            group.state = "Empty"
+        self._write(self._due(time.monotonic()))
+
+
+def _snapshot_key(group: Group) -> tuple[Any, ...]:
+    return (
+        group.state,
+        group.generation,
+        group.protocol,
+        tuple((m.member_id, m.assignment) for m in group.members.values()),
+    )
+
+
+def _snapshot(group: Group) -> ClientGroup:
+    return ClientGroup(
+        state=group.state,
+        generation=group.generation,
+        protocol_type=group.protocol_type,
+        protocol=group.protocol,
+        leader=group.leader,
+        published_ms=time.time_ns() // 1_000_000,
+        lease_ms=PUBLISH_LEASE_MS,
+        members={
+            m.member_id: ClientMember(
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                client_id=m.client_id,
+                host=m.client_host,
+                session_timeout_ms=int(m.session_s * 1000),
+                assignment=_assigned(group.protocol_type, m.assignment),
+            )
+            for m in group.members.values()
+        },
+    )
+
+
+def _assigned(protocol_type: str | None, assignment: bytes) -> list[TopicPartition]:
+    """The partitions in a consumer-protocol assignment (none for other protocols or bytes
+    that do not decode: the group's leader wrote them, the broker never reads them)."""
+    if protocol_type != "consumer" or not assignment:
+        return []
+    try:
+        decoded = ConsumerProtocolAssignment.decode(assignment)
+        return sorted(
+            {TopicPartition(t, int(p)) for t, ps in decoded.assigned_partitions for p in ps}
+        )
+    except Exception:
+        return []
 
 
 def _join_error(code: int, member_id: str = "") -> dict[str, Any]:

@@ -48,7 +48,10 @@ from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from kafka.record.memory_records import MemoryRecords
 
+from framework.consumer.admin import live_worker_members
+from framework.consumer.coordination import coordination_for
 from framework.consumer.coordinator import validate_group_id
+from framework.consumer.membership import ClientGroup, GroupState
 from framework.consumer.offsets import OffsetAndMetadata, OffsetStore
 from framework.errors import (
     ConfigError,
@@ -62,9 +65,12 @@ from framework.kafka.groups import GroupCoordinator
 from framework.kafka.protocol import SUPPORTED
 from framework.kafka.records import (
     BatchFormatError,
+    Charge,
+    DecompressedTooLargeError,
     KafkaBatch,
     UnsupportedCompressionError,
     encode_batch,
+    has_compressed,
     parse_batches,
 )
 from framework.log import Log, TopicConfig, TopicPartition
@@ -157,16 +163,32 @@ class Broker:
         # group commits a real offset there; the store keeps its last real commit
         self._placeholders: dict[tuple[str, TopicPartition], int] = {}
         self.offsets = OffsetStore(log_)
-        self.groups = GroupCoordinator(self.offsets, eventlane_live=self._eventlane_live)
+        self.budget: Any = None  # the server's in-flight memory budget (set by the server)
+        self.max_decompressed_bytes = 100 << 20
+        self.memory_wait_s = 30.0
+        self.groups = GroupCoordinator(
+            self.offsets, eventlane_live=self._eventlane_live, publish=self._publish_group
+        )
 
     def _eventlane_live(self, group: str) -> bool:
         """Whether eventlane workers (its own coordinator) hold live members of ``group``."""
-        from framework.consumer.admin import describe_group  # noqa: PLC0415
-
         try:
-            return bool(describe_group(self.log, group).get("members"))
+            return bool(live_worker_members(self.log, group))
         except FrameworkError:
             return False
+
+    def _publish_group(self, group: str, snapshot: ClientGroup) -> None:
+        """Write a group's membership into its group state, where ``eventlane groups``
+        reads it (blocking)."""
+
+        def change(state: GroupState) -> None:
+            state.clients = snapshot
+
+        coord = coordination_for(self.log).coordinator(group)
+        try:
+            coord.mutate(change)
+        finally:
+            coord.close()
 
     def advertise(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -478,9 +500,47 @@ class Broker:
     ) -> tuple[int, int, int, int, str | None]:
         if transactional_id is not None:
             return TRANSACTIONS_REFUSED, -1, -1, -1, TRANSACTIONS_MESSAGE
+        charged = [0]  # bytes of decompressed records counted against the in-flight cap
+        try:
+            return await self._produce_charged(topic, partition, bytes(raw or b""), charged)
+        finally:
+            if charged[0] and self.budget is not None:
+                await self.budget.release(charged[0])
+
+    async def _batches(self, raw: bytes, charged: list[int]) -> list[KafkaBatch]:
+        """The request's batches; compressed ones are decompressed in a worker thread, their
+        records counted against the in-flight memory cap (``charged``, released by the
+        caller once appended) and bounded by ``max_decompressed_bytes`` (the request size
+        limit: what an uncompressed request could hold)."""
+        budget = self.budget
+        if budget is None or not has_compressed(raw):
+            return _produced_batches(raw)
+        loop = asyncio.get_running_loop()
+        limit, wait_s = self.max_decompressed_bytes, self.memory_wait_s
+
+        def charge(size: int) -> None:
+            if charged[0] + size > limit:
+                raise DecompressedTooLargeError(
+                    f"the records decompress to more than {limit} bytes (socket.request.max.bytes)"
+                )
+            acquire = asyncio.wait_for(budget.acquire(size), wait_s)
+            try:
+                asyncio.run_coroutine_threadsafe(acquire, loop).result()
+            except TimeoutError:
+                raise _MemoryBusyError(
+                    f"no room for {size} decompressed bytes under the in-flight memory cap"
+                    f" within {wait_s} s"
+                ) from None
+            charged[0] += size
+
+        return await asyncio.to_thread(_produced_batches, raw, charge)
+
+    async def _produce_charged(
+        self, topic: str, partition: int, raw: bytes, charged: list[int]
+    ) -> tuple[int, int, int, int, str | None]:
         try:
             refuse_internal(check_topic_name(topic), "produce to")
-            batches = _produced_batches(bytes(raw or b""))
+            batches = await self._batches(raw, charged)
         except InvalidTopicError as exc:
             return errno(Errors.InvalidTopicError), -1, -1, -1, str(exc)
         except _RefusedError as exc:
@@ -688,7 +748,7 @@ class Broker:
     # -- groups ----------------------------------------------------------------------------
     async def join_group(self, request: Any) -> Any:
         client_id = request.header.client_id or ""
-        result = await self.groups.join(request, client_id, "/127.0.0.1")
+        result = await self.groups.join(request, client_id)
         Member = JoinGroupResponse.JoinGroupResponseMember
         return JoinGroupResponse(
             throttle_time_ms=0,
@@ -1063,13 +1123,24 @@ class _RefusedError(Exception):
         self.code = code
 
 
-def _produced_batches(raw: bytes) -> list[KafkaBatch]:
-    """A Produce request's batches: plain ones parsed here (fast), compressed ones by
-    kafka-python (gzip, snappy, lz4, zstd); transactional and control batches refused, and
-    any batch that does not decode whole refuses the partition's request: never half-applied.
+class _MemoryBusyError(DecompressedTooLargeError):
+    """Decompressed records found no room under the in-flight memory cap in time."""
+
+
+def _produced_batches(raw: bytes, charge: Charge | None = None) -> list[KafkaBatch]:
+    """A Produce request's batches: plain ones parsed here (fast), compressed ones
+    decompressed in charged chunks (gzip, snappy, lz4, zstd) and parsed the same way;
+    transactional and control batches refused, and any batch that does not decode whole
+    refuses the partition's request: never half-applied. Records that decompress past the
+    bound: MESSAGE_TOO_LARGE (Kafka's RecordTooLargeException for a batch over its limit);
+    no room under the memory cap in time: REQUEST_TIMED_OUT (retriable, nothing written).
     """
     try:
-        return parse_batches(raw)
+        return parse_batches(raw) if charge is None else parse_batches(raw, charge)
+    except _MemoryBusyError as exc:
+        raise _RefusedError(errno(Errors.RequestTimedOutError), str(exc)) from None
+    except DecompressedTooLargeError as exc:
+        raise _RefusedError(errno(Errors.MessageSizeTooLargeError), str(exc)) from None
     except UnsupportedCompressionError as exc:
         raise _RefusedError(errno(Errors.UnsupportedCompressionTypeError), str(exc)) from None
     except BatchFormatError as exc:

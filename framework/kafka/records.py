@@ -23,13 +23,21 @@ Kafka's batch v2, all integers big-endian (KIP-98)::
             | headerCount varint | (keyLength varint | key utf-8 | valueLength varint | value)*
 
 (varints are zig-zag encoded, as in protobuf.)
+
+Decompression is bounded: a compressed batch is decompressed in chunks of at most
+:data:`DECOMPRESS_CHUNK` bytes, each passed to the caller's ``charge`` before the next is
+made (the listener counts them against its in-flight memory cap and refuses a request whose
+records, decompressed, exceed what one request may hold), so a small request that
+decompresses to gigabytes (a "zip bomb") costs at most the bound, never the whole.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import struct
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import crc32c
@@ -38,12 +46,23 @@ from framework.log import Record
 
 __all__ = [
     "BatchFormatError",
+    "DecompressedTooLargeError",
     "KafkaBatch",
     "LogTuple",
     "UnsupportedCompressionError",
     "encode_batch",
+    "has_compressed",
     "parse_batches",
 ]
+
+DECOMPRESS_CHUNK = 1 << 20
+"""The most bytes a codec produces before the caller is charged for them."""
+RECORD_OVERHEAD = 160
+"""Bytes charged per parsed record for its Python objects (a tuple, its bytes objects)."""
+
+Charge = Callable[[int], None]
+"""Called with each amount of memory a compressed batch's records are about to take; raises
+(:class:`DecompressedTooLargeError`, or the caller's own error) to refuse the request."""
 
 LogTuple = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int | None]
 """A record as :meth:`framework.log.Log.append` takes it: key, value, headers, timestamp."""
@@ -252,27 +271,138 @@ class UnsupportedCompressionError(BatchFormatError):
         super().__init__(message, fallback=False)
 
 
-def _decompress(codec: int, data: bytes) -> bytes:
+class DecompressedTooLargeError(BatchFormatError):
+    """A compressed batch whose records, decompressed, exceed what the caller allows (what a
+    ``charge`` raises to refuse; it passes through :func:`parse_batches` unchanged)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, fallback=False)
+
+
+def _gzip_chunks(data: bytes) -> Iterator[bytes]:
+    rest = data
+    while rest:
+        d = zlib.decompressobj(wbits=31)  # one gzip member (Kafka's clients write one)
+        pending = rest
+        while not d.eof:
+            out = d.decompress(pending, DECOMPRESS_CHUNK)
+            pending = d.unconsumed_tail
+            if out:
+                yield out
+            elif not pending:
+                raise ValueError("truncated gzip stream")
+        rest = d.unused_data
+
+
+def _lz4_chunks(data: bytes) -> Iterator[bytes]:
+    import lz4.frame  # type: ignore[import-untyped]  # noqa: PLC0415  (the kafka extra)
+
+    rest = data
+    while rest:
+        d = lz4.frame.LZ4FrameDecompressor()
+        out = d.decompress(rest, max_length=DECOMPRESS_CHUNK)
+        while True:
+            if out:
+                yield out
+            if d.eof:
+                break
+            if d.needs_input:
+                raise ValueError("truncated lz4 frame")
+            out = d.decompress(b"", max_length=DECOMPRESS_CHUNK)
+        rest = d.unused_data
+
+
+def _zstd_chunks(data: bytes) -> Iterator[bytes]:
+    import zstandard  # noqa: PLC0415  (the kafka extra)
+
+    with zstandard.ZstdDecompressor().stream_reader(
+        io.BytesIO(data), read_across_frames=True
+    ) as reader:
+        while chunk := reader.read(DECOMPRESS_CHUNK):
+            yield chunk
+
+
+def _uvarint(buf: bytes | memoryview, pos: int) -> int:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result
+        shift += 7
+        if shift > 35:
+            raise ValueError("snappy length varint too long")
+
+
+def _snappy_chunks(data: bytes, charge: Charge) -> Iterator[bytes]:
+    """Snappy blocks (raw, or in xerial's framing as Kafka's clients write them); each
+    block's declared length is charged before it is decompressed (a block is one piece)."""
+    import snappy  # type: ignore[import-untyped]  # noqa: PLC0415  (the kafka extra)
+
+    view = memoryview(data)
+    if data[:8] == b"\x82SNAPPY\x00":
+        blocks, pos = [], 16
+        while pos < len(data):
+            (size,) = struct.unpack_from(">i", data, pos)
+            blocks.append(view[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+    else:
+        blocks = [view]
+    for block in blocks:
+        declared = _uvarint(block, 0)
+        charge(declared)
+        out: bytes = snappy.decompress(bytes(block))
+        if len(out) != declared:
+            raise ValueError("snappy block length disagrees with its header")
+        yield out
+
+
+def _decompress(codec: int, data: bytes, charge: Charge) -> bytearray:
     """The records section of a compressed batch, uncompressed (gzip 1, snappy 2, lz4 3,
-    zstd 4: kafka-python's codecs over zlib, python-snappy, lz4 and zstandard)."""
-    from kafka import codec as kafka_codec  # noqa: PLC0415  (kafka-python: the kafka extra)
-
-    decoders: dict[int, Callable[[bytes], bytes]] = {
-        1: kafka_codec.gzip_decode,
-        2: kafka_codec.snappy_decode,
-        3: kafka_codec.lz4_decode,
-        4: kafka_codec.zstd_decode,
-    }
-    decode = decoders.get(codec)
-    if decode is None:
+    zstd 4: zlib, python-snappy, lz4 and zstandard, the libraries kafka-python uses), made in
+    chunks, each charged before the next is made."""
+    if codec not in (1, 2, 3, 4):
         raise UnsupportedCompressionError(f"compression type {codec} is not one of Kafka's")
+    out = bytearray()
     try:
-        return bytes(decode(data))
-    except NotImplementedError as exc:
+        if codec == 2:
+            chunks = _snappy_chunks(data, charge)
+        else:
+            chunks = {1: _gzip_chunks, 3: _lz4_chunks, 4: _zstd_chunks}[codec](data)
+            chunks = _charged(chunks, charge)
+        for chunk in chunks:
+            out += chunk
+    except ImportError as exc:
         raise UnsupportedCompressionError(f"compression type {codec}: {exc}") from None
+    return out  # not copied to bytes: the C parser reads any buffer
 
 
-def parse_batches(raw: bytes) -> list[KafkaBatch]:
+def _charged(chunks: Iterator[bytes], charge: Charge) -> Iterator[bytes]:
+    for chunk in chunks:
+        charge(len(chunk))
+        yield chunk
+
+
+def _no_charge(size: int) -> None:
+    """The default ``charge``: nothing counted, nothing refused."""
+
+
+def has_compressed(raw: bytes) -> bool:
+    """Whether a Produce request's record set holds a compressed magic-2 batch (a walk over
+    the batch headers only)."""
+    pos, end = 0, len(raw)
+    while end - pos >= _HEADER_SIZE and raw[pos + _MAGIC_AT] == 2:
+        (length,) = struct.unpack_from(">i", raw, pos + 8)
+        if struct.unpack_from(">h", raw, pos + _ATTRIBUTES_AT)[0] & _COMPRESSION:
+            return True
+        if length <= 0:
+            return False
+        pos += 12 + length
+    return False
+
+
+def parse_batches(raw: bytes, charge: Charge = _no_charge) -> list[KafkaBatch]:
     """The batches of a Produce request's record set.
 
     Compressed batches are decompressed and parsed like plain ones, so a record count or a
@@ -281,7 +411,9 @@ def parse_batches(raw: bytes) -> list[KafkaBatch]:
     (``fallback``: hand it to the generic reader, which refuses it with the right error) or
     for a malformed one (a bad CRC, lengths past the end, records that disagree with the
     batch: ``fallback`` false, the request is corrupt), :class:`UnsupportedCompressionError`
-    for a codec that is not Kafka's."""
+    for a codec that is not Kafka's; ``charge`` is called with the memory a compressed
+    batch's records take (its decompressed bytes, chunk by chunk, then
+    :data:`RECORD_OVERHEAD` per record) before it is taken, and may refuse by raising."""
     batches = []
     pos, end = 0, len(raw)
     while pos < end:
@@ -313,11 +445,17 @@ def parse_batches(raw: bytes) -> list[KafkaBatch]:
             raise BatchFormatError("record batch CRC mismatch", fallback=False)
         try:
             if attributes & _COMPRESSION:
-                body = _decompress(attributes & _COMPRESSION, raw[pos + _HEADER_SIZE : stop])
-                records = _parse(body, 0, len(body), count, base_ts)
+                body = _decompress(
+                    attributes & _COMPRESSION, raw[pos + _HEADER_SIZE : stop], charge
+                )
+                if count < 0 or count > len(body):
+                    raise BatchFormatError(f"record count {count}", fallback=False)
+                charge(count * RECORD_OVERHEAD)
+                buf: bytes = body if _parse is not _parse_py else bytes(body)  # type: ignore[assignment]
+                records = _parse(buf, 0, len(body), count, base_ts)
             else:
                 records = _parse(raw, pos + _HEADER_SIZE, stop, count, base_ts)
-        except UnsupportedCompressionError:
+        except (UnsupportedCompressionError, DecompressedTooLargeError):
             raise
         except Exception as exc:  # BatchFormatError included; a codec's own errors
             raise BatchFormatError(f"malformed records: {exc}", fallback=False) from None

@@ -25,7 +25,10 @@ Invariants of the connection loop:
   ``max_connections``;
 * the bytes of requests being received or served never exceed ``max_inflight_bytes`` in
   total: a frame's size is reserved before its body is read, and a connection whose frame
-  does not fit waits (its bytes stay in the kernel's socket buffer) until others finish;
+  does not fit waits (its bytes stay in the kernel's socket buffer) until others finish.
+  A compressed Produce batch's records count too, chunk by chunk as they are decompressed
+  (and at most ``max_request_bytes`` of them per request: more is MESSAGE_TOO_LARGE), so a
+  small request that decompresses to gigabytes costs at most that bound;
 * each refused or failed request logs one line, at most :data:`LOG_LINES_PER_S` a second
   (the rest are counted and reported in the next line).
 """
@@ -41,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from framework.kafka.codes import Errors, errno
+from framework.kafka.groups import client_host
 from framework.kafka.handlers import Broker
 from framework.kafka.protocol import REQUESTS, SUPPORTED, UnsupportedVersionError, decode_request
 from framework.log import Log
@@ -164,6 +168,10 @@ class KafkaServer:
 
     async def start(self) -> None:
         self._budget = _Budget(self.limits.max_inflight_bytes)
+        # decompressed records count against the same cap, at most a request's worth each
+        self.broker.budget = self._budget
+        self.broker.max_decompressed_bytes = self.limits.max_request_bytes
+        self.broker.memory_wait_s = self.limits.request_timeout_s
         self._server = await asyncio.start_server(
             self._connection, self.host, self.port, limit=_CHUNK
         )
@@ -189,9 +197,13 @@ class KafkaServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        self.broker.groups.unpublish()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = str(writer.get_extra_info("peername"))
+        address = writer.get_extra_info("peername")
+        peer = str(address)
+        if isinstance(address, tuple) and address:
+            client_host.set(f"/{address[0]}")  # this connection's task only
         self._connections += 1
         try:
             if self._connections > self.limits.max_connections:
@@ -280,26 +292,19 @@ class KafkaServer:
         api_key, version, correlation_id = struct.unpack_from(">hhi", payload)
         try:
             request = decode_request(payload)
-        except UnsupportedVersionError as exc:
+        except Exception as exc:
             # Kafka answers an ApiVersions request it cannot parse with version 0 and error 35,
-            # listing what it supports; any other unsupported request closes the connection.
-            if api_key == 18:
+            # listing what it supports; any other unsupported or malformed request closes the
+            # connection.
+            unsupported = isinstance(exc, UnsupportedVersionError)
+            if unsupported and api_key == 18:
                 return self.broker.api_versions_error(correlation_id)
             self.bad.warning(
-                "unsupported request; closing",
+                "unsupported request; closing" if unsupported else "malformed request; closing",
                 peer=peer,
                 api_key=api_key,
                 version=version,
-                error=str(exc),
-            )
-            raise _CloseError from None
-        except Exception as exc:
-            self.bad.warning(
-                "malformed request; closing",
-                peer=peer,
-                api_key=api_key,
-                version=version,
-                error=_one_line(exc),
+                error=str(exc) if unsupported else _one_line(exc),
             )
             raise _CloseError from None
         handler = self._handlers[api_key]
@@ -382,7 +387,12 @@ def serve(
         await server.start()
         if ready is not None:
             ready(server)
-        await server.serve_forever()
+        try:
+            await server.serve_forever()
+        finally:
+            # a clean stop (SIGINT/SIGTERM): the groups' members are gone now, not after
+            # their lease (blocking, as the loop is stopping)
+            server.broker.groups.unpublish()
 
     asyncio.run(main())
 

@@ -33,6 +33,8 @@ from selenium.webdriver.chrome.service import Service
 
 from example_apps.invoicing import app
 from example_apps.invoicing.workload import Workload
+from framework.consumer.group import GroupConsumer
+from framework.log import LogStore
 from framework.projection import Runner, open_readmodel
 
 APP = "example_apps.invoicing:app"
@@ -54,6 +56,21 @@ def seed(data: Path, orders: int = 30, run: int = 1) -> None:
             open_readmodel(runtime, name, migrate=True).close()
         for c in Workload(orders=orders, seed=5, run=run).commands():
             runtime.execute(c.cls, c.aggregate_id, c.action, create=c.create)
+
+
+def consume_all_and_commit(log: LogStore, group: str, topic: str = "orders") -> int:
+    """An eventlane group member that reads every record of ``topic``, commits and leaves
+    (an inactive group with committed offsets); returns how many records the topic holds."""
+    consumer = GroupConsumer(log, group_id=group, topics=[topic], auto_offset_reset="earliest")
+    total = sum(log.offsets(topic, p).hwm for p in range(log.partition_count(topic)))
+    seen = 0
+    for _ in range(200):
+        seen += len(consumer.poll(timeout=0.2))
+        if seen >= total:
+            break
+    consumer.commit()
+    consumer.close()
+    return total
 
 
 def projector_lag(data: Path, name: str = PROJECTOR) -> int:

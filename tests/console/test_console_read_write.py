@@ -17,6 +17,7 @@ from console_helpers import (
     PROJECTOR,
     chromium,
     console_process,
+    consume_all_and_commit,
     run_projector_until_caught_up,
     seed,
     shot,
@@ -38,15 +39,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     run_projector_until_caught_up(data)
     log = LogStore(data)
     # an inactive group that consumed every order and committed
-    consumer = GroupConsumer(log, group_id=AUDIT, topics=["orders"], auto_offset_reset="earliest")
-    total = sum(log.offsets("orders", p).hwm for p in range(log.partition_count("orders")))
-    seen = 0
-    for _ in range(200):
-        seen += len(consumer.poll(timeout=0.2))
-        if seen >= total:
-            break
-    consumer.commit()
-    consumer.close()
+    total = consume_all_and_commit(log, AUDIT)
     with console_process(data, APP, "--read-write") as console, chromium() as driver:
         yield SimpleNamespace(data=data, log=log, console=console, b=driver, total=total)
     log.close()

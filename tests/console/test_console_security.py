@@ -28,13 +28,13 @@ from console_helpers import (
     Console,
     chromium,
     console_process,
+    consume_all_and_commit,
     free_port,
     seed,
     wait_for,
 )
 from selenium.webdriver.common.by import By
 
-from framework.consumer.group import GroupConsumer
 from framework.log import LogStore
 
 AUDIT = "audit"
@@ -79,15 +79,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     data = tmp_path_factory.mktemp("console-sec") / "data"
     seed(data, orders=10)
     log = LogStore(data)
-    consumer = GroupConsumer(log, group_id=AUDIT, topics=["orders"], auto_offset_reset="earliest")
-    total = sum(log.offsets("orders", p).hwm for p in range(log.partition_count("orders")))
-    seen = 0
-    for _ in range(200):
-        seen += len(consumer.poll(timeout=0.2))
-        if seen >= total:
-            break
-    consumer.commit()
-    consumer.close()
+    total = consume_all_and_commit(log, AUDIT)
     site = AttackerSite()
     with contextlib.ExitStack() as stack:
         rw = stack.enter_context(console_process(data, APP, "--read-write"))

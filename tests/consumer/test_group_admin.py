@@ -4,6 +4,7 @@ and ``consume --group`` delivery modes."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +79,8 @@ def test_describe_reports_members_assignment_and_lag(log) -> None:
             {
                 "member_id": c.member_id,
                 "instance_id": None,
+                "client_id": "eventlane",
+                "host": socket.gethostname(),
                 "assignment": [{"topic": T, "partition": 0}, {"topic": T, "partition": 1}],
             }
         ],

@@ -1,6 +1,7 @@
 """The listener's resource bounds, measured on a real listener process: total in-flight
 request memory capped (4 connections each holding a partial 90 MiB frame keep its RSS growth
-under the 256 MiB cap, while a normal client keeps working and a large request still
+under the 256 MiB cap; a gzip/zstd/lz4 Produce request of about a MiB that decompresses to
+1 GiB is refused with MESSAGE_TOO_LARGE, RSS growing by at most the request bound, while a normal client keeps working and a large request still
 passes), idle and partial-request (slowloris) timeouts, a connection limit; and
 DescribeConfigs' defaults and sources."""
 
@@ -15,14 +16,19 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import crc32c
+import lz4.frame
 import psutil
 import pytest
+import zstandard
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from framework.log import LogStore
 from tests.kafka.conftest import free_port
@@ -172,6 +178,90 @@ def test_partial_frames_stay_under_the_memory_cap_and_others_keep_working(listen
 
 def listener_data(listener: Listener) -> Path:
     return Path(listener.proc.args[2])
+
+
+GIB = 1 << 30
+MESSAGE_TOO_LARGE = 10
+
+
+def _bomb(codec: str) -> tuple[int, bytes]:
+    """A compressed records section of 1 GiB of zeros (about a MiB or less), made in 1 MiB
+    pieces: Kafka's codec id and the compressed bytes."""
+    zero = bytes(MIB)
+    if codec == "gzip":
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        return 1, b"".join(z.compress(zero) for _ in range(GIB // MIB)) + z.flush()
+    if codec == "lz4":
+        c = lz4.frame.LZ4FrameCompressor()
+        body = c.begin() + b"".join(c.compress(zero) for _ in range(GIB // MIB))
+        return 3, body + c.flush()
+    z = zstandard.ZstdCompressor().compressobj()
+    return 4, b"".join(z.compress(zero) for _ in range(GIB // MIB)) + z.flush()
+
+
+def _batch(codec_id: int, compressed: bytes) -> bytes:
+    """A magic-2 record batch claiming one record, its records section ``compressed``."""
+    tail = struct.pack(">hiqqqhii", codec_id, 0, 0, 0, -1, -1, -1, 1) + compressed
+    crc = crc32c.crc32c(tail)
+    return struct.pack(">qiibI", 0, 9 + len(tail), -1, 2, crc) + tail
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd", "lz4"])
+def test_a_compressed_produce_that_decompresses_to_a_gibibyte_is_refused_within_the_cap(
+    listener, codec: str
+) -> None:
+    codec_id, compressed = _bomb(codec)
+    assert len(compressed) < 8 * MIB
+    log = LogStore(listener_data(listener))
+    if not log.topic_exists("bomb"):
+        log.create_topic("bomb", 1)
+    before = log.offsets("bomb", 0).hwm
+    log.close()
+    baseline = listener.rss()
+    peak = [baseline]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], listener.rss())
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    T = ProduceRequest.TopicProduceData
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=30_000,
+        topic_data=[
+            T(
+                name="bomb",
+                partition_data=[
+                    T.PartitionProduceData(index=0, records=_batch(codec_id, compressed))
+                ],
+            )
+        ],
+    )
+    with _connect(listener) as sock:
+        sock.sendall(encode(request, 8))
+        body = recv_frame(sock)
+        done.set()
+        sampler.join(10)
+        assert body is not None, "the listener closed the connection instead of answering"
+        answer = ProduceResponse[8].decode(body, header=True).responses[0].partition_responses[0]
+        growth = peak[0] - baseline
+        print(f"{codec} bomb ({len(compressed)} bytes -> 1 GiB): RSS +{growth / MIB:.0f} MiB")
+        assert growth < 400 * MIB, growth / MIB
+        assert answer.error_code == MESSAGE_TOO_LARGE, answer
+        assert _api_versions_ok(sock)  # the connection is still served
+    log = LogStore(listener_data(listener))
+    try:
+        assert log.offsets("bomb", 0).hwm == before  # nothing stored
+    finally:
+        log.close()
+    producer = KafkaProducer(bootstrap_servers=listener.bootstrap, compression_type=codec)
+    producer.send("bomb", value=b"a normal compressed record").get(10)
+    producer.close()
 
 
 def test_idle_and_slowloris_connections_are_closed(listener) -> None:

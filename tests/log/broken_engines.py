@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from framework.errors import ConcurrencyError, RecordTooLargeError
 from framework.log import Log, LogStore
@@ -41,8 +41,21 @@ GAP_S = 0.002
 """How long a broken engine is 'descheduled' between two steps that must be one."""
 
 
-class CheckThenAppend(LogStore):
-    def append(  # type: ignore[override]
+class _Call(NamedTuple):
+    """One ``append`` call's arguments."""
+
+    topic: str
+    partition: int
+    records: Sequence[RecordTuple]
+    expect: Expect | None
+    atomic: bool
+
+
+class _Appender:
+    """The port's ``append`` signature, written once: a broken engine overrides
+    :meth:`_append` and delegates the honest part to :meth:`_plain`."""
+
+    def append(
         self,
         topic: str,
         partition: int,
@@ -51,18 +64,32 @@ class CheckThenAppend(LogStore):
         expect: Expect | None = None,
         atomic: bool = False,
     ) -> AppendResult:
-        if expect is None:
-            return super().append(topic, partition, records, atomic=atomic)
-        return self._check_then_append(topic, partition, records, expect, atomic)
+        return self._append(_Call(topic, partition, records, expect, atomic))
 
-    def _check_then_append(
-        self,
-        topic: str,
-        partition: int,
-        records: Sequence[RecordTuple],
-        expect: Expect,
-        atomic: bool,
-    ) -> AppendResult:
+    def _append(self, call: _Call) -> AppendResult:
+        return self._plain(call)
+
+    def _plain(self, call: _Call) -> AppendResult:
+        raise NotImplementedError
+
+
+class _BrokenStore(_Appender, LogStore):
+    """A real :class:`LogStore` whose appends go through :meth:`_append`."""
+
+    def _plain(self, call: _Call) -> AppendResult:
+        topic, partition, records, expect, atomic = call
+        return LogStore.append(self, topic, partition, records, expect=expect, atomic=atomic)
+
+
+class CheckThenAppend(_BrokenStore):
+    def _append(self, call: _Call) -> AppendResult:
+        if call.expect is None:
+            return self._plain(call)
+        return self._check_then_append(call)
+
+    def _check_then_append(self, call: _Call) -> AppendResult:
+        topic, partition, _, expect, _ = call
+        assert expect is not None
         head = self.key_head(topic, partition, expect.key)
         if head != expect.last_offset:
             raise ConcurrencyError(
@@ -74,15 +101,15 @@ class CheckThenAppend(LogStore):
                 partition=partition,
             )
         time.sleep(GAP_S)  # descheduled between the check and the write
-        return super().append(topic, partition, records, atomic=atomic)
+        return self._plain(call._replace(expect=None))
 
 
 class ThreadLockedExpect(CheckThenAppend):
     _expect_lock = threading.Lock()
 
-    def _check_then_append(self, *args: Any) -> AppendResult:
+    def _check_then_append(self, call: _Call) -> AppendResult:
         with self._expect_lock:
-            return super()._check_then_append(*args)
+            return super()._check_then_append(call)
 
 
 class NoOpCompaction(LogStore):
@@ -107,23 +134,16 @@ class ForgetsOnReopen(LogStore):
         super().__init__(path, **kwargs)
 
 
-class SplitsAtomicBatches(LogStore):
-    def append(  # type: ignore[override]
-        self,
-        topic: str,
-        partition: int,
-        records: Sequence[RecordTuple],
-        *,
-        expect: Expect | None = None,
-        atomic: bool = False,
-    ) -> AppendResult:
+class SplitsAtomicBatches(_BrokenStore):
+    def _append(self, call: _Call) -> AppendResult:
+        topic, partition, records, expect, atomic = call
         if not atomic or len(records) < 2 or expect is not None:
-            return super().append(topic, partition, records, expect=expect, atomic=atomic)
+            return self._plain(call)
         if sum(len(k or b"") + len(v or b"") for k, v, _, _ in records) > MAX_BATCH_BYTES:
             raise RecordTooLargeError("too large for one batch", topic=topic, partition=partition)
         results = []
         for record in records:
-            results.append(super().append(topic, partition, [record]))
+            results.append(self._plain(call._replace(records=[record], atomic=False)))
             time.sleep(GAP_S / 4)
         return AppendResult(
             results[0].base_offset,
@@ -132,7 +152,7 @@ class SplitsAtomicBatches(LogStore):
         )
 
 
-class DeclaresNoKeyReads:
+class DeclaresNoKeyReads(_Appender):
     """An honest engine without per-key reads: every method of the port forwarded to a real
     LogStore, except those that need per-key state, which it says it lacks."""
 
@@ -154,24 +174,17 @@ class DeclaresNoKeyReads:
     def key_head(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("no per-key reads")
 
-    def append(
-        self,
-        topic: str,
-        partition: int,
-        records: Sequence[RecordTuple],
-        *,
-        expect: Expect | None = None,
-        atomic: bool = False,
-    ) -> AppendResult:
-        if expect is not None:
+    def _plain(self, call: _Call) -> AppendResult:
+        if call.expect is not None:
             raise NotImplementedError("no per-key expected offsets")
-        return self._inner.append(topic, partition, records, atomic=atomic)
+        return self._inner.append(call.topic, call.partition, call.records, atomic=call.atomic)
 
 
 def _forward(name: str) -> Any:
     return lambda self, *a, **k: getattr(self._inner, name)(*a, **k)
 
 
-for _name in [n for n in dir(Log) if not n.startswith("_") and n not in vars(DeclaresNoKeyReads)]:
+_OWN = {n for cls in DeclaresNoKeyReads.__mro__[:-1] for n in vars(cls)}
+for _name in [n for n in dir(Log) if not n.startswith("_") and n not in _OWN]:
     # a Protocol check needs the methods on the class, not only through __getattr__
     setattr(DeclaresNoKeyReads, _name, _forward(_name))

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import orjson
 import pytest
@@ -45,6 +45,28 @@ def grep(root: Path, needle: str) -> list[str]:
 def join(rt, mid: str, name: str, plan: str = "basic") -> None:  # type: ignore[no-untyped-def]
     email = f"{name.split(maxsplit=1)[0].lower()}@mail.example"
     rt.execute(Member, mid, lambda m: m.join(name, email, plan), create=True)
+
+
+def directory_worker(data: Path, sink: Any, **env: str) -> subprocess.Popen[bytes]:
+    """A ``project worker`` process of the club app's ``directory`` projector on ``data``,
+    its stdout and stderr to ``sink``, with ``env`` added to the environment."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "framework.cli",
+            "--data",
+            str(data),
+            "project",
+            "worker",
+            "tests.replay.erasure_app:app",
+            "directory",
+        ],
+        stdout=sink,
+        stderr=sink,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        cwd=ROOT,
+    )
 
 
 def welcomes(rt) -> list[str]:  # type: ignore[no-untyped-def]
@@ -173,25 +195,8 @@ def test_worker_log_lines_hold_no_personal_values_and_forget_scrubs_old_ones(
         join(rt, "m1", "Ulrich Fine")
     log_file = data / "readmodels" / "directory.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVENTLANE_LOG_LEVEL": "info"}
     with log_file.open("ab") as sink:
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "framework.cli",
-                "--data",
-                str(data),
-                "project",
-                "worker",
-                "tests.replay.erasure_app:app",
-                "directory",
-            ],
-            stdout=sink,
-            stderr=sink,
-            env=env,
-            cwd=ROOT,
-        )
+        worker = directory_worker(data, sink, EVENTLANE_LOG_LEVEL="info")
         try:
             deadline = time.monotonic() + 60
             while b"event dead-lettered" not in log_file.read_bytes():
@@ -401,24 +406,7 @@ def test_forget_with_a_worker_process_running_completes(tmp_path: Path) -> None:
         join(rt, "m0", "Bartholomew Running")
         join(rt, "m1", "Cordelia Stays")
         key = rt.codec.keys.current("m0")[1]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "framework.cli",
-            "--data",
-            str(data),
-            "project",
-            "worker",
-            "tests.replay.erasure_app:app",
-            "directory",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=ROOT,
-    )
+    worker = directory_worker(data, subprocess.DEVNULL)
     try:
         with app.open(data) as rt:
             deadline = time.monotonic() + 60

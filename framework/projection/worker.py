@@ -52,7 +52,7 @@ from framework.projection.breaker import (
 )
 from framework.projection.dead_letters import publish_dead_letters
 from framework.projection.host import ProjectionHost
-from framework.projection.lifeline import supervisor_gone
+from framework.projection.lifeline import supervisor_gone, worker_client_id
 from framework.projection.parallel import applier_for
 from framework.projection.pause import PauseControl
 from framework.projection.schema import open_readmodel, readmodel_file
@@ -135,6 +135,7 @@ class Worker:
             coordination=groups,
             group_id=self.group,
             topics=topics,
+            client_id=worker_client_id(),
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=max(1, min(heartbeat_interval_ms, session_timeout_ms // 3)),
             enable_auto_commit=False,

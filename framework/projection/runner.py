@@ -310,6 +310,11 @@ class Runner:
             replaced += 1
         return replaced
 
+    @property
+    def active(self) -> bool:
+        """Whether a worker runs or a replacement is due."""
+        return bool(self.procs or self._due)
+
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop at its next tick (safe from a signal handler)."""
         self._stopping = True
@@ -332,7 +337,7 @@ class Runner:
             self.start()
             while (
                 not self._stopping
-                and (self.procs or self._due)
+                and self.active
                 and not (until is not None and until())
             ):
                 self.supervise_once()

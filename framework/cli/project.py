@@ -111,6 +111,11 @@ def project() -> None:
     help="A worker silent this long is evicted and its partitions move.",
 )
 @click.option(
+    "--dead-letter-unknown",
+    is_flag=True,
+    help="Dead-letter events newer than the code (default: wait at them for newer code).",
+)
+@click.option(
     "--live/--no-live",
     default=None,
     help="Live view of positions, lag and workers [default: when stdout is a terminal].",
@@ -123,6 +128,7 @@ def run_command(
     workers: int,
     restart: bool,
     session_timeout_ms: int,
+    dead_letter_unknown: bool,
     live: bool | None,
     metrics_port: int | None,
     metrics_addr: str,
@@ -157,6 +163,7 @@ def run_command(
             readmodel=runtime.readmodel_path(projection),
             env=env,
             coordinator=group_coordinator(runtime, projection),
+            worker_args=("--dead-letter-unknown",) if dead_letter_unknown else (),
         )
         started = time.monotonic()
         doc = runtime.status(projection)
@@ -219,10 +226,16 @@ def _worker_env() -> dict[str, str]:
 @click.argument("name", metavar="NAME")
 @click.option("--session-timeout-ms", type=click.IntRange(300, 3_600_000), default=10_000)
 @click.option("--max-poll-records", type=click.IntRange(1, 1_000_000), default=2_000)
+@click.option("--dead-letter-unknown", is_flag=True, help="Dead-letter events newer than the code.")
 @data_option
 @click.pass_context
 def worker_command(
-    ctx: click.Context, app_spec: str, name: str, session_timeout_ms: int, max_poll_records: int
+    ctx: click.Context,
+    app_spec: str,
+    name: str,
+    session_timeout_ms: int,
+    max_poll_records: int,
+    dead_letter_unknown: bool,
 ) -> None:
     """One worker process of projector NAME, until SIGTERM (what `project run` starts).
 
@@ -242,6 +255,7 @@ def worker_command(
                 name,
                 session_timeout_ms=session_timeout_ms,
                 max_poll_records=max_poll_records,
+                wait_for_newer=not dead_letter_unknown,
             )
         except FrameworkError as exc:
             click.echo(f"Error: {exc}", err=True)
@@ -387,6 +401,8 @@ def status_command(app_spec: str, projection: str | None, as_json: bool) -> None
                 f"[bold red]Pending migrations[/]: {', '.join(doc['pending_migrations'])}"
                 " (run `eventlane migrate APP`)"
             )
+        for wait in doc.get("waiting", []):
+            console.print(Text(wait["message"], "bold yellow"))
         if doc.get("breaker") is not None:
             console.print(Text(f"BREAKER TRIPPED: {describe_breaker(doc['breaker'])}", "bold red"))
         console.print()

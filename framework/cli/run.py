@@ -81,6 +81,11 @@ def _counts(
     help="A worker silent this long is evicted (a worker seen to exit leaves at once).",
 )
 @click.option(
+    "--dead-letter-unknown",
+    is_flag=True,
+    help="Dead-letter events newer than the code (default: wait at them for newer code).",
+)
+@click.option(
     "--status",
     "show_status",
     is_flag=True,
@@ -95,6 +100,7 @@ def run(
     only: tuple[str, ...],
     overrides: tuple[str, ...],
     session_timeout_ms: int,
+    dead_letter_unknown: bool,
     show_status: bool,
 ) -> None:
     """Run every projector and policy of APP until SIGTERM / Ctrl-C.
@@ -128,6 +134,7 @@ def run(
                 env=env,
                 readmodel=runtime.readmodel_path(name),
                 coordinator=group_coordinator(runtime, name),
+                worker_args=("--dead-letter-unknown",) if dead_letter_unknown else (),
             )
             for name, n in counts.items()
         }

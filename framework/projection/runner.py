@@ -91,6 +91,7 @@ class Runner:
         log_path: Path | None = None,
         readmodel: Path | None = None,
         coordinator: Coordinator | None = None,
+        worker_args: tuple[str, ...] = (),
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -106,6 +107,8 @@ class Runner:
         """The projector's read model (``Runtime.readmodel_path``: it is named in the app's
         namespace), where a tripped breaker leaves its record."""
         """Where the workers' stderr goes (appended); ``None``: inherited."""
+        self.worker_args = worker_args
+        """Extra options of each worker's command line (e.g. ``--dead-letter-unknown``)."""
         self.coordinator = coordinator
         """The projector's group (``coordination_for(log).coordinator(group)``): with it a
         dead worker's member leaves at once, and :meth:`roll` waits for new members."""
@@ -137,6 +140,7 @@ class Runner:
             self.name,
             "--session-timeout-ms",
             str(self.session_timeout_ms),
+            *self.worker_args,
         ]
         env = os.environ.copy() if self.env is None else dict(self.env)
         env[SUPERVISOR_ENV] = str(os.getpid())  # the worker stops when this process dies
@@ -335,11 +339,7 @@ class Runner:
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.start()
-            while (
-                not self._stopping
-                and self.active
-                and not (until is not None and until())
-            ):
+            while not self._stopping and self.active and not (until is not None and until()):
                 self.supervise_once()
                 if tick is not None:
                     tick(self)

@@ -36,6 +36,8 @@ callers that do not know eventlane::
     │   └── StateMutationError (AttributeError) state assigned outside an apply method
     ├── SerializationError (ValueError)         carries type_name and version when known
     │   ├── UnknownEventTypeError
+    │   │   └── NewerEventVersionError          a known type stored at a newer version: deploy
+    │   │                                       the code that wrote it (workers wait for it)
     │   ├── UpcastError
     │   └── StaleSnapshotError                  snapshot schema version != the aggregate's
     ├── ProjectionError
@@ -303,6 +305,16 @@ class SerializationError(FrameworkError, ValueError):
 
 class UnknownEventTypeError(SerializationError):
     """An event type name or schema version with no registered class or upcaster."""
+
+
+class NewerEventVersionError(UnknownEventTypeError):
+    """An event type this code knows, stored at a schema version newer than its class's
+    (``known_version``): written by newer code. Projection workers wait at such a record
+    for a worker that knows it instead of dead-lettering it (issue 32)."""
+
+    def __init__(self, message: str, *, known_version: int, **kwargs: Any) -> None:
+        self.known_version = known_version
+        super().__init__(message, **kwargs)
 
 
 class UpcastError(SerializationError):

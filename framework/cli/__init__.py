@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "dump": "framework.cli.maintenance:dump",
     "verify": "framework.cli.maintenance:verify",
     "demo": "framework.cli.demo:demo",
+    "run": "framework.cli.run:run",
     "project": "framework.cli.project:project",
     "migrate": "framework.cli.project:migrate",
     "dlq": "framework.cli.project:dlq",

@@ -40,6 +40,7 @@ from framework.cli.context import data_option, json_option, stderr_console, stdo
 from framework.cli.groups import GROUP
 from framework.cli.metrics import export_metrics, metrics_options
 from framework.cli.render import simple_table
+from framework.consumer.coordination import Coordinator, coordination_for
 from framework.errors import ConfigError, FrameworkError, ProjectionError
 from framework.metrics import MULTIPROC_ENV
 from framework.metrics import enable as enable_metrics
@@ -110,6 +111,11 @@ def project() -> None:
     help="A worker silent this long is evicted and its partitions move.",
 )
 @click.option(
+    "--dead-letter-unknown",
+    is_flag=True,
+    help="Dead-letter events newer than the code (default: wait at them for newer code).",
+)
+@click.option(
     "--live/--no-live",
     default=None,
     help="Live view of positions, lag and workers [default: when stdout is a terminal].",
@@ -122,6 +128,7 @@ def run_command(
     workers: int,
     restart: bool,
     session_timeout_ms: int,
+    dead_letter_unknown: bool,
     live: bool | None,
     metrics_port: int | None,
     metrics_addr: str,
@@ -155,6 +162,8 @@ def run_command(
             log_path=log_path,
             readmodel=runtime.readmodel_path(projection),
             env=env,
+            coordinator=group_coordinator(runtime, projection),
+            worker_args=("--dead-letter-unknown",) if dead_letter_unknown else (),
         )
         started = time.monotonic()
         doc = runtime.status(projection)
@@ -177,6 +186,8 @@ def run_command(
                 view.update(_live_view(runtime, runner, started))
         else:
             runner.run()
+        assert runner.coordinator is not None
+        runner.coordinator.close()
     if runner.failure is not None:
         if "poison-rate breaker" in runner.failure:
             raise click.ClickException(runner.failure)
@@ -187,6 +198,14 @@ def run_command(
             f"every worker of {projection} died: worker {pid} exited with status {code}"
             f" ({len(runner.crashes)} worker exit(s) with an error; see the worker log)"
         )
+
+
+def group_coordinator(runtime: Runtime, name: str) -> Coordinator:
+    """A handle on projector ``name``'s group, for a runner to hand a dead worker's
+    partitions over at once (close it when the runner is done)."""
+    return coordination_for(runtime.log).coordinator(
+        runtime.names.group(name), wake=runtime.log.wake
+    )
 
 
 def _worker_env() -> dict[str, str]:
@@ -207,10 +226,16 @@ def _worker_env() -> dict[str, str]:
 @click.argument("name", metavar="NAME")
 @click.option("--session-timeout-ms", type=click.IntRange(300, 3_600_000), default=10_000)
 @click.option("--max-poll-records", type=click.IntRange(1, 1_000_000), default=2_000)
+@click.option("--dead-letter-unknown", is_flag=True, help="Dead-letter events newer than the code.")
 @data_option
 @click.pass_context
 def worker_command(
-    ctx: click.Context, app_spec: str, name: str, session_timeout_ms: int, max_poll_records: int
+    ctx: click.Context,
+    app_spec: str,
+    name: str,
+    session_timeout_ms: int,
+    max_poll_records: int,
+    dead_letter_unknown: bool,
 ) -> None:
     """One worker process of projector NAME, until SIGTERM (what `project run` starts).
 
@@ -230,6 +255,7 @@ def worker_command(
                 name,
                 session_timeout_ms=session_timeout_ms,
                 max_poll_records=max_poll_records,
+                wait_for_newer=not dead_letter_unknown,
             )
         except FrameworkError as exc:
             click.echo(f"Error: {exc}", err=True)
@@ -375,6 +401,8 @@ def status_command(app_spec: str, projection: str | None, as_json: bool) -> None
                 f"[bold red]Pending migrations[/]: {', '.join(doc['pending_migrations'])}"
                 " (run `eventlane migrate APP`)"
             )
+        for wait in doc.get("waiting", []):
+            console.print(Text(wait["message"], "bold yellow"))
         if doc.get("breaker") is not None:
             console.print(Text(f"BREAKER TRIPPED: {describe_breaker(doc['breaker'])}", "bold red"))
         console.print()

@@ -26,7 +26,12 @@ from attrs import frozen
 
 from framework.codec.upcasting import UpcastChain, Upcaster, check_upcasters, lowest_upcastable
 from framework.domain import Aggregate, DomainEvent, EventType, event_type_of
-from framework.errors import ConfigError, UnknownEventTypeError, UpcastError
+from framework.errors import (
+    ConfigError,
+    NewerEventVersionError,
+    UnknownEventTypeError,
+    UpcastError,
+)
 
 __all__ = ["EventRegistry", "Resolution"]
 
@@ -243,10 +248,11 @@ class EventRegistry:
         if version == declared.version:
             resolved = Resolution(cls, declared, None)
         elif version > declared.version:
-            raise UnknownEventTypeError(
+            raise NewerEventVersionError(
                 f"event {name!r}{renamed} version {version} is newer than the registered "
                 f"class {cls.__qualname__} (version {declared.version}): deploy the code "
                 "that wrote it",
+                known_version=declared.version,
                 type_name=name,
                 version=version,
                 **where,

@@ -368,12 +368,24 @@ class GroupCoordinator:
 
         return self.mutate(change)
 
-    def leave(self, member_id: str, reason: str = "close", *, blocking: bool = True) -> bool:
-        """Remove a member now (graceful leave): its partitions move at once."""
+    def leave(
+        self,
+        member_id: str,
+        reason: str = "close",
+        *,
+        blocking: bool = True,
+        joined_generation: int | None = None,
+    ) -> bool:
+        """Remove a member now (graceful leave): its partitions move at once.
+
+        With ``joined_generation`` (a supervisor leaving for its dead worker) the member is
+        removed only if it is still the incarnation that joined at that generation, so a
+        leave on someone's behalf can never remove another member; False otherwise.
+        """
 
         def change(state: GroupState) -> bool:
             m = state.members.get(member_id)
-            if m is None:
+            if m is None or joined_generation not in (None, m.joined_generation):
                 return False
             self._live.free(m.slot, m.token)
             remove_members(state, [member_id])

@@ -59,6 +59,7 @@ class Consumer:
         self._positions: dict[TopicPartition, int | None] = {}
         self._cursors: dict[TopicPartition, Cursor | None] = {}
         self._buffers: dict[TopicPartition, list[Record]] = {}
+        self._paused: set[TopicPartition] = set()
         self._next = 0
 
     # ------------------------------------------------------------------ assignment
@@ -79,6 +80,20 @@ class Consumer:
         self._positions = {tp: self._positions.get(tp) for tp in wanted}
         self._cursors = {tp: self._cursors.get(tp) for tp in wanted}
         self._buffers = {tp: self._buffers.get(tp, []) for tp in wanted}
+        self._paused &= set(wanted)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop returning records of ``partitions`` (assigned ones) until :meth:`resume`;
+        their positions stay. A partition leaving the assignment is no longer paused."""
+        for tp in partitions:
+            self._paused.add(self._check(tp))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._paused.discard(TopicPartition(*tp))
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
 
     def assignment(self) -> list[TopicPartition]:
         return list(self._positions)
@@ -194,7 +209,7 @@ class Consumer:
         ``timeout`` seconds for some to arrive. Partitions are served round-robin."""
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout
-        partitions = list(self._positions)
+        partitions = [tp for tp in self._positions if tp not in self._paused]
         if not partitions:
             if timeout > 0:
                 time.sleep(timeout)

@@ -407,6 +407,18 @@ class GroupConsumer:
         self._fetcher.seek(tp, offset)
         self._unpositioned.discard(tp)
 
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching owned ``partitions`` (they stay owned) until :meth:`resume`, or
+        until they are revoked (a partition assigned again starts unpaused)."""
+        for tp in partitions:
+            self._fetcher.pause(self._check_owned(tp))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._fetcher.resume(*partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._fetcher.paused()
+
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         for tp in partitions or tuple(sorted(self._owned)):
             self._check_owned(tp)

@@ -23,6 +23,11 @@ non-empty, so a release by another process is seen by the next batch, never half
 The poison-rate breaker (:mod:`.breaker`) counts dead letters over the last events; when
 it trips, :class:`~framework.projection.breaker.PoisonRateError` rolls the batch back.
 
+An event of a known type stored at a newer schema version than the code's (written by newer
+code) is not dead-lettered: the partition stops at it (its position stays there, the events
+before it are applied), and :attr:`BatchApplier.waiting` names it; see :mod:`.waiting`.
+``wait_for_newer=False`` dead-letters it like any decoding failure.
+
 An error that aborts the whole SQLite transaction (disk full, I/O error) is not a poison
 event: it propagates, nothing of the batch is kept, and the worker fails.
 """
@@ -40,12 +45,14 @@ import orjson
 from framework.codec import Envelope, EventCodec, event_type_from_headers
 from framework.codec.privacy import redact
 from framework.domain import event_type_of
+from framework.errors import NewerEventVersionError
 from framework.log import Record, TopicPartition
 from framework.observability import get_logger
 from framework.projection.breaker import PoisonBreaker
 from framework.projection.dead_letters import describe_failure
 from framework.projection.projector import EventContext, Projector
 from framework.projection.readmodel import ReadModel
+from framework.projection.waiting import Waiting, newer_version_in, record_wait, waiting_for
 
 log = get_logger("eventlane.projection")
 
@@ -119,6 +126,11 @@ class BatchApplier:
             self._parked = self._read_parked()
         self.dead_lettered_total = 0
         """Dead letters written by this applier (workers publish them when it moves)."""
+        self.wait_for_newer = True
+        self._newer_pending: NewerEventVersionError | None = None
+        """Stop a partition at an event newer than the code (else dead-letter it)."""
+        self.waiting: dict[TopicPartition, Waiting] = {}
+        """The partitions the last :meth:`apply` stopped at a newer event."""
         limits = projector.poison_breaker
         self.breaker = (
             None
@@ -134,6 +146,7 @@ class BatchApplier:
         Raises :class:`~framework.projection.readmodel.FencedError` (nothing applied) when
         a partition of the batch is owned by a newer generation.
         """
+        self.waiting = {}
         if not records:
             return BatchResult(0, 0, 0)
         # Decode before taking the write lock: workers of one read model decode in
@@ -172,9 +185,49 @@ class BatchApplier:
                 first = 0
                 while first < len(recs) and recs[first].offset < start:
                     first += 1
-                self._apply_partition(conn, recs, decoded, first, counts)
+                stop = self._apply_partition(conn, recs, decoded, first, counts)
+                if stop is not None:  # wait at recs[stop]: the position stays there
+                    rec = recs[stop]
+                    conn.execute(
+                        "UPDATE _eventlane_positions SET next_offset=? WHERE topic=? AND"
+                        " partition=?",
+                        (rec.offset, tp.topic, tp.partition),
+                    )
+                    self._wait(conn, rec)
         self.dead_lettered_total += counts[2]
         return BatchResult(*counts)
+
+    def _wait(
+        self,
+        conn: sqlite3.Connection,
+        rec: Record,
+        error: NewerEventVersionError | None = None,
+    ) -> None:
+        """Inside the transaction: record that ``rec``'s partition waits at it."""
+        error = error or self._newer_pending
+        assert error is not None
+        wait = waiting_for(rec, error)
+        record_wait(conn, wait, int(self.clock() * 1000))
+        self.waiting[TopicPartition(rec.topic, rec.partition)] = wait
+        log.warning(
+            "waiting for newer code",
+            projector=self.projector.name,
+            topic=rec.topic,
+            partition=rec.partition,
+            offset=rec.offset,
+            event_type=wait.event_type,
+            version=wait.version,
+            known_version=wait.known_version,
+        )
+
+    def _newer(self, error: BaseException) -> bool:
+        """Whether ``error`` means "this code is too old" and the partition should wait."""
+        if not self.wait_for_newer:
+            return False
+        found = newer_version_in(error)
+        if found is not None:
+            self._newer_pending = found
+        return found is not None
 
     # ------------------------------------------------------------------ one partition
     def _apply_partition(
@@ -184,13 +237,17 @@ class BatchApplier:
         decoded: list[Decoded],
         first: int,
         counts: list[int],
-    ) -> None:
+    ) -> int | None:
         """Apply ``recs[first:]`` in runs: a run goes fast inside one savepoint; when an event
         fails, the run is rolled back to its savepoint, its events before the failing one
         are run again (they passed), and the failing one is isolated (retried, then
-        dead-lettered). Every event's effect ends up in the transaction exactly once."""
+        dead-lettered). Every event's effect ends up in the transaction exactly once.
+
+        Returns the index of an event newer than the code (the events before it applied,
+        none after it), or ``None`` when every event was run."""
         n = len(recs)
         i, limit, isolate = first, n, -1
+        stop: int | None = None
         while i < n:
             if i == isolate:
                 self._one_isolated(recs[i], decoded[i], counts)
@@ -205,6 +262,10 @@ class BatchApplier:
                     raise failed.error from None
                 conn.execute("ROLLBACK TO run")
                 conn.execute("RELEASE run")
+                if self._newer(failed.error):  # again up to it, then wait there
+                    n = limit = stop = failed.index
+                    isolate = -1
+                    continue
                 # Again up to the failing event (they passed), then isolate it.
                 limit, isolate = failed.index, failed.index
                 continue
@@ -214,6 +275,7 @@ class BatchApplier:
             if self.breaker is not None:
                 self.breaker.passed(limit - i)
             i, limit = limit, n
+        return stop
 
     def _fast(
         self, recs: list[Record], decoded: list[Decoded], i: int, limit: int, counts: list[int]

@@ -22,6 +22,10 @@ from framework.observability import get_logger
 log = get_logger("eventlane.projection")
 
 SUPERVISOR_ENV = "EVENTLANE_SUPERVISOR_PID"
+WORKER_TAG_ENV = "EVENTLANE_WORKER_TAG"
+"""A name the runner gives each worker process it starts, unique to that process: the
+worker joins its group with it as its client id, so the runner can find the member of a
+worker it saw die (and only that worker's) and make it leave (:mod:`.runner`)."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -29,6 +33,11 @@ def supervisor_pid() -> int | None:
     """The supervisor's pid from the environment, ``None`` when run on its own."""
     text = os.environ.get(SUPERVISOR_ENV, "")
     return int(text) if text.isdigit() else None
+
+
+def worker_client_id() -> str:
+    """The client id this worker joins its group with: the runner's tag, else the default."""
+    return os.environ.get(WORKER_TAG_ENV) or "eventlane"
 
 
 def supervisor_gone() -> bool:

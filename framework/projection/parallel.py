@@ -41,6 +41,12 @@ batches until the next probe) go to the threads; otherwise they run on the polli
 too, key after key. Either way each key's events run in order and the commits are the
 same.
 
+An event newer than the code (:mod:`.waiting`) is not finished: its key runs no further
+event, the position stays at or below it (the lowest unfinished offset), the final commit
+records the wait, and :attr:`~.applier.BatchApplier.waiting` names the partition, so the
+worker stops fetching it until a worker with newer code owns it (which skips the offsets
+finished meanwhile, through the offset map).
+
 Parking (``park_after_dead_letter``) holds per key: a key parked before the batch, or whose
 event is dead-lettered in it, parks its later events; ``handler_attempts`` retries a failed
 handler on its key's thread before dead-lettering it.
@@ -55,7 +61,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from framework.codec import EventCodec
-from framework.errors import ProjectionError
+from framework.errors import NewerEventVersionError, ProjectionError
 from framework.log import Record, TopicPartition
 from framework.observability import get_logger
 from framework.projection.applier import (
@@ -68,6 +74,7 @@ from framework.projection.applier import (
 from framework.projection.dead_letters import describe_failure as _describe
 from framework.projection.projector import EventContext, Projector
 from framework.projection.readmodel import ReadModel
+from framework.projection.waiting import newer_version_in
 
 __all__ = ["DONE_TABLE", "ParallelApplier", "applier_for"]
 
@@ -91,6 +98,14 @@ WAIT_SHARE = 0.5
 
 _DeadLetter = tuple[Record, str, "str | None", int, str]
 """``(record, error, type name, attempts, status)`` of an event to dead-letter."""
+
+
+class _WaitError(Exception):
+    """One event is newer than the code: its key stops (see the module docstring)."""
+
+    def __init__(self, error: NewerEventVersionError) -> None:
+        self.error = error
+        super().__init__(str(error))
 
 
 class _NoReadModel:
@@ -118,6 +133,7 @@ class _Partition:
         self.first = first
         self.finished: set[int] = set()
         self.saved: set[int] = set()  # finished offsets already in the done table
+        self.waits: list[tuple[Record, NewerEventVersionError]] = []  # newer than the code
         self.dead: list[_DeadLetter] = []
         self.cursor = 0
         self.end = offsets[-1] + 1 if offsets else first
@@ -212,7 +228,7 @@ class ParallelApplier(BatchApplier):
             self._stop.set()
             wait(pending)
             raise
-        self._commit(progress, generation)
+        self._commit(progress, generation, final=True)
         self.dead_lettered_total += counts[2]
         return BatchResult(*counts)
 
@@ -272,7 +288,12 @@ class ParallelApplier(BatchApplier):
         for rec, decoded in events:
             if self._stop.is_set():
                 return
-            outcome, dead = self._one(rec, decoded)
+            try:
+                outcome, dead = self._one(rec, decoded)
+            except _WaitError as wait:  # the key stops here, unfinished
+                with self._mutex:
+                    part.waits.append((rec, wait.error))
+                return
             with self._mutex:
                 counts[outcome] += 1
                 if dead is not None:
@@ -287,12 +308,18 @@ class ParallelApplier(BatchApplier):
             reason = "parked behind an earlier dead letter of the same key"
             return 2, (rec, reason, None, 0, "parked")
         if isinstance(decoded, _DecodeFailedError):  # deterministic: no retries
+            newer = newer_version_in(decoded) if self.wait_for_newer else None
+            if newer is not None:
+                raise _WaitError(newer)
             return 2, (rec, decoded.describe(), decoded.type_name, 1, "dead")
         attempts = max(1, self.projector.handler_attempts)
         for attempt in range(1, attempts + 1):
             try:
                 return (0 if self._handle(rec, decoded) else 1), None
             except Exception as exc:
+                newer = newer_version_in(exc) if self.wait_for_newer else None
+                if newer is not None:
+                    raise _WaitError(newer) from exc
                 if attempt == attempts or self._stop.is_set():
                     return 2, (rec, _describe(exc), _type_name(rec), attempt, "dead")
         raise AssertionError("unreachable")  # pragma: no cover
@@ -304,10 +331,18 @@ class ParallelApplier(BatchApplier):
         )
 
     # ------------------------------------------------------------------ commits
-    def _commit(self, progress: dict[TopicPartition, _Partition], generation: int) -> None:
+    def _commit(
+        self, progress: dict[TopicPartition, _Partition], generation: int, *, final: bool = False
+    ) -> None:
         """One transaction: positions at the lowest unfinished offsets, the offset map
-        above them, and the dead letters of finished events."""
+        above them, and the dead letters of finished events; the ``final`` one also
+        records the waits (every key has stopped)."""
+        waits = []
         with self._mutex:
+            if final:
+                for part in progress.values():
+                    if part.waits:
+                        waits.append(min(part.waits, key=lambda w: w[0].offset))
             plan = []
             for tp, part in progress.items():
                 luo = part.lowest_unfinished()
@@ -328,6 +363,8 @@ class ParallelApplier(BatchApplier):
                         f"DELETE FROM {DONE_TABLE} WHERE topic=? AND partition=? AND offset<?",
                         (tp.topic, tp.partition, luo),
                     )
+                for waiting_rec, newer in waits:
+                    self._wait(conn, waiting_rec, newer)
         except BaseException:
             with self._mutex:  # not committed: write them with the next commit
                 for _, part, _, _, dead in plan:

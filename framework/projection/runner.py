@@ -6,18 +6,34 @@ of the projector's consumer group, so the topic's partitions are shared among th
 when one joins, leaves or dies. With ``restart=True`` a worker that dies (killed, crashed)
 is replaced (at once if it ran for 10 s, else after a delay doubling up to 30 s, so a crash
 loop does not spin); either way its partitions flow to the survivors within the session
-timeout. A worker stopped by its poison-rate breaker (status 3, :mod:`.breaker`) is never
+timeout, or at once when the runner has the group's coordinator: a worker it sees exit
+(any signal or status) is made to leave the group on its behalf (below). A worker stopped
+by its poison-rate breaker (status 3, :mod:`.breaker`) is never
 replaced: it would trip again. A worker that exits with status 2 could not start (bad
 app, pending migrations): it is never restarted, and when no worker is left the runner
 stops, with :attr:`Runner.failure` set to its error line. SIGTERM/SIGINT to the runner is
 forwarded to every worker, which finishes its batch, commits and leaves the group. A runner
 killed outright (SIGKILL) leaves no orphans: each worker gets SIGTERM from the kernel when
 its supervisor dies (:mod:`.lifeline`) and stops the same way.
+
+Hand-over on a known death: each worker joins with a client id unique to its process
+(:data:`~.lifeline.WORKER_TAG_ENV`). When the runner reaps a worker it reads the group's
+authoritative state and removes every member with that client id, each by its member id and
+the generation it joined at (:meth:`~framework.consumer.coordinator.GroupCoordinator.leave`
+with ``joined_generation``): the process is gone, so no live member can be hurt, its
+partitions are granted to the survivors in the same state change, and a late commit or
+batch of any earlier incarnation is still refused (by the group and the read model's
+generation fence). A host lost with its runner is noticed by the session timeout as before.
+
+Rolling restart (:meth:`Runner.roll`, SIGHUP in :mod:`.supervisor`): one slot at a time, a
+new worker is started and waited for until it is a member owning its share, and only then
+is the old one stopped (SIGTERM: it finishes its batch, commits and leaves).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -28,9 +44,11 @@ from typing import Any
 
 import attrs
 
+from framework.consumer.coordination import Coordinator
+from framework.errors import FrameworkError
 from framework.observability import get_logger
 from framework.projection.breaker import EXIT_BREAKER, describe, load_tripped
-from framework.projection.lifeline import SUPERVISOR_ENV
+from framework.projection.lifeline import SUPERVISOR_ENV, WORKER_TAG_ENV
 from framework.projection.readmodel import readmodel_path
 from framework.projection.worker import EXIT_CANNOT_START
 
@@ -48,6 +66,8 @@ class WorkerProcess:
     slot: int
     proc: subprocess.Popen[bytes]
     started: float
+    tag: str = ""
+    """The client id it joins its group with (unique to this process)."""
     exit_code: int | None = None
 
     @property
@@ -70,6 +90,8 @@ class Runner:
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
         readmodel: Path | None = None,
+        coordinator: Coordinator | None = None,
+        worker_args: tuple[str, ...] = (),
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -85,6 +107,13 @@ class Runner:
         """The projector's read model (``Runtime.readmodel_path``: it is named in the app's
         namespace), where a tripped breaker leaves its record."""
         """Where the workers' stderr goes (appended); ``None``: inherited."""
+        self.worker_args = worker_args
+        """Extra options of each worker's command line (e.g. ``--dead-letter-unknown``)."""
+        self.coordinator = coordinator
+        """The projector's group (``coordination_for(log).coordinator(group)``): with it a
+        dead worker's member leaves at once, and :meth:`roll` waits for new members."""
+        self.handed_over: list[tuple[int, str]] = []
+        """(pid, member id) of each dead worker's member this runner made leave."""
         self.procs: list[WorkerProcess] = []
         self.exited: list[WorkerProcess] = []
         self.restarts = 0
@@ -111,9 +140,12 @@ class Runner:
             self.name,
             "--session-timeout-ms",
             str(self.session_timeout_ms),
+            *self.worker_args,
         ]
         env = os.environ.copy() if self.env is None else dict(self.env)
         env[SUPERVISOR_ENV] = str(os.getpid())  # the worker stops when this process dies
+        tag = f"eventlane-w{slot}-{secrets.token_hex(6)}"
+        env[WORKER_TAG_ENV] = tag
         if self.log_path is None:
             proc = subprocess.Popen(cmd, env=env)
         else:
@@ -121,7 +153,7 @@ class Runner:
             with self.log_path.open("ab") as sink:
                 proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=sink)
         log.info("worker started", projector=self.name, pid=proc.pid, slot=slot)
-        return WorkerProcess(slot, proc, time.monotonic())
+        return WorkerProcess(slot, proc, time.monotonic(), tag)
 
     def start(self) -> None:
         self.procs = [self._spawn(i) for i in range(self.workers)]
@@ -146,6 +178,7 @@ class Runner:
             worker.exit_code = code
             self.exited.append(worker)
             codes.append(code)
+            self._hand_over(worker)
             if code != 0 and not self._stopping:
                 self.crashes.append((worker.pid, code))
             log.warning("worker exited", projector=self.name, pid=worker.pid, code=code)
@@ -192,7 +225,99 @@ class Runner:
                 worker.proc.wait()
             worker.exit_code = worker.proc.returncode
             self.exited.append(worker)
+            self._hand_over(worker)
         self.procs = []
+
+    # ------------------------------------------------------------------ membership
+    def members_of(self, worker: WorkerProcess) -> list[tuple[str, int]]:
+        """(member id, joined generation) of ``worker``'s members in the group's
+        authoritative state (none without a coordinator)."""
+        if self.coordinator is None or not worker.tag:
+            return []
+        with self.coordinator.locked() as state:
+            return [
+                (m.member_id, m.joined_generation)
+                for m in state.members.values()
+                if m.client_id == worker.tag
+            ]
+
+    def _hand_over(self, worker: WorkerProcess) -> None:
+        """``worker`` has exited: its member (if it is still in the group) leaves now."""
+        if self.coordinator is None:
+            return
+        try:
+            for member_id, joined in self.members_of(worker):
+                if self.coordinator.leave(
+                    member_id, reason="worker exited", joined_generation=joined
+                ):
+                    self.handed_over.append((worker.pid, member_id))
+                    log.info(
+                        "dead worker's member left the group on its behalf",
+                        projector=self.name,
+                        pid=worker.pid,
+                        member_id=member_id,
+                        code=worker.exit_code,
+                    )
+        except FrameworkError as exc:  # the session timeout still evicts it
+            log.warning(
+                "could not make a dead worker's member leave; it is evicted when its"
+                " session times out",
+                projector=self.name,
+                pid=worker.pid,
+                error=str(exc),
+            )
+
+    def joined(self, worker: WorkerProcess) -> bool:
+        """Whether ``worker`` is a member that owns every partition targeted to it."""
+        if self.coordinator is None:
+            return time.monotonic() - worker.started > 2.0
+        with self.coordinator.locked() as state:
+            return any(
+                m.client_id == worker.tag and set(m.owned) == set(m.target)
+                for m in state.members.values()
+            )
+
+    def roll(self, timeout: float = 60.0, *, between: Callable[[], Any] | None = None) -> int:
+        """Restart every worker one at a time: start a new one for the slot, wait until it
+        has joined (:meth:`joined`, ``timeout`` at most), then stop the old one and wait
+        for it to exit. ``between`` is called while waiting (e.g. to supervise others).
+        Returns how many workers were replaced."""
+        replaced = 0
+        for old in sorted(self.procs, key=lambda w: w.slot):
+            if self._stopping:
+                break
+            if old.proc.poll() is not None:
+                continue  # died meanwhile: supervise_once replaces it
+            new = self._spawn(old.slot)
+            self.procs.append(new)
+            deadline = time.monotonic() + timeout
+            while not self._stopping and new.proc.poll() is None and not self.joined(new):
+                if time.monotonic() > deadline:
+                    log.warning("new worker did not join in time", pid=new.pid)
+                    break
+                if between is not None:
+                    between()
+                time.sleep(0.05)
+            if new.proc.poll() is not None:  # the new code cannot run: keep the old worker
+                log.error("new worker exited during a roll; roll stopped", pid=new.pid)
+                break
+            old.proc.send_signal(signal.SIGTERM)
+            try:
+                old.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                old.proc.kill()
+                old.proc.wait()
+            old.exit_code = old.proc.returncode
+            self.procs.remove(old)
+            self.exited.append(old)
+            self._hand_over(old)
+            replaced += 1
+        return replaced
+
+    @property
+    def active(self) -> bool:
+        """Whether a worker runs or a replacement is due."""
+        return bool(self.procs or self._due)
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop at its next tick (safe from a signal handler)."""
@@ -214,11 +339,7 @@ class Runner:
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.start()
-            while (
-                not self._stopping
-                and (self.procs or self._due)
-                and not (until is not None and until())
-            ):
+            while not self._stopping and self.active and not (until is not None and until()):
                 self.supervise_once()
                 if tick is not None:
                     tick(self)

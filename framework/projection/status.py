@@ -13,12 +13,16 @@ members from the group's shared state. Nothing here needs a running worker.
      "lag": total, "members": [{"member_id", "pid", "host", "alive",
                                 "assignment": ["topic-partition", ...]}],
      "dead_letters": {"dead": n, "parked": n, "retried": n},
-     "pending_migrations": [name, ...], "breaker": null | BREAKER}
+     "pending_migrations": [name, ...], "breaker": null | BREAKER,
+     "waiting": [{"topic", "partition", "offset", "event_type", "version",
+                  "known_version", "since_ms", "message"}]}
 
 ``group`` is the projector's consumer group: its name in the app's namespace
 (:mod:`framework.app.namespace`; ``Runtime.status`` fills both). ``breaker`` is the record
 of a tripped poison-rate breaker (:mod:`.breaker`), ``null`` while none tripped since a
-worker last started.
+worker last started. ``waiting`` lists the partitions stopped at an event newer than the
+workers' code (:mod:`.waiting`), with ``message`` as ``waiting for code that knows
+GuestRegistered v2 ...``.
 
 ``position`` is the next offset to apply (``null``: never claimed, so the projection starts
 at the low-water mark); ``lag = hwm - position`` (``hwm - lwm`` when null); ``owner`` the
@@ -39,6 +43,7 @@ from framework.log import Log, RecordMetadata, TopicPartition
 from framework.projection._sqlite_utils import Migrations
 from framework.projection.breaker import load_tripped
 from framework.projection.readmodel import ReadModelView
+from framework.projection.waiting import current_waits
 
 __all__ = ["notify_applied", "offsets_after", "projection_status", "wait_for_offsets"]
 
@@ -128,6 +133,7 @@ def projection_status(
         # A read model that does not exist yet is created at its latest schema: none pending.
         exists = view.conn is not None
         pending = [] if migrations is None or not exists else view.pending_migrations(migrations)
+        waiting = current_waits(view.conn)
     rows = []
     total = 0
     for topic in topics:
@@ -164,4 +170,5 @@ def projection_status(
         "dead_letters": dead,
         "pending_migrations": pending,
         "breaker": load_tripped(path),
+        "waiting": waiting,
     }

@@ -52,11 +52,12 @@ from framework.projection.breaker import (
 )
 from framework.projection.dead_letters import publish_dead_letters
 from framework.projection.host import ProjectionHost
-from framework.projection.lifeline import supervisor_gone
+from framework.projection.lifeline import supervisor_gone, worker_client_id
 from framework.projection.parallel import applier_for
 from framework.projection.pause import PauseControl
 from framework.projection.schema import open_readmodel, readmodel_file
 from framework.projection.status import notify_applied
+from framework.projection.waiting import describe as describe_wait
 from framework.store import EVENT_TOPIC_CONFIG
 
 __all__ = ["EXIT_CANNOT_START", "Polled", "Worker"]
@@ -89,8 +90,12 @@ class Worker:
         poll_timeout: float = 0.5,
         group_commit_interval_s: float = 1.0,
         on_batch: Callable[[int], None] | None = None,
+        wait_for_newer: bool = True,
     ) -> None:
         self.runtime = runtime
+        self.wait_for_newer = wait_for_newer
+        """Stop a partition at an event newer than the code (:mod:`.waiting`); False: dead-
+        letter it (``--dead-letter-unknown``)."""
         self.name = name
         self.group = runtime.names.group(name)
         self.projector = runtime.app.projector(name)()
@@ -105,6 +110,7 @@ class Worker:
             groups.claim_home(self.group, f"{socket.gethostname()}:{path}")
         self.readmodel = open_readmodel(runtime, name)
         self.applier = applier_for(self.projector, runtime.codec, self.readmodel, app=runtime)
+        self.applier.wait_for_newer = wait_for_newer
         self.max_poll_records = max_poll_records
         self.poll_timeout = poll_timeout
         self.group_commit_interval_s = group_commit_interval_s
@@ -135,6 +141,7 @@ class Worker:
             coordination=groups,
             group_id=self.group,
             topics=topics,
+            client_id=worker_client_id(),
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=max(1, min(heartbeat_interval_ms, session_timeout_ms // 3)),
             enable_auto_commit=False,
@@ -151,6 +158,7 @@ class Worker:
         generation = self.consumer.generation
         if M.on:
             M.rebalances.labels(self.group).inc()
+        self.consumer.resume(*partitions)  # a wait starts again if the code is still old
         for tp in partitions:
             lwm = self.runtime.log.offsets(tp.topic, tp.partition).lwm
             # A policy across hosts: the group's fenced commit may be past this host's
@@ -237,6 +245,8 @@ class Worker:
             )
             self._rewind({TopicPartition(r.topic, r.partition) for r in records})
             return None
+        if self.applier.waiting:
+            self._wait()
         self.applied += len(records)
         if M.on:
             self._count(records, result, time.perf_counter() - started)
@@ -262,6 +272,23 @@ class Worker:
             topics[record.topic] = topics.get(record.topic, 0) + 1
         for topic, count in topics.items():
             M.consumed.labels(self.group, topic).inc(count)
+
+    def _wait(self) -> None:
+        """Partitions stopped at an event newer than this code: fetch them no more (their
+        stored position is at that event) until they are assigned again."""
+        positions = self.readmodel.positions()
+        held = self.consumer.assignment()
+        for tp, wait in sorted(self.applier.waiting.items()):
+            if tp not in held:
+                continue
+            self.consumer.seek(tp, positions.get(tp, wait.offset))
+            self.consumer.pause(tp)
+            self._log.warning(
+                describe_wait(wait),
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=wait.offset,
+            )
 
     def _rewind(self, partitions: set[TopicPartition]) -> None:
         held = self.consumer.assignment()
@@ -340,6 +367,7 @@ class Worker:
         self.applier = applier_for(
             self.projector, self.runtime.codec, self.readmodel, app=self.runtime
         )
+        self.applier.wait_for_newer = self.wait_for_newer
         self._published = -1
         self._assigned(sorted(self.consumer.assignment()))
         if member is not None:

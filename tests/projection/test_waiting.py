@@ -1,0 +1,128 @@
+"""Waiting for newer code (issue 32 item 3), in-process: one worker of release 1 of
+``deployapp`` meets ``GuestRegistered`` v2 (appended here with a release-2 codec). The
+projector and the policy (per-key parallel, loading the guest) stop at that record for that
+partition only, report the wait in the status document, and dead-letter nothing;
+``wait_for_newer=False`` (``--dead-letter-unknown``) dead-letters it as before; an
+unknown type is still dead-lettered."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from attrs import frozen
+
+from framework.app import Runtime
+from framework.codec import Envelope, EventCodec, EventRegistry
+from framework.domain import DomainEvent, event
+from framework.log import TopicPartition
+from framework.log.partitioner import partition_for_key
+from framework.projection import Worker, open_readmodel, readmodel_path
+from tests.projection import deployapp
+
+assert deployapp.RELEASE == 1
+
+
+@event("GuestRegistered", version=2)
+@frozen
+class GuestRegisteredV2(DomainEvent):
+    first_name: str
+    last_name: str
+
+
+@event("GuestMoved")
+@frozen
+class GuestMoved(DomainEvent):  # a type no release of the code knows
+    city: str
+
+
+_registry = EventRegistry()
+_registry.register(GuestRegisteredV2, GuestMoved)
+NEWER = EventCodec(_registry)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    with deployapp.app.open(tmp_path / "data") as rt:
+        for name in ("guests", "confirmations"):
+            open_readmodel(rt, name, migrate=True).close()
+        yield rt
+
+
+def append(rt: Runtime, topic: str, aggregate_id: str, version: int, ev: Any) -> int:
+    key, value, headers = NEWER.encode(Envelope(ev, aggregate_id, version))
+    p = partition_for_key(key, rt.log.partition_count(topic))
+    rt.log.append(topic, p, [(key, value, tuple(headers), None)])
+    return p
+
+
+def drain(worker: Worker, rounds: int = 30) -> None:
+    for _ in range(rounds):
+        worker.run_once()
+
+
+def dead(rt: Runtime, name: str) -> int:
+    with sqlite3.connect(readmodel_path(rt.log.path, name)) as db:
+        return int(db.execute("SELECT count(*) FROM _eventlane_dead_letters").fetchone()[0])
+
+
+@pytest.mark.parametrize("name", ["guests", "confirmations"])
+def test_a_worker_waits_at_an_event_newer_than_its_code(runtime: Runtime, name: str) -> None:
+    for i in range(8):
+        runtime.execute(
+            deployapp.Guest, f"g{i}", lambda g, i=i: g.register("A", f"B{i}"), create=True
+        )
+    stuck = append(runtime, "guests", "g100", 1, GuestRegisteredV2("Ann", "Lee"))
+    runtime.execute(deployapp.Booking, "b100", lambda b: b.place("g100", 2), create=True)
+    for i in range(8):  # after the newer event: other partitions keep flowing
+        runtime.execute(
+            deployapp.Guest, f"h{i}", lambda g, i=i: g.register("C", f"D{i}"), create=True
+        )
+        runtime.execute(deployapp.Booking, f"b{i}", lambda b, i=i: b.place(f"g{i}", 1), create=True)
+    worker = Worker(runtime, name, poll_timeout=0.05)
+    try:
+        drain(worker)
+        assert dead(runtime, name) == 0
+        doc = runtime.status(name)
+        (wait,) = doc["waiting"]
+        assert wait["message"].startswith("waiting for code that knows GuestRegistered v2")
+        assert (wait["event_type"], wait["version"], wait["known_version"]) == (
+            "GuestRegistered",
+            2,
+            1,
+        )
+        tp = TopicPartition(wait["topic"], wait["partition"])
+        if name == "guests":
+            assert tp.partition == stuck
+        assert worker.consumer.paused() == {tp}
+        for row in doc["partitions"]:
+            if (row["topic"], row["partition"]) == (tp.topic, tp.partition):
+                assert row["position"] == wait["offset"] and row["lag"] > 0
+            else:
+                assert row["lag"] == 0, row
+        assert dead(runtime, name) == 0
+    finally:
+        worker.close()
+    # --dead-letter-unknown: today's behaviour, the newer event becomes a dead letter.
+    old = Worker(runtime, name, poll_timeout=0.05, wait_for_newer=False)
+    try:
+        drain(old)
+    finally:
+        old.close()
+    assert dead(runtime, name) == 1
+    doc = runtime.status(name)
+    assert doc["waiting"] == [] and doc["lag"] == 0
+
+
+def test_an_unknown_type_is_still_dead_lettered(runtime: Runtime) -> None:
+    append(runtime, "guests", "g1", 1, GuestMoved("Oslo"))
+    worker = Worker(runtime, "guests", poll_timeout=0.05)
+    try:
+        drain(worker, 10)
+    finally:
+        worker.close()
+    assert dead(runtime, "guests") == 1
+    assert runtime.status("guests")["waiting"] == []

@@ -20,7 +20,7 @@ snapshot is best effort: the events are already saved, so a failure is logged, n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
 from framework.codec import Envelope, SnapshotCodec
@@ -61,6 +61,15 @@ HEADER_EVENT_OFFSET = "event-offset"
 
 def snapshot_topic(topic: str) -> str:
     return topic + SNAPSHOT_SUFFIX
+
+
+def causation_of(caused_by: Envelope[Any] | str) -> tuple[str, str]:
+    """``(causation_id, correlation_id)`` of a policy's command caused by ``caused_by`` (an
+    event, or an event id)."""
+    if isinstance(caused_by, str):
+        return caused_by, caused_by
+    causation = str(caused_by.event_id)
+    return causation, caused_by.correlation_id or causation
 
 
 def _declared_topic(cls: type[Aggregate]) -> str:
@@ -107,9 +116,22 @@ class Repository:
         the stream back (:mod:`framework.store.command`): the events are stored once, or
         :class:`~framework.errors.OutcomeUnknownError` says the log cannot tell yet.
         """
+        return command.drive(
+            self.save_plan(aggregate, correlation_id=correlation_id, causation_id=causation_id)
+        )
+
+    def save_plan(
+        self,
+        aggregate: Aggregate,
+        *,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+    ) -> Generator[command.Step, Any, list[RecordMetadata]]:
+        """:meth:`save` as a plan of I/O requests (:mod:`framework.store.command`), for a
+        sync or an async driver."""
         if not aggregate.pending_events:
             return []
-        _, written = command.run(
+        _, written = yield from command.plan(
             self.store,
             self.topic_of(type(aggregate)),
             aggregate.id,
@@ -119,7 +141,7 @@ class Repository:
             correlation_id=correlation_id,
             causation_id=causation_id,
         )
-        self._committed(aggregate, written)
+        yield command.Call(self._committed, (aggregate, written))
         return written
 
     def _committed(self, aggregate: Aggregate, written: list[RecordMetadata]) -> None:
@@ -294,7 +316,7 @@ class Repository:
         self,
         cls: type[A],
         aggregate_id: str,
-        command: Callable[[A], Any],
+        command_: Callable[[A], Any],
         *,
         create: bool = False,
         attempts: int = 20,
@@ -308,8 +330,17 @@ class Repository:
         an append of unknown outcome is settled by reading the stream back, never repeated
         blindly (:mod:`framework.store.command`). ``create=True`` starts from a new
         aggregate when none exists."""
-        aggregate, _ = self._run(
-            cls, aggregate_id, command, create, attempts, correlation_id, causation_id, once=False
+        aggregate, _ = command.drive(
+            self.run_plan(
+                cls,
+                aggregate_id,
+                command_,
+                create,
+                attempts,
+                correlation_id,
+                causation_id,
+                once=False,
+            )
         )
         assert aggregate is not None
         return aggregate
@@ -318,7 +349,7 @@ class Repository:
         self,
         cls: type[A],
         aggregate_id: str,
-        command: Callable[[A], Any],
+        command_: Callable[[A], Any],
         *,
         caused_by: Envelope[Any] | str,
         create: bool = True,
@@ -339,17 +370,15 @@ class Repository:
 
         Returns the appended records' metadata (empty when nothing was appended).
         """
-        if isinstance(caused_by, str):
-            causation, correlation = caused_by, caused_by
-        else:
-            causation = str(caused_by.event_id)
-            correlation = caused_by.correlation_id or causation
-        _, written = self._run(
-            cls, aggregate_id, command, create, attempts, correlation, causation, once=True
+        causation, correlation = causation_of(caused_by)
+        _, written = command.drive(
+            self.run_plan(
+                cls, aggregate_id, command_, create, attempts, correlation, causation, once=True
+            )
         )
         return written
 
-    def _run(
+    def run_plan(
         self,
         cls: type[A],
         aggregate_id: str,
@@ -360,9 +389,10 @@ class Repository:
         causation_id: str | None,
         *,
         once: bool,
-    ) -> tuple[A | None, list[RecordMetadata]]:
-        """:meth:`execute` and :meth:`issue`: load, run, save, and on a conflict again, on the
-        command path of :mod:`framework.store.command`. ``once``: load from the whole stream
+    ) -> Generator[command.Step, Any, tuple[A | None, list[RecordMetadata]]]:
+        """:meth:`execute` and :meth:`issue` as a plan of I/O requests (a sync or an async
+        driver runs it): load, run, save, and on a conflict again, on the command path of
+        :mod:`framework.store.command`. ``once``: load from the whole stream
         and do nothing (``None, []``) when an event in it was caused by ``causation_id``."""
 
         def decide() -> A | None:
@@ -371,7 +401,7 @@ class Repository:
                 command_(aggregate)
             return aggregate
 
-        aggregate, written = command.run(
+        aggregate, written = yield from command.plan(
             self.store,
             self.topic_of(cls),
             aggregate_id,
@@ -382,7 +412,7 @@ class Repository:
             causation_id=causation_id,
         )
         if aggregate is not None:
-            self._committed(aggregate, written)
+            yield command.Call(self._committed, (aggregate, written))
         return aggregate, written
 
     def _load_for_command(

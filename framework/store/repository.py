@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from framework.codec import Envelope, SnapshotCodec
 from framework.domain import Aggregate
 from framework.log import RecordMetadata
+from framework.log.position import Written
 from framework.observability import get_logger
 from framework.store import command
 from framework.store.event_store import EventStore
@@ -74,7 +75,7 @@ class Repository:
         *,
         correlation_id: str | None = None,
         causation_id: str | None = None,
-    ) -> list[RecordMetadata]:
+    ) -> Written:
         """Append the aggregate's pending events iff nobody saved it since it was loaded.
 
         Raises :class:`~framework.errors.ConcurrencyError` (nothing written) otherwise. An
@@ -92,11 +93,11 @@ class Repository:
         *,
         correlation_id: str | None = None,
         causation_id: str | None = None,
-    ) -> Generator[command.Step, Any, list[RecordMetadata]]:
+    ) -> Generator[command.Step, Any, Written]:
         """:meth:`save` as a plan of I/O requests (:mod:`framework.store.command`), for a
         sync or an async driver."""
         if not aggregate.pending_events:
-            return []
+            return Written()
         _, written = yield from command.plan(
             self.store,
             self.topic_of(type(aggregate)),
@@ -108,7 +109,7 @@ class Repository:
             causation_id=causation_id,
         )
         yield command.Call(self._committed, (aggregate, written))
-        return written
+        return Written(written)
 
     def _committed(self, aggregate: Aggregate, written: list[RecordMetadata]) -> None:
         self.store.streams.committed(
@@ -180,7 +181,7 @@ class Repository:
         caused_by: Envelope[Any] | str,
         create: bool = True,
         attempts: int = 20,
-    ) -> list[RecordMetadata]:
+    ) -> Written:
         """Run ``command`` on aggregate ``aggregate_id`` and save what it records, unless an
         event caused by ``caused_by`` is already in that aggregate's stream.
 
@@ -215,7 +216,7 @@ class Repository:
         causation_id: str | None,
         *,
         once: bool,
-    ) -> Generator[command.Step, Any, tuple[A | None, list[RecordMetadata]]]:
+    ) -> Generator[command.Step, Any, tuple[A | None, Written]]:
         """:meth:`execute` and :meth:`issue` as a plan of I/O requests (a sync or an async
         driver runs it): load, run, save, and on a conflict again, on the command path of
         :mod:`framework.store.command`. ``once``: load from the whole stream
@@ -248,4 +249,4 @@ class Repository:
         )
         if aggregate is not None:
             yield command.Call(self._committed, (aggregate, written))
-        return aggregate, written
+        return aggregate, Written(written)

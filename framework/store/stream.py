@@ -44,8 +44,9 @@ import orjson
 from framework.codec import Envelope, EventCodec, SnapshotCodec
 from framework.domain import Aggregate, Snapshot
 from framework.errors import AggregateNotFoundError, SerializationError, StaleSnapshotError
-from framework.log import Log, Record, RecordMetadata
+from framework.log import Log, Record, RecordMetadata, TopicPartition
 from framework.log.partitioner import partition_for_key
+from framework.log.position import Position
 from framework.observability import get_logger
 from framework.store.stream_cache import DEFAULT_EVENTS, CachedStream, StreamCache
 
@@ -119,6 +120,12 @@ class Streams:
 
     def partition_of(self, topic: str, aggregate_id: str) -> int:
         return partition_for_key(aggregate_id.encode(), self.log.partition_count(topic))
+
+    def _place(self, aggregate: Aggregate, topic: str) -> None:
+        """Record where the loaded aggregate's stored state ends on the log."""
+        if aggregate._stored_offset is not None:
+            tp = TopicPartition(topic, self.partition_of(topic, aggregate.id))
+            aggregate._position = Position({tp: aggregate._stored_offset + 1})
 
     # ------------------------------------------------------------------ what the writer says
     def appended(
@@ -320,6 +327,7 @@ class Streams:
         base = aggregate.committed_version
         aggregate.mark_committed()
         aggregate._stored_offset = written[-1].offset
+        aggregate._position = Position.of(written)
         every = type(aggregate).snapshot_every
         if every and aggregate.version // every > base // every:
             self.save_snapshot(aggregate, topic, snapshots)
@@ -400,6 +408,7 @@ class Streams:
             )
         aggregate = cls.rehydrate(aggregate_id, [e.event for e in envelopes], snapshot=snapshot)
         aggregate._stored_offset = stream.last_offset if stream.last_offset is not None else at
+        self._place(aggregate, topic)
         if version is not None and aggregate.version != version:
             raise AggregateNotFoundError(
                 f"{cls.__qualname__} {aggregate_id!r} has {aggregate.version} events, not"
@@ -527,4 +536,5 @@ class Streams:
             )
         aggregate = cls.rehydrate(aggregate_id, [env.event for env in history])
         aggregate._stored_offset = stream.last_offset  # the conditional save's expectation
+        self._place(aggregate, topic)
         return aggregate

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -162,9 +163,7 @@ def test_load_as_of_a_moment(face: Face) -> None:
     face.call("execute", Counter, "t-1", inc(1), create=True)
     records = [r for p in range(2) for r in _raw(face, p)]
     moment = max(r.timestamp for r in records)
-    later = datetime.fromtimestamp((moment + 5) / 1000, timezone.utc)
-    import time
-
+    later = datetime.fromtimestamp((moment + 5) / 1000, UTC)
     time.sleep(0.02)
     face.call("execute", Counter, "t-1", inc(1))
     assert face.call("load", Counter, "t-1", as_of=later).version in (1, 2)

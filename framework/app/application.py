@@ -209,6 +209,12 @@ class Runtime:
     the application configures structlog, eventlane's warnings go to standard error (see
     :mod:`framework.observability`).
 
+    Thread-safe: one runtime serves every thread of a process (a web framework's thread
+    pool): its event store, stream cache (which locks itself) and the embedded log may be
+    called concurrently, and concurrent saves share fsyncs. The objects it returns are not:
+    an :class:`~framework.domain.Aggregate` belongs to the thread that loaded it, and a
+    consumer to one thread. For asyncio, :meth:`App.open_async` (the same core).
+
     Every name it puts on the log or the local directory goes through the app's namespace
     (:attr:`names`): records and errors carry the full topic (``acme.orders``), methods
     take declared names (``status("invoices")``, ``partitions_for("orders")``).

@@ -8,6 +8,7 @@ promises nothing about the invoice (the policy runs after it).
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +51,51 @@ def row(runtime: Runtime, projector: str, sql: str, *args: object) -> tuple[obje
     with sqlite3.connect(runtime.readmodel_path(projector)) as db:
         found: tuple[object, ...] | None = db.execute(sql, args).fetchone()
         return found
+
+
+def test_the_async_runtime_waits_for_tokens_and_causally(tmp_path: Path) -> None:
+    """The same waits on the async face, driven by the same plans."""
+    data = tmp_path / "data"
+    with app.open(data) as rt:
+        for name in app.projectors:
+            open_readmodel(rt, name, migrate=True).close()
+    runners = [Runner(APP, name, data, workers=1) for name in ("invoicing_policy", "invoices")]
+    for r in runners:
+        r.start()
+
+    async def main() -> list[tuple[object, ...] | None]:
+        found = []
+        async with app.open_async(data) as runtime:
+            for n in range(4):
+                await runtime.execute(
+                    Customer, f"cust-{n}", lambda c, n=n: c.register(f"C{n}", HOME), create=True
+                )
+                await runtime.execute(
+                    Order,
+                    f"order-{n}",
+                    lambda o, n=n: o.place(f"cust-{n}", [OrderLine("sku-1", 1, 100 + n)], HOME),
+                    create=True,
+                )
+                order = await runtime.execute(Order, f"order-{n}", lambda o: o.confirm())
+                await runtime.wait_causal("invoices", order.stored_position.token, timeout=60)
+                found.append(
+                    await runtime.run(
+                        row,
+                        runtime.sync,
+                        "invoices",
+                        "SELECT amount_cents FROM invoices WHERE order_id = ?",
+                        order.id,
+                    )
+                )
+            with pytest.raises(WaitTimeoutError, match="has not reached"):
+                await runtime.wait_causal("invoices", "p1~invoices~0~999999", timeout=0.3)
+        return found
+
+    try:
+        assert asyncio.run(main()) == [(100,), (101,), (102,), (103,)]
+    finally:
+        for r in runners:
+            r.stop()
 
 
 def test_token_waits_and_the_causal_wait_returns_the_policys_invoice(runtime: Runtime) -> None:

@@ -125,7 +125,8 @@ class Aggregate:
     _stored_offset: int | None = None
     """Log offset of the last stored event this object was built from or saved (set by the
     repository; ``None`` when unknown): the expected offset of the next conditional append."""
-    _position: Position | None = None
+    _position: Any = None  # a framework.log.position.Position (annotated loosely: cattrs
+    # and attrs resolve class annotations at run time, and the domain imports no log type)
 
     @property
     def stored_position(self) -> Position | None:
@@ -133,7 +134,8 @@ class Aggregate:
         loads or saves it; ``None`` when unknown): after ``execute``, the position to wait
         for (``runtime.wait_for(projector, order.stored_position)``; its ``token`` for a
         client)."""
-        return self._position
+        position: Position | None = self._position
+        return position
 
     def __init_subclass__(cls, *, topic: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

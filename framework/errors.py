@@ -329,6 +329,18 @@ class ProjectionError(FrameworkError):
     """A projector or its read model failed."""
 
 
+class WaitTimeoutError(ProjectionError, TimeoutError):
+    """A wait for a projection (read-your-writes, a causal wait) ran out of time before the
+    projection reached the position; nothing is wrong with what was written. Waiting again
+    may succeed."""
+
+    retriable = True
+
+
+class InvalidPositionError(FrameworkError, ValueError):
+    """A position token could not be parsed (not one this version wrote, or damaged)."""
+
+
 class ReplayError(FrameworkError):
     """A rebuild of a projection failed."""
 

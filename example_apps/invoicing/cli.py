@@ -2,6 +2,8 @@
 
 * ``eventlane invoicing invoice-for ORDER_ID [--timeout S]``: request/reply over the log.
 * ``eventlane invoicing serve``: run a query responder until Ctrl-C.
+* ``eventlane invoicing serve-http``: the HTTP API (FastAPI + uvicorn; :mod:`.web`),
+  with the projectors' workers unless ``--no-projectors``.
 * ``eventlane demo invoicing [--cluster]``: the demo (:mod:`.demo`, :mod:`.cluster_demo`).
 """
 
@@ -17,12 +19,16 @@ import click
 import orjson
 from rich.console import Console
 
+from example_apps.invoicing.app import app as invoicing_app
 from example_apps.invoicing.cluster_demo import run_cluster_demo
 from example_apps.invoicing.demo import run_demo
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
 from framework import Runtime, rebuild
 from framework.cli.plugins import data_dir, data_option, open_log
+from framework.projection import Runner
 from framework.replay import compare, file_checksums
+
+APP_SPEC = "example_apps.invoicing:app"
 
 
 @click.group()
@@ -59,6 +65,53 @@ def serve(seconds: float | None) -> None:
     except KeyboardInterrupt:
         answered = 0
     click.echo(f"answered {answered} queries", err=True)
+
+
+@invoicing.command("serve-http")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8000, show_default=True, help="TCP port.")
+@click.option(
+    "--projectors/--no-projectors",
+    default=True,
+    show_default=True,
+    help="Also run one worker per projector (supervised, restarted when they die).",
+)
+@data_option
+def serve_http(host: str, port: int, projectors: bool) -> None:
+    """Serve the invoicing HTTP API (OpenAPI at /docs) until Ctrl-C or SIGTERM."""
+    import uvicorn  # noqa: PLC0415 - the web extra, loaded only here
+
+    from example_apps.invoicing.web import create_app  # noqa: PLC0415
+
+    data = data_dir()
+    runners: list[Runner] = []
+    if projectors:
+        runners = [
+            Runner(APP_SPEC, name, data, workers=1, restart=True)
+            for name in invoicing_app.projectors
+        ]
+        for runner in runners:
+            runner.start()
+        stop = threading.Event()
+
+        def supervise() -> None:
+            while not stop.wait(0.5):
+                for runner in runners:
+                    runner.supervise_once()
+
+        threading.Thread(target=supervise, name="supervise", daemon=True).start()
+    click.echo(f"serving http://{host}:{port} (OpenAPI at /docs) on {data}", err=True)
+    try:
+        # keep-alive longer than clients' pools keep idle connections (httpx: 5 s), so a
+        # client never sends a request on a connection the server is closing
+        uvicorn.run(
+            create_app(data), host=host, port=port, log_level="warning", timeout_keep_alive=75
+        )
+    finally:
+        if runners:
+            stop.set()
+            for runner in runners:
+                runner.stop()
 
 
 def spark_rebuild(runtime: Runtime, name: str, console: Console) -> dict[str, Any]:

@@ -180,6 +180,7 @@ class InvoicingPolicy(Projector):
 
     name = "invoicing_policy"
     topics = ("orders",)
+    policy = True
     concurrency = 8
     """Orders are independent: up to 8 are handled at once, each order's events in order
     (per-key parallelism); the invoices they issue share fsyncs (group commit)."""

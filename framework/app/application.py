@@ -52,6 +52,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from framework.app.aio import DEFAULT_THREADS, AsyncRuntime
+from framework.app.causal import as_position, causal_plan, drive_causal
 from framework.app.moments import as_of_ms
 from framework.app.namespace import Namespace
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
@@ -62,6 +64,7 @@ from framework.domain.privacy import personal_fields
 from framework.engine import open_log
 from framework.errors import AggregateNotFoundError, ConfigError
 from framework.log import Log, RecordMetadata, TopicPartition
+from framework.log.position import Position, Written
 from framework.observability import get_logger
 from framework.projection.projector import Projector
 from framework.projection.status import offsets_after, projection_status, wait_for_offsets
@@ -182,6 +185,20 @@ class App:
         only look)."""
         return Runtime(self, log, create_topics=create_topics)
 
+    def open_async(
+        self,
+        log: Log | str | Path | None = None,
+        *,
+        create_topics: bool = True,
+        threads: int = DEFAULT_THREADS,
+    ) -> AsyncRuntime:
+        """The asyncio face (:mod:`framework.app.aio`): ``async with app.open_async(data)
+        as runtime: await runtime.execute(...)``. Opens on ``__aenter__``, off the loop;
+        ``threads`` bounds the blocking calls in flight."""
+        return AsyncRuntime(
+            lambda: Runtime(self, log, create_topics=create_topics), threads=threads
+        )
+
 
 class Runtime:
     """An :class:`App` connected to a log: save, load and execute on aggregates, issue
@@ -191,6 +208,12 @@ class Runtime:
     the embedded log (opened and closed by the runtime). Opening configures no logging: eventlane's
     loggers are standard-library loggers under ``eventlane.`` that the application's own
     configuration governs (see :mod:`framework.observability`).
+
+    Thread-safe: one runtime serves every thread of a process (a web framework's thread
+    pool): its event store, stream cache (which locks itself) and the embedded log may be
+    called concurrently, and concurrent saves share fsyncs. The objects it returns are not:
+    an :class:`~framework.domain.Aggregate` belongs to the thread that loaded it, and a
+    consumer to one thread. For asyncio, :meth:`App.open_async` (the same core).
 
     Every name it puts on the log or the local directory goes through the app's namespace
     (:attr:`names`): records and errors carry the full topic (``acme.orders``), methods
@@ -262,8 +285,9 @@ class Runtime:
         return self.partitions.get(topic, DEFAULT_PARTITIONS)
 
     # ------------------------------------------------------------------ commands
-    def save(self, aggregate: Aggregate, **envelope: Any) -> list[RecordMetadata]:
-        """See :meth:`Repository.save`."""
+    def save(self, aggregate: Aggregate, **envelope: Any) -> Written:
+        """See :meth:`Repository.save`. Returns the records written (a list), whose
+        ``position`` (and its ``token``) :meth:`wait_for` and :meth:`wait_causal` take."""
         self.declared(type(aggregate))
         return self.repository.save(aggregate, **envelope)
 
@@ -301,7 +325,9 @@ class Runtime:
     def execute(
         self, cls: type[A], aggregate_id: str, command: Callable[[A], Any], **options: Any
     ) -> A:
-        """See :meth:`Repository.execute` (load, run, save, retry on conflict)."""
+        """See :meth:`Repository.execute` (load, run, save, retry on conflict). The
+        aggregate's ``stored_position`` is where its stored state ends (the write's position,
+        or where it already was when the command recorded nothing)."""
         return self.repository.execute(self.declared(cls), aggregate_id, command, **options)
 
     def issue(
@@ -313,7 +339,7 @@ class Runtime:
         caused_by: Envelope[Any] | str,
         create: bool = True,
         attempts: int = 20,
-    ) -> list[RecordMetadata]:
+    ) -> Written:
         """A policy's command, at most once per ``caused_by`` event: see
         :meth:`Repository.issue <framework.store.Repository.issue>` (``ctx.issue`` in a
         handler calls it with the handled event)."""
@@ -343,17 +369,36 @@ class Runtime:
     def wait_for(
         self,
         projector: str,
-        written: Iterable[RecordMetadata] | Mapping[TopicPartition, int],
+        written: Position | str | Iterable[RecordMetadata] | Mapping[TopicPartition, int],
         timeout: float = 10.0,
     ) -> bool:
         """Read-your-writes: wait until ``projector`` has applied ``written`` (what
-        :meth:`save` returned, or ``{partition: next offset}``). False on timeout.
+        :meth:`save` or :meth:`issue` returned, an aggregate's ``stored_position`` after
+        :meth:`execute`, a position token string, or ``{partition: next offset}``). False
+        on timeout; :class:`~framework.errors.InvalidPositionError` for a bad token.
 
         Records of topics the projector does not consume are ignored (it has nothing to
         apply there), so one ``written`` list serves every projector."""
         topics = set(self.topics_of(projector))
-        wanted = {tp: off for tp, off in offsets_after(written).items() if tp.topic in topics}
+        position = as_position(written)
+        wanted = {tp: off for tp, off in offsets_after(position).items() if tp.topic in topics}
         return wait_for_offsets(self.log, self.readmodel_path(projector), wanted, timeout)
+
+    def wait_causal(
+        self,
+        projector: str,
+        written: Position | str | Iterable[RecordMetadata],
+        timeout: float = 10.0,
+    ) -> Position:
+        """Wait until ``projector`` reflects ``written`` *and everything the app's policies
+        (projectors with ``policy = True``) did because of it*, following causation ids
+        from policy to policy (:mod:`framework.app.causal`). Returns the position reached
+        (its ``token`` covers the policies' writes too);
+        :class:`~framework.errors.WaitTimeoutError` names the policy or projection not
+        reached within ``timeout`` seconds."""
+        self.app.projector(projector)
+        plan = causal_plan(self, projector, as_position(written), timeout)
+        return drive_causal(plan, self.log)
 
     def status(self, projector: str) -> dict[str, Any]:
         """Positions, high-water marks, lag and members of ``projector`` (see

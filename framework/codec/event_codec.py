@@ -111,9 +111,7 @@ class EventCodec:
         self._writers: dict[type[DomainEvent], _Writer] = {}
         self._readers: dict[tuple[str, int], _Reader] = {}
         self._generation = -1
-        self._cipher = (
-            None if keys is None else FieldCipher(keys, self._converter.unstructure)
-        )
+        self._cipher = None if keys is None else FieldCipher(keys, self._converter.unstructure)
 
     @property
     def keys(self) -> KeyStore | None:

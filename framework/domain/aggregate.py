@@ -56,9 +56,12 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from framework.domain.dispatch import collect_marked, mark
+
+if TYPE_CHECKING:
+    from framework.log.position import Position
 from framework.domain.events import DomainEvent
 from framework.domain.snapshot import Snapshot
 from framework.errors import ConfigError, MissingApplyError, StaleSnapshotError, StateMutationError
@@ -122,6 +125,17 @@ class Aggregate:
     _stored_offset: int | None = None
     """Log offset of the last stored event this object was built from or saved (set by the
     repository; ``None`` when unknown): the expected offset of the next conditional append."""
+    _position: Any = None  # a framework.log.position.Position (annotated loosely: cattrs
+    # and attrs resolve class annotations at run time, and the domain imports no log type)
+
+    @property
+    def stored_position(self) -> Position | None:
+        """Where this object's stored state ends on the log (set by the repository when it
+        loads or saves it; ``None`` when unknown): after ``execute``, the position to wait
+        for (``runtime.wait_for(projector, order.stored_position)``; its ``token`` for a
+        client)."""
+        position: Position | None = self._position
+        return position
 
     def __init_subclass__(cls, *, topic: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -309,9 +309,7 @@ def _data_loss(
     )
 
 
-def _log_gap(
-    logger: Logger, segment: Segment, start: int, end: int
-) -> None:
+def _log_gap(logger: Logger, segment: Segment, start: int, end: int) -> None:
     """A hole in the middle of a never-compacted log: reads of it fail and ``verify``
     reports it; the rest of the partition stays readable (only the lost part is lost)."""
     logger.error(

@@ -587,17 +587,13 @@ class LogStore:
                 progress(p + 1, count, p)
         return reports
 
-    def compact(
-        self, topic: str, *, progress: Progress | None = None
-    ) -> list[CompactionReport]:
+    def compact(self, topic: str, *, progress: Progress | None = None) -> list[CompactionReport]:
         """Compact every partition of ``topic`` now (a no-op unless its policy compacts)."""
         from framework.log.cleaner import compact_partition  # noqa: PLC0415 - first use
 
         return self._each_partition(topic, compact_partition, progress)
 
-    def cleanup(
-        self, topic: str, *, progress: Progress | None = None
-    ) -> list[RetentionReport]:
+    def cleanup(self, topic: str, *, progress: Progress | None = None) -> list[RetentionReport]:
         """Apply ``topic``'s retention to every partition now (no-op without ``delete``)."""
         return self._each_partition(topic, apply_retention, progress)
 

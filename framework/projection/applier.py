@@ -35,6 +35,7 @@ event: it propagates, nothing of the batch is kept, and the worker fails.
 from __future__ import annotations
 
 import gc
+import inspect
 import sqlite3
 import time
 from collections.abc import Callable
@@ -45,7 +46,7 @@ import orjson
 from framework.codec import Envelope, EventCodec, event_type_from_headers
 from framework.codec.privacy import redact
 from framework.domain import event_type_of
-from framework.errors import NewerEventVersionError
+from framework.errors import NewerEventVersionError, ProjectionError
 from framework.log import Record, TopicPartition
 from framework.observability import get_logger
 from framework.projection.breaker import PoisonBreaker
@@ -412,7 +413,17 @@ class BatchApplier:
         ctx = self._context(rec, decoded)
         if handler is None:
             return self.projector.handle(event, ctx)
-        handler(self.projector, event, ctx)
+        result: Any = handler(self.projector, event, ctx)
+        if inspect.iscoroutine(result):  # an async handler: awaited by the parallel applier
+            result.close()
+            if not self.replaying:
+                raise ProjectionError(
+                    f"{type(self.projector).__qualname__}: an async handler met the in-order"
+                    " applier (only a worker's parallel applier awaits them)",
+                    topic=rec.topic,
+                    partition=rec.partition,
+                    offset=rec.offset,
+                )
         return True
 
     def _context(self, rec: Record, envelope: Envelope[Any]) -> EventContext:

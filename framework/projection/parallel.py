@@ -47,6 +47,13 @@ records the wait, and :attr:`~.applier.BatchApplier.waiting` names the partition
 worker stops fetching it until a worker with newer code owns it (which skips the offsets
 finished meanwhile, through the offset map).
 
+**Async handlers.** A projector whose handlers are ``async def`` (awaiting a remote call)
+runs its keys as asyncio tasks instead of threads: one event loop per worker, on a thread
+of its own, at most ``concurrency`` keys at once (a semaphore), each key's events in order
+in its task. The applying thread commits as with threads. ``await ctx.issue_async(...)``
+issues a command without blocking the loop (the append runs in a thread, so concurrent
+issues share fsyncs). There is no probe: awaiting is waiting.
+
 Parking (``park_after_dead_letter``) holds per key: a key parked before the batch, or whose
 event is dead-lettered in it, parks its later events; ``handler_attempts`` retries a failed
 handler on its key's thread before dead-lettering it.
@@ -54,6 +61,8 @@ handler on its key's thread before dead-lettering it.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -106,6 +115,11 @@ class _WaitError(Exception):
     def __init__(self, error: NewerEventVersionError) -> None:
         self.error = error
         super().__init__(str(error))
+
+
+def has_async_handlers(cls: type[Projector]) -> bool:
+    """Whether any handler of ``cls`` is ``async def``."""
+    return any(inspect.iscoroutinefunction(h) for h in cls._handlers.values())
 
 
 class _NoReadModel:
@@ -173,6 +187,14 @@ class ParallelApplier(BatchApplier):
         """Whether the last probe sent the handlers to the threads (module docstring)."""
         self._since_probe = PROBE_EVERY  # probe the first batch
         self._probed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if has_async_handlers(type(projector)):
+            self._loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=self._loop.run_forever,
+                name=f"eventlane-{projector.name}-loop",
+                daemon=True,
+            ).start()
         with readmodel.transaction() as conn:
             conn.execute(_CREATE_DONE)
 
@@ -210,14 +232,20 @@ class ParallelApplier(BatchApplier):
         counts = [0, 0, 0]
         self._stop.clear()
         work = [(progress[tp], events) for (tp, _), events in keys.items()]
-        if self.projector.adaptive:
+        if self._loop is not None:
+            pending: set[Future[None]] = {
+                asyncio.run_coroutine_threadsafe(self._run_tasks(work, counts), self._loop)
+            }
+            work = []
+        elif self.projector.adaptive:
             work = self._probe_maybe(work, counts)
             if not self.threaded:
                 self._run_here(work, counts, progress, generation)
                 work = []
-        pending: set[Future[None]] = {
-            self._pool.submit(self._run_key, part, events, counts) for part, events in work
-        }
+        if self._loop is None:
+            pending = {
+                self._pool.submit(self._run_key, part, events, counts) for part, events in work
+            }
         try:
             while pending:
                 # Not FIRST_COMPLETED: one wake per finished key would cost O(keys) each.
@@ -302,6 +330,58 @@ class ParallelApplier(BatchApplier):
                         self._parked.add((rec.topic, rec.key))
                 part.finished.add(rec.offset)
 
+    # ------------------------------------------------------------------ async handlers
+    async def _run_tasks(
+        self, work: list[tuple[_Partition, list[tuple[Record, Decoded]]]], counts: list[int]
+    ) -> None:
+        """Every key as a task, at most ``concurrency`` at once, each key's events in order."""
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def run_key(part: _Partition, events: list[tuple[Record, Decoded]]) -> None:
+            async with gate:
+                for rec, decoded in events:
+                    if self._stop.is_set():
+                        return
+                    outcome, dead = await self._one_async(rec, decoded)
+                    with self._mutex:
+                        counts[outcome] += 1
+                        if dead is not None:
+                            part.dead.append(dead)
+                            if self._park and rec.key is not None:
+                                self._parked.add((rec.topic, rec.key))
+                        part.finished.add(rec.offset)
+
+        await asyncio.gather(*(run_key(part, events) for part, events in work))
+
+    async def _one_async(self, rec: Record, decoded: Decoded) -> tuple[int, _DeadLetter | None]:
+        """:meth:`_one` for async handlers (awaited on the worker's loop)."""
+        if self._park and (rec.topic, rec.key) in self._parked:
+            reason = "parked behind an earlier dead letter of the same key"
+            return 2, (rec, reason, None, 0, "parked")
+        if isinstance(decoded, _DecodeFailedError):
+            return 2, (rec, decoded.describe(), decoded.type_name, 1, "dead")
+        attempts = max(1, self.projector.handler_attempts)
+        for attempt in range(1, attempts + 1):
+            try:
+                return (0 if await self._handle_async(rec, decoded) else 1), None
+            except Exception as exc:
+                if attempt == attempts or self._stop.is_set():
+                    return 2, (rec, _describe(exc), _type_name(rec), attempt, "dead")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _handle_async(self, rec: Record, decoded: Decoded) -> bool:
+        if decoded is None:
+            return False
+        if isinstance(decoded, _DecodeFailedError):
+            raise decoded
+        handler = type(self.projector)._handlers.get(type(decoded.event))
+        if handler is None:
+            return False
+        result: Any = handler(self.projector, decoded.event, self._context(rec, decoded))
+        if inspect.isawaitable(result):
+            await result
+        return True
+
     def _one(self, rec: Record, decoded: Decoded) -> tuple[int, _DeadLetter | None]:
         """Handle one event: ``(0 applied | 1 skipped | 2 dead-lettered, dead letter)``."""
         if self._park and (rec.topic, rec.key) in self._parked:
@@ -374,16 +454,19 @@ class ParallelApplier(BatchApplier):
             part.saved.update(above)
 
     def close(self) -> None:
-        """Stop the handler threads (after their current event)."""
+        """Stop the handler threads (after their current event) and the loop, if any."""
         self._stop.set()
         self._pool.shutdown(wait=True)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 def applier_for(
     projector: Projector, codec: EventCodec, readmodel: ReadModel, *, app: Any = None
 ) -> BatchApplier:
     """The applier a worker runs ``projector`` with: parallel per key when its
-    ``concurrency`` is above 1, the in-order :class:`BatchApplier` otherwise."""
-    if projector.concurrency > 1:
+    ``concurrency`` is above 1 or its handlers are ``async def`` (tasks), the in-order
+    :class:`BatchApplier` otherwise."""
+    if projector.concurrency > 1 or has_async_handlers(type(projector)):
         return ParallelApplier(projector, codec, readmodel, app=app)
     return BatchApplier(projector, codec, readmodel, app=app)

@@ -52,6 +52,8 @@ Rules:
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, overload
@@ -151,8 +153,16 @@ def _setup_migrations(cls: type[Projector]) -> Migrations:
 
 def _check_concurrency(cls: type[Projector]) -> None:
     """The rule of per-key parallelism: concurrent handlers run outside the read model's
-    transaction, so a projector with ``concurrency > 1`` may not have tables to write."""
+    transaction, so a projector with ``concurrency > 1`` (or ``async def`` handlers, run
+    as concurrent tasks) may not have tables to write."""
     n = cls.concurrency
+    asynchronous = [name for name, h in cls._handlers.items() if inspect.iscoroutinefunction(h)]
+    if asynchronous and cls.migrations is not None:
+        raise ConfigError(
+            f"{cls.__qualname__}: async handlers run as concurrent tasks, outside the read"
+            " model's transaction, so they may not write a read model; keep the handlers of"
+            " a projector with tables sync"
+        )
     if type(n) is not int or n < 1:
         raise ConfigError(f"{cls.__qualname__}.concurrency must be an int >= 1, got {n!r}")
     if n > 1 and cls.migrations is not None:
@@ -245,6 +255,19 @@ class EventContext:
             )
         return self.app.issue(cls, aggregate_id, command, caused_by=self.envelope, create=create)
 
+    async def issue_async(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command: Callable[[A], Any],
+        *,
+        create: bool = True,
+    ) -> list[RecordMetadata]:
+        """:meth:`issue` from an ``async def`` handler: the same command path, run in a
+        thread so the worker's loop keeps serving the other keys (concurrent issues share
+        the log's fsyncs)."""
+        return await asyncio.to_thread(self.issue, cls, aggregate_id, command, create=create)
+
 
 class Projector:
     """Base class of projectors (see the module docstring)."""
@@ -263,6 +286,9 @@ class Projector:
     """Keep per-key order: park later events of a key behind a dead-lettered one."""
     handler_attempts: ClassVar[int] = 3
     """Tries per event before it is dead-lettered."""
+    policy: ClassVar[bool] = False
+    """It issues commands (``ctx.issue``): a causal wait (``Runtime.wait_causal``) waits
+    for it to handle a write's events and follows the commands it issued for them."""
     concurrency: ClassVar[int] = 1
     """Per-key parallelism inside a partition (see :mod:`framework.projection.parallel`):
     with ``N > 1``, events of different keys of one partition are handled by up to ``N``

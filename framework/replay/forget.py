@@ -317,7 +317,7 @@ def _drop_snapshots(
     """Tombstones for live snapshots keyed by a subject id, and for those of every stream
     that holds a subject's event (a snapshot sealed under another subject's key may hold a
     copy of its data); the snapshot topics touched."""
-    from framework.store.repository import snapshot_topic  # noqa: PLC0415
+    from framework.store.stream import snapshot_topic  # noqa: PLC0415
 
     touched: list[str] = []
     removed = 0

@@ -347,9 +347,13 @@ def carry_dead_letters(
     )
     with ReadModelView(live) as view:
         conn = view.conn
-        rows = [] if conn is None else conn.execute(
-            f"SELECT {columns} FROM _eventlane_dead_letters ORDER BY id"
-        ).fetchall()
+        rows = (
+            []
+            if conn is None
+            else conn.execute(
+                f"SELECT {columns} FROM _eventlane_dead_letters ORDER BY id"
+            ).fetchall()
+        )
     failed = {
         (t, p, o): status
         for t, p, o, status in shadow.execute(

@@ -1,7 +1,8 @@
 """The event store on the log: conditional append, snapshots, repository."""
 
 from framework.store.event_store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore
-from framework.store.repository import Repository, snapshot_topic
+from framework.store.repository import Repository
+from framework.store.stream import snapshot_topic
 
 __all__ = [
     "DEFAULT_PARTITIONS",

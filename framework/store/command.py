@@ -1,6 +1,12 @@
 """The command path: decide on an aggregate's stream, append conditionally, retry.
 
-``execute``, ``issue`` and ``save`` are one loop (:func:`run`). Each attempt *decides* (loads
+``execute``, ``issue`` and ``save`` are one loop (:func:`plan`), written *sans I/O*: a
+generator that yields what it needs done (:class:`Call`: a decision's load, an append, a
+read-back; :class:`Pause`: a back-off) and gets the results sent back (or exceptions
+thrown in). Two thin drivers perform the requests: :func:`drive` on the calling thread
+(the sync :class:`~framework.Runtime`) and :func:`drive_async` on an event loop, with the
+blocking calls in a thread pool (the async runtime); the decisions, version checks and
+retries exist once. Each attempt *decides* (loads
 the aggregate and runs the command on it; a save's decision is the aggregate it was given),
 then appends the decision's events as one batch, conditionally on the stream's last record
 the decision was made on (:meth:`EventStore.append`). What the append answers:
@@ -28,9 +34,11 @@ success.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, NamedTuple, TypeVar
 
 from framework.codec import Envelope
@@ -48,6 +56,7 @@ from framework.store.event_store import UNKNOWN_OFFSET, EventStore, Outcome
 log = get_logger("eventlane.store")
 
 A = TypeVar("A", bound=Aggregate)
+R = TypeVar("R")
 
 
 class _Attempt(NamedTuple):
@@ -74,6 +83,68 @@ def envelopes_of(
     ]
 
 
+class Call(NamedTuple):
+    """An I/O request of the command path: a blocking call into the store or the log (a
+    decision's load, an append, a read-back). The driver performs it and sends back its
+    result, or throws its exception into the plan."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+
+class Pause(NamedTuple):
+    """An I/O request of the command path: wait ``seconds`` before the next attempt."""
+
+    seconds: float
+
+
+Step = Call | Pause
+
+
+def drive(plan: Generator[Step, Any, R]) -> R:
+    """Run a plan on the calling thread: calls made in place, pauses slept."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = plan.send(value) if error is None else plan.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        value, error = None, None
+        if isinstance(step, Pause):
+            time.sleep(step.seconds)
+            continue
+        try:
+            value = step.fn(*step.args)
+        except Exception as exc:
+            error = exc
+
+
+async def drive_async(
+    plan: Generator[Step, Any, R],
+    offload: Callable[[Callable[[], Any]], Awaitable[Any]],
+) -> R:
+    """Run a plan on an event loop: each call through ``offload`` (a thread of the async
+    runtime's pool: the file work of the embedded log blocks), pauses as ``asyncio.sleep``.
+    The loop is never blocked; concurrent plans' appends to one partition run in
+    concurrent threads and share an fsync (the engine's group commit)."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = plan.send(value) if error is None else plan.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        value, error = None, None
+        if isinstance(step, Pause):
+            await asyncio.sleep(step.seconds)
+            continue
+        try:
+            value = await offload(functools.partial(step.fn, *step.args))
+        except Exception as exc:
+            error = exc
+
+
 def run(
     store: EventStore,
     topic: str,
@@ -85,30 +156,62 @@ def run(
     correlation_id: str | None = None,
     causation_id: str | None = None,
 ) -> tuple[A | None, list[RecordMetadata]]:
+    """:func:`plan` driven on the calling thread (:func:`drive`)."""
+    return drive(
+        plan(
+            store,
+            topic,
+            aggregate_id,
+            decide,
+            attempts=attempts,
+            retry_conflicts=retry_conflicts,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+        )
+    )
+
+
+def plan(
+    store: EventStore,
+    topic: str,
+    aggregate_id: str,
+    decide: Callable[[], A | None],
+    *,
+    attempts: int,
+    retry_conflicts: bool,
+    correlation_id: str | None = None,
+    causation_id: str | None = None,
+) -> Generator[Step, Any, tuple[A | None, list[RecordMetadata]]]:
     """Decide and append until stored, at most ``attempts`` times (see the module docstring).
 
-    ``decide`` returns the aggregate with its pending events (``None``: nothing to do; the
-    same object again: append the same events again). Returns the aggregate whose events
-    were stored, still pending (the caller marks them committed), and their records."""
+    A generator of I/O requests (:class:`Call`, :class:`Pause`): it does no I/O itself, so
+    the same loop runs under the sync driver (:func:`drive`) and the async one
+    (:func:`drive_async`). ``decide`` (a :class:`Call`) returns the aggregate with its
+    pending events (``None``: nothing to do; the same object again: append the same events
+    again). Returns the aggregate whose events were stored, still pending (the caller marks
+    them committed), and their records."""
     doubts: list[_Attempt] = []
     current: _Attempt | None = None
     failure: FrameworkError | None = None
     for attempt in range(1, attempts + 1):
         appending = False
+        pause = 0.0
         try:
             if doubts:
-                stored = _settle(store, topic, aggregate_id, doubts)
+                stored = yield from _settle(store, topic, aggregate_id, doubts)
                 if stored is not None:
                     return stored  # type: ignore[return-value]
-            aggregate = decide()
+            aggregate = yield Call(decide)
             if aggregate is None:
                 return None, []
             if not aggregate.pending_events:  # nothing to do, unless an attempt landed
-                return _last_word(store, topic, aggregate_id, doubts) or (aggregate, [])  # type: ignore[return-value]
+                last = yield from _last_word(store, topic, aggregate_id, doubts)
+                return last or (aggregate, [])  # type: ignore[return-value]
             if current is None or current.aggregate is not aggregate:
                 current = _Attempt(aggregate, envelopes_of(aggregate, correlation_id, causation_id))
             appending = True
-            return aggregate, _append(store, topic, current)
+            written = yield Call(_append, (store, topic, current))
+            return aggregate, written
         except ConcurrencyError as exc:
             failure, pause = exc, conflict_pause(attempt) if attempt > 1 else 0.0
             if not retry_conflicts:
@@ -122,7 +225,7 @@ def run(
             if all(d is not current for d in doubts):
                 doubts.append(current)
         except Exception:  # the command failed: done if an earlier attempt landed
-            stored = _last_word(store, topic, aggregate_id, doubts)
+            stored = yield from _last_word(store, topic, aggregate_id, doubts)
             if stored is not None:
                 return stored  # type: ignore[return-value]
             raise
@@ -134,8 +237,8 @@ def run(
             error=str(failure),
         )
         if attempt < attempts and pause:
-            time.sleep(pause)
-    stored = _last_word(store, topic, aggregate_id, doubts)
+            yield Pause(pause)
+    stored = yield from _last_word(store, topic, aggregate_id, doubts)
     if stored is not None:
         return stored  # type: ignore[return-value]
     assert failure is not None
@@ -157,10 +260,10 @@ def _append(store: EventStore, topic: str, attempt: _Attempt) -> list[RecordMeta
 
 def _settle(
     store: EventStore, topic: str, aggregate_id: str, doubts: list[_Attempt]
-) -> tuple[Aggregate, list[RecordMetadata]] | None:
+) -> Generator[Step, Any, tuple[Aggregate, list[RecordMetadata]] | None]:
     """The doubt that was stored, with its records; drops the doubts that never can be."""
     for doubt in list(doubts):
-        outcome, written = store.outcome(topic, aggregate_id, doubt.envelopes)
+        outcome, written = yield Call(store.outcome, (topic, aggregate_id, doubt.envelopes))
         if outcome is Outcome.STORED:
             log.info(
                 "append of unknown outcome was stored",
@@ -176,7 +279,7 @@ def _settle(
 
 def _last_word(
     store: EventStore, topic: str, aggregate_id: str, doubts: list[_Attempt]
-) -> tuple[Aggregate, list[RecordMetadata]] | None:
+) -> Generator[Step, Any, tuple[Aggregate, list[RecordMetadata]] | None]:
     """Before the command ends without storing anything: the doubt found stored, if any;
     ``None`` when none is left that could still land; else (or when the log cannot be
     read to tell) :class:`OutcomeUnknownError`."""
@@ -184,7 +287,7 @@ def _last_word(
         return None
     cause: Exception | None = None
     try:
-        stored = _settle(store, topic, aggregate_id, doubts)
+        stored = yield from _settle(store, topic, aggregate_id, doubts)
     except LogUnavailableError as exc:
         stored, cause = None, exc
     if stored is not None or not doubts:

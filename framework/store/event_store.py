@@ -18,26 +18,16 @@ When the caller knows only the expected *version* (not the offset), the store re
 stream's last record (``key_head`` + one point read), compares its ``aggregate_version`` and
 appends expecting that offset: still one atomic check in the engine.
 
-Streams read or appended recently are kept decoded (:mod:`.stream_cache`): loading one
-again costs one ``key_head`` when nothing changed, else a read of the records after the
-cached ones; a command's load (``checked=False``) not even the ``key_head``, its conditional
-save being the check. ``cache_events=0`` turns it off.
-
-Reading a stream uses the engine's per-key reads (``read_key``: the embedded engine's key
-index, never a partition scan). Records come back checked by key; the store checks each
-record's ``aggregate_version`` continues the stream. On a gap the engine's per-key state is
-rebuilt once (``rebuild_keys``) and the read repeated. A difference that survives a rebuild
-is in the log itself: :class:`~framework.errors.SerializationError` naming the topic,
-partition and offset.
+Reading streams (cached, caught up with the log, snapshotted) is :mod:`.stream`'s: the store
+owns a :class:`~framework.store.stream.Streams` (``self.streams``), tells it what it
+appended, and delegates its reads to it. ``cache_events=0`` turns the cache off.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Any, Final, NamedTuple
-
-import orjson
+from typing import Any, Final
 
 from framework.codec import HEADER_EVENT_ID, Envelope, EventCodec
 from framework.errors import (
@@ -47,10 +37,10 @@ from framework.errors import (
     SerializationError,
 )
 from framework.log import Log, Record, RecordMetadata
-from framework.log.partitioner import partition_for_key
 from framework.log.types import Expect, KeyIndexReport
 from framework.observability import get_logger
-from framework.store.stream_cache import DEFAULT_EVENTS, CachedStream, StreamCache
+from framework.store.stream import StreamRead, Streams, stored_version
+from framework.store.stream_cache import DEFAULT_EVENTS, StreamCache
 
 log = get_logger("eventlane.store")
 
@@ -66,36 +56,6 @@ and the record is read and checked (~8 % faster loads, docs/performance.md; the
 index grows by 8 bytes per KiB of log)."""
 DEFAULT_PARTITIONS = 6
 """The partition count of an event topic an application creates, unless it says otherwise."""
-
-
-class _StreamMismatchError(Exception):
-    """Internal: a record of the stream does not continue its version sequence."""
-
-    def __init__(self, offset: int, problem: str) -> None:
-        super().__init__(problem)
-        self.offset = offset
-        self.problem = problem
-
-
-def stored_version(record: Record) -> int | None:
-    """The ``aggregate_version`` in an event record's JSON value (``None`` if absent)."""
-    try:
-        doc = orjson.loads(record.value) if record.value is not None else None
-    except orjson.JSONDecodeError:
-        return None
-    version = doc.get("aggregate_version") if type(doc) is dict else None
-    return version if type(version) is int else None
-
-
-class StreamRead(NamedTuple):
-    """What :meth:`EventStore.read_stream` read."""
-
-    envelopes: list[Envelope[Any]]
-    """The envelopes in the requested version range."""
-    last_offset: int | None
-    """Offset of the last record read (``None``: none)."""
-    version: int
-    """Version of the last record read (``after_version`` when none was read after it)."""
 
 
 def _event_id(record: Record) -> str | None:
@@ -132,12 +92,17 @@ class EventStore:
     def __init__(self, log_: Log, codec: EventCodec, *, cache_events: int = DEFAULT_EVENTS) -> None:
         self.log = log_
         self.codec = codec
-        self.cache = StreamCache(cache_events) if cache_events > 0 else None
+        self.streams = Streams(log_, codec, cache_events=cache_events)
+        """Aggregates' streams as commands see them (:mod:`.stream`)."""
+
+    @property
+    def cache(self) -> StreamCache | None:
         """Recently used streams, decoded (``None``: off); see :mod:`.stream_cache`."""
+        return self.streams.cache
 
     # ------------------------------------------------------------------ placement
     def partition_of(self, topic: str, aggregate_id: str) -> int:
-        return partition_for_key(aggregate_id.encode(), self.log.partition_count(topic))
+        return self.streams.partition_of(topic, aggregate_id)
 
     # ------------------------------------------------------------------ writing
     def append(
@@ -189,16 +154,9 @@ class EventStore:
             self._forget(topic, aggregate_id)
             raise
         base = result.base_offset
-        if self.cache is not None:
-            self.cache.extend(
-                topic,
-                aggregate_id,
-                expected_version,
-                expected_offset,
-                envelopes,
-                range(base, base + len(envelopes)),
-                generation,
-            )
+        self.streams.appended(
+            topic, aggregate_id, expected_version, expected_offset, envelopes, base, generation
+        )
         return [
             RecordMetadata(topic, partition, base + i, ts) for i, ts in enumerate(result.timestamps)
         ]
@@ -206,8 +164,7 @@ class EventStore:
     def _forget(self, topic: str, aggregate_id: str) -> None:
         """Drop the cached stream: the log may hold more than it (a conflict, an append of
         unknown outcome), so the next read of the stream reads the log."""
-        if self.cache is not None:
-            self.cache.drop(topic, aggregate_id)
+        self.streams.drop(topic, aggregate_id)
 
     def outcome(
         self, topic: str, aggregate_id: str, envelopes: Sequence[Envelope[Any]]
@@ -320,149 +277,15 @@ class EventStore:
         after_offset: int | None = None,
         checked: bool = True,
     ) -> StreamRead:
-        """The envelopes with ``after_version < version <= upto_version``, checked against
-        the stream's version sequence (see the module docstring).
-
-        ``after_offset``: the offset of the stream's record ``after_version``, when known (a
-        snapshot records it): only the records after it are read. ``checked=False``: a
-        cached stream is returned without asking the log whether it moved, for a command
-        about to save conditionally (a stale stream then makes the save conflict, which
-        drops it from the cache: the retry reads the log).
-        """
-        key = aggregate_id.encode()
-        partition = self.partition_of(topic, aggregate_id)
-        whole = after_version == 0 and after_offset is None and self.cache is not None
-        generation = self.codec.registry.generation
-        if whole:
-            cached = self._cached(
-                topic, partition, aggregate_id, key, generation, upto_version, checked
-            )
-            if cached is not None:
-                envelopes, offsets = cached.envelopes, cached.offsets
-                if upto_version is not None and upto_version < len(envelopes):
-                    envelopes, offsets = envelopes[:upto_version], offsets[:upto_version]
-                return StreamRead(list(envelopes), offsets[-1] if offsets else None, len(offsets))
-        for attempt in (1, 2):
-            records = self.log.read_key(topic, partition, key, after=after_offset)
-            try:
-                read = self._decode_stream(
-                    topic, partition, records, after_version, upto_version, after_offset
-                )
-                if whole and upto_version is None and read.envelopes:
-                    self.cache.put(  # type: ignore[union-attr]
-                        topic,
-                        aggregate_id,
-                        read.envelopes,
-                        [r.offset for r in records[: len(read.envelopes)]],
-                        generation,
-                    )
-                return read
-            except _StreamMismatchError as exc:
-                if attempt == 2:
-                    raise SerializationError(
-                        f"stream {aggregate_id!r}: {exc.problem}",
-                        topic=topic,
-                        partition=partition,
-                        offset=exc.offset,
-                    ) from None
-                log.warning(
-                    "stream disagrees with the key index; rebuilding it",
-                    topic=topic,
-                    partition=partition,
-                    offset=exc.offset,
-                    problem=exc.problem,
-                )
-                self.log.rebuild_keys(topic, partition)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _cached(
-        self,
-        topic: str,
-        partition: int,
-        aggregate_id: str,
-        key: bytes,
-        generation: int,
-        upto: int | None,
-        checked: bool,
-    ) -> CachedStream | None:
-        """The cached stream, brought up to date with the log (records appended since are
-        read and decoded alone) unless it already holds version ``upto``; ``None`` when
-        not cached or the log disagrees with it."""
-        cache = self.cache
-        assert cache is not None
-        entry = cache.get(topic, aggregate_id, generation)
-        if entry is None or not checked:
-            return entry
-        last = entry.offsets[-1]
-        head = self.log.key_head(topic, partition, key)
-        if head == last:
-            return entry
-        if head is not None and head > last:
-            if upto is not None and upto <= len(entry.envelopes):
-                return entry  # history before the head does not change
-            records = self.log.read_key(topic, partition, key, after=last)
-            try:
-                tail = self._decode_stream(
-                    topic, partition, records, len(entry.envelopes), None, last
-                )
-            except _StreamMismatchError:
-                tail = None  # the uncached read sorts it out (rebuilds the key index)
-            if tail is not None and tail.envelopes:
-                return cache.extend(
-                    topic,
-                    aggregate_id,
-                    len(entry.envelopes),
-                    last,
-                    tail.envelopes,
-                    [r.offset for r in records[: len(tail.envelopes)]],
-                    generation,
-                )
-        cache.drop(topic, aggregate_id)
-        return None
-
-    def _decode_stream(
-        self,
-        topic: str,
-        partition: int,
-        records: list[Record],
-        after_version: int,
-        upto_version: int | None,
-        after_offset: int | None,
-    ) -> StreamRead:
-        envelopes: list[Envelope[Any]] = []
-        last: int | None = None
-        # Without the offset of ``after_version``, the stream is read from its start.
-        expected = after_version + 1 if after_offset is not None else 1
-        decode = self.codec.decode
-        for record in records:
-            if upto_version is not None and expected > upto_version:
-                break
-            if expected <= after_version:  # before the range: check the version only
-                if stored_version(record) != expected:
-                    raise _StreamMismatchError(
-                        record.offset,
-                        f"expected version {expected}, found version {stored_version(record)}",
-                    )
-                last = record.offset
-                expected += 1
-                continue
-            env = decode(
-                record.key,
-                record.value,
-                record.headers,  # type: ignore[arg-type]
-                topic=topic,
-                partition=partition,
-                offset=record.offset,
-            )
-            if env.aggregate_version != expected:
-                raise _StreamMismatchError(
-                    record.offset,
-                    f"expected version {expected}, found version {env.aggregate_version}",
-                )
-            envelopes.append(env)
-            last = record.offset
-            expected += 1
-        return StreamRead(envelopes, last, expected - 1)
+        """See :meth:`Streams.read_stream <framework.store.stream.Streams.read_stream>`."""
+        return self.streams.read_stream(
+            topic,
+            aggregate_id,
+            after_version,
+            upto_version,
+            after_offset=after_offset,
+            checked=checked,
+        )
 
     # ------------------------------------------------------------------ maintenance
     def verify_index(self, topic: str, partition: int) -> KeyIndexReport:

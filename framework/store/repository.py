@@ -6,72 +6,48 @@ snapshot plus the events after it, or from all its events. ``execute`` runs a co
 retry on concurrency conflicts (load, run, save; again on :class:`ConcurrencyError`); the
 retry loop of ``execute``, ``issue`` and ``save`` is :mod:`framework.store.command`.
 
-Snapshots live in the compacted topic ``<topic>.snapshots`` (created on the first snapshot
-with the event topic's partition count; keyed by aggregate id, so compaction keeps the
-latest per aggregate; the log's per-key read finds it without a scan). One is written
-whenever a save crosses a multiple of the class's ``snapshot_every``. Its header
-``event-offset`` holds the log offset of the event it was taken at, so a load reads only the
-events after that offset. A snapshot is
-*ignored*, never misread, when its ``snapshot_version`` is not the class's current one,
-when it cannot be decoded, or when it is ahead of the stream; the aggregate is then rebuilt
-from its events, and a load of the latest version writes a fresh snapshot. Writing a
-snapshot is best effort: the events are already saved, so a failure is logged, not raised.
+How an aggregate id becomes the aggregate a command or query sees (the cache, catching up
+with the log, snapshots and their reconciliation) is :mod:`framework.store.stream`'s alone:
+the repository names the topic and the snapshot codec, and drives the command path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 from framework.codec import Envelope, SnapshotCodec
-from framework.domain import Aggregate, Snapshot
-from framework.errors import (
-    AggregateNotFoundError,
-    SerializationError,
-    StaleSnapshotError,
-)
+from framework.domain import Aggregate
 from framework.log import RecordMetadata
+from framework.log.position import Written
 from framework.observability import get_logger
 from framework.store import command
-from framework.store.event_store import EventStore, StreamRead
+from framework.store.event_store import EventStore
+from framework.store.stream import snapshot_topic
 
 log = get_logger("eventlane.store")
 
+__all__ = ["SAVE_ATTEMPTS", "Repository", "causation_of", "snapshot_topic"]
+
 A = TypeVar("A", bound=Aggregate)
-
-SNAPSHOT_SUFFIX = ".snapshots"
-SNAPSHOT_TOPIC_CONFIG: dict[str, object] = {
-    "cleanup_policy": "compact",
-    "retention_ms": -1,
-    "segment_bytes": 16 << 20,
-}
-"""Snapshot topics keep the latest snapshot per aggregate: compacted, never expired, and
-with segments small enough for compaction (which never touches the active segment) to
-reclaim space early."""
-
 
 SAVE_ATTEMPTS = 10
 """Appends a ``save`` may make: a conflict is never retried (the caller decides again), but
 an unavailable log is waited for, and an append of unknown outcome is settled by reading the
 stream back (:mod:`framework.store.command`)."""
 
-HEADER_EVENT_OFFSET = "event-offset"
-"""Snapshot record header: the log offset of the event the snapshot was taken at."""
 
-
-def snapshot_topic(topic: str) -> str:
-    return topic + SNAPSHOT_SUFFIX
+def causation_of(caused_by: Envelope[Any] | str) -> tuple[str, str]:
+    """``(causation_id, correlation_id)`` of a policy's command caused by ``caused_by`` (an
+    event, or an event id)."""
+    if isinstance(caused_by, str):
+        return caused_by, caused_by
+    causation = str(caused_by.event_id)
+    return causation, caused_by.correlation_id or causation
 
 
 def _declared_topic(cls: type[Aggregate]) -> str:
     return cls.topic
-
-
-def _event_offset(headers: Sequence[tuple[str, bytes | None]]) -> int | None:
-    for name, raw in headers:
-        if name == HEADER_EVENT_OFFSET and raw is not None and raw.isdigit():
-            return int(raw)
-    return None
 
 
 class Repository:
@@ -99,7 +75,7 @@ class Repository:
         *,
         correlation_id: str | None = None,
         causation_id: str | None = None,
-    ) -> list[RecordMetadata]:
+    ) -> Written:
         """Append the aggregate's pending events iff nobody saved it since it was loaded.
 
         Raises :class:`~framework.errors.ConcurrencyError` (nothing written) otherwise. An
@@ -107,9 +83,22 @@ class Repository:
         the stream back (:mod:`framework.store.command`): the events are stored once, or
         :class:`~framework.errors.OutcomeUnknownError` says the log cannot tell yet.
         """
+        return command.drive(
+            self.save_plan(aggregate, correlation_id=correlation_id, causation_id=causation_id)
+        )
+
+    def save_plan(
+        self,
+        aggregate: Aggregate,
+        *,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+    ) -> Generator[command.Step, Any, Written]:
+        """:meth:`save` as a plan of I/O requests (:mod:`framework.store.command`), for a
+        sync or an async driver."""
         if not aggregate.pending_events:
-            return []
-        _, written = command.run(
+            return Written()
+        _, written = yield from command.plan(
             self.store,
             self.topic_of(type(aggregate)),
             aggregate.id,
@@ -119,182 +108,42 @@ class Repository:
             correlation_id=correlation_id,
             causation_id=causation_id,
         )
-        self._committed(aggregate, written)
-        return written
+        yield command.Call(self._committed, (aggregate, written))
+        return Written(written)
 
     def _committed(self, aggregate: Aggregate, written: list[RecordMetadata]) -> None:
-        """The aggregate's pending events are stored at ``written``: mark them committed,
-        and take a snapshot when the save crossed a multiple of ``snapshot_every``."""
-        if not written:
-            return
-        base = aggregate.committed_version
-        aggregate.mark_committed()
-        aggregate._stored_offset = written[-1].offset
-        every = type(aggregate).snapshot_every
-        if every and aggregate.version // every > base // every:
-            self._save_snapshot(aggregate)
+        self.store.streams.committed(
+            aggregate, written, self.topic_of(type(aggregate)), self.snapshots
+        )
 
     def _save_snapshot(self, aggregate: Aggregate) -> None:
-        cls = type(aggregate)
-        events = self.topic_of(cls)
-        topic = snapshot_topic(events)
-        log_ = self.store.log
-        try:
-            log_.create_topic(
-                topic, log_.partition_count(events), SNAPSHOT_TOPIC_CONFIG, exist_ok=True
-            )
-            record = self.snapshots.encode(cls, aggregate.take_snapshot())
-            headers = tuple(record.headers)
-            if aggregate._stored_offset is not None:
-                headers += ((HEADER_EVENT_OFFSET, str(aggregate._stored_offset).encode()),)
-            partition = self.store.partition_of(topic, aggregate.id)
-            log_.append(topic, partition, [(record.key, record.value, headers, None)])
-            log.debug(
-                "snapshot saved",
-                topic=topic,
-                partition=partition,
-                aggregate_id=aggregate.id,
-                version=aggregate.version,
-            )
-        except Exception as exc:  # the events are saved; a missing snapshot only costs time
-            log.warning(
-                "snapshot not written",
-                topic=topic,
-                aggregate_id=aggregate.id,
-                version=aggregate.version,
-                error=str(exc),
-            )
+        self.store.streams.save_snapshot(aggregate, self.topic_of(type(aggregate)), self.snapshots)
 
-    # ------------------------------------------------------------------ load
     def load(
         self, cls: type[A], aggregate_id: str, version: int | None = None, *, checked: bool = True
     ) -> A:
-        """The aggregate as of ``version`` (default: latest).
+        """The aggregate as of ``version`` (default: latest): see
+        :meth:`Streams.load <framework.store.stream.Streams.load>`.
 
-        ``checked=False`` (commands): a stream in the store's cache is used as it is, without
-        asking the log whether it moved; the conditional save catches a stale one.
-
-        Raises :class:`~framework.errors.AggregateNotFoundError` when it has no events (or
-        fewer than ``version``). A snapshot that cannot be used (stale schema, undecodable)
-        is ignored; the aggregate is rebuilt from its events and, on a load of the latest
-        version, a fresh snapshot replaces it.
-        """
-        topic = self.topic_of(cls)
-        if version is not None and version < 1:
-            raise AggregateNotFoundError(
-                f"{cls.__qualname__} {aggregate_id!r} has no version {version}", topic=topic
-            )
-        snapshot, at, unusable = self._load_snapshot(cls, aggregate_id, version)
-        if snapshot is not None and at is not None:
-            stream = self._read_after_snapshot(cls, aggregate_id, snapshot, at, version)
-            if stream is None:
-                snapshot, unusable = None, True
-        if snapshot is None or at is None:
-            after = snapshot.aggregate_version if snapshot is not None else 0
-            stream = self.store.read_stream(topic, aggregate_id, after, version, checked=checked)
-            if snapshot is not None and stream.version < snapshot.aggregate_version:
-                self._ahead(cls, aggregate_id, snapshot)  # the event topic was recreated
-                snapshot, unusable = None, True
-                stream = self.store.read_stream(topic, aggregate_id, 0, version)
-        assert stream is not None
-        envelopes = stream.envelopes
-        if snapshot is None and not envelopes:
-            raise AggregateNotFoundError(
-                f"no events for {cls.__qualname__} {aggregate_id!r}", topic=topic
-            )
-        aggregate = cls.rehydrate(aggregate_id, [e.event for e in envelopes], snapshot=snapshot)
-        aggregate._stored_offset = stream.last_offset if stream.last_offset is not None else at
-        if version is not None and aggregate.version != version:
-            raise AggregateNotFoundError(
-                f"{cls.__qualname__} {aggregate_id!r} has {aggregate.version} events, not"
-                f" {version}",
-                topic=topic,
-            )
-        every = cls.snapshot_every
-        if unusable and version is None and every and aggregate.version >= every:
-            self._save_snapshot(aggregate)
-        return aggregate
-
-    def _ahead(self, aggregate_cls: type[Aggregate], aggregate_id: str, snapshot: Snapshot) -> None:
-        log.warning(
-            "snapshot ahead of its stream ignored",
-            topic=self.topic_of(aggregate_cls),
-            aggregate_id=aggregate_id,
-            version=snapshot.aggregate_version,
+        ``checked=False`` (commands): a cached stream is used as it is, without asking the
+        log whether it moved; the conditional save catches a stale one. Raises
+        :class:`~framework.errors.AggregateNotFoundError` when it has no events (or fewer
+        than ``version``)."""
+        return self.store.streams.load(
+            cls,
+            aggregate_id,
+            version,
+            topic=self.topic_of(cls),
+            snapshots=self.snapshots,
+            checked=checked,
         )
-
-    def _read_after_snapshot(
-        self, cls: type[A], aggregate_id: str, snapshot: Snapshot, at: int, version: int | None
-    ) -> StreamRead | None:
-        """The events after a snapshot taken at offset ``at``; ``None`` when the stream does
-        not continue it (the event topic was recreated: the snapshot is ignored)."""
-        topic = self.topic_of(cls)
-        partition = self.store.partition_of(topic, aggregate_id)
-        head = self.store.log.key_head(topic, partition, aggregate_id.encode())
-        if head is None or head < at:
-            self._ahead(cls, aggregate_id, snapshot)
-            return None
-        try:
-            return self.store.read_stream(
-                topic, aggregate_id, snapshot.aggregate_version, version, after_offset=at
-            )
-        except SerializationError as exc:
-            log.warning(
-                "snapshot does not continue its stream; ignored",
-                topic=topic,
-                aggregate_id=aggregate_id,
-                error=str(exc),
-            )
-            return None
-
-    def _load_snapshot(
-        self, cls: type[A], aggregate_id: str, version: int | None
-    ) -> tuple[Snapshot | None, int | None, bool]:
-        """The latest usable snapshot at or below ``version``, the event offset it was
-        taken at (``None``: not recorded), and whether the latest one stored was unusable
-        (stale schema, undecodable)."""
-        if not cls.snapshot_every:
-            return None, None, False
-        topic = snapshot_topic(self.topic_of(cls))
-        log_ = self.store.log
-        if not log_.topic_exists(topic):
-            return None, None, False
-        partition = self.store.partition_of(topic, aggregate_id)
-        records = log_.read_key(topic, partition, aggregate_id.encode())
-        if not records:
-            return None, None, False
-        record = records[-1]
-        if record.value is None:  # removed (forget's tombstone): none, and not unusable
-            return None, None, False
-        where = {"topic": topic, "partition": partition, "offset": record.offset}
-        try:
-            snap = self.snapshots.decode(
-                cls,
-                record.key,
-                record.value,
-                record.headers,  # type: ignore[arg-type]
-                topic=topic,
-                partition=partition,
-                offset=record.offset,
-            )
-        except StaleSnapshotError:
-            log.info("stale snapshot ignored", aggregate_id=aggregate_id, **where)
-            return None, None, True
-        except SerializationError as exc:
-            log.warning(
-                "undecodable snapshot ignored", aggregate_id=aggregate_id, error=str(exc), **where
-            )
-            return None, None, True
-        if version is not None and snap.aggregate_version > version:
-            return None, None, False
-        return snap, _event_offset(record.headers), False
 
     # ------------------------------------------------------------------ commands
     def execute(
         self,
         cls: type[A],
         aggregate_id: str,
-        command: Callable[[A], Any],
+        command_: Callable[[A], Any],
         *,
         create: bool = False,
         attempts: int = 20,
@@ -308,8 +157,17 @@ class Repository:
         an append of unknown outcome is settled by reading the stream back, never repeated
         blindly (:mod:`framework.store.command`). ``create=True`` starts from a new
         aggregate when none exists."""
-        aggregate, _ = self._run(
-            cls, aggregate_id, command, create, attempts, correlation_id, causation_id, once=False
+        aggregate, _ = command.drive(
+            self.run_plan(
+                cls,
+                aggregate_id,
+                command_,
+                create,
+                attempts,
+                correlation_id,
+                causation_id,
+                once=False,
+            )
         )
         assert aggregate is not None
         return aggregate
@@ -318,12 +176,12 @@ class Repository:
         self,
         cls: type[A],
         aggregate_id: str,
-        command: Callable[[A], Any],
+        command_: Callable[[A], Any],
         *,
         caused_by: Envelope[Any] | str,
         create: bool = True,
         attempts: int = 20,
-    ) -> list[RecordMetadata]:
+    ) -> Written:
         """Run ``command`` on aggregate ``aggregate_id`` and save what it records, unless an
         event caused by ``caused_by`` is already in that aggregate's stream.
 
@@ -339,17 +197,15 @@ class Repository:
 
         Returns the appended records' metadata (empty when nothing was appended).
         """
-        if isinstance(caused_by, str):
-            causation, correlation = caused_by, caused_by
-        else:
-            causation = str(caused_by.event_id)
-            correlation = caused_by.correlation_id or causation
-        _, written = self._run(
-            cls, aggregate_id, command, create, attempts, correlation, causation, once=True
+        causation, correlation = causation_of(caused_by)
+        _, written = command.drive(
+            self.run_plan(
+                cls, aggregate_id, command_, create, attempts, correlation, causation, once=True
+            )
         )
         return written
 
-    def _run(
+    def run_plan(
         self,
         cls: type[A],
         aggregate_id: str,
@@ -360,20 +216,30 @@ class Repository:
         causation_id: str | None,
         *,
         once: bool,
-    ) -> tuple[A | None, list[RecordMetadata]]:
-        """:meth:`execute` and :meth:`issue`: load, run, save, and on a conflict again, on the
-        command path of :mod:`framework.store.command`. ``once``: load from the whole stream
+    ) -> Generator[command.Step, Any, tuple[A | None, Written]]:
+        """:meth:`execute` and :meth:`issue` as a plan of I/O requests (a sync or an async
+        driver runs it): load, run, save, and on a conflict again, on the command path of
+        :mod:`framework.store.command`. ``once``: load from the whole stream
         and do nothing (``None, []``) when an event in it was caused by ``causation_id``."""
+        topic = self.topic_of(cls)
 
         def decide() -> A | None:
-            aggregate = self._load_for_command(cls, aggregate_id, create, causation_id, once)
+            aggregate = self.store.streams.for_command(
+                cls,
+                aggregate_id,
+                topic=topic,
+                snapshots=self.snapshots,
+                create=create,
+                causation_id=causation_id,
+                once=once,
+            )
             if aggregate is not None:
                 command_(aggregate)
             return aggregate
 
-        aggregate, written = command.run(
+        aggregate, written = yield from command.plan(
             self.store,
-            self.topic_of(cls),
+            topic,
             aggregate_id,
             decide,
             attempts=attempts,
@@ -382,34 +248,5 @@ class Repository:
             causation_id=causation_id,
         )
         if aggregate is not None:
-            self._committed(aggregate, written)
-        return aggregate, written
-
-    def _load_for_command(
-        self, cls: type[A], aggregate_id: str, create: bool, causation_id: str | None, once: bool
-    ) -> A | None:
-        if not once:
-            try:
-                return self.load(cls, aggregate_id, checked=False)
-            except AggregateNotFoundError:
-                if not create:
-                    raise
-                return cls(aggregate_id)
-        topic = self.topic_of(cls)
-        stream = self.store.read_stream(topic, aggregate_id, checked=False)
-        history = stream.envelopes
-        if any(env.causation_id == causation_id for env in history):
-            log.info(
-                "command already issued for this event; not again",
-                topic=topic,
-                aggregate_id=aggregate_id,
-                causation_id=causation_id,
-            )
-            return None
-        if not history and not create:
-            raise AggregateNotFoundError(
-                f"no events for {cls.__qualname__} {aggregate_id!r}", topic=topic
-            )
-        aggregate = cls.rehydrate(aggregate_id, [env.event for env in history])
-        aggregate._stored_offset = stream.last_offset  # the conditional save's expectation
-        return aggregate
+            yield command.Call(self._committed, (aggregate, written))
+        return aggregate, Written(written)

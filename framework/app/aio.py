@@ -1,0 +1,326 @@
+"""The asyncio face of a runtime: ``async with app.open_async(data) as runtime``.
+
+The same core as the sync :class:`~framework.app.application.Runtime`, not a second copy:
+commands run the command path's one plan (:mod:`framework.store.command`: decide, encode,
+check versions, retry, settle unknown outcomes) under its async driver, and causal waits
+the one causal plan (:mod:`framework.app.causal`). What differs is only who performs the
+I/O: the blocking file work of the embedded log runs in the runtime's thread pool, never on
+the event loop, and waits poll the read model without holding a thread. Concurrent
+``await runtime.execute(...)`` on one partition append from concurrent threads, so they
+share fsyncs (the engine's group commit).
+
+Thread-safety and cancellation: an :class:`AsyncRuntime` belongs to one event loop. A
+command whose awaiting task is cancelled keeps running in its thread until it is stored or
+refused (the append is not interrupted halfway); the caller just does not learn which, as
+with any request whose answer is lost: read the aggregate (or wait for its position)
+before deciding again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import time
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from framework.app.causal import CausalStep, Reach, as_position, causal_plan
+from framework.codec import Envelope
+from framework.consumer import Consumer, GroupConsumer
+from framework.domain import Aggregate
+from framework.log import Log, Record, RecordMetadata, TopicPartition
+from framework.log.position import Position, Written
+from framework.projection.readmodel import ReadModelView
+from framework.store.command import drive_async
+from framework.store.repository import causation_of
+
+A = TypeVar("A", bound=Aggregate)
+T = TypeVar("T")
+
+DEFAULT_THREADS = 64
+"""Threads of an async runtime's pool: at most this many blocking calls (appends, reads)
+run at once; concurrent appends to one partition share an fsync."""
+
+_POLL_FIRST_S, _POLL_MAX_S = 0.002, 0.05
+
+
+class AsyncRuntime:
+    """An :class:`~framework.app.application.App` connected to a log, for asyncio code
+    (module docstring). Use as ``async with app.open_async(log) as runtime``; ``sync`` is
+    the sync runtime underneath (typed loosely: this module sits below it)."""
+
+    def __init__(self, open_sync: Callable[[], Any], *, threads: int = DEFAULT_THREADS) -> None:
+        self._open_sync = open_sync
+        """Opens the sync :class:`~framework.app.application.Runtime` (``App.open_async``
+        passes ``App.open`` with its arguments)."""
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="eventlane-aio")
+        self._runtime: Any = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> AsyncRuntime:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Open the log and the runtime (file work, off the loop)."""
+        if self._runtime is None:
+            self._runtime = await self._offload(self._open_sync)
+
+    async def close(self) -> None:
+        runtime, self._runtime = self._runtime, None
+        if runtime is not None:
+            await self._offload(runtime.close)
+        self._pool.shutdown(wait=False)
+
+    @property
+    def sync(self) -> Any:
+        """The sync runtime underneath (status, read-model paths; for threads)."""
+        if self._runtime is None:
+            raise RuntimeError("the async runtime is not open: use `async with`")
+        return self._runtime
+
+    @property
+    def log(self) -> Log:
+        log: Log = self.sync.log
+        return log
+
+    @property
+    def app(self) -> Any:
+        """The :class:`~framework.app.application.App`."""
+        return self.sync.app
+
+    async def _offload(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking call of your own in the runtime's pool (e.g. a read-model query)."""
+        return await self._offload(functools.partial(fn, *args, **kwargs))
+
+    # ------------------------------------------------------------------ commands
+    async def save(self, aggregate: Aggregate, **envelope: Any) -> Written:
+        """See :meth:`Runtime.save`."""
+        rt = self.sync
+        rt.declared(type(aggregate))
+        result: Written = await drive_async(
+            rt.repository.save_plan(aggregate, **envelope), self._offload
+        )
+        return result
+
+    async def execute(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command: Callable[[A], Any],
+        *,
+        create: bool = False,
+        attempts: int = 20,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+    ) -> A:
+        """See :meth:`Runtime.execute`; ``command`` runs in the pool's thread (it is sync:
+        it decides on the aggregate, it does no I/O)."""
+        rt = self.sync
+        plan = rt.repository.run_plan(
+            rt.declared(cls),
+            aggregate_id,
+            command,
+            create,
+            attempts,
+            correlation_id,
+            causation_id,
+            once=False,
+        )
+        aggregate: A | None
+        aggregate, _ = await drive_async(plan, self._offload)
+        assert aggregate is not None
+        return aggregate
+
+    async def issue(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command: Callable[[A], Any],
+        *,
+        caused_by: Envelope[Any] | str,
+        create: bool = True,
+        attempts: int = 20,
+    ) -> Written:
+        """See :meth:`Runtime.issue`."""
+        rt = self.sync
+        causation, correlation = causation_of(caused_by)
+        plan = rt.repository.run_plan(
+            rt.declared(cls),
+            aggregate_id,
+            command,
+            create,
+            attempts,
+            correlation,
+            causation,
+            once=True,
+        )
+        written: Written
+        _, written = await drive_async(plan, self._offload)
+        return written
+
+    async def load(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        version: int | None = None,
+        *,
+        as_of: datetime | int | None = None,
+    ) -> A:
+        """See :meth:`Runtime.load` (``as_of`` included)."""
+        return await self._offload(lambda: self.sync.load(cls, aggregate_id, version, as_of=as_of))
+
+    async def forget(self, subjects: str | Iterable[str], **options: Any) -> Any:
+        """See :func:`framework.forget` (run in the pool; returns its report)."""
+        # framework.forget sits above this layer (replay): reached through the public
+        # facade at call time, as an application would.
+        forget: Callable[..., Any] = importlib.import_module("framework").forget
+        return await self._offload(lambda: forget(self.sync, subjects, **options))
+
+    # ------------------------------------------------------------------ waits
+    async def wait_for(
+        self,
+        projector: str,
+        written: Position | str | Iterable[RecordMetadata] | Mapping[TopicPartition, int],
+        timeout: float = 10.0,
+    ) -> bool:
+        """See :meth:`Runtime.wait_for`; waits without holding a thread."""
+        rt = self.sync
+        topics = set(rt.topics_of(projector))
+        wanted = {tp: o for tp, o in as_position(written).items() if tp.topic in topics}
+        return await self._reach(rt.readmodel_path(projector), wanted, time.monotonic() + timeout)
+
+    async def wait_causal(
+        self,
+        projector: str,
+        written: Position | str | Iterable[RecordMetadata],
+        timeout: float = 10.0,
+    ) -> Position:
+        """See :meth:`Runtime.wait_causal` (the same plan, driven on the loop)."""
+        rt = self.sync
+        rt.app.projector(projector)
+        plan = causal_plan(rt, projector, as_position(written), timeout)
+        return await self._drive_causal(plan)
+
+    async def _drive_causal(self, plan: Generator[CausalStep, Any, Position]) -> Position:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = plan.send(value) if error is None else plan.throw(error)
+            except StopIteration as done:
+                result: Position = done.value
+                return result
+            value, error = None, None
+            try:
+                if isinstance(step, Reach):
+                    value = await self._reach(step.path, step.offsets, step.deadline)
+                else:
+                    value = await self._offload(functools.partial(step.fn, *step.args))
+            except Exception as exc:
+                error = exc
+
+    async def _reach(
+        self, path: Path, offsets: Mapping[TopicPartition, int], deadline: float
+    ) -> bool:
+        """Poll the read model's positions (each look in the pool) until they reach
+        ``offsets`` or ``deadline`` passes; sleeps on the loop in between."""
+        if not offsets:
+            return True
+
+        def positions() -> dict[TopicPartition, int]:
+            with ReadModelView(path) as view:
+                return view.positions()
+
+        delay = _POLL_FIRST_S
+        while True:
+            seen = await self._offload(positions)
+            if all(seen.get(tp, -1) >= off for tp, off in offsets.items()):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(_POLL_MAX_S, delay * 2)
+
+    # ------------------------------------------------------------------ consumers
+    def consumer(self, **options: Any) -> AsyncConsumer:
+        """A free consumer (:class:`~framework.consumer.Consumer`) for ``async for``."""
+        return AsyncConsumer(lambda: Consumer(self.log, **options))
+
+    def group_consumer(self, group_id: str, topics: Iterable[str], **options: Any) -> AsyncConsumer:
+        """A group member (:class:`~framework.consumer.GroupConsumer`) for ``async for``;
+        ``topics`` are full topic names."""
+        names = list(topics)
+        return AsyncConsumer(
+            lambda: GroupConsumer(self.log, group_id=group_id, topics=names, **options)
+        )
+
+
+class AsyncConsumer:
+    """A consumer for ``async for record in consumer``: the sync consumer (not
+    thread-safe) lives on one thread of its own, which makes every call to it; the loop
+    only awaits. ``poll_timeout`` bounds each wait in that thread (and so how long a
+    ``close`` waits for the poll in flight).
+
+    Use as an async context manager; ``call(method, ...)`` reaches the consumer's other
+    methods (``assign``, ``seek``, ``commit`` ...) on its thread."""
+
+    def __init__(self, make: Callable[[], Consumer | GroupConsumer], poll_timeout: float = 0.2):
+        self._make = make
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="eventlane-consumer")
+        self._consumer: Consumer | GroupConsumer | None = None
+        self.poll_timeout = poll_timeout
+        self._closed = False
+
+    async def _on_thread(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._consumer is None:
+            self._consumer = await self._on_thread(self._make)
+
+    @property
+    def consumer(self) -> Consumer | GroupConsumer:
+        if self._consumer is None:
+            raise RuntimeError("the consumer is not started: use `async with`")
+        return self._consumer
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``consumer.method(*args, **kwargs)`` on the consumer's thread."""
+        bound = getattr(self.consumer, method)
+        return await self._on_thread(functools.partial(bound, *args, **kwargs))
+
+    async def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[Record]:
+        consumer = self.consumer
+        return await self._on_thread(lambda: consumer.poll(timeout, max_records))
+
+    async def __aiter__(self) -> AsyncIterator[Record]:
+        await self.start()
+        while not self._closed:
+            for record in await self.poll(self.poll_timeout):
+                yield record
+
+    async def close(self) -> None:
+        self._closed = True
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await self._on_thread(consumer.close)
+        self._thread.shutdown(wait=False)

@@ -1,0 +1,246 @@
+"""The sync and the async runtime pass the same behaviour tests (one parametrised suite).
+
+``face`` is either the sync :class:`Runtime` called directly (concurrency by threads) or the
+:class:`AsyncRuntime` driven on an event loop in a thread of its own (concurrency by tasks
+on that loop). Each test is written once against the :class:`Face` protocol; a real log on
+disk, real appends and fsyncs. The model is a plain counter per aggregate: N increments
+from concurrent callers leave version N and value N, never a lost update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from store_domain import AGGREGATES, Account, Counter, InsufficientFunds
+
+from framework import App
+from framework.app import Runtime
+from framework.errors import AggregateNotFoundError, ConcurrencyError
+from framework.log.position import Position
+
+APP = App("faces", aggregates=AGGREGATES, partitions=2)
+
+
+class Face:
+    """One API, sync or async underneath: every method returns the plain result."""
+
+    def __init__(self, kind: str, data: Path) -> None:
+        self.kind = kind
+        self._sync: Runtime | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if kind == "sync":
+            self._sync = APP.open(data)
+            self.log = self._sync.log
+        else:
+            self._loop = asyncio.new_event_loop()
+            threading.Thread(target=self._loop.run_forever, daemon=True).start()
+            self._async = APP.open_async(data)
+            self._run(self._async.open())
+            self.log = self._async.log
+
+    def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=120)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._sync is not None:
+            return getattr(self._sync, method)(*args, **kwargs)
+        return self._run(getattr(self._async, method)(*args, **kwargs))
+
+    def concurrently(
+        self, method: str, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]
+    ) -> list[Any]:
+        """The calls at once: threads (sync) or tasks on the loop (async); results or the
+        exceptions raised, in order."""
+        if self._sync is not None:
+            sync = self._sync
+
+            def one(call: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
+                try:
+                    return getattr(sync, method)(*call[0], **call[1])
+                except Exception as exc:
+                    return exc
+
+            with ThreadPoolExecutor(8) as pool:
+                return list(pool.map(one, calls))
+
+        async def all_of() -> list[Any]:
+            coros = [getattr(self._async, method)(*a, **k) for a, k in calls]
+            return list(await asyncio.gather(*coros, return_exceptions=True))
+
+        return list(self._run(all_of()))
+
+    def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+        else:
+            self._run(self._async.close())
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+@pytest.fixture(params=["sync", "async"])
+def face(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Face]:
+    f = Face(request.param, tmp_path / "data")
+    yield f
+    f.close()
+
+
+def inc(by: int = 1) -> Callable[[Counter], None]:
+    return lambda c: c.increment(by)
+
+
+def test_execute_load_and_the_position_of_a_write(face: Face) -> None:
+    counter = face.call("execute", Counter, "c-1", inc(3), create=True)
+    assert (counter.version, counter.value) == (1, 3)
+    position = counter.stored_position
+    assert isinstance(position, Position) and Position.parse(position.token) == position
+    again = face.call("execute", Counter, "c-1", inc(4))
+    assert again.stored_position[next(iter(position))] == position[next(iter(position))] + 1
+    loaded = face.call("load", Counter, "c-1")
+    assert (loaded.version, loaded.value) == (2, 7)
+    assert face.call("load", Counter, "c-1", 1).value == 3
+    with pytest.raises(AggregateNotFoundError):
+        face.call("load", Counter, "nobody")
+    with pytest.raises(AggregateNotFoundError):
+        face.call("execute", Counter, "nobody", inc())
+
+
+def test_save_is_conditional_and_returns_its_records(face: Face) -> None:
+    account = Account("a-1")
+    account.open("ada")
+    account.deposit(10)
+    written = face.call("save", account)
+    assert [m.offset for m in written] == [written[0].offset, written[0].offset + 1]
+    assert written.position == Position.of(written)
+    stale = face.call("load", Account, "a-1")
+    fresh = face.call("load", Account, "a-1")
+    fresh.deposit(1)
+    face.call("save", fresh)
+    stale.deposit(2)
+    with pytest.raises(ConcurrencyError):
+        face.call("save", stale)
+    assert face.call("load", Account, "a-1").balance == 11
+    with pytest.raises(InsufficientFunds):
+        face.call("execute", Account, "a-1", lambda a: a.withdraw(100))
+    assert face.call("load", Account, "a-1").version == 3
+
+
+def test_concurrent_commands_on_one_aggregate_lose_no_update(face: Face) -> None:
+    face.call("execute", Counter, "hot", inc(0), create=True)
+    results = face.concurrently("execute", [((Counter, "hot", inc(1)), {}) for _ in range(24)])
+    assert not [r for r in results if isinstance(r, Exception)]
+    counter = face.call("load", Counter, "hot")
+    assert (counter.version, counter.value) == (25, 24)
+    versions = sorted(r.version for r in results)
+    assert versions == list(range(2, 26))  # each command saw its own write
+
+
+def test_issue_happens_once_per_cause(face: Face) -> None:
+    first = face.call("issue", Counter, "inv-1", inc(5), caused_by="event-1")
+    again = face.call("issue", Counter, "inv-1", inc(5), caused_by="event-1")
+    other = face.call("issue", Counter, "inv-1", inc(1), caused_by="event-2")
+    assert len(first) == 1 and len(again) == 0 and len(other) == 1
+    assert face.call("load", Counter, "inv-1").value == 6
+    # racing deliveries of one event: one is stored
+    results = face.concurrently(
+        "issue", [((Counter, "inv-2", inc(1)), {"caused_by": "event-3"}) for _ in range(6)]
+    )
+    assert sum(len(r) for r in results) == 1
+    assert face.call("load", Counter, "inv-2").value == 1
+
+
+def test_load_as_of_a_moment(face: Face) -> None:
+    face.call("execute", Counter, "t-1", inc(1), create=True)
+    records = [r for p in range(2) for r in _raw(face, p)]
+    moment = max(r.timestamp for r in records)
+    later = datetime.fromtimestamp((moment + 5) / 1000, UTC)
+    time.sleep(0.02)
+    face.call("execute", Counter, "t-1", inc(1))
+    assert face.call("load", Counter, "t-1", as_of=later).version in (1, 2)
+    assert face.call("load", Counter, "t-1", as_of=moment).version == 1
+    with pytest.raises(AggregateNotFoundError):
+        face.call("load", Counter, "t-1", as_of=moment - 60_000)
+
+
+def _raw(face: Face, partition: int) -> list[Any]:
+    records, _ = face.log.read("counters", partition, face.log.offsets("counters", partition).lwm)
+    return records
+
+
+def test_async_awaits_on_one_partition_share_fsyncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit from the loop: 64 concurrent saves of new aggregates in one partition
+    take fewer fsyncs than saves (the engine's group commit, reached through the pool)."""
+    syncs = [0]
+    real = os.fdatasync
+
+    def counted(fd: int) -> None:
+        syncs[0] += 1
+        real(fd)
+
+    async def main() -> int:
+        async with App("gc", aggregates=[Counter], partitions=1).open_async(tmp_path) as rt:
+            await rt.execute(Counter, "warm", inc(), create=True)
+            monkeypatch.setattr(os, "fdatasync", counted)
+            await asyncio.gather(
+                *(rt.execute(Counter, f"c-{i}", inc(), create=True) for i in range(64))
+            )
+            monkeypatch.undo()
+            return sum(1 for p in [0] for _ in range(rt.log.offsets("counters", p).hwm))
+
+    stored = asyncio.run(main())
+    assert stored == 65
+    assert syncs[0] < 64, f"{syncs[0]} fsyncs for 64 concurrent saves: no group commit"
+
+
+def test_async_consumers_free_and_group(tmp_path: Path) -> None:
+    """``async for`` over a free consumer (assigned partitions) and a group member: every
+    record of the topic, each once, in offset order per partition."""
+
+    async def main() -> tuple[list[Any], list[Any], list[Any]]:
+        async with App("cons", aggregates=[Counter], partitions=2).open_async(tmp_path) as rt:
+            await asyncio.gather(
+                *(rt.execute(Counter, f"c-{i}", inc(), create=True) for i in range(30))
+            )
+            free: list[Any] = []
+            async with rt.consumer(auto_offset_reset="earliest") as consumer:
+                await consumer.call("assign", [("counters", 0), ("counters", 1)])
+                async for record in consumer:
+                    free.append(record)
+                    if len(free) == 30:
+                        break
+            grouped: list[Any] = []
+            async with rt.group_consumer(
+                "g1", ["counters"], auto_offset_reset="earliest", enable_auto_commit=False
+            ) as member:
+                async for record in member:
+                    grouped.append(record)
+                    if len(grouped) == 30:
+                        break
+                await member.call("commit")
+            expected = [r for p in range(2) for r in _raw_of(rt.log, p)]
+            return free, grouped, expected
+
+    free, grouped, expected = asyncio.run(main())
+    key = lambda r: (r.partition, r.offset)  # noqa: E731
+    assert sorted(map(key, free)) == sorted(map(key, expected)) == sorted(map(key, grouped))
+    for got in (free, grouped):
+        for p in range(2):
+            offsets = [r.offset for r in got if r.partition == p]
+            assert offsets == sorted(offsets)
+
+
+def _raw_of(log: Any, partition: int) -> list[Any]:
+    records, _ = log.read("counters", partition, log.offsets("counters", partition).lwm)
+    return records

@@ -41,6 +41,8 @@ This module imports pytest; ``import framework`` and ``framework.testing`` do no
 from __future__ import annotations
 
 import abc
+import contextlib
+import logging
 import multiprocessing
 import threading
 import time
@@ -50,7 +52,6 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import pytest
-from structlog.testing import capture_logs
 
 from framework.errors import (
     ConcurrencyError,
@@ -86,6 +87,33 @@ class _RaceResult(NamedTuple):
 
     wins: list[tuple[bytes, int | None, int]]
     losses: list[bytes]
+
+
+class _Captured(logging.Handler):
+    """eventlane's log records (standard-library loggers under ``eventlane``) as dicts."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.entries: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields = getattr(record, "eventlane_fields", {})
+        event = getattr(record, "eventlane_event", record.getMessage())
+        self.entries.append({"event": event, "log_level": record.levelname.lower(), **fields})
+
+
+@contextlib.contextmanager
+def capture_logs() -> Iterator[list[dict[str, Any]]]:
+    """Every record of the ``eventlane`` loggers while inside, at every level."""
+    logger = logging.getLogger("eventlane")
+    handler, level = _Captured(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.entries
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _race(log: KeyedLog, topic: str, name: str, *, rounds: int) -> _RaceResult:

@@ -7,6 +7,7 @@ callers that do not know eventlane::
 
     FrameworkError
     ├── ConfigError (ValueError)                bad argument, bad config key or value
+    │   └── MissingRoleError                    the engine lacks a role of the log port
     ├── LogError
     │   ├── InvalidTopicError (ValueError)      topic name breaks Kafka's naming rule
     │   ├── TopicExistsError (FileExistsError)
@@ -45,19 +46,39 @@ callers that do not know eventlane::
     └── ReplayError
         └── MergeConflictError                  rows of one key from several partitions, no rule
 
-``*`` marks the *retriable* errors (``error.retriable`` is true, Kafka's flag): the same call
-may succeed when retried after reloading (a write conflict) or re-polling (a rebalance).
-``!`` marks the *indeterminate* errors (``error.indeterminate`` is true): the outcome of a
-write is unknown. Never report it as refused nor as done, and never retry it blindly: re-read
-(an aggregate's stream, a key's head) to learn whether it landed, then decide.
-Every other error is permanent for the same input.
+Every error says what the caller can do next, in one of three ways (:attr:`FrameworkError.kind`):
+
+* ``*`` marks the *retriable* errors (``error.retriable`` is true, Kafka's flag): nothing was
+  written, and the same call may succeed when retried, after a pause (the log unavailable),
+  after reloading (a write conflict) or re-polling (a rebalance).
+* ``!`` marks the *indeterminate* errors (``error.indeterminate`` is true): the outcome of a
+  write is unknown. Never report it as refused nor as done, and never retry it blindly:
+  re-read (an aggregate's stream, a key's head) to learn whether it landed, then decide.
+* Every other error is *permanent* (``error.permanent``): the same call with the same input
+  fails again: bad input (the ``ValueError`` ones), something not found (the
+  ``LookupError`` ones), a fenced write (:class:`PreconditionFailedError`,
+  :class:`FencedError`), damaged data, a missing role of the engine.
+
+:meth:`FrameworkError.advice` says it in words; the CLI appends it to its message, the
+Kafka listener maps the three kinds to Kafka's retriable and permanent error codes
+(:mod:`framework.kafka.codes`) and ``execute`` retries or settles by them
+(:mod:`framework.store.command`).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
+
+
+class ErrorKind(enum.Enum):
+    """What a caller can do about an error (see the module docstring)."""
+
+    RETRIABLE = "retriable"
+    INDETERMINATE = "indeterminate"
+    PERMANENT = "permanent"
 
 
 class FrameworkError(Exception):
@@ -70,6 +91,8 @@ class FrameworkError(Exception):
 
     retriable: ClassVar[bool] = False
     indeterminate: ClassVar[bool] = False
+    retry_advice: ClassVar[str] = "a retry may succeed"
+    """What :meth:`advice` says of a retriable error of this class."""
 
     def __init__(
         self,
@@ -89,6 +112,28 @@ class FrameworkError(Exception):
         self.position = position
         super().__init__(self._render())
 
+    @property
+    def kind(self) -> ErrorKind:
+        """Retriable, indeterminate or permanent (the module docstring)."""
+        if self.indeterminate:
+            return ErrorKind.INDETERMINATE
+        return ErrorKind.RETRIABLE if self.retriable else ErrorKind.PERMANENT
+
+    @property
+    def permanent(self) -> bool:
+        """Neither retriable nor indeterminate: the same call with the same input fails
+        again."""
+        return self.kind is ErrorKind.PERMANENT
+
+    def advice(self) -> str:
+        """What to do next, in words; empty for a permanent error (its message says what is
+        wrong)."""
+        if self.indeterminate:
+            return "outcome unknown: it may or may not be stored; read it back before retrying"
+        if self.retriable:
+            return self.retry_advice
+        return ""
+
     def _render(self) -> str:
         where = [
             f"{name}={value}"
@@ -106,6 +151,17 @@ class FrameworkError(Exception):
 
 class ConfigError(FrameworkError, ValueError):
     """A bad argument or configuration value; nothing was created or changed."""
+
+
+class MissingRoleError(ConfigError):
+    """The log engine does not implement a role of the port (:mod:`framework.log.port`) that
+    the caller needs: ``engine`` and ``role`` name them. Permanent: open the application on
+    an engine that has the role."""
+
+    def __init__(self, message: str, *, engine: str, role: str) -> None:
+        self.engine = engine
+        self.role = role
+        super().__init__(message)
 
 
 class LogError(FrameworkError):
@@ -172,6 +228,7 @@ class LogUnavailableError(LogError):
     written. Retriable: the same call may succeed once the engine recovers."""
 
     retriable = True
+    retry_advice = "nothing was written; retry once the log is available"
 
 
 class OutcomeUnknownError(LogError):
@@ -202,12 +259,14 @@ class CommitFailedError(ConsumerError):
     Retriable: re-poll (rejoin) and commit again."""
 
     retriable = True
+    retry_advice = "re-poll (rejoin the group) and commit again"
 
 
 class RebalanceInProgressError(ConsumerError):
     """The group is rebalancing; re-poll to get the new assignment."""
 
     retriable = True
+    retry_advice = "re-poll (rejoin the group) and try again"
 
 
 class NoOffsetForPartitionError(ConsumerError):
@@ -227,6 +286,7 @@ class ConcurrencyError(FrameworkError):
     reload the aggregate and run the command again (``execute`` and ``ctx.issue`` do)."""
 
     retriable = True
+    retry_advice = "nothing was written; reload and run the command again"
 
     def __init__(
         self,
@@ -287,6 +347,28 @@ class SerializationError(FrameworkError, ValueError):
         super().__init__(
             message, topic=topic, partition=partition, offset=offset, path=path, position=position
         )
+
+    @property
+    def kind(self) -> ErrorKind:
+        """Retriable, indeterminate or permanent (the module docstring)."""
+        if self.indeterminate:
+            return ErrorKind.INDETERMINATE
+        return ErrorKind.RETRIABLE if self.retriable else ErrorKind.PERMANENT
+
+    @property
+    def permanent(self) -> bool:
+        """Neither retriable nor indeterminate: the same call with the same input fails
+        again."""
+        return self.kind is ErrorKind.PERMANENT
+
+    def advice(self) -> str:
+        """What to do next, in words; empty for a permanent error (its message says what is
+        wrong)."""
+        if self.indeterminate:
+            return "outcome unknown: it may or may not be stored; read it back before retrying"
+        if self.retriable:
+            return self.retry_advice
+        return ""
 
     def _render(self) -> str:
         rendered = super()._render()

@@ -61,3 +61,45 @@ def test_every_public_error_lives_in_errors_and_old_paths_still_import() -> None
     assert FencedError.__module__ == MergeConflictError.__module__ == "framework.errors"
     err = MergeConflictError("clash", table="t", key={"id": 1}, topic="orders")
     assert (err.table, err.key, err.topic) == ("t", {"id": 1}, "orders")
+
+
+def test_every_error_is_of_one_kind_and_says_what_to_do() -> None:
+    """Retriable, indeterminate or permanent: exactly one, from the class flags; the CLI
+    line of a retriable or indeterminate error ends with what to do, a permanent one's not."""
+    from framework.cli import error_message  # noqa: PLC0415
+    from framework.errors import (  # noqa: PLC0415
+        ErrorKind,
+        InvalidRecordError,
+        MissingRoleError,
+        PreconditionFailedError,
+        UnknownTopicError,
+    )
+
+    classes = [
+        c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, FrameworkError)
+    ]
+    for cls in classes:
+        assert not (cls.retriable and cls.indeterminate), cls
+    unavailable = LogUnavailableError("no leader", topic="t", partition=0)
+    unknown = OutcomeUnknownError("publish timed out", topic="t", partition=0)
+    conflict = ConcurrencyError("stale", expected=1, actual=2)
+    assert (unavailable.kind, unknown.kind, conflict.kind) == (
+        ErrorKind.RETRIABLE,
+        ErrorKind.INDETERMINATE,
+        ErrorKind.RETRIABLE,
+    )
+    assert error_message(unavailable).endswith(
+        "[retriable: nothing was written; retry once the log is available]"
+    )
+    assert "[indeterminate: outcome unknown: it may or may not be stored" in error_message(unknown)
+    assert "reload and run the command again" in error_message(conflict)
+    permanent = [
+        UnknownTopicError("no such topic", topic="t"),  # not found
+        InvalidRecordError("keyless record on a compacted topic", topic="t"),  # bad input
+        PreconditionFailedError("fenced", topic="t", partition=0),  # fenced
+        FencedError("a newer generation owns it"),
+        MissingRoleError("no keyed reads", engine="E", role="KeyedLog"),
+    ]
+    for err in permanent:
+        assert err.permanent and err.kind is ErrorKind.PERMANENT and err.advice() == ""
+        assert error_message(err) == str(err)

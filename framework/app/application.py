@@ -63,7 +63,8 @@ from framework.domain import Aggregate, DomainEvent
 from framework.domain.privacy import personal_fields
 from framework.engine import open_log
 from framework.errors import AggregateNotFoundError, ConfigError
-from framework.log import Log, RecordMetadata, TopicPartition
+from framework.log import KeyedLog, RecordMetadata, TopicPartition
+from framework.log.port import keyed_log
 from framework.log.position import Position, Written
 from framework.observability import get_logger
 from framework.projection.projector import Projector
@@ -103,7 +104,7 @@ class App:
         registry: EventRegistry | None = None,
         partitions: int | Mapping[str, int] = DEFAULT_PARTITIONS,
         configure: Callable[[OrjsonConverter], None] | None = None,
-        keys: Callable[[Log], KeyStore] | None = None,
+        keys: Callable[[KeyedLog], KeyStore] | None = None,
         keys_topic: str | None = None,
         on_forget: Iterable[Callable[[Runtime, str], None]] = (),
         namespace: str | None = None,
@@ -166,7 +167,7 @@ class App:
         """Whether any event class of the app declares personal fields (``personal()``)."""
         return any(personal_fields(cls) for cls in self._registered().classes())
 
-    def key_store(self, log: Log) -> KeyStore | None:
+    def key_store(self, log: KeyedLog) -> KeyStore | None:
         """Where this app's personal-data keys live on ``log``: the ``keys`` factory given
         to the app, else (when an event declares personal fields) the compacted topic
         ``keys_topic`` (default ``<name>.keys``, in the app's namespace); ``None`` when
@@ -177,8 +178,12 @@ class App:
             return None
         return LogKeyStore(log, self.names.topic(self.keys_topic))
 
-    def open(self, log: Log | str | Path | None = None, *, create_topics: bool = True) -> Runtime:
-        """Connect to a log (a :class:`~framework.log.Log`, or a data directory for the
+    def open(
+        self, log: KeyedLog | str | Path | None = None, *, create_topics: bool = True
+    ) -> Runtime:
+        """Connect to a log (a :class:`~framework.log.KeyedLog`: refused with a
+        :class:`~framework.errors.MissingRoleError` naming the engine and the role where the
+        engine has no per-key reads and conditional appends; or a data directory for the
         embedded one; default ``$EVENTLANE_DATA`` or ``./eventlane-data``).
 
         ``create_topics=False`` opens without creating the aggregates' topics (tools that
@@ -187,7 +192,7 @@ class App:
 
     def open_async(
         self,
-        log: Log | str | Path | None = None,
+        log: KeyedLog | str | Path | None = None,
         *,
         create_topics: bool = True,
         threads: int = DEFAULT_THREADS,
@@ -221,14 +226,19 @@ class Runtime:
     """
 
     def __init__(
-        self, app: App, log: Log | str | Path | None = None, *, create_topics: bool = True
+        self, app: App, log: KeyedLog | str | Path | None = None, *, create_topics: bool = True
     ) -> None:
         self.app = app
-        self.log: Log
+        self.log: KeyedLog
         if log is None or isinstance(log, str | Path):
-            self.log, self._owns_log = open_log(log), True
+            opened = open_log(log)
+            try:
+                self.log, self._owns_log = keyed_log(opened, "App.open"), True
+            except BaseException:
+                opened.close()
+                raise
         else:
-            self.log, self._owns_log = log, False
+            self.log, self._owns_log = keyed_log(log, "App.open"), False
         for cls in app.aggregates:
             if not isinstance(getattr(cls, "topic", None), str):
                 raise ConfigError(f"aggregate {cls.__qualname__} does not name its topic")

@@ -11,7 +11,10 @@ Error contract: every :class:`~framework.errors.FrameworkError` (and an ``OSErro
 permission problem; any other exception too, named by its type) reaching the root is printed as
 one ``Error: ...`` line on standard error, naming what was wrong (topic, partition, offset,
 file, position), with exit status 1 and no traceback (set ``EVENTLANE_LOG_LEVEL=debug`` to get
-the traceback). A bad argument caught while parsing exits with status 2, click's usage error.
+the traceback). Where a retry can help, or a write's outcome is unknown, the line ends with
+what to do, e.g. ``[retriable: nothing was written; retry once the log is available]`` or
+``[indeterminate: outcome unknown: ...]`` (:meth:`~framework.errors.FrameworkError.advice`).
+A bad argument caught while parsing exits with status 2, click's usage error.
 Logging is configured once at start (:func:`framework.observability.configure_logging`;
 warnings and above by default; ``--log-level``, ``--log-format``), on standard error, so
 standard output carries only the command's result; worker processes get the same settings.
@@ -111,6 +114,13 @@ READ_ONLY_HINT = (
 )
 
 
+def error_message(err: FrameworkError) -> str:
+    """The one line the CLI prints for ``err``: its message, then what to do next where a
+    retry can help or the outcome is unknown (:meth:`FrameworkError.advice`)."""
+    advice = err.advice()
+    return f"{err} [{err.kind.value}: {advice}]" if advice else str(err)
+
+
 class _RootGroup(_LazyGroup):
     """The root group: turns framework errors into a clean message and exit status 1."""
 
@@ -120,7 +130,7 @@ class _RootGroup(_LazyGroup):
         except FrameworkError as err:
             if log_level_name() == "debug":
                 raise
-            raise click.ClickException(str(err)) from None
+            raise click.ClickException(error_message(err)) from None
         except BrokenPipeError:
             raise  # handled by the command that writes (consumers piped into `head`)
         except OSError as err:

@@ -25,7 +25,7 @@ from framework.cli.render import config_table, human_bytes, partitions_table, si
 from framework.consumer.free import Consumer
 from framework.errors import OffsetOutOfRangeError
 from framework.log.partitioner import murmur2
-from framework.log.port import Log
+from framework.log.port import Log, MaintainedLog, maintained_log
 from framework.log.producer import Producer
 from framework.log.record import ProducerRecord, Record, TopicPartition
 
@@ -174,7 +174,7 @@ def _marks(n: _Narrator, log: Log) -> None:
     n.console.print(partitions_table(log.describe_topic(ORDERS)))
 
 
-def _compaction(n: _Narrator, log: Log, run: str) -> None:
+def _compaction(n: _Narrator, log: MaintainedLog, run: str) -> None:
     n.title(f"Compaction by key on {CUSTOMERS}")
     n.note(
         "Three customers change their e-mail address four times; carol is then deleted with a"
@@ -226,7 +226,7 @@ def _compaction(n: _Narrator, log: Log, run: str) -> None:
     )
 
 
-def _retention(n: _Narrator, log: Log, run: str) -> None:
+def _retention(n: _Narrator, log: MaintainedLog, run: str) -> None:
     n.title(f"Retention on {CLICKS}")
     n.note(
         "Retention deletes whole old segments and advances the low-water mark. This topic"
@@ -271,7 +271,7 @@ def _describe(n: _Narrator, log: Log) -> None:
     n.console.print(partitions_table(description))
 
 
-def _verify(n: _Narrator, log: Log) -> None:
+def _verify(n: _Narrator, log: MaintainedLog) -> None:
     n.title("Verify")
     checked, problems = verify_log(log, [ORDERS, CUSTOMERS, CLICKS])
     if problems:
@@ -296,7 +296,7 @@ def log_walkthrough() -> None:
         f"[bold]eventlane demo log[/bold]: a walkthrough of the embedded log in"
         f" [bold]{ctx.data}[/bold]"
     )
-    log = ctx.open_log(create=True)
+    log = maintained_log(ctx.open_log(create=True), "eventlane demo")
     run = time.strftime("%H%M%S")
     _topics(narrator, log)
     partition, offset = _produce(narrator, log, run)

@@ -15,6 +15,7 @@ from framework.app import load_app
 from framework.cli.context import app as cli_app
 from framework.cli.context import data_option, json_option, stderr_console, stdout_console
 from framework.cli.project import app_argument
+from framework.log.port import keyed_log
 from framework.replay.forget import ForgetReport
 from framework.replay.forget import forget as forget_subjects
 from framework.replay.rebuild import ENGINES
@@ -67,7 +68,7 @@ def forget(
     """
     application = load_app(app_spec)
     log = cli_app().open_log(create=False)
-    with application.open(log, create_topics=False) as runtime:
+    with application.open(keyed_log(log, "eventlane forget"), create_topics=False) as runtime:
         report = forget_subjects(
             runtime,
             subjects,

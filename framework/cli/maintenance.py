@@ -39,7 +39,7 @@ from framework.cli.context import (
 from framework.cli.render import human_bytes, simple_table
 from framework.errors import ConfigError, CorruptRecordError, ReadOnlyDataError
 from framework.log.dump import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, batches, index_entries
-from framework.log.port import Log
+from framework.log.port import MaintainedLog, maintained_log
 from framework.log.record import Record
 from framework.log.types import KeyIndexReport
 from framework.log.types import Progress as LogProgress
@@ -82,7 +82,7 @@ def _partition_bar(label: str) -> Iterator[LogProgress]:
 @data_option
 def compact(topic: str, as_json: bool) -> None:
     """Compact TOPIC: keep the last record of every key, offsets unchanged."""
-    log = app().open_log()
+    log = maintained_log(app().open_log(), "eventlane compact")
     config = log.topic_config(topic)
     if not config.compact:
         raise ConfigError(
@@ -127,7 +127,7 @@ def compact(topic: str, as_json: bool) -> None:
 @data_option
 def cleanup(topic: str, as_json: bool) -> None:
     """Apply TOPIC's retention: delete old segments, advancing the low-water mark."""
-    log = app().open_log()
+    log = maintained_log(app().open_log(), "eventlane cleanup")
     config = log.topic_config(topic)
     if not config.delete:
         raise ConfigError(
@@ -269,7 +269,7 @@ def _problem_dict(err: CorruptRecordError) -> dict[str, Any]:
 
 
 def verify_log(
-    log: Log, topics: list[str], *, skip_lost: bool = False
+    log: MaintainedLog, topics: list[str], *, skip_lost: bool = False
 ) -> tuple[int, list[CorruptRecordError]]:
     """Check every partition of ``topics``; return how many were checked and the problems.
 
@@ -326,7 +326,7 @@ def _echo_index_reports(reports: list[KeyIndexReport]) -> None:
 def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bool) -> None:
     """Check the CRC and framing of every batch of TOPIC (default: every topic), then the
     event store's key indexes against the log (--repair rebuilds those that differ)."""
-    log = app().open_log()
+    log = maintained_log(app().open_log(), "eventlane verify")
     topics = [topic] if topic is not None else log.list_topics()
     if topic is not None:
         log.partition_count(topic)  # an unknown topic is an error, not "0 problems"

@@ -42,6 +42,7 @@ from framework.cli.metrics import export_metrics, metrics_options
 from framework.cli.render import simple_table
 from framework.consumer.coordination import Coordinator, coordination_for
 from framework.errors import ConfigError, FrameworkError, ProjectionError
+from framework.log.port import keyed_log
 from framework.metrics import MULTIPROC_ENV
 from framework.metrics import enable as enable_metrics
 from framework.observability import logging_env
@@ -87,7 +88,7 @@ def _runtime(app_spec: str, *, create: bool) -> Iterator[Runtime]:
     """The app on the command's data directory (``create=False`` refuses a missing one)."""
     application = load_app(app_spec)
     log = cli_app().open_log(create=create)
-    with application.open(log, create_topics=create) as runtime:
+    with application.open(keyed_log(log, "eventlane project"), create_topics=create) as runtime:
         yield runtime
 
 

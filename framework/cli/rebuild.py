@@ -47,6 +47,7 @@ from framework.cli.context import app as cli_app
 from framework.cli.project import app_argument, projection_option
 from framework.consumer.admin import parse_datetime_ms
 from framework.errors import ConfigError, ReplayError
+from framework.log.port import keyed_log
 from framework.replay.check import check_merge
 from framework.replay.handoff import HandoffResult, rebuild_and_swap
 from framework.replay.rebuild import ENGINES, RebuildResult, rebuild
@@ -274,7 +275,10 @@ def rebuild_command(
         options["as_of"] = int(as_of) if as_of.isdigit() else parse_datetime_ms(as_of)
     if engine == "spark":
         options.update(master=master, conf=conf)
-    with application.open(log, create_topics=False) as runtime, _Bar(not as_json) as bar:
+    with (
+        application.open(keyed_log(log, "eventlane rebuild"), create_topics=False) as runtime,
+        _Bar(not as_json) as bar,
+    ):
 
         def check(result: RebuildResult) -> None:
             comparisons.extend(verify_rebuild(runtime, result))

@@ -61,8 +61,9 @@ import orjson
 
 from framework.domain.privacy import ERASED, PersonalField, personal_fields, subject_field
 from framework.errors import ConcurrencyError, ConfigError, SerializationError
-from framework.log import Log
+from framework.log import KeyedLog
 from framework.log.partitioner import partition_for_key
+from framework.log.port import maintained_log
 from framework.observability import get_logger
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ class LogKeyStore:
 
     def __init__(
         self,
-        log_: Log,
+        log_: KeyedLog,
         topic: str = "__eventlane_keys",
         *,
         partitions: int = 1,
@@ -545,10 +546,11 @@ class LogKeyStore:
         """Make forgotten keys unrecoverable from the log: close the active segments and
         compact the key topic, so only tombstones remain of forgotten subjects."""
         self._catch_up(force=True)
+        maintained = maintained_log(self.log, "erasing forgotten keys (compaction)")
         for p in range(self._partitions):
-            self.log.roll(self.topic, p)
+            maintained.roll(self.topic, p)
         if self._partitions:
-            self.log.compact(self.topic)
+            maintained.compact(self.topic)
             self._release_files()
 
 

@@ -52,9 +52,10 @@ from framework.errors import (
     OffsetOutOfRangeError,
     ProjectionError,
 )
-from framework.log import Log, Record
+from framework.log import KeyedLog, Log, Record
 from framework.log.names import validate_topic_name
 from framework.log.partitioner import partition_for_key
+from framework.log.port import keyed_log
 from framework.observability import get_logger
 from framework.projection import (
     ReadModelView,
@@ -265,7 +266,9 @@ class ConsoleData:
         self.log = log_
         self.app: App | None = load_app(app_spec) if app_spec else None
         self.runtime: Runtime | None = (
-            self.app.open(log_, create_topics=False) if self.app is not None else None
+            self.app.open(keyed_log(log_, "the console"), create_topics=False)
+            if self.app is not None
+            else None
         )
         self._event_topics = frozenset(
             () if self.app is None else map(self.app.names.aggregate_topic, self.app.aggregates)
@@ -393,7 +396,7 @@ class ConsoleData:
         """``key``'s records in the partition, in offset order, through the engine's per-key
         reads (the embedded log's key index: a lookup, not a scan); ``None`` where the engine
         has none (the caller then scans)."""
-        if not self.log.capabilities.key_reads:
+        if not isinstance(self.log, KeyedLog):
             return None
         return self.log.read_key(topic, partition, key)
 

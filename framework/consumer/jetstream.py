@@ -152,7 +152,7 @@ class KvCoordinator(GroupCoordinator):
     ) -> None:
         self.changed = changed
         self.closed = closed
-        self.log = log_  # type: ignore[assignment]
+        self.log = log_
         self.group = validate_group_id(group)
         self.wake = wake
         self.kv = kv

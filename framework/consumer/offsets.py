@@ -25,7 +25,7 @@ process's replay stays short.
 Fencing: :meth:`OffsetStore.commit` appends with a *precondition* that the caller supplies
 (the group's membership/ownership check); it runs under the partition's append lock, so a
 commit is accepted iff it is valid at the instant it is ordered in the log. That needs an
-engine whose ``append`` takes ``precondition=`` (:class:`FencingLog`: the embedded one); this
+engine with the port's :class:`~framework.log.port.FencedLog` role (``append_fenced``); this
 store is the file-based coordination's offset store, not part of the log port. A new owner of a
 partition calls :meth:`OffsetStore.barrier` before reading committed offsets: it waits for
 every append that was validated before it, so it always sees the last accepted commit.
@@ -33,18 +33,17 @@ every append that was validated before it, so it always sees the last accepted c
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import NamedTuple, Protocol, cast
+from collections.abc import Callable, Iterator, Mapping
+from typing import NamedTuple
 
 import orjson
 
 from framework.errors import ConfigError, PreconditionFailedError, UnknownTopicError
-from framework.log.port import Log
+from framework.log.port import FencedLog, Log, fenced_log
 from framework.log.record import TopicPartition
-from framework.log.types import AppendResult, Cursor, Expect, RecordTuple
+from framework.log.types import Cursor
 from framework.observability import get_logger
 
 __all__ = [
@@ -140,34 +139,6 @@ class _PartitionCache:
         self.entries: dict[tuple[str, str, int], CommittedOffset] = {}
 
 
-class FencingLog(Log, Protocol):
-    """A log whose ``append`` also takes ``precondition``: a callable run with the log end
-    offset under the partition's append lock, refusing the append by raising. Only an
-    embedded engine can offer it (a callback cannot be sent to a server)."""
-
-    def append(
-        self,
-        topic: str,
-        partition: int,
-        records: Sequence[RecordTuple],
-        *,
-        expect: Expect | None = None,
-        atomic: bool = False,
-        precondition: Callable[[int], None] | None = None,
-    ) -> AppendResult: ...
-
-
-def fencing_log(log_: Log) -> FencingLog:
-    """``log_`` as a :class:`FencingLog`, or a :class:`ConfigError` saying this engine needs
-    its own group coordination."""
-    if "precondition" not in inspect.signature(log_.append).parameters:
-        raise ConfigError(
-            f"{type(log_).__name__} has no fenced appends: the file-based group coordination"
-            " works only on the embedded log; use the engine's own coordination"
-        )
-    return cast("FencingLog", log_)
-
-
 class OffsetStore:
     """Reads and writes group offsets in ``__consumer_offsets``. Thread-safe.
 
@@ -184,7 +155,7 @@ class OffsetStore:
     ) -> None:
         if partitions < 1:
             raise ConfigError(f"offsets topic partitions must be >= 1, got {partitions}")
-        self.log = fencing_log(log_)
+        self.log: FencedLog = fenced_log(log_, "the file-based group coordination")
         self.compact_every = compact_every
         self._compacted_at: dict[int, int] = {}
         self._create_partitions = partitions
@@ -359,7 +330,9 @@ class OffsetStore:
             if precondition is not None:
                 precondition()
 
-        result = self.log.append(OFFSETS_TOPIC, partition, records, precondition=check, atomic=True)
+        result = self.log.append_fenced(
+            OFFSETS_TOPIC, partition, records, precondition=check, atomic=True
+        )
         self._maybe_compact(partition, result.last_offset)
         return result.last_offset
 
@@ -381,7 +354,7 @@ class OffsetStore:
             if precondition is not None:
                 precondition()
 
-        self.log.append(
+        self.log.append_fenced(
             OFFSETS_TOPIC, self.partition_of(group), records, precondition=check, atomic=True
         )
         return len(records)
@@ -399,7 +372,7 @@ class OffsetStore:
             raise _Barrier
 
         try:
-            self.log.append(
+            self.log.append_fenced(
                 OFFSETS_TOPIC,
                 self.partition_of(group),
                 [(b'{"barrier":true}', None, (), None)],

@@ -1,6 +1,7 @@
 """The partitioned, append-only log (bytes only; knows nothing of events).
 
-Public surface: :class:`Log` (the port) and its value types (:mod:`.types`), the
+Public surface: :class:`Log` (the port's core role), the other roles (:class:`KeyedLog`,
+:class:`MaintainedLog`, :class:`FencedLog`; :mod:`.port`) and the value types (:mod:`.types`), the
 :class:`LocalDir` of local state, :class:`Producer`, records and topic configuration.
 :class:`LogStore`, the embedded implementation, is loaded on first use (PEP 562), so that
 importing the port does not import an engine (nor :class:`Producer` its threads); layers
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from framework.log.config import TopicConfig
 from framework.log.local import LocalDir
-from framework.log.port import Log
+from framework.log.port import FencedLog, KeyedLog, Log, MaintainedLog
 from framework.log.record import (
     Header,
     ProducerRecord,
@@ -22,19 +23,22 @@ from framework.log.record import (
     TimestampType,
     TopicPartition,
 )
-from framework.log.types import Capabilities, Expect, PartitionOffsets, TopicDescription
+from framework.log.types import Cursor, Expect, PartitionOffsets, TopicDescription
 
 if TYPE_CHECKING:
     from framework.log.producer import Producer
     from framework.log.store import LogStore
 
 __all__ = [
-    "Capabilities",
+    "Cursor",
     "Expect",
+    "FencedLog",
     "Header",
+    "KeyedLog",
     "LocalDir",
     "Log",
     "LogStore",
+    "MaintainedLog",
     "PartitionOffsets",
     "Producer",
     "ProducerRecord",

@@ -18,10 +18,19 @@ Layout under ``root`` (the data directory)::
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["LocalDir"]
+__all__ = ["DEFAULT_DATA_DIR", "LocalDir", "default_data_dir"]
+
+DEFAULT_DATA_DIR = "eventlane-data"
+
+
+def default_data_dir() -> Path:
+    """``$EVENTLANE_DATA``, else ``./eventlane-data``: the data directory (and local
+    directory) when none is named."""
+    return Path(os.environ.get("EVENTLANE_DATA") or DEFAULT_DATA_DIR)
 
 
 class LocalDir(NamedTuple):

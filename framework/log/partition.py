@@ -141,7 +141,7 @@ from framework.log.types import (  # re-exported: older imports name them here
     AppendHook as AppendHook,  # noqa: PLC0414
 )
 from framework.log.types import AppendResult as AppendResult  # noqa: PLC0414 (re-exported)
-from framework.log.types import Cursor as Cursor  # noqa: PLC0414 (re-exported)
+from framework.log.types import Clock, Cursor, wall_clock_ms
 from framework.log.types import Precondition as Precondition  # noqa: PLC0414 (re-exported)
 from framework.log.types import RecordTuple as RecordTuple  # noqa: PLC0414 (re-exported)
 from framework.observability import get_logger
@@ -154,15 +154,20 @@ CONTENDED_MS = 200
 letting go of it (group commit across threads and processes); else it fsyncs holding it."""
 _IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
 
-Clock = Callable[[], int]
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
 
 class _LayoutChangedError(Exception):
     """Internal: the segment list changed while a reader was opening files; retry."""
+
+
+class SegmentCursor(NamedTuple):
+    """This engine's :data:`~framework.log.types.Cursor`: the segment layout it was read
+    under (a roll or a compaction changes it, and the cursor is then ignored), the segment
+    base offset, the byte position of the next batch in it and the next offset."""
+
+    layout: int
+    segment: int
+    position: int
+    offset: int
 
 
 class SegmentInfo(NamedTuple):
@@ -1066,7 +1071,15 @@ class Partition:
                 if not snap.layout & 1:
                     try:
                         limit = snap.leo if in_flight else snap.hwm
-                        return self._read_locked(offset, max_bytes, cursor, snap, upto, limit)
+                        records, at = self._read_locked(
+                            offset,
+                            max_bytes,
+                            cursor if isinstance(cursor, SegmentCursor) else None,
+                            snap,
+                            upto,
+                            limit,
+                        )
+                        return records, None if at is None else Cursor(at)
                     except (FileNotFoundError, _LayoutChangedError):
                         self._r_layout = -1  # segments changed under us: reload and retry
                         cursor = None
@@ -1091,11 +1104,11 @@ class Partition:
         self,
         offset: int,
         max_bytes: int,
-        cursor: Cursor | None,
+        cursor: SegmentCursor | None,
         snap: Snapshot,
         upto: int | None,
         limit: int,
-    ) -> tuple[list[Record], Cursor | None]:
+    ) -> tuple[list[Record], SegmentCursor | None]:
         if offset < snap.lwm or offset > snap.leo:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range [{snap.lwm}, {snap.leo}]",
@@ -1308,16 +1321,16 @@ class Partition:
                     and nxt_base is not None
                     and self._segment_end_ok(base, nxt_base, floor, strict, snap)
                 ):
-                    return out, Cursor(snap.layout, nxt_base, 0, offset)
-                return out, Cursor(snap.layout, base, position, offset)
+                    return out, SegmentCursor(snap.layout, nxt_base, 0, offset)
+                return out, SegmentCursor(snap.layout, base, position, offset)
             if done:
-                return out, Cursor(snap.layout, base, position, offset)
+                return out, SegmentCursor(snap.layout, base, position, offset)
             if position >= path_limit or not buf:
                 if nxt_base is None:
-                    return out, Cursor(snap.layout, base, position, offset)
+                    return out, SegmentCursor(snap.layout, base, position, offset)
                 if not self._segment_end_ok(base, nxt_base, floor, strict, snap):
                     if out:
-                        return out, Cursor(snap.layout, base, position, offset)
+                        return out, SegmentCursor(snap.layout, base, position, offset)
                     raise corrupt(
                         f"offsets [{floor}, {nxt_base}) are missing between segments {base} and"
                         f" {nxt_base} (a segment or the end of one was lost)",

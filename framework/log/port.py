@@ -1,18 +1,38 @@
-"""The log port: what every layer above may use of a log, and nothing more.
+"""The log port: what every layer above may use of a log, split into typed roles.
 
-:class:`Log` is a typed Protocol. The embedded :class:`~framework.log.store.LogStore` is its
-first implementation; another engine (JetStream, a Kafka front) stands behind the same
-surface. The shipped contract kit (:class:`framework.testing.contracts.LogContract`) is
-written against this Protocol; an adapter proves itself by subclassing it. What an engine
-does not support it declares in :attr:`Log.capabilities`.
+An engine implements the roles it can, and its type says which (as ``eventsourcing`` splits
+its recorders by role): a layer asks for the role it uses, checked by mypy where it is
+typed and at run time by :func:`keyed_log` and its siblings (a
+:class:`~framework.errors.MissingRoleError` naming the engine and the role it lacks).
 
-This module imports only :mod:`.types`, :mod:`.record`, :mod:`.config` and :mod:`.local`.
+* :class:`Log`, the core every engine has: Kafka-shaped topics, appends (atomic batches
+  included), reads, the three marks, time lookups, deleting records below an offset,
+  waiting for appends, and a compaction hint. A plain Kafka cluster can serve it.
+* :class:`KeyedLog`: per-key reads (``read_key``, ``key_head``) and conditional appends
+  (``append(expect=)``), checked atomically with the write. The event store needs it.
+* :class:`MaintainedLog`: maintenance run when eventlane asks (roll, compact, cleanup,
+  verify) and the check/rebuild of derived per-key state. ``eventlane compact``/``cleanup``/
+  ``verify`` and ``forget`` need it.
+* :class:`FencedLog`: ``append_fenced``, an append refused by a callback run against the
+  partition's end under the engine's append serialisation. The file-based consumer-group
+  coordination fences its offset commits with it.
+
+A read returns a :data:`~framework.log.types.Cursor`: opaque to callers (the engine's own
+type behind it), handed back to the next ``read`` of the same partition.
+
+The shipped contract kit (:mod:`framework.testing.contracts`) is split the same way: an
+engine's test suite runs exactly the kits of the roles it claims.
+
+This module imports only :mod:`.types`, :mod:`.record`, :mod:`.config`, :mod:`.local` and
+:mod:`framework.errors`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+
+from framework.errors import MissingRoleError
 
 if TYPE_CHECKING:
     from framework.log.config import TopicConfig
@@ -20,7 +40,6 @@ if TYPE_CHECKING:
     from framework.log.record import Record
     from framework.log.types import (
         AppendResult,
-        Capabilities,
         CompactionReport,
         Cursor,
         Expect,
@@ -32,21 +51,31 @@ if TYPE_CHECKING:
         TopicDescription,
     )
 
+__all__ = [
+    "ROLES",
+    "FencedLog",
+    "KeyedLog",
+    "Log",
+    "MaintainedLog",
+    "core_log",
+    "fenced_log",
+    "keyed_log",
+    "maintained_log",
+    "role_members",
+]
+
 
 @runtime_checkable
 class Log(Protocol):
-    """A partitioned, append-only log of byte records (brief section 2).
+    """The core role: a partitioned, append-only log of byte records (brief section 2).
 
     Invariants every implementation keeps: offsets within a partition strictly increase;
     ``lwm <= hwm <= leo``; ``read`` never returns a record at or above the high-water mark
     nor below the low-water mark (it raises ``OffsetOutOfRangeError`` there); an append is
-    acknowledged only once durable per the topic's flush policy; an append with ``expect``
-    is checked and written atomically (``ConcurrencyError``, nothing written, when the key's
-    last record is not at ``expect.last_offset``).
+    acknowledged only once durable per the topic's flush policy; an ``atomic`` append's
+    records become visible together or not at all; everything acknowledged survives a close
+    and a reopen, at the same offsets.
     """
-
-    @property
-    def capabilities(self) -> Capabilities: ...
 
     @property
     def local(self) -> LocalDir:
@@ -84,7 +113,6 @@ class Log(Protocol):
         partition: int,
         records: Sequence[RecordTuple],
         *,
-        expect: Expect | None = None,
         atomic: bool = False,
     ) -> AppendResult: ...
     def read(
@@ -99,8 +127,44 @@ class Log(Protocol):
     ) -> tuple[list[Record], Cursor | None]: ...
     def offsets(self, topic: str, partition: int) -> PartitionOffsets: ...
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None: ...
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Advance the low-water mark to ``before_offset`` (Kafka's DeleteRecords); the new
+        low-water mark. ``OffsetOutOfRangeError`` above the high-water mark."""
+        ...
 
-    # per-key state (capabilities.key_reads)
+    def request_compaction(self, topic: str, partition: int) -> None:
+        """Ask for a compaction soon, in the background (coalesced; never blocks). A hint:
+        an engine that compacts on its own schedule may ignore it."""
+        ...
+
+    # waiting for appends (any process)
+    def wait_seq(self) -> int: ...
+    def wait(self, seen: int, timeout: float) -> None: ...
+    def wake(self) -> None:
+        """Wake every :meth:`wait` er (of every process), as an append does."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class KeyedLog(Log, Protocol):
+    """Per-key reads and conditional appends.
+
+    Invariant: an append with ``expect`` is checked and written atomically, across threads
+    and processes (``ConcurrencyError``, nothing written, when the key's last record is not
+    at ``expect.last_offset``); ``key_head`` and ``read_key`` agree with ``read``.
+    """
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        expect: Expect | None = None,
+        atomic: bool = False,
+    ) -> AppendResult: ...
     def read_key(
         self, topic: str, partition: int, key: bytes, *, after: int | None = None
     ) -> list[Record]:
@@ -117,40 +181,22 @@ class Log(Protocol):
         it; ``expect`` checks against the same answer."""
         ...
 
-    def check_keys(
-        self, topics: Collection[str] | None = None, *, repair: bool = False
-    ) -> list[KeyIndexReport]:
-        """Compare derived per-key state with the log (``[]`` where there is none)."""
-        ...
 
-    def rebuild_keys(self, topic: str, partition: int) -> int:
-        """Rebuild derived per-key state of a partition from the log (0 where none)."""
-        ...
+@runtime_checkable
+class MaintainedLog(Log, Protocol):
+    """Maintenance that runs when eventlane asks, and derived per-key state it can check.
 
-    # waiting for appends (any process)
-    def wait_seq(self) -> int: ...
-    def wait(self, seen: int, timeout: float) -> None: ...
-    def wake(self) -> None:
-        """Wake every :meth:`wait` er (of every process), as an append does."""
-        ...
+    Invariant: ``compact`` keeps each key's last record at its offset and never renumbers;
+    ``cleanup`` only advances the low-water mark; neither moves the high-water mark.
+    """
 
-    # maintenance
     def roll(self, topic: str, partition: int) -> None:
         """Close the partition's active segment (a no-op where that means nothing)."""
-        ...
-
-    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
-        """Advance the low-water mark to ``before_offset`` (Kafka's DeleteRecords); the new
-        low-water mark. ``OffsetOutOfRangeError`` above the high-water mark."""
         ...
 
     def compact(
         self, topic: str, *, progress: Progress | None = None
     ) -> list[CompactionReport]: ...
-    def request_compaction(self, topic: str, partition: int) -> None:
-        """Ask for a compaction soon, in the background (coalesced; never blocks)."""
-        ...
-
     def cleanup(self, topic: str, *, progress: Progress | None = None) -> list[RetentionReport]: ...
     def verify(
         self,
@@ -164,4 +210,86 @@ class Log(Protocol):
         offsets are missing repairs it by skipping them for good (never reusing them)."""
         ...
 
-    def close(self) -> None: ...
+    def check_keys(
+        self, topics: Collection[str] | None = None, *, repair: bool = False
+    ) -> list[KeyIndexReport]:
+        """Compare derived per-key state with the log (``[]`` where there is none)."""
+        ...
+
+    def rebuild_keys(self, topic: str, partition: int) -> int:
+        """Rebuild derived per-key state of a partition from the log (0 where none)."""
+        ...
+
+
+@runtime_checkable
+class FencedLog(Log, Protocol):
+    """Appends fenced by a callback: ``precondition`` is called with the partition's end
+    offset where no other append of the partition can come between it and the write, and
+    refuses the append by raising (nothing written)."""
+
+    def append_fenced(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        precondition: Callable[[int], None],
+        atomic: bool = False,
+    ) -> AppendResult: ...
+
+
+ROLES: dict[str, str] = {
+    "Log": "the core log (topics, append, read, offsets, waiting)",
+    "KeyedLog": "per-key reads and conditional appends (read_key, key_head, append(expect=))",
+    "MaintainedLog": "maintenance (roll, compact, cleanup, verify, check_keys, rebuild_keys)",
+    "FencedLog": "fenced appends (append_fenced)",
+}
+"""Each role by name and, in words, what it adds: error messages and the contract kit use it."""
+
+
+def keyed_log(log: object, user: str) -> KeyedLog:
+    """``log`` as a :class:`KeyedLog`, else :class:`~framework.errors.MissingRoleError`
+    naming the engine, the role and ``user`` (what needs it)."""
+    return cast(KeyedLog, _require(log, KeyedLog, user))
+
+
+def maintained_log(log: object, user: str) -> MaintainedLog:
+    """``log`` as a :class:`MaintainedLog` (see :func:`keyed_log`)."""
+    return cast(MaintainedLog, _require(log, MaintainedLog, user))
+
+
+def fenced_log(log: object, user: str) -> FencedLog:
+    """``log`` as a :class:`FencedLog` (see :func:`keyed_log`)."""
+    return cast(FencedLog, _require(log, FencedLog, user))
+
+
+def core_log(log: object, user: str) -> Log:
+    """``log`` as a :class:`Log` (see :func:`keyed_log`)."""
+    return cast(Log, _require(log, Log, user))
+
+
+def _require(log: object, role: type, user: str) -> object:
+    if isinstance(log, role):
+        return log
+    missing = [name for name in role_members(role) if not hasattr(log, name)]
+    raise MissingRoleError(
+        f"{type(log).__name__} does not implement the {role.__name__} role"
+        f" ({ROLES[role.__name__]}) that {user} needs"
+        + (f": it has no {', '.join(missing)}" if missing else ""),
+        engine=type(log).__name__,
+        role=role.__name__,
+    )
+
+
+def role_members(role: type) -> list[str]:
+    """The names a role's protocol requires (its own and its bases')."""
+    attrs = getattr(role, "__protocol_attrs__", None)
+    if attrs is None:  # Python < 3.12
+        attrs = {
+            n
+            for c in role.__mro__
+            if c is not object and c.__name__ not in ("Protocol", "Generic")
+            for n in (*vars(c), *getattr(c, "__annotations__", {}))
+            if not n.startswith("_")
+        }
+    return sorted(cast("set[str]", attrs))

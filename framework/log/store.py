@@ -40,15 +40,16 @@ from framework.errors import (
 )
 from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
 from framework.log.files import fsync_dir, write_atomic
-from framework.log.local import LocalDir
+from framework.log.local import DEFAULT_DATA_DIR as DEFAULT_DATA_DIR  # noqa: PLC0414
+from framework.log.local import LocalDir, default_data_dir
 from framework.log.names import check_internal_policy, topic_dir, validate_topic_name
-from framework.log.partition import Clock, Partition, wall_clock_ms
+from framework.log.partition import Partition
 from framework.log.record import Record
 from framework.log.retention import apply_retention
 from framework.log.state import Notifier, PartitionState
 from framework.log.types import (
     AppendResult,
-    Capabilities,
+    Clock,
     CompactionReport,
     Cursor,
     Expect,
@@ -57,6 +58,7 @@ from framework.log.types import (
     Progress,
     RecordTuple,
     RetentionReport,
+    wall_clock_ms,
 )
 from framework.log.types import PartitionOffsets as PartitionOffsets  # noqa: PLC0414 (re-exported)
 from framework.log.types import TopicDescription as TopicDescription  # noqa: PLC0414 (re-exported)
@@ -70,7 +72,6 @@ log = get_logger("eventlane.log")
 
 R = TypeVar("R")
 
-DEFAULT_DATA_DIR = "eventlane-data"
 _META_TTL_S = 0.5
 
 
@@ -93,10 +94,6 @@ def _mark_deleted(directory: Path) -> None:
                 state.close()
         finally:
             lock.close()
-
-
-def default_data_dir() -> Path:
-    return Path(os.environ.get("EVENTLANE_DATA") or DEFAULT_DATA_DIR)
 
 
 def _remove_tree(path: Path) -> None:
@@ -132,8 +129,6 @@ class LogStore:
         """Serializes changes of existing topics' ``topic.json`` (module docstring)."""
         self._closed = False
         self._cleaner: LogCleaner | None = None
-
-    capabilities = Capabilities()
 
     @property
     def keys(self) -> KeyIndexes:
@@ -382,6 +377,20 @@ class LogStore:
                 )
                 self._partitions[(topic, partition)] = part
         return part
+
+    def append_fenced(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        precondition: Callable[[int], None],
+        atomic: bool = False,
+    ) -> AppendResult:
+        """The port's :class:`~framework.log.port.FencedLog` role: ``precondition`` is
+        called with the log end offset under the partition's append lock (of every process)
+        and refuses the append by raising."""
+        return self.append(topic, partition, records, atomic=atomic, precondition=precondition)
 
     def append(
         self,

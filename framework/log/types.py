@@ -7,8 +7,9 @@ they live apart from any implementation. This module imports only :mod:`.record`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, NewType, Protocol
 
 from framework.log.config import TopicConfig
 from framework.log.record import Header
@@ -16,7 +17,7 @@ from framework.log.record import Header
 __all__ = [
     "AppendHook",
     "AppendResult",
-    "Capabilities",
+    "Clock",
     "CompactionReport",
     "Cursor",
     "Expect",
@@ -28,7 +29,17 @@ __all__ = [
     "RecordTuple",
     "RetentionReport",
     "TopicDescription",
+    "wall_clock_ms",
 ]
+
+Clock = Callable[[], int]
+"""Milliseconds since the epoch; an engine's source of append timestamps (tests pass a
+:class:`~framework.testing.clock.FakeClock`)."""
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
 
 RecordTuple = tuple[bytes | None, bytes | None, tuple[Header, ...], int | None]
 """``(key, value, headers, timestamp)``; :class:`ProducerRecord` has this shape."""
@@ -42,17 +53,11 @@ class AppendResult(NamedTuple):
     timestamps: list[int]
 
 
-class Cursor(NamedTuple):
-    """Where a sequential reader left off, so the next read skips the index lookup.
+Cursor = NewType("Cursor", object)
+"""Where a sequential reader left off, so that the next ``read`` skips the lookup.
 
-    Opaque to callers: pass back what ``read`` returned. An engine may put its own meaning in
-    the fields (the embedded log: segment layout, segment base, byte position, next offset).
-    """
-
-    layout: int
-    segment: int
-    position: int
-    offset: int
+Opaque: an engine's own value behind the port's type. Callers only pass back what ``read``
+returned for the same partition; an engine ignores a cursor that is not its own."""
 
 
 class Expect(NamedTuple):
@@ -158,29 +163,6 @@ class KeyIndexReport(NamedTuple):
     def unindexed(self) -> int:
         """Offsets between the index's end and the high-water mark (lag, not an error)."""
         return max(0, self.hwm - self.next_offset)
-
-
-class Capabilities(NamedTuple):
-    """What an engine can do beyond the core port; the contract kit skips tests only here.
-
-    * ``key_reads``: ``read_key``/``key_head`` and ``append(expect=...)`` are supported.
-    * ``compaction``: ``compact`` does something (topics with ``cleanup_policy=compact``).
-    * ``retention``: ``cleanup`` deletes old records.
-    * ``offset_for_time``: timestamps are indexed.
-    * ``atomic_batches``: ``append(atomic=True)`` makes all records visible at once.
-    * ``multi_process``: several processes may open the same log at once.
-    * ``lazy_compaction``: compaction runs only when asked (``compact``, or the cleaner's
-      schedule), honouring ``min_compaction_lag_ms``: superseded records stay readable
-      until then. ``False`` for an engine that keeps only a key's last record at once.
-    """
-
-    key_reads: bool = True
-    compaction: bool = True
-    retention: bool = True
-    offset_for_time: bool = True
-    atomic_batches: bool = True
-    multi_process: bool = True
-    lazy_compaction: bool = True
 
 
 class Progress(Protocol):

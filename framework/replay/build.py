@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 from framework.app import App
 from framework.codec import EventCodec
 from framework.log import Log, Record, TopicPartition
+from framework.log.port import keyed_log
 from framework.observability import get_logger
 from framework.projection import BatchApplier, Projector, ReadModel, apply_migrations
 from framework.replay.ranges import OffsetRange, read_range
@@ -99,7 +100,9 @@ def app_codec(app: App, log: Log | None = None) -> EventCodec:
     """The codec a runtime of ``app`` on ``log`` uses (executors build it from a pickled
     :class:`App`): :meth:`App.codec <framework.app.App.codec>` with the app's key store on
     ``log``, so personal fields decrypt (or read as erased) in replays too."""
-    return app.codec(keys=None if log is None else app.key_store(log))
+    if log is None:
+        return app.codec(keys=None)
+    return app.codec(keys=app.key_store(keyed_log(log, "decrypting an app's personal fields")))
 
 
 def remove_db(path: Path) -> None:

@@ -49,6 +49,7 @@ from framework.codec.privacy import CIPHER_MARK, LogKeyStore, redact
 from framework.domain.privacy import personal_fields
 from framework.errors import ConfigError, FrameworkError
 from framework.log.partitioner import partition_for_key
+from framework.log.port import maintained_log
 from framework.observability import get_logger
 from framework.projection.breaker import breaker_path, load_tripped, save_tripped
 from framework.projection.dead_letters import dlq_topic
@@ -173,10 +174,11 @@ def forget(
         for s in subjects_:
             hook(runtime, s)
     keys.erase_history()
+    maintained = maintained_log(runtime.log, "forget (erasing by compaction)")
     for topic in snapshot_topics:
-        for p in range(runtime.log.partition_count(topic)):
-            runtime.log.roll(topic, p)
-        runtime.log.compact(topic)
+        for p in range(maintained.partition_count(topic)):
+            maintained.roll(topic, p)
+        maintained.compact(topic)
     # Other processes stop decrypting the subjects once their key stores catch up: let them
     # before rebuilding, so no worker writes a just-forgotten value into a live read model.
     time.sleep(keys.refresh_seconds * 2)
@@ -370,9 +372,10 @@ def _scrub_dlq(
     if not fixes:
         return
     log_.append(topic, 0, fixes)
-    for p in range(log_.partition_count(topic)):
-        log_.roll(topic, p)
-    log_.compact(topic)
+    maintained = maintained_log(log_, "forget (erasing dead letters by compaction)")
+    for p in range(maintained.partition_count(topic)):
+        maintained.roll(topic, p)
+    maintained.compact(topic)
     scrubbed.append(f"topic {topic}: error text of {len(fixes)} dead letter(s) removed")
 
 

@@ -194,5 +194,3 @@ def read_range(
             return
         yield records
         offset = records[-1].offset + 1
-        if cursor is not None and cursor.offset > offset:
-            offset = cursor.offset  # the batch ended with offsets compaction removed

@@ -36,7 +36,8 @@ from framework.errors import (
     OutcomeUnknownError,
     SerializationError,
 )
-from framework.log import Log, Record, RecordMetadata
+from framework.log import KeyedLog, MaintainedLog, Record, RecordMetadata
+from framework.log.port import keyed_log, maintained_log
 from framework.log.types import Expect, KeyIndexReport
 from framework.observability import get_logger
 from framework.store.stream import StreamRead, Streams, stored_version
@@ -87,10 +88,17 @@ UNKNOWN_OFFSET: Final = UnknownOffset.TOKEN
 
 
 class EventStore:
-    """Appends and reads aggregate event streams on a :class:`~framework.log.Log`."""
+    """Appends and reads aggregate event streams on a log with the
+    :class:`~framework.log.KeyedLog` role (per-key reads, conditional appends): refused at
+    construction with a :class:`~framework.errors.MissingRoleError` otherwise. The
+    :class:`~framework.log.MaintainedLog` role, where the engine has it, lets a stream that
+    disagrees with the engine's per-key state rebuild that state."""
 
-    def __init__(self, log_: Log, codec: EventCodec, *, cache_events: int = DEFAULT_EVENTS) -> None:
-        self.log = log_
+    def __init__(
+        self, log_: KeyedLog, codec: EventCodec, *, cache_events: int = DEFAULT_EVENTS
+    ) -> None:
+        self.log: KeyedLog = keyed_log(log_, "the event store")
+        self._maintained = log_ if isinstance(log_, MaintainedLog) else None
         self.codec = codec
         self.streams = Streams(log_, codec, cache_events=cache_events)
         """Aggregates' streams as commands see them (:mod:`.stream`)."""
@@ -290,7 +298,7 @@ class EventStore:
     # ------------------------------------------------------------------ maintenance
     def verify_index(self, topic: str, partition: int) -> KeyIndexReport:
         """Compare the partition's per-key state with a fresh scan of the log."""
-        for report in self.log.check_keys([topic]):
+        for report in self._maintenance("checking the key index").check_keys([topic]):
             if report.partition == partition:
                 return report
         hwm = self.log.offsets(topic, partition).hwm
@@ -298,7 +306,10 @@ class EventStore:
 
     def rebuild_index(self, topic: str, partition: int) -> int:
         """Rebuild the partition's per-key state from the log; returns the records indexed."""
-        return self.log.rebuild_keys(topic, partition)
+        return self._maintenance("rebuilding the key index").rebuild_keys(topic, partition)
+
+    def _maintenance(self, what: str) -> MaintainedLog:
+        return maintained_log(self.log, what)
 
     def close(self) -> None:
         """Nothing to release: per-key state belongs to the log."""

@@ -44,7 +44,7 @@ import orjson
 from framework.codec import Envelope, EventCodec, SnapshotCodec
 from framework.domain import Aggregate, Snapshot
 from framework.errors import AggregateNotFoundError, SerializationError, StaleSnapshotError
-from framework.log import Log, Record, RecordMetadata, TopicPartition
+from framework.log import KeyedLog, MaintainedLog, Record, RecordMetadata, TopicPartition
 from framework.log.partitioner import partition_for_key
 from framework.log.position import Position
 from framework.observability import get_logger
@@ -112,7 +112,9 @@ class StreamRead(NamedTuple):
 class Streams:
     """Aggregates' streams as commands and queries see them (see the module docstring)."""
 
-    def __init__(self, log_: Log, codec: EventCodec, *, cache_events: int = DEFAULT_EVENTS) -> None:
+    def __init__(
+        self, log_: KeyedLog, codec: EventCodec, *, cache_events: int = DEFAULT_EVENTS
+    ) -> None:
         self.log = log_
         self.codec = codec
         self.cache = StreamCache(cache_events) if cache_events > 0 else None
@@ -220,7 +222,8 @@ class Streams:
                     offset=exc.offset,
                     problem=exc.problem,
                 )
-                self.log.rebuild_keys(topic, partition)
+                if isinstance(self.log, MaintainedLog):  # derived per-key state to rebuild
+                    self.log.rebuild_keys(topic, partition)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _cached(

@@ -3,8 +3,10 @@
 * :mod:`.scenario`: given-when-then tests of an aggregate, no storage (:class:`Scenario`);
 * :mod:`.projection`: given events → a projector's rows and a policy's commands, no worker
   (:class:`ProjectorFixture`);
-* :mod:`.contracts`: the log port's contract kit (:class:`~.contracts.LogContract`), which
-  another engine subclasses to prove itself (imports pytest: import it explicitly);
+* :mod:`.contracts`: the log port's contract kits, one per role (:class:`~.contracts.LogContract`
+  for the core, ``KeyedLogContract``, ``MaintainedLogContract``, ``FencedLogContract``);
+  an engine subclasses those of the roles it implements to prove itself (imports pytest:
+  import it explicitly);
 * :mod:`.clock`: :class:`~.clock.FakeClock`, a clock that moves only when told.
 """
 

@@ -1,17 +1,30 @@
-"""The shipped contract kit of the log port (:class:`framework.log.port.Log`).
+"""The shipped contract kit of the log port (:mod:`framework.log.port`), one kit per role.
 
-:class:`LogContract` holds the behaviour every engine behind the port must have: topic
-administration, appends and reads, the three marks, placement by the producer, conditional
-(``expect=``) and atomic appends, per-key reads, waking waiters across threads, time
-lookups, maintenance, deletion. An adapter proves itself by subclassing it in its own test
-suite and implementing :meth:`LogContract.make_log` (as ``eventsourcing`` ships its recorder
-test cases)::
+* :class:`LogContract`, the core role (:class:`~framework.log.port.Log`): topic
+  administration, appends (atomic ones included) and reads, the three marks, placement by
+  the producer, waking waiters across threads, time lookups, deleting records, a close and
+  reopen.
+* :class:`KeyedLogContract` (:class:`~framework.log.port.KeyedLog`): conditional
+  (``expect=``) appends racing across threads and processes, per-key reads, per-key state
+  across a reopen.
+* :class:`MaintainedLogContract` (:class:`~framework.log.port.MaintainedLog`): compaction,
+  retention, verification. ``lazy_compaction`` (a class attribute, default true) says
+  whether superseded records stay readable until a compaction runs.
+* :class:`FencedLogContract` (:class:`~framework.log.port.FencedLog`): fenced appends.
 
-    from framework.testing.contracts import LogContract
+An adapter proves itself by subclassing the kits of exactly the roles it implements in its
+own test suite, and implementing ``make_log`` (as ``eventsourcing`` ships its recorder test
+cases)::
 
-    class TestMyLogContract(LogContract):
+    from framework.testing.contracts import KeyedLogContract, MaintainedLogContract
+
+    class TestMyLogContract(KeyedLogContract, MaintainedLogContract):
         def make_log(self, directory, clock):
             return MyLog(directory, clock=clock)
+
+The core kit's ``test_claims_exactly_its_roles`` fails where the engine implements a role
+whose kit the class does not run, or the class runs a kit of a role the engine lacks: there
+are no skips.
 
 What the kit checks where a weak engine would slip through: conditional appends racing
 across threads and across processes (each key's history must be one chain, one winner per
@@ -22,31 +35,30 @@ retention (the low-water mark advances, reads below it are out of range); a clos
 reopen that keeps every acknowledged record at its offset. The suite proves the kit catches
 engines broken in each of these ways (tests/log/test_contract_kit_proof.py).
 
-Tests of a capability an engine lacks are skipped only through its ``capabilities``
-(:class:`~framework.log.types.Capabilities`), with the flag named in the reason
-(:func:`require`). This module imports pytest; ``import
-framework`` and ``framework.testing`` do not import it.
+This module imports pytest; ``import framework`` and ``framework.testing`` do not import it.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
+import logging
 import multiprocessing
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import pytest
-from structlog.testing import capture_logs
 
 from framework.errors import (
     ConcurrencyError,
     ConfigError,
     InvalidRecordError,
     OffsetOutOfRangeError,
+    PreconditionFailedError,
     RecordTooLargeError,
     TopicExistsError,
     UnknownPartitionError,
@@ -54,6 +66,14 @@ from framework.errors import (
 )
 from framework.log import Expect, Log, Producer, ProducerRecord, TopicConfig
 from framework.log.partitioner import partition_for_key
+from framework.log.port import (
+    FencedLog,
+    KeyedLog,
+    MaintainedLog,
+    fenced_log,
+    keyed_log,
+    maintained_log,
+)
 from framework.log.record import Record, TimestampType
 from framework.testing.clock import FakeClock
 
@@ -69,15 +89,34 @@ class _RaceResult(NamedTuple):
     losses: list[bytes]
 
 
-def require(log: Log, *capabilities: str) -> None:
-    """Skip the calling test, naming the flags, where ``log`` declares it lacks any of
-    ``capabilities`` (:class:`~framework.log.types.Capabilities`)."""
-    lacking = [name for name in capabilities if not getattr(log.capabilities, name)]
-    if lacking:
-        pytest.skip("this engine declares no " + ", ".join(f"capabilities.{n}" for n in lacking))
+class _Captured(logging.Handler):
+    """eventlane's log records (standard-library loggers under ``eventlane``) as dicts."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.entries: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields = getattr(record, "eventlane_fields", {})
+        event = getattr(record, "eventlane_event", record.getMessage())
+        self.entries.append({"event": event, "log_level": record.levelname.lower(), **fields})
 
 
-def _race(log: Log, topic: str, name: str, *, rounds: int) -> _RaceResult:
+@contextlib.contextmanager
+def capture_logs() -> Iterator[list[dict[str, Any]]]:
+    """Every record of the ``eventlane`` loggers while inside, at every level."""
+    logger = logging.getLogger("eventlane")
+    handler, level = _Captured(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.entries
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _race(log: KeyedLog, topic: str, name: str, *, rounds: int) -> _RaceResult:
     """Read a key's head, append expecting it; the value names the writer, the round and
     the head it expected, so the log itself shows which record each append followed."""
     wins: list[tuple[bytes, int | None, int]] = []
@@ -145,8 +184,11 @@ def _check_chains(log: Log, topic: str, results: list[_RaceResult], *, attempts:
 
 
 class LogContract(abc.ABC):
-    """Behaviour every :class:`Log` implementation must have. Subclass and implement
-    :meth:`make_log`."""
+    """The core role's behaviour (:class:`~framework.log.port.Log`): every engine has it.
+    Subclass it (or the kits of the other roles the engine has, which include it) and
+    implement :meth:`make_log`."""
+
+    ROLE: ClassVar[type] = Log
 
     @abc.abstractmethod
     def make_log(self, directory: Path, clock: FakeClock) -> Log:
@@ -164,8 +206,21 @@ class LogContract(abc.ABC):
         log.close()
 
     # ------------------------------------------------------------------ the port itself
-    def test_implements_the_port(self, log: Log) -> None:
-        assert isinstance(log, Log)
+    def test_claims_exactly_its_roles(self, log: Log) -> None:
+        """The engine implements the core role; it implements each other role exactly when
+        this test class runs that role's kit (no role untested, no kit skipped)."""
+        assert isinstance(log, Log), f"{type(log).__name__} does not implement the core Log role"
+        kits = {k.__dict__["ROLE"] for k in type(self).__mro__ if "ROLE" in k.__dict__}
+        for role, kit in ROLE_KITS.items():
+            has = isinstance(log, role)
+            runs = role in kits
+            assert has or not runs, (
+                f"{type(log).__name__} does not implement {role.__name__}, yet this class runs"
+                f" {kit}: drop that kit"
+            )
+            assert runs or not has, (
+                f"{type(log).__name__} implements {role.__name__}: run its kit, {kit}, too"
+            )
 
     # ------------------------------------------------------------------ topic admin
     def test_create_list_describe(self, log: Log) -> None:
@@ -203,9 +258,6 @@ class LogContract(abc.ABC):
             lambda: log.offset_for_time("ghost", 0, 0),
             lambda: log.alter_topic("ghost", partitions=2),
             lambda: log.delete_topic("ghost"),
-            lambda: log.compact("ghost"),
-            lambda: log.cleanup("ghost"),
-            lambda: log.verify("ghost"),
         ]
         for call in calls:
             with pytest.raises(UnknownTopicError) as info:
@@ -364,98 +416,6 @@ class LogContract(abc.ABC):
             producer.send_batch("t", [ProducerRecord(None, b"x")], partition=3)
         assert [log.offsets("t", p).leo for p in range(3)] == [0, 1, 2]
 
-    def test_conditional_append(self, log: Log) -> None:
-        """``expect=Expect(key, last_offset)``: appended only if the key's last record is at
-        ``last_offset`` (``None``: no record yet); otherwise ConcurrencyError, nothing
-        written. Other keys are not affected."""
-        require(log, "key_reads")
-        log.create_topic("t", 1)
-        first = log.append("t", 0, [(b"a", b"1", (), None)], expect=Expect(b"a", None))
-        assert first.base_offset == 0
-        with pytest.raises(ConcurrencyError):
-            log.append("t", 0, [(b"a", b"2", (), None)] * 3, expect=Expect(b"a", None))
-        assert log.offsets("t", 0).leo == 1  # the refused append left nothing
-        assert [r.value for r in log.read("t", 0, 0)[0]] == [b"1"]
-        other = log.append("t", 0, [(b"b", b"x", (), None)], expect=Expect(b"b", None))
-        assert other.base_offset == 1
-        assert log.append("t", 0, [(b"a", b"3", (), None)], expect=Expect(b"a", 0)).base_offset == 2
-        with pytest.raises(ConcurrencyError):
-            log.append("t", 0, [(b"a", b"4", (), None)], expect=Expect(b"a", 0))
-        assert log.key_head("t", 0, b"a") == 2 and log.key_head("t", 0, b"zz") is None
-
-    def test_conditional_append_under_contention(self, log: Log) -> None:
-        """Threads racing on the same keys' expected last offsets: each key's history is
-        a single chain (every record was appended expecting the record just before it),
-        one winner per expected position, and no loser's record is in the log."""
-        require(log, "key_reads")
-        log.create_topic("t", 1)
-        results: list[_RaceResult] = []
-        lock = threading.Lock()
-
-        def writer(name: int) -> None:
-            outcome = _race(log, "t", f"thread-{name}", rounds=20)
-            with lock:
-                results.append(outcome)
-
-        threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        _check_chains(log, "t", results, attempts=80)
-
-    def test_conditional_append_across_processes(self, log: Log, tmp_path: Path) -> None:
-        """As above with writers in separate OS processes, each with its own log opened on
-        the same directory: the check and the write are atomic across processes, not only
-        across threads."""
-        require(log, "key_reads", "multi_process")
-        log.create_topic("t", 1)
-        ctx = multiprocessing.get_context("fork")
-        go = ctx.Event()
-        queue: multiprocessing.Queue[_RaceResult | str] = ctx.Queue()
-        procs = [
-            ctx.Process(target=self._race_in_process, args=(tmp_path / "log", i, go, queue))
-            for i in range(3)
-        ]
-        for proc in procs:
-            proc.start()
-        try:
-            go.set()
-            results = []
-            for _ in procs:
-                got = queue.get(timeout=120)
-                assert not isinstance(got, str), f"a writer process failed: {got}"
-                results.append(got)
-        finally:
-            for proc in procs:
-                proc.join(30)
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join()
-        _check_chains(log, "t", results, attempts=3 * 25)
-
-    def _race_in_process(
-        self, directory: Path, name: int, go: Any, queue: multiprocessing.Queue[Any]
-    ) -> None:
-        try:
-            other = self.make_log(directory, FakeClock())
-            try:
-                go.wait(60)
-                queue.put(_race(other, "t", f"process-{name}", rounds=25))
-            finally:
-                other.close()
-        except BaseException as exc:
-            queue.put(f"{type(exc).__name__}: {exc}")
-
-    def test_per_key_reads(self, log: Log) -> None:
-        require(log, "key_reads")
-        log.create_topic("t", 1)
-        for i in range(6):
-            log.append("t", 0, [(b"k%d" % (i % 2), b"%d" % i, (), None)])
-        assert [r.value for r in log.read_key("t", 0, b"k0")] == [b"0", b"2", b"4"]
-        assert [r.offset for r in log.read_key("t", 0, b"k1", after=1)] == [3, 5]
-        assert log.read_key("t", 0, b"none") == [] and log.key_head("t", 0, b"k1") == 5
-
     def test_wake_wakes_a_waiter(self, log: Log) -> None:
         seen = log.wait_seq()
         woke = threading.Event()
@@ -472,7 +432,6 @@ class LogContract(abc.ABC):
         thread.join()
 
     def test_atomic_append(self, log: Log) -> None:
-        require(log, "atomic_batches")
         log.create_topic("t", 1, {"max_record_bytes": 600_000})
         result = log.append("t", 0, [(b"k", b"v" * 100, (), None)] * 50, atomic=True)
         assert (result.base_offset, result.last_offset) == (0, 49)
@@ -489,7 +448,6 @@ class LogContract(abc.ABC):
         assert log.offsets("t", 0).leo == 0
 
     def test_offset_for_time(self, log: Log) -> None:
-        require(log, "offset_for_time")
         log.create_topic("t", 1, {"segment_bytes": 200, "index_interval_bytes": 64})
         stamps = [T0 + 10, T0 + 5, T0 + 30, T0 + 20, T0 + 40, T0 + 40, T0 + 50]
         for ts in stamps:
@@ -536,13 +494,7 @@ class LogContract(abc.ABC):
         log.wait(seen, 5.0)
         assert time.monotonic() - start < 1.0
 
-    # ------------------------------------------------------------------ maintenance
-    def test_maintenance_reports_per_partition(self, log: Log) -> None:
-        log.create_topic("t", 3, {"cleanup_policy": "compact,delete"})
-        assert len(log.compact("t")) == 3
-        assert len(log.cleanup("t")) == 3
-        assert log.verify("t") == [] and log.verify() == []
-
+    # ------------------------------------------------------------------ deleting records
     def test_delete_records_advances_the_low_water_mark(self, log: Log) -> None:
         log.create_topic("t", 1)
         log.append("t", 0, [(b"k", b"%d" % i, (), None) for i in range(10)])
@@ -560,7 +512,6 @@ class LogContract(abc.ABC):
         """A reader racing a writer of atomic batches never sees part of one (the marks and
         reads move a whole batch at a time); a batch refused for one bad record leaves
         nothing."""
-        require(log, "atomic_batches")
         log.create_topic("t", 1)
         size, batches = 5, 30
         done = threading.Event()
@@ -603,36 +554,24 @@ class LogContract(abc.ABC):
         """Close the log and open it again on the same directory: topics, their configs and
         every acknowledged record (same offsets, keys, values, headers, timestamps) are
         there, per-key state agrees, and appends continue at the old end (no offset is
-        reused)."""
+        reused). Per-key state: :meth:`KeyedLogContract.test_key_state_survives_reopen`."""
         directory = tmp_path / "reopened"
         first = self.make_log(directory, clock)
-        keyed = first.capabilities.key_reads
         try:
             first.create_topic("r", 3, {"retention_ms": -1})
             first.create_topic("c", 1, {"cleanup_policy": "compact", "segment_bytes": 4096})
             for p in range(3):
                 first.append("r", p, [(b"k%d" % p, b"v", (("h", b"x"),), T0 + p)])
                 first.append("r", p, [(None, b"keyless", (), None), (b"k", None, (), None)])
-            if first.capabilities.atomic_batches:
-                first.append("r", 1, [(b"a", b"%d" % i, (), None) for i in range(7)], atomic=True)
+            first.append("r", 1, [(b"a", b"%d" % i, (), None) for i in range(7)], atomic=True)
             for i in range(12):
-                if keyed:
-                    head = first.key_head("c", 0, b"c%d" % (i % 3))
-                    expect = Expect(b"c%d" % (i % 3), head)
-                    first.append("c", 0, [(b"c%d" % (i % 3), b"%d" % i, (), None)], expect=expect)
-                else:
-                    first.append("c", 0, [(b"c%d" % (i % 3), b"%d" % i, (), None)])
+                first.append("c", 0, [(b"c%d" % (i % 3), b"%d" % i, (), None)])
             topics = first.list_topics()
             configs = {t: first.topic_config(t) for t in topics}
             marks = {
                 (t, p): first.offsets(t, p) for t in topics for p in range(first.partition_count(t))
             }
             stored = {tp: [_fields(r) for r in read_all(first, *tp)] for tp in marks}
-            heads = (
-                {k: first.key_head("c", 0, k) for k in (b"c0", b"c1", b"c2", b"new")}
-                if keyed
-                else {}
-            )
         finally:
             first.close()
         clock.advance(1000)
@@ -643,14 +582,9 @@ class LogContract(abc.ABC):
             assert {tp: second.offsets(*tp) for tp in marks} == marks
             for tp, records in stored.items():
                 assert [_fields(r) for r in read_all(second, *tp)] == records, tp
-            if keyed:
-                assert {k: second.key_head("c", 0, k) for k in heads} == heads
-                with pytest.raises(ConcurrencyError):
-                    second.append("c", 0, [(b"c0", b"x", (), None)], expect=Expect(b"c0", None))
-                after = second.append(
-                    "c", 0, [(b"c0", b"x", (), None)], expect=Expect(b"c0", heads[b"c0"])
-                )
-                assert after.base_offset == marks[("c", 0)].leo
+            assert second.append("c", 0, [(b"c0", b"x", (), None)]).base_offset == (
+                marks[("c", 0)].leo
+            )
             assert (
                 second.append("r", 1, [(None, b"next", (), None)]).base_offset
                 == marks[("r", 1)].leo
@@ -658,14 +592,180 @@ class LogContract(abc.ABC):
         finally:
             second.close()
 
-    # ------------------------------------------------------------------ compaction
-    def test_compaction_keeps_each_keys_last_record(self, log: Log, clock: FakeClock) -> None:
+
+class KeyedLogContract(LogContract):
+    """The :class:`~framework.log.port.KeyedLog` role's behaviour: conditional appends and
+    per-key reads (and the core kit)."""
+
+    ROLE: ClassVar[type] = KeyedLog
+
+    def keyed(self, log: Log) -> KeyedLog:
+        return keyed_log(log, "the KeyedLog contract kit")
+
+    def test_conditional_append(self, log: KeyedLog) -> None:
+        """``expect=Expect(key, last_offset)``: appended only if the key's last record is at
+        ``last_offset`` (``None``: no record yet); otherwise ConcurrencyError, nothing
+        written. Other keys are not affected."""
+        log.create_topic("t", 1)
+        first = log.append("t", 0, [(b"a", b"1", (), None)], expect=Expect(b"a", None))
+        assert first.base_offset == 0
+        with pytest.raises(ConcurrencyError):
+            log.append("t", 0, [(b"a", b"2", (), None)] * 3, expect=Expect(b"a", None))
+        assert log.offsets("t", 0).leo == 1  # the refused append left nothing
+        assert [r.value for r in log.read("t", 0, 0)[0]] == [b"1"]
+        other = log.append("t", 0, [(b"b", b"x", (), None)], expect=Expect(b"b", None))
+        assert other.base_offset == 1
+        assert log.append("t", 0, [(b"a", b"3", (), None)], expect=Expect(b"a", 0)).base_offset == 2
+        with pytest.raises(ConcurrencyError):
+            log.append("t", 0, [(b"a", b"4", (), None)], expect=Expect(b"a", 0))
+        assert log.key_head("t", 0, b"a") == 2 and log.key_head("t", 0, b"zz") is None
+
+    def test_conditional_append_under_contention(self, log: KeyedLog) -> None:
+        """Threads racing on the same keys' expected last offsets: each key's history is
+        a single chain (every record was appended expecting the record just before it),
+        one winner per expected position, and no loser's record is in the log."""
+        log.create_topic("t", 1)
+        results: list[_RaceResult] = []
+        lock = threading.Lock()
+
+        def writer(name: int) -> None:
+            outcome = _race(log, "t", f"thread-{name}", rounds=20)
+            with lock:
+                results.append(outcome)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        _check_chains(log, "t", results, attempts=80)
+
+    def test_conditional_append_across_processes(self, log: KeyedLog, tmp_path: Path) -> None:
+        """As above with writers in separate OS processes, each with its own log opened on
+        the same directory: the check and the write are atomic across processes, not only
+        across threads."""
+        log.create_topic("t", 1)
+        ctx = multiprocessing.get_context("fork")
+        go = ctx.Event()
+        queue: multiprocessing.Queue[_RaceResult | str] = ctx.Queue()
+        procs = [
+            ctx.Process(target=self._race_in_process, args=(tmp_path / "log", i, go, queue))
+            for i in range(3)
+        ]
+        for proc in procs:
+            proc.start()
+        try:
+            go.set()
+            results = []
+            for _ in procs:
+                got = queue.get(timeout=120)
+                assert not isinstance(got, str), f"a writer process failed: {got}"
+                results.append(got)
+        finally:
+            for proc in procs:
+                proc.join(30)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+        _check_chains(log, "t", results, attempts=3 * 25)
+
+    def _race_in_process(
+        self, directory: Path, name: int, go: Any, queue: multiprocessing.Queue[Any]
+    ) -> None:
+        try:
+            other = self.keyed(self.make_log(directory, FakeClock()))
+            try:
+                go.wait(60)
+                queue.put(_race(other, "t", f"process-{name}", rounds=25))
+            finally:
+                other.close()
+        except BaseException as exc:
+            queue.put(f"{type(exc).__name__}: {exc}")
+
+    def test_per_key_reads(self, log: KeyedLog) -> None:
+        log.create_topic("t", 1)
+        for i in range(6):
+            log.append("t", 0, [(b"k%d" % (i % 2), b"%d" % i, (), None)])
+        assert [r.value for r in log.read_key("t", 0, b"k0")] == [b"0", b"2", b"4"]
+        assert [r.offset for r in log.read_key("t", 0, b"k1", after=1)] == [3, 5]
+        assert log.read_key("t", 0, b"none") == [] and log.key_head("t", 0, b"k1") == 5
+
+    def test_key_state_survives_reopen(self, tmp_path: Path, clock: FakeClock) -> None:
+        """Per-key state after a close and a reopen on the same directory: each key's head
+        is where it was, an append expecting a stale head is refused and one expecting the
+        current head lands at the old end."""
+        directory = tmp_path / "reopened"
+        first = self.keyed(self.make_log(directory, clock))
+        try:
+            first.create_topic("c", 1, {"cleanup_policy": "compact", "segment_bytes": 4096})
+            for i in range(12):
+                key = b"c%d" % (i % 3)
+                head = first.key_head("c", 0, key)
+                first.append("c", 0, [(key, b"%d" % i, (), None)], expect=Expect(key, head))
+            heads = {k: first.key_head("c", 0, k) for k in (b"c0", b"c1", b"c2", b"new")}
+            leo = first.offsets("c", 0).leo
+            by_key = {k: [r.value for r in first.read_key("c", 0, k)] for k in heads}
+        finally:
+            first.close()
+        clock.advance(1000)
+        second = self.keyed(self.make_log(directory, clock))
+        try:
+            assert {k: second.key_head("c", 0, k) for k in heads} == heads
+            assert {k: [r.value for r in second.read_key("c", 0, k)] for k in heads} == by_key
+            with pytest.raises(ConcurrencyError):
+                second.append("c", 0, [(b"c0", b"x", (), None)], expect=Expect(b"c0", None))
+            after = second.append(
+                "c", 0, [(b"c0", b"x", (), None)], expect=Expect(b"c0", heads[b"c0"])
+            )
+            assert after.base_offset == leo
+        finally:
+            second.close()
+
+
+class MaintainedLogContract(LogContract):
+    """The :class:`~framework.log.port.MaintainedLog` role's behaviour: compaction,
+    retention and verification when asked (and the core kit).
+
+    ``lazy_compaction``: superseded records stay readable until a compaction runs (honouring
+    ``min_compaction_lag_ms``); set it false for an engine that keeps only a key's last
+    record at once (JetStream)."""
+
+    ROLE: ClassVar[type] = MaintainedLog
+    lazy_compaction: ClassVar[bool] = True
+
+    @pytest.fixture
+    def log(self, tmp_path: Path, clock: FakeClock) -> Iterator[MaintainedLog]:
+        log = self.make_log(tmp_path / "log", clock)
+        try:
+            yield maintained(log)
+        finally:
+            log.close()
+
+    def test_unknown_topic_in_maintenance(self, log: MaintainedLog) -> None:
+        calls: list[Callable[[], object]] = [
+            lambda: log.compact("ghost"),
+            lambda: log.cleanup("ghost"),
+            lambda: log.verify("ghost"),
+        ]
+        for call in calls:
+            with pytest.raises(UnknownTopicError) as info:
+                call()
+            assert info.value.topic == "ghost"
+
+    def test_maintenance_reports_per_partition(self, log: MaintainedLog) -> None:
+        log.create_topic("t", 3, {"cleanup_policy": "compact,delete"})
+        assert len(log.compact("t")) == 3
+        assert len(log.cleanup("t")) == 3
+        assert log.verify("t") == [] and log.verify() == []
+
+    def test_compaction_keeps_each_keys_last_record(
+        self, log: MaintainedLog, clock: FakeClock
+    ) -> None:
         """``compact()`` on a compacted topic: each key's last record stays, at its offset,
         with its value; records superseded before the active segment are gone; records of
         the active segment are untouched (engines that compact lazily); a tombstone stays
         until ``delete_retention_ms`` after compaction first saw it, then goes; the marks
         do not move backwards and offsets are never renumbered."""
-        require(log, "compaction")
         log.create_topic(
             "t",
             1,
@@ -685,7 +785,7 @@ class LogContract(abc.ABC):
         put(b"k0", b"active-1")  # the active segment: one key twice, one new key
         put(b"k0", b"active-2")
         put(b"k9", b"active")
-        lazy = log.capabilities.lazy_compaction
+        lazy = self.lazy_compaction
         if lazy:
             assert [(r.key, r.value) for r in read_all(log, "t")] == list(appended.values()), (
                 "superseded records must stay readable until a compaction runs"
@@ -733,12 +833,10 @@ class LogContract(abc.ABC):
         second = check(tombstone_kept=False)
         assert {o: kv for o, kv in first.items() if o != last_all[b"k1"]} == second
 
-    # ------------------------------------------------------------------ retention
-    def test_size_retention_advances_the_low_water_mark(self, log: Log) -> None:
+    def test_size_retention_advances_the_low_water_mark(self, log: MaintainedLog) -> None:
         """A topic over ``retention_bytes`` loses its oldest records once retention runs:
         the low-water mark advances, reads below it are out of range, the rest keep their
         offsets and values, and the high-water mark does not move."""
-        require(log, "retention")
         log.create_topic(
             "t",
             1,
@@ -765,6 +863,65 @@ class LogContract(abc.ABC):
         ]
         log.append("t", 0, [(b"k", b"after", (), None)])
         assert log.offsets("t", 0).leo == 81  # offsets are never reused
+
+
+class FencedLogContract(LogContract):
+    """The :class:`~framework.log.port.FencedLog` role's behaviour: ``append_fenced`` (and
+    the core kit)."""
+
+    ROLE: ClassVar[type] = FencedLog
+
+    def test_fenced_append(self, log: Log) -> None:
+        """The precondition sees the partition's end; raising refuses the append (nothing
+        written); threads each fencing on the end they read never write at another offset."""
+        fenced = fenced_log(log, "the FencedLog contract kit")
+        fenced.create_topic("t", 1)
+        seen: list[int] = []
+        result = fenced.append_fenced("t", 0, [(b"k", b"1", (), None)], precondition=seen.append)
+        assert (result.base_offset, seen) == (0, [0])
+
+        def refuse(_leo: int) -> None:
+            raise PreconditionFailedError("fenced", topic="t", partition=0)
+
+        with pytest.raises(PreconditionFailedError):
+            fenced.append_fenced("t", 0, [(b"k", b"2", (), None)], precondition=refuse)
+        assert fenced.offsets("t", 0).leo == 1
+        landed: list[tuple[int, int]] = []
+        lock = threading.Lock()
+
+        def writer(name: int) -> None:
+            for _ in range(10):
+                at: list[int] = []
+
+                def note(leo: int, at: list[int] = at) -> None:
+                    at.append(leo)
+
+                got = fenced.append_fenced(
+                    "t", 0, [(b"w", b"%d" % name, (), None)], precondition=note
+                )
+                with lock:
+                    landed.append((at[-1], got.base_offset))
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        moved = [(leo, offset) for leo, offset in landed if leo != offset]
+        assert not moved, f"appends landed elsewhere than the end their fence saw: {moved[:5]}"
+        assert sorted(o for _, o in landed) == list(range(1, 31))
+
+
+ROLE_KITS: dict[type, str] = {
+    KeyedLog: "KeyedLogContract",
+    MaintainedLog: "MaintainedLogContract",
+    FencedLog: "FencedLogContract",
+}
+"""Each role beyond the core and the name of its kit (``test_claims_exactly_its_roles``)."""
+
+
+def maintained(log: Log) -> MaintainedLog:
+    return maintained_log(log, "the MaintainedLog contract kit")
 
 
 def _fields(r: Record) -> tuple[object, ...]:

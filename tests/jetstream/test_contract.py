@@ -11,10 +11,16 @@ from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
 from framework.log.local import LocalDir
 from framework.testing.clock import FakeClock
-from framework.testing.contracts import LogContract
+from framework.testing.contracts import (
+    FencedLogContract,
+    KeyedLogContract,
+    MaintainedLogContract,
+)
 
 
-class TestJetStreamContract(LogContract):
+class TestJetStreamContract(KeyedLogContract, MaintainedLogContract, FencedLogContract):
+    lazy_compaction = False  # a compacted topic keeps only a key's last record at once
+
     @pytest.fixture(autouse=True)
     def _cluster(self, cluster: LocalCluster, namespace: str) -> None:
         self._url, self._ns = cluster.url, namespace

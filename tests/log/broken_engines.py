@@ -1,7 +1,7 @@
 """Deliberately broken engines: the real embedded :class:`LogStore` with one promise of the
 log port broken each, so that the suite can show the contract kit catches every one
-(tests/log/test_contract_kit_proof.py). Also an honest engine that declares less
-(``key_reads=False``, as a plain Kafka adapter must), which the kit must skip, not fail.
+(tests/log/test_contract_kit_proof.py). Also an honest engine with the core role only
+(:class:`CoreOnly`, as a plain Kafka adapter), which must pass the core kit.
 
 Each breaks its promise the way a plausible adapter would, not by refusing to work:
 
@@ -28,9 +28,9 @@ from typing import Any, NamedTuple
 from framework.errors import ConcurrencyError, RecordTooLargeError
 from framework.log import Log, LogStore
 from framework.log.partition import MAX_BATCH_BYTES
+from framework.log.port import role_members
 from framework.log.types import (
     AppendResult,
-    Capabilities,
     CompactionReport,
     Expect,
     RecordTuple,
@@ -152,39 +152,33 @@ class SplitsAtomicBatches(_BrokenStore):
         )
 
 
-class DeclaresNoKeyReads(_Appender):
-    """An honest engine without per-key reads: every method of the port forwarded to a real
-    LogStore, except those that need per-key state, which it says it lacks."""
-
-    capabilities = Capabilities(key_reads=False)
+class CoreOnly:
+    """An honest engine with the core role only (as a plain Kafka adapter has): every
+    method of :class:`~framework.log.port.Log` forwarded to a real LogStore, and nothing
+    else (no per-key reads, no conditional appends, no maintenance, no fencing)."""
 
     def __init__(self, path: Path, **kwargs: Any) -> None:
         self._inner = LogStore(path, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     @property
     def local(self) -> Any:
         return self._inner.local
 
-    def read_key(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("no per-key reads")
-
-    def key_head(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("no per-key reads")
-
-    def _plain(self, call: _Call) -> AppendResult:
-        if call.expect is not None:
-            raise NotImplementedError("no per-key expected offsets")
-        return self._inner.append(call.topic, call.partition, call.records, atomic=call.atomic)
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        atomic: bool = False,
+    ) -> AppendResult:
+        return self._inner.append(topic, partition, records, atomic=atomic)
 
 
 def _forward(name: str) -> Any:
     return lambda self, *a, **k: getattr(self._inner, name)(*a, **k)
 
 
-_OWN = {n for cls in DeclaresNoKeyReads.__mro__[:-1] for n in vars(cls)}
-for _name in [n for n in dir(Log) if not n.startswith("_") and n not in _OWN]:
-    # a Protocol check needs the methods on the class, not only through __getattr__
-    setattr(DeclaresNoKeyReads, _name, _forward(_name))
+for _name in role_members(Log):
+    if _name not in vars(CoreOnly):
+        setattr(CoreOnly, _name, _forward(_name))

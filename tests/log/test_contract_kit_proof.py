@@ -1,7 +1,8 @@
 """The contract kit proves itself: run against deliberately broken engines
 (tests/log/broken_engines.py), its run fails, at the named tests and for the stated reason;
-against an engine that honestly declares less, the tests of what it lacks are skipped with
-the flag named; against the real embedded engine, everything passes.
+an engine with the core role only passes the core kit (nothing skipped); a kit class that
+runs fewer or more role kits than its engine has fails; against the real embedded engine,
+everything passes.
 
 The kit runs as a user runs it: a test module subclassing :class:`LogContract`, collected
 and run by pytest in a child process (one run for all engines), read back from its JUnit
@@ -40,28 +41,29 @@ CAUGHT: dict[str, dict[str, str]] = {
         "test_atomic_batch_is_seen_whole_or_not_at_all": "part of an atomic batch was visible",
     },
 }
-KEY_READ_TESTS = {
-    "test_conditional_append",
-    "test_conditional_append_under_contention",
-    "test_conditional_append_across_processes",
-    "test_per_key_reads",
-}
+ALL_KITS = "KeyedLogContract, MaintainedLogContract, FencedLogContract"
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, tuple[str, str]]]:
     """{engine: {test: (outcome, message)}} of one pytest run of the kit over every engine."""
     tmp = tmp_path_factory.mktemp("kit")
-    engines = [*CAUGHT, "DeclaresNoKeyReads", "LogStore"]
+    # (test class, engine, the kits it runs)
+    classes = [(e, e, ALL_KITS) for e in [*CAUGHT, "LogStore"]]
+    classes += [
+        ("CoreOnly", "CoreOnly", "LogContract"),
+        ("CoreOnlyAsKeyed", "CoreOnly", "KeyedLogContract"),  # claims a role it lacks
+        ("LogStoreAsCore", "LogStore", "LogContract"),  # leaves roles it has untested
+    ]
     module = [
         "from framework.log import LogStore",
-        "from framework.testing.contracts import LogContract",
+        "from framework.testing.contracts import LogContract, " + ALL_KITS,
+        f"from broken_engines import CoreOnly, {', '.join(CAUGHT)}",
     ]
-    module.append(f"from broken_engines import {', '.join(e for e in engines if e != 'LogStore')}")
-    for engine in engines:
+    for name, engine, kits in classes:
         module.append(
             textwrap.dedent(f"""
-            class Test{engine}(LogContract):
+            class Test{name}({kits}):
                 def make_log(self, directory, clock):
                     return {engine}(directory, clock=clock)
             """)
@@ -69,11 +71,15 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, tu
     (tmp / "test_kit_run.py").write_text("\n".join(module) + "\n")
     (tmp / "pytest.ini").write_text("[pytest]\n")
     # broken engines and the real one (the control) run the tests that must catch them; the
-    # honest engine that declares less runs the whole kit
+    # core-only engine runs the whole core kit; the mismatched classes their role check
     caught = sorted({t for tests in CAUGHT.values() for t in tests})
     targets = [f"test_kit_run.py::Test{e}::{t}" for e, tests in CAUGHT.items() for t in tests]
     targets += [f"test_kit_run.py::TestLogStore::{t}" for t in caught]
-    targets.append("test_kit_run.py::TestDeclaresNoKeyReads")
+    targets.append("test_kit_run.py::TestCoreOnly")
+    targets += [
+        f"test_kit_run.py::Test{c}::test_claims_exactly_its_roles"
+        for c in ("CoreOnlyAsKeyed", "LogStoreAsCore", "LogStore")
+    ]
     report = tmp / "report.xml"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
     run = subprocess.run(
@@ -118,17 +124,26 @@ def test_the_kit_catches_a_broken_engine(outcomes, engine: str) -> None:
     print(engine, "fails:", sorted(t for t, (o, _) in results.items() if o != "passed"))
 
 
-def test_an_engine_declaring_no_key_reads_is_skipped_there_not_failed(outcomes) -> None:
-    results = outcomes["DeclaresNoKeyReads"]
-    assert [t for t, (o, _) in results.items() if o in ("failure", "error")] == []
-    skipped = {t: m for t, (o, m) in results.items() if o == "skipped"}
-    assert set(skipped) == KEY_READ_TESTS
-    assert all("capabilities.key_reads" in m for m in skipped.values())
+def test_an_engine_with_the_core_role_only_passes_the_core_kit(outcomes) -> None:
+    results = outcomes["CoreOnly"]
+    assert {t: o for t, (o, _) in results.items() if o != "passed"} == {}
+    assert "test_claims_exactly_its_roles" in results
+    assert len(results) >= 25  # the whole core kit ran, nothing skipped
+
+
+def test_a_kit_class_must_run_exactly_the_roles_of_its_engine(outcomes) -> None:
+    outcome, message = outcomes["CoreOnlyAsKeyed"]["test_claims_exactly_its_roles"]
+    assert outcome == "failure" and "does not implement KeyedLog" in message, message
+    outcome, message = outcomes["LogStoreAsCore"]["test_claims_exactly_its_roles"]
+    assert outcome == "failure", message
+    assert "implements KeyedLog: run its kit, KeyedLogContract, too" in message, message
 
 
 def test_the_real_engine_passes_what_catches_the_broken_ones(outcomes) -> None:
     """The control: the same tests pass on the real engine (test_log_contract.py runs the
     whole kit on it)."""
     results = outcomes["LogStore"]
-    assert set(results) == {t for tests in CAUGHT.values() for t in tests}
+    assert set(results) == {t for tests in CAUGHT.values() for t in tests} | {
+        "test_claims_exactly_its_roles"
+    }
     assert {t: o for t, (o, _) in results.items() if o != "passed"} == {}

@@ -1,4 +1,4 @@
-"""The shipped log contract kit (:mod:`framework.testing.contracts`) run against the embedded
+"""The shipped log contract kits (:mod:`framework.testing.contracts`) of the four roles run against the embedded
 :class:`~framework.log.store.LogStore`."""
 
 from __future__ import annotations
@@ -7,9 +7,13 @@ from pathlib import Path
 
 from framework.log import Log, LogStore
 from framework.testing.clock import FakeClock
-from framework.testing.contracts import LogContract
+from framework.testing.contracts import (
+    FencedLogContract,
+    KeyedLogContract,
+    MaintainedLogContract,
+)
 
 
-class TestLogStoreContract(LogContract):
+class TestLogStoreContract(KeyedLogContract, MaintainedLogContract, FencedLogContract):
     def make_log(self, directory: Path, clock: FakeClock) -> Log:
         return LogStore(directory, clock=clock)

@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from broken_engines import CoreOnly
 
 from framework.consumer.coordination import FileCoordination
 from framework.engine import open_engine, open_log, register_engine
-from framework.errors import ConcurrencyError, ConfigError
-from framework.log import Log, LogStore
+from framework.errors import ConcurrencyError, ConfigError, MissingRoleError
+from framework.log import FencedLog, KeyedLog, Log, LogStore, MaintainedLog
 from framework.log.local import LocalDir
 from framework.log.types import Expect
 
@@ -28,7 +29,7 @@ def test_the_port_has_no_path_and_the_store_implements_it(store: LogStore) -> No
     assert isinstance(store, Log)
     assert "path" not in vars(Log) and "path" not in Log.__annotations__
     assert store.local == LocalDir(store.path)
-    assert store.capabilities.key_reads and store.capabilities.lazy_compaction
+    assert all(isinstance(store, role) for role in (KeyedLog, MaintainedLog, FencedLog))
 
 
 def test_expect_appends_only_at_the_expected_offset(store: LogStore) -> None:
@@ -154,9 +155,10 @@ def test_factory_refuses_unknown_schemes_and_uses_registered_ones(tmp_path: Path
 
 
 def test_file_coordination_needs_fenced_appends(tmp_path: Path) -> None:
-    class Unfenced(LogStore):
-        def append(self, topic, partition, records, *, expect=None, atomic=False):  # type: ignore[no-untyped-def,override]
-            return super().append(topic, partition, records, expect=expect, atomic=atomic)
-
-    with Unfenced(tmp_path / "d") as log, pytest.raises(ConfigError, match="fenced appends"):
-        FileCoordination(log)
+    log = CoreOnly(tmp_path / "d")
+    try:
+        with pytest.raises(MissingRoleError, match=r"FencedLog role .*fenced appends") as info:
+            FileCoordination(log)
+        assert (info.value.engine, info.value.role) == ("CoreOnly", "FencedLog")
+    finally:
+        log.close()

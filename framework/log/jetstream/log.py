@@ -77,14 +77,12 @@ from framework.errors import (
 from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
 from framework.log.jetstream import errors as e
 from framework.log.jetstream import mapping as m
-from framework.log.local import LocalDir
+from framework.log.local import LocalDir, default_data_dir
 from framework.log.names import validate_topic_name
-from framework.log.partition import Clock, wall_clock_ms
 from framework.log.record import Record, TimestampType
-from framework.log.store import default_data_dir
 from framework.log.types import (
     AppendResult,
-    Capabilities,
+    Clock,
     CompactionReport,
     Cursor,
     Expect,
@@ -95,6 +93,7 @@ from framework.log.types import (
     RecordTuple,
     RetentionReport,
     TopicDescription,
+    wall_clock_ms,
 )
 from framework.observability import get_logger
 
@@ -206,12 +205,6 @@ class _Call:
             self.future.set_result(None)
 
 
-CAPABILITIES = Capabilities(lazy_compaction=False)
-"""Everything the port names but lazy compaction: a compacted topic keeps only a key's last
-record at once (``max_msgs_per_subject=1``), so ``min.compaction.lag.ms`` and the dirty ratio
-are not honoured. Also (docs/scale-out.md): retention drops single records by server time."""
-
-
 class _Meta(NamedTuple):
     partitions: int
     config: TopicConfig
@@ -246,9 +239,15 @@ def parse_url(url: str) -> dict[str, Any]:
 
 
 class JetStreamLog:
-    """The log port on NATS JetStream. ``JetStreamLog.from_url("nats://h:p,h:p")``."""
+    """The log port on NATS JetStream. ``JetStreamLog.from_url("nats://h:p,h:p")``.
 
-    capabilities = CAPABILITIES
+    Roles (:mod:`framework.log.port`): the core :class:`~framework.log.port.Log`,
+    :class:`~framework.log.port.KeyedLog`, :class:`~framework.log.port.MaintainedLog` and
+    :class:`~framework.log.port.FencedLog`. Compaction is not lazy: a compacted topic keeps
+    only a key's last record at once (``max_msgs_per_subject=1``), so
+    ``min.compaction.lag.ms`` and the dirty ratio are not honoured. Also
+    (docs/scale-out.md): retention drops single records by server time.
+    """
 
     def __init__(
         self,
@@ -926,6 +925,20 @@ class JetStreamLog:
         log.info("topic deleted", topic=name, engine="jetstream")
 
     # ------------------------------------------------------------------ append
+    def append_fenced(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        precondition: Callable[[int], None],
+        atomic: bool = False,
+    ) -> AppendResult:
+        """The port's :class:`~framework.log.port.FencedLog` role: :meth:`append` with
+        ``precondition`` (the end offset checked by the server with
+        ``Nats-Expected-Last-Sequence``)."""
+        return self.append(topic, partition, records, atomic=atomic, precondition=precondition)
+
     def append(
         self,
         topic: str,

@@ -47,6 +47,7 @@ history.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -59,7 +60,7 @@ from framework.app.namespace import Namespace
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
 from framework.codec.privacy import KeyStore, LogKeyStore
-from framework.domain import Aggregate, DomainEvent
+from framework.domain import Aggregate, Command, DomainEvent
 from framework.domain.privacy import personal_fields
 from framework.engine import open_log
 from framework.errors import AggregateNotFoundError, ConfigError
@@ -109,6 +110,7 @@ class App:
         on_forget: Iterable[Callable[[Runtime, str], None]] = (),
         namespace: str | None = None,
         cache_events: int = DEFAULT_EVENTS,
+        commands: Iterable[type[Command[Any]]] = (),
     ) -> None:
         self.name = name
         self.names = Namespace(namespace)
@@ -130,6 +132,9 @@ class App:
         self.keys_topic = keys_topic or f"{name}.keys"
         self.on_forget = tuple(on_forget)
         self.cache_events = cache_events
+        self.commands = tuple(commands)
+        """Command classes that are data (:mod:`framework.domain.commands`): what schedules
+        (:mod:`framework.app.schedules`) may hold."""
 
     @property
     def namespace(self) -> str | None:
@@ -361,6 +366,35 @@ class Runtime:
             create=create,
             attempts=attempts,
         )
+
+    # ------------------------------------------------------------------ schedules
+    @functools.cached_property
+    def schedules(self) -> Any:
+        """The app's :class:`~framework.app.schedules.Schedules` (typed ``Any`` here: that
+        module builds on this one)."""
+        from framework.app.schedules import Schedules  # noqa: PLC0415 - it builds on Runtime
+
+        return Schedules(self)
+
+    def schedule(
+        self,
+        command: Command[Any],
+        *,
+        at: datetime | int,
+        key: str,
+        caused_by: str | None = None,
+    ) -> str:
+        """Run ``command`` (a command that is data, registered with ``App(commands=...)``) at
+        ``at``, once in effect, by the app's scheduler; returns the schedule's id. ``key``
+        names the schedule: scheduling the key again replaces it, :meth:`cancel_schedule`
+        withdraws it."""
+        sid: str = self.schedules.schedule(command, at=at, key=key, caused_by=caused_by)
+        return sid
+
+    def cancel_schedule(self, key: str) -> bool:
+        """Withdraw the pending schedule ``key``; False if it holds none."""
+        done: bool = self.schedules.cancel(key)
+        return done
 
     # ------------------------------------------------------------------ queries
     def projector(self, name: str) -> type[Projector]:

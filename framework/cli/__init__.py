@@ -61,6 +61,7 @@ COMMANDS: dict[str, str] = {
     "cluster": "framework.cli.cluster:cluster",
     "migrate-log": "framework.cli.cluster:migrate_log",
     "serve": "framework.cli.serve:serve",
+    "schedules": "framework.cli.schedules:schedules",
 }
 """Every built-in subcommand: its name and where it is defined (imported on first use)."""
 

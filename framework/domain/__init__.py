@@ -4,6 +4,8 @@
   type name and schema version);
 * :class:`Aggregate` and :func:`applies` declare aggregates (command methods record events,
   apply methods change state);
+* :class:`Command` and :func:`command` declare commands that are data (stored, scheduled,
+  sent; :mod:`framework.domain.commands`);
 * :class:`Snapshot` is an aggregate's state captured at a version;
 * :func:`personal` and :func:`subject` mark personal-data fields of events (encrypted per
   subject by the codec; see :mod:`framework.domain.privacy`).
@@ -13,6 +15,7 @@ timestamp, correlation and causation ids) belongs to :mod:`framework.codec`.
 """
 
 from framework.domain.aggregate import Aggregate, applies
+from framework.domain.commands import Command, command, command_name_of
 from framework.domain.events import DomainEvent, EventType, event, event_type_of
 from framework.domain.privacy import personal, subject
 from framework.domain.snapshot import Snapshot
@@ -20,6 +23,9 @@ from framework.domain.snapshot import Snapshot
 __all__ = [
     "Aggregate",
     "applies",
+    "Command",
+    "command",
+    "command_name_of",
     "DomainEvent",
     "EventType",
     "event",

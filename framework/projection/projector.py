@@ -107,6 +107,14 @@ class CommandSide(Protocol):
         """``execute`` at most once per ``caused_by`` event (see :meth:`EventContext.issue`)."""
         ...
 
+    def schedule(self, command: Any, *, at: Any, key: str, caused_by: str | None = None) -> str:
+        """Run a command that is data at a moment (:mod:`framework.app.schedules`)."""
+        ...
+
+    def cancel_schedule(self, key: str) -> bool:
+        """Withdraw a pending schedule."""
+        ...
+
 
 _HANDLES_ATTR = "__eventlane_handles__"
 
@@ -267,6 +275,35 @@ class EventContext:
         thread so the worker's loop keeps serving the other keys (concurrent issues share
         the log's fsyncs)."""
         return await asyncio.to_thread(self.issue, cls, aggregate_id, command, create=create)
+
+    def schedule(self, command: Any, *, at: Any, key: str) -> str | None:
+        """A deadline: run ``command`` (a command that is data, registered with
+        ``App(commands=...)``) at ``at`` (aware datetime or epoch ms), once in effect, by the
+        app's scheduler (:mod:`framework.app.schedules`). ``key`` names the schedule
+        (e.g. ``f"expire-{ctx.aggregate_id}"``); the schedule's id is derived from it and
+        this event, so a redelivery schedules nothing new. Nothing in a rebuild (``None``)."""
+        if self.replaying:
+            return None
+        return self._command_side("schedule").schedule(
+            command, at=at, key=key, caused_by=self.event_id
+        )
+
+    def cancel_schedule(self, key: str) -> bool:
+        """Withdraw the pending schedule ``key`` (False: none pending; nothing in a
+        rebuild)."""
+        if self.replaying:
+            return False
+        return self._command_side("cancel_schedule").cancel_schedule(key)
+
+    def _command_side(self, what: str) -> CommandSide:
+        if self.app is None:
+            raise ProjectionError(
+                f"ctx.{what}() needs the application: this applier was built without app=",
+                topic=self.topic,
+                partition=self.partition,
+                offset=self.offset,
+            )
+        return self.app
 
 
 class Projector:

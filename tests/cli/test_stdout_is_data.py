@@ -222,6 +222,11 @@ def scenario(env: Env, tmp: Path) -> list[Run]:
         [status] = doc["projectors"]
         return bool(status["lag"] == 0 and status["partitions"])
 
+    def scheduler_up() -> bool:
+        groups = env.json("groups", "list", "--json")
+        assert isinstance(groups, list)
+        return any(str(g["group"]).endswith(".scheduler") for g in groups)  # it joined
+
     def segment() -> tuple[str, ...]:
         biggest = max((env.data / "topics" / "t").glob("*/*.log"), key=lambda p: p.stat().st_size)
         return (str(biggest), "--json")
@@ -269,6 +274,8 @@ def scenario(env: Env, tmp: Path) -> list[Run]:
         Run(("migrate",), (APP, "--json"), before=env.seed),
         Run(("project", "run"), (APP, *balances, "--no-live"), plain(), until=caught_up),
         Run(("project", "status"), (APP, "--json")),
+        Run(("schedules", "run"), (APP, "--poll-interval", "0.1"), plain(), until=scheduler_up),
+        Run(("schedules", "list"), (APP, "--state", "all", "--json")),
         Run(("dlq", "list"), (APP, *balances, "--json")),
         Run(("dlq", "show"), (APP, "1", *balances, "--json")),
         Run(("dlq", "retry"), (APP, *balances, "--json"), env={"STDOUT_APP_FIXED": "1"}),

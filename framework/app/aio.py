@@ -19,6 +19,7 @@ before deciding again.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import importlib
 import time
@@ -37,6 +38,7 @@ from framework.log.position import Position, Written
 from framework.projection.readmodel import ReadModelView
 from framework.store.command import drive_async
 from framework.store.repository import causation_of
+from framework.tracing import command_span
 
 A = TypeVar("A", bound=Aggregate)
 T = TypeVar("T")
@@ -97,7 +99,9 @@ class AsyncRuntime:
         return self.sync.app
 
     async def _offload(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+        # in a copy of the caller's context: the current span (tracing) follows the call
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._pool, context.run, fn)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call of your own in the runtime's pool (e.g. a read-model query)."""
@@ -107,10 +111,11 @@ class AsyncRuntime:
     async def save(self, aggregate: Aggregate, **envelope: Any) -> Written:
         """See :meth:`Runtime.save`."""
         rt = self.sync
-        rt.declared(type(aggregate))
-        result: Written = await drive_async(
-            rt.repository.save_plan(aggregate, **envelope), self._offload
-        )
+        cls = rt.declared(type(aggregate))
+        with command_span("save", cls.__name__, rt.names.aggregate_topic(cls)):
+            result: Written = await drive_async(
+                rt.repository.save_plan(aggregate, **envelope), self._offload
+            )
         return result
 
     async def execute(
@@ -138,7 +143,8 @@ class AsyncRuntime:
             once=False,
         )
         aggregate: A | None
-        aggregate, _ = await drive_async(plan, self._offload)
+        with command_span("execute", cls.__name__, rt.names.aggregate_topic(cls)):
+            aggregate, _ = await drive_async(plan, self._offload)
         assert aggregate is not None
         return aggregate
 
@@ -166,7 +172,8 @@ class AsyncRuntime:
             once=True,
         )
         written: Written
-        _, written = await drive_async(plan, self._offload)
+        with command_span("issue", cls.__name__, rt.names.aggregate_topic(cls)):
+            _, written = await drive_async(plan, self._offload)
         return written
 
     async def load(

@@ -48,7 +48,7 @@ history.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -72,6 +72,7 @@ from framework.projection.projector import Projector
 from framework.projection.status import offsets_after, projection_status, wait_for_offsets
 from framework.store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore, Repository
 from framework.store.stream_cache import DEFAULT_EVENTS
+from framework.tracing import command_span, stored
 
 log = get_logger("eventlane.app")
 
@@ -210,6 +211,12 @@ class App:
         )
 
 
+def _stored(span: Any, written: Sequence[RecordMetadata], version: int | None) -> None:
+    if span is not None and written:
+        first = written[0]
+        stored(span, first.topic, first.partition, first.offset, version)
+
+
 class Runtime:
     """An :class:`App` connected to a log: save, load and execute on aggregates, issue
     policy commands, wait for and inspect read models. A context manager (or ``close()``).
@@ -303,8 +310,11 @@ class Runtime:
     def save(self, aggregate: Aggregate, **envelope: Any) -> Written:
         """See :meth:`Repository.save`. Returns the records written (a list), whose
         ``position`` (and its ``token``) :meth:`wait_for` and :meth:`wait_causal` take."""
-        self.declared(type(aggregate))
-        return self.repository.save(aggregate, **envelope)
+        cls = self.declared(type(aggregate))
+        with command_span("save", cls.__name__, self.names.aggregate_topic(cls)) as span:
+            written = self.repository.save(aggregate, **envelope)
+            _stored(span, written, aggregate.version)
+            return written
 
     def load(
         self,
@@ -343,7 +353,12 @@ class Runtime:
         """See :meth:`Repository.execute` (load, run, save, retry on conflict). The
         aggregate's ``stored_position`` is where its stored state ends (the write's position,
         or where it already was when the command recorded nothing)."""
-        return self.repository.execute(self.declared(cls), aggregate_id, command, **options)
+        declared = self.declared(cls)
+        with command_span("execute", cls.__name__, self.names.aggregate_topic(cls)) as span:
+            aggregate = self.repository.execute(declared, aggregate_id, command, **options)
+            if span is not None:
+                span.set_attribute("eventlane.aggregate.version", aggregate.version)
+            return aggregate
 
     def issue(
         self,
@@ -358,14 +373,18 @@ class Runtime:
         """A policy's command, at most once per ``caused_by`` event: see
         :meth:`Repository.issue <framework.store.Repository.issue>` (``ctx.issue`` in a
         handler calls it with the handled event)."""
-        return self.repository.issue(
-            self.declared(cls),
-            aggregate_id,
-            command,
-            caused_by=caused_by,
-            create=create,
-            attempts=attempts,
-        )
+        declared = self.declared(cls)
+        with command_span("issue", cls.__name__, self.names.aggregate_topic(cls)) as span:
+            written = self.repository.issue(
+                declared,
+                aggregate_id,
+                command,
+                caused_by=caused_by,
+                create=create,
+                attempts=attempts,
+            )
+            _stored(span, written, None)
+            return written
 
     # ------------------------------------------------------------------ schedules
     @functools.cached_property

@@ -35,6 +35,7 @@ from framework.cli.plugins import add_plugins, load_plugin, plugin_points
 from framework.engine import DEFAULT_DATA_DIR
 from framework.errors import FrameworkError
 from framework.observability import LEVELS, configure_logging, log_level_name
+from framework.tracing import configure_from_env as configure_tracing
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -200,6 +201,7 @@ def main(
         configure_logging(log_level, None if log_format is None else log_format.lower() == "json")
     except FrameworkError as err:
         raise click.ClickException(str(err)) from None
+    configure_tracing()  # only with EVENTLANE_TRACES_FILE (framework.tracing)
     state = AppContext(data, log_url or None)
     ctx.obj = state
     ctx.call_on_close(state.close)

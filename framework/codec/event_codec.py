@@ -47,6 +47,7 @@ from framework.codec.upcasting import UpcastChain
 from framework.domain import DomainEvent
 from framework.domain.privacy import personal_fields, subject_field
 from framework.errors import SerializationError
+from framework.tracing import TRACEPARENT, inject
 
 __all__ = ["EventCodec"]
 
@@ -231,6 +232,9 @@ class EventCodec:
             headers.append((HEADER_CORRELATION_ID, envelope.correlation_id.encode()))
         if envelope.causation_id is not None:
             headers.append((HEADER_CAUSATION_ID, envelope.causation_id.encode()))
+        traceparent = inject()  # the appending span, where tracing is on (framework.tracing)
+        if traceparent is not None:
+            headers.append((TRACEPARENT, traceparent))
         return EncodedRecord(envelope.aggregate_id.encode(), value, headers)
 
     # -- decode ---------------------------------------------------------------------------

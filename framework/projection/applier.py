@@ -54,6 +54,7 @@ from framework.projection.dead_letters import describe_failure
 from framework.projection.projector import EventContext, Projector
 from framework.projection.readmodel import ReadModel
 from framework.projection.waiting import Waiting, newer_version_in, record_wait, waiting_for
+from framework.tracing import handler_span, tracer
 
 log = get_logger("eventlane.projection")
 
@@ -284,7 +285,8 @@ class BatchApplier:
         """Run ``recs[i:limit]`` (one partition); raise :class:`_EventFailedError` at the
         first event that fails (its handler raised, or it did not decode)."""
         handlers = self._handlers
-        if handlers is None or self._parked:
+        if handlers is None or self._parked or tracer() is not None:
+            # (a span per handler, framework.tracing: through _handle, one event at a time)
             self._fast_general(recs, decoded, i, limit, counts)
             return
         # The common case, inlined: the base class's dispatch, one context for the run
@@ -399,6 +401,21 @@ class BatchApplier:
             return _DecodeFailedError(exc, _type_name(rec))
 
     def _handle(self, rec: Record, decoded: Decoded) -> bool:
+        if decoded is None:
+            return False
+        if tracer() is not None and not isinstance(decoded, _DecodeFailedError):
+            with handler_span(
+                self.projector.name,
+                decoded.type_name,
+                rec.topic,
+                rec.partition,
+                rec.offset,
+                rec.headers,
+            ):
+                return self._handle_now(rec, decoded)
+        return self._handle_now(rec, decoded)
+
+    def _handle_now(self, rec: Record, decoded: Decoded) -> bool:
         if decoded is None:
             return False
         if isinstance(decoded, _DecodeFailedError):

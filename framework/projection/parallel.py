@@ -84,6 +84,7 @@ from framework.projection.dead_letters import describe_failure as _describe
 from framework.projection.projector import EventContext, Projector
 from framework.projection.readmodel import ReadModel
 from framework.projection.waiting import newer_version_in
+from framework.tracing import handler_span
 
 __all__ = ["DONE_TABLE", "ParallelApplier", "applier_for"]
 
@@ -377,9 +378,17 @@ class ParallelApplier(BatchApplier):
         handler = type(self.projector)._handlers.get(type(decoded.event))
         if handler is None:
             return False
-        result: Any = handler(self.projector, decoded.event, self._context(rec, decoded))
-        if inspect.isawaitable(result):
-            await result
+        with handler_span(
+            self.projector.name,
+            decoded.type_name,
+            rec.topic,
+            rec.partition,
+            rec.offset,
+            rec.headers,
+        ):
+            result: Any = handler(self.projector, decoded.event, self._context(rec, decoded))
+            if inspect.isawaitable(result):
+                await result
         return True
 
     def _one(self, rec: Record, decoded: Decoded) -> tuple[int, _DeadLetter | None]:

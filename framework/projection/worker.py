@@ -59,6 +59,7 @@ from framework.projection.schema import open_readmodel, readmodel_file
 from framework.projection.status import notify_applied
 from framework.projection.waiting import describe as describe_wait
 from framework.store import EVENT_TOPIC_CONFIG
+from framework.tracing import batch_span
 
 __all__ = ["EXIT_CANNOT_START", "Polled", "Worker"]
 
@@ -232,7 +233,8 @@ class Worker:
             return BatchResult(0, 0, 0)
         started = time.perf_counter()
         try:
-            result = self.applier.apply(records, generation)
+            with batch_span(self.name, records):
+                result = self.applier.apply(records, generation)
         except FencedError as exc:
             self.fenced_batches += 1
             self._log.warning(

@@ -1,0 +1,192 @@
+"""OpenTelemetry traces: one order's trace from the command through its events, the policy,
+the commands it issues and every projection.
+
+eventlane uses the OpenTelemetry *API* only; the application chooses the SDK and exporters
+(as with any instrumented library). Spans:
+
+* ``command <Aggregate>`` around ``execute``/``issue``/``save`` (sync and async faces):
+  aggregate type, topic, and once stored the partition, first offset and version;
+* ``handle <EventType>`` around each projector or policy handler, *a child of the span that
+  appended the event*: the W3C ``traceparent`` of the current span travels in every event
+  record's headers (written by the codec), so a handler's span, and a command it issues,
+  join the trace of the request that caused the event;
+* ``batch <projector>`` around a worker's batch (one transaction), with a link to each
+  traced record it applied (at most :data:`MAX_LINKS`): one batch serves many traces.
+
+Cost: while no SDK is set up (the API not even loaded, or loaded with no tracer provider
+set), no span is started and every hook is a dictionary lookup and a type check
+(:func:`tracer`). Nothing personal goes into a span: types, topics, partitions, offsets and
+versions only, never event fields or error messages with values.
+
+Entry points (the CLI and the workers it starts) set up an SDK themselves only when asked by
+the environment: ``EVENTLANE_TRACES_FILE=PATH`` exports each process's spans as JSON lines to
+``PATH.<pid>`` (:func:`configure_from_env`, what the tests merge across processes).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = [
+    "MAX_LINKS",
+    "TRACEPARENT",
+    "batch_span",
+    "command_span",
+    "configure_from_env",
+    "handler_span",
+    "inject",
+    "tracer",
+]
+
+TRACEPARENT = "traceparent"
+"""The W3C trace-context header carried by event records."""
+MAX_LINKS = 32
+"""Links a batch span keeps to the traces of the records it applied."""
+TRACES_FILE_ENV = "EVENTLANE_TRACES_FILE"
+
+
+_cached: tuple[Any, Any] = (None, None)
+"""``(provider, eventlane's tracer from it)``."""
+
+
+def tracer() -> Any:
+    """eventlane's tracer, or ``None`` while no SDK is set up: the OpenTelemetry API not
+    loaded (one dictionary lookup), or loaded with no tracer provider set or a no-op one
+    (nothing would be recorded: no span is started at all)."""
+    global _cached  # noqa: PLW0603 - the provider is process-wide
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    provider = trace.get_tracer_provider()
+    if provider is _cached[0]:
+        return _cached[1]
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    _cached = (provider, provider.get_tracer("eventlane"))
+    return _cached[1]
+
+
+def inject() -> bytes | None:
+    """The ``traceparent`` of the current span, for a record's headers (``None``: none)."""
+    if tracer() is None:
+        return None
+    trace = sys.modules["opentelemetry.trace"]
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}".encode()
+
+
+def _context_of(headers: Sequence[tuple[str, bytes | None]]) -> Any:
+    """The span context a record's ``traceparent`` names, as a parent context (or None)."""
+    for name, value in headers:
+        if name == TRACEPARENT and value:
+            from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415
+                TraceContextTextMapPropagator,
+            )
+
+            return TraceContextTextMapPropagator().extract({TRACEPARENT: value.decode()})
+    return None
+
+
+@contextmanager
+def command_span(kind: str, aggregate: str, topic: str) -> Iterator[Any]:
+    """``command <Aggregate>``: ``kind`` is execute, issue or save."""
+    t = tracer()
+    if t is None:
+        yield None
+        return
+    with t.start_as_current_span(
+        f"command {aggregate}",
+        attributes={
+            "eventlane.command": kind,
+            "eventlane.aggregate.type": aggregate,
+            "messaging.destination.name": topic,
+        },
+    ) as span:
+        yield span
+
+
+def stored(span: Any, topic: str, partition: int, offset: int, version: int | None) -> None:
+    """Note where a command's events were stored on its span."""
+    if span is None:
+        return
+    span.set_attribute("messaging.destination.partition.id", str(partition))
+    span.set_attribute("eventlane.offset", offset)
+    if version is not None:
+        span.set_attribute("eventlane.aggregate.version", version)
+
+
+@contextmanager
+def handler_span(
+    projector: str, event_type: str, topic: str, partition: int, offset: int, headers: Any
+) -> Iterator[Any]:
+    """``handle <EventType>``, a child of the span that appended the record."""
+    t = tracer()
+    if t is None:
+        yield None
+        return
+    with t.start_as_current_span(
+        f"handle {event_type}",
+        context=_context_of(headers),
+        attributes={
+            "eventlane.projector": projector,
+            "eventlane.event.type": event_type,
+            "messaging.destination.name": topic,
+            "messaging.destination.partition.id": str(partition),
+            "eventlane.offset": offset,
+        },
+    ) as span:
+        yield span
+
+
+@contextmanager
+def batch_span(projector: str, records: Sequence[Any]) -> Iterator[Any]:
+    """``batch <projector>`` with links to the traces of (up to MAX_LINKS) records."""
+    t = tracer()
+    if t is None:
+        yield None
+        return
+    from opentelemetry.trace import Link, get_current_span  # noqa: PLC0415
+
+    links = []
+    for record in records:
+        parent = _context_of(record.headers)
+        if parent is not None:
+            links.append(Link(get_current_span(parent).get_span_context()))
+            if len(links) >= MAX_LINKS:
+                break
+    with t.start_as_current_span(
+        f"batch {projector}",
+        links=links,
+        attributes={"eventlane.projector": projector, "eventlane.batch.records": len(records)},
+    ) as span:
+        yield span
+
+
+def configure_from_env() -> None:
+    """In an entry point: with ``EVENTLANE_TRACES_FILE`` set, export this process's spans
+    as JSON lines to ``<that path>.<pid>`` through the OpenTelemetry SDK (installed with the
+    ``tracing`` extra). Does nothing otherwise."""
+    path = os.environ.get(TRACES_FILE_ENV)
+    if not path:
+        return
+    from opentelemetry import trace  # noqa: PLC0415
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
+        ConsoleSpanExporter,
+        SimpleSpanProcessor,
+    )
+
+    out = open(f"{path}.{os.getpid()}", "a", encoding="utf-8")  # noqa: SIM115 - process-long
+    provider = TracerProvider()
+    provider.add_span_processor(
+        SimpleSpanProcessor(
+            ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n")
+        )
+    )
+    trace.set_tracer_provider(provider)

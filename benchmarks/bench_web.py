@@ -74,13 +74,13 @@ async def round_(url: str, kind: str, requests: int, clients: int, tag: str) -> 
     latencies: list[float] = []
     limits = httpx.Limits(max_connections=clients, keepalive_expiry=30)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-        await http.post(f"/{kind}/{tag}-warm")
+        await http.post(f"/{kind}/{tag}-{kind}-warm")
         todo = iter(range(requests))
 
         async def client() -> None:
             for i in todo:
                 t0 = time.perf_counter()
-                answer = await http.post(f"/{kind}/{tag}-{i}")
+                answer = await http.post(f"/{kind}/{tag}-{kind}-{i}")
                 latencies.append(time.perf_counter() - t0)
                 assert answer.status_code == 200, answer.text
 

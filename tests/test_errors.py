@@ -15,6 +15,7 @@ from framework.errors import (
     MergeConflictError,
     OutcomeUnknownError,
     RebalanceInProgressError,
+    WaitTimeoutError,
 )
 
 
@@ -28,6 +29,7 @@ def test_retriable_errors_are_exactly_the_retry_cases() -> None:
         CommitFailedError,
         RebalanceInProgressError,
         LogUnavailableError,
+        WaitTimeoutError,  # a read model behind a position: waiting again may succeed
     }
     conflict = ConcurrencyError("stale", expected=1, actual=2, topic="t")
     assert conflict.retriable and not FrameworkError("x").retriable

@@ -191,6 +191,13 @@ class ParallelApplier(BatchApplier):
         self._loop: asyncio.AbstractEventLoop | None = None
         if has_async_handlers(type(projector)):
             self._loop = asyncio.new_event_loop()
+            # ctx.issue_async's appends: up to `concurrency` at once (sharing fsyncs), not
+            # the default executor's few threads
+            self._loop.set_default_executor(
+                ThreadPoolExecutor(
+                    self.concurrency, thread_name_prefix=f"eventlane-{projector.name}"
+                )
+            )
             threading.Thread(
                 target=self._loop.run_forever,
                 name=f"eventlane-{projector.name}-loop",

@@ -2,7 +2,8 @@
 
 ``face`` is either the sync :class:`Runtime` called directly (concurrency by threads) or the
 :class:`AsyncRuntime` driven on an event loop in a thread of its own (concurrency by tasks
-on that loop). Each test is written once against the :class:`Face` protocol; a real log on
+on that loop), each on the embedded log and on a real 3-node JetStream cluster (the async
+face reaches JetStream through the sync bridge, offloaded to its pool). Each test is written once against the :class:`Face` protocol; a real log on
 disk, real appends and fsyncs. The model is a plain counter per aggregate: N increments
 from concurrent callers leave version N and value N, never a lost update.
 """
@@ -13,6 +14,7 @@ import asyncio
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -33,11 +35,11 @@ APP = App("faces", aggregates=AGGREGATES, partitions=2)
 class Face:
     """One API, sync or async underneath: every method returns the plain result."""
 
-    def __init__(self, kind: str, data: Path) -> None:
+    def __init__(self, kind: str, data: Path | Any) -> None:
         self.kind = kind
         self._sync: Runtime | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        if kind == "sync":
+        if kind.startswith("sync"):
             self._sync = APP.open(data)
             self.log = self._sync.log
         else:
@@ -88,8 +90,32 @@ class Face:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-@pytest.fixture(params=["sync", "async"])
+@pytest.fixture(scope="module")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A 3-node JetStream cluster for the faces on JetStream (loopback, stopped by PID)."""
+    pytest.importorskip("nats", reason="the nats extra is not installed")
+    from framework.log.jetstream.cluster import LocalCluster  # noqa: PLC0415
+
+    cluster = LocalCluster.create(tmp_path_factory.mktemp("nats"), nodes=3)
+    cluster.start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["sync", "async", "sync-jetstream", "async-jetstream"])
 def face(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Face]:
+    if request.param.endswith("jetstream"):
+        from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+
+        url = request.getfixturevalue("nats_url")
+        log = JetStreamLog.from_url(url, namespace="t" + uuid.uuid4().hex[:12])
+        f = Face(request.param, log)
+        yield f
+        f.close()
+        log.close()
+        return
     f = Face(request.param, tmp_path / "data")
     yield f
     f.close()

@@ -61,6 +61,7 @@ COMMANDS: dict[str, str] = {
     "console": "framework.cli.console:console",
     "cluster": "framework.cli.cluster:cluster",
     "migrate-log": "framework.cli.cluster:migrate_log",
+    "kafka": "framework.cli.kafka_cluster:kafka",
     "serve": "framework.cli.serve:serve",
     "schedules": "framework.cli.schedules:schedules",
 }

@@ -1,0 +1,812 @@
+"""The log port on Apache Kafka, through confluent-kafka (librdkafka): :class:`KafkaLog`.
+
+``KafkaLog.from_url("kafka://h1:9092,h2:9092?namespace=ns")``, or ``--log kafka://...``,
+``EVENTLANE_LOG`` and ``App.open(url)`` through the ``eventlane.engines`` entry point.
+
+Invariants and how they hold:
+
+* **An append returns only once acknowledged** by ``acks=all`` (every in-sync replica; the
+  cluster keeps ``min.insync.replicas=2``) from an idempotent producer, so a retried
+  request is never stored twice. A delivery error or a timeout after which the records may
+  be stored raises :class:`~framework.errors.OutcomeUnknownError`; a refusal (too large, a
+  keyless record on a compacted topic, no leader before sending) raises the matching
+  permanent or retriable error and nothing was written.
+* **An append's records form one Kafka record batch** (``atomic=True``, and every append
+  that fits the topic's ``max.message.bytes``): the producer lingers "forever" and an
+  append enqueues its records and flushes under one lock, so librdkafka sends exactly them
+  in one batch, which the leader appends, replicates and exposes (the high-water mark moves
+  by whole batches) at once. Their offsets are therefore contiguous. An append larger than
+  one batch (not atomic) is sent as several batches, one after the other.
+* **Reads** go through a consumer assigned by hand (no group), from any offset: below the
+  low-water mark or above the high-water mark is
+  :class:`~framework.errors.OffsetOutOfRangeError`; nothing at or above the high-water mark
+  is returned (the consumer reads committed data only). Kafka exposes no log end offset to
+  clients: ``leo`` is reported as the high-water mark.
+* **Placement** is Kafka's: the same murmur2 partitioner (:mod:`framework.log.partitioner`)
+  picks partitions for keys (eventlane's producer names the partition of every append).
+* **Capabilities**: no per-key reads and no conditional appends (Kafka has neither); no
+  compaction or retention run on request (Kafka's log cleaner and retention threads run on
+  their own schedule, per the topic's configs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import parse_qs, urlsplit
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as Kp
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.cimpl import NewPartitions, NewTopic
+
+from framework.errors import (
+    ConfigError,
+    InvalidRecordError,
+    InvalidTopicError,
+    LogError,
+    LogUnavailableError,
+    OffsetOutOfRangeError,
+    OutcomeUnknownError,
+    RecordTooLargeError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
+from framework.log.kafka.mapping import append_error, kafka_configs, topic_config
+from framework.log.local import LocalDir
+from framework.log.partition import Clock, wall_clock_ms
+from framework.log.record import Record, TimestampType
+from framework.log.store import default_data_dir
+from framework.log.types import (
+    AppendResult,
+    Capabilities,
+    CompactionReport,
+    Cursor,
+    Expect,
+    KeyIndexReport,
+    PartitionDescription,
+    PartitionOffsets,
+    Progress,
+    RecordTuple,
+    RetentionReport,
+    TopicDescription,
+)
+from framework.observability import get_logger
+
+log = get_logger("eventlane.log")
+
+CAPABILITIES = Capabilities(
+    key_reads=False,
+    compaction=False,
+    retention=False,
+    offset_for_time=True,
+    atomic_batches=True,
+    multi_process=True,
+    lazy_compaction=True,
+)
+"""What Kafka gives: no per-key reads or conditional appends; compaction and retention by
+Kafka itself on its schedule, not on request."""
+
+BATCH_OVERHEAD = 61
+"""Bytes of a v2 record batch's header."""
+RECORD_OVERHEAD = 21
+"""Most bytes a record adds beside its key, value and headers (attributes, varints)."""
+DEFAULT_READ_BYTES = 1 << 20
+_NOT_LEADERS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
+class _Meta(NamedTuple):
+    partitions: int
+    config: TopicConfig
+    checked: float
+
+
+def open_url(url: str, local: LocalDir) -> KafkaLog:
+    """The engine opener for ``kafka://`` URLs (entry point ``eventlane.engines: kafka``)."""
+    return KafkaLog.from_url(url, local=local)
+
+
+def parse_url(url: str) -> dict[str, Any]:
+    """``kafka://h1:p1,h2:p2?namespace=ns`` -> keyword arguments of the log.
+
+    >>> parse_url("kafka://127.0.0.1:9092,127.0.0.1:9093?namespace=shop")
+    {'bootstrap': '127.0.0.1:9092,127.0.0.1:9093', 'namespace': 'shop'}
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "kafka" or not parts.netloc:
+        raise ConfigError(f"a Kafka log URL looks like kafka://host:port[,host:port], got {url!r}")
+    out: dict[str, Any] = {"bootstrap": parts.netloc}
+    for name, values in parse_qs(parts.query).items():
+        if name == "namespace":
+            out["namespace"] = values[-1]
+        else:
+            raise ConfigError(f"unknown option {name!r} in log URL {url!r}")
+    return out
+
+
+def namespace_for(directory: str | Path) -> str:
+    """A namespace private to a directory (tests: one log per temporary directory)."""
+    return "t" + hashlib.sha1(str(Path(directory).resolve()).encode()).hexdigest()[:12]
+
+
+class KafkaLog:
+    """The log port on an Apache Kafka cluster. See the module docstring."""
+
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        namespace: str = "",
+        clock: Clock = wall_clock_ms,
+        timeout: float = 30.0,
+        local: LocalDir | None = None,
+    ) -> None:
+        if namespace and not namespace.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"namespace {namespace!r} must be letters, digits, - or _")
+        self.local = local if local is not None else LocalDir(default_data_dir())
+        self.bootstrap = bootstrap
+        self.namespace = namespace
+        self._prefix = f"{namespace}." if namespace else ""
+        self.url = f"kafka://{bootstrap}" + (f"?namespace={namespace}" if namespace else "")
+        """What :func:`framework.engine.open_log` opens this log by in another process."""
+        self.clock = clock
+        self.timeout = timeout
+        base: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "logger": _LIBRDKAFKA,
+            "log_level": 0,  # errors reach callers as exceptions
+        }
+        self._admin = AdminClient({**base, "client.id": "eventlane-admin"})
+        self._producer_config = {
+            **base,
+            "client.id": "eventlane-producer",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": int(timeout * 1000) - 1,  # nothing leaves until an append flushes
+            "batch.num.messages": 1_000_000,
+            "batch.size": 2**31 - 1,
+            "message.max.bytes": 1_000_000_000,
+            "message.timeout.ms": int(timeout * 1000),
+            "request.timeout.ms": int(min(timeout, 10.0) * 1000),
+            "compression.type": "none",
+        }
+        self._producer = Producer(self._producer_config)
+        self._append_lock = threading.Lock()
+        self._consumer_config = {
+            **base,
+            "client.id": "eventlane-reader",
+            "group.id": "eventlane-unused",  # never joined nor committed: assign() only
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "isolation.level": "read_committed",
+            "check.crcs": True,
+            "fetch.wait.max.ms": 100,
+        }
+        self._reader = Consumer(self._consumer_config)
+        self._marks = Consumer({**self._consumer_config, "client.id": "eventlane-marks"})
+        self._read_lock = threading.Lock()
+        self._reading: tuple[str, int, int] | None = None  # (topic, partition, next offset)
+        self._meta: dict[str, _Meta] = {}
+        self._wake = threading.Condition()
+        self._wake_seq = 0
+        self._closed = False
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, clock: Clock = wall_clock_ms, local: LocalDir | None = None
+    ) -> KafkaLog:
+        return cls(**parse_url(url), clock=clock, local=local)
+
+    # ------------------------------------------------------------------ names
+    def _kname(self, topic: str) -> str:
+        return self._prefix + topic
+
+    def _ours(self, kname: str) -> str | None:
+        if kname.startswith("__") or not kname.startswith(self._prefix):
+            return None
+        return kname[len(self._prefix) :]
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: TopicConfig | Mapping[str, object] | None = None,
+        *,
+        exist_ok: bool = False,
+    ) -> TopicDescription:
+        cfg = new_topic_config(name, partitions, config)
+        new = NewTopic(self._kname(name), partitions, config=kafka_configs(cfg))
+        try:
+            self._admin.create_topics([new], request_timeout=self.timeout)[new.topic].result()
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                if exist_ok:
+                    return self.describe_topic(name)
+                raise TopicExistsError(f"topic {name!r} already exists", topic=name) from None
+            if err.code() in (KafkaError.INVALID_CONFIG, KafkaError.INVALID_PARTITIONS):
+                raise ConfigError(f"Kafka refused topic {name!r}: {err.str()}") from None
+            if err.code() == KafkaError.TOPIC_EXCEPTION:
+                raise InvalidTopicError(f"Kafka refused topic {name!r}: {err.str()}") from None
+            raise self._unavailable(err, name) from None
+        self._wait_leaders(name, partitions)
+        self._described_config(name, cfg)
+        self._meta[name] = _Meta(partitions, cfg, time.monotonic())
+        return self._describe(name, partitions, cfg)
+
+    def _wait_leaders(self, name: str, partitions: int) -> None:
+        """Wait until metadata shows a leader for each partition of a new topic."""
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            meta = self._admin.list_topics(self._kname(name), timeout=self.timeout)
+            found = meta.topics.get(self._kname(name))
+            if (
+                found is not None
+                and found.error is None
+                and len(found.partitions) == partitions
+                and all(p.leader >= 0 for p in found.partitions.values())
+            ):
+                return
+            time.sleep(0.05)
+
+    def list_topics(self) -> list[str]:
+        meta = self._cluster_metadata()
+        return sorted(t for k in meta.topics if (t := self._ours(k)) is not None)
+
+    def topic_exists(self, name: str) -> bool:
+        try:
+            self._topic_meta(name, fresh=True)
+        except UnknownTopicError:
+            return False
+        return True
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        meta = self._topic_meta(name, fresh=True)
+        return self._describe(name, meta.partitions, meta.config)
+
+    def _describe(self, name: str, partitions: int, cfg: TopicConfig) -> TopicDescription:
+        details = []
+        for p in range(partitions):
+            lwm, hwm, leo = self.offsets(name, p)
+            details.append(PartitionDescription(p, lwm, hwm, leo, 0, 0, leo))
+        return TopicDescription(name, partitions, cfg, tuple(details))
+
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        config: Mapping[str, object] | None = None,
+    ) -> TopicDescription:
+        """Change config values or add partitions (never remove them)."""
+        meta = self._topic_meta(name, fresh=True)
+        cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
+        count = meta.partitions
+        if partitions is not None:
+            if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
+                raise ConfigError(f"partitions must be an integer <= {MAX_PARTITIONS}", topic=name)
+            if partitions < meta.partitions:
+                raise ConfigError(
+                    f"cannot decrease partitions of {name!r} from {meta.partitions} to"
+                    f" {partitions}: records would be lost",
+                    topic=name,
+                )
+            if partitions > meta.partitions:
+                log.warning(
+                    "partition count increased: new records with the same key may land"
+                    " in a different partition than older ones",
+                    topic=name,
+                    old=meta.partitions,
+                    new=partitions,
+                )
+                new = NewPartitions(self._kname(name), partitions)
+                self._admin_call(name, self._admin.create_partitions([new]))
+                self._wait_leaders(name, partitions)
+                count = partitions
+        if cfg != meta.config:
+            self._set_configs(name, meta.config, cfg)
+            self._described_config(name, cfg)
+        self._meta[name] = _Meta(count, cfg, time.monotonic())
+        return self._describe(name, count, cfg)
+
+    def _set_configs(self, name: str, old: TopicConfig, new: TopicConfig) -> None:
+        before, after = kafka_configs(old), kafka_configs(new)
+        entries = [
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in after.items()
+            if before.get(k) != v
+        ]
+        entries += [
+            ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+            for k in before
+            if k not in after
+        ]
+        resource = ConfigResource("topic", self._kname(name), incremental_configs=entries)
+        self._admin_call(name, self._admin.incremental_alter_configs([resource]))
+
+    def delete_topic(self, name: str) -> None:
+        self._topic_meta(name, fresh=True)
+        self._admin_call(name, self._admin.delete_topics([self._kname(name)]))
+        self._meta.pop(name, None)
+        deadline = time.monotonic() + self.timeout
+        while name in self.list_topics() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def partition_count(self, name: str) -> int:
+        return self._topic_meta(name).partitions
+
+    def topic_config(self, name: str) -> TopicConfig:
+        return self._topic_meta(name, fresh=True).config
+
+    def _cluster_metadata(self, topic: str | None = None) -> Any:
+        try:
+            if topic is None:
+                return self._admin.list_topics(timeout=self.timeout)
+            return self._admin.list_topics(topic, timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._unavailable(exc.args[0], topic) from None
+
+    def _topic_meta(self, name: str, *, fresh: bool = False) -> _Meta:
+        """Partition count and config of ``name`` (cached for 5 s unless ``fresh``)."""
+        cached = self._meta.get(name)
+        if cached is not None and not fresh and time.monotonic() - cached.checked < 5.0:
+            return cached
+        kname = self._kname(name)
+        meta = self._admin.list_topics(timeout=self.timeout)  # all: never auto-creates
+        found = meta.topics.get(kname)
+        gone = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+        if found is None or (found.error is not None and found.error.code() in gone):
+            self._meta.pop(name, None)
+            raise UnknownTopicError(f"unknown topic {name!r}", topic=name)
+        out = _Meta(len(found.partitions), self._described_config(name), time.monotonic())
+        self._meta[name] = out
+        return out
+
+    def _described_config(self, name: str, want: TopicConfig | None = None) -> TopicConfig:
+        """The topic's config as a broker describes it; with ``want``, asked again until it
+        is that (a broker learns a new topic or config from the metadata log a little
+        after the controller accepts it)."""
+        resource = ConfigResource("topic", self._kname(name))
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                described = self._admin.describe_configs([resource])[resource].result()
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise UnknownTopicError(f"unknown topic {name!r}", topic=name) from None
+                    raise self._unavailable(exc.args[0], name) from None
+            else:
+                cfg = topic_config({k: e.value for k, e in described.items()})
+                if want is None or cfg == want or time.monotonic() > deadline:
+                    return cfg
+            time.sleep(0.05)
+
+    def _check_partition(self, topic: str, partition: int) -> _Meta:
+        meta = self._topic_meta(topic)
+        if not 0 <= partition < meta.partitions:
+            meta = self._topic_meta(topic, fresh=True)
+            if not 0 <= partition < meta.partitions:
+                raise UnknownPartitionError(
+                    f"topic {topic!r} has {meta.partitions} partitions",
+                    topic=topic,
+                    partition=partition,
+                )
+        return meta
+
+    def _admin_call(self, name: str, futures: Mapping[Any, Any]) -> None:
+        for future in futures.values():
+            try:
+                future.result()
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise UnknownTopicError(f"unknown topic {name!r}", topic=name) from None
+                if err.code() in (KafkaError.INVALID_CONFIG, KafkaError.INVALID_PARTITIONS):
+                    raise ConfigError(f"Kafka refused: {err.str()}", topic=name) from None
+                raise self._unavailable(err, name) from None
+
+    @staticmethod
+    def _unavailable(err: KafkaError, topic: str | None) -> LogError:
+        return LogUnavailableError(f"Kafka did not answer: {err.str()}", topic=topic)
+
+    # ------------------------------------------------------------------ appends
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        expect: Expect | None = None,
+        atomic: bool = False,
+    ) -> AppendResult:
+        """Append ``records`` to ``topic[partition]``; returns once acknowledged (acks=all)."""
+        if expect is not None:
+            raise ConfigError(
+                "the Kafka engine has no conditional appends (capabilities.key_reads is false)",
+                topic=topic,
+                partition=partition,
+            )
+        meta = self._check_partition(topic, partition)
+        if not records:
+            raise InvalidRecordError("an append needs at least one record", topic=topic)
+        cfg = meta.config
+        if cfg.compact and any(r[0] is None for r in records):
+            raise InvalidRecordError(
+                "a compacted topic refuses records without a key", topic=topic, partition=partition
+            )
+        limit = cfg.max_record_bytes
+        chunks: list[list[RecordTuple]] = [[]]
+        size = BATCH_OVERHEAD
+        for r in records:
+            one = _record_size(r)
+            if BATCH_OVERHEAD + one > limit:
+                raise RecordTooLargeError(
+                    f"a record of about {one} bytes exceeds max_record_bytes={limit}",
+                    topic=topic,
+                    partition=partition,
+                )
+            if size + one > limit and chunks[-1]:
+                if atomic:
+                    raise RecordTooLargeError(
+                        f"an atomic append must fit one batch of max_record_bytes={limit}",
+                        topic=topic,
+                        partition=partition,
+                    )
+                chunks.append([])
+                size = BATCH_OVERHEAD
+            chunks[-1].append(r)
+            size += one
+        offsets: list[int] = []
+        stamps: list[int] = []
+        with self._append_lock:
+            for chunk in chunks:
+                got = self._send(topic, partition, chunk, cfg.log_append_time)
+                offsets += [o for o, _ in got]
+                stamps += [t for _, t in got]
+        self._bump()
+        return AppendResult(offsets[0], offsets[-1], stamps)
+
+    def _send(
+        self, topic: str, partition: int, records: list[RecordTuple], append_time: bool
+    ) -> list[tuple[int, int]]:
+        """Produce ``records`` as one batch and flush; (offset, timestamp) of each."""
+        results: list[Message | None] = [None] * len(records)
+        errors: list[KafkaError] = []
+
+        def report(i: int) -> Any:
+            def done(err: KafkaError | None, msg: Message) -> None:
+                if err is not None:
+                    errors.append(err)
+                results[i] = msg
+
+            return done
+
+        kname = self._kname(topic)
+        now = self.clock()
+        for i, (key, value, headers, ts) in enumerate(records):
+            try:
+                self._producer.produce(
+                    kname,
+                    value,
+                    key,
+                    partition=partition,
+                    on_delivery=report(i),
+                    timestamp=0 if append_time else (now if ts is None else ts),
+                    headers=list(headers) or None,
+                )
+            except BufferError as exc:
+                self._producer.purge(in_queue=True, in_flight=False)
+                self._producer.poll(0)
+                raise LogUnavailableError(
+                    f"the producer's queue is full: {exc}", topic=topic, partition=partition
+                ) from None
+        left = self._producer.flush(self.timeout + 5.0)
+        if left:
+            self._producer.purge(in_queue=True, in_flight=True)
+            self._producer.flush(5.0)
+        if errors or any(m is None for m in results):
+            self._maybe_renew(errors)
+            if not errors:
+                raise OutcomeUnknownError(
+                    "no acknowledgement from Kafka in time", topic=topic, partition=partition
+                )
+            worst = next((e for e in errors if e.code() == KafkaError._PURGE_INFLIGHT), errors[0])
+            if len({e.code() for e in errors}) > 1 and worst.code() == KafkaError._PURGE_QUEUE:
+                worst = next(e for e in errors if e.code() != KafkaError._PURGE_QUEUE)
+            raise append_error(worst, topic, partition)
+        out = []
+        for m in results:
+            assert m is not None
+            out.append((m.offset() or 0, m.timestamp()[1]))
+        return out
+
+    def _maybe_renew(self, errors: list[KafkaError]) -> None:
+        """A fatal idempotence error leaves the producer unusable: start a new one."""
+        if any(e.fatal() for e in errors):
+            self._producer = Producer(self._producer_config)
+
+    # ------------------------------------------------------------------ reads
+    def offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        self._check_partition(topic, partition)
+        lwm, hwm = self._watermarks(topic, partition)
+        return PartitionOffsets(lwm, hwm, hwm)
+
+    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                low, high = self._marks.get_watermark_offsets(
+                    Kp(self._kname(topic), partition), timeout=self.timeout, cached=False
+                )
+                return int(low), int(high)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                    self._topic_meta(topic, fresh=True)  # UnknownTopicError if gone
+                    self._marks.list_topics(self._kname(topic), timeout=self.timeout)
+                if time.monotonic() > deadline:
+                    raise LogUnavailableError(
+                        f"no low/high-water marks from Kafka: {err.str()}",
+                        topic=topic,
+                        partition=partition,
+                    ) from None
+                time.sleep(0.1)
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = DEFAULT_READ_BYTES,
+        cursor: Cursor | None = None,
+        upto: int | None = None,
+    ) -> tuple[list[Record], Cursor | None]:
+        """Records from ``offset`` below the high-water mark (and ``upto``), at least one
+        if any, about ``max_bytes`` at most."""
+        self._check_partition(topic, partition)
+        lwm, hwm = self._watermarks(topic, partition)
+        if offset < lwm or offset > hwm:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{lwm}, {hwm}]",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                lwm=lwm,
+                leo=hwm,
+            )
+        end = hwm if upto is None else min(hwm, upto)
+        if offset >= end:
+            return [], cursor
+        kname = self._kname(topic)
+        out: list[Record] = []
+        size = 0
+        with self._read_lock:
+            if self._reading != (topic, partition, offset):
+                self._reader.assign([Kp(kname, partition, offset)])
+            self._reading = None
+            deadline = time.monotonic() + self.timeout
+            nxt = offset
+            while nxt < end and (not out or size < max_bytes):
+                msgs = self._reader.consume(num_messages=500, timeout=0.2)
+                if not msgs and time.monotonic() > deadline:
+                    break
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            continue
+                        if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                            lwm, hwm = self._watermarks(topic, partition)
+                            raise OffsetOutOfRangeError(
+                                f"offset {nxt} is outside [{lwm}, {hwm}]",
+                                topic=topic,
+                                partition=partition,
+                                offset=nxt,
+                                lwm=lwm,
+                                leo=hwm,
+                            )
+                        raise LogUnavailableError(
+                            f"read from Kafka failed: {err.str()}", topic=topic, partition=partition
+                        )
+                    at = m.offset() or 0
+                    if m.topic() != kname or m.partition() != partition or at < nxt:
+                        continue
+                    if at >= end or (out and size >= max_bytes):
+                        # read ahead of what this call returns: start there next time
+                        self._reader.seek(Kp(kname, partition, nxt))
+                        self._reading = (topic, partition, nxt)
+                        return out, _cursor(nxt)
+                    out.append(_record(topic, partition, m))
+                    size += len(m.value() or b"") + len(m.key() or b"")
+                    nxt = at + 1
+            self._reader.seek(Kp(kname, partition, nxt)) if out else None
+            self._reading = (topic, partition, nxt)
+        return out, _cursor(nxt)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
+        """The first offset whose timestamp is >= ``timestamp`` (Kafka's time index)."""
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+            raise ConfigError(f"timestamp must be an integer (ms), got {timestamp!r}", topic=topic)
+        self._check_partition(topic, partition)
+        try:
+            (found,) = self._marks.offsets_for_times(
+                [Kp(self._kname(topic), partition, timestamp)], timeout=self.timeout
+            )
+        except KafkaException as exc:
+            raise self._unavailable(exc.args[0], topic) from None
+        if found.error is not None:
+            raise self._unavailable(found.error, topic)
+        return None if found.offset < 0 else int(found.offset)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Kafka's DeleteRecords: the low-water mark moves to ``before_offset`` (never back)."""
+        self._check_partition(topic, partition)
+        lwm, hwm = self._watermarks(topic, partition)
+        if before_offset > hwm:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records below {before_offset}: the high-water mark is {hwm}",
+                topic=topic,
+                partition=partition,
+                offset=before_offset,
+                lwm=lwm,
+                leo=hwm,
+            )
+        if before_offset <= lwm:
+            return lwm
+        tp = Kp(self._kname(topic), partition, before_offset)
+        try:
+            deleted = self._admin.delete_records([tp], request_timeout=self.timeout)[tp].result()
+        except KafkaException as exc:
+            raise self._unavailable(exc.args[0], topic) from None
+        return int(deleted.low_watermark)
+
+    # ------------------------------------------------------------------ waiting
+    def _bump(self) -> None:
+        with self._wake:
+            self._wake_seq += 1
+            self._wake.notify_all()
+
+    def wait_seq(self) -> int:
+        with self._wake:
+            return self._wake_seq
+
+    def wait(self, seen: int, timeout: float) -> None:
+        """Sleep until an append through this log (or :meth:`wake`) after ``seen``, or
+        ``timeout`` seconds."""
+        with self._wake:
+            self._wake.wait_for(lambda: self._wake_seq != seen, timeout)
+
+    def wake(self) -> None:
+        self._bump()
+
+    # ------------------------------------------------------------------ roles Kafka lacks
+    # (the port of today names them on every engine; the typed roles drop them from here)
+    def read_key(
+        self, topic: str, partition: int, key: bytes, *, after: int | None = None
+    ) -> list[Record]:
+        raise ConfigError("the Kafka engine has no per-key reads (capabilities.key_reads)")
+
+    def key_head(self, topic: str, partition: int, key: bytes) -> int | None:
+        raise ConfigError("the Kafka engine has no per-key reads (capabilities.key_reads)")
+
+    def check_keys(
+        self, topics: Collection[str] | None = None, *, repair: bool = False
+    ) -> list[KeyIndexReport]:
+        return []
+
+    def rebuild_keys(self, topic: str, partition: int) -> int:
+        return 0
+
+    def roll(self, topic: str, partition: int) -> None:
+        """Kafka rolls segments itself (``segment.bytes``/``segment.ms``): a no-op."""
+        self._check_partition(topic, partition)
+
+    def request_compaction(self, topic: str, partition: int) -> None:
+        """Kafka's log cleaner compacts on its own schedule: a no-op."""
+        self._check_partition(topic, partition)
+
+    def compact(self, topic: str, *, progress: Progress | None = None) -> list[CompactionReport]:
+        """Nothing done on request (capabilities.compaction is false): a report per partition."""
+        count = self._topic_meta(topic, fresh=True).partitions
+        out = [CompactionReport(topic, p, 0, 0, 0, 0, 0, 0, 0.0) for p in range(count)]
+        for p in range(count):
+            if progress is not None:
+                progress(p + 1, count, p)
+        return out
+
+    def cleanup(self, topic: str, *, progress: Progress | None = None) -> list[RetentionReport]:
+        """Nothing done on request (capabilities.retention is false): a report per partition."""
+        count = self._topic_meta(topic, fresh=True).partitions
+        out = []
+        for p in range(count):
+            lwm = self.offsets(topic, p).lwm
+            out.append(RetentionReport(topic, p, lwm, lwm, 0, 0, 0, 0.0))
+            if progress is not None:
+                progress(p + 1, count, p)
+        return out
+
+    def verify(
+        self,
+        topic: str | None = None,
+        *,
+        progress: Progress | None = None,
+        skip_lost_offsets: bool = False,
+    ) -> list[Exception]:
+        """Read every record (librdkafka checks each batch's CRC); the problems found."""
+        topics = [topic] if topic is not None else self.list_topics()
+        problems: list[Exception] = []
+        for t in topics:
+            count = self._topic_meta(t, fresh=True).partitions
+            for p in range(count):
+                try:
+                    offset = self.offsets(t, p).lwm
+                    while records := self.read(t, p, offset)[0]:
+                        offset = records[-1].offset + 1
+                except LogError as exc:
+                    problems.append(exc)
+                if progress is not None:
+                    progress(p + 1, count, p)
+        return problems
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._producer.flush(5.0)
+        self._reader.close()
+        self._marks.close()
+
+    def __enter__(self) -> KafkaLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _record_size(r: RecordTuple) -> int:
+    key, value, headers, _ = r
+    return (
+        RECORD_OVERHEAD
+        + len(key or b"")
+        + len(value or b"")
+        + sum(10 + len(k.encode()) + len(v or b"") for k, v in headers)
+    )
+
+
+def _record(topic: str, partition: int, m: Message) -> Record:
+    kind, ts = m.timestamp()
+    raw: list[tuple[str, bytes | None]] = m.headers() or []  # type: ignore[assignment]
+    headers = tuple((k, v) for k, v in raw)
+    return Record(
+        topic,
+        partition,
+        m.offset() or 0,
+        ts,
+        TimestampType.LOG_APPEND_TIME if kind == 2 else TimestampType.CREATE_TIME,
+        m.key(),
+        m.value(),
+        headers,
+    )
+
+
+def _cursor(offset: int) -> Cursor:
+    return Cursor(0, 0, 0, offset)
+
+
+_LIBRDKAFKA = logging.getLogger("eventlane.log.librdkafka")
+"""librdkafka's own log lines (its errors also reach callers as exceptions)."""

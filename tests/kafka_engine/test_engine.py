@@ -1,0 +1,92 @@
+"""KafkaLog as an engine: opened by URL (``open_log``, ``--log``/``EVENTLANE_LOG``) and placing
+keys exactly where Kafka's own producer and the embedded log do."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+from confluent_kafka import Producer as RawProducer
+
+from framework.engine import log_locator, open_log
+from framework.log import LogStore, Producer, ProducerRecord
+from framework.log.kafka.cluster import LocalKafkaCluster
+from framework.log.kafka.log import KafkaLog
+from framework.testing.contracts import read_all
+
+KEYS = 3_000
+PARTITIONS = 7
+
+
+def _keys() -> list[bytes]:
+    rng = random.Random(33)
+    keys = {b"", b"\x00", b"alice", b"bob"}
+    while len(keys) < KEYS:
+        keys.add(rng.randbytes(rng.randrange(1, 40)))
+    return sorted(keys)
+
+
+def _placed(log: KafkaLog, topic: str) -> dict[bytes, int]:
+    return {
+        r.key: p
+        for p in range(log.partition_count(topic))
+        for r in read_all(log, topic, p)
+        if r.key is not None
+    }
+
+
+def test_placement_of_3000_keys_equals_the_embedded_logs_and_kafkas_own(
+    kafka_cluster: LocalKafkaCluster, namespace: str, tmp_path: Path
+) -> None:
+    """Where 3,000 keys land: eventlane's producer on KafkaLog (read back from the brokers)
+    == eventlane's producer on the embedded log == librdkafka's Java-compatible murmur2
+    partitioner producing to Kafka directly (the placement any Kafka client gives)."""
+    keys = _keys()
+    records = [ProducerRecord(k, k) for k in keys]
+    with LogStore(tmp_path / "embedded") as embedded:
+        embedded.create_topic("placed", PARTITIONS)
+        local = [m.partition for m in Producer(embedded).send_batch("placed", records)]
+    with KafkaLog(kafka_cluster.bootstrap, namespace=namespace) as log:
+        log.create_topic("placed", PARTITIONS)
+        log.create_topic("raw", PARTITIONS)
+        metas = Producer(log).send_batch("placed", records)
+        raw = RawProducer(
+            {"bootstrap.servers": kafka_cluster.bootstrap, "partitioner": "murmur2_random"}
+        )
+        for k in keys:
+            raw.produce(f"{namespace}.raw", k, k)
+        assert raw.flush(60) == 0
+        on_kafka, by_kafka = _placed(log, "placed"), _placed(log, "raw")
+    assert len(on_kafka) == len(by_kafka) == len(keys)
+    assert [m.partition for m in metas] == local
+    assert dict(zip(keys, local, strict=True)) == on_kafka == by_kafka
+    assert len(set(local)) == PARTITIONS
+
+
+def test_opened_by_url_and_by_the_cli(kafka_cluster: LocalKafkaCluster, namespace: str) -> None:
+    """``open_log("kafka://...?namespace=ns")`` is a KafkaLog whose ``url`` opens it again
+    (Spark executors, worker processes); the CLI reaches it through ``EVENTLANE_LOG``."""
+    url = f"{kafka_cluster.url}?namespace={namespace}"
+    log = open_log(url)
+    try:
+        assert isinstance(log, KafkaLog) and log_locator(log) == url
+        log.create_topic("orders", 3, {"retention_ms": -1})
+    finally:
+        log.close()
+    env = {**os.environ, "EVENTLANE_LOG": url}
+    out = subprocess.run(
+        [sys.executable, "-m", "framework.cli", "topics", "describe", "orders", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    described = orjson.loads(out.stdout)
+    assert described["name"] == "orders" and len(described["partitions"]) == 3
+    assert described["config"]["retention_ms"] == -1

@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -90,3 +91,38 @@ def test_opened_by_url_and_by_the_cli(kafka_cluster: LocalKafkaCluster, namespac
     described = orjson.loads(out.stdout)
     assert described["name"] == "orders" and len(described["partitions"]) == 3
     assert described["config"]["retention_ms"] == -1
+
+
+def _in_another_process(bootstrap: str, namespace: str, action: str) -> None:
+    code = (
+        "import sys\n"
+        "from framework.log.kafka.log import KafkaLog\n"
+        f"with KafkaLog({bootstrap!r}, namespace={namespace!r}) as log:\n"
+        f"    {action}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_waiters_wake_on_another_processs_append_and_wake(
+    kafka_cluster: LocalKafkaCluster, namespace: str
+) -> None:
+    """A waiting reader (``wait``, as ``consume --follow`` and group members tail) wakes
+    when another process appends or calls ``wake()``, long before its timeout."""
+    with KafkaLog(kafka_cluster.bootstrap, namespace=namespace) as log:
+        log.create_topic("tail", 2)
+        for action in (
+            "log.append('tail', 1, [(b'k', b'v', (), None)])",
+            "log.wake()",
+        ):
+            seen = log.wait_seq()
+            log.wait(seen, 0.5)  # the tailing consumer is following before the other acts
+            seen = log.wait_seq()
+            _in_another_process(kafka_cluster.bootstrap, namespace, action)
+            started = time.monotonic()
+            log.wait(seen, 30.0)
+            assert time.monotonic() - started < 10.0, f"not woken by another process: {action}"
+            assert log.wait_seq() != seen
+        assert log.list_topics() == ["tail"]  # the wake topic is not one of the log's

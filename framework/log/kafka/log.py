@@ -24,6 +24,10 @@ Invariants and how they hold:
   clients: ``leo`` is reported as the high-water mark.
 * **Placement** is Kafka's: the same murmur2 partitioner (:mod:`framework.log.partitioner`)
   picks partitions for keys (eventlane's producer names the partition of every append).
+* **Waiting**: an append through this log wakes its waiters at once; other processes'
+  appends (and :meth:`KafkaLog.wake`, a record on the namespace's wake topic) are seen by a
+  consumer following the end of every partition of the namespace, started by the first
+  :meth:`KafkaLog.wait`.
 * **Capabilities**: no per-key reads and no conditional appends (Kafka has neither); no
   compaction or retention run on request (Kafka's log cleaner and retention threads run on
   their own schedule, per the topic's configs).
@@ -40,7 +44,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
 from confluent_kafka import TopicPartition as Kp
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
@@ -100,6 +112,8 @@ BATCH_OVERHEAD = 61
 RECORD_OVERHEAD = 21
 """Most bytes a record adds beside its key, value and headers (attributes, varints)."""
 DEFAULT_READ_BYTES = 1 << 20
+WAKE_TOPIC = "__eventlane_wake"
+"""The namespace's topic that :meth:`KafkaLog.wake` writes to (not listed as a topic)."""
 _NOT_LEADERS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 
 
@@ -200,6 +214,9 @@ class KafkaLog:
         self._meta: dict[str, _Meta] = {}
         self._wake = threading.Condition()
         self._wake_seq = 0
+        self._tailer: threading.Thread | None = None
+        self._waker = Producer({**base, "client.id": "eventlane-waker", "linger.ms": 0})
+        self._has_wake_topic = False
         self._closed = False
 
     @classmethod
@@ -215,7 +232,8 @@ class KafkaLog:
     def _ours(self, kname: str) -> str | None:
         if kname.startswith("__") or not kname.startswith(self._prefix):
             return None
-        return kname[len(self._prefix) :]
+        name = kname[len(self._prefix) :]
+        return None if name == WAKE_TOPIC else name
 
     # ------------------------------------------------------------------ topics
     def create_topic(
@@ -685,13 +703,69 @@ class KafkaLog:
             return self._wake_seq
 
     def wait(self, seen: int, timeout: float) -> None:
-        """Sleep until an append through this log (or :meth:`wake`) after ``seen``, or
-        ``timeout`` seconds."""
+        """Sleep until an append (by any process) or a :meth:`wake` after ``seen``, or
+        ``timeout`` seconds. Appends through this log wake at once; other processes'
+        appends and wakes are seen by a tailing consumer (started by the first wait)."""
+        self._tail()
         with self._wake:
             self._wake.wait_for(lambda: self._wake_seq != seen, timeout)
 
     def wake(self) -> None:
+        """Wake every waiter: this process's at once, other processes' through a record on
+        the namespace's wake topic (which their tailing consumers see)."""
         self._bump()
+        kname = self._kname(WAKE_TOPIC)
+        if not self._has_wake_topic:
+            try:
+                new = NewTopic(kname, 1, config={"retention.ms": "60000"})
+                self._admin.create_topics([new])[kname].result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    return  # best effort: waiters time out instead
+            self._has_wake_topic = True
+        self._waker.produce(kname, b"")
+        self._waker.poll(0)
+
+    def _tail(self) -> None:
+        """Start the tailing consumer's thread (once)."""
+        with self._wake:
+            if self._tailer is not None or self._closed:
+                return
+            self._tailer = threading.Thread(target=self._follow, name="kafka-log-tail", daemon=True)
+            self._tailer.start()
+
+    def _follow(self) -> None:
+        """Follow the end of every partition of the namespace's topics (and the wake topic);
+        any record bumps the wait sequence. Topics and partitions that appear later (found
+        every 2 s) are followed from their beginning: all their records are new."""
+        consumer = Consumer({**self._consumer_config, "client.id": "eventlane-tail"})
+        assigned: set[tuple[str, int]] = set()
+        refreshed = 0.0
+        start = OFFSET_END  # what exists when following starts: only what comes next
+        try:
+            while not self._closed:
+                if time.monotonic() - refreshed > 2.0:
+                    refreshed = time.monotonic()
+                    try:
+                        meta = consumer.list_topics(timeout=self.timeout)
+                    except KafkaException:
+                        continue
+                    new = [
+                        Kp(k, p, start)
+                        for k, t in meta.topics.items()
+                        if self._ours(k) is not None or k == self._kname(WAKE_TOPIC)
+                        for p in t.partitions
+                        if (k, p) not in assigned
+                    ]
+                    if new:
+                        consumer.incremental_assign(new)
+                        assigned.update((tp.topic, tp.partition) for tp in new)
+                    start = OFFSET_BEGINNING
+                got = consumer.consume(num_messages=1000, timeout=0.2)
+                if any(m.error() is None for m in got):
+                    self._bump()
+        finally:
+            consumer.close()
 
     # ------------------------------------------------------------------ roles Kafka lacks
     # (the port of today names them on every engine; the typed roles drop them from here)
@@ -767,7 +841,10 @@ class KafkaLog:
         if self._closed:
             return
         self._closed = True
+        if self._tailer is not None:
+            self._tailer.join(5.0)
         self._producer.flush(5.0)
+        self._waker.flush(2.0)
         self._reader.close()
         self._marks.close()
 

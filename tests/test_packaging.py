@@ -58,6 +58,9 @@ def test_the_eventlane_wheel_installs_only_framework(tmp_path: Path) -> None:
         "=",
         "framework.cli:main",
         "[eventlane.engines]",  # the framework's own engine adapters (loaded on demand)
+        "kafka",
+        "=",
+        "framework.log.kafka.log:open_url",
         "nats",
         "=",
         "framework.log.jetstream.log:open_url",

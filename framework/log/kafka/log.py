@@ -28,9 +28,12 @@ Invariants and how they hold:
   appends (and :meth:`KafkaLog.wake`, a record on the namespace's wake topic) are seen by a
   consumer following the end of every partition of the namespace, started by the first
   :meth:`KafkaLog.wait`.
-* **Capabilities**: no per-key reads and no conditional appends (Kafka has neither); no
-  compaction or retention run on request (Kafka's log cleaner and retention threads run on
-  their own schedule, per the topic's configs).
+* **Roles**: the core :class:`~framework.log.port.Log` only. Not
+  :class:`~framework.log.port.KeyedLog` (Kafka has no per-key reads nor conditional
+  appends; part 2 builds them for the event store), not
+  :class:`~framework.log.port.MaintainedLog` (Kafka's log cleaner and retention threads run
+  on their own schedule, per the topic's configs; ``request_compaction`` is a no-op hint),
+  not :class:`~framework.log.port.FencedLog`.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
@@ -73,39 +76,21 @@ from framework.errors import (
 )
 from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
 from framework.log.kafka.mapping import append_error, kafka_configs, topic_config
-from framework.log.local import LocalDir
-from framework.log.partition import Clock, wall_clock_ms
+from framework.log.local import LocalDir, default_data_dir
 from framework.log.record import Record, TimestampType
-from framework.log.store import default_data_dir
 from framework.log.types import (
     AppendResult,
-    Capabilities,
-    CompactionReport,
+    Clock,
     Cursor,
-    Expect,
-    KeyIndexReport,
     PartitionDescription,
     PartitionOffsets,
-    Progress,
     RecordTuple,
-    RetentionReport,
     TopicDescription,
+    wall_clock_ms,
 )
 from framework.observability import get_logger
 
 log = get_logger("eventlane.log")
-
-CAPABILITIES = Capabilities(
-    key_reads=False,
-    compaction=False,
-    retention=False,
-    offset_for_time=True,
-    atomic_batches=True,
-    multi_process=True,
-    lazy_compaction=True,
-)
-"""What Kafka gives: no per-key reads or conditional appends; compaction and retention by
-Kafka itself on its schedule, not on request."""
 
 BATCH_OVERHEAD = 61
 """Bytes of a v2 record batch's header."""
@@ -153,8 +138,6 @@ def namespace_for(directory: str | Path) -> str:
 
 class KafkaLog:
     """The log port on an Apache Kafka cluster. See the module docstring."""
-
-    capabilities = CAPABILITIES
 
     def __init__(
         self,
@@ -393,11 +376,12 @@ class KafkaLog:
         return out
 
     def _described_config(self, name: str, want: TopicConfig | None = None) -> TopicConfig:
-        """The topic's config as a broker describes it; with ``want``, asked again until it
-        is that (a broker learns a new topic or config from the metadata log a little
-        after the controller accepts it)."""
+        """The topic's config as a broker describes it; with ``want``, asked again until
+        three answers in a row are that (each broker learns a new topic or config from the
+        metadata log a little after the controller accepts it)."""
         resource = ConfigResource("topic", self._kname(name))
         deadline = time.monotonic() + self.timeout
+        agreed = 0  # brokers answer in turn: three answers in a row must agree
         while True:
             try:
                 described = self._admin.describe_configs([resource])[resource].result()
@@ -408,7 +392,8 @@ class KafkaLog:
                     raise self._unavailable(exc.args[0], name) from None
             else:
                 cfg = topic_config({k: e.value for k, e in described.items()})
-                if want is None or cfg == want or time.monotonic() > deadline:
+                agreed = agreed + 1 if cfg == want else 0
+                if want is None or agreed == 3 or time.monotonic() > deadline:
                     return cfg
             time.sleep(0.05)
 
@@ -447,16 +432,9 @@ class KafkaLog:
         partition: int,
         records: Sequence[RecordTuple],
         *,
-        expect: Expect | None = None,
         atomic: bool = False,
     ) -> AppendResult:
         """Append ``records`` to ``topic[partition]``; returns once acknowledged (acks=all)."""
-        if expect is not None:
-            raise ConfigError(
-                "the Kafka engine has no conditional appends (capabilities.key_reads is false)",
-                topic=topic,
-                partition=partition,
-            )
         meta = self._check_partition(topic, partition)
         if not records:
             raise InvalidRecordError("an append needs at least one record", topic=topic)
@@ -514,20 +492,31 @@ class KafkaLog:
 
         kname = self._kname(topic)
         now = self.clock()
-        for i, (key, value, headers, ts) in enumerate(records):
+        for attempt in (1, 2):
             try:
-                self._producer.produce(
-                    kname,
-                    value,
-                    key,
-                    partition=partition,
-                    on_delivery=report(i),
-                    timestamp=0 if append_time else (now if ts is None else ts),
-                    headers=list(headers) or None,
-                )
-            except BufferError as exc:
+                for i, (key, value, headers, ts) in enumerate(records):
+                    self._producer.produce(
+                        kname,
+                        value,
+                        key,
+                        partition=partition,
+                        on_delivery=report(i),
+                        timestamp=0 if append_time else (now if ts is None else ts),
+                        headers=list(headers) or None,
+                    )
+                break
+            except (BufferError, KafkaException) as exc:
+                # nothing has left: the batch waits for the flush below
                 self._producer.purge(in_queue=True, in_flight=False)
                 self._producer.poll(0)
+                errors.clear()
+                code = exc.args[0].code() if isinstance(exc, KafkaException) else None
+                if code == KafkaError._UNKNOWN_PARTITION and attempt == 1:
+                    # a partition added since the producer last read the topic's metadata
+                    self._producer.list_topics(kname, timeout=self.timeout)
+                    continue
+                if code is not None:
+                    raise append_error(exc.args[0], topic, partition) from None
                 raise LogUnavailableError(
                     f"the producer's queue is full: {exc}", topic=topic, partition=partition
                 ) from None
@@ -767,74 +756,10 @@ class KafkaLog:
         finally:
             consumer.close()
 
-    # ------------------------------------------------------------------ roles Kafka lacks
-    # (the port of today names them on every engine; the typed roles drop them from here)
-    def read_key(
-        self, topic: str, partition: int, key: bytes, *, after: int | None = None
-    ) -> list[Record]:
-        raise ConfigError("the Kafka engine has no per-key reads (capabilities.key_reads)")
-
-    def key_head(self, topic: str, partition: int, key: bytes) -> int | None:
-        raise ConfigError("the Kafka engine has no per-key reads (capabilities.key_reads)")
-
-    def check_keys(
-        self, topics: Collection[str] | None = None, *, repair: bool = False
-    ) -> list[KeyIndexReport]:
-        return []
-
-    def rebuild_keys(self, topic: str, partition: int) -> int:
-        return 0
-
-    def roll(self, topic: str, partition: int) -> None:
-        """Kafka rolls segments itself (``segment.bytes``/``segment.ms``): a no-op."""
-        self._check_partition(topic, partition)
-
+    # ------------------------------------------------------------------ maintenance
     def request_compaction(self, topic: str, partition: int) -> None:
         """Kafka's log cleaner compacts on its own schedule: a no-op."""
         self._check_partition(topic, partition)
-
-    def compact(self, topic: str, *, progress: Progress | None = None) -> list[CompactionReport]:
-        """Nothing done on request (capabilities.compaction is false): a report per partition."""
-        count = self._topic_meta(topic, fresh=True).partitions
-        out = [CompactionReport(topic, p, 0, 0, 0, 0, 0, 0, 0.0) for p in range(count)]
-        for p in range(count):
-            if progress is not None:
-                progress(p + 1, count, p)
-        return out
-
-    def cleanup(self, topic: str, *, progress: Progress | None = None) -> list[RetentionReport]:
-        """Nothing done on request (capabilities.retention is false): a report per partition."""
-        count = self._topic_meta(topic, fresh=True).partitions
-        out = []
-        for p in range(count):
-            lwm = self.offsets(topic, p).lwm
-            out.append(RetentionReport(topic, p, lwm, lwm, 0, 0, 0, 0.0))
-            if progress is not None:
-                progress(p + 1, count, p)
-        return out
-
-    def verify(
-        self,
-        topic: str | None = None,
-        *,
-        progress: Progress | None = None,
-        skip_lost_offsets: bool = False,
-    ) -> list[Exception]:
-        """Read every record (librdkafka checks each batch's CRC); the problems found."""
-        topics = [topic] if topic is not None else self.list_topics()
-        problems: list[Exception] = []
-        for t in topics:
-            count = self._topic_meta(t, fresh=True).partitions
-            for p in range(count):
-                try:
-                    offset = self.offsets(t, p).lwm
-                    while records := self.read(t, p, offset)[0]:
-                        offset = records[-1].offset + 1
-                except LogError as exc:
-                    problems.append(exc)
-                if progress is not None:
-                    progress(p + 1, count, p)
-        return problems
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
@@ -882,7 +807,8 @@ def _record(topic: str, partition: int, m: Message) -> Record:
 
 
 def _cursor(offset: int) -> Cursor:
-    return Cursor(0, 0, 0, offset)
+    """The next offset to read (the reader continues without a seek when it is asked for)."""
+    return Cursor(offset)
 
 
 _LIBRDKAFKA = logging.getLogger("eventlane.log.librdkafka")

@@ -344,7 +344,11 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a zombie (exited, its parent, another process, not reaping yet) is gone
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _stop_pid(pid: int, sig: int, grace: float = 30.0) -> None:

@@ -5,7 +5,10 @@ compare-and-set; the scenario is tests/projection/handover_kit.py."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
@@ -13,6 +16,7 @@ from typing import cast
 import pytest
 
 from framework.app import Runtime
+from framework.consumer.coordination import coordination_for
 from framework.log import Log
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
@@ -20,7 +24,7 @@ from framework.log.local import LocalDir
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "projection"))
-from handover_kit import kill_one_of_two  # noqa: E402
+from handover_kit import APP, fold, kill_one_of_two, lag, read_model  # noqa: E402
 from projection_kit import Producer, child_env  # noqa: E402
 
 from tests.projection import bankapp  # noqa: E402
@@ -50,3 +54,59 @@ def test_kill9_of_one_worker_of_two_moves_its_partitions_at_once_on_jetstream(
     assert figures["fold_equal"], figures
     assert figures["applied_once"], figures
     assert os.path.exists(host / "readmodels")
+
+
+def test_eventlane_run_with_a_nats_log_hands_over_at_once(
+    js_runtime: Runtime, cluster: LocalCluster, namespace: str, host: Path, tmp_path: Path
+) -> None:
+    """``eventlane run --log nats://...`` (item 1 on JetStream): kill -9 of one of its two
+    workers; the other owns every partition within 2 s; SIGTERM stops it cleanly."""
+    producer = Producer(js_runtime)
+    producer.deposits(2_000)
+    url = f"{cluster.url}?namespace={namespace}"
+    cli = "from framework.cli import main; main(prog_name='eventlane')"
+    args = ["run", APP, "--only", "balances", "-w", "2", "--session-timeout-ms", "20000"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", cli, *args, "--data", str(host), "--log", url],
+        env=child_env(EVENTLANE_LOG_LEVEL="warning"),
+        cwd=str(ROOT),
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "run.log").open("wb"),
+    )
+    coord = coordination_for(js_runtime.log).coordinator(js_runtime.names.group("balances"))
+    every = 6  # the accounts topic's partitions
+
+    def owners() -> dict[int, int]:
+        with coord.locked() as state:
+            return {m.pid: len(m.owned) for m in state.members.values()}
+
+    def wait(cond: object, what: str, timeout: float = 120.0) -> float:
+        t0 = time.monotonic()
+        while not cond():  # type: ignore[operator]
+            assert time.monotonic() - t0 < timeout, f"timed out: {what}"
+            time.sleep(0.02)
+        return time.monotonic() - t0
+
+    try:
+        wait(lambda: len(owners()) == 2 and all(owners().values()), "two members")
+        victim = min(owners())
+        os.kill(victim, signal.SIGKILL)
+        moved = wait(
+            lambda: victim not in (o := owners()) and sum(o.values()) == every,
+            "the survivor owning every partition",
+            timeout=30,
+        )
+        print(f"eventlane run on JetStream: hand-over {moved:.3f} s", file=sys.stderr)
+        assert moved < 2.0
+        producer.deposits(500)
+        wait(lambda: lag(js_runtime, host) == 0, "lag 0", timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(120)
+        coord.close()
+    assert code == 0, (tmp_path / "run.log").read_text()[-3000:]
+    balances, coords = fold(js_runtime.log)
+    got, applied = read_model(host)
+    assert got == balances
+    assert sorted(applied) == sorted(coords)

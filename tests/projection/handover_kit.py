@@ -53,7 +53,7 @@ def read_model(data: Path) -> tuple[dict[str, tuple[int, int]], list[tuple[str, 
             r[0]: (r[1], r[2]) for r in db.execute("SELECT id, total, events FROM balances")
         }
         applied = [tuple(r) for r in db.execute("SELECT topic, partition, offset FROM applied")]
-    return balances, applied  # type: ignore[return-value]
+    return balances, applied
 
 
 def lag(runtime: Runtime, data: Path) -> int:
@@ -126,7 +126,10 @@ def kill_one_of_two(
             runner,
             timeout=30.0,
         )
-        figures = {"handover_s": round(time.monotonic() - t0, 3), "waited_s": elapsed}
+        figures: dict[str, Any] = {
+            "handover_s": round(time.monotonic() - t0, 3),
+            "waited_s": elapsed,
+        }
         figures["handed_over"] = list(runner.handed_over)
         produce(1_000)
         wait(lambda: lag(runtime, data) == 0, "lag 0", runner)

@@ -127,6 +127,12 @@ class StateCollector:
             "1 while the projector's poison-rate breaker is tripped, else 0.",
             labels=["projector"],
         )
+        waiting = GaugeMetricFamily(
+            "eventlane_projection_waiting_partitions",
+            "Partitions stopped at an event newer than the workers' code (waiting for a"
+            " deploy), by the event type and version they wait for.",
+            labels=["projector", "event_type", "version"],
+        )
         errors = 0
         for name in sorted(runtime.app.projectors):
             try:
@@ -143,6 +149,10 @@ class StateCollector:
             for status in ("dead", "parked", "retried"):
                 letters.add_metric([name, status], float(doc["dead_letters"].get(status, 0)))
             breaker.add_metric([name], 0.0 if doc.get("breaker") is None else 1.0)
-        return errors, [position, lag, letters, breaker]
-
-
+            waits: dict[tuple[str, str], int] = {}
+            for w in doc.get("waiting", ()):
+                key = (str(w["event_type"]), str(w["version"]))
+                waits[key] = waits.get(key, 0) + 1
+            for (event_type, version), count in sorted(waits.items()):
+                waiting.add_metric([name, event_type, version], float(count))
+        return errors, [position, lag, letters, breaker, waiting]

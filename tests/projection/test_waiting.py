@@ -16,6 +16,7 @@ import pytest
 from attrs import frozen
 
 from framework.app import Runtime
+from framework.app.metrics import StateCollector
 from framework.codec import Envelope, EventCodec, EventRegistry
 from framework.domain import DomainEvent, event
 from framework.log import TopicPartition
@@ -98,6 +99,17 @@ def test_a_worker_waits_at_an_event_newer_than_its_code(runtime: Runtime, name: 
         if name == "guests":
             assert tp.partition == stuck
         assert worker.consumer.paused() == {tp}
+        scraped = {
+            (
+                sample.labels["projector"],
+                sample.labels["event_type"],
+                sample.labels["version"],
+            ): sample.value
+            for family in StateCollector(runtime).collect()
+            if family.name == "eventlane_projection_waiting_partitions"
+            for sample in family.samples
+        }
+        assert scraped == {(name, "GuestRegistered", "2"): 1.0}
         for row in doc["partitions"]:
             if (row["topic"], row["partition"]) == (tp.topic, tp.partition):
                 assert row["position"] == wait["offset"] and row["lag"] > 0

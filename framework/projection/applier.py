@@ -26,7 +26,9 @@ it trips, :class:`~framework.projection.breaker.PoisonRateError` rolls the batch
 An event of a known type stored at a newer schema version than the code's (written by newer
 code) is not dead-lettered: the partition stops at it (its position stays there, the events
 before it are applied), and :attr:`BatchApplier.waiting` names it; see :mod:`.waiting`.
-``wait_for_newer=False`` dead-letters it like any decoding failure.
+Only with :attr:`BatchApplier.wait_for_newer` (set by the worker, which stops fetching the
+partition); otherwise (rebuilds, fixtures, ``--dead-letter-unknown``) it is dead-lettered
+like any decoding failure.
 
 An error that aborts the whole SQLite transaction (disk full, I/O error) is not a poison
 event: it propagates, nothing of the batch is kept, and the worker fails.
@@ -128,9 +130,11 @@ class BatchApplier:
             self._parked = self._read_parked()
         self.dead_lettered_total = 0
         """Dead letters written by this applier (workers publish them when it moves)."""
-        self.wait_for_newer = True
+        self.wait_for_newer = False
+        """Stop a partition at an event newer than the code instead of dead-lettering it.
+        Only a worker turns it on: it re-seeks and pauses the partition (a rebuild or a
+        test fixture reading on past the stop would skip the event)."""
         self._newer_pending: NewerEventVersionError | None = None
-        """Stop a partition at an event newer than the code (else dead-letter it)."""
         self.waiting: dict[TopicPartition, Waiting] = {}
         """The partitions the last :meth:`apply` stopped at a newer event."""
         limits = projector.poison_breaker

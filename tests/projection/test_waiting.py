@@ -22,6 +22,7 @@ from framework.domain import DomainEvent, event
 from framework.log import TopicPartition
 from framework.log.partitioner import partition_for_key
 from framework.projection import Worker, open_readmodel, readmodel_path
+from framework.projection.applier import BatchApplier
 from tests.projection import deployapp
 
 assert deployapp.RELEASE == 1
@@ -138,3 +139,26 @@ def test_an_unknown_type_is_still_dead_lettered(runtime: Runtime) -> None:
         worker.close()
     assert dead(runtime, "guests") == 1
     assert runtime.status("guests")["waiting"] == []
+
+
+def test_a_rebuild_applier_dead_letters_a_newer_event_never_skips_it(runtime: Runtime) -> None:
+    """Only a worker waits (it re-seeks and pauses); an applier reading on, as a rebuild
+    does, dead-letters the newer event rather than passing it silently."""
+    runtime.execute(deployapp.Guest, "g1", lambda g: g.register("A", "B"), create=True)
+    p = append(runtime, "guests", "g100", 1, GuestRegisteredV2("Ann", "Lee"))
+    for i in range(20):
+        runtime.execute(deployapp.Guest, f"h{i}", lambda g: g.register("C", "D"), create=True)
+    records, _ = runtime.log.read("guests", p, 0)
+    newer = next(r.offset for r in records if r.key == b"g100")
+    assert records[-1].offset > newer  # (fixed ids: always true)
+    readmodel = open_readmodel(runtime, "guests")
+    try:
+        applier = BatchApplier(
+            runtime.app.projector("guests")(), runtime.codec, readmodel, replaying=True
+        )
+        applier.apply(records)
+        assert applier.waiting == {}
+        assert readmodel.positions()[TopicPartition("guests", p)] == records[-1].offset + 1
+    finally:
+        readmodel.close()
+    assert dead(runtime, "guests") == 1

@@ -8,6 +8,7 @@ unknown type is still dead-lettered."""
 from __future__ import annotations
 
 import sqlite3
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from framework.app import Runtime
 from framework.app.metrics import StateCollector
 from framework.codec import Envelope, EventCodec, EventRegistry
 from framework.domain import DomainEvent, event
-from framework.log import TopicPartition
+from framework.log import LogStore, TopicPartition
 from framework.log.partitioner import partition_for_key
 from framework.projection import Worker, open_readmodel, readmodel_path
 from framework.projection.applier import BatchApplier
@@ -59,6 +60,28 @@ def append(rt: Runtime, topic: str, aggregate_id: str, version: int, ev: Any) ->
     p = partition_for_key(key, rt.log.partition_count(topic))
     rt.log.append(topic, p, [(key, value, tuple(headers), None)])
     return p
+
+
+def console_page(rt: Runtime, path: str) -> str:
+    """The console's page at ``path``, rendered in-process (no server, no lifespan)."""
+    with warnings.catch_warnings():  # starlette prefers httpx2; httpx is what is installed
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient  # noqa: PLC0415
+
+    from framework.console import ConsoleData  # noqa: PLC0415
+    from framework.console.web import create_app  # noqa: PLC0415
+
+    log = LogStore(rt.log.path)
+    data = ConsoleData(log, "tests.projection.deployapp:app")
+    try:
+        response = TestClient(create_app(data, datasette=False), base_url="http://localhost").get(
+            path
+        )
+        assert response.status_code == 200, response.text
+        return response.text
+    finally:
+        data.close()
+        log.close()
 
 
 def drain(worker: Worker, rounds: int = 30) -> None:
@@ -111,6 +134,8 @@ def test_a_worker_waits_at_an_event_newer_than_its_code(runtime: Runtime, name: 
             for sample in family.samples
         }
         assert scraped == {(name, "GuestRegistered", "2"): 1.0}
+        page = console_page(runtime, f"/projectors/{name}")
+        assert "waiting for code that knows GuestRegistered v2" in page
         for row in doc["partitions"]:
             if (row["topic"], row["partition"]) == (tp.topic, tp.partition):
                 assert row["position"] == wait["offset"] and row["lag"] > 0

@@ -57,6 +57,7 @@ from framework.errors import ConfigError, FrameworkError
 from framework.log import Log, Record, RecordMetadata, TopicPartition
 from framework.log.partitioner import partition_for_key
 from framework.observability import get_logger
+from framework.projection.lifeline import worker_client_id
 
 
 class Runtime(Protocol):
@@ -242,6 +243,11 @@ class Schedules:
         self.mark_fired(entry, now_ms)
 
 
+def scheduler_group(runtime: Runtime) -> str:
+    """The consumer group of ``runtime``'s app's schedulers."""
+    return runtime.names.group(f"{runtime.app.name}.scheduler")
+
+
 class Scheduler:
     """A member of the app's scheduler group firing due schedules (module docstring)."""
 
@@ -263,8 +269,9 @@ class Scheduler:
         self._stop = False
         self.consumer = GroupConsumer(
             runtime.log,
-            group_id=runtime.names.group(f"{runtime.app.name}.scheduler"),
+            group_id=scheduler_group(runtime),
             topics=[self.schedules.topic],
+            client_id=worker_client_id(),  # a supervisor's tag: see projection.runner
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             session_timeout_ms=session_timeout_ms,

@@ -1,4 +1,5 @@
-"""``eventlane run APP``: every projector and policy of an app, under one supervisor.
+"""``eventlane run APP``: every projector and policy of an app (and its scheduler), under one
+supervisor.
 
 One :class:`~framework.projection.Runner` per projector (policies are projectors), driven
 by :class:`~framework.projection.supervisor.AppSupervisor`: crashed workers are restarted
@@ -19,11 +20,16 @@ from framework.cli.project import (
     group_coordinator,
     status_command,
 )
+from framework.consumer.coordination import coordination_for
 from framework.errors import FrameworkError
 from framework.projection import Runner, open_readmodel
 from framework.projection.supervisor import AppSupervisor
 
 __all__ = ["run"]
+
+SCHEDULER = "scheduler"
+"""The name ``--only``/``--projector`` give the app's scheduler (``eventlane schedules run``),
+run when the app declares commands."""
 
 
 def _counts(
@@ -103,7 +109,8 @@ def run(
     dead_letter_unknown: bool,
     show_status: bool,
 ) -> None:
-    """Run every projector and policy of APP until SIGTERM / Ctrl-C.
+    """Run every projector and policy of APP (and its scheduler, named `scheduler`, when the
+    app declares commands) until SIGTERM / Ctrl-C.
 
     Workers that crash are restarted (after a growing delay when they keep dying young); a
     worker seen to exit leaves its group at once, so its partitions move within a second.
@@ -115,8 +122,13 @@ def run(
         ctx.invoke(status_command, app_spec=app_spec, projection=None, as_json=False)
         return
     with _runtime(app_spec, create=True) as runtime:
-        counts = _counts(sorted(runtime.app.projectors), workers, only, overrides)
+        names = sorted(runtime.app.projectors)
+        if runtime.app.commands:  # an app with commands may schedule them: its scheduler
+            names.append(SCHEDULER)
+        counts = _counts(names, workers, only, overrides)
         for name in counts:  # pending migrations: refused here, once, as a worker would
+            if name == SCHEDULER:
+                continue
             try:
                 open_readmodel(runtime, name).close()
             except FrameworkError as exc:
@@ -137,7 +149,30 @@ def run(
                 worker_args=("--dead-letter-unknown",) if dead_letter_unknown else (),
             )
             for name, n in counts.items()
+            if name != SCHEDULER
         }
+        if SCHEDULER in counts:
+            from framework.app.schedules import scheduler_group  # noqa: PLC0415
+
+            runners[SCHEDULER] = Runner(
+                app_spec,
+                SCHEDULER,
+                data,
+                workers=counts[SCHEDULER],
+                restart=True,
+                session_timeout_ms=session_timeout_ms,
+                env=env,
+                coordinator=coordination_for(runtime.log).coordinator(
+                    scheduler_group(runtime), wake=runtime.log.wake
+                ),
+                argv=(
+                    "schedules",
+                    "run",
+                    app_spec,
+                    "--session-timeout-ms",
+                    str(session_timeout_ms),
+                ),
+            )
         stderr_console().print(
             f"run: data {data}"
             + (f", log {env['EVENTLANE_LOG']}" if env.get("EVENTLANE_LOG") else "")

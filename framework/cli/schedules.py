@@ -13,6 +13,7 @@ import orjson
 from framework.cli.context import data_option, json_option, stderr_console, stdout_console
 from framework.cli.project import _runtime, app_argument
 from framework.cli.render import simple_table
+from framework.projection.lifeline import follow_supervisor
 
 __all__ = ["schedules"]
 
@@ -96,6 +97,7 @@ def run_command(app_spec: str, poll_interval: float, session_timeout_ms: int) ->
     group (run several for failover: the partitions of the schedules topic are shared)."""
     from framework.app.schedules import Scheduler  # noqa: PLC0415
 
+    follow_supervisor()  # under `eventlane run`: SIGTERM when the supervisor dies
     with _runtime(app_spec, create=True) as runtime:
         scheduler = Scheduler(
             runtime, poll_interval=poll_interval, session_timeout_ms=session_timeout_ms

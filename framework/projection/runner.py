@@ -92,6 +92,7 @@ class Runner:
         readmodel: Path | None = None,
         coordinator: Coordinator | None = None,
         worker_args: tuple[str, ...] = (),
+        argv: tuple[str, ...] | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -107,6 +108,9 @@ class Runner:
         """The projector's read model (``Runtime.readmodel_path``: it is named in the app's
         namespace), where a tripped breaker leaves its record."""
         """Where the workers' stderr goes (appended); ``None``: inherited."""
+        self.argv = argv
+        """The worker's command after ``--data DATA`` (default: ``project worker APP NAME
+        ...``); e.g. ``schedules run APP`` for the app's scheduler."""
         self.worker_args = worker_args
         """Extra options of each worker's command line (e.g. ``--dead-letter-unknown``)."""
         self.coordinator = coordinator
@@ -134,13 +138,18 @@ class Runner:
             "framework.cli",
             "--data",
             str(self.data),
-            "project",
-            "worker",
-            self.app_spec,
-            self.name,
-            "--session-timeout-ms",
-            str(self.session_timeout_ms),
-            *self.worker_args,
+            *(
+                self.argv
+                or (
+                    "project",
+                    "worker",
+                    self.app_spec,
+                    self.name,
+                    "--session-timeout-ms",
+                    str(self.session_timeout_ms),
+                    *self.worker_args,
+                )
+            ),
         ]
         env = os.environ.copy() if self.env is None else dict(self.env)
         env[SUPERVISOR_ENV] = str(os.getpid())  # the worker stops when this process dies

@@ -109,7 +109,15 @@ def test_rolling_deploy_never_dead_letters(tmp_path: Path) -> None:
         stderr=(tmp_path / "run.log").open("wb"),
     )
     try:
-        wait_for(lambda: all(d["lag"] == 0 for d in status(data, env).values()), "caught up")
+        # Every worker has imported release 1 (is a live member) and caught up, before the
+        # release file changes (a worker still starting would import release 2).
+        wait_for(
+            lambda: all(
+                d["lag"] == 0 and len([m for m in d["members"] if m["alive"]]) == 2
+                for d in status(data, env).values()
+            ),
+            "2 members per group, caught up",
+        )
         release.write_text("2")  # the writer runs release 2; the workers still run 1
         write(data, env, "guests", 100, 2)  # two v2 guests, one booking each
         release.write_text("1")

@@ -21,7 +21,7 @@ from framework.codec.privacy import CIPHER_MARK, LogKeyStore, MemoryKeyStore
 from framework.domain import Aggregate, DomainEvent, Snapshot, applies, event
 from framework.domain.privacy import ERASED, personal, subject
 from framework.errors import ConfigError, SerializationError, StaleSnapshotError
-from framework.log.store import LogStore
+from framework.log.embedded.store import LogStore
 
 
 @frozen

@@ -6,7 +6,7 @@ on open) and compared row by row with its partition (:meth:`KeyIndex.verify`). W
 files of an index whose topic or partition no longer exists are deleted.
 
     >>> import tempfile
-    >>> from framework.log.store import LogStore
+    >>> from framework.log.embedded.store import LogStore
     >>> with tempfile.TemporaryDirectory() as data, LogStore(data) as log:
     ...     check_key_indexes(log, log.local.key_indexes())
     []
@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from framework.errors import InvalidTopicError
-from framework.log.key_index import (
+from framework.log.embedded.key_index import (
     INDEX_SUFFIX,
     LOCK_SUFFIX,
     KeyIndex,

@@ -72,7 +72,7 @@ Invariants:
   :meth:`KeyIndex.sync_to` or :meth:`KeyIndex.add_appended`), then this object's ``RLock``,
   then the lock file, then the :class:`_Flusher`'s condition (scheduling held rows). Holding
   this object's locks, nothing waits for the append lock: reading the partition's state
-  never waits for it (:meth:`~framework.log.partition.Partition._wait_for_writer`), and
+  never waits for it (:meth:`~framework.log.embedded.partition.Partition._wait_for_writer`), and
   :meth:`KeyIndex.catch_up` opens the partition (which takes the append lock) before it
   takes its own. The flusher thread reads the partition's epoch before taking any lock.
 * The event store never trusts a row blindly (:mod:`framework.store.event_store`): reads

@@ -55,9 +55,9 @@ in this list; every path that takes two is named:
    queue's ``_combine_lock``, the descriptor budget's): held only for a few statements,
    taking nothing else except the descriptor budget's non-blocking releases.
 
-Opening objects takes locks too: :class:`~framework.log.store.LogStore` opens a partition
+Opening objects takes locks too: :class:`~framework.log.embedded.store.LogStore` opens a partition
 under its ``_lock`` (the open takes ``lock`` to recover), and
-:class:`~framework.log.keys.KeyIndexes` opens a key index under its ``_lock`` (the open
+:class:`~framework.log.embedded.keys.KeyIndexes` opens a key index under its ``_lock`` (the open
 takes the index's locks and may open the partition). Neither is taken under ``lock``: an
 appender finds its partition and key index already open (a conditional append opens the
 index before it takes ``lock``).
@@ -96,7 +96,8 @@ from framework.errors import (
     RecordTooLargeError,
     UnknownTopicError,
 )
-from framework.log.batch import (
+from framework.log.config import TopicConfig
+from framework.log.embedded.batch import (
     HEADER_SIZE,
     BatchHeader,
     batch_crc_ok,
@@ -105,12 +106,9 @@ from framework.log.batch import (
     encode_batch,
     parse_header,
 )
-from framework.log.check import checked_time_start, verify_files
-from framework.log.config import TopicConfig
-from framework.log.fds import FDS, next_use
-from framework.log.files import fsync_dir, write_atomic
-from framework.log.record import RECORD_OVERHEAD, Header, Record
-from framework.log.recovery import (
+from framework.log.embedded.check import checked_time_start, verify_files
+from framework.log.embedded.fds import FDS, next_use
+from framework.log.embedded.recovery import (
     COMPACTED,
     JOURNAL,
     LOG_START,
@@ -121,7 +119,7 @@ from framework.log.recovery import (
     remove_swap_journal,
     write_swap_journal,
 )
-from framework.log.segment import (
+from framework.log.embedded.segment import (
     LOG_SUFFIX,
     OFFSET_ENTRY,
     TIME_ENTRY,
@@ -136,7 +134,9 @@ from framework.log.segment import (
     segment_stem,
     timeindex_path,
 )
-from framework.log.state import BOOT, Notifier, PartitionState, Snapshot
+from framework.log.embedded.state import BOOT, Notifier, PartitionState, Snapshot
+from framework.log.files import fsync_dir, write_atomic
+from framework.log.record import RECORD_OVERHEAD, Header, Record
 from framework.log.types import (  # re-exported: older imports name them here
     AppendHook as AppendHook,  # noqa: PLC0414
 )
@@ -232,7 +232,7 @@ class Partition:
 
         ``skip_lost_offsets=True`` is the explicit repair of a partition that refused to open
         with :class:`~framework.errors.DataLossError`: it recovers now and keeps the lost
-        offsets taken (see :func:`framework.log.recovery.recover`).
+        offsets taken (see :func:`framework.log.embedded.recovery.recover`).
         """
         self.dir = directory
         self._dir_str = os.fspath(directory)
@@ -1425,7 +1425,7 @@ class Partition:
 
     def verify(self) -> list[CorruptRecordError]:
         """Check every batch of every segment and every index entry; return the problems
-        (see :func:`framework.log.check.verify_files`)."""
+        (see :func:`framework.log.embedded.check.verify_files`)."""
         return verify_files(
             self.dir,
             self.state.read(),

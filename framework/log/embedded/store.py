@@ -39,14 +39,14 @@ from framework.errors import (
     UnknownTopicError,
 )
 from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
+from framework.log.embedded.partition import Partition
+from framework.log.embedded.retention import apply_retention
+from framework.log.embedded.state import Notifier, PartitionState
 from framework.log.files import fsync_dir, write_atomic
 from framework.log.local import DEFAULT_DATA_DIR as DEFAULT_DATA_DIR  # noqa: PLC0414
 from framework.log.local import LocalDir, default_data_dir
 from framework.log.names import check_internal_policy, topic_dir, validate_topic_name
-from framework.log.partition import Partition
 from framework.log.record import Record
-from framework.log.retention import apply_retention
-from framework.log.state import Notifier, PartitionState
 from framework.log.types import (
     AppendResult,
     Clock,
@@ -65,8 +65,8 @@ from framework.log.types import TopicDescription as TopicDescription  # noqa: PL
 from framework.observability import get_logger
 
 if TYPE_CHECKING:  # imported on first use: a command that only lists topics needs neither
-    from framework.log.cleaner import LogCleaner
-    from framework.log.keys import KeyIndexes
+    from framework.log.embedded.cleaner import LogCleaner
+    from framework.log.embedded.keys import KeyIndexes
 
 log = get_logger("eventlane.log")
 
@@ -135,7 +135,7 @@ class LogStore:
         """The per-key state (key indexes) of this log, set up on first use."""
         keys = self._keys
         if keys is None:
-            from framework.log.keys import KeyIndexes  # noqa: PLC0415 - first use
+            from framework.log.embedded.keys import KeyIndexes  # noqa: PLC0415 - first use
 
             with self._lock:
                 if self._keys is None:
@@ -598,7 +598,7 @@ class LogStore:
 
     def compact(self, topic: str, *, progress: Progress | None = None) -> list[CompactionReport]:
         """Compact every partition of ``topic`` now (a no-op unless its policy compacts)."""
-        from framework.log.cleaner import compact_partition  # noqa: PLC0415 - first use
+        from framework.log.embedded.cleaner import compact_partition  # noqa: PLC0415 - first use
 
         return self._each_partition(topic, compact_partition, progress)
 
@@ -644,7 +644,7 @@ class LogStore:
             if self._closed:
                 return
             if self._cleaner is None:
-                from framework.log.cleaner import LogCleaner  # noqa: PLC0415 - first use
+                from framework.log.embedded.cleaner import LogCleaner  # noqa: PLC0415 - first use
 
                 self._cleaner = LogCleaner(self.partition)
             cleaner = self._cleaner

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from framework.codec import Envelope, EventCodec, EventRegistry
-from framework.codec.privacy import LogKeyStore
+from framework.codec.keystore import LogKeyStore
 from framework.log.embedded.store import LogStore
 from tests.codec.test_codec_privacy import NOWHERE, Registered
 

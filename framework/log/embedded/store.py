@@ -12,6 +12,10 @@ Topic creation and deletion are atomic renames of a whole topic directory. Chang
 existing topic's ``topic.json`` (``alter_topic``, and ``delete_topic``) are read-modify-writes
 serialized across processes by ``<data>/topics/.meta.lock``: the change is computed from the
 file as read under the lock and replaces it atomically, so no acknowledged change is lost.
+
+One concept at ~700 lines: the data directory's topics (metadata, creation, alteration,
+deletion across processes) and the port's methods over them; partitions, per-key state and
+maintenance live in their own modules.
 """
 
 from __future__ import annotations

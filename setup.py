@@ -2,7 +2,7 @@
 
 Everything else about the package lives in ``pyproject.toml``. The extension is optional:
 when no C compiler is available the build goes on without it and the pure-Python
-implementations in ``framework.log.partitioner``, ``framework.log.batch`` and
+implementations in ``framework.log.partitioner``, ``framework.log.embedded.batch`` and
 ``framework.kafka.records`` are used.
 """
 

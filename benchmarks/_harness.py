@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 import structlog
 
-from framework.log import batch
+from framework.log.embedded import batch
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

@@ -41,8 +41,8 @@ from _harness import bench_from_args, parser, quiet_logs, scratch_dir
 
 from framework.consumer.free import Consumer
 from framework.consumer.group import GroupConsumer
+from framework.log.embedded.store import LogStore
 from framework.log.record import TopicPartition
-from framework.log.store import LogStore
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]

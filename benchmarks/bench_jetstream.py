@@ -44,10 +44,10 @@ from _harness import Target, bench_from_args, parser, percentile, quiet_logs, sc
 from nats.js.api import DeliverPolicy
 
 from framework.errors import PreconditionFailedError
+from framework.log.embedded.store import LogStore
 from framework.log.jetstream import mapping
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import Expect, JetStreamLog
-from framework.log.store import LogStore
 
 VALUE = b"v" * 100
 

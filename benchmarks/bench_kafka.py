@@ -30,9 +30,9 @@ from confluent_kafka import Producer as CKProducer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
 from framework.consumer.free import Consumer
+from framework.log.embedded.store import LogStore
 from framework.log.producer import Producer, ProducerRecord
 from framework.log.record import TopicPartition
-from framework.log.store import LogStore
 
 VALUE = os.urandom(100)
 

@@ -25,9 +25,9 @@ from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch
 from _raw import read_parse
 
 from framework.consumer.free import Consumer
+from framework.log.embedded.segment import list_segment_bases, log_path
+from framework.log.embedded.store import LogStore
 from framework.log.record import TopicPartition
-from framework.log.segment import list_segment_bases, log_path
-from framework.log.store import LogStore
 
 VALUE_SIZE = 100
 TOPIC = "reads"

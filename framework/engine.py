@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 from framework.errors import ConfigError
+from framework.log.embedded.store import LogStore
 from framework.log.local import DEFAULT_DATA_DIR, LocalDir, default_data_dir
 from framework.log.port import Log
-from framework.log.store import LogStore
 
 if TYPE_CHECKING:  # the consumer layer is imported by open_engine, not by every command
     from framework.consumer.coordination import GroupCoordination

@@ -59,7 +59,7 @@ from framework.app.moments import as_of_ms
 from framework.app.namespace import Namespace
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
-from framework.codec.privacy import KeyStore, LogKeyStore
+from framework.codec.keystore import KeyStore, LogKeyStore
 from framework.domain import Aggregate, Command, DomainEvent
 from framework.domain.privacy import personal_fields
 from framework.engine import open_log
@@ -166,7 +166,7 @@ class App:
         (``registry``, with the types of its aggregates, events and projectors' handlers
         registered, and validated) and its converter hooks (``configure``). What a runtime
         decodes with; golden-file tests of events need nothing more (events with personal
-        fields also need ``keys``, e.g. a :class:`~framework.codec.privacy.MemoryKeyStore`)."""
+        fields also need ``keys``, e.g. a :class:`~framework.codec.keystore.MemoryKeyStore`)."""
         return EventCodec(self._registered(), configure=self.configure, keys=keys)
 
     def has_personal_data(self) -> bool:

@@ -1,7 +1,7 @@
 """``eventlane compact``, ``cleanup``, ``dump`` and ``verify``: the log's maintenance tools.
 
-* ``compact TOPIC`` runs the cleaner on every partition (:mod:`framework.log.cleaner`).
-* ``cleanup TOPIC`` applies retention to every partition (:mod:`framework.log.retention`).
+* ``compact TOPIC`` runs the cleaner on every partition (:mod:`framework.log.embedded.cleaner`).
+* ``cleanup TOPIC`` applies retention to every partition (:mod:`framework.log.embedded.retention`).
 * ``dump FILE`` prints a segment's batches and records, or an index's entries, like Kafka's
   ``kafka-dump-log``; it reads the file directly and needs no data directory. Exit status 1
   when a batch fails its CRC or is malformed (the output says where).
@@ -12,8 +12,8 @@
   rebuilds those that differ. Exit status 1 when one differs and was not repaired.
 
 ``compact``, ``cleanup`` and ``verify`` go through the log port (its ``progress`` callback
-drives the bars); ``dump`` reads one file of the embedded engine (:mod:`framework.log.dump`),
-as ``kafka-dump-log`` does for Kafka's.
+drives the bars); ``dump`` reads one file of the embedded engine
+(:mod:`framework.log.embedded.dump`), as ``kafka-dump-log`` does for Kafka's.
 """
 
 from __future__ import annotations
@@ -38,7 +38,13 @@ from framework.cli.context import (
 )
 from framework.cli.render import human_bytes, simple_table
 from framework.errors import ConfigError, CorruptRecordError, ReadOnlyDataError
-from framework.log.dump import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, batches, index_entries
+from framework.log.embedded.dump import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    batches,
+    index_entries,
+)
 from framework.log.port import MaintainedLog, maintained_log
 from framework.log.record import Record
 from framework.log.types import KeyIndexReport

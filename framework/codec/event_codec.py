@@ -41,7 +41,8 @@ from framework.codec.envelope import (
     EncodedRecord,
     Envelope,
 )
-from framework.codec.privacy import CIPHER_MARK, FieldCipher, KeyStore
+from framework.codec.keystore import KeyStore
+from framework.codec.privacy import CIPHER_MARK, FieldCipher
 from framework.codec.registry import EventRegistry
 from framework.codec.upcasting import UpcastChain
 from framework.domain import DomainEvent

@@ -36,7 +36,8 @@ import orjson
 
 from framework.codec.converter import OrjsonConverter, describe_structure_error, make_converter
 from framework.codec.envelope import EncodedRecord
-from framework.codec.privacy import CIPHER_MARK, FieldCipher, KeyStore
+from framework.codec.keystore import KeyStore
+from framework.codec.privacy import CIPHER_MARK, FieldCipher
 from framework.domain import Aggregate, Snapshot
 from framework.errors import SerializationError, StaleSnapshotError
 

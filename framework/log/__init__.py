@@ -26,8 +26,8 @@ from framework.log.record import (
 from framework.log.types import Cursor, Expect, PartitionOffsets, TopicDescription
 
 if TYPE_CHECKING:
+    from framework.log.embedded.store import LogStore
     from framework.log.producer import Producer
-    from framework.log.store import LogStore
 
 __all__ = [
     "Cursor",
@@ -55,7 +55,7 @@ if not TYPE_CHECKING:  # type checkers see the import above
 
     def __getattr__(name: str) -> Any:
         if name == "LogStore":
-            from framework.log.store import LogStore  # noqa: PLC0415
+            from framework.log.embedded.store import LogStore  # noqa: PLC0415
 
             return LogStore
         if name == "Producer":  # its threads and futures cost a CLI command's start-up

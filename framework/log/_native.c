@@ -2,7 +2,7 @@
  * framework.log._native: the log's hot loops in C.
  *
  * Optional speedups; every function here has a pure-Python reference that the tests prove
- * identical (framework/log/partitioner.py for the hash, framework/log/batch.py for the codec):
+ * identical (framework/log/partitioner.py for the hash, framework/log/embedded/batch.py for the codec):
  *
  *   murmur2(data) -> int                      Kafka's Utils.murmur2, a signed 32-bit int
  *   partition_for_key(key, n) -> int          (murmur2(key) & 0x7fffffff) % n
@@ -14,7 +14,7 @@
  *   keep_flags(buf, start, end, base_offset, last, key_id, horizon) -> (bytes, int | None)
  *                                                               (the cleaner's pass 2)
  *
- * The record layout (all integers big-endian) is documented in framework/log/batch.py:
+ * The record layout (all integers big-endian) is documented in framework/log/embedded/batch.py:
  *
  *   int32 length | int32 offset_delta | int64 timestamp_delta | int32 key_length | key |
  *   int32 value_length | value | int32 header_count |
@@ -1346,7 +1346,7 @@ static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT,
     "framework.log._native",
     "C speedups of the log: Kafka's murmur2 partitioner and the record batch codec.\n\n"
-    "Optional: framework.log.partitioner and framework.log.batch fall back to their\n"
+    "Optional: framework.log.partitioner and framework.log.embedded.batch fall back to their\n"
     "pure-Python references when this module is missing.",
     0,
     native_methods,

@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING
 import orjson
 from attrs import frozen
 
-from framework.codec.privacy import CIPHER_MARK, LogKeyStore, redact
+from framework.codec.keystore import LogKeyStore
+from framework.codec.privacy import CIPHER_MARK, redact
 from framework.domain.privacy import personal_fields
 from framework.errors import ConfigError, FrameworkError
 from framework.log.partitioner import partition_for_key

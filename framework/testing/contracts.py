@@ -36,6 +36,9 @@ reopen that keeps every acknowledged record at its offset. The suite proves the 
 engines broken in each of these ways (tests/log/test_contract_kit_proof.py).
 
 This module imports pytest; ``import framework`` and ``framework.testing`` do not import it.
+
+One module for the four role kits (over 700 lines): they share the fixtures, the racing
+writers and the helpers that read a partition back, and a user imports them together.
 """
 
 from __future__ import annotations

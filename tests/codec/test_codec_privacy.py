@@ -17,11 +17,12 @@ from attrs import frozen
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
-from framework.codec.privacy import CIPHER_MARK, LogKeyStore, MemoryKeyStore
+from framework.codec.keystore import LogKeyStore, MemoryKeyStore
+from framework.codec.privacy import CIPHER_MARK
 from framework.domain import Aggregate, DomainEvent, Snapshot, applies, event
 from framework.domain.privacy import ERASED, personal, subject
 from framework.errors import ConfigError, SerializationError, StaleSnapshotError
-from framework.log.store import LogStore
+from framework.log.embedded.store import LogStore
 
 
 @frozen

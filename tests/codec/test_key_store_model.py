@@ -12,8 +12,8 @@ import random
 from pathlib import Path
 
 from framework.codec import Envelope, EventCodec, EventRegistry
-from framework.codec.privacy import LogKeyStore
-from framework.log.store import LogStore
+from framework.codec.keystore import LogKeyStore
+from framework.log.embedded.store import LogStore
 from tests.codec.test_codec_privacy import NOWHERE, Registered
 
 CACHE = 6

@@ -13,7 +13,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from framework.kafka import records as kafka_records
-from framework.kafka.handlers import _produced_batches, _RefusedError
+from framework.kafka._produce import _produced_batches, _RefusedError
 from framework.kafka.records import BatchFormatError, encode_batch, parse_batches
 from framework.log import Record
 

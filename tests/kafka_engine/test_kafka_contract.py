@@ -10,8 +10,8 @@ from framework.log import Log
 from framework.log.kafka.cluster import LocalKafkaCluster
 from framework.log.kafka.log import KafkaLog, namespace_for
 from framework.log.local import LocalDir
-from framework.log.partition import wall_clock_ms
 from framework.log.record import TimestampType
+from framework.log.types import wall_clock_ms
 from framework.testing.clock import FakeClock
 from framework.testing.contracts import LogContract
 

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from framework.errors import ConcurrencyError, RecordTooLargeError
 from framework.log import Log, LogStore
-from framework.log.partition import MAX_BATCH_BYTES
+from framework.log.embedded.partition import MAX_BATCH_BYTES
 from framework.log.port import role_members
 from framework.log.types import (
     AppendResult,

@@ -62,9 +62,9 @@ from typing import IO, Any
 from framework.consumer.free import Consumer
 from framework.errors import OffsetOutOfRangeError
 from framework.log import LogStore, Producer, ProducerRecord, TopicPartition
-from framework.log import state as state_module
+from framework.log.embedded import state as state_module
+from framework.log.embedded.segment import list_segment_bases
 from framework.log.partitioner import partition_for_key
-from framework.log.segment import list_segment_bases
 from framework.observability import configure_logging
 
 PROCS = Path(__file__).resolve()
@@ -344,10 +344,10 @@ def _child_maintenance(args: dict[str, Any], action: str) -> None:
     # journal, or retention's new log-start-offset. ``crash_after_phase`` kills at the n-th
     # storage call from there on (the renames, unlinks and state changes that follow).
     # The log's partition owns both decisions' writes: the swap journal (written by
-    # ``framework.log.recovery``'s journal helper) and the new low-water mark.
+    # ``framework.log.embedded.recovery``'s journal helper) and the new low-water mark.
     decision = JOURNAL_NAME if action == "compact" else "log-start-offset"
     module = importlib.import_module(
-        "framework.log.recovery" if action == "compact" else "framework.log.partition"
+        "framework.log.embedded.recovery" if action == "compact" else "framework.log.embedded.partition"
     )
     original_write_atomic = module.write_atomic
     after_phase = args.get("crash_after_phase")

@@ -2,7 +2,7 @@
 
 An appender writes its batch under the partition's append lock and lets go of it; the fsync
 happens under ``sync.lock``, where one fsync covers every batch written so far (see
-framework/log/partition.py). These tests hold ``sync.lock`` from the test process (a real
+framework/log/embedded/partition.py). These tests hold ``sync.lock`` from the test process (a real
 ``flock``) to freeze appenders in other processes between their write and their fsync, and
 check what the contract says about that moment, then let a crowd of processes append and
 count their fsyncs.

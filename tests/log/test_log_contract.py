@@ -1,5 +1,5 @@
 """The shipped log contract kits (:mod:`framework.testing.contracts`) of the four roles run against the embedded
-:class:`~framework.log.store.LogStore`."""
+:class:`~framework.log.embedded.store.LogStore`."""
 
 from __future__ import annotations
 

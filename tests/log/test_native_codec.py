@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from framework.log import batch
-from framework.log.batch import (
+from framework.log.embedded import batch
+from framework.log.embedded.batch import (
     HEADER_SIZE,
     _py_decode_records,
     _py_encode_records,

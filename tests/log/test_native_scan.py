@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.log import batch, cleaner
-from framework.log.batch import _py_encode_records, _py_index_keys
-from framework.log.cleaner import _py_keep_flags, key_id
+from framework.log.embedded import batch, cleaner
+from framework.log.embedded.batch import _py_encode_records, _py_index_keys
+from framework.log.embedded.cleaner import _py_keep_flags, key_id
 from framework.log.producer import SentBatch
 from framework.log.record import RecordMetadata
 

@@ -17,8 +17,8 @@ import framework.log
 from framework._locks import FileLock
 from framework.cli import main
 from framework.log import LogStore
-from framework.log.cleaner import plan_groups
-from framework.log.segment import Segment, list_segments
+from framework.log.embedded.cleaner import plan_groups
+from framework.log.embedded.segment import Segment, list_segments
 
 
 def _segments(store: LogStore, topic: str) -> list[int]:
@@ -124,11 +124,11 @@ def test_segment_owns_its_three_files(tmp_path: Path) -> None:
 def test_log_modules_form_no_cycle() -> None:
     """partition -> recovery -> segment; cleaner and retention import partition, never the
     reverse, and nothing hides an import under TYPE_CHECKING."""
-    root = Path(framework.log.__file__).parent
-    for name in ("partition", "recovery", "segment", "state", "files", "batch"):
+    root = Path(framework.log.__file__).parent / "embedded"
+    for name in ("partition", "recovery", "segment", "state", "../files", "batch"):
         text = (root / f"{name}.py").read_text()
-        assert "framework.log.cleaner" not in text, name
-        assert "framework.log.retention" not in text, name
+        assert "framework.log.embedded.cleaner" not in text, name
+        assert "framework.log.embedded.retention" not in text, name
     for name in ("cleaner", "retention", "partition", "recovery"):
         assert "TYPE_CHECKING" not in (root / f"{name}.py").read_text(), name
 

@@ -18,7 +18,7 @@ from typing import ClassVar
 from attrs import frozen
 
 from framework import App, EventContext, Projector, handles
-from framework.codec.privacy import LogKeyStore
+from framework.codec.keystore import LogKeyStore
 from framework.domain import Aggregate, DomainEvent, applies, event, personal, subject
 from framework.projection._sqlite_utils import Database
 

@@ -40,8 +40,8 @@ from typing import Any
 from store_domain import Batcher, Counter, SnapCounter, make_app
 
 from framework.errors import AggregateNotFoundError, ConcurrencyError
-from framework.log import key_index
-from framework.log.key_index import KeyIndex
+from framework.log.embedded import key_index
+from framework.log.embedded.key_index import KeyIndex
 from framework.observability import configure_logging
 
 

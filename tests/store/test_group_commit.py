@@ -19,7 +19,7 @@ from store_domain import Counter, make_app, raw_streams
 
 from framework.errors import ConcurrencyError
 from framework.log import LogStore
-from framework.log.key_index import KeyIndex
+from framework.log.embedded.key_index import KeyIndex
 
 THREADS, COMMANDS = 8, 30
 

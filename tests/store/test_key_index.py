@@ -17,9 +17,10 @@ from store_helpers import close, read_line, send, spawn, stderr_of
 from framework.app import Runtime
 from framework.codec import Envelope
 from framework.errors import ConcurrencyError
-from framework.log import key_index
-from framework.log.key_index import DEFER_OFFSETS, READER_CATCH_UP, KeyIndex, index_path
-from framework.log.store import LogStore
+from framework.log.embedded import key_index
+from framework.log.embedded.key_check import verify_index
+from framework.log.embedded.key_index import DEFER_OFFSETS, READER_CATCH_UP, KeyIndex, index_path
+from framework.log.embedded.store import LogStore
 from tests.logs import capture_logs
 
 TOPIC = Counter.topic
@@ -79,7 +80,7 @@ def inspect(data: Path, partition: int, topic: str = TOPIC) -> list[str]:
             auto_repair=False,
         )
         try:
-            return list(index.verify().problems)
+            return list(verify_index(index).problems)
         finally:
             index.close()
 

@@ -11,23 +11,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from framework.log.batch import HEADER_SIZE, decode_records
 from framework.log.config import TIMESTAMP_TYPES
-from framework.log.record import Record
-from framework.log.segment import (
+from framework.log.embedded.batch import HEADER_SIZE, decode_records
+from framework.log.embedded.segment import (
     INDEX_SUFFIX as INDEX_SUFFIX,  # noqa: PLC0414 (re-exported)
 )
-from framework.log.segment import (
+from framework.log.embedded.segment import (
     LOG_SUFFIX as LOG_SUFFIX,  # noqa: PLC0414 (re-exported)
 )
-from framework.log.segment import (
+from framework.log.embedded.segment import (
     OFFSET_ENTRY,
     TIME_ENTRY,
     Segment,
 )
-from framework.log.segment import (
+from framework.log.embedded.segment import (
     TIMEINDEX_SUFFIX as TIMEINDEX_SUFFIX,  # noqa: PLC0414 (re-exported)
 )
+from framework.log.record import Record
 
 __all__ = ["INDEX_SUFFIX", "LOG_SUFFIX", "TIMEINDEX_SUFFIX", "batches", "index_entries"]
 
@@ -45,7 +45,7 @@ def _segment_base(path: Path) -> int:
 
 def batches(path: Path) -> Iterator[dict[str, Any]]:
     """Every batch of a segment file as a dict (:meth:`Segment.scan_lenient
-    <framework.log.segment.Segment.scan_lenient>`): a CRC mismatch or a malformed record is
+    <framework.log.embedded.segment.Segment.scan_lenient>`): a CRC mismatch or a malformed record is
     reported in ``error`` and the scan goes on; a malformed header ends it with an entry that
     has ``error`` and no ``last_offset``."""
     topic, partition = _coordinates(path)

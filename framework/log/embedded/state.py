@@ -167,7 +167,7 @@ class PartitionState:
 
     def release(self) -> None:
         """Unmap the file, giving its descriptor back (idle partitions, see
-        :class:`~framework.log.partition.Partition`); it is mapped again on next use. A
+        :class:`~framework.log.embedded.partition.Partition`); it is mapped again on next use. A
         mapping still in use by a reader stays valid until that reader lets go of it."""
         m, self._map = self._map, None
         if m is not None:

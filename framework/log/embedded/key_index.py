@@ -72,7 +72,7 @@ Invariants:
   :meth:`KeyIndex.sync_to` or :meth:`KeyIndex.add_appended`), then this object's ``RLock``,
   then the lock file, then the :class:`_Flusher`'s condition (scheduling held rows). Holding
   this object's locks, nothing waits for the append lock: reading the partition's state
-  never waits for it (:meth:`~framework.log.partition.Partition._wait_for_writer`), and
+  never waits for it (:meth:`~framework.log.embedded.partition.Partition._wait_for_writer`), and
   :meth:`KeyIndex.catch_up` opens the partition (which takes the append lock) before it
   takes its own. The flusher thread reads the partition's epoch before taking any lock.
 * The event store never trusts a row blindly (:mod:`framework.store.event_store`): reads
@@ -80,6 +80,10 @@ Invariants:
   stream's last record. Not caught cheaply: an index edited by hand so that it drops a
   stream's newest rows *and* keeps ``rows``/``checksum`` consistent; ``eventlane verify``
   reports it.
+
+One concept at ~950 lines: one partition's key index file (SQLite), its modes, its catch-up
+with the log and the writes of the append hook, under one lock; the check against the log is
+:mod:`.key_check`.
 """
 
 from __future__ import annotations
@@ -100,7 +104,6 @@ from framework.errors import FrameworkError, OffsetOutOfRangeError, UnknownTopic
 from framework.log.port import Log
 from framework.log.record import Record
 from framework.log.types import Cursor
-from framework.log.types import KeyIndexReport as IndexReport
 from framework.observability import get_logger
 
 log = get_logger("eventlane.log")
@@ -167,19 +170,6 @@ class View(NamedTuple):
     last: int | None = -1
     """Offset of the key's last record below ``hwm`` (``None``: it has none), or ``-1`` when
     this view cannot tell (every row it fetched is in flight)."""
-
-
-class _Problems:
-    """Collects differences, keeping the first :data:`MAX_REPORTED` messages."""
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-        self.count = 0
-
-    def add(self, message: str) -> None:
-        self.count += 1
-        if len(self.messages) < MAX_REPORTED:
-            self.messages.append(message)
 
 
 _DAMAGE: tuple[type[Exception], ...] = (
@@ -884,98 +874,6 @@ class KeyIndex:
         return count
 
     # ------------------------------------------------------------------ verification
-    def verify(self) -> IndexReport:
-        """Compare every row with a fresh scan of the log; report the differences.
-
-        Reads the index in one read transaction and the log from its low-water mark to the
-        index's end. Memory: the distinct keys of the partition, never all the rows.
-        """
-        problems = _Problems()
-        self.flush_held()
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN")
-            try:
-                nxt, stated, actual, _, _ = self._meta_and_count()
-                marks = self.log.offsets(self.topic, self.partition)
-                if nxt > marks.leo:
-                    problems.add(
-                        f"the index ends at offset {nxt}, past the log end offset {marks.leo}"
-                    )
-                if stated != actual:
-                    problems.add(
-                        f"the index holds {actual[0]} rows (checksum {actual[1]}), its meta "
-                        f"data says {stated[0]} (checksum {stated[1]})"
-                    )
-                limit = min(nxt, marks.hwm)
-                if self.mode == "stream":
-                    self._verify_stream(marks.lwm, limit, nxt, problems)
-                else:
-                    self._verify_latest(marks.lwm, limit, problems)
-            finally:
-                db.execute("COMMIT")
-        return IndexReport(
-            self.topic,
-            self.partition,
-            str(self.path),
-            self.mode,
-            actual[0],
-            nxt,
-            marks.hwm,
-            tuple(problems.messages),
-            problems.count,
-        )
-
-    def _verify_stream(self, lwm: int, limit: int, nxt: int, problems: _Problems) -> None:
-        rows = self._db.execute(  # rows below the low-water mark: records retention removed
-            "SELECT offset, key, seq FROM entries WHERE offset >= ? ORDER BY offset", (lwm,)
-        )
-        row = next(rows, None)
-        seqs: dict[bytes, int] = {}
-        for key, offset in self.scan(lwm, limit):
-            while row is not None and row[0] < offset:
-                problems.add(
-                    f"offset {row[0]}: indexed as {row[1]!r} #{row[2]}, the log has "
-                    "no keyed record there"
-                )
-                row = next(rows, None)
-            if row is None or row[0] != offset:
-                problems.add(f"offset {offset}: record of {key!r} missing from the index")
-                seqs[key] = seqs.get(key, 0) + 1
-                continue
-            expected = seqs.get(key)
-            if expected is None:  # first record at or after the low-water mark
-                expected = row[2] if lwm > 0 and row[1] == key else 1
-            else:
-                expected += 1
-            seqs[key] = expected
-            if row[1] != key or row[2] != expected:
-                problems.add(
-                    f"offset {offset}: indexed as {row[1]!r} #{row[2]}, the log has "
-                    f"{key!r} #{expected}"
-                )
-            row = next(rows, None)
-        while row is not None:  # rows between the HWM and the index's end are in flight
-            if row[0] >= nxt or row[0] < limit:
-                where = "past the index's end" if row[0] >= nxt else "with no keyed record"
-                problems.add(f"offset {row[0]}: indexed as {row[1]!r} #{row[2]}, {where}")
-            row = next(rows, None)
-
-    def _verify_latest(self, lwm: int, limit: int, problems: _Problems) -> None:
-        truth: dict[bytes, int] = {}
-        for key, offset in self.scan(lwm, limit):
-            truth[key] = offset
-        for key, offset in self._db.execute(
-            "SELECT key, offset FROM entries WHERE offset >= ?", (lwm,)
-        ):
-            actual = truth.pop(key, None)
-            if actual != offset:
-                problems.add(
-                    f"key {key!r}: indexed at offset {offset}, the log's last record is at {actual}"
-                )
-        for key, offset in truth.items():
-            problems.add(f"key {key!r}: last record at offset {offset} missing from the index")
-
     def close(self) -> None:
         with self._writing():  # closing may checkpoint: that is a write
             self._flush()

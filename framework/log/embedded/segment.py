@@ -3,7 +3,7 @@
 A partition directory holds, for each segment with base offset ``B`` (zero-padded to 20
 digits, as Kafka does)::
 
-    B.log        concatenated record batches (format: :mod:`framework.log.batch`)
+    B.log        concatenated record batches (format: :mod:`framework.log.embedded.batch`)
     B.index      sparse offset index: big-endian (uint32 offset - B, uint32 file position)
                  entries, one for the first batch of the segment and then one for the first
                  batch starting at least ``index_interval_bytes`` after the previous entry
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from framework.errors import CorruptRecordError
-from framework.log.batch import (
+from framework.log.embedded.batch import (
     HEADER_SIZE,
     MAGIC,
     BatchHeader,
@@ -321,7 +321,7 @@ class Segment:
 
     The three files are created, truncated, renamed and deleted together, always through
     this class. The object holds no descriptors: callers that read hot paths cache their own
-    (see :class:`~framework.log.partition.Partition`).
+    (see :class:`~framework.log.embedded.partition.Partition`).
     """
 
     __slots__ = ("base", "directory")

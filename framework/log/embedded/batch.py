@@ -344,7 +344,7 @@ def encode_batch(
 def encode_skip_batch(base_offset: int, count: int, timestamp: int) -> bytes:
     """A batch of no records that covers ``count`` offsets from ``base_offset``.
 
-    Written only by the explicit repair of a lost tail (:mod:`framework.log.recovery`): the
+    Written only by the explicit repair of a lost tail (:mod:`framework.log.embedded.recovery`): the
     lost offsets stay taken, so an acknowledged offset is never given out twice. Readers
     pass over it like a batch whose records were all compacted away.
 

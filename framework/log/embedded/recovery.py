@@ -37,11 +37,16 @@ import orjson
 
 from framework._locks import FileLock
 from framework.errors import CorruptRecordError, DataLossError
-from framework.log.batch import encode_skip_batch, parse_header
 from framework.log.config import TopicConfig
+from framework.log.embedded.batch import encode_skip_batch, parse_header
+from framework.log.embedded.segment import (
+    OffsetIndex,
+    Segment,
+    intact_batch_after,
+    list_segment_bases,
+)
+from framework.log.embedded.state import BOOT, Snapshot
 from framework.log.files import fsync_dir, read_int_file, write_atomic
-from framework.log.segment import OffsetIndex, Segment, intact_batch_after, list_segment_bases
-from framework.log.state import BOOT, Snapshot
 from framework.observability import Logger
 
 JOURNAL = "cleaner-journal"

@@ -12,6 +12,10 @@ Topic creation and deletion are atomic renames of a whole topic directory. Chang
 existing topic's ``topic.json`` (``alter_topic``, and ``delete_topic``) are read-modify-writes
 serialized across processes by ``<data>/topics/.meta.lock``: the change is computed from the
 file as read under the lock and replaces it atomically, so no acknowledged change is lost.
+
+One concept at ~700 lines: the data directory's topics (metadata, creation, alteration,
+deletion across processes) and the port's methods over them; partitions, per-key state and
+maintenance live in their own modules.
 """
 
 from __future__ import annotations
@@ -39,14 +43,14 @@ from framework.errors import (
     UnknownTopicError,
 )
 from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
+from framework.log.embedded.partition import Partition
+from framework.log.embedded.retention import apply_retention
+from framework.log.embedded.state import Notifier, PartitionState
 from framework.log.files import fsync_dir, write_atomic
 from framework.log.local import DEFAULT_DATA_DIR as DEFAULT_DATA_DIR  # noqa: PLC0414
 from framework.log.local import LocalDir, default_data_dir
 from framework.log.names import check_internal_policy, topic_dir, validate_topic_name
-from framework.log.partition import Partition
 from framework.log.record import Record
-from framework.log.retention import apply_retention
-from framework.log.state import Notifier, PartitionState
 from framework.log.types import (
     AppendResult,
     Clock,
@@ -65,8 +69,8 @@ from framework.log.types import TopicDescription as TopicDescription  # noqa: PL
 from framework.observability import get_logger
 
 if TYPE_CHECKING:  # imported on first use: a command that only lists topics needs neither
-    from framework.log.cleaner import LogCleaner
-    from framework.log.keys import KeyIndexes
+    from framework.log.embedded.cleaner import LogCleaner
+    from framework.log.embedded.keys import KeyIndexes
 
 log = get_logger("eventlane.log")
 
@@ -135,7 +139,7 @@ class LogStore:
         """The per-key state (key indexes) of this log, set up on first use."""
         keys = self._keys
         if keys is None:
-            from framework.log.keys import KeyIndexes  # noqa: PLC0415 - first use
+            from framework.log.embedded.keys import KeyIndexes  # noqa: PLC0415 - first use
 
             with self._lock:
                 if self._keys is None:
@@ -598,7 +602,7 @@ class LogStore:
 
     def compact(self, topic: str, *, progress: Progress | None = None) -> list[CompactionReport]:
         """Compact every partition of ``topic`` now (a no-op unless its policy compacts)."""
-        from framework.log.cleaner import compact_partition  # noqa: PLC0415 - first use
+        from framework.log.embedded.cleaner import compact_partition  # noqa: PLC0415 - first use
 
         return self._each_partition(topic, compact_partition, progress)
 
@@ -644,7 +648,7 @@ class LogStore:
             if self._closed:
                 return
             if self._cleaner is None:
-                from framework.log.cleaner import LogCleaner  # noqa: PLC0415 - first use
+                from framework.log.embedded.cleaner import LogCleaner  # noqa: PLC0415 - first use
 
                 self._cleaner = LogCleaner(self.partition)
             cleaner = self._cleaner

@@ -6,7 +6,7 @@ on open) and compared row by row with its partition (:meth:`KeyIndex.verify`). W
 files of an index whose topic or partition no longer exists are deleted.
 
     >>> import tempfile
-    >>> from framework.log.store import LogStore
+    >>> from framework.log.embedded.store import LogStore
     >>> with tempfile.TemporaryDirectory() as data, LogStore(data) as log:
     ...     check_key_indexes(log, log.local.key_indexes())
     []
@@ -20,9 +20,10 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from framework.errors import InvalidTopicError
-from framework.log.key_index import (
+from framework.log.embedded.key_index import (
     INDEX_SUFFIX,
     LOCK_SUFFIX,
+    MAX_REPORTED,
     KeyIndex,
     as_unreadable,
     is_damage,
@@ -116,7 +117,7 @@ def _check(log_: Log, topic: str, partition: int, path: Path, repair: bool) -> I
         found = None
     if found is None:
         try:
-            found = index.verify()
+            found = verify_index(index)
         except Exception as exc:  # damage verify's reads ran into: the index is unreadable
             if not is_damage(exc):
                 raise
@@ -138,7 +139,7 @@ def _check(log_: Log, topic: str, partition: int, path: Path, repair: bool) -> I
         report = found
         if repair and not report.ok:
             index.rebuild()
-            after = index.verify()
+            after = verify_index(index)
             log.warning(
                 "key index rebuilt",
                 topic=topic,
@@ -155,3 +156,108 @@ def _check(log_: Log, topic: str, partition: int, path: Path, repair: bool) -> I
         return report
     finally:
         index.close()
+
+
+class _Problems:
+    """Collects differences, keeping the first :data:`MAX_REPORTED` messages."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.count = 0
+
+    def add(self, message: str) -> None:
+        self.count += 1
+        if len(self.messages) < MAX_REPORTED:
+            self.messages.append(message)
+
+
+def verify_index(index: KeyIndex) -> IndexReport:
+    """Compare every row of ``index`` with a fresh scan of the log; report the differences.
+
+    Reads the index in one read transaction and the log from its low-water mark to the
+    index's end. Memory: the distinct keys of the partition, never all the rows.
+    """
+    problems = _Problems()
+    index.flush_held()
+    with index._lock:
+        db = index._db
+        db.execute("BEGIN")
+        try:
+            nxt, stated, actual, _, _ = index._meta_and_count()
+            marks = index.log.offsets(index.topic, index.partition)
+            if nxt > marks.leo:
+                problems.add(f"the index ends at offset {nxt}, past the log end offset {marks.leo}")
+            if stated != actual:
+                problems.add(
+                    f"the index holds {actual[0]} rows (checksum {actual[1]}), its meta "
+                    f"data says {stated[0]} (checksum {stated[1]})"
+                )
+            limit = min(nxt, marks.hwm)
+            if index.mode == "stream":
+                _verify_stream(index, marks.lwm, limit, nxt, problems)
+            else:
+                _verify_latest(index, marks.lwm, limit, problems)
+        finally:
+            db.execute("COMMIT")
+    return IndexReport(
+        index.topic,
+        index.partition,
+        str(index.path),
+        index.mode,
+        actual[0],
+        nxt,
+        marks.hwm,
+        tuple(problems.messages),
+        problems.count,
+    )
+
+
+def _verify_stream(index: KeyIndex, lwm: int, limit: int, nxt: int, problems: _Problems) -> None:
+    rows = index._db.execute(  # rows below the low-water mark: records retention removed
+        "SELECT offset, key, seq FROM entries WHERE offset >= ? ORDER BY offset", (lwm,)
+    )
+    row = next(rows, None)
+    seqs: dict[bytes, int] = {}
+    for key, offset in index.scan(lwm, limit):
+        while row is not None and row[0] < offset:
+            problems.add(
+                f"offset {row[0]}: indexed as {row[1]!r} #{row[2]}, the log has "
+                "no keyed record there"
+            )
+            row = next(rows, None)
+        if row is None or row[0] != offset:
+            problems.add(f"offset {offset}: record of {key!r} missing from the index")
+            seqs[key] = seqs.get(key, 0) + 1
+            continue
+        expected = seqs.get(key)
+        if expected is None:  # first record at or after the low-water mark
+            expected = row[2] if lwm > 0 and row[1] == key else 1
+        else:
+            expected += 1
+        seqs[key] = expected
+        if row[1] != key or row[2] != expected:
+            problems.add(
+                f"offset {offset}: indexed as {row[1]!r} #{row[2]}, the log has {key!r} #{expected}"
+            )
+        row = next(rows, None)
+    while row is not None:  # rows between the HWM and the index's end are in flight
+        if row[0] >= nxt or row[0] < limit:
+            where = "past the index's end" if row[0] >= nxt else "with no keyed record"
+            problems.add(f"offset {row[0]}: indexed as {row[1]!r} #{row[2]}, {where}")
+        row = next(rows, None)
+
+
+def _verify_latest(index: KeyIndex, lwm: int, limit: int, problems: _Problems) -> None:
+    truth: dict[bytes, int] = {}
+    for key, offset in index.scan(lwm, limit):
+        truth[key] = offset
+    for key, offset in index._db.execute(
+        "SELECT key, offset FROM entries WHERE offset >= ?", (lwm,)
+    ):
+        actual = truth.pop(key, None)
+        if actual != offset:
+            problems.add(
+                f"key {key!r}: indexed at offset {offset}, the log's last record is at {actual}"
+            )
+    for key, offset in truth.items():
+        problems.add(f"key {key!r}: last record at offset {offset} missing from the index")

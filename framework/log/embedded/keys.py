@@ -1,5 +1,5 @@
 """The embedded engine's per-key state: the port's ``read_key``, ``key_head`` and
-``append(expect=...)`` on top of one :class:`~framework.log.key_index.KeyIndex` per partition.
+``append(expect=...)`` on top of one :class:`~.key_index.KeyIndex` per partition.
 
 Index files live under ``LocalDir.key_indexes()`` (``<data>/store``). A topic whose cleanup
 policy includes ``compact`` gets a ``latest``-mode index (one row per key: compaction keeps
@@ -27,8 +27,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from framework.errors import ConcurrencyError, OffsetOutOfRangeError, SerializationError
-from framework.log.key_check import check_key_indexes
-from framework.log.key_index import KeyIndex, Mode, index_path
+from framework.log.embedded.key_check import check_key_indexes
+from framework.log.embedded.key_index import KeyIndex, Mode, index_path
 from framework.log.port import Log
 from framework.log.record import Record
 from framework.log.types import (

@@ -36,9 +36,9 @@ rename: the cleaned files are fsynced, a ``cleaner-journal`` naming every replac
 written durably, the state's layout is made odd (readers pause opening files), the files are
 renamed over the old ones and the replaced segments unlinked, the layout is made even again,
 and the journal is removed. The partition owns that swap (:meth:`Partition.replace_segments
-<framework.log.partition.Partition.replace_segments>`); recovery replays an existing journal
-and deletes ``.cleaned`` files that no journal names (:mod:`framework.log.recovery`). This
-module is mechanism only: it never writes the partition's state or renames its files.
+<framework.log.embedded.partition.Partition.replace_segments>`); recovery replays an existing
+journal and deletes ``.cleaned`` files that no journal names (:mod:`.recovery`). This module
+is mechanism only: it never writes the partition's state or renames its files.
 Readers that already opened an old segment keep reading it (the old inode lives until
 closed); its records are a superset of the cleaned ones at the same offsets.
 """
@@ -57,7 +57,7 @@ from typing import Final
 import orjson
 
 from framework.errors import CorruptRecordError
-from framework.log.batch import (
+from framework.log.embedded.batch import (
     HEADER_SIZE,
     NATIVE,
     BatchHeader,
@@ -67,11 +67,11 @@ from framework.log.batch import (
     encode_batch,
     index_keys,
 )
+from framework.log.embedded.partition import Partition
+from framework.log.embedded.recovery import CLEANED
+from framework.log.embedded.segment import OFFSET_ENTRY, TIME_ENTRY, Segment, log_path, scan_batches
 from framework.log.files import read_json_file, write_atomic
-from framework.log.partition import Partition
 from framework.log.record import Header, Record
-from framework.log.recovery import CLEANED
-from framework.log.segment import OFFSET_ENTRY, TIME_ENTRY, Segment, log_path, scan_batches
 from framework.log.types import CompactionReport as CompactionReport  # noqa: PLC0414 (re-exported)
 from framework.observability import get_logger
 

@@ -2,8 +2,8 @@
 
 Everything here reads only: a problem is returned (or, for lookups, worked around and
 logged), never repaired. Derived data (the indexes) is checked against the log it indexes;
-the log is checked against the rules of :mod:`framework.log.batch` and
-:mod:`framework.log.segment` and, on a partition never compacted, against continuity (each
+the log is checked against the rules of :mod:`framework.log.embedded.batch` and
+:mod:`framework.log.embedded.segment` and, on a partition never compacted, against continuity (each
 batch and each segment starts where the previous one ended).
 """
 
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from framework.errors import CorruptRecordError
-from framework.log.segment import (
+from framework.log.embedded.segment import (
     OffsetIndex,
     Segment,
     TimeIndex,
@@ -25,7 +25,7 @@ from framework.log.segment import (
     scan_batches,
     timeindex_path,
 )
-from framework.log.state import Snapshot
+from framework.log.embedded.state import Snapshot
 from framework.observability import Logger
 
 

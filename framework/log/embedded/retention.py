@@ -1,7 +1,7 @@
 """Retention: delete whole old segments from the front, advancing the low-water mark.
 
 Planning is a pure function over segment metadata; applying it is the partition's
-:meth:`~framework.log.partition.Partition.delete_segments_below`, a short critical section:
+:meth:`~framework.log.embedded.partition.Partition.delete_segments_below`, a short critical section:
 the new low-water mark is written durably (``log-start-offset``) and published in the state
 before any file is unlinked, so a crash in between leaves segments that recovery deletes, and
 a reader can never see a record below the low-water mark disappear mid-read: it gets
@@ -14,8 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from framework.log.partition import Partition
-from framework.log.segment import log_path
+from framework.log.embedded.partition import Partition
+from framework.log.embedded.segment import log_path
 from framework.log.types import RetentionReport as RetentionReport  # noqa: PLC0414 (re-exported)
 from framework.observability import get_logger
 

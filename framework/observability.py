@@ -128,7 +128,7 @@ def lock_released() -> None:
     if deferred:
         _held.deferred = []
         for logger, level, event, fields in deferred:
-            logger._log(level, event, fields)  # noqa: SLF001 - this module's own class
+            logger._log(level, event, fields)  # this module's own class
 
 
 class Logger:

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from framework._pauses import PAUSE
+from framework.observability import lock_released, lock_taken
 
 __all__ = ["FileLock", "open_rw_or_read_only"]
 
@@ -136,20 +137,24 @@ class FileLock:
             self._mutex.release()
             return False
         self._depth = 1
+        lock_taken()
         if PAUSE is not None:  # fault injection (tests): descheduled holding the lock
-            PAUSE(f"locked {self.path.name}")
+            PAUSE(f"locked {self.path}")
         return True
 
     def release(self) -> None:
         """Drop one level of the lock; the outermost release drops the ``flock``."""
         if PAUSE is not None and self._depth == 1:  # fault injection: about to let go
-            PAUSE(f"unlocking {self.path.name}")
+            PAUSE(f"unlocking {self.path}")
         self._depth -= 1
         try:
             if self._depth == 0:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
+            last = self._depth == 0
             self._mutex.release()
+            if last:
+                lock_released()  # logs what was deferred under the lock
 
     @contextlib.contextmanager
     def hold(self, *, blocking: bool = True, timeout: float | None = None) -> Iterator[bool]:
@@ -183,8 +188,10 @@ class FileLock:
 
     def close(self) -> None:
         """Close the descriptor (releasing the ``flock`` if a thread still held it)."""
-        with self._mutex:
+        with self._mutex:  # held by this thread if it holds the lock (_depth > 0)
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
-            self._depth = 0
+            if self._depth:
+                self._depth = 0
+                lock_released()

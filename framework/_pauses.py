@@ -19,6 +19,13 @@ child draws its own sequence). Off, a point costs one check of a module global::
     if PAUSE is not None:
         PAUSE("partition.append.written")
 
+``EVENTLANE_PAUSES="stop:TEXT"`` stops the process instead, deterministically: at the first
+point whose name contains ``TEXT`` (``stop:TEXT#N``: the ``N``-th) it sends itself
+``SIGSTOP`` (once), as an operator's ``kill -STOP`` or a frozen VM would, exactly inside
+that critical section; whoever started it resumes it with ``SIGCONT`` or kills it there
+(``kill -9``: a crash at that point). File locks name their points with their full
+path (``locked /data/topics/t/0/lock``), so ``TEXT`` can pick one partition's locks.
+
 Never set it in production; a value that does not parse is a :class:`ValueError` at import.
 """
 
@@ -26,11 +33,12 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["ENV", "PAUSE", "Pauses", "parse"]
+__all__ = ["ENV", "PAUSE", "Pauses", "StopAt", "parse"]
 
 ENV = "EVENTLANE_PAUSES"
 
@@ -63,10 +71,35 @@ class Pauses:
         time.sleep(delay)
 
 
-def parse(value: str | None) -> Pauses | None:
+class StopAt:
+    """``SIGSTOP`` to this process at the ``nth`` point whose name contains ``text``."""
+
+    def __init__(self, text: str, nth: int = 1) -> None:
+        if not text or nth < 1:
+            raise ValueError(f"{ENV}: stop: needs the text of a point (and #N >= 1)")
+        self.text = text
+        self.nth = nth
+        self._lock = threading.Lock()
+        self.seen = 0
+        """How many matching points this process passed (it stops at the ``nth`` only)."""
+
+    def __call__(self, point: str) -> None:
+        if self.text not in point:
+            return
+        with self._lock:
+            self.seen += 1
+            if self.seen != self.nth:
+                return
+        os.kill(os.getpid(), signal.SIGSTOP)  # returns once someone sends SIGCONT
+
+
+def parse(value: str | None) -> Pauses | StopAt | None:
     """The pauses ``value`` (the variable's text) asks for, or ``None`` (unset or empty)."""
     if not value:
         return None
+    if value.startswith("stop:"):
+        text, _, nth = value[len("stop:") :].partition("#")
+        return StopAt(text, int(nth) if nth else 1)
     try:
         seed, probability, max_ms = value.split(",")
         return Pauses(int(seed), float(probability), float(max_ms))

@@ -29,6 +29,12 @@ command's whole run). Settings, from the arguments or the environment:
   ``error`` or ``critical``;
 * ``EVENTLANE_LOG_FORMAT`` / ``--log-format``: ``console`` (the default) or ``json``.
 
+Rendering the first line loads structlog (and what it imports): seconds on a loaded host.
+So an event logged by a thread that holds one of eventlane's file locks before structlog is
+loaded is logged when that thread lets go of its last one (another process may be waiting
+for that lock: issue 26); :class:`framework._locks.FileLock` calls :func:`lock_taken` and
+:func:`lock_released`.
+
 Typical use, at the start of a process of your own that wants eventlane's output format::
 
     configure_logging()                    # level and format from the environment
@@ -45,6 +51,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -55,6 +62,8 @@ __all__ = [
     "Logger",
     "configure_logging",
     "get_logger",
+    "lock_released",
+    "lock_taken",
     "log_level_name",
     "logging_env",
     "route_structlog",
@@ -102,6 +111,26 @@ class _Message:
         return f"{self.event} {pairs}"
 
 
+_held = threading.local()
+"""Per thread: ``locks``, how many of eventlane's file locks it holds; ``deferred``, the
+events it logged under them before structlog was loaded (module docstring)."""
+
+
+def lock_taken() -> None:
+    """The calling thread took one of eventlane's file locks (see the module docstring)."""
+    _held.locks = getattr(_held, "locks", 0) + 1
+
+
+def lock_released() -> None:
+    """The calling thread let go of one; at its last, log what was deferred meanwhile."""
+    _held.locks = locks = max(getattr(_held, "locks", 1) - 1, 0)
+    deferred = getattr(_held, "deferred", None) if locks == 0 else None
+    if deferred:
+        _held.deferred = []
+        for logger, level, event, fields in deferred:
+            logger._log(level, event, fields)  # this module's own class
+
+
 class Logger:
     """A standard-library logger with bound fields (see the module docstring).
 
@@ -123,6 +152,16 @@ class Logger:
     def _log(self, level: int, event: str, fields: dict[str, Any], exc_info: Any = None) -> None:
         logger = self._logger
         if not logger.isEnabledFor(level):
+            return
+        if getattr(_held, "locks", 0) and "structlog" not in sys.modules:
+            # under a file lock, before structlog is loaded: logged at the release
+            ei = fields.get("exc_info", exc_info)
+            if ei is True:  # the exception being handled now, not at the release
+                ei = sys.exc_info()
+            deferred = getattr(_held, "deferred", None)
+            if deferred is None:
+                deferred = _held.deferred = []
+            deferred.append((self, level, event, {**fields, "exc_info": ei} if ei else fields))
             return
         merged = {**self._bound, **fields} if self._bound else fields
         exc_info = merged.pop("exc_info", exc_info)

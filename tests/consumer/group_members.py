@@ -292,11 +292,12 @@ class Member:
                 self.proc.wait()
 
 
-def start_member(name: str, tmp: Path, **args: Any) -> Member:
+def start_member(name: str, tmp: Path, *, env: dict[str, str] | None = None, **args: Any) -> Member:
+    """Start a member process; ``env``: extra environment (e.g. ``EVENTLANE_PAUSES``)."""
     events = tmp / f"{name}.events"
     stderr = tmp / f"{name}.stderr"
     args = {"events": str(events), **args}
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(
             [sys.executable, str(MEMBERS), json.dumps(args)],

@@ -43,10 +43,20 @@ def log(tmp_path: Path) -> Iterator[LogStore]:
 
 
 def intervals_until(
-    members: list[Member], ended: dict[str, float], end: float
+    members: list[Member], ended: dict[str, float], end: float, *, evictions: bool = True
 ) -> dict[int, list[tuple[float, float, str]]]:
     """Ownership intervals; a killed member's open intervals end when it was killed, and
-    intervals ended by eviction (``lost``) are left out: only live members must not overlap."""
+    intervals ended by eviction are left out: only live members must not overlap.
+
+    A member learns of its eviction later (``lost``); a killed member never does, so its
+    open interval of a partition that another member was given before the kill (without a
+    release: only an eviction does that) ended by eviction too (``evictions=False``: kept,
+    ending at the kill)."""
+    given: dict[int, list[tuple[float, str]]] = {}  # partition -> (when, to whom)
+    for m in members:
+        for ev in m.of("assigned"):
+            for p in ev["tps"]:
+                given.setdefault(p, []).append((ev["t"], m.name))
     out: dict[int, list[tuple[float, float, str]]] = {}
     for m in members:
         since: dict[int, float] = {}
@@ -60,7 +70,14 @@ def intervals_until(
             elif ev["ev"] == "lost":
                 for p in ev["tps"]:
                     since.pop(p)
+        killed = ended.get(m.name)
         for p, t in since.items():
+            if (
+                evictions
+                and killed is not None
+                and any(t < when <= killed and who != m.name for when, who in given.get(p, []))
+            ):
+                continue  # evicted before it was killed: it would have reported ``lost``
             out.setdefault(p, []).append((t, ended.get(m.name, end), m.name))
     return out
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from framework.consumer.offsets import OffsetStore
-from framework.errors import OffsetOutOfRangeError
+from framework.errors import OffsetOutOfRangeError, UnknownTopicError
 from framework.log import LogStore
 
 CHILD = Path(__file__).with_name("lock_paths.py")
@@ -194,3 +194,20 @@ def test_soak_lock_paths_with_random_pauses(tmp_path: Path, seed: int) -> None:
         limit_s=900,
     )
     print(f"seed {seed}: {figures}", file=sys.stderr)
+
+
+def test_the_key_index_asks_for_the_epoch_without_opening_the_partition(tmp_path: Path) -> None:
+    """Lock order: the key index asks for its partition's epoch under its own lock, which
+    comes after the append lock that opening a partition may take (recovery). A partition
+    this process does not have open (its topic deleted since, and re-created by another
+    process) is reported gone, never opened there."""
+    with LogStore(tmp_path / "data") as log:
+        log.create_topic("t", 1)
+        log.append("t", 0, [(b"k", b"v", (), None)])
+        assert log.epoch("t", 0) == 0
+    with LogStore(tmp_path / "data") as log:
+        with pytest.raises(UnknownTopicError):
+            log.epoch("t", 0)
+        assert ("t", 0) not in log._partitions  # not opened
+        assert log.key_head("t", 0, b"k") == 0  # the index opens it first, then asks
+        assert log.epoch("t", 0) == 0

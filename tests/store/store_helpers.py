@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -16,9 +17,10 @@ START_TIMEOUT_S = 120.0
 _STDERR: dict[int, IO[str]] = {}
 
 
-def spawn(role: str, **args: Any) -> subprocess.Popen[str]:
+def spawn(role: str, *, env: dict[str, str] | None = None, **args: Any) -> subprocess.Popen[str]:
     """Start ``store_procs.py ROLE`` with line-buffered text pipes on stdin and stdout; its
-    stderr (logs) goes to an unnamed temporary file, read back by :func:`stderr_of`."""
+    stderr (logs) goes to an unnamed temporary file, read back by :func:`stderr_of`.
+    ``env``: extra environment variables (e.g. ``EVENTLANE_PAUSES``)."""
     err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(
         [sys.executable, str(PROCS), role, json.dumps(args)],
@@ -27,6 +29,7 @@ def spawn(role: str, **args: Any) -> subprocess.Popen[str]:
         stderr=err,
         text=True,
         bufsize=1,
+        env={**os.environ, **env} if env else None,
     )
     _STDERR[proc.pid] = err
     return proc

@@ -2,7 +2,8 @@
 
 A child process (``store_procs.py atomic``) saves batches of 5-50 ``Tick`` events on a few
 aggregates in a loop, each event naming its save number and its place in the save; it is
-killed with SIGKILL at a random moment (mid-append, mid-fsync, mid-index-update…). After
+stopped inside a save (mid-append, mid-state-update, before its index update: a seam of
+:mod:`framework._pauses`, at a hit drawn from the seed) and killed there with SIGKILL. After
 every kill the partition's raw records are read without the store and must be whole saves
 with contiguous versions; every save the child saw acknowledged must be there; the store
 must load every aggregate, and the next child continues saving on top.
@@ -45,16 +46,39 @@ def check_whole_saves(stream: list[dict[str, Any]]) -> int:
     return save
 
 
+SEAMS = [
+    # (the point a child stops at: see framework._pauses, which hits of it to stop at)
+    ("partition.append.written", (2, 6)),  # a save's batch written, the state not updated
+    ("state.write", (6, 15)),  # inside the seqlock write of an append or of its HWM
+    ("partition.append.hooks", (2, 6)),  # a save published, its key index not updated
+]
+"""Where the kills land: each cycle stops its child at one of these, then kills it."""
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (``T`` in /proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
 def kill_cycles(data: Path, cycles: int, seed: int) -> tuple[dict[str, int], int]:
     """Run ``cycles`` kill cycles; return the last acknowledged version per aggregate and
-    how many unacknowledged tails (appends cut short by the kill) recovery truncated."""
+    how many unacknowledged tails (appends cut short by the kill) recovery truncated.
+
+    Each child stops itself (``SIGSTOP``, ``EVENTLANE_PAUSES=stop:POINT#N``) inside a save,
+    at the ``N``-th hit of a point of the append path (:data:`SEAMS`, in turn, ``N`` drawn
+    from the seed), and is killed there with ``SIGKILL``: every kill lands mid-save, however
+    loaded the host is."""
     rng = random.Random(seed)
     acked: dict[str, int] = {}  # aggregate → last acknowledged version
     kills_mid_run = 0
     truncated = 0
     for cycle in range(cycles):
+        point, (low, high) = SEAMS[cycle % len(SEAMS)]
+        seam = f"{point}#{rng.randint(low, high)}"
         proc = spawn(
             "atomic",
+            env={"EVENTLANE_PAUSES": f"stop:{seam}"},
             data=str(data),
             seed=seed * 1000 + cycle,
             aggregates=AGGREGATES,
@@ -63,7 +87,11 @@ def kill_cycles(data: Path, cycles: int, seed: int) -> tuple[dict[str, int], int
         )
         try:
             assert read_line(proc) == "R"
-            time.sleep(rng.uniform(0.0, 0.12))
+            deadline = time.monotonic() + 60
+            while not _stopped(proc.pid):
+                assert proc.poll() is None, stderr_of(proc)
+                assert time.monotonic() < deadline, f"the child never reached {seam}"
+                time.sleep(0.005)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=60)
             assert proc.stdout is not None
@@ -78,14 +106,17 @@ def kill_cycles(data: Path, cycles: int, seed: int) -> tuple[dict[str, int], int
 
         with capture_logs() as logs, make_app(data) as app:
             streams = raw_streams(app.log, Batcher.topic)
-            truncated += sum("truncating" in entry["event"] for entry in logs)
+            tails = sum("truncating" in entry["event"] for entry in logs)
+            if point == "partition.append.written":  # the batch written past the state
+                assert tails >= 1, f"cycle {cycle} ({seam}): no unacknowledged tail truncated"
+            truncated += tails
             for aggregate_id, version in acked.items():
                 stream = streams[aggregate_id]
                 assert len(stream) >= version, f"acknowledged save of {aggregate_id} lost"
                 saves = check_whole_saves(stream)
                 batcher = app.load(Batcher, aggregate_id)
                 assert (batcher.version, batcher.saves) == (len(stream), saves)
-    assert kills_mid_run >= cycles // 2, "the child was rarely killed while saving"
+    assert kills_mid_run == cycles, "every child acknowledged saves before its kill"
     return acked, truncated
 
 

@@ -56,20 +56,30 @@ in this list; every path that takes two is named:
    taking nothing else except the descriptor budget's non-blocking releases.
 
 Opening objects takes locks too: :class:`~framework.log.embedded.store.LogStore` opens a partition
-under its ``_lock`` (the open takes ``lock`` to recover), and
+under its ``_lock`` (an open that must repair takes ``lock``), and
 :class:`~framework.log.embedded.keys.KeyIndexes` opens a key index under its ``_lock`` (the open
 takes the index's locks and may open the partition). Neither is taken under ``lock``: an
 appender finds its partition and key index already open (a conditional append opens the
-index before it takes ``lock``).
+index before it takes ``lock``). The key index asks for its partition's epoch under its own
+lock: :meth:`~framework.log.embedded.store.LogStore.epoch` never opens a partition.
 
-Readers never wait for ``lock``: a reader that finds the state's seqlock odd or the layout odd
-for too long (its writer descheduled, or dead) takes ``lock`` only if it is free, repairing
-what a dead writer left (:meth:`Partition._wait_for_writer`), and otherwise waits on. A reader
-may hold a key index's lock, which the live writer needs next (issue 26: two processes hung
-forever when a reader waited). Opening a partition takes ``lock`` (recovery): the key index
-touches its partition before taking its own lock. ``tests/log/test_lock_pauses.py`` runs every
-path above across processes with random pauses inside the critical sections
-(:mod:`framework._pauses`) and fails on any stall.
+Readers and consumers never hold a lock an appender waits for, so a reader descheduled,
+stopped (SIGSTOP) or slow never stops a producer (issue 26: a consumer frozen while it
+opened a partition held ``lock``; a producer waited 14 minutes). Opening a healthy partition
+(state written on this boot, nothing left half done) waits for no lock: only one that needs
+recovery takes ``lock`` (:meth:`Partition._healthy`); what a dead appender left past the
+state, or wrote but never made durable, is tidied at the open only if ``lock`` is free then.
+A reader that finds the state's seqlock odd or the layout odd for too long (its writer
+descheduled, or dead) takes ``lock`` only if it is free *and* the change is still half done
+(then its writer died), repairing it (:meth:`Partition._wait_for_writer`), and otherwise
+waits on, never for ``lock``: a reader may hold a key index's lock, which the live writer
+needs next (issue 26: two processes hung forever when a reader waited). So a reader holds
+``lock`` only to finish what a dead writer left. The key index touches its partition before
+taking its own lock.
+``tests/log/test_lock_pauses.py`` runs every path above across processes with random
+pauses inside the critical sections (:mod:`framework._pauses`) and fails on any stall;
+``tests/consumer/test_stopped_consumer.py`` stops a consumer process at its first lock of
+the topic, and in the middle of a read, and a producer must append meanwhile.
 
 The read path (records from an offset, the reader's cursor and segment cache, time lookups)
 is :mod:`.read`, a mixin of :class:`Partition`. What stays here (over 700 lines) is one
@@ -260,6 +270,11 @@ class Partition(_ReadPath):
         self._failed: OSError | None = None
         """Set when an fsync failed: appends are refused until the partition is reopened."""
         self._skip_lost = skip_lost_offsets
+        if not skip_lost_offsets and self._healthy():
+            # nothing to recover: opened without waiting for the append lock (module docstring)
+            FDS.opened(self)  # the state's mapping holds a descriptor
+            self._tidy_if_free()
+            return
         with self.locked() as opened:
             if skip_lost_offsets and self._skip_lost:  # not recovered by locked() itself
                 self._recover_locked()
@@ -272,6 +287,54 @@ class Partition(_ReadPath):
             with contextlib.suppress(PartitionReadOnlyError):
                 self._await_durable(snap.leo, snap.epoch)
                 self.notifier.bump()
+
+    def _healthy(self) -> bool:
+        """Whether the partition needs no repair to be read (written on this boot, no change
+        left half done, the active segment as long as the state says): then it is opened
+        without the append lock, which a reader stopped while opening would otherwise hold
+        (issue 26: a consumer frozen by SIGSTOP there stopped a producer for 14 minutes).
+        Bytes past the state's ``active_size`` and records written but not yet durable are
+        left to :meth:`_tidy_if_free`, else to the next appender."""
+        if self.state.deleted:
+            raise self._deleted_error()
+        if self.state.torn or not self.state.has_magic():
+            return False
+        snap = self.state.read()
+        if snap.boot != BOOT or snap.layout & 1:
+            return False
+        try:
+            size = os.stat(log_path(self.dir, snap.active_base)).st_size
+        except FileNotFoundError:
+            return False
+        return size >= snap.active_size
+
+    def _tidy_if_free(self) -> None:
+        """Finish what an appender that died left, where nobody holds the locks it takes:
+        bytes past the state's ``active_size`` are truncated under the append lock
+        (:meth:`_sync_locked`), and records written but not yet durable are fsynced under
+        ``sync.lock`` and published (their appender died between its write and its fsync,
+        or is about to fsync them: one fsync covers them either way). A lock taken means an
+        appender at work, which does it. Never waits for a lock (an open by a reader must
+        not: module docstring)."""
+        if self.state.read_only:
+            return
+        snap = self.state.read()
+        if self._tail_past(snap):
+            with self._append_lock.hold(blocking=False) as held:
+                if held:
+                    self.last_used = next_use()
+                    snap = self._sync_locked()
+        if snap.hwm < snap.leo:
+            with contextlib.suppress(PartitionReadOnlyError):
+                self._await_durable(snap.leo, snap.epoch, wait=False)
+                self.notifier.bump()
+
+    def _tail_past(self, snap: Snapshot) -> bool:
+        """Whether the active segment holds bytes past the state's ``active_size``."""
+        try:
+            return os.stat(log_path(self.dir, snap.active_base)).st_size > snap.active_size
+        except FileNotFoundError:
+            return False
 
     # ------------------------------------------------------------------ locking and sync
     @contextlib.contextmanager
@@ -325,6 +388,8 @@ class Partition(_ReadPath):
         taken means a live writer (a ``flock`` dies with its process) that will finish; a
         dead writer's change left behind while another holds the lock is repaired by that
         holder's next :meth:`locked` (or by ours, once it lets go)."""
+        if not self._change_in_progress():
+            return  # finished meanwhile: nothing to repair, no lock taken
         lock = self._append_lock
         if lock.acquire(blocking=False):
             try:
@@ -334,6 +399,10 @@ class Partition(_ReadPath):
                 lock.release()
         else:
             time.sleep(0.001)
+
+    def _change_in_progress(self) -> bool:
+        """Whether the state or the segment layout is in the middle of a change now."""
+        return self.state.torn or bool(self.state.read_unchecked().layout & 1)
 
     def _sync_locked(self) -> Snapshot:
         if self.state.deleted:
@@ -729,9 +798,11 @@ class Partition(_ReadPath):
             with contextlib.suppress(PartitionReadOnlyError):
                 self._await_durable(request.end, request.epoch)
 
-    def _await_durable(self, end: int, epoch: int) -> None:
+    def _await_durable(self, end: int, epoch: int, *, wait: bool = True) -> None:
         """Return once every offset below ``end`` is durable (the HWM reached it), syncing
         if nobody else has: group commit across threads and processes (module docstring).
+        ``wait=False``: sync only if ``sync.lock`` and then ``lock`` are free, else return
+        at once (an open tidying after a dead appender, :meth:`_tidy_if_free`).
 
         Raises :class:`~framework.errors.PartitionReadOnlyError` if the records were thrown
         away because an fsync failed (here or in another process).
@@ -739,7 +810,9 @@ class Partition(_ReadPath):
         snap = self.state.read()
         if snap.hwm >= end and snap.epoch == epoch:
             return
-        with self._sync_lock:
+        with self._sync_lock.hold(blocking=wait) as syncing:
+            if not syncing:
+                return
             snap = self.state.read()
             if snap.epoch != epoch:
                 raise self._lost_error(end)
@@ -761,7 +834,9 @@ class Partition(_ReadPath):
                     os.close(fd)
             if PAUSE is not None:  # fault injection: synced, HWM not yet published
                 PAUSE("partition.synced")
-            with self._append_lock:
+            with self._append_lock.hold(blocking=wait) as held:
+                if not held:
+                    return  # durable now; the next appender's sync publishes it
                 now = self.state.read()
                 if now.layout & 1 or self.state.torn:  # a changer died: recover first
                     now = self._sync_locked()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from framework._pauses import PAUSE
 from framework.errors import CorruptRecordError, OffsetOutOfRangeError, UnknownTopicError
 from framework.log.embedded.batch import (
     HEADER_SIZE,
@@ -165,6 +166,8 @@ class _ReadPath:
             with self._r_lock:
                 snap = self.state.read()
                 if not snap.layout & 1:
+                    if PAUSE is not None:  # fault injection: a reader descheduled mid-read
+                        PAUSE("partition.read")
                     try:
                         limit = snap.leo if in_flight else snap.hwm
                         records, at = self._read_locked(

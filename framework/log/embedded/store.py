@@ -520,8 +520,21 @@ class LogStore:
 
     def epoch(self, topic: str, partition: int) -> int:
         """How many times written-but-not-durable records of the partition were thrown away
-        (a failed fsync): the key index drops itself when it changes (not in the port)."""
-        return self.partition(topic, partition).offsets().epoch
+        (a failed fsync): the key index drops itself when it changes (not in the port).
+
+        Never opens the partition: the key index asks under its own lock, and opening may
+        take the append lock, which comes before it (lock order, :mod:`.partition`). A
+        partition this process does not have open (its topic was deleted since the index
+        touched it, and maybe re-created) raises :class:`UnknownTopicError`."""
+        part = self._partitions.get((topic, partition))
+        if part is None:
+            raise UnknownTopicError(
+                f"partition {partition} of topic {topic!r} is not open in this process (its"
+                " topic was deleted since it was used)",
+                topic=topic,
+                partition=partition,
+            )
+        return part.offsets().epoch
 
     def _forget(self, topic: str, partition: int, part: Partition) -> None:
         """Drop a partition whose topic was deleted under us: the next call looks again."""

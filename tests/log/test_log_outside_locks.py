@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from framework.log import LogStore
-from framework.log.segment import log_path
+from framework.log.embedded.segment import log_path
 
 CHILD = """
 import os, sys

@@ -21,6 +21,7 @@ from framework.errors import (
 )
 from framework.kafka._base import BrokerState, check_topic_name
 from framework.kafka.codes import Errors, errno, error_for
+from framework.kafka.protocol import connection_open
 from framework.kafka.records import (
     encode_batch,
 )
@@ -30,13 +31,22 @@ class FetchApis(BrokerState):
     """Fetch and ListOffsets (the module docstring)."""
 
     # -- fetch -----------------------------------------------------------------------------
+    max_fetch_wait_s: float
+
     async def fetch(self, request: Any) -> Any:
-        deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000.0
+        """Kafka's long poll: answers once ``min_bytes`` are there or ``max_wait_ms`` has
+        passed, waiting at most ``max_fetch_wait_s`` (a client that asks for days gets an
+        empty answer then, and asks again) and no longer than its connection stays open (a
+        wait for a client that is gone would hold a worker thread and re-read on every
+        append until its deadline)."""
+        wait_s = min(max(request.max_wait_ms, 0) / 1000.0, self.max_fetch_wait_s)
+        deadline = time.monotonic() + wait_s
+        still_open = connection_open.get()
         while True:
             seen = self.log.wait_seq()
             response, size = await asyncio.to_thread(self._fetch_once, request)
             remaining = deadline - time.monotonic()
-            if size >= max(request.min_bytes, 1) or remaining <= 0:
+            if size >= max(request.min_bytes, 1) or remaining <= 0 or not still_open():
                 return response
             await asyncio.to_thread(self.log.wait, seen, min(remaining, 0.5))
 

@@ -62,6 +62,7 @@ class Broker(ProduceApis, FetchApis, AdminApis, GroupApis):
         self.budget: Any = None  # the server's in-flight memory budget (set by the server)
         self.max_decompressed_bytes = 100 << 20
         self.memory_wait_s = 30.0
+        self.max_fetch_wait_s = 30.0
         self.groups = GroupCoordinator(
             self.offsets, eventlane_live=self._eventlane_live, publish=self._publish_group
         )

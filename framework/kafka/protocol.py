@@ -11,7 +11,9 @@ Error codes are ``kafka.errors``' (see :mod:`framework.kafka.codes`).
 
 from __future__ import annotations
 
+import contextvars
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -36,7 +38,20 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
-__all__ = ["REQUESTS", "SUPPORTED", "UnsupportedVersionError", "decode_request"]
+__all__ = [
+    "REQUESTS",
+    "SUPPORTED",
+    "UnsupportedVersionError",
+    "connection_open",
+    "decode_request",
+]
+
+connection_open: contextvars.ContextVar[Callable[[], bool]] = contextvars.ContextVar(
+    "connection_open", default=lambda: True
+)
+"""Whether the connection of the request being served is still open (the client has not
+closed it): set per connection by the server, asked by handlers that wait (a long-poll
+Fetch stops waiting for a client that is gone)."""
 
 
 REQUESTS: dict[int, Any] = {

@@ -46,7 +46,13 @@ from typing import Any
 from framework.kafka.codes import Errors, errno
 from framework.kafka.groups import client_host
 from framework.kafka.handlers import Broker
-from framework.kafka.protocol import REQUESTS, SUPPORTED, UnsupportedVersionError, decode_request
+from framework.kafka.protocol import (
+    REQUESTS,
+    SUPPORTED,
+    UnsupportedVersionError,
+    connection_open,
+    decode_request,
+)
 from framework.log import Log
 from framework.observability import get_logger
 
@@ -172,6 +178,7 @@ class KafkaServer:
         self.broker.budget = self._budget
         self.broker.max_decompressed_bytes = self.limits.max_request_bytes
         self.broker.memory_wait_s = self.limits.request_timeout_s
+        self.broker.max_fetch_wait_s = self.limits.request_timeout_s
         self._server = await asyncio.start_server(
             self._connection, self.host, self.port, limit=_CHUNK
         )
@@ -204,6 +211,7 @@ class KafkaServer:
         peer = str(address)
         if isinstance(address, tuple) and address:
             client_host.set(f"/{address[0]}")  # this connection's task only
+        connection_open.set(lambda: not reader.at_eof() and not writer.is_closing())
         self._connections += 1
         try:
             if self._connections > self.limits.max_connections:

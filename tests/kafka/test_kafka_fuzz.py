@@ -5,6 +5,7 @@ A short seeded run by default; ``pytest -m soak`` runs 100,000 requests."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -93,4 +94,7 @@ def test_a_short_seeded_fuzz_run(kafka) -> None:
 @pytest.mark.soak
 @pytest.mark.timeout(3600)
 def test_fuzz_soak(kafka) -> None:
-    _fuzz(kafka, seed=7, count=100_000, seconds=3200)
+    # EVENTLANE_FUZZ_SOAK_S: the time bound of the run (default 3200 s)
+    _fuzz(
+        kafka, seed=7, count=100_000, seconds=float(os.environ.get("EVENTLANE_FUZZ_SOAK_S", "3200"))
+    )

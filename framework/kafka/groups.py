@@ -13,9 +13,12 @@ Invariants:
   every known member has rejoined or the rebalance timeout has passed (members that did
   not rejoin are removed);
 * OffsetCommit, Heartbeat and SyncGroup from an unknown member or a stale generation are
-  refused (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), and commits during a rebalance get
-  REBALANCE_IN_PROGRESS, so a member that lost its partitions never overwrites a newer
-  commit;
+  refused (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), so a member that lost its partitions
+  never overwrites a newer commit. As in Kafka, a commit of the current generation is
+  accepted while the group prepares a rebalance (the eager protocol's commit before it
+  gives its partitions up: nobody else owns them until the next generation's SyncGroup)
+  and refused with REBALANCE_IN_PROGRESS once the new generation exists but is not synced
+  (CompletingRebalance);
 * a member silent for its session timeout is removed and the group rebalances;
 * commits are records of ``__consumer_offsets`` (eventlane's :class:`OffsetStore`), so
   ``eventlane groups list/describe`` show the group's offsets and lag;
@@ -390,7 +393,7 @@ class GroupCoordinator:
             return errno(Errors.UnknownMemberIdError)
         if generation != group.generation:
             return errno(Errors.IllegalGenerationError)
-        if group.state == "PreparingRebalance":
+        if group.state == "CompletingRebalance":
             return errno(Errors.RebalanceInProgressError)
         member.last_seen = time.monotonic()
         return errno(Errors.NoError)

@@ -4,6 +4,12 @@
 for every record appends ``partition offset`` to OUT (flushed) before committing it
 synchronously (at-least-once); its current assignment is written to OUT.assignment.
 Runs until killed.
+
+Generous timeouts (a member on a loaded 2-core machine can be starved for seconds: with a
+6 s session two librdkafka members were once evicted for missed heartbeats): a 20 s session,
+a heartbeat every 2 s, and a 30 s poll interval, which is also the member's rebalance
+timeout (librdkafka's default of 300 s would let a member killed while its JoinGroup is
+pending hold the group's join phase for five minutes).
 """
 
 from __future__ import annotations
@@ -11,6 +17,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+
+SESSION_MS = 20_000
+HEARTBEAT_MS = 2_000
+POLL_INTERVAL_MS = 30_000
 
 
 def write_assignment(path: str, partitions: list[int]) -> None:
@@ -21,7 +31,7 @@ def write_assignment(path: str, partitions: list[int]) -> None:
 
 
 def confluent(bootstrap: str, topic: str, group: str, out: str) -> None:
-    from confluent_kafka import Consumer  # noqa: PLC0415
+    from confluent_kafka import Consumer, KafkaException  # noqa: PLC0415
 
     consumer = Consumer(
         {
@@ -29,8 +39,9 @@ def confluent(bootstrap: str, topic: str, group: str, out: str) -> None:
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500,
+            "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": HEARTBEAT_MS,
+            "max.poll.interval.ms": POLL_INTERVAL_MS,
         }
     )
     consumer.subscribe([topic])
@@ -42,11 +53,15 @@ def confluent(bootstrap: str, topic: str, group: str, out: str) -> None:
                 continue
             f.write(f"{msg.partition()} {msg.offset()}\n")
             f.flush()
-            consumer.commit(msg, asynchronous=False)
+            try:
+                consumer.commit(msg, asynchronous=False)
+            except KafkaException:  # e.g. the group rebalanced: a later commit covers it
+                continue
 
 
 def kafka_python(bootstrap: str, topic: str, group: str, out: str) -> None:
     from kafka import KafkaConsumer, OffsetAndMetadata  # noqa: PLC0415
+    from kafka.errors import KafkaError  # noqa: PLC0415
 
     consumer = KafkaConsumer(
         topic,
@@ -54,8 +69,9 @@ def kafka_python(bootstrap: str, topic: str, group: str, out: str) -> None:
         group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        session_timeout_ms=6000,
-        heartbeat_interval_ms=500,
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+        max_poll_interval_ms=POLL_INTERVAL_MS,
     )
     with open(out, "a") as f:
         while True:
@@ -65,7 +81,10 @@ def kafka_python(bootstrap: str, topic: str, group: str, out: str) -> None:
                 for msg in msgs:
                     f.write(f"{msg.partition} {msg.offset}\n")
                 f.flush()
-                consumer.commit({tp: OffsetAndMetadata(msgs[-1].offset + 1, "", -1)})
+                try:
+                    consumer.commit({tp: OffsetAndMetadata(msgs[-1].offset + 1, "", -1)})
+                except KafkaError:  # e.g. the group rebalanced: a later commit covers it
+                    continue
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ from framework.consumer.group import GroupConsumer
 from framework.domain import Aggregate
 from framework.domain.commands import Command
 from framework.errors import ConfigError, FrameworkError
-from framework.log import Log, Record, RecordMetadata, TopicPartition
+from framework.log import KeyedLog, Log, Record, RecordMetadata, TopicPartition
 from framework.log.partitioner import partition_for_key
 from framework.observability import get_logger
 from framework.projection.lifeline import worker_client_id
@@ -198,11 +198,26 @@ class Schedules:
 
     def cancel(self, key: str) -> bool:
         """Withdraw the schedule ``key`` holds; False when it holds none that is pending."""
-        entry = self.entries().get(key)
+        entry = self.entry(key)
         if entry is None or entry.state != "scheduled":
             return False
         self._append(key, {"state": "cancelled", "id": entry.id})
         return True
+
+    def entry(self, key: str) -> Entry | None:
+        """The latest state of schedule ``key``: the key's own records (``read_key`` on an
+        engine with keyed reads; else the whole topic is read)."""
+        log_ = self.runtime.log
+        if not log_.topic_exists(self.topic):
+            return None
+        if not isinstance(log_, KeyedLog):
+            return self.entries().get(key)
+        raw = key.encode()
+        partition = partition_for_key(raw, log_.partition_count(self.topic))
+        entries: dict[str, Entry] = {}
+        for record in log_.read_key(self.topic, partition, raw):
+            fold(entries, record)
+        return entries.get(key)
 
     def mark_fired(self, entry: Entry, fired_at: int) -> None:
         self._append(entry.key, {"state": "fired", "id": entry.id, "fired_at": fired_at})

@@ -7,7 +7,8 @@
   for the core, ``KeyedLogContract``, ``MaintainedLogContract``, ``FencedLogContract``);
   an engine subclasses those of the roles it implements to prove itself (imports pytest:
   import it explicitly);
-* :mod:`.clock`: :class:`~.clock.FakeClock`, a clock that moves only when told.
+* :mod:`.clock`: :class:`~.clock.FakeClock`, a clock that moves only when told;
+* :mod:`.logs`: :func:`~.logs.capture_logs`, eventlane's log records as dicts.
 """
 
 from framework.testing.clock import FakeClock

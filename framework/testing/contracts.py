@@ -44,8 +44,6 @@ writers and the helpers that read a partition back, and a user imports them toge
 from __future__ import annotations
 
 import abc
-import contextlib
-import logging
 import multiprocessing
 import threading
 import time
@@ -79,6 +77,7 @@ from framework.log.port import (
 )
 from framework.log.record import Record, TimestampType
 from framework.testing.clock import FakeClock
+from framework.testing.logs import capture_logs
 
 T0 = 1_700_000_000_000
 RACE_KEYS = (b"k", b"j")
@@ -90,33 +89,6 @@ class _RaceResult(NamedTuple):
 
     wins: list[tuple[bytes, int | None, int]]
     losses: list[bytes]
-
-
-class _Captured(logging.Handler):
-    """eventlane's log records (standard-library loggers under ``eventlane``) as dicts."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.entries: list[dict[str, Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        fields = getattr(record, "eventlane_fields", {})
-        event = getattr(record, "eventlane_event", record.getMessage())
-        self.entries.append({"event": event, "log_level": record.levelname.lower(), **fields})
-
-
-@contextlib.contextmanager
-def capture_logs() -> Iterator[list[dict[str, Any]]]:
-    """Every record of the ``eventlane`` loggers while inside, at every level."""
-    logger = logging.getLogger("eventlane")
-    handler, level = _Captured(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield handler.entries
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def _race(log: KeyedLog, topic: str, name: str, *, rounds: int) -> _RaceResult:

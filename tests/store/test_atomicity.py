@@ -22,7 +22,7 @@ import pytest
 from store_domain import Batcher, make_app, raw_streams
 from store_helpers import close, read_line, spawn, stderr_of
 
-from tests.logs import capture_logs
+from framework.testing.logs import capture_logs
 
 AGGREGATES = 4
 

@@ -21,7 +21,7 @@ from framework.log.embedded import key_index
 from framework.log.embedded.key_check import verify_index
 from framework.log.embedded.key_index import DEFER_OFFSETS, READER_CATCH_UP, KeyIndex, index_path
 from framework.log.embedded.store import LogStore
-from tests.logs import capture_logs
+from framework.testing.logs import capture_logs
 
 TOPIC = Counter.topic
 AGGREGATES = 24

@@ -12,7 +12,7 @@ from store_domain import Counter, CountingLog, Incremented, SnapCounter, make_ap
 from framework.app import Runtime
 from framework.domain import Snapshot, applies
 from framework.store.repository import snapshot_topic
-from tests.logs import capture_logs
+from framework.testing.logs import capture_logs
 
 SNAPSHOTS = snapshot_topic(SnapCounter.topic)
 

@@ -1,4 +1,13 @@
-"""Capturing eventlane's log records in tests, as dicts: ``event``, ``log_level``, the fields."""
+"""Capturing eventlane's log records in tests, as dicts: ``event``, ``log_level``, ``logger``
+and the record's fields (eventlane's loggers are standard-library loggers under
+``eventlane``; :mod:`framework.observability`).
+
+    >>> from framework.observability import get_logger
+    >>> with capture_logs() as logs:
+    ...     get_logger("eventlane.doc").warning("segment truncated", topic="t", offset=7)
+    >>> logs[0]["event"], logs[0]["topic"], logs[0]["log_level"]
+    ('segment truncated', 't', 'warning')
+"""
 
 from __future__ import annotations
 

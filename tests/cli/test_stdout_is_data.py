@@ -57,6 +57,19 @@ def json_lines(*keys: str) -> Parse:
     return parse
 
 
+def after(seconds: float) -> Callable[[], bool]:
+    """An ``until`` that holds once ``seconds`` passed since its first call (a supervisor that
+    must have installed its signal handlers before it is stopped)."""
+    start: list[float] = []
+
+    def until() -> bool:
+        if not start:
+            start.append(time.monotonic())
+        return time.monotonic() - start[0] >= seconds
+
+    return until
+
+
 def plain(*patterns: str) -> Parse:
     """Every line matches one of ``patterns`` (the documented plain output); no pattern:
     nothing printed."""
@@ -95,6 +108,10 @@ NO_DATA: dict[tuple[str, ...], str] = {
     ("project", "worker"): "started by `project run` (hidden); run by its run here",
     ("invoicing", "invoice-for"): "the example app's plugin: needs that app's data",
     ("invoicing", "serve"): "the example app's plugin: a server",
+    ("invoicing", "serve-http"): "the example app's plugin: a web server (tests/web runs it)",
+    ("kafka", "up"): "starts a 3-broker Kafka cluster (~50 s): tests/kafka_engine/conftest.py"
+    " runs it as a real process and checks its stdout is exactly the cluster's URL",
+    ("kafka", "down"): "stops that cluster: the same fixture runs it and checks no PID survives",
 }
 """Commands that print no data on stdout, and why (every other command has a run below)."""
 
@@ -274,6 +291,7 @@ def scenario(env: Env, tmp: Path) -> list[Run]:
         Run(("migrate",), (APP, "--json"), before=env.seed),
         Run(("project", "run"), (APP, *balances, "--no-live"), plain(), until=caught_up),
         Run(("project", "status"), (APP, "--json")),
+        Run(("run",), (APP, "--only", "balances"), plain(), until=after(5.0)),
         Run(("schedules", "run"), (APP, "--poll-interval", "0.1"), plain(), until=scheduler_up),
         Run(("schedules", "list"), (APP, "--state", "all", "--json")),
         Run(("dlq", "list"), (APP, *balances, "--json")),

@@ -348,28 +348,6 @@ class SerializationError(FrameworkError, ValueError):
             message, topic=topic, partition=partition, offset=offset, path=path, position=position
         )
 
-    @property
-    def kind(self) -> ErrorKind:
-        """Retriable, indeterminate or permanent (the module docstring)."""
-        if self.indeterminate:
-            return ErrorKind.INDETERMINATE
-        return ErrorKind.RETRIABLE if self.retriable else ErrorKind.PERMANENT
-
-    @property
-    def permanent(self) -> bool:
-        """Neither retriable nor indeterminate: the same call with the same input fails
-        again."""
-        return self.kind is ErrorKind.PERMANENT
-
-    def advice(self) -> str:
-        """What to do next, in words; empty for a permanent error (its message says what is
-        wrong)."""
-        if self.indeterminate:
-            return "outcome unknown: it may or may not be stored; read it back before retrying"
-        if self.retriable:
-            return self.retry_advice
-        return ""
-
     def _render(self) -> str:
         rendered = super()._render()
         what = ", ".join(

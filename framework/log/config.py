@@ -169,6 +169,24 @@ class TopicConfig:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
+def altered_partitions(name: str, current: int, wanted: int | None) -> int:
+    """The partition count ``alter_topic(partitions=wanted)`` gives a topic of ``current``
+    partitions (``current`` when ``wanted`` is None); refused with a
+    :class:`~framework.errors.ConfigError` above :data:`MAX_PARTITIONS` or below ``current``
+    (records would be lost). Every engine's ``alter_topic`` applies this one rule."""
+    if wanted is None:
+        return current
+    if not isinstance(wanted, int) or wanted > MAX_PARTITIONS:
+        raise ConfigError(f"partitions must be an integer <= {MAX_PARTITIONS}", topic=name)
+    if wanted < current:
+        raise ConfigError(
+            f"cannot decrease partitions of {name!r} from {current} to {wanted}: records"
+            " would be lost",
+            topic=name,
+        )
+    return wanted
+
+
 def new_topic_config(
     name: str, partitions: object, config: TopicConfig | Mapping[str, object] | None
 ) -> TopicConfig:

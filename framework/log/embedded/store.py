@@ -42,7 +42,7 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
+from framework.log.config import TopicConfig, altered_partitions, new_topic_config
 from framework.log.embedded.partition import Partition
 from framework.log.embedded.retention import apply_retention
 from framework.log.embedded.state import Notifier, PartitionState
@@ -313,17 +313,7 @@ class LogStore:
         """The partition count and config ``alter_topic`` makes of ``meta``, or its error."""
         cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
         check_internal_policy(name, cfg.cleanup_policy)
-        if partitions is None:
-            return meta.partitions, cfg
-        if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
-            raise ConfigError(f"partitions must be an integer <= {MAX_PARTITIONS}", topic=name)
-        if partitions < meta.partitions:
-            raise ConfigError(
-                f"cannot decrease partitions of {name!r} from {meta.partitions} to"
-                f" {partitions}: records would be lost",
-                topic=name,
-            )
-        return partitions, cfg
+        return altered_partitions(name, meta.partitions, partitions), cfg
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its records (an atomic rename, then removal)."""

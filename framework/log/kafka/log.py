@@ -74,7 +74,7 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.config import MAX_PARTITIONS, TopicConfig, new_topic_config
+from framework.log.config import TopicConfig, altered_partitions, new_topic_config
 from framework.log.kafka.mapping import append_error, kafka_configs, topic_config
 from framework.log.local import LocalDir, default_data_dir
 from framework.log.record import Record, TimestampType
@@ -296,14 +296,7 @@ class KafkaLog:
         cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
         count = meta.partitions
         if partitions is not None:
-            if not isinstance(partitions, int) or partitions > MAX_PARTITIONS:
-                raise ConfigError(f"partitions must be an integer <= {MAX_PARTITIONS}", topic=name)
-            if partitions < meta.partitions:
-                raise ConfigError(
-                    f"cannot decrease partitions of {name!r} from {meta.partitions} to"
-                    f" {partitions}: records would be lost",
-                    topic=name,
-                )
+            altered_partitions(name, meta.partitions, partitions)
             if partitions > meta.partitions:
                 log.warning(
                     "partition count increased: new records with the same key may land"

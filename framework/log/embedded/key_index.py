@@ -32,7 +32,23 @@ Invariants:
   runs on commit or close, happens with the lock file held: one writing connection at a
   time across all processes. SQLite's WAL-reset bug (versions < 3.51.3; this machine has
   3.40) needs two connections writing or checkpointing at once, so it cannot trigger.
-  Readers never write, except :meth:`KeyIndex.catch_up` through the same lock.
+  Readers never write, except :meth:`KeyIndex.catch_up` through the same lock. (One
+  exception: a ``close`` that finds the lock busy closes without it; SQLite checkpoints on
+  close only as the last connection to the file, after taking the database file's
+  EXCLUSIVE lock, so no other connection can write or checkpoint at that moment.)
+* *Busy lock*: nobody waits long for the lock file, since its holder may be a reader
+  stopped or descheduled inside a catch-up step. An appender (holding the partition's
+  append lock), a reader's catch-up, the flusher and ``close`` wait at most
+  :data:`LOCK_PATIENCE_S`, and not at all when the file did not change since this object
+  last gave up (``PRAGMA data_version``: the holder is stalled); then they go without it:
+  the version check (:meth:`KeyIndex.head_at`) reads the file's last row for the key and
+  scans the log from where the file ends (the whole partition if the file ends past the
+  LEO or was written in another epoch); the append's rows, and rows held back, are not
+  written (the index lags); a reader scans the tail instead of indexing it; opening reads
+  an existing file of the right schema and mode without the lock. Only the repair paths
+  wait for the lock: creating, replacing or switching the mode of a file, ``reset``,
+  ``rebuild``, ``verify`` (tests/consumer/test_stopped_consumer.py stops a reader inside a
+  catch-up; a conditional append, a plain one and reads go on in another process).
 * The index may hold records that are *in flight* (written, not yet fsynced: between the
   HWM and the LEO, see :mod:`.partition`): an appender indexes the log up to the LEO under
   the append lock, so its version check counts every record written before its own.
@@ -74,7 +90,9 @@ Invariants:
   this object's locks, nothing waits for the append lock: reading the partition's state
   never waits for it (:meth:`~framework.log.embedded.partition.Partition._wait_for_writer`), and
   :meth:`KeyIndex.catch_up` opens the partition (which takes the append lock) before it
-  takes its own. The flusher thread reads the partition's epoch before taking any lock.
+  takes its own. Under the append lock nothing waits long for the lock file (*Busy lock*),
+  so a reader holding it never stops an appender. The flusher thread reads the partition's
+  epoch before taking any lock.
 * The event store never trusts a row blindly (:mod:`framework.store.event_store`): reads
   check each record's key and version, and the version check of an append reads the
   stream's last record. Not caught cheaply: an index edited by hand so that it drops a
@@ -117,6 +135,9 @@ _UNKNOWN: Any = object()
 SCHEMA = 2
 INDEX_SUFFIX = ".keyindex.sqlite"
 LOCK_SUFFIX = ".keyindex.lock"
+LOCK_PATIENCE_S = 0.25
+"""How long an appender, a reader's catch-up, the flusher or ``close`` waits for the lock
+file before going without it (*Busy lock* in the module docstring)."""
 READER_CATCH_UP = 1000
 """A reader overlays at most this many unindexed offsets; past that it indexes them."""
 CATCH_UP_BYTES = 4 << 20
@@ -252,23 +273,21 @@ class KeyIndex:
         self._quiet = False  # the last version check found no other appender since ours
         self._depth = 0  # nesting of _writing()
         self._epoch = 0  # the partition epoch this index was last checked against
+        # data_version when this object last gave up waiting for the lock file (*Busy lock*)
+        self._stalled: int | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = path.with_name(path.name.removesuffix(INDEX_SUFFIX) + LOCK_SUFFIX)
         self._file_lock = FileLock(lock_path)
         self.mode: Mode = mode or "stream"
         try:
-            with self._writing():
-                self._db, self._ino = self._open(replace=auto_repair)
-                if auto_repair:
-                    self.mode = self._guard(self._init_mode, mode)
+            # nobody else uses this object yet: the lock file first, then _lock, is safe here
+            patience = LOCK_PATIENCE_S if auto_repair else None
+            with self._file_lock.hold(timeout=patience) as free:
+                opened = None if free else self._open_busy(mode)
+                if opened is None:
+                    self._open_locked(mode, auto_repair)
                 else:
-                    try:
-                        self.mode = self._init_mode(mode)
-                    except _DAMAGE as exc:
-                        self._db.close()
-                        if not is_damage(exc):
-                            raise
-                        raise as_unreadable(exc) from exc
+                    self._db, self._ino = opened
             if auto_repair:
                 problem = self._quick_check()
                 if problem is not None:
@@ -279,6 +298,47 @@ class KeyIndex:
         _OPEN.change(1)
 
     # ------------------------------------------------------------------ opening
+    def _open_busy(self, mode: Mode | None) -> tuple[sqlite3.Connection, int] | None:
+        """Open without the lock file (someone else holds it, see *Busy lock*) when the file
+        is an index of this schema and of the mode wanted: opening it then writes nothing.
+        ``None``: the file must be created, replaced or switched (under the lock)."""
+        try:
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error:
+            return None
+        try:
+            ok = db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            meta = dict(db.execute("SELECT name, value FROM meta WHERE name IN ('schema', 'mode')"))
+            stored = meta.get("mode")
+            ok = ok and meta.get("schema") == SCHEMA and stored in MODES
+            ok = ok and (mode or stored) == stored
+            if ok:
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
+                self.mode = cast("Mode", stored)
+                return db, os.stat(self.path).st_ino
+        except (sqlite3.Error, OSError):  # damaged, or replaced meanwhile: under the lock
+            pass
+        except _DAMAGE:
+            pass
+        db.close()
+        return None
+
+    def _open_locked(self, mode: Mode | None, auto_repair: bool) -> None:
+        """Open (create, replace, switch the mode) under the lock file."""
+        with self._writing():
+            self._db, self._ino = self._open(replace=auto_repair)
+            if auto_repair:
+                self.mode = self._guard(self._init_mode, mode)
+            else:
+                try:
+                    self.mode = self._init_mode(mode)
+                except _DAMAGE as exc:
+                    self._db.close()
+                    if not is_damage(exc):
+                        raise
+                    raise as_unreadable(exc) from exc
+
     def _open(self, *, replace: bool = True) -> tuple[sqlite3.Connection, int]:
         """Connect (under the write lock), replacing a file SQLite cannot read (or raising
         :class:`sqlite3.DatabaseError` with ``replace=False``)."""
@@ -386,25 +446,57 @@ class KeyIndex:
 
     # ------------------------------------------------------------------ locking
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[None]:
+    def _writing(self) -> Iterator[bool]:
         """Hold the write lock: this object's threads, then every process (flock). Nests:
-        only the outermost holder takes and releases the flock."""
+        only the outermost holder takes and releases the flock. (Yields ``True``, as
+        :meth:`_trying` does when it got the lock.)"""
         with self._lock, self._file_lock:
             self._depth += 1
             try:
                 if self._depth == 1:
                     self._revalidate()
-                yield
+                yield True
             finally:
                 self._depth -= 1
+
+    @contextlib.contextmanager
+    def _trying(self) -> Iterator[bool]:
+        """Hold the write lock if it can be had soon (*Busy lock*): yields whether it is
+        held. Not held, the body still runs under this object's ``RLock``."""
+        with self._lock:
+            if not self._file_lock.acquire(timeout=self._patience()):
+                self._stalled = self._data_version()
+                yield False
+                return
+            try:
+                self._depth += 1
+                try:
+                    if self._depth == 1:
+                        self._stalled = None
+                        self._revalidate()
+                    yield True
+                finally:
+                    self._depth -= 1
+            finally:
+                self._file_lock.release()
+
+    def _patience(self) -> float:
+        """How long :meth:`_trying` waits for the lock file: none when the holder committed
+        nothing since this object last gave up on it (stopped, or descheduled)."""
+        if self._stalled is not None and self._stalled == self._data_version():
+            return 0.0
+        return LOCK_PATIENCE_S
+
+    def _data_version(self) -> int | None:
+        try:
+            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+        except (sqlite3.Error, AttributeError):  # closed, or not open yet
+            return None
 
     def _revalidate(self) -> None:
         """Drop the cache if another connection committed since it was filled (hold
         ``_lock``)."""
-        try:
-            version = self._db.execute("PRAGMA data_version").fetchone()[0]
-        except (sqlite3.Error, AttributeError):  # closed, or not open yet
-            version = None
+        version = self._data_version()
         if version is None or version != self._version:
             self._forget()
             self._version = version
@@ -539,7 +631,7 @@ class KeyIndex:
             start = max(nxt, marks.lwm)
             if not caught_up and marks.hwm - start > READER_CATCH_UP:
                 caught_up = True
-                self.catch_up(marks.hwm)
+                self.catch_up(marks.hwm, wait=False)
                 continue
             try:
                 tail = self.scan(start, marks.hwm, key)
@@ -571,15 +663,46 @@ class KeyIndex:
                     self._heads.move_to_end(key)
                     self._quiet = True
                     return cast("tuple[int, int] | None", cached)
-        with self._writing():  # no other writer until the answer is read
-            if self._end() != leo:  # another appender, or nothing known yet
+        with self._trying() as held:  # no other writer until the answer is read
+            if self._end() != leo or not held:  # another appender, or nothing known yet
                 self._quiet = False
-            self.sync_to(leo)
-            # a key not in the cache has no held rows: the file has its last entry
-            entry = self._guard(self._head_entry, key)
-            if self._end() == leo:
-                self._remember(key, entry)
-            return entry
+            if held:
+                self.sync_to(leo)
+                # a key not in the cache has no held rows: the file has its last entry
+                entry = self._guard(self._head_entry, key)
+                if self._end() == leo:
+                    self._remember(key, entry)
+                return entry
+            snapshot = self._guard(self._durable_head, key)
+        return self._head_by_scan(key, leo, *snapshot)
+
+    def _durable_head(self, key: bytes) -> tuple[int, int, tuple[int, int] | None]:
+        """The file's ``next_offset``, ``epoch`` and ``key``'s last row, read in one read
+        transaction (no lock file needed: the file is only read)."""
+        rows = self._db.execute(
+            "SELECT NULL, name, value FROM meta WHERE name IN ('next_offset', 'epoch') "
+            "UNION ALL SELECT * FROM (SELECT seq, NULL, offset FROM entries WHERE key=? "
+            "ORDER BY seq DESC LIMIT 1)",
+            (key,),
+        ).fetchall()
+        meta = {name: int(value) for seq, name, value in rows if seq is None}
+        last = [(int(seq), int(offset)) for seq, _, offset in rows if seq is not None]
+        return meta.get("next_offset", 0), meta.get("epoch", 0), last[0] if last else None
+
+    def _head_by_scan(
+        self, key: bytes, leo: int, nxt: int, epoch: int, entry: tuple[int, int] | None
+    ) -> tuple[int, int] | None:
+        """``head_at``'s answer without the lock file (*Busy lock*): the file as it is plus
+        the log from where it ends to ``leo``, or the log alone when the file cannot be
+        trusted (it ends past the log, or in-flight records it may name were thrown away
+        since it was written). Under the append lock, so the log does not move meanwhile."""
+        if nxt > leo or epoch != self._current_epoch():
+            nxt, entry = 0, None
+        seq, last = entry if entry is not None else (0, -1)
+        start = max(nxt, self.log.offsets(self.topic, self.partition).lwm)
+        for _, offset in self.scan(start, leo, key):
+            seq, last = seq + 1, offset
+        return (seq, last) if last >= 0 else None
 
     def _remember(self, key: bytes, entry: tuple[int, int] | None) -> None:
         """Cache ``key``'s last entry (hold the write lock, with the index at ``_end()``)."""
@@ -633,16 +756,20 @@ class KeyIndex:
         return None
 
     # ------------------------------------------------------------------ writing
-    def catch_up(self, upto: int) -> int:
+    def catch_up(self, upto: int, *, wait: bool = True) -> int:
         """Index every keyed record below ``upto``, a step of :data:`CATCH_UP_BYTES` per
-        transaction. On return ``next_offset >= upto``. Returns the records indexed."""
+        transaction. On return ``next_offset >= upto``, unless ``wait=False`` and the lock
+        file was busy (*Busy lock*: a reader then scans the tail). Returns the records
+        indexed."""
         done = 0
         cursor: Cursor | None = None
         # Touch the partition before taking the index lock: opening a partition object takes
         # its append lock, and an appender holds that lock while it waits for this one.
         self.log.offsets(self.topic, self.partition)
         while True:
-            with self._writing():
+            with self._writing() if wait else self._trying() as held:
+                if not held:
+                    break
                 self._flush()
                 nxt = self._guard(self._next_offset)
                 marks = self.log.offsets(self.topic, self.partition)
@@ -737,7 +864,9 @@ class KeyIndex:
                 self._revalidate()
                 if self._end() == first_offset and self._epoch == self._current_epoch():
                     return self._hold(self._guard(self._number, pairs), next_offset)
-        with self._writing():
+        with self._trying() as held:
+            if not held:  # busy: the index lags (*Busy lock*); the cache stays as it was
+                return False
             return self._guard(
                 self._write, self._guard(self._number, pairs), first_offset, next_offset
             )
@@ -770,8 +899,11 @@ class KeyIndex:
         self._held = []
         if base is None or self._epoch != epoch:
             return
-        with self._writing():  # another connection's commit empties the cache, not the rows
-            self._guard(self._write, rows, base, end)
+        with self._trying() as held:  # another connection's commit empties the cache, not
+            if held:  # the rows
+                self._guard(self._write, rows, base, end)
+            else:  # busy (*Busy lock*): the rows are dropped, the cache numbered with them
+                self._forget()
 
     def flush_held(self) -> None:
         """Write the rows held back now (the :class:`_Flusher`'s call; it holds no lock)."""
@@ -875,8 +1007,11 @@ class KeyIndex:
 
     # ------------------------------------------------------------------ verification
     def close(self) -> None:
-        with self._writing():  # closing may checkpoint: that is a write
-            self._flush()
+        with self._trying() as held:  # closing may checkpoint: that is a write
+            if held:
+                self._flush()
+            else:  # busy: see *Busy lock* (held rows are dropped: the file lags)
+                self._forget()
             self._db.close()
             self._heads.clear()
         _FLUSHER.cancel(self)

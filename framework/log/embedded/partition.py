@@ -49,8 +49,9 @@ in this list; every path that takes two is named:
 4. ``lock``, the append lock;
 5. the key index's locks (:mod:`.key_index`: its object's ``RLock``, then the
    ``<p>.keyindex.lock`` flock), taken under ``lock`` by a conditional append's version
-   check and by the append hook that indexes the records; on their own by readers and the
-   index's catch-up and flusher;
+   check and by the append hook that indexes the records, which wait for the flock at most
+   briefly and otherwise go without it (a reader's catch-up may hold it: *Busy lock* in
+   :mod:`.key_index`); on their own by readers and the index's catch-up and flusher;
 6. the process's in-memory locks below these (the reader cache's ``_r_lock``, the combine
    queue's ``_combine_lock``, the descriptor budget's): held only for a few statements,
    taking nothing else except the descriptor budget's non-blocking releases.

@@ -7,7 +7,8 @@ names; never a key, an aggregate id or a member id):
 * **Instruments** (:data:`M`), updated where things happen: records appended and append
   latency, conditional-append conflicts and command retries, records consumed, rebalances,
   events applied, handler latency and dead letters, JetStream publish latency and errors,
-  the Kafka listener's requests by API and error code. They are off until a process calls
+  the Kafka listener's requests by API and error code, their latency and bytes, its open
+  connections and in-flight bytes. They are off until a process calls
   :func:`enable` (an entry point with ``--metrics-port``, or a worker of a supervisor that
   has one): off, an update is one attribute test (``if M.on:``), and ``prometheus_client``
   is never imported (its import costs more than a short command's whole run).
@@ -58,6 +59,11 @@ class _Instruments:
     publish_seconds: Any
     publish_errors: Any
     kafka_requests: Any
+    kafka_request_seconds: Any
+    kafka_received_bytes: Any
+    kafka_sent_bytes: Any
+    kafka_connections: Any
+    kafka_inflight_bytes: Any
 
 
 M = _Instruments()
@@ -72,7 +78,7 @@ def enable() -> None:
     with _lock:
         if M.on:
             return
-        from prometheus_client import Counter, Histogram  # noqa: PLC0415 - see the docstring
+        from prometheus_client import Counter, Gauge, Histogram  # noqa: PLC0415 - docstring
 
         M.appended = Counter(
             "eventlane_log_appended_records_total", "Records appended to the log.", ["topic"]
@@ -129,8 +135,36 @@ def enable() -> None:
         )
         M.kafka_requests = Counter(
             "eventlane_kafka_requests_total",
-            "Requests answered by the Kafka listener, by API and error code name.",
+            "Requests served by the Kafka listener (acks=0 produces and malformed frames"
+            " included), by API and error code name (NONE, or the response's first error).",
             ["api", "error"],
+        )
+        M.kafka_request_seconds = Histogram(
+            "eventlane_kafka_request_seconds",
+            "Time from a Kafka request's last byte received to its response written.",
+            ["api"],
+            buckets=_SECONDS,
+        )
+        M.kafka_received_bytes = Counter(
+            "eventlane_kafka_received_bytes_total",
+            "Bytes of Kafka requests received (frames, size prefix included).",
+            ["api"],
+        )
+        M.kafka_sent_bytes = Counter(
+            "eventlane_kafka_sent_bytes_total",
+            "Bytes of Kafka responses sent (frames, size prefix included).",
+            ["api"],
+        )
+        M.kafka_connections = Gauge(
+            "eventlane_kafka_connections",
+            "Open connections to the Kafka listener.",
+            multiprocess_mode="livesum",
+        )
+        M.kafka_inflight_bytes = Gauge(
+            "eventlane_kafka_inflight_bytes",
+            "Bytes of Kafka requests being received or served (and their decompressed"
+            " records), bounded by queued.max.request.bytes.",
+            multiprocess_mode="livesum",
         )
         M.on = True
 

@@ -20,6 +20,11 @@ Invariants:
   and refused with REBALANCE_IN_PROGRESS once the new generation exists but is not synced
   (CompletingRebalance);
 * a member silent for its session timeout is removed and the group rebalances;
+* a JoinGroup v4+ without a member id (and without a static instance id) is answered
+  MEMBER_ID_REQUIRED with a generated id and changes nothing (KIP-394): the member is added
+  only when it joins again with that id, within its session timeout, so a client that
+  leaves after its first JoinGroup never holds a place in a generation; session timeouts
+  outside [:data:`MIN_SESSION_MS`, :data:`MAX_SESSION_MS`] get INVALID_SESSION_TIMEOUT;
 * commits are records of ``__consumer_offsets`` (eventlane's :class:`OffsetStore`), so
   ``eventlane groups list/describe`` show the group's offsets and lag;
 * every group's membership (state, generation, members with client id, host and decoded
@@ -60,6 +65,12 @@ log = get_logger("eventlane.kafka.groups")
 INITIAL_REBALANCE_DELAY_S = 1.0
 """Kafka's group.initial.rebalance.delay.ms (3 s there): how long an empty group waits for
 more members before its first generation, so members starting together share one."""
+
+
+MIN_SESSION_MS = 6_000
+"""Kafka's group.min.session.timeout.ms: a shorter session timeout is refused."""
+MAX_SESSION_MS = 1_800_000
+"""Kafka's group.max.session.timeout.ms: a longer session timeout is refused."""
 
 
 PUBLISH_TICK_S = 0.2
@@ -118,6 +129,8 @@ class Group:
         self.leader: str | None = None
         self.members: dict[str, Member] = {}
         self.joined: set[str] = set()
+        self.pending: dict[str, float] = {}
+        """Member ids handed out with MEMBER_ID_REQUIRED -> when they expire (monotonic)."""
         self.timer: asyncio.TimerHandle | None = None
 
 
@@ -158,6 +171,8 @@ class GroupCoordinator:
         self.start()
         if not req.group_id:
             return _join_error(errno(Errors.InvalidGroupIdError))
+        if not MIN_SESSION_MS <= req.session_timeout_ms <= MAX_SESSION_MS:
+            return _join_error(errno(Errors.InvalidSessionTimeoutError), req.member_id)
         names = {p.name for p in req.protocols or []}
         if not names or not req.protocol_type:
             # Kafka's answer to a member that names no protocol (nothing to agree on)
@@ -174,6 +189,11 @@ class GroupCoordinator:
         others = [m for m in group.members.values() if m.member_id != req.member_id]
         if any(not names & {n for n, _ in m.protocols} for m in others):
             return _join_error(errno(Errors.InconsistentGroupProtocolError))
+        instance = getattr(req, "group_instance_id", None)
+        if not req.member_id and instance is None and (getattr(req, "API_VERSION", 0) or 0) >= 4:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            group.pending[member_id] = time.monotonic() + req.session_timeout_ms / 1000.0
+            return _join_error(errno(Errors.MemberIdRequiredError), member_id)
         member = self._member_for(group, req, client_id, client_host.get())
         if member is None:
             return _join_error(errno(Errors.UnknownMemberIdError), req.member_id)
@@ -197,6 +217,11 @@ class GroupCoordinator:
 
     def _member_for(self, group: Group, req: Any, client_id: str, host: str) -> Member | None:
         instance = getattr(req, "group_instance_id", None)
+        if req.member_id in group.pending:
+            del group.pending[req.member_id]
+            member = Member(req.member_id, instance, client_id, host)
+            group.members[req.member_id] = member
+            return member
         if req.member_id:
             return group.members.get(req.member_id)
         if instance is not None:
@@ -366,6 +391,9 @@ class GroupCoordinator:
             await asyncio.sleep(0.1)
             now = time.monotonic()
             for group in list(self.groups.values()):
+                for member_id, expires in list(group.pending.items()):
+                    if now > expires:  # never came back with its id
+                        del group.pending[member_id]
                 for m in list(group.members.values()):
                     waiting = m.join is not None or m.sync is not None
                     if not waiting and now - m.last_seen > m.session_s:

@@ -30,7 +30,10 @@ Invariants of the connection loop:
   (and at most ``max_request_bytes`` of them per request: more is MESSAGE_TOO_LARGE), so a
   small request that decompresses to gigabytes costs at most that bound;
 * each refused or failed request logs one line, at most :data:`LOG_LINES_PER_S` a second
-  (the rest are counted and reported in the next line).
+  (the rest are counted and reported in the next line);
+* with metrics enabled (:mod:`._metrics`), every request read is counted once, a malformed
+  or unsupported one too (INVALID_REQUEST, UNSUPPORTED_VERSION); disabled, each request
+  costs one attribute test.
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ import struct
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
+from framework.kafka._metrics import first_error, observe
 from framework.kafka.codes import Errors, errno
 from framework.kafka.groups import client_host
 from framework.kafka.handlers import Broker
@@ -54,6 +58,7 @@ from framework.kafka.protocol import (
     decode_request,
 )
 from framework.log import Log
+from framework.metrics import M
 from framework.observability import get_logger
 
 __all__ = ["KafkaServer", "Limits", "serve"]
@@ -102,11 +107,15 @@ class _Budget:
         async with self._changed:
             await self._changed.wait_for(lambda: self.used + size <= self.total)
             self.used += size
+        if M.on:
+            M.kafka_inflight_bytes.set(self.used)
 
     async def release(self, size: int) -> None:
         async with self._changed:
             self.used -= size
             self._changed.notify_all()
+        if M.on:
+            M.kafka_inflight_bytes.set(self.used)
 
 
 class _Limiter:
@@ -213,6 +222,8 @@ class KafkaServer:
             client_host.set(f"/{address[0]}")  # this connection's task only
         connection_open.set(lambda: not reader.at_eof() and not writer.is_closing())
         self._connections += 1
+        if M.on:
+            M.kafka_connections.set(self._connections)
         try:
             if self._connections > self.limits.max_connections:
                 self.bad.warning(
@@ -223,19 +234,26 @@ class KafkaServer:
                 return
             while True:
                 payload, size = await self._read_request(reader, peer)
+                started = time.perf_counter() if M.on else 0.0
                 try:
                     response = await self._respond(payload, peer)
                 finally:
                     del payload
                     assert self._budget is not None
                     await self._budget.release(size)
-                if response is not None:
-                    writer.write(response)
+                if response.out is not None:
+                    writer.write(response.out)
                     await writer.drain()
+                if M.on:
+                    sent = 0 if response.out is None else len(response.out)
+                    elapsed = time.perf_counter() - started
+                    observe(response.api_key, response.code, size + 4, sent, elapsed)
         except (ConnectionError, asyncio.IncompleteReadError, _CloseError):
             return
         finally:
             self._connections -= 1
+            if M.on:
+                M.kafka_connections.set(self._connections)
             writer.close()
 
     async def _read_request(self, reader: asyncio.StreamReader, peer: str) -> tuple[bytes, int]:
@@ -296,7 +314,7 @@ class KafkaServer:
             remaining -= len(chunk)
         return b"".join(chunks)
 
-    async def _respond(self, payload: bytes, peer: str) -> bytes | None:
+    async def _respond(self, payload: bytes, peer: str) -> _Answer:
         api_key, version, correlation_id = struct.unpack_from(">hhi", payload)
         try:
             request = decode_request(payload)
@@ -306,7 +324,13 @@ class KafkaServer:
             # connection.
             unsupported = isinstance(exc, UnsupportedVersionError)
             if unsupported and api_key == 18:
-                return self.broker.api_versions_error(correlation_id)
+                code = errno(Errors.UnsupportedVersionError)
+                return _Answer(self.broker.api_versions_error(correlation_id), api_key, code)
+            if M.on:
+                code = errno(
+                    Errors.UnsupportedVersionError if unsupported else Errors.InvalidRequestError
+                )
+                observe(api_key, code, len(payload) + 4, 0, 0.0)
             self.bad.warning(
                 "unsupported request; closing" if unsupported else "malformed request; closing",
                 peer=peer,
@@ -330,10 +354,13 @@ class KafkaServer:
                 error=_one_line(exc),
             )
             if api_key == 0 and getattr(request, "acks", 1) == 0:
+                if M.on:
+                    observe(api_key, errno(Errors.UnknownError), len(payload) + 4, 0, 0.0)
                 raise _CloseError from None  # acks=0 is never answered: Kafka closes instead
             response = error_response(api_key, errno(Errors.UnknownError))
-        if response is None:  # acks=0
-            return None
+        code = first_error(response) if M.on else 0
+        if api_key == 0 and request.acks == 0:  # never answered
+            return _Answer(None, api_key, code)
         response.API_VERSION = version
         response.with_header(correlation_id=correlation_id)
         try:
@@ -346,7 +373,17 @@ class KafkaServer:
             response.API_VERSION = version
             response.with_header(correlation_id=correlation_id)
             out = response.encode(header=True, framed=True)
-        return bytes(out)
+            code = errno(Errors.UnknownError)
+        return _Answer(bytes(out), api_key, code)
+
+
+class _Answer(NamedTuple):
+    """What one request gets: the response frame (``None``: nothing is sent, acks=0), and
+    for the metrics its API and first error code (0 when metrics are off)."""
+
+    out: bytes | None
+    api_key: int
+    code: int
 
 
 def error_response(api_key: int, code: int) -> Any:

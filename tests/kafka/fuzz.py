@@ -15,15 +15,26 @@ The oracle, per request:
   SyncGroup and Fetch may wait (Kafka's long polls) and are then abandoned, not failed;
 * a frame that does not decode may be answered or have its connection closed, never hang;
 * a Produce partition answered with an error stored nothing: the partition's high-water
-  mark (read from the log directly) did not move.
+  mark (read from the log directly) did not move. An acks=0 Produce is never answered, so
+  the fuzzer fences it (an ApiVersions request on the same connection, answered only once
+  the listener finished the Produce: requests of a connection are served in order) before
+  the next request: no unanswered write can land while a later request is being checked.
+  Should the mark move anyway, the failure names the requests whose records were stored
+  (record values are random, so they identify their request).
+
+Deterministic: every byte comes from the seeded generator, so ``python -m tests.kafka.fuzz
+--seed S --count N`` replays the same N requests (the failure lines carry each request's
+number) against a fresh listener.
 """
 
 from __future__ import annotations
 
-import os
+import argparse
 import random
 import socket
 import struct
+import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -35,7 +46,9 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from framework.kafka.protocol import REQUESTS
+from framework.kafka.records import parse_batches
 from framework.log import LogStore
+from tests.kafka.conftest import KafkaProcess, free_port
 from tests.kafka.wire import encode, recv_frame
 
 TOPICS = ["fuzz-a", "fuzz-b"]  # created with 3 partitions by the caller
@@ -69,11 +82,22 @@ class Stats:
 
 
 class Fuzzer:
-    def __init__(self, bootstrap: str, data: Path, seed: int, byte_share: float = 0.35) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        data: Path,
+        seed: int,
+        byte_share: float = 0.35,
+        *,
+        fence_acks0: bool = True,
+    ) -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.address = (host, int(port))
         self.rng = random.Random(seed)
         self.byte_share = byte_share
+        self.fence_acks0 = fence_acks0
+        self.sent_values: dict[bytes, list[int]] = {}
+        """Record value -> the numbers of the Produce requests that carried it (recent ones)."""
         self.log = LogStore(data)
         self.sock: socket.socket | None = None
         self.correlation = 0
@@ -180,7 +204,7 @@ class Fuzzer:
                 i,
                 timestamp=None,
                 key=r.choice([None, b"k"]),
-                value=os.urandom(r.randint(0, 64)),
+                value=r.randbytes(r.randint(0, 64)),
                 headers=[],
             )
         batch = bytearray(builder.build())
@@ -215,9 +239,9 @@ class Fuzzer:
         if t == "records":
             return self._records()
         if t == "bytes":
-            return os.urandom(r.choice([0, 4, 20]))
+            return r.randbytes(r.choice([0, 4, 20]))
         if t == "uuid":
-            return r.choice([None, uuid.UUID(int=0), uuid.uuid4()])
+            return r.choice([None, uuid.UUID(int=0), uuid.UUID(int=r.getrandbits(128))])
         if t == "float64":
             return r.random()
         raise ValueError(f"field type {t}")
@@ -258,7 +282,7 @@ class Fuzzer:
             del body[r.randrange(keep, len(body)) :]
         elif op == "insert":
             at = r.randrange(keep, len(body) + 1)
-            body[at:at] = os.urandom(r.randint(1, 8))
+            body[at:at] = r.randbytes(r.randint(1, 8))
         else:
             at = r.randrange(keep, max(keep + 1, len(body) - 3))
             body[at : at + 4] = struct.pack(">i", r.choice([-1, 0, 1 << 30, -(1 << 31), 7]))
@@ -279,6 +303,7 @@ class Fuzzer:
         api, version, frame = self.request()
         st = self.stats
         st.sent += 1
+        number = st.sent  # the request's number in this seed's sequence (1-based)
         st.by_api[api] += 1
         st.by_version[(api, version)] += 1
         payload = frame[4:]
@@ -287,6 +312,8 @@ class Fuzzer:
         except Exception:
             decoded = None
         acks0 = decoded is not None and api == 0 and decoded.acks == 0
+        if decoded is not None and api == 0:
+            self._remember_values(decoded, number)
         before = self._hwms(decoded) if decoded is not None and api == 0 and not acks0 else {}
         sock = self._connect()
         try:
@@ -297,8 +324,10 @@ class Fuzzer:
             sock.sendall(frame)
         if decoded is not None:
             st.well_framed += 1
-        if acks0:  # never answered; a failed one closes the connection (Kafka's way): start anew
+        if acks0:  # never answered; a failed one closes the connection (Kafka's way)
             st.acks0 += 1
+            if self.fence_acks0:
+                self._fence(sock, number)
             self._drop()
             return
         sock.settimeout(3 if api in WAITING_APIS else 15)
@@ -309,21 +338,25 @@ class Fuzzer:
             if api in WAITING_APIS:
                 st.abandoned_waits += 1
             else:
-                st.failures.append(f"hung: api {api} v{version} {frame[:80]!r}")
+                st.failures.append(f"#{number} hung: api {api} v{version} {frame[:80]!r}")
             return
         except ConnectionError:
             body = None
         if body is None:
             self._drop()
             if decoded is not None:
-                st.failures.append(f"unanswered well-framed: api {api} v{version} {decoded!r:.300}")
+                st.failures.append(
+                    f"#{number} unanswered well-framed: api {api} v{version} {decoded!r:.300}"
+                )
             else:
                 st.closed_on_malformed += 1
             return
         st.answered += 1
         (correlation,) = struct.unpack_from(">i", body)
         if correlation != self.correlation:
-            st.failures.append(f"correlation {correlation} != {self.correlation} (api {api})")
+            st.failures.append(
+                f"#{number} correlation {correlation} != {self.correlation} (api {api})"
+            )
             self._drop()
             return
         if decoded is None:
@@ -333,12 +366,55 @@ class Fuzzer:
         try:
             response = getattr(module, response_cls)[version].decode(body, header=True)
         except Exception as exc:
-            st.failures.append(f"undecodable response: api {api} v{version}: {exc}")
+            st.failures.append(f"#{number} undecodable response: api {api} v{version}: {exc}")
             return
         if api == 0:
-            self._check_produce(decoded, response, before)
+            self._check_produce(decoded, response, before, number)
 
-    def _check_produce(self, decoded: Any, response: Any, before: dict) -> None:
+    def _fence(self, sock: socket.socket, number: int) -> None:
+        """Wait until the listener has served the acks=0 Produce just sent on ``sock``: an
+        ApiVersions request behind it is answered only after it (or the connection is
+        closed, Kafka's answer to a failed acks=0 Produce, once the Produce is done)."""
+        self.correlation += 1
+        try:
+            sock.sendall(encode(ApiVersionsRequest(), 0, self.correlation))
+            sock.settimeout(15)
+            body = recv_frame(sock)
+        except TimeoutError:
+            self.stats.failures.append(f"#{number} hung: acks=0 produce never served")
+            return
+        except OSError:
+            return  # closed by the listener: the failed Produce is over
+        if body is not None:
+            (correlation,) = struct.unpack_from(">i", body)
+            if correlation != self.correlation:
+                self.stats.failures.append(f"#{number} fence answered {correlation}")
+
+    def _remember_values(self, decoded: Any, number: int) -> None:
+        for t in decoded.topic_data or []:
+            for p in t.partition_data or []:
+                try:
+                    batches = parse_batches(bytes(p.records or b""))
+                except Exception:
+                    continue
+                for batch in batches:
+                    for record in batch.records:
+                        if record[1]:
+                            self.sent_values.setdefault(record[1], []).append(number)
+        if len(self.sent_values) > 5000:  # keep the recent ones
+            for value in list(self.sent_values)[:1000]:
+                del self.sent_values[value]
+
+    def _stored_by(self, tp: tuple[str, int], start: int, end: int) -> str:
+        """Which requests the records at ``[start, end)`` of ``tp`` came from (their values)."""
+        try:
+            records, _ = self.log.read(*tp, start, upto=end)
+        except Exception as exc:
+            return f"unreadable: {exc}"
+        numbers = sorted({n for r in records for n in self.sent_values.get(r.value or b"", [])})
+        return f"records from request(s) {numbers or 'unknown'}"
+
+    def _check_produce(self, decoded: Any, response: Any, before: dict, number: int) -> None:
         accepted, rejected = set(), set()
         for t in response.responses:
             for p in t.partition_responses:
@@ -349,7 +425,8 @@ class Fuzzer:
                 after = self.log.offsets(*tp).hwm
                 if after != before[tp]:
                     self.stats.failures.append(
-                        f"records stored from a rejected produce: {tp} {before[tp]} -> {after}"
+                        f"#{number} records stored from a rejected produce: {tp}"
+                        f" {before[tp]} -> {after} ({self._stored_by(tp, before[tp], after)})"
                     )
 
     def run(self, count: int, seconds: float) -> Stats:
@@ -359,3 +436,43 @@ class Fuzzer:
                 break
             self.step()
         return self.stats
+
+
+def main() -> None:
+    """Replay a seed against a fresh listener (``--count``: up to request N; ``--no-fence``:
+    the oracle without its acks=0 fence, as before it had one)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--seconds", type=float, default=3600)
+    parser.add_argument("--no-fence", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        kafka = KafkaProcess(Path(tmp) / "data", free_port())
+        kafka.start()
+        try:
+            log = LogStore(kafka.data)
+            for name in TOPICS:
+                log.create_topic(name, 3, exist_ok=True)
+            log.close()
+            fuzzer = Fuzzer(kafka.bootstrap, kafka.data, args.seed, fence_acks0=not args.no_fence)
+            start = time.monotonic()
+            try:
+                stats = fuzzer.run(args.count, args.seconds)
+            finally:
+                fuzzer.close()
+        finally:
+            kafka.stop()
+    print(
+        f"seed {args.seed}: {stats.sent} requests in {time.monotonic() - start:.0f} s,"
+        f" {stats.acks0} acks=0, {stats.produce_rejections} produce partitions rejected,"
+        f" {len(stats.failures)} failures",
+        file=sys.stderr,
+    )
+    for failure in stats.failures:
+        print(failure)
+    sys.exit(1 if stats.failures else 0)
+
+
+if __name__ == "__main__":
+    main()

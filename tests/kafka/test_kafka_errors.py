@@ -11,6 +11,8 @@ from confluent_kafka import KafkaException, Producer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import MessageSizeTooLargeError, OffsetOutOfRangeError
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from framework.log import LogStore
 from tests.kafka.wire import raw_call
@@ -129,4 +131,45 @@ def test_delete_records_advances_the_low_water_mark(kafka) -> None:
     deleted = next(iter(futures.values())).result(20)
     assert deleted.low_watermark == 12
     assert log.offsets("trim", 0).lwm == 12
+    log.close()
+
+
+def _batch(producer_id: int, sequence: int, values: list[bytes]) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, False, producer_id, 0, sequence, 1 << 20)
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=None, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def _produce_raw(kafka, topic: str, records: bytes) -> tuple[int, int]:
+    Topic = ProduceRequest.TopicProduceData
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=10000,
+        topic_data=[Topic(name=topic, partition_data=[Topic.PartitionProduceData(0, records)])],
+    )
+    response = raw_call(kafka.bootstrap, request, ProduceResponse, 7)
+    part = response.responses[0].partition_responses[0]
+    return part.error_code, part.base_offset
+
+
+def test_a_produce_refused_for_its_second_batch_stores_nothing_of_the_partition(kafka) -> None:
+    """Kafka validates a partition's batches as a whole: an error answer (here a sequence gap
+    in the second batch) means none of the partition's records were stored, the first
+    batch's neither; an idempotent producer that retries then stores each record once."""
+    log = LogStore(kafka.data)
+    log.create_topic("two-batches", 1)
+    pid = 9_000_001
+    first, gapped = _batch(pid, 0, [b"a", b"b", b"c"]), _batch(pid, 10, [b"d"])
+    code, _ = _produce_raw(kafka, "two-batches", first + gapped)
+    assert code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.offsets("two-batches", 0).hwm == 0
+    # the same producer then sends its batches in order, two per request: both stored
+    code, base = _produce_raw(kafka, "two-batches", first + _batch(pid, 3, [b"d"]))
+    assert (code, base) == (0, 0)
+    code, base = _produce_raw(kafka, "two-batches", first)  # a retry: not stored again
+    assert (code, base) == (0, 0)
+    records, _ = log.read("two-batches", 0, 0)
+    assert [r.value for r in records] == [b"a", b"b", b"c", b"d"]
     log.close()

@@ -94,7 +94,13 @@ def test_a_short_seeded_fuzz_run(kafka) -> None:
 @pytest.mark.soak
 @pytest.mark.timeout(3600)
 def test_fuzz_soak(kafka) -> None:
-    # EVENTLANE_FUZZ_SOAK_S: the time bound of the run (default 3200 s)
+    # EVENTLANE_FUZZ_SOAK_S: the time bound of the run (default 3200 s); _SEED, _COUNT: the
+    # seed and the number of requests (7 and 100,000); a failure names its request's number,
+    # which `python -m tests.kafka.fuzz --seed S --count N` replays
+    env = os.environ.get
     _fuzz(
-        kafka, seed=7, count=100_000, seconds=float(os.environ.get("EVENTLANE_FUZZ_SOAK_S", "3200"))
+        kafka,
+        seed=int(env("EVENTLANE_FUZZ_SEED", "7")),
+        count=int(env("EVENTLANE_FUZZ_COUNT", "100000")),
+        seconds=float(env("EVENTLANE_FUZZ_SOAK_S", "3200")),
     )

@@ -55,8 +55,8 @@ from framework.codec.commands import CommandCodec
 from framework.consumer.group import GroupConsumer
 from framework.domain import Aggregate
 from framework.domain.commands import Command
-from framework.errors import ConfigError, FrameworkError
-from framework.log import KeyedLog, Log, Record, RecordMetadata, TopicPartition
+from framework.errors import ConcurrencyError, ConfigError, FrameworkError
+from framework.log import Expect, KeyedLog, Log, Record, RecordMetadata, TopicPartition
 from framework.log.partitioner import partition_for_key
 from framework.observability import get_logger
 from framework.projection.lifeline import worker_client_id
@@ -185,11 +185,18 @@ class Schedules:
             )
             self._ready = True
 
-    def _append(self, key: str, body: dict[str, Any]) -> None:
+    def _append(self, key: str, body: dict[str, Any], after: int | None = None) -> None:
+        """Append ``body`` to ``key``; with ``after`` (an engine with keyed reads), only if
+        the key's last record is still at that offset (else ConcurrencyError)."""
         self._ensure_topic()
         raw = key.encode()
         partition = partition_for_key(raw, self.runtime.log.partition_count(self.topic))
-        self.runtime.log.append(self.topic, partition, [(raw, orjson.dumps(body), (), None)])
+        records = [(raw, orjson.dumps(body), (), None)]
+        log_ = self.runtime.log
+        if after is not None and isinstance(log_, KeyedLog):
+            log_.append(self.topic, partition, records, expect=Expect(raw, after))
+        else:
+            log_.append(self.topic, partition, records)
 
     def schedule(
         self,
@@ -217,12 +224,24 @@ class Schedules:
         return sid
 
     def cancel(self, key: str) -> bool:
-        """Withdraw the schedule ``key`` holds; False when it holds none that is pending."""
-        entry = self.entry(key)
-        if entry is None or entry.state != "scheduled":
-            return False
-        self._append(key, {**_body(entry), "state": "cancelled"})
-        return True
+        """Withdraw the schedule ``key`` holds; False when it holds none that is pending.
+
+        On an engine with keyed reads the cancel is appended only if the key's last record
+        is still the pending schedule it read: a scheduler that fired it meanwhile (its
+        ``fired`` record came first) wins, and the cancel reports False instead of marking a
+        fired schedule cancelled."""
+        keyed = isinstance(self.runtime.log, KeyedLog)
+        while True:
+            entry = self.entry(key)
+            if entry is None or entry.state != "scheduled":
+                return False
+            try:
+                self._append(
+                    key, {**_body(entry), "state": "cancelled"}, entry.offset if keyed else None
+                )
+            except ConcurrencyError:
+                continue  # another record of the key came first: decide again
+            return True
 
     def entry(self, key: str) -> Entry | None:
         """The latest state of schedule ``key``: the key's own records (``read_key`` on an

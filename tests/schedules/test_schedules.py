@@ -143,3 +143,28 @@ def test_a_keys_latest_record_is_its_whole_state(tmp_path: Path) -> None:
             "a2",
         )
         assert runtime.schedules.entries() == {"k1": fired, "k2": cancelled}
+
+
+def test_a_cancel_racing_a_fire_never_marks_a_fired_schedule_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy cancels a deadline (it read it pending) while the scheduler fires it: the
+    scheduler's ``fired`` record lands between the cancel's read and its append. The fired
+    schedule stays fired and the cancel reports False."""
+    with app.open(tmp_path / "d") as runtime:
+        schedules = runtime.schedules
+        runtime.schedule(Ring("a1", "k1"), at=T0_MS, key="k1")
+        read = schedules.entry
+
+        def read_then_fired_meanwhile(key: str):  # type: ignore[no-untyped-def]
+            entry = read(key)
+            if entry is not None and entry.state == "scheduled":
+                schedules.mark_fired(entry, T0_MS + 1)  # the scheduler, in between
+            return entry
+
+        monkeypatch.setattr(schedules, "entry", read_then_fired_meanwhile)
+        assert runtime.cancel_schedule("k1") is False
+        monkeypatch.undo()
+        state = schedules.entry("k1")
+        assert state is not None and (state.state, state.fired_at) == ("fired", T0_MS + 1)
+        assert schedules.entries()["k1"].state == "fired"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from example_apps.invoicing.domain import Customer, Invoice, Order
+from example_apps.invoicing.domain import CancelUnconfirmed, Customer, Invoice, Order
 from example_apps.invoicing.projections import (
     CustomerBalances,
     Invoices,
@@ -47,4 +47,5 @@ app = App(
     registry=registry,
     partitions=6,
     on_forget=[forget_profile],
+    commands=[CancelUnconfirmed],
 )

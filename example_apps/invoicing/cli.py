@@ -3,7 +3,8 @@
 * ``eventlane invoicing invoice-for ORDER_ID [--timeout S]``: request/reply over the log.
 * ``eventlane invoicing serve``: run a query responder until Ctrl-C.
 * ``eventlane invoicing serve-http``: the HTTP API (FastAPI + uvicorn; :mod:`.web`),
-  with the projectors' workers unless ``--no-projectors``.
+  with the projectors' workers and the scheduler (the orders' deadlines) unless
+  ``--no-projectors``.
 * ``eventlane demo invoicing [--cluster]``: the demo (:mod:`.demo`, :mod:`.cluster_demo`).
 """
 
@@ -74,7 +75,7 @@ def serve(seconds: float | None) -> None:
     "--projectors/--no-projectors",
     default=True,
     show_default=True,
-    help="Also run one worker per projector (supervised, restarted when they die).",
+    help="Also run one worker per projector and the scheduler (supervised, restarted).",
 )
 @data_option
 def serve_http(host: str, port: int, projectors: bool) -> None:
@@ -90,6 +91,16 @@ def serve_http(host: str, port: int, projectors: bool) -> None:
             Runner(APP_SPEC, name, data, workers=1, restart=True)
             for name in invoicing_app.projectors
         ]
+        runners.append(  # the orders' deadlines (eventlane schedules run)
+            Runner(
+                APP_SPEC,
+                "scheduler",
+                data,
+                workers=1,
+                restart=True,
+                argv=("schedules", "run", APP_SPEC),
+            )
+        )
         for runner in runners:
             runner.start()
         stop = threading.Event()

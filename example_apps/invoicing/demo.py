@@ -1,11 +1,12 @@
 """The invoicing demo: the README's main job (``eventlane demo invoicing``).
 
 What it shows, in order: a seeded workload of customers and orders; the invoicing policy
-and the projectors running as consumer groups of worker processes; one worker killed with
-SIGKILL midway, its partitions moving to the others and a replacement joining; live lag;
-payments; a request/reply query; a Spark rebuild of ``invoices`` verified equal to the live
-read model; and a summary. Run it twice on the same data directory and the second run
-continues (new ids), it does not duplicate.
+and the projectors running as consumer groups of worker processes, with the app's scheduler;
+one worker killed with SIGKILL midway, its partitions moving to the others and a replacement
+joining; live lag; the orders nobody confirmed within a few seconds cancelled by their
+deadline (never invoiced); payments; a request/reply query; a Spark rebuild of ``invoices``
+verified equal to the live read model; and a summary. Run it twice on the same data
+directory and the second run continues (new ids), it does not duplicate.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from example_apps.invoicing.app import app
-from example_apps.invoicing.domain import Invoice
+from example_apps.invoicing.domain import DEADLINE_REASON, Invoice, InvoicingError
+from example_apps.invoicing.projections import CONFIRM_WITHIN_ENV
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
 from example_apps.invoicing.workload import Workload, pay, payment_for
 from framework import Runtime
@@ -37,6 +39,10 @@ from framework.projection import Runner, open_readmodel, readmodel_path
 
 APP_SPEC = "example_apps.invoicing:app"
 EVENT_TOPICS = ("customers", "orders", "invoices")
+CONFIRM_WITHIN_S = 5.0
+"""The demo's deadline: an order not confirmed within 5 s is cancelled (the app's default is
+30 minutes; ``$INVOICING_CONFIRM_WITHIN_S``)."""
+SCHEDULER = "scheduler"
 
 
 def _lag(runtime: Runtime, name: str) -> int:
@@ -82,6 +88,49 @@ def _count_events(log: Log) -> dict[str, int]:
     return counts
 
 
+def deadline_outcome(log: Log, prefix: str) -> dict[str, int]:
+    """Fold the raw orders and invoices of the orders whose ids start with ``prefix``: how
+    many are still open (placed, neither confirmed nor cancelled), how many were cancelled
+    by their deadline, and how many were both invoiced and cancelled by their deadline
+    (the invariant: none)."""
+    status: dict[str, str] = {}
+    for r in _raw(log, "orders"):
+        doc = orjson.loads(r.value or b"{}")
+        oid, kind = doc.get("aggregate_id", ""), doc.get("type")
+        if not oid.startswith(prefix):
+            continue
+        if kind == "OrderPlaced":
+            status[oid] = "open"
+        elif kind == "OrderConfirmed":
+            status[oid] = "confirmed"
+        elif kind == "OrderCancelled":
+            by_deadline = doc["data"].get("reason") == DEADLINE_REASON
+            status[oid] = "deadline" if by_deadline else "cancelled"
+    invoiced = {
+        orjson.loads(r.value or b"{}")["data"]["order_id"]
+        for r in _raw(log, "invoices")
+        if b'"InvoiceIssued"' in (r.value or b"")
+    }
+    expired = {oid for oid, st in status.items() if st == "deadline"}
+    return {
+        "open": sum(st == "open" for st in status.values()),
+        "deadline_cancelled": len(expired),
+        "invoiced_and_expired": len(expired & invoiced),
+    }
+
+
+def _raw(log: Log, topic: str) -> Iterator[Any]:
+    for p in range(log.partition_count(topic)):
+        marks = log.offsets(topic, p)
+        offset, cursor = marks.lwm, None
+        while offset < marks.hwm:
+            records, cursor = log.read(topic, p, offset, cursor=cursor)
+            if not records:
+                break
+            yield from records
+            offset = records[-1].offset + 1
+
+
 def _next_run(data: Path) -> int:
     marker = data / "invoicing-demo.json"
     runs = orjson.loads(marker.read_bytes())["runs"] if marker.exists() else 0
@@ -101,6 +150,7 @@ def run_demo(
     spark: bool = True,
     console: Console | None = None,
     rebuild: Callable[..., Any] | None = None,
+    confirm_within_s: float = CONFIRM_WITHIN_S,
 ) -> dict[str, Any]:
     """Run the demo; return the summary figures (also printed as a table)."""
     console = console or Console()
@@ -111,15 +161,35 @@ def run_demo(
         for name in app.projectors:  # eventlane migrate: create / evolve the read models
             open_readmodel(runtime, name, migrate=True).close()
         console.print(f"[bold]eventlane invoicing demo[/] — run {run}, data in {data}")
+        env = {**os.environ, CONFIRM_WITHIN_ENV: str(confirm_within_s)}
         runners = {
             name: Runner(
-                APP_SPEC, name, data, workers=workers, restart=True, session_timeout_ms=3000
+                APP_SPEC,
+                name,
+                data,
+                workers=workers,
+                restart=True,
+                session_timeout_ms=3000,
+                env=env,
             )
             for name in app.projectors
         }
+        runners[SCHEDULER] = Runner(  # eventlane schedules run: fires the deadlines
+            APP_SPEC,
+            SCHEDULER,
+            data,
+            workers=1,
+            restart=True,
+            env=env,
+            argv=("schedules", "run", APP_SPEC, "--session-timeout-ms", "3000"),
+        )
         for runner in runners.values():
             runner.start()
-        console.print(f"started {workers} worker process(es) for each of {', '.join(runners)}")
+        console.print(
+            f"started {workers} worker process(es) for each of {', '.join(app.projectors)},"
+            f" and the scheduler (orders not confirmed within {confirm_within_s:g} s are"
+            " cancelled)"
+        )
         try:
             workload = Workload(orders=orders, seed=seed, run=run)
             commands = list(workload.commands())
@@ -133,10 +203,17 @@ def run_demo(
                 console=console,
             ) as progress:
                 task = progress.add_task("commands", total=len(commands))
+                refused = 0
                 for i, command in enumerate(commands):
-                    runtime.execute(
-                        command.cls, command.aggregate_id, command.action, create=command.create
-                    )
+                    try:
+                        runtime.execute(
+                            command.cls,
+                            command.aggregate_id,
+                            command.action,
+                            create=command.create,
+                        )
+                    except InvoicingError:  # its deadline came first (a stalled machine)
+                        refused += 1
                     progress.advance(task)
                     if killed is None and i >= len(commands) // 2:
                         victim = runners["invoicing_policy"].procs[0]
@@ -156,8 +233,13 @@ def run_demo(
             _wait_for_lag(runtime, runners, console, ("invoices",))
             console.print(f"recorded {pay_open_invoices(runtime, invoices_db, run, seed)} payments")
             projected_from = time.perf_counter()
-            _wait_for_lag(runtime, runners, console, tuple(runners))
+            _wait_for_lag(runtime, runners, console, tuple(app.projectors))
             summary["catch_up_s"] = time.perf_counter() - projected_from
+            summary["deadline"] = _wait_for_deadlines(
+                runtime, runners, console, f"r{run}-", confirm_within_s
+            )
+            summary["deadline"]["refused"] = refused
+            summary["confirm_within_s"] = confirm_within_s
             summary["restarts"] = sum(r.restarts for r in runners.values())
             ask_one(runtime, invoices_db, console)
         finally:
@@ -176,7 +258,34 @@ def run_demo(
     console.print(
         f"Look at it in a browser: eventlane console --data {data} {APP_SPEC}", soft_wrap=True
     )
+    console.print(
+        f"Serve it over HTTP: eventlane invoicing serve-http --data {data} (OpenAPI at"
+        " http://127.0.0.1:8000/docs; docs/web.md)",
+        soft_wrap=True,
+    )
     return summary
+
+
+def _wait_for_deadlines(
+    runtime: Runtime,
+    runners: dict[str, Runner],
+    console: Console,
+    prefix: str,
+    within_s: float,
+    timeout: float = 120.0,
+) -> dict[str, int]:
+    """Wait until every order of this run that nobody confirmed or cancelled has been
+    cancelled by its deadline, and the projectors have caught up with that."""
+    deadline = time.monotonic() + within_s + timeout
+    with console.status(f"waiting for the deadlines of unconfirmed orders ({within_s:g} s)"):
+        while (outcome := deadline_outcome(runtime.log, prefix))["open"]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"orders still open after their deadline: {outcome}")
+            for runner in runners.values():
+                runner.supervise_once()
+            time.sleep(0.2)
+    _wait_for_lag(runtime, runners, console, tuple(app.projectors))
+    return deadline_outcome(runtime.log, prefix)
 
 
 def pay_open_invoices(runtime: Runtime, invoices_db: Path, run: int, seed: int) -> int:
@@ -254,6 +363,17 @@ def _print_summary(console: Console, summary: dict[str, Any]) -> None:
     )
     for name, lag in summary["lag"].items():
         table.add_row(f"lag of {name}", str(lag))
+    if "deadline" in summary:
+        d = summary["deadline"]
+        ok = d["open"] == 0 and d["invoiced_and_expired"] == 0
+        table.add_row(
+            f"orders cancelled by their deadline (not confirmed within"
+            f" {summary['confirm_within_s']:g} s)",
+            f"{d['deadline_cancelled']} [{'green' if ok else 'red'}]{'✓' if ok else '✗'}[/]",
+        )
+        table.add_row("… of them invoiced (must be 0)", str(d["invoiced_and_expired"]))
+        if d.get("refused"):
+            table.add_row("late confirmations refused (the deadline came first)", str(d["refused"]))
     table.add_row("workers replaced after kill -9", str(summary.get("restarts", 0)))
     table.add_row("commands/s (load, run, save with fsync)", f"{summary['commands_per_s']:,.0f}")
     table.add_row("catch-up after the last command (s)", f"{summary['catch_up_s']:.1f}")
@@ -268,4 +388,5 @@ def _print_summary(console: Console, summary: dict[str, Any]) -> None:
                 "Spark rebuild (session start excluded)",
                 f"{rebuilt['events']:,} events in {rebuilt['rebuild_s']:.1f} s",
             )
+    table.add_row("HTTP API (FastAPI, docs/web.md)", "eventlane invoicing serve-http")
     console.print(table)

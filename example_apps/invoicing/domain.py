@@ -3,11 +3,19 @@
 Command methods check invariants and raise :class:`InvoicingError` subclasses; apply
 methods change state. An invoice's id is derived from its order's (``invoice_id_for``), so
 "issue the invoice of order X" is naturally idempotent: the invoice either exists or not.
+
+:class:`CancelUnconfirmed` is a command that is data (``framework.domain.commands``): the
+deadline the invoicing policy schedules for every placed order. It cancels the order only
+while it is still placed (unconfirmed), so it is a no-op once the order was confirmed or
+cancelled: an order is never both confirmed and cancelled by its deadline, whichever of the
+confirmation and the deadline comes first (the aggregate's version check orders them).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
+
+from attrs import frozen
 
 from example_apps.invoicing.events import (
     Address,
@@ -25,6 +33,10 @@ from example_apps.invoicing.events import (
     ShippingAddressChanged,
 )
 from framework import Aggregate, DomainError, applies
+from framework.domain import Command, command
+
+DEADLINE_REASON = "not confirmed in time"
+"""The reason of an ``OrderCancelled`` written by an order's deadline."""
 
 
 class InvoicingError(DomainError):
@@ -129,6 +141,11 @@ class Order(Aggregate):
             raise InvoicingError(f"order {self.id} is {self.status}; it cannot be cancelled")
         self.record_that(OrderCancelled(reason))
 
+    def cancel_unconfirmed(self) -> None:
+        """The deadline: cancel the order if it is still unconfirmed; else a no-op."""
+        if self.status == "placed":
+            self.record_that(OrderCancelled(DEADLINE_REASON))
+
     @applies(OrderPlaced)
     def _placed(self, event: OrderPlaced) -> None:
         self.customer_id = event.customer_id
@@ -207,3 +224,19 @@ class Invoice(Aggregate):
     @applies(InvoiceVoided)
     def _voided(self, event: InvoiceVoided) -> None:
         self.status = "void"
+
+
+@command("CancelUnconfirmedOrder")
+@frozen
+class CancelUnconfirmed(Command[Order]):
+    """The deadline of an order: cancel it if nobody confirmed it in time (scheduled by
+    :class:`~example_apps.invoicing.projections.InvoicingPolicy`)."""
+
+    order_id: str
+    aggregate: ClassVar[type[Aggregate]] = Order
+
+    def target(self) -> str:
+        return self.order_id
+
+    def __call__(self, order: Order) -> None:
+        order.cancel_unconfirmed()

@@ -8,17 +8,23 @@
 * ``InvoicingPolicy``: the "invoicing microservice" of the seeds: issues exactly one invoice
   per confirmed order and voids it when the order is cancelled. Idempotent by construction:
   the invoice id is derived from the order id and ``issue``/``void`` are no-ops when done.
+  It also gives every placed order a deadline: unless the order is confirmed (or cancelled)
+  within :func:`confirm_within_s` seconds of being placed, the app's scheduler runs
+  :class:`~example_apps.invoicing.domain.CancelUnconfirmed` on it (schedule key
+  ``confirm-<order id>``, withdrawn when the order is confirmed or cancelled).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+from datetime import timedelta
 from typing import ClassVar
 
 from sqlite_utils import Database
 
 from example_apps.invoicing import migrations as schema
-from example_apps.invoicing.domain import Invoice, invoice_id_for
+from example_apps.invoicing.domain import CancelUnconfirmed, Invoice, invoice_id_for
 from example_apps.invoicing.events import (
     InvoiceIssued,
     InvoiceVoided,
@@ -175,8 +181,30 @@ class OrdersByStatus(Projector):
         )
 
 
+CONFIRM_WITHIN_ENV = "INVOICING_CONFIRM_WITHIN_S"
+CONFIRM_WITHIN_DEFAULT_S = 30 * 60
+
+
+def confirm_within_s() -> float:
+    """How long a placed order may stay unconfirmed before its deadline cancels it, in
+    seconds: ``$INVOICING_CONFIRM_WITHIN_S`` (read by the policy's workers; the demo uses a
+    few seconds), default 30 minutes; ``0``: no deadline.
+
+    >>> confirm_within_s() > 0
+    True
+    """
+    text = os.environ.get(CONFIRM_WITHIN_ENV, "").strip()
+    return float(text) if text else float(CONFIRM_WITHIN_DEFAULT_S)
+
+
+def deadline_key(order_id: str) -> str:
+    """The schedule key of an order's deadline (one per order)."""
+    return f"confirm-{order_id}"
+
+
 class InvoicingPolicy(Projector):
-    """Orders in, exactly one invoice per confirmed order out (a process manager)."""
+    """Orders in, exactly one invoice per confirmed order out (a process manager); a
+    deadline per placed order (cancel it if it is not confirmed in time)."""
 
     name = "invoicing_policy"
     topics = ("orders",)
@@ -185,8 +213,22 @@ class InvoicingPolicy(Projector):
     """Orders are independent: up to 8 are handled at once, each order's events in order
     (per-key parallelism); the invoices they issue share fsyncs (group commit)."""
 
+    @handles(OrderPlaced)
+    def placed(self, event: OrderPlaced, ctx: EventContext) -> None:
+        # The moment comes from the event, so a redelivery schedules the same deadline.
+        within = confirm_within_s()
+        if within > 0:
+            ctx.schedule(
+                CancelUnconfirmed(ctx.aggregate_id),
+                at=ctx.envelope.timestamp + timedelta(seconds=within),
+                key=deadline_key(ctx.aggregate_id),
+            )
+
     @handles(OrderConfirmed)
     def confirmed(self, event: OrderConfirmed, ctx: EventContext) -> None:
+        # Confirmed in time: the deadline is withdrawn (were it to fire anyway, a cancel
+        # coming too late, the command is a no-op on a confirmed order).
+        ctx.cancel_schedule(deadline_key(ctx.aggregate_id))
         # At most once per confirmation (the invoice's events carry its id as causation id);
         # nothing is issued while rebuilding.
         ctx.issue(
@@ -197,6 +239,7 @@ class InvoicingPolicy(Projector):
 
     @handles(OrderCancelled)
     def cancelled(self, event: OrderCancelled, ctx: EventContext) -> None:
+        ctx.cancel_schedule(deadline_key(ctx.aggregate_id))
         # Cancelled before it was confirmed: there is no invoice to void.
         with contextlib.suppress(AggregateNotFoundError):
             ctx.issue(

@@ -8,9 +8,11 @@ in one partition, in order. A record's value is JSON::
 
     {"state": "scheduled", "id": ID, "at": MS, "command": NAME, "data": {...},
      "caused_by": EVENT_ID | null}
-    {"state": "cancelled", "id": ID}      {"state": "fired", "id": ID, "fired_at": MS}
+    {"state": "cancelled", ...the same fields}   {"state": "fired", ..., "fired_at": MS}
 
-The latest record of a key is its state; scheduling a key again replaces what it held.
+The latest record of a key is its whole state (a cancelled or fired record repeats what
+was scheduled: compaction, and ``read_key`` on a compacted topic, may leave only that
+record); scheduling a key again replaces what it held.
 
 **The scheduler** (:class:`Scheduler`, ``eventlane schedules run APP``) is a member of the
 consumer group ``<app>.scheduler``: the partitions of the topic are shared among the
@@ -53,8 +55,8 @@ from framework.codec.commands import CommandCodec
 from framework.consumer.group import GroupConsumer
 from framework.domain import Aggregate
 from framework.domain.commands import Command
-from framework.errors import ConfigError, FrameworkError
-from framework.log import KeyedLog, Log, Record, RecordMetadata, TopicPartition
+from framework.errors import ConcurrencyError, ConfigError, FrameworkError
+from framework.log import Expect, KeyedLog, Log, Record, RecordMetadata, TopicPartition
 from framework.log.partitioner import partition_for_key
 from framework.observability import get_logger
 from framework.projection.lifeline import worker_client_id
@@ -128,25 +130,43 @@ def fold(entries: dict[str, Entry], record: Record) -> None:
     body = orjson.loads(record.value)
     state = body["state"]
     if state == "scheduled":
-        entries[key] = Entry(
-            key,
-            body["id"],
-            state,
-            int(body["at"]),
-            body["command"],
-            body["data"],
-            body.get("caused_by"),
-            None,
-            record.partition,
-            record.offset,
-        )
+        entries[key] = _entry(key, body, record)
         return
     current = entries.get(key)
+    if (current is None or current.id != body["id"]) and "at" in body:
+        current = _entry(key, body, record)  # the key's last record alone (compacted)
     if current is None or current.id != body["id"]:
         return  # a cancel or fire of a schedule the key no longer holds
     entries[key] = current._replace(
         state=state, fired_at=body.get("fired_at"), offset=record.offset
     )
+
+
+def _entry(key: str, body: dict[str, Any], record: Record) -> Entry:
+    return Entry(
+        key,
+        body["id"],
+        body["state"],
+        int(body["at"]),
+        body["command"],
+        body["data"],
+        body.get("caused_by"),
+        body.get("fired_at"),
+        record.partition,
+        record.offset,
+    )
+
+
+def _body(entry: Entry) -> dict[str, Any]:
+    """What a record says of the schedule ``entry`` (its state set by the caller)."""
+    return {
+        "state": entry.state,
+        "id": entry.id,
+        "at": entry.at,
+        "command": entry.command,
+        "data": entry.data,
+        "caused_by": entry.caused_by,
+    }
 
 
 class Schedules:
@@ -165,11 +185,18 @@ class Schedules:
             )
             self._ready = True
 
-    def _append(self, key: str, body: dict[str, Any]) -> None:
+    def _append(self, key: str, body: dict[str, Any], after: int | None = None) -> None:
+        """Append ``body`` to ``key``; with ``after`` (an engine with keyed reads), only if
+        the key's last record is still at that offset (else ConcurrencyError)."""
         self._ensure_topic()
         raw = key.encode()
         partition = partition_for_key(raw, self.runtime.log.partition_count(self.topic))
-        self.runtime.log.append(self.topic, partition, [(raw, orjson.dumps(body), (), None)])
+        records = [(raw, orjson.dumps(body), (), None)]
+        log_ = self.runtime.log
+        if after is not None and isinstance(log_, KeyedLog):
+            log_.append(self.topic, partition, records, expect=Expect(raw, after))
+        else:
+            log_.append(self.topic, partition, records)
 
     def schedule(
         self,
@@ -197,12 +224,24 @@ class Schedules:
         return sid
 
     def cancel(self, key: str) -> bool:
-        """Withdraw the schedule ``key`` holds; False when it holds none that is pending."""
-        entry = self.entry(key)
-        if entry is None or entry.state != "scheduled":
-            return False
-        self._append(key, {"state": "cancelled", "id": entry.id})
-        return True
+        """Withdraw the schedule ``key`` holds; False when it holds none that is pending.
+
+        On an engine with keyed reads the cancel is appended only if the key's last record
+        is still the pending schedule it read: a scheduler that fired it meanwhile (its
+        ``fired`` record came first) wins, and the cancel reports False instead of marking a
+        fired schedule cancelled."""
+        keyed = isinstance(self.runtime.log, KeyedLog)
+        while True:
+            entry = self.entry(key)
+            if entry is None or entry.state != "scheduled":
+                return False
+            try:
+                self._append(
+                    key, {**_body(entry), "state": "cancelled"}, entry.offset if keyed else None
+                )
+            except ConcurrencyError:
+                continue  # another record of the key came first: decide again
+            return True
 
     def entry(self, key: str) -> Entry | None:
         """The latest state of schedule ``key``: the key's own records (``read_key`` on an
@@ -220,7 +259,7 @@ class Schedules:
         return entries.get(key)
 
     def mark_fired(self, entry: Entry, fired_at: int) -> None:
-        self._append(entry.key, {"state": "fired", "id": entry.id, "fired_at": fired_at})
+        self._append(entry.key, {**_body(entry), "state": "fired", "fired_at": fired_at})
 
     def entries(self) -> dict[str, Entry]:
         """Every key's latest state, read from the topic."""

@@ -41,11 +41,11 @@ batches until the next probe) go to the threads; otherwise they run on the polli
 too, key after key. Either way each key's events run in order and the commits are the
 same.
 
-An event newer than the code (:mod:`.waiting`) is not finished: its key runs no further
-event, the position stays at or below it (the lowest unfinished offset), the final commit
-records the wait, and :attr:`~.applier.BatchApplier.waiting` names the partition, so the
-worker stops fetching it until a worker with newer code owns it (which skips the offsets
-finished meanwhile, through the offset map).
+An event newer than the code (:mod:`.waiting`) is not finished, on threads and tasks alike:
+its key runs no further event, the position stays at or below it (the lowest unfinished
+offset), the final commit records the wait, and :attr:`~.applier.BatchApplier.waiting`
+names the partition, so the worker stops fetching it until a worker with newer code owns it
+(which skips the offsets finished meanwhile, through the offset map).
 
 **Async handlers.** A projector whose handlers are ``async def`` (awaiting a remote call)
 runs its keys as asyncio tasks instead of threads: one event loop per worker, on a thread
@@ -350,7 +350,12 @@ class ParallelApplier(BatchApplier):
                 for rec, decoded in events:
                     if self._stop.is_set():
                         return
-                    outcome, dead = await self._one_async(rec, decoded)
+                    try:
+                        outcome, dead = await self._one_async(rec, decoded)
+                    except _WaitError as wait:  # the key stops here, unfinished
+                        with self._mutex:
+                            part.waits.append((rec, wait.error))
+                        return
                     with self._mutex:
                         counts[outcome] += 1
                         if dead is not None:
@@ -363,18 +368,17 @@ class ParallelApplier(BatchApplier):
 
     async def _one_async(self, rec: Record, decoded: Decoded) -> tuple[int, _DeadLetter | None]:
         """:meth:`_one` for async handlers (awaited on the worker's loop)."""
-        if self._park and (rec.topic, rec.key) in self._parked:
-            reason = "parked behind an earlier dead letter of the same key"
-            return 2, (rec, reason, None, 0, "parked")
-        if isinstance(decoded, _DecodeFailedError):
-            return 2, (rec, decoded.describe(), decoded.type_name, 1, "dead")
+        early = self._before_handling(rec, decoded)
+        if early is not None:
+            return early
         attempts = max(1, self.projector.handler_attempts)
         for attempt in range(1, attempts + 1):
             try:
                 return (0 if await self._handle_async(rec, decoded) else 1), None
             except Exception as exc:
-                if attempt == attempts or self._stop.is_set():
-                    return 2, (rec, _describe(exc), _type_name(rec), attempt, "dead")
+                failed = self._failed(rec, exc, attempt, attempts)
+                if failed is not None:
+                    return failed
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _handle_async(self, rec: Record, decoded: Decoded) -> bool:
@@ -399,26 +403,47 @@ class ParallelApplier(BatchApplier):
         return True
 
     def _one(self, rec: Record, decoded: Decoded) -> tuple[int, _DeadLetter | None]:
-        """Handle one event: ``(0 applied | 1 skipped | 2 dead-lettered, dead letter)``."""
-        if self._park and (rec.topic, rec.key) in self._parked:
-            reason = "parked behind an earlier dead letter of the same key"
-            return 2, (rec, reason, None, 0, "parked")
-        if isinstance(decoded, _DecodeFailedError):  # deterministic: no retries
-            newer = newer_version_in(decoded) if self.wait_for_newer else None
-            if newer is not None:
-                raise _WaitError(newer)
-            return 2, (rec, decoded.describe(), decoded.type_name, 1, "dead")
+        """Handle one event: ``(0 applied | 1 skipped | 2 dead-lettered, dead letter)``;
+        raises :class:`_WaitError` at an event newer than the code (its key stops)."""
+        early = self._before_handling(rec, decoded)
+        if early is not None:
+            return early
         attempts = max(1, self.projector.handler_attempts)
         for attempt in range(1, attempts + 1):
             try:
                 return (0 if self._handle(rec, decoded) else 1), None
             except Exception as exc:
-                newer = newer_version_in(exc) if self.wait_for_newer else None
-                if newer is not None:
-                    raise _WaitError(newer) from exc
-                if attempt == attempts or self._stop.is_set():
-                    return 2, (rec, _describe(exc), _type_name(rec), attempt, "dead")
+                failed = self._failed(rec, exc, attempt, attempts)
+                if failed is not None:
+                    return failed
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _before_handling(
+        self, rec: Record, decoded: Decoded
+    ) -> tuple[int, _DeadLetter | None] | None:
+        """The outcome of an event that is not run (parked, or not decoded: deterministic,
+        no retries); ``None`` when it is to be run. Shared by the threads and the tasks."""
+        if self._park and (rec.topic, rec.key) in self._parked:
+            reason = "parked behind an earlier dead letter of the same key"
+            return 2, (rec, reason, None, 0, "parked")
+        if isinstance(decoded, _DecodeFailedError):
+            newer = newer_version_in(decoded) if self.wait_for_newer else None
+            if newer is not None:
+                raise _WaitError(newer)
+            return 2, (rec, decoded.describe(), decoded.type_name, 1, "dead")
+        return None
+
+    def _failed(
+        self, rec: Record, exc: Exception, attempt: int, attempts: int
+    ) -> tuple[int, _DeadLetter | None] | None:
+        """After a handler raised ``exc``: wait (an event newer than the code, met through
+        a load), dead-letter (the last attempt), or ``None``: try again."""
+        newer = newer_version_in(exc) if self.wait_for_newer else None
+        if newer is not None:
+            raise _WaitError(newer) from exc
+        if attempt == attempts or self._stop.is_set():
+            return 2, (rec, _describe(exc), _type_name(rec), attempt, "dead")
+        return None
 
     def _context(self, rec: Record, envelope: Any) -> EventContext:
         guard = self._guard

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from example_apps.invoicing import app
-from example_apps.invoicing.domain import Invoice, Order
+from example_apps.invoicing.domain import DEADLINE_REASON, CancelUnconfirmed, Invoice, Order
 from example_apps.invoicing.events import (
     Address,
     InvoiceIssued,
@@ -21,6 +21,7 @@ from example_apps.invoicing.events import (
     OrderPlaced,
     PaymentRecorded,
 )
+from example_apps.invoicing.projections import CONFIRM_WITHIN_ENV, deadline_key
 from framework import App, EventContext, Projector, handles
 from framework.errors import ConfigError
 from framework.testing import Issued, ProjectorFixture
@@ -81,6 +82,50 @@ def test_policy_issues_one_invoice_per_confirmed_order_and_voids_on_cancel() -> 
         # Cancelled before confirmation: there is no invoice to void, nothing is issued.
         fx.given(Order, "o-2", placed("c-2")).when(Order, "o-2", OrderCancelled("oops"))
         fx.then_issued()
+
+
+def test_policy_gives_each_order_a_deadline_withdrawn_when_it_is_confirmed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(CONFIRM_WITHIN_ENV, "90")
+    with ProjectorFixture(app, "invoicing_policy") as fx:
+        fx.given(Order, "o-1", placed("c-1", 700))
+        fx.given(Order, "o-2", placed("c-2", 100))
+        schedules = fx.runtime.schedules
+        placed_ms = {
+            oid: int(fx.runtime.store.read("orders", oid)[0].timestamp.timestamp() * 1000)
+            for oid in ("o-1", "o-2")
+        }
+        for oid in ("o-1", "o-2"):
+            entry = schedules.entry(deadline_key(oid))
+            assert (entry.state, entry.command, entry.data) == (
+                "scheduled",
+                "CancelUnconfirmedOrder",
+                {"order_id": oid},
+            )
+            assert entry.at == placed_ms[oid] + 90_000
+        fx.when(Order, "o-1", OrderConfirmed("c-1", 700))
+        assert schedules.entry(deadline_key("o-1")).state == "cancelled"
+        assert schedules.entry(deadline_key("o-2")).state == "scheduled"
+        fx.when(Order, "o-2", OrderCancelled("changed my mind"))
+        assert schedules.entry(deadline_key("o-2")).state == "cancelled"
+    monkeypatch.setenv(CONFIRM_WITHIN_ENV, "0")  # no deadline
+    with ProjectorFixture(app, "invoicing_policy") as fx:
+        fx.given(Order, "o-1", placed("c-1", 700))
+        assert fx.runtime.schedules.entry(deadline_key("o-1")) is None
+
+
+def test_the_deadline_cancels_only_an_unconfirmed_order() -> None:
+    order = Order.rehydrate("o-1", [])
+    order.place("c-1", [OrderLine("a", 1, 100)], HOME)
+    CancelUnconfirmed("o-1")(order)
+    assert order.status == "cancelled"
+    assert order.pending_events[-1] == OrderCancelled(DEADLINE_REASON)
+    confirmed = Order.rehydrate("o-2", [])
+    confirmed.place("c-1", [OrderLine("a", 1, 100)], HOME)
+    confirmed.confirm()
+    CancelUnconfirmed("o-2")(confirmed)
+    assert confirmed.status == "confirmed"  # a no-op: the deadline came too late
 
 
 def test_policy_in_a_rebuild_issues_nothing() -> None:

@@ -7,6 +7,7 @@ unknown type is still dead-lettered."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import warnings
 from collections.abc import Iterator
@@ -16,13 +17,20 @@ from typing import Any
 import pytest
 from attrs import frozen
 
-from framework.app import Runtime
+from framework.app import App, Runtime
 from framework.app.metrics import StateCollector
 from framework.codec import Envelope, EventCodec, EventRegistry
 from framework.domain import DomainEvent, event
 from framework.log import LogStore, TopicPartition
 from framework.log.partitioner import partition_for_key
-from framework.projection import Worker, open_readmodel, readmodel_path
+from framework.projection import (
+    EventContext,
+    Projector,
+    Worker,
+    handles,
+    open_readmodel,
+    readmodel_path,
+)
 from framework.projection.applier import BatchApplier
 from tests.projection import deployapp
 
@@ -187,3 +195,68 @@ def test_a_rebuild_applier_dead_letters_a_newer_event_never_skips_it(runtime: Ru
     finally:
         readmodel.close()
     assert dead(runtime, "guests") == 1
+
+
+class AsyncConfirmations(Projector):
+    """``confirmations`` with ``async def`` handlers (tasks on the worker's loop, not
+    threads): it also reads the guests topic, so it meets the newer event itself (decoding)
+    as well as through a load (a booking of that guest)."""
+
+    name = "async_confirmations"
+    topics = ("guests", "bookings")
+    concurrency = 4
+
+    @handles(deployapp.GuestRegistered)
+    async def registered(self, event: Any, ctx: EventContext) -> None:
+        await asyncio.sleep(0)
+
+    @handles(deployapp.BookingPlaced)
+    async def placed(self, event: deployapp.BookingPlaced, ctx: EventContext) -> None:
+        guest = await asyncio.to_thread(ctx.app.load, deployapp.Guest, event.guest_id)
+        booking_id = ctx.aggregate_id
+        await ctx.issue_async(
+            deployapp.Confirmation,
+            f"conf-{booking_id}",
+            lambda c: c.confirm(booking_id, guest.name),
+        )
+
+
+async_app = App(
+    "hotel",
+    aggregates=[deployapp.Guest, deployapp.Booking, deployapp.Confirmation],
+    projectors=[AsyncConfirmations],
+    partitions={"guests": 4, "bookings": 4, "confirmations": 4},
+    registry=deployapp.registry,
+)
+
+
+def test_an_async_policy_waits_at_an_event_newer_than_its_code(tmp_path: Path) -> None:
+    """The async applier honours the wait as the threaded one does: the newer event (met by
+    decoding it, and by loading its guest for a booking) is not dead-lettered; both
+    partitions wait, the others flow, and the status names the wait."""
+    name = "async_confirmations"
+    with async_app.open(tmp_path / "data") as rt:
+        open_readmodel(rt, name, migrate=True).close()
+        for i in range(8):
+            rt.execute(
+                deployapp.Guest, f"g{i}", lambda g, i=i: g.register("A", f"B{i}"), create=True
+            )
+        stuck_guests = append(rt, "guests", "g100", 1, GuestRegisteredV2("Ann", "Lee"))
+        rt.execute(deployapp.Booking, "b100", lambda b: b.place("g100", 2), create=True)
+        stuck_bookings = partition_for_key(b"b100", rt.log.partition_count("bookings"))
+        for i in range(8):
+            rt.execute(deployapp.Booking, f"b{i}", lambda b, i=i: b.place(f"g{i}", 1), create=True)
+        worker = Worker(rt, name, poll_timeout=0.05)
+        try:
+            drain(worker)
+            assert dead(rt, name) == 0
+            waits = {(w["topic"], w["partition"]): w for w in rt.status(name)["waiting"]}
+            assert set(waits) == {("guests", stuck_guests), ("bookings", stuck_bookings)}
+            for wait in waits.values():
+                assert wait["message"].startswith("waiting for code that knows GuestRegistered v2")
+            assert worker.consumer.paused() == {TopicPartition(*tp) for tp in waits}
+            for i in range(8):  # every other booking was confirmed, once
+                assert len(rt.store.read("confirmations", f"conf-b{i}")) == 1
+            assert rt.store.read("confirmations", "conf-b100") == []
+        finally:
+            worker.close()

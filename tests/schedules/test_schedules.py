@@ -110,3 +110,61 @@ def test_bad_schedules_are_refused_with_a_clear_error(tmp_path: Path) -> None:
             runtime.schedules.codec.decode("Nope", {})
         with pytest.raises(SerializationError, match="cannot decode command 'Ring'"):
             runtime.schedules.codec.decode("Ring", {"alarm_id": 5})
+
+
+def test_a_keys_latest_record_is_its_whole_state(tmp_path: Path) -> None:
+    """``entry(key)`` reads the key's records with ``read_key``, which on a compacted topic
+    may return only the last one (compaction keeps only that): a cancelled or fired
+    schedule's record must say everything the schedule was, not only its new state."""
+    clock = FakeClock()
+    with app.open(tmp_path / "d") as runtime:
+        runtime.schedule(Ring("a1", "k1"), at=T0_MS + 1000, key="k1")
+        runtime.schedule(Ring("a2", "k2"), at=T0_MS + 2000, key="k2")
+        assert runtime.cancel_schedule("k2") is True
+        scheduler = Scheduler(runtime, clock=clock, poll_interval=0.05, session_timeout_ms=3000)
+        try:
+            clock.advance(1000)
+            for _ in range(5):
+                scheduler.run_once()
+        finally:
+            scheduler.close()
+        fired, cancelled = runtime.schedules.entry("k1"), runtime.schedules.entry("k2")
+        assert fired is not None and cancelled is not None
+        assert (fired.state, fired.at, fired.command, fired.data) == (
+            "fired",
+            T0_MS + 1000,
+            "Ring",
+            {"alarm_id": "a1", "key": "k1"},
+        )
+        assert fired.fired_at == T0_MS + 1000
+        assert (cancelled.state, cancelled.at, cancelled.data["alarm_id"]) == (
+            "cancelled",
+            T0_MS + 2000,
+            "a2",
+        )
+        assert runtime.schedules.entries() == {"k1": fired, "k2": cancelled}
+
+
+def test_a_cancel_racing_a_fire_never_marks_a_fired_schedule_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy cancels a deadline (it read it pending) while the scheduler fires it: the
+    scheduler's ``fired`` record lands between the cancel's read and its append. The fired
+    schedule stays fired and the cancel reports False."""
+    with app.open(tmp_path / "d") as runtime:
+        schedules = runtime.schedules
+        runtime.schedule(Ring("a1", "k1"), at=T0_MS, key="k1")
+        read = schedules.entry
+
+        def read_then_fired_meanwhile(key: str):  # type: ignore[no-untyped-def]
+            entry = read(key)
+            if entry is not None and entry.state == "scheduled":
+                schedules.mark_fired(entry, T0_MS + 1)  # the scheduler, in between
+            return entry
+
+        monkeypatch.setattr(schedules, "entry", read_then_fired_meanwhile)
+        assert runtime.cancel_schedule("k1") is False
+        monkeypatch.undo()
+        state = schedules.entry("k1")
+        assert state is not None and (state.state, state.fired_at) == ("fired", T0_MS + 1)
+        assert schedules.entries()["k1"].state == "fired"

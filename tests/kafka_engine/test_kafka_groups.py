@@ -14,7 +14,9 @@ brokers' ``group.min.session.timeout.ms`` (6 s by default, kept), so the session
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from framework.consumer.group import GroupConsumer
 from framework.consumer.kafka_admin import KafkaCoordination
 from framework.log import TopicPartition
 from framework.log.kafka.cluster import LocalKafkaCluster
@@ -230,9 +233,60 @@ def test_sigstop_zombie_is_fenced_and_offsets_never_go_backwards(
 def test_the_kafka_member_overrides_every_public_method_of_group_consumer() -> None:
     """``GroupConsumer(kafka_log)`` is a KafkaGroupConsumer: none of the embedded member's
     code (its coordinator, its fetcher) may run on a Kafka log through a method it forgot."""
-    from framework.consumer.group import GroupConsumer  # noqa: PLC0415
     from framework.consumer.kafka import KafkaGroupConsumer  # noqa: PLC0415
 
     public = {n for n in vars(GroupConsumer) if not n.startswith("_") or n == "__enter__"}
     missing = sorted(n for n in public if n not in vars(KafkaGroupConsumer) and n != "__exit__")
     assert missing == []
+
+
+def _eventlane(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "framework.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_consume_group_and_groups_commands_against_the_cluster(
+    kafka: KafkaLog, tmp_path: Path
+) -> None:
+    """``eventlane consume --group`` is a member of a group on Kafka's coordinator and
+    commits there; ``groups list/describe`` read the committed offsets back from
+    ``__consumer_offsets``; ``groups reset-offsets`` is refused while the group has a live
+    member (here one in this process) and moves the offsets once it has none."""
+    produce(kafka, 60, 6)  # type: ignore[arg-type]
+    base = ["--data", str(tmp_path / "data"), "--log", kafka.url]
+    out = _eventlane(*base, "consume", TOPIC, "--group", GROUP, "--timeout", "3")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(out.stdout.splitlines()) == 60  # stdout: the records only
+    listed = json.loads(_eventlane(*base, "groups", "list", "--json").stdout)
+    assert [g["group"] for g in listed] == [GROUP]
+    described = json.loads(_eventlane(*base, "groups", "describe", GROUP, "--json").stdout)
+    assert described["members"] == []
+    assert {
+        r["partition"]: (r["committed"], r["lag"]) for r in described["offsets"]
+    } == dict.fromkeys(range(6), (10, 0))
+    member = GroupConsumer(kafka, group_id=GROUP, topics=[TOPIC], session_timeout_ms=SESSION_MS)
+    try:
+        deadline = time.monotonic() + START_S
+        while len(member.assignment()) < 6:
+            member.poll(0.2)
+            assert time.monotonic() < deadline
+        live = json.loads(_eventlane(*base, "groups", "describe", GROUP, "--json").stdout)
+        assert [m["member_id"] for m in live["members"]] == [member.member_id]
+        assert len(live["members"][0]["assignment"]) == 6
+        refused = _eventlane(
+            *base, "groups", "reset-offsets", GROUP, "--topic", TOPIC, "--to-earliest", "--execute"
+        )
+        assert refused.returncode != 0 and "live member" in refused.stderr
+    finally:
+        member.close(autocommit=False)
+    reset = _eventlane(
+        *base, "groups", "reset-offsets", GROUP, "--topic", TOPIC, "--to-offset", "4", "--execute"
+    )
+    assert reset.returncode == 0, reset.stderr[-2000:]
+    committed = KafkaCoordination(kafka).offsets.group_offsets(GROUP)
+    assert {tp.partition: c.offset for tp, c in committed.items()} == dict.fromkeys(range(6), 4)

@@ -10,7 +10,11 @@ so each engine brings its own:
   directory (``LocalDir.groups()``, :mod:`.coordinator`) and the ``__consumer_offsets``
   topic (:mod:`.offsets`, whose fenced commits need the embedded log).
 
-A JetStream engine provides one on its KV store (issue 13: :mod:`.jetstream`).
+A JetStream engine provides one on its KV store (issue 13: :mod:`.jetstream`). A Kafka
+engine's groups run on Kafka's own coordinator: its members are
+:class:`~.kafka.KafkaGroupConsumer` (:func:`native_consumer`, which ``GroupConsumer(log)``
+returns for such a log) and its coordination only reads groups and administers offsets
+(:mod:`.kafka_admin`).
 :func:`coordination_for` picks the coordination that goes with a log (every default in the
 consumer, projection and CLI layers goes through it), so a member of any host agrees with
 every other on the engine's one group state; :func:`register_coordination` adds another
@@ -38,6 +42,7 @@ __all__ = [
     "GroupCoordination",
     "OffsetStorage",
     "coordination_for",
+    "native_consumer",
     "register_coordination",
 ]
 
@@ -185,6 +190,12 @@ _KNOWN: dict[tuple[str, str], str] = {
     ("framework.log.jetstream.log", "JetStreamLog"): (
         "framework.consumer.jetstream:JetStreamCoordination"
     ),
+    ("framework.log.kafka.log", "KafkaLog"): "framework.consumer.kafka_admin:KafkaCoordination",
+}
+# Log class -> "module:class" of the group consumer its engine brings (a broker that runs
+# groups itself: Kafka's coordinator); other logs use GroupConsumer with their coordination.
+_NATIVE_CONSUMERS: dict[tuple[str, str], str] = {
+    ("framework.log.kafka.log", "KafkaLog"): "framework.consumer.kafka:KafkaGroupConsumer",
 }
 _factories: dict[type, CoordinationFactory] = {}
 _CACHE_ATTR = "_eventlane_group_coordination"
@@ -206,6 +217,18 @@ def _factory(log_: Log) -> CoordinationFactory | None:
             factory: CoordinationFactory = getattr(importlib.import_module(module), name)
             _factories[cls] = factory
             return factory
+    return None
+
+
+def native_consumer(log_: Log) -> type | None:
+    """The group consumer class of ``log_``'s engine when its broker runs the groups itself
+    (Kafka's coordinator), else ``None``."""
+    for cls in type(log_).__mro__:
+        target = _NATIVE_CONSUMERS.get((cls.__module__, cls.__qualname__))
+        if target is not None:
+            module, _, name = target.partition(":")
+            found: type = getattr(importlib.import_module(module), name)
+            return found
     return None
 
 

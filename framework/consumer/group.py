@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from framework.consumer.assignors import get_assignor
 from framework.consumer.coordination import (
@@ -43,6 +44,7 @@ from framework.consumer.coordination import (
     GroupCoordination,
     OffsetStorage,
     coordination_for,
+    native_consumer,
 )
 from framework.consumer.coordinator import validate_group_id
 from framework.consumer.free import OFFSET_RESETS, Consumer
@@ -82,7 +84,18 @@ class GroupConsumer:
 
     ``coordination`` is the engine's group coordination (``open_engine(...).groups``);
     by default the one that goes with ``log_`` (:func:`~.coordination.coordination_for`).
+
+    On a log whose broker runs groups itself (Kafka) the instance is that engine's member
+    class (:func:`~.coordination.native_consumer`: :class:`~.kafka.KafkaGroupConsumer`),
+    with this interface and contract.
     """
+
+    def __new__(cls, log_: Log, **kwargs: Any) -> GroupConsumer:
+        if cls is GroupConsumer:
+            native = native_consumer(log_)
+            if native is not None and issubclass(native, GroupConsumer):
+                return super().__new__(native)
+        return super().__new__(cls)
 
     def __init__(
         self,

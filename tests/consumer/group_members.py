@@ -17,7 +17,10 @@ so a ``kill -9`` while it sleeps ("processing") lands after the commit in at-mos
 SIGTERM makes it ``close()`` the consumer (a graceful leave) and exit. With ``projector``
 (a SQLite file), "after" mode also applies each batch to a read model whose positions are in
 the same transaction (:class:`Projector`), seeks to those positions when assigned, and logs
-``{"ev": "applied", "recs", ...}`` before it commits.
+``{"ev": "applied", "recs", ...}`` before it commits; with ``catch_up`` it also commits the
+read model's positions when assigned and, when idle, those of partitions whose last commit
+was refused (a rebalance), as a projector worker does: otherwise a batch applied under a
+refused commit would never be committed to the group.
 
 Every event is one JSON line written with a single ``write`` (so a ``kill -9`` never leaves a
 half line) to the member's event file. Times are ``time.monotonic()``: CLOCK_MONOTONIC is one
@@ -45,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,10 +65,15 @@ ROOT = MEMBERS.parents[2]
 
 # ---------------------------------------------------------------------------- child side
 def _open(args: dict[str, Any]) -> tuple[Any, Any]:
-    """The member's log and group coordination: the embedded log in ``data``, or a JetStream
-    cluster (``log_url``, ``namespace``: tests/jetstream reuse these members)."""
+    """The member's log and group coordination: the embedded log in ``data``, or a cluster
+    (``log_url``, ``namespace``): JetStream (tests/jetstream) or Kafka (tests/kafka_engine,
+    whose members are Kafka's own: ``GroupConsumer`` on a Kafka log)."""
     if "log_url" not in args:
         return LogStore(args["data"]), None
+    if args["log_url"].startswith("kafka://"):
+        from framework.log.kafka.log import KafkaLog  # noqa: PLC0415
+
+        return KafkaLog.from_url(f"{args['log_url']}?namespace={args['namespace']}"), None
     from framework.consumer.jetstream import JetStreamCoordination  # noqa: PLC0415
     from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
 
@@ -97,6 +106,8 @@ def _run_member(args: dict[str, Any]) -> None:
             if project is not None and kind == "assigned":
                 for tp in tps:  # the read model's position, not the group's commit
                     consumer.seek(tp, project.position(tp.partition))
+                if args.get("catch_up"):  # the group's offset catches up with it
+                    consumer.commit({tp: project.position(tp.partition) for tp in tps})
             emit(
                 ev=kind,
                 tps=[tp.partition for tp in tps],
@@ -126,14 +137,20 @@ def _run_member(args: dict[str, Any]) -> None:
     delay = float(args.get("delay", 0.0))
     max_records = int(args.get("max_records", 50))
 
+    refused: set[TopicPartition] = set()  # catch_up: partitions whose commit was refused
+
     def commit(records: list[Any]) -> None:
         offsets: dict[TopicPartition, int] = {}
         for r in records:
             offsets[TopicPartition(r.topic, r.partition)] = r.offset + 1
+        commit_offsets(offsets)
+
+    def commit_offsets(offsets: dict[TopicPartition, int]) -> None:
         gen, member = consumer.generation, consumer.member_id
         t0 = time.monotonic()
         try:
             consumer.commit(offsets)
+            refused.difference_update(offsets)
             emit(
                 ev="commit",
                 ok=True,
@@ -144,6 +161,7 @@ def _run_member(args: dict[str, Any]) -> None:
                 offsets={tp.partition: o for tp, o in offsets.items()},
             )
         except CommitFailedError as exc:
+            refused.update(offsets)
             emit(
                 ev="commit",
                 ok=False,
@@ -158,6 +176,10 @@ def _run_member(args: dict[str, Any]) -> None:
         while not stopping:
             records = consumer.poll(0.1, max_records=max_records)
             if not records:
+                owned = refused & consumer.assignment()
+                if project is not None and args.get("catch_up") and owned:
+                    # as a worker does: commit again what the read model applied
+                    commit_offsets({tp: project.position(tp.partition) for tp in owned})
                 continue
             gen, member = consumer.generation, consumer.member_id
             recs = [[r.partition, r.offset] for r in records]
@@ -329,6 +351,62 @@ def wait_for(condition: Any, timeout: float, what: str, members: list[Member] = 
 
 TOPIC = "events"
 GROUP = "workers"
+START_S = 60.0  # a member process may take long to start on a loaded machine
+
+
+def members_fixture() -> Iterator[list[Member]]:
+    """The member processes a test starts; stopped (gracefully, else killed) at its end.
+    (A cluster test module makes it its ``members`` fixture: ``pytest.fixture(name=...)``.)"""
+    group: list[Member] = []
+    yield group
+    for m in group:
+        m.stop()
+
+
+def counts(group: list[Member]) -> list[int]:
+    """How many partitions each member owns, sorted."""
+    return sorted(len(m.owned()) for m in group)
+
+
+def union(group: list[Member]) -> set[int]:
+    """Every partition some member of ``group`` owns."""
+    return set().union(*(m.owned() for m in group))
+
+
+class OffsetWatch:
+    """Samples a group's committed offsets (``read()``: partition -> committed entry) every
+    50 ms in a thread and records any that went backwards: an independent oracle. A sample
+    that fails (a cluster electing a leader) is skipped."""
+
+    def __init__(self, read: Any) -> None:
+        self.read = read
+        self.backwards: list[tuple[int, int, int]] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from framework.errors import FrameworkError  # noqa: PLC0415
+
+        last: dict[int, int] = {}
+        while not self._stop.wait(0.05):
+            try:
+                offsets = self.read()
+            except FrameworkError:
+                continue
+            for tp, entry in offsets.items():
+                if entry.offset < last.get(tp.partition, 0):
+                    self.backwards.append((tp.partition, last[tp.partition], entry.offset))
+                last[tp.partition] = max(last.get(tp.partition, 0), entry.offset)
+            self.samples += 1
+
+    def __enter__(self) -> OffsetWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def produce(store: LogStore, n: int, partitions: int, start: int = 0) -> None:

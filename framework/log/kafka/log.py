@@ -799,6 +799,10 @@ def _record(topic: str, partition: int, m: Message) -> Record:
     )
 
 
+kafka_record = _record
+"""A consumed message as eventlane's :class:`Record` (the group consumer's conversion too)."""
+
+
 def _cursor(offset: int) -> Cursor:
     """The next offset to read (the reader continues without a seek when it is asked for)."""
     return Cursor(offset)

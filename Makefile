@@ -27,13 +27,15 @@ lint: $(STAMP)
 # listener tests), strace (power-loss explorer), chromium + chromium-driver (the console's
 # browser tests, tests/console/), maven (+ its JDK) for Apache Kafka's jars (Kafka's own tools
 # judge the listener: tests/kafka/test_kafka_tools.py), iproute2 (`ip netns`: the JetStream
-# partition tests' simulated hosts). Nothing is downloaded at test run time.
+# partition tests' simulated hosts), postgresql (initdb/pg_ctl: the PostgreSQL read-model
+# tests start a temporary cluster). Nothing is downloaded at test run time.
 test-deps:
 	@command -v ip >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null)
 	@command -v mvn >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null)
 	@$(MAKE) --no-print-directory kafka-jars
 	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null)
 	@command -v strace >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq strace >/dev/null)
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
 	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
 

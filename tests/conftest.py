@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
 from framework.log import LogStore
 from framework.observability import configure_logging
 from framework.testing.clock import FakeClock
+from framework.testing.postgres import PostgresServer
 
 configure_logging()
 
@@ -68,3 +72,27 @@ def store(data_dir: Path, clock: FakeClock) -> Iterator[LogStore]:
     log = LogStore(data_dir, clock=clock)
     yield log
     log.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A temporary PostgreSQL cluster (Debian's ``postgresql``: ``make test-deps``) on a free
+    loopback port, for the whole session; stopped by its PID, its directory removed. Not
+    under pytest's temporary root: pytest makes that private to root, and the cluster runs
+    as the ``postgres`` user."""
+    server = PostgresServer.start(Path(tempfile.mkdtemp(prefix="eventlane-pg-")))
+    yield server
+    server.stop()
+    shutil.rmtree(server.directory, ignore_errors=True)
+
+
+_databases = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A fresh, empty database of the session's cluster (its URL)."""
+    name = f"t{next(_databases)}"
+    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_server.url.rsplit("/", 1)[0] + f"/{name}"

@@ -70,6 +70,7 @@ from framework.log.position import Position, Written
 from framework.observability import get_logger
 from framework.projection.projector import Projector
 from framework.projection.status import offsets_after, projection_status, wait_for_offsets
+from framework.projection.store import view_of
 from framework.store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore, Repository
 from framework.store.stream_cache import DEFAULT_EVENTS
 from framework.tracing import command_span, stored
@@ -93,7 +94,8 @@ class App:
     :mod:`framework.app.namespace`. Its mapping is :attr:`names`. ``cache_events`` bounds
     the events a runtime keeps decoded from recently used streams, so that loading an
     aggregate again reads only what changed (:mod:`framework.store.stream_cache`; ``0``:
-    off).
+    off). ``readmodels`` (a ``postgresql://`` URL) puts every projector's read model in
+    PostgreSQL (:mod:`framework.projection.store`).
     """
 
     def __init__(
@@ -112,8 +114,13 @@ class App:
         namespace: str | None = None,
         cache_events: int = DEFAULT_EVENTS,
         commands: Iterable[type[Command[Any]]] = (),
+        readmodels: str | None = None,
     ) -> None:
         self.name = name
+        self.readmodels = readmodels
+        """Where the projectors' read models live: ``None`` (SQLite files in the data
+        directory, or ``$EVENTLANE_READMODELS``) or ``postgresql://...`` (a schema per
+        projection; :mod:`framework.projection.store`)."""
         self.names = Namespace(namespace)
         """How the app's declared names map to the log's (:mod:`framework.app.namespace`)."""
         self.aggregates = tuple(aggregates)
@@ -475,6 +482,7 @@ class Runtime:
             self.topics_of(projector),
             self.readmodel_path(projector),
             cls.migrations,
+            view_of(self, projector),
         )
         return {**doc, "projector": projector}
 

@@ -31,14 +31,16 @@ partition); otherwise (rebuilds, fixtures, ``--dead-letter-unknown``) it is dead
 like any decoding failure.
 
 An error that aborts the whole SQLite transaction (disk full, I/O error) is not a poison
-event: it propagates, nothing of the batch is kept, and the worker fails.
+event: it propagates, nothing of the batch is kept, and the worker fails. The same code
+runs on a PostgreSQL read model (:mod:`.postgres`): a failed statement there only marks the
+transaction failed, and the savepoint's rollback restores it; a lost connection is not
+poison either.
 """
 
 from __future__ import annotations
 
 import gc
 import inspect
-import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Union
@@ -54,7 +56,7 @@ from framework.observability import get_logger
 from framework.projection.breaker import PoisonBreaker
 from framework.projection.dead_letters import describe_failure
 from framework.projection.projector import EventContext, Projector
-from framework.projection.readmodel import ReadModel
+from framework.projection.store import AnyReadModel
 from framework.projection.waiting import Waiting, newer_version_in, record_wait, waiting_for
 from framework.tracing import handler_span, tracer
 
@@ -105,7 +107,7 @@ class BatchApplier:
         self,
         projector: Projector,
         codec: EventCodec,
-        readmodel: ReadModel,
+        readmodel: AnyReadModel,
         *,
         replaying: bool = False,
         app: Any = None,
@@ -205,7 +207,7 @@ class BatchApplier:
 
     def _wait(
         self,
-        conn: sqlite3.Connection,
+        conn: Any,
         rec: Record,
         error: NewerEventVersionError | None = None,
     ) -> None:
@@ -238,7 +240,7 @@ class BatchApplier:
     # ------------------------------------------------------------------ one partition
     def _apply_partition(
         self,
-        conn: sqlite3.Connection,
+        conn: Any,
         recs: list[Record],
         decoded: list[Decoded],
         first: int,
@@ -457,7 +459,7 @@ class BatchApplier:
             readmodel.db,
             self.replaying,
             self.app,
-            readmodel.conn,
+            readmodel.user_conn,
         )
 
     def close(self) -> None:
@@ -479,7 +481,7 @@ class BatchApplier:
         error = redact(error, self.codec.plain_values(rec.value))
         headers = orjson.dumps(
             [[n, None if v is None else v.decode("latin-1")] for n, v in rec.headers]
-        )
+        ).decode()  # a TEXT column on every engine
         self.readmodel.conn.execute(
             "INSERT OR IGNORE INTO _eventlane_dead_letters (topic, partition, offset, key,"
             " value, headers, event_type, error, attempts, status, created_ms, published)"

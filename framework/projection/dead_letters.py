@@ -21,7 +21,8 @@ from framework.codec.privacy import redact
 from framework.log import Log
 from framework.observability import get_logger
 from framework.projection.projector import EventContext, Projector
-from framework.projection.readmodel import ReadModel, ReadModelView
+from framework.projection.store import AnyReadModel as ReadModel
+from framework.projection.store import AnyReadModelView as ReadModelView
 
 log = get_logger("eventlane.projection")
 
@@ -223,7 +224,7 @@ def _retry_one(
                 offset=d.offset,
             )
             ctx = EventContext(
-                d.topic, d.partition, d.offset, env, readmodel.db, False, app, readmodel.conn
+                d.topic, d.partition, d.offset, env, readmodel.db, False, app, readmodel.user_conn
             )
             projector.handle(env.event, ctx)
             conn.execute("UPDATE _eventlane_dead_letters SET status='retried' WHERE id=?", (d.id,))

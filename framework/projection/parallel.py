@@ -82,7 +82,7 @@ from framework.projection.applier import (
 )
 from framework.projection.dead_letters import describe_failure as _describe
 from framework.projection.projector import EventContext, Projector
-from framework.projection.readmodel import ReadModel
+from framework.projection.store import AnyReadModel as ReadModel
 from framework.projection.waiting import newer_version_in
 from framework.tracing import handler_span
 

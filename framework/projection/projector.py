@@ -28,10 +28,13 @@ Rules:
 * One handler per event class, declared with :func:`handles`; events of other types are
   skipped (their position still advances). A handler gets the decoded, upcast event and an
   :class:`EventContext` with the coordinates, the envelope and the read-model session.
-* Handlers write only to the read model: ``ctx.conn`` (the raw ``sqlite3.Connection``, the
-  fast path) or ``ctx.db`` (the same connection as a ``sqlite_utils.Database``). The
-  framework wraps each poll's events, and the positions they advance, in one
-  ``BEGIN IMMEDIATE`` transaction: an event's effect is applied exactly once.
+* Handlers write only to the read model: ``ctx.table(name)`` (the portable table API of
+  :mod:`.tables`: the same calls on SQLite and PostgreSQL), ``ctx.conn`` (the raw
+  connection: ``sqlite3.Connection``, or ``psycopg.Connection`` on a PostgreSQL read model)
+  or ``ctx.db`` (on SQLite the same connection as a ``sqlite_utils.Database``; on
+  PostgreSQL the psycopg connection). Raw SQL is the engine's dialect (``?`` or ``%s``).
+  The framework wraps each poll's events, and the positions they advance, in one
+  transaction: an event's effect is applied exactly once.
 * A handler that raises is retried ``handler_attempts`` times (its writes rolled back
   each time), then the event is dead-lettered and the partition moves on.
 * ``ctx.replaying`` is true during a rebuild: handlers suppress side effects then (commands
@@ -64,6 +67,7 @@ from framework.domain.dispatch import collect_marked, mark
 from framework.errors import ConfigError, ProjectionError
 from framework.log import Log, RecordMetadata
 from framework.projection._sqlite_utils import Database, Migrations
+from framework.projection.tables import Dialect, Table
 
 __all__ = ["CommandSide", "EventContext", "Projector", "handles"]
 
@@ -184,10 +188,11 @@ def _check_concurrency(cls: type[Projector]) -> None:
 class EventContext:
     """Where an event came from, its envelope, and the session to write the read model.
 
-    Valid during the handler call only. ``conn`` is the read model's raw
-    ``sqlite3.Connection`` (the fast path); ``db`` wraps the same connection in a
-    ``sqlite_utils.Database``. Both are inside the batch's transaction: never commit,
-    roll back or begin on them.
+    Valid during the handler call only. ``conn`` is the read model's raw connection
+    (``sqlite3.Connection``, or ``psycopg.Connection`` on PostgreSQL); ``db`` wraps it in a
+    ``sqlite_utils.Database`` on SQLite and is the psycopg connection on PostgreSQL;
+    :meth:`table` is the portable table API. All are inside the batch's transaction: never
+    commit, roll back or begin on them.
     """
 
     __slots__ = ("app", "conn", "db", "envelope", "offset", "partition", "replaying", "topic")
@@ -198,17 +203,19 @@ class EventContext:
         partition: int,
         offset: int,
         envelope: Envelope[Any],
-        db: Database,
+        db: Any,
         replaying: bool = False,
         app: CommandSide | None = None,
-        conn: sqlite3.Connection | None = None,
+        conn: Any = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.offset = offset
         self.envelope = envelope
-        self.db = db
-        self.conn: sqlite3.Connection = db.conn if conn is None else conn
+        self.db: Any = db
+        """``sqlite_utils.Database`` on SQLite, ``psycopg.Connection`` on PostgreSQL."""
+        self.conn: Any = db.conn if conn is None else conn
+        """The raw connection: ``sqlite3.Connection`` or ``psycopg.Connection``."""
         self.replaying = replaying
         self.app = app
         """The application (command side), for policies that issue commands; None in rebuilds."""
@@ -223,6 +230,17 @@ class EventContext:
     @property
     def aggregate_id(self) -> str:
         return self.envelope.aggregate_id
+
+    @property
+    def dialect(self) -> Dialect:
+        """``"sqlite"`` or ``"postgresql"``: the read model's engine (its raw SQL dialect)."""
+        return "sqlite" if isinstance(self.conn, sqlite3.Connection) else "postgresql"
+
+    def table(self, name: str) -> Table:
+        """Table ``name`` of the read model through the portable API (:mod:`.tables`):
+        ``insert``/``upsert``/``update``/``delete``/``get``/``query`` by columns, the same
+        on every engine, inside the batch's transaction."""
+        return Table(self.conn, name, self.dialect)
 
     @property
     def aggregate_version(self) -> int:
@@ -339,6 +357,10 @@ class Projector:
     poison_breaker: ClassVar[tuple[int, int] | None] = (50, 100)
     """``(LIMIT, WINDOW)``: stop applying when LIMIT of the last WINDOW events were
     dead-lettered (:mod:`.breaker`); ``None``: never."""
+    readmodel_url: ClassVar[str | None] = None
+    """Where this projector's read model lives when not where the app's are: a
+    ``postgresql://`` URL (a schema of that database) or ``"sqlite:"`` (the file in the data
+    directory); see :mod:`framework.projection.store`."""
     state_per_key: ClassVar[bool] = False
     """Every row belongs to one aggregate (key): a parallel rebuild may split a partition
     into key groups (more tasks than partitions); see :mod:`framework.replay`."""

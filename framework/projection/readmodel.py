@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from framework._locks import FileLock
 from framework.errors import FencedError, ProjectionError
@@ -80,6 +81,8 @@ def readmodel_path(data_dir: Path | LocalDir, name: str) -> Path:
 class ReadModel:
     """An open read-model file. One per process per file; thread-safe through a lock."""
 
+    dialect = "sqlite"
+
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +103,14 @@ class ReadModel:
                 names = [m.name for m in framework_migrations.pending(self.db)]
                 framework_migrations.apply(self.db)
             self.framework_migrations_applied = names
+
+    @property
+    def user_conn(self) -> sqlite3.Connection:
+        """What handlers get as ``ctx.conn`` (here: the framework's connection itself)."""
+        return self.conn
+
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
 
     # ------------------------------------------------------------------ transactions
     @contextmanager
@@ -222,7 +233,7 @@ class ReadModel:
 
     def check_and_advance(
         self,
-        conn: sqlite3.Connection,
+        conn: Any,
         tp: TopicPartition,
         generation: int,
         first: int,

@@ -15,6 +15,10 @@ Rules (``eventlane migrate APP`` applies; a worker checks on start):
   ``_eventlane_owner``): another app whose projector has the same name on the same data
   directory is refused, by workers and by ``migrate``, before anything is applied, so one
   app's migrations are never grafted onto another app's read model.
+
+The same rules hold for a read model in PostgreSQL (:mod:`.postgres`, chosen by
+:mod:`.store`): the same ``Migrations`` set, applied in one transaction under the schema's
+lock and recorded in ``_eventlane_migrations``.
 """
 
 from __future__ import annotations
@@ -26,22 +30,38 @@ from framework.errors import ProjectionError
 from framework.observability import get_logger
 from framework.projection._sqlite_utils import Migrations
 from framework.projection.host import ProjectionHost
-from framework.projection.readmodel import ReadModel
+from framework.projection.postgres import (
+    PgReadModel,
+    any_pg_applied,
+    apply_pg_migrations,
+    pending_pg_migrations,
+)
+from framework.projection.store import AnyReadModel, open_store
 
 __all__ = ["apply_migrations", "migrate_all", "open_readmodel", "pending_migrations"]
 
 log = get_logger("eventlane.projection")
 
 
-def pending_migrations(migrations: Migrations | None, readmodel: ReadModel) -> list[str]:
+def pending_migrations(migrations: Migrations | None, readmodel: AnyReadModel) -> list[str]:
     """Names of ``migrations`` not applied to ``readmodel`` yet, in order."""
     if migrations is None:
         return []
+    if isinstance(readmodel, PgReadModel):
+        return pending_pg_migrations(migrations, readmodel)
     return [m.name for m in migrations.pending(readmodel.db)]
 
 
-def apply_migrations(migrations: Migrations | None, readmodel: ReadModel) -> list[str]:
+def _any_applied(migrations: Migrations, readmodel: AnyReadModel) -> bool:
+    if isinstance(readmodel, PgReadModel):
+        return any_pg_applied(migrations, readmodel)
+    return bool(migrations.applied(readmodel.db))
+
+
+def apply_migrations(migrations: Migrations | None, readmodel: AnyReadModel) -> list[str]:
     """Apply the pending ``migrations`` under the write lock; return the names applied."""
+    if isinstance(readmodel, PgReadModel):
+        return apply_pg_migrations(migrations, readmodel)
     if migrations is None or not migrations.pending(readmodel.db):
         return []
     if not all(m.transactional for m in migrations.pending(readmodel.db)):
@@ -56,15 +76,15 @@ def apply_migrations(migrations: Migrations | None, readmodel: ReadModel) -> lis
     return names
 
 
-def _owner(readmodel: ReadModel) -> str | None:
+def _owner(readmodel: AnyReadModel) -> str | None:
     try:
         row = readmodel.conn.execute("SELECT app FROM _eventlane_owner").fetchone()
-    except sqlite3.OperationalError:  # no such table: a read model from before owners
+    except sqlite3.OperationalError:  # no such table: a SQLite read model from before owners
         return None
     return None if row is None else str(row[0])
 
 
-def claim_owner(readmodel: ReadModel, app: str, name: str) -> None:
+def claim_owner(readmodel: AnyReadModel, app: str, name: str) -> None:
     """Record ``app`` as the owner of a new read model; refuse one another app owns.
 
     Reads first, without the write lock (a worker starting while another one holds it, even
@@ -93,18 +113,18 @@ def readmodel_file(runtime: ProjectionHost, name: str) -> Path:
     return runtime.log.local.readmodel(runtime.names.local(name))
 
 
-def open_readmodel(runtime: ProjectionHost, name: str, *, migrate: bool = False) -> ReadModel:
-    """Open projector ``name``'s read model, refusing pending migrations (see the module
-    docstring); ``migrate=True`` applies them instead."""
+def open_readmodel(runtime: ProjectionHost, name: str, *, migrate: bool = False) -> AnyReadModel:
+    """Open projector ``name``'s read model on its engine (:mod:`.store`), refusing pending
+    migrations (see the module docstring); ``migrate=True`` applies them instead."""
     migrations = runtime.app.projector(name).migrations
-    readmodel = ReadModel(readmodel_file(runtime, name))
+    readmodel = open_store(runtime, name)
     try:
         claim_owner(readmodel, runtime.app.name, name)
         pending = pending_migrations(migrations, readmodel)
         if not pending:
             return readmodel
         assert migrations is not None
-        fresh = readmodel.is_fresh() and not migrations.applied(readmodel.db)
+        fresh = readmodel.is_fresh() and not _any_applied(migrations, readmodel)
         if not (migrate or fresh):
             raise ProjectionError(
                 f"read model {name!r} has pending migrations: {', '.join(pending)};"
@@ -123,7 +143,7 @@ def migrate_all(runtime: ProjectionHost) -> dict[str, list[str]]:
     tables included); return ``{projector: [migration names applied]}``."""
     done: dict[str, list[str]] = {}
     for name in sorted(runtime.app.projectors):
-        readmodel = ReadModel(readmodel_file(runtime, name))
+        readmodel = open_store(runtime, name)
         try:
             claim_owner(readmodel, runtime.app.name, name)
             own = [f"eventlane.read_model:{m}" for m in readmodel.framework_migrations_applied]

@@ -42,7 +42,9 @@ from framework.errors import UnknownTopicError
 from framework.log import Log, RecordMetadata, TopicPartition
 from framework.projection._sqlite_utils import Migrations
 from framework.projection.breaker import load_tripped
+from framework.projection.postgres import PgReadModelView
 from framework.projection.readmodel import ReadModelView
+from framework.projection.store import AnyReadModelView
 from framework.projection.waiting import current_waits
 
 __all__ = ["notify_applied", "offsets_after", "projection_status", "wait_for_offsets"]
@@ -101,8 +103,10 @@ def projection_status(
     topics: Iterable[str],
     path: Path,
     migrations: Migrations | None = None,
+    view: AnyReadModelView | None = None,
 ) -> dict[str, Any]:
-    """The status document of projector ``name`` (see the module docstring)."""
+    """The status document of projector ``name`` (see the module docstring); ``view``: the
+    read model's view when it is not the SQLite file at ``path`` (PostgreSQL)."""
     members: list[dict[str, Any]] = []
     owners: dict[TopicPartition, str] = {}
     generation: int | None = None
@@ -127,13 +131,14 @@ def projection_status(
                     "assignment": [f"{tp.topic}-{tp.partition}" for tp in sorted(m.owned)],
                 }
             )
-    with ReadModelView(path) as view:
-        positions = view.positions()
-        dead = view.dead_letter_counts()
+    reader = view if view is not None else ReadModelView(path)
+    with reader:
+        positions = reader.positions()
+        dead = reader.dead_letter_counts()
         # A read model that does not exist yet is created at its latest schema: none pending.
-        exists = view.conn is not None
-        pending = [] if migrations is None or not exists else view.pending_migrations(migrations)
-        waiting = current_waits(view.conn)
+        exists = reader.conn is not None
+        pending = [] if migrations is None or not exists else reader.pending_migrations(migrations)
+        waiting = current_waits(reader.conn)
     rows = []
     total = 0
     for topic in topics:
@@ -161,8 +166,8 @@ def projection_status(
     return {
         "projector": name,
         "group": name,
-        "readmodel": str(path),
-        "exists": path.exists(),
+        "readmodel": str(reader.path),
+        "exists": exists if isinstance(reader, PgReadModelView) else path.exists(),
         "generation": generation,
         "partitions": rows,
         "lag": total,

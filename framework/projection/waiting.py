@@ -76,7 +76,7 @@ def waiting_for(rec: Record, error: NewerEventVersionError) -> Waiting:
     )
 
 
-def record_wait(conn: sqlite3.Connection, wait: Waiting, now_ms: int | None = None) -> None:
+def record_wait(conn: Any, wait: Waiting, now_ms: int | None = None) -> None:
     """Inside the batch's transaction: the partition waits at ``wait.offset``."""
     conn.execute(CREATE)
     row = conn.execute(
@@ -87,7 +87,10 @@ def record_wait(conn: sqlite3.Connection, wait: Waiting, now_ms: int | None = No
     if row is not None and int(row[0]) == wait.offset:
         since = int(row[1])  # the same wait, seen again (a restart): keep when it began
     conn.execute(
-        "INSERT OR REPLACE INTO _eventlane_waiting VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO _eventlane_waiting VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (topic,"
+        " partition) DO UPDATE SET offset = excluded.offset, event_type = excluded.event_type,"
+        " version = excluded.version, known_version = excluded.known_version,"
+        " since_ms = excluded.since_ms",
         (*wait, since),
     )
 
@@ -102,7 +105,7 @@ def describe(wait: Waiting | dict[str, Any]) -> str:
     )
 
 
-def current_waits(conn: sqlite3.Connection | None) -> list[dict[str, Any]]:
+def current_waits(conn: Any) -> list[dict[str, Any]]:
     """The current waits of a read model (for status), oldest first."""
     if conn is None:
         return []

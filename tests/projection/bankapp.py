@@ -25,6 +25,9 @@ Read models (tables written by the projectors):
 * ``ledger`` (``park_after_dead_letter``): ``ledger(id PK, version, total)``; the handler
   requires each account's events in aggregate-version order (it raises otherwise), so a
   parked key that was released out of order would show.
+Every handler writes through the portable table API (``ctx.table``) and the migrations'
+DDL is portable, so the app runs on both read-model engines (``$EVENTLANE_READMODELS``).
+
 * ``invoicing``: a policy: per ``OrderPlaced`` it issues ``Invoice.issue`` to the invoice
   ``invoice-<order id>`` through ``ctx.issue`` and records ``invoiced(order_id PK)``.
 """
@@ -142,11 +145,12 @@ balances_migrations = Migrations("bankapp.balances")
 
 @balances_migrations()
 def m001_tables(db: Database) -> None:
-    db.execute("CREATE TABLE balances (id TEXT PRIMARY KEY, total INTEGER NOT NULL, events INT)")
+    # portable DDL: runs on SQLite and PostgreSQL (the tests run both engines)
+    db.execute("CREATE TABLE balances (id TEXT PRIMARY KEY, total BIGINT NOT NULL, events INT)")
     db.execute(
         "CREATE TABLE applied (topic TEXT NOT NULL, partition INTEGER NOT NULL,"
-        " offset INTEGER NOT NULL, event_id TEXT NOT NULL UNIQUE,"
-        " PRIMARY KEY (topic, partition, offset)) WITHOUT ROWID"
+        ' "offset" BIGINT NOT NULL, event_id TEXT NOT NULL UNIQUE,'
+        ' PRIMARY KEY (topic, partition, "offset"))'
     )
 
 
@@ -161,16 +165,20 @@ class Balances(Projector):
             _stopped_in_handler.append(True)
             Path(stop_flag).write_text(json.dumps([ctx.partition, ctx.offset]))
             os.kill(os.getpid(), signal.SIGSTOP)
-        ctx.conn.execute(
-            "INSERT INTO applied VALUES (?, ?, ?, ?)",
-            (ctx.topic, ctx.partition, ctx.offset, str(ctx.envelope.event_id)),
+        ctx.table("applied").insert(
+            {
+                "topic": ctx.topic,
+                "partition": ctx.partition,
+                "offset": ctx.offset,
+                "event_id": str(ctx.envelope.event_id),
+            }
         )
 
     def _add(self, ctx: EventContext, amount: int) -> None:
-        ctx.conn.execute(
-            "INSERT INTO balances (id, total, events) VALUES (?, ?, 1) ON CONFLICT(id) DO UPDATE"
-            " SET total = total + excluded.total, events = events + 1",
-            (ctx.aggregate_id, amount),
+        ctx.table("balances").upsert(
+            {"id": ctx.aggregate_id, "total": amount, "events": 1},
+            key=("id",),
+            add=("total", "events"),
         )
 
     @handles(Deposited)
@@ -200,17 +208,17 @@ class Ledger(Projector):
         )
 
     def _apply(self, ctx: EventContext, amount: int) -> None:
-        row = ctx.conn.execute("SELECT version FROM ledger WHERE id=?", (ctx.aggregate_id,))
-        found = row.fetchone()
-        last = 0 if found is None else found[0]
+        ledger = ctx.table("ledger")
+        found = ledger.get(id=ctx.aggregate_id)
+        last = 0 if found is None else found["version"]
         if ctx.aggregate_version != last + 1:
             raise AssertionError(
                 f"{ctx.aggregate_id}: version {ctx.aggregate_version} after {last}: out of order"
             )
-        ctx.conn.execute(
-            "INSERT INTO ledger VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE"
-            " SET version = excluded.version, total = total + excluded.total",
-            (ctx.aggregate_id, ctx.aggregate_version, amount),
+        ledger.upsert(
+            {"id": ctx.aggregate_id, "version": ctx.aggregate_version, "total": amount},
+            key=("id",),
+            add=("total",),
         )
 
     @handles(Deposited)
@@ -244,7 +252,7 @@ class Invoicing(Projector):
         crash_after = int(os.environ.get("BANKAPP_CRASH_AFTER_ISSUE", "0") or 0)
         if crash_after and _issued_here[0] >= crash_after:
             os.kill(os.getpid(), signal.SIGKILL)
-        ctx.conn.execute("INSERT INTO invoiced VALUES (?, ?)", (order_id, event.amount))
+        ctx.table("invoiced").insert({"order_id": order_id, "amount": event.amount})
 
 
 app = App(

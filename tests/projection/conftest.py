@@ -7,6 +7,7 @@ name ``conftest`` means whichever came last.
 
 from projection_kit import (  # noqa: F401  (fixtures and hooks pytest finds here)
     data,
+    engine,
     producer,
     pytest_runtest_makereport,
     runtime,

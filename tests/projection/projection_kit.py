@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
+import psycopg
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +35,8 @@ from framework.consumer.free import Consumer  # noqa: E402
 from framework.log import LogStore, TopicPartition  # noqa: E402
 from framework.log.partitioner import partition_for_key  # noqa: E402
 from framework.projection import ReadModelView, readmodel_path  # noqa: E402
+from framework.projection.postgres import PgReadModelView, schema_name  # noqa: E402
+from framework.projection.store import ENV as READMODELS_ENV  # noqa: E402
 from tests.projection import bankapp  # noqa: E402
 
 APP = "tests.projection.bankapp:app"
@@ -87,8 +91,33 @@ class Producer:
 
 
 @pytest.fixture
-def data(tmp_path: Path) -> Path:
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The read models' engine: ``sqlite`` unless a test parametrises it (``indirect``) with
+    ``postgresql``: then ``$EVENTLANE_READMODELS`` names a fresh database of the session's
+    PostgreSQL cluster, for this process and the workers it starts."""
+    name = str(getattr(request, "param", "sqlite"))
+    if name == "postgresql":
+        monkeypatch.setenv(READMODELS_ENV, request.getfixturevalue("postgres_url"))
+    else:
+        monkeypatch.delenv(READMODELS_ENV, raising=False)
+    return name
+
+
+BOTH = pytest.mark.parametrize("engine", ["sqlite", "postgresql"], indirect=True)
+"""Run a test on both read-model engines."""
+
+
+@pytest.fixture
+def data(tmp_path: Path, engine: str) -> Path:
     return tmp_path / "data"
+
+
+def view(data: Path, name: str) -> ReadModelView | PgReadModelView:
+    """A read-only view of read model ``name`` on the engine the test runs on."""
+    url = os.environ.get(READMODELS_ENV)
+    if url:
+        return PgReadModelView(url, schema_name(name))
+    return ReadModelView(readmodel_path(data, name))
 
 
 @pytest.fixture
@@ -155,17 +184,24 @@ def read_balances(data: Path) -> dict[str, tuple[int, int]]:
 
 def read_markers(data: Path) -> list[tuple[str, int, int]]:
     with connect(data, "balances") as conn:
-        return [tuple(r) for r in conn.execute("SELECT topic, partition, offset FROM applied")]
+        return [tuple(r) for r in conn.execute('SELECT topic, partition, "offset" FROM applied')]
 
 
 class connect:
-    """A read-only connection to a read model, closed on exit."""
+    """A read-only connection to a read model (SQLite file or PostgreSQL schema), closed on
+    exit."""
 
     def __init__(self, data: Path, name: str) -> None:
+        url = os.environ.get(READMODELS_ENV)
+        self.conn: Any
+        if url:
+            self.conn = psycopg.connect(url, autocommit=True)
+            self.conn.execute(f'SET search_path TO "{schema_name(name)}"')
+            return
         path = readmodel_path(data, name)
         self.conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=60)
 
-    def __enter__(self) -> sqlite3.Connection:
+    def __enter__(self) -> Any:
         return self.conn
 
     def __exit__(self, *exc: object) -> None:
@@ -173,8 +209,20 @@ class connect:
 
 
 def integrity(data: Path, name: str) -> str:
+    """SQLite's ``integrity_check``; on PostgreSQL, ``ok`` once every table reads in full
+    (a heap scan of each: what a torn page would break)."""
     with connect(data, name) as conn:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+        if isinstance(conn, sqlite3.Connection):
+            return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            )
+        ]
+        for table in tables:
+            conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()
+        return "ok"
 
 
 # ---------------------------------------------------------------------------- processes
@@ -296,8 +344,8 @@ def group_members(data: Path, group: str) -> dict[int, list[TopicPartition]]:
 
 
 def positions(data: Path, name: str) -> dict[TopicPartition, int]:
-    with ReadModelView(readmodel_path(data, name)) as view:
-        return view.positions()
+    with view(data, name) as v:
+        return v.positions()
 
 
 def hwms(data: Path, topic: str) -> dict[TopicPartition, int]:
@@ -321,9 +369,9 @@ def wait_caught_up(
     """Wait until every partition's position is its HWM; return the seconds it took."""
     t0 = time.monotonic()
     ends = hwms(data, topic)
-    with ReadModelView(readmodel_path(data, name)) as view:
+    with view(data, name) as v:
         while True:
-            pos = view.positions()
+            pos = v.positions()
             if all(pos.get(tp, -1) >= end for tp, end in ends.items()):
                 return time.monotonic() - t0
             if check is not None:

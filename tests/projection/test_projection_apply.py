@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from projection_kit import Producer, fold_accounts, read_balances, read_markers
+from projection_kit import BOTH, Producer, fold_accounts, read_balances, read_markers
 
 from framework.app import Runtime
 from framework.codec import Envelope
@@ -27,9 +27,14 @@ from framework.projection import (
     readmodel_path,
     retry_dead_letters,
 )
+from framework.projection.store import AnyReadModel, open_store
 from tests.projection import bankapp
 
 TP0 = TopicPartition("accounts", 0)
+
+
+def _columns(readmodel: AnyReadModel, table: str) -> list[str]:
+    return [d[0] for d in readmodel.conn.execute(f"SELECT * FROM {table} LIMIT 0").description]
 
 
 def all_records(runtime: Runtime, topic: str = "accounts") -> list[Record]:
@@ -44,13 +49,14 @@ def all_records(runtime: Runtime, topic: str = "accounts") -> list[Record]:
     return out
 
 
-def applier_for(runtime: Runtime, name: str) -> tuple[BatchApplier, ReadModel]:
+def applier_for(runtime: Runtime, name: str) -> tuple[BatchApplier, AnyReadModel]:
     readmodel = open_readmodel(runtime, name)
     projector = runtime.app.projector(name)()
     projector.setup(readmodel.db)
     return BatchApplier(projector, runtime.codec, readmodel, app=runtime), readmodel
 
 
+@BOTH
 def test_batch_applied_exactly_once_under_redelivery(runtime: Runtime, data: Path) -> None:
     Producer(runtime).deposits(600)
     records = all_records(runtime)
@@ -70,6 +76,7 @@ def test_batch_applied_exactly_once_under_redelivery(runtime: Runtime, data: Pat
     assert len(markers) == len(set(markers)) == len(records)
 
 
+@BOTH
 def test_older_generation_is_fenced_and_changes_nothing(runtime: Runtime) -> None:
     Producer(runtime).deposits(60)
     records = [r for r in all_records(runtime) if r.partition == 0]
@@ -92,6 +99,7 @@ def test_older_generation_is_fenced_and_changes_nothing(runtime: Runtime) -> Non
     readmodel.close()
 
 
+@BOTH
 def test_positions_never_move_backwards(runtime: Runtime) -> None:
     Producer(runtime).deposits(60)
     records = [r for r in all_records(runtime) if r.partition == 0]
@@ -104,6 +112,7 @@ def test_positions_never_move_backwards(runtime: Runtime) -> None:
     readmodel.close()
 
 
+@BOTH
 def test_poison_dead_lettered_in_the_batch_transaction(runtime: Runtime, data: Path) -> None:
     Producer(runtime).deposits(300, poison=lambda i: i % 37 == 5)
     records = all_records(runtime)
@@ -162,6 +171,7 @@ def test_unhandled_types_skipped_without_decoding(runtime: Runtime) -> None:
     readmodel.close()
 
 
+@BOTH
 def test_parked_key_released_by_retry_keeps_order(
     runtime: Runtime, data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,7 +192,7 @@ def test_parked_key_released_by_retry_keeps_order(
     applier.apply([new], generation=0)
     assert list_dead_letters(readmodel)[-1].status == "parked"
     # Retrying a parked letter alone is refused while an earlier one of its key is open.
-    other = ReadModel(readmodel_path(data, "ledger"))  # as `eventlane dlq retry` would
+    other = open_store(runtime, "ledger")  # as `eventlane dlq retry` would
     projector = bankapp.Ledger()
     refused = retry_dead_letters(projector, runtime.codec, other, ids=[letters[1].id])
     assert not refused.succeeded and "earlier dead letter" in refused.failed[letters[1].id]
@@ -201,6 +211,7 @@ def test_parked_key_released_by_retry_keeps_order(
     readmodel.close()
 
 
+@BOTH
 def test_pending_migrations_refuse_start_until_migrated(runtime: Runtime, data: Path) -> None:
     # A new read model is created at the latest schema (of version 1 of the app).
     readmodel = open_readmodel(runtime, "balances")
@@ -218,15 +229,16 @@ def test_pending_migrations_refuse_start_until_migrated(runtime: Runtime, data: 
         assert applied["balances"] == ["bankapp.balances:m002_balances_owner"]
         assert migrate_all(v2)["balances"] == []
         readmodel = open_readmodel(v2, "balances")
-        columns = [r[1] for r in readmodel.conn.execute("PRAGMA table_info(balances)")]
+        columns = _columns(readmodel, "balances")
         assert "owner" in columns
         readmodel.close()
 
 
+@BOTH
 def test_new_read_model_created_at_latest_schema(data: Path) -> None:
     with bankapp.app_v2.open(data) as v2:
         readmodel = open_readmodel(v2, "balances")
-        columns = [r[1] for r in readmodel.conn.execute("PRAGMA table_info(balances)")]
+        columns = _columns(readmodel, "balances")
         readmodel.close()
     assert "owner" in columns
 

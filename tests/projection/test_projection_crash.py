@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from projection_kit import (
+    BOTH,
     Producer,
     Workers,
     fold_accounts,
@@ -26,28 +27,30 @@ from projection_kit import (
     positions,
     read_balances,
     read_markers,
+    view,
     wait_caught_up,
 )
-
-from framework.projection import ReadModelView, readmodel_path
 
 SESSION_MS = 500
 
 
-def kill_cycles(data: Path, workers: Workers, producer: Producer, cycles: int) -> dict[str, int]:
+def kill_cycles(
+    data: Path, workers: Workers, producer: Producer, cycles: int, scale: float = 1.0
+) -> dict[str, int]:
+    """``scale`` shrinks the backlog (a slower engine needs less to be killed mid-work)."""
     rng = random.Random(cycles)
-    producer.deposits(20_000, accounts=300)
+    producer.deposits(int(20_000 * scale), accounts=300)
     busy_kills = 0
     for cycle in range(cycles):
         before = sum(positions(data, "balances").values()) if cycle else 0
-        if producer.count - before < 8_000:  # keep a backlog: every kill lands mid-work
-            producer.deposits(rng.randint(8_000, 12_000), accounts=300)
+        if producer.count - before < 8_000 * scale:  # a backlog: every kill lands mid-work
+            producer.deposits(int(rng.randint(8_000, 12_000) * scale), accounts=300)
         proc = workers.start(
             session_timeout_ms=SESSION_MS, max_poll_records=rng.choice([50, 200, 1000])
         )
         deadline = time.monotonic() + 120
-        with ReadModelView(readmodel_path(data, "balances")) as view:
-            while sum(view.positions().values()) <= before:
+        with view(data, "balances") as reader:
+            while sum(reader.positions().values()) <= before:
                 assert proc.poll() is None, f"worker died by itself: {proc.returncode}"
                 assert time.monotonic() < deadline, "worker made no progress in 120 s"
                 time.sleep(0.01)
@@ -68,8 +71,8 @@ def check_read_model(data: Path, events: int) -> None:
     assert len(markers) == len(set(markers)) == events  # no duplicate, no gap
     assert set(markers) == fold.events
     assert integrity(data, "balances") == "ok"
-    with ReadModelView(readmodel_path(data, "balances")) as view:
-        assert view.dead_letter_counts() == {}  # a duplicate would have surfaced here
+    with view(data, "balances") as reader:
+        assert reader.dead_letter_counts() == {}  # a duplicate would have surfaced here
 
 
 def test_kill9_mid_batch_25_cycles(data: Path, workers: Workers, producer: Producer) -> None:
@@ -78,8 +81,19 @@ def test_kill9_mid_batch_25_cycles(data: Path, workers: Workers, producer: Produ
     assert figures["busy_kills"] >= 20  # the kills landed on working workers
 
 
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_kill9_mid_batch_postgresql(
+    engine: str, data: Path, workers: Workers, producer: Producer
+) -> None:
+    """The same on a PostgreSQL read model, fewer cycles (the soak runs both engines)."""
+    figures = kill_cycles(data, workers, producer, 8, scale=0.15)
+    check_read_model(data, producer.count)
+    assert figures["busy_kills"] >= 6
+
+
 @pytest.mark.soak
 @pytest.mark.timeout(4 * 3600)
+@BOTH
 def test_kill9_mid_batch_soak(data: Path, workers: Workers, producer: Producer) -> None:
     cycles = int(os.environ.get("EVENTLANE_SOAK_CYCLES", "1000"))
     t0 = time.monotonic()

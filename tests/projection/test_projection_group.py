@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from projection_kit import (
+    BOTH,
     Producer,
     Workers,
     child_env,
@@ -25,12 +26,12 @@ from projection_kit import (
     positions,
     read_balances,
     read_markers,
+    view,
     wait_caught_up,
 )
 
 from framework.consumer.coordinator import GroupCoordinator
 from framework.log import LogStore, TopicPartition
-from framework.projection import ReadModelView, readmodel_path
 
 
 class MonotonicPositions(threading.Thread):
@@ -38,18 +39,16 @@ class MonotonicPositions(threading.Thread):
 
     def __init__(self, data: Path, name: str = "balances") -> None:
         super().__init__(daemon=True)
-        self.path = readmodel_path(data, name)
+        self.data, self.name = data, name
         self.stop = threading.Event()
         self.backwards: list[tuple[TopicPartition, int, int]] = []
         self.samples = 0
 
     def run(self) -> None:
         last: dict[TopicPartition, int] = {}
-        while not self.path.exists() and not self.stop.is_set():
-            time.sleep(0.01)
-        with ReadModelView(self.path) as view:
+        with view(self.data, self.name) as reader:
             while not self.stop.is_set():
-                for tp, pos in view.positions().items():
+                for tp, pos in reader.positions().items():
                     if pos < last.get(tp, -1):
                         self.backwards.append((tp, last[tp], pos))
                     last[tp] = max(pos, last.get(tp, -1))
@@ -70,8 +69,8 @@ def check_exactly_once(data: Path) -> None:
     assert set(markers) == fold.events  # every event applied once: no gap, no duplicate
     assert read_balances(data) == fold.balances
     assert integrity(data, "balances") == "ok"
-    with ReadModelView(readmodel_path(data, "balances")) as view:
-        assert view.dead_letter_counts() == {}
+    with view(data, "balances") as reader:
+        assert reader.dead_letter_counts() == {}
 
 
 def group_owners(data: Path, group: str) -> dict[str, list[TopicPartition]]:
@@ -132,6 +131,7 @@ def test_three_workers_six_partitions_members_join_and_leave(
     check_exactly_once(data)
 
 
+@BOTH
 def test_frozen_worker_late_batch_is_fenced(
     data: Path, workers: Workers, producer: Producer, tmp_path: Path
 ) -> None:

@@ -139,7 +139,7 @@ def test_the_wake_of_concurrent_appends_is_not_left_owed(
         for t in threads:
             t.join(60)
         time.sleep(0.2)
-        assert not js._wake_owed
+        assert not js._wakeups.owed
         other.wait(seen, 5.0)
         assert other.wait_seq() != seen
 
@@ -212,8 +212,8 @@ def test_an_append_whose_ack_is_lost_is_sent_again_and_stored_once(
     with JetStreamLog.from_url(cluster.url, namespace=namespace, timeout=0.3) as js:
         js.create_topic("lost", 1)
         js.append("lost", 0, [(b"k", b"0", (), None)])
-        answers = js._ack_prefix
-        js._ack_prefix = f"{namespace}.nobody."  # acks of the next appends go nowhere
+        answers = js._publisher.ack_prefix
+        js._publisher.ack_prefix = f"{namespace}.nobody."  # acks of the next appends go nowhere
         sent_again: list[str] = []
         publish = js.js.publish
 
@@ -239,7 +239,7 @@ def test_an_append_whose_ack_is_lost_is_sent_again_and_stored_once(
             t.start()
         for t in threads:
             t.join(60)
-        js._ack_prefix = answers
+        js._publisher.ack_prefix = answers
         assert errors == [] and len(sent_again) == 9
         assert js.offsets("lost", 0).hwm == 10
         assert [r.value for r in js.read_key("lost", 0, b"k")] == [b"0", b"1"]

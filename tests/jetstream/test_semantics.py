@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from framework.errors import OffsetOutOfRangeError, UnknownTopicError
+from framework.errors import (
+    LogError,
+    OffsetOutOfRangeError,
+    OutcomeUnknownError,
+    UnknownTopicError,
+)
 from framework.log.jetstream import mapping
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
@@ -139,7 +144,7 @@ def test_the_wake_of_concurrent_appends_is_not_left_owed(
         for t in threads:
             t.join(60)
         time.sleep(0.2)
-        assert not js._wake_owed
+        assert not js._wakeups.owed
         other.wait(seen, 5.0)
         assert other.wait_seq() != seen
 
@@ -212,8 +217,8 @@ def test_an_append_whose_ack_is_lost_is_sent_again_and_stored_once(
     with JetStreamLog.from_url(cluster.url, namespace=namespace, timeout=0.3) as js:
         js.create_topic("lost", 1)
         js.append("lost", 0, [(b"k", b"0", (), None)])
-        answers = js._ack_prefix
-        js._ack_prefix = f"{namespace}.nobody."  # acks of the next appends go nowhere
+        answers = js._publisher.ack_prefix
+        js._publisher.ack_prefix = f"{namespace}.nobody."  # acks of the next appends go nowhere
         sent_again: list[str] = []
         publish = js.js.publish
 
@@ -239,9 +244,46 @@ def test_an_append_whose_ack_is_lost_is_sent_again_and_stored_once(
             t.start()
         for t in threads:
             t.join(60)
-        js._ack_prefix = answers
+        js._publisher.ack_prefix = answers
         assert errors == [] and len(sent_again) == 9
         assert js.offsets("lost", 0).hwm == 10
         assert [r.value for r in js.read_key("lost", 0, b"k")] == [b"0", b"1"]
         for w in range(4):
             assert [r.value for r in js.read_key("lost", 0, b"w%d" % w)] == [b"a", b"b"]
+
+
+def test_close_ends_the_calls_in_flight_at_once(cluster: LocalCluster, namespace: str) -> None:
+    """close() while other threads wait on the log: each call ends within seconds (not at
+    the 60 s backstop): a write as "outcome unknown", anything else as a permanent error."""
+    log = JetStreamLog.from_url(cluster.url, namespace=namespace)
+    outcomes: dict[int, BaseException | None] = {}
+    inside = threading.Semaphore(0)
+
+    async def long() -> None:
+        inside.release()
+        await asyncio.sleep(3600)
+
+    def caller(i: int) -> None:
+        try:
+            log.run(long(), write=i % 2 == 0)
+            outcomes[i] = None
+        except BaseException as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(4)]
+    for th in threads:
+        th.start()
+    for _ in threads:
+        assert inside.acquire(timeout=10)
+    started = time.monotonic()
+    log.close()
+    for th in threads:
+        th.join(20)
+    waited = time.monotonic() - started
+    assert sorted(outcomes) == [0, 1, 2, 3], f"callers still waiting after {waited:.1f} s"
+    assert waited < 15
+    for i, exc in outcomes.items():
+        if i % 2 == 0:
+            assert isinstance(exc, OutcomeUnknownError), repr(exc)
+        else:
+            assert type(exc) is LogError and exc.permanent, repr(exc)

@@ -1,0 +1,308 @@
+"""Topics on JetStream: the registry, the partition streams' config, and the marks.
+
+* A topic partition is one R=``replicas`` file stream (:mod:`.mapping`). Retention maps to
+  stream limits (``max_age``, ``max_bytes``), compaction to ``max_msgs_per_subject=1``.
+* Topic metadata (partition count and :class:`TopicConfig`) lives in the replicated KV
+  bucket ``<ns>-topics``: created after the streams (create-if-absent, so one of two
+  concurrent creators wins), removed before them. The registry only ever grows a topic, so
+  metadata cached for :data:`META_TTL_S` is safe to use, and for :data:`META_BACKOFF_S` more
+  when the registry cannot answer (appends to partitions that are up do not wait for it).
+* Marks: LWM = ``first_seq - 1``, HWM = LEO = ``last_seq``, from the stream leader. The
+  marks one log object has seen never go back (``marks``: stream -> (lwm, hwm) last seen):
+  a stale node's answer is raised to what was seen before.
+
+Invariants: ``meta`` and ``marks`` are dictionaries updated with single assignments from
+callers' threads and the loop alike; an entry is a whole immutable tuple, so a reader sees
+an old or a new entry, never a torn one (a lost update only costs a registry read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import nats.js.errors
+import orjson
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+
+from framework.errors import (
+    ConfigError,
+    LogUnavailableError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from framework.log.config import TopicConfig, altered_partitions, new_topic_config
+from framework.log.jetstream import mapping as m
+from framework.log.jetstream.bridge import Bridge
+from framework.log.jetstream.connection import Connection
+from framework.log.names import validate_topic_name
+from framework.log.types import Clock, PartitionDescription, TopicDescription
+from framework.observability import get_logger
+
+log = get_logger("eventlane.log")
+
+META_TTL_S = 0.5
+META_BACKOFF_S = 5.0  # a topic's cached metadata is used this long when the registry is out
+
+
+class Meta(NamedTuple):
+    partitions: int
+    config: TopicConfig
+    checked: float
+
+
+class Topics:
+    """The topic registry and the partition streams of one log (module docstring)."""
+
+    def __init__(self, conn: Connection, bridge: Bridge, clock: Clock) -> None:
+        self.conn = conn
+        self.bridge = bridge
+        self.clock = clock
+        self.namespace = conn.namespace
+        self.meta: dict[str, Meta] = {}
+        self.marks: dict[str, tuple[int, int]] = {}  # stream -> (lwm, hwm) last seen
+
+    def forget(self, topic: str) -> None:
+        """The registry says ``topic`` is gone: drop what is cached of it."""
+        self.meta.pop(topic, None)
+
+    def stream_config(self, topic: str, p: int, cfg: TopicConfig) -> StreamConfig:
+        ns = self.namespace
+        by_time = cfg.delete and cfg.retention_ms > 0
+        max_age = cfg.retention_ms / 1000 if by_time else 0
+        return StreamConfig(
+            name=m.stream_name(ns, topic, p),
+            subjects=[m.subject_prefix(ns, topic, p) + ".*"],
+            num_replicas=self.conn.replicas,
+            storage=StorageType.FILE,
+            allow_direct=True,
+            allow_atomic=True,
+            allow_rollup_hdrs=True,
+            discard=DiscardPolicy.OLD,
+            max_age=max_age,
+            max_bytes=cfg.retention_bytes if cfg.delete else -1,
+            max_msgs_per_subject=1 if cfg.compact else -1,
+            duplicate_window=min(120, max_age) if max_age else 120,
+            metadata={"eventlane.topic": topic, "eventlane.partition": str(p)},
+        )
+
+    def create(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: TopicConfig | Mapping[str, object] | None = None,
+        *,
+        exist_ok: bool = False,
+    ) -> TopicDescription:
+        """Create the partition streams, then register the topic (create-if-absent in KV)."""
+        cfg = new_topic_config(name, partitions, config)
+        if len(m.stream_name(self.namespace, name, partitions)) > 255:
+            raise ConfigError("topic name too long for a JetStream stream name", topic=name)
+        if self.exists(name):
+            if exist_ok:
+                return self.describe(name)
+            raise TopicExistsError(f"topic {name!r} already exists", topic=name)
+        self.bridge.run(self._add_streams(name, range(partitions), cfg))
+        body = orjson.dumps(
+            {
+                "name": name,
+                "partitions": partitions,
+                "config": cfg.to_dict(),
+                "created_ms": self.clock(),
+            }
+        )
+        kv = self.conn.kv
+        try:
+            self.bridge.run(self.conn.retry(lambda: kv.create(name, body), what="create topic"))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            if exist_ok:
+                return self.describe(name)
+            raise TopicExistsError(f"topic {name!r} already exists", topic=name) from None
+        log.info("topic created", topic=name, partitions=partitions, engine="jetstream")
+        self.meta.pop(name, None)
+        return self.describe(name)
+
+    async def _add_streams(self, topic: str, parts: range, cfg: TopicConfig) -> None:
+        async def one(p: int) -> None:
+            sc = self.stream_config(topic, p, cfg)
+            await self.conn.retry(lambda: self.conn.js.add_stream(sc), what="create stream")
+
+        await asyncio.gather(*(one(p) for p in parts))
+
+    def names(self) -> list[str]:
+        """The registered topics. nats-py's key listing can answer "no keys" when its
+        watcher's consumer delivered every key before the watcher first looked (the keys are
+        then in flight, counted neither pending nor received): an empty answer is asked
+        again, twice, before it is believed."""
+
+        async def keys() -> list[str]:
+            for pause in (0.01, 0.05, None):
+                try:
+                    return list(await self.conn.kv.keys())
+                except nats.js.errors.NoKeysError:
+                    if pause is None:
+                        return []
+                    await asyncio.sleep(pause)
+            return []
+
+        return sorted(self.bridge.run(self.conn.retry(keys, what="list topics")))
+
+    def exists(self, name: str) -> bool:
+        validate_topic_name(name)
+        try:
+            self.get(name, fresh=True)
+        except UnknownTopicError:
+            return False
+        return True
+
+    def get(self, name: str, *, fresh: bool = False) -> Meta:
+        """A topic's metadata: cached (module docstring), or read from the registry."""
+        now = time.monotonic()
+        meta = self.meta.get(name) if isinstance(name, str) else None
+        if meta is not None and not fresh and now - meta.checked < META_TTL_S:
+            return meta
+        validate_topic_name(name)
+        kv = self.conn.kv
+
+        async def get() -> bytes | None:
+            try:
+                entry = await kv.get(name)
+            except nats.js.errors.KeyNotFoundError:
+                return None
+            return entry.value
+
+        if meta is not None and not fresh:
+            # a refresh of what is cached: when the registry cannot answer now (its leader
+            # cut off, an election), keep using the cached metadata for a while, so appends
+            # to partitions that are up do not wait for the registry (it only ever grows)
+            try:
+                raw = self.bridge.run(asyncio.wait_for(get(), self.conn.attempt_s), topic=name)
+            except LogUnavailableError:
+                self.meta[name] = meta._replace(checked=now + META_BACKOFF_S)
+                return meta
+        else:
+            raw = self.bridge.run(self.conn.retry(get, what="read topic metadata"), topic=name)
+        if not raw:
+            self.meta.pop(name, None)
+            raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)
+        body = orjson.loads(raw)
+        meta = Meta(int(body["partitions"]), TopicConfig.from_mapping(body["config"]), now)
+        self.meta[name] = meta
+        return meta
+
+    def check_partition(self, topic: str, partition: int) -> Meta:
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            raise UnknownPartitionError(
+                f"partition must be an integer, got {partition!r}", topic=topic
+            )
+        meta = self.get(topic)
+        if not 0 <= partition < meta.partitions:
+            meta = self.get(topic, fresh=True)
+            if not 0 <= partition < meta.partitions:
+                raise UnknownPartitionError(
+                    f"partition {partition} does not exist (topic has {meta.partitions})",
+                    topic=topic,
+                    partition=partition,
+                )
+        return meta
+
+    def describe(self, name: str) -> TopicDescription:
+        meta = self.get(name, fresh=True)
+        states = self.bridge.run(self._states(name, meta.partitions))
+        details = tuple(
+            PartitionDescription(p, lwm, hwm, hwm, 1, size)
+            for p, (lwm, hwm, size) in enumerate(states)
+        )
+        return TopicDescription(name, meta.partitions, meta.config, details)
+
+    async def state(self, topic: str, p: int) -> tuple[int, int, int]:
+        """``(lwm, hwm, bytes)`` of one partition, from its stream leader."""
+        stream = m.stream_name(self.namespace, topic, p)
+        js = self.conn.js
+        try:
+            info = await self.conn.retry(lambda: js.stream_info(stream), what="stream info")
+        except nats.js.errors.NotFoundError:
+            raise UnknownTopicError(
+                f"topic {topic!r} has no stream for partition {p}", topic=topic, partition=p
+            ) from None
+        last = info.state.last_seq
+        lwm = max(info.state.first_seq - 1, 0) if info.state.messages else last
+        known = self.marks.get(stream)
+        if known is not None:  # monotone per reader: a stale node's answer never goes back
+            lwm, last = max(lwm, known[0]), max(last, known[1])
+        self.marks[stream] = (lwm, last)
+        return lwm, last, info.state.bytes
+
+    def appended(self, topic: str, partition: int, last_seq: int) -> None:
+        """An append was acknowledged up to stream sequence ``last_seq``: the HWM seen."""
+        stream = m.stream_name(self.namespace, topic, partition)
+        if (known := self.marks.get(stream)) is not None:
+            self.marks[stream] = (known[0], max(known[1], last_seq))
+
+    async def _states(self, topic: str, count: int) -> list[tuple[int, int, int]]:
+        return list(await asyncio.gather(*(self.state(topic, p) for p in range(count))))
+
+    def alter(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        config: Mapping[str, object] | None = None,
+    ) -> TopicDescription:
+        """Change config values (stream limits follow) or add partitions (never remove)."""
+        meta = self.get(name, fresh=True)
+        cfg = TopicConfig.from_mapping(config or {}, base=meta.config)
+        count = meta.partitions
+        if partitions is not None:
+            altered_partitions(name, meta.partitions, partitions)
+            if partitions > meta.partitions:
+                log.warning(
+                    "partition count increased: new records with the same key may land"
+                    " in a different partition than older ones",
+                    topic=name,
+                    old=meta.partitions,
+                    new=partitions,
+                )
+                self.bridge.run(self._add_streams(name, range(meta.partitions, partitions), cfg))
+                count = partitions
+        conn = self.conn
+
+        async def update() -> None:
+            for p in range(count):
+                sc = self.stream_config(name, p, cfg)
+                await conn.retry(functools.partial(conn.js.update_stream, sc), what="update stream")
+            body = {"name": name, "partitions": count, "config": cfg.to_dict()}
+            await conn.retry(lambda: conn.kv.put(name, orjson.dumps(body)), what="alter topic")
+
+        self.bridge.run(update())
+        self.meta.pop(name, None)
+        return self.describe(name)
+
+    def delete(self, name: str) -> None:
+        """Unregister the topic, then delete its streams."""
+        meta = self.get(name, fresh=True)
+        conn = self.conn
+
+        async def delete() -> None:
+            await conn.retry(lambda: conn.kv.purge(name), what="delete topic")
+            for p in range(meta.partitions):
+                stream = m.stream_name(self.namespace, name, p)
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    await conn.retry(functools.partial(conn.js.delete_stream, stream))
+
+        self.bridge.run(delete())
+        self.meta.pop(name, None)
+        for p in range(meta.partitions):
+            self.marks.pop(m.stream_name(self.namespace, name, p), None)
+        log.info("topic deleted", topic=name, engine="jetstream")
+
+    def stream_info(self, topic: str, partition: int) -> Any:
+        """The partition stream's info (``nats.js.api.StreamInfo``), from its leader."""
+        stream = m.stream_name(self.namespace, topic, partition)
+        js = self.conn.js
+        return self.bridge.run(self.conn.retry(functools.partial(js.stream_info, stream)))

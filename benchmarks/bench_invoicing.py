@@ -2,6 +2,13 @@
 
     .venv/bin/python benchmarks/bench_invoicing.py                 # 1M events, 5 runs
     .venv/bin/python benchmarks/bench_invoicing.py --quick         # 100k events, smoke run
+    .venv/bin/python benchmarks/bench_invoicing.py --policy        # the deadline's cost
+
+``--policy`` (issue 32: the orders' deadlines) measures only the invoicing policy's catch-up
+from a cold start on a smaller history (``--events``, default 12k), one worker, with the
+deadline (a schedule appended per placed order, withdrawn per confirmed one) and without it
+(``$INVOICING_CONFIRM_WITHIN_S=0``), interleaved (the order alternates each round): medians
+of the rounds and the ratio on/off.
 
 The history (orders placed, confirmed, cancelled; invoices issued, paid, voided) is built
 once with the app's own codec and bulk-appended, then cached under /tmp. Each run measures,
@@ -17,6 +24,7 @@ ratio against the baseline's median.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -43,6 +51,7 @@ from example_apps.invoicing.events import (
     OrderPlaced,
     PaymentRecorded,
 )
+from example_apps.invoicing.projections import CONFIRM_WITHIN_ENV
 from framework.codec import Envelope
 from framework.log.partitioner import partition_for_key
 from framework.projection import Runner, open_readmodel, readmodel_path
@@ -164,13 +173,77 @@ def catch_up(data: Path, name: str, workers: int) -> float:
     return total / seconds
 
 
+def policy_catch_up(data: Path, deadlines: bool) -> float:
+    """Events/s of the invoicing policy (1 worker) from a cold start until lag 0, with or
+    without the orders' deadlines; its schedules topic is emptied first."""
+    name = "invoicing_policy"
+    path = readmodel_path(data, name)
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    total = topic_records(data, ("orders",))
+    env = {**os.environ, CONFIRM_WITHIN_ENV: "1800" if deadlines else "0"}
+    with app.open(data) as rt:
+        if rt.log.topic_exists("invoicing.schedules"):
+            rt.log.delete_topic("invoicing.schedules")
+        open_readmodel(rt, name, migrate=True).close()
+        runner = Runner(APP, name, data, workers=1, session_timeout_ms=5000, env=env)
+        started = time.perf_counter()
+        runner.start()
+        try:
+            while True:
+                with contextlib.suppress(sqlite3.OperationalError), sqlite3.connect(
+                    path, timeout=30
+                ) as db:
+                    done = db.execute("SELECT coalesce(sum(next_offset), 0) FROM"
+                                      " _eventlane_positions").fetchone()[0]
+                    if done >= total:
+                        break
+                time.sleep(0.05)
+            seconds = time.perf_counter() - started
+        finally:
+            runner.stop()
+    return total / seconds
+
+
+def policy_main(events: int, runs: int) -> None:
+    root = Path(tempfile.gettempdir()) / f"eventlane-bench-invoicing-{events}"
+    data = root / "data"
+    if not (root / "built").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        (root / "built").parent.mkdir(parents=True, exist_ok=True)
+        (root / "built").write_text(str(build_history(data, events)))
+    orders = topic_records(data, ("orders",))
+    series: dict[bool, list[float]] = {True: [], False: []}
+    for run in range(runs):
+        for deadlines in (True, False) if run % 2 == 0 else (False, True):
+            series[deadlines].append(policy_catch_up(data, deadlines))
+        print(f"round {run + 1}/{runs}: on {series[True][-1]:,.0f}, off"
+              f" {series[False][-1]:,.0f} events/s", flush=True)
+    on, off = statistics.median(series[True]), statistics.median(series[False])
+    print(f"\ninvoicing policy catch-up, 1 worker, {orders:,} order events;"
+          f" medians of {runs} interleaved rounds (events/s)\n")
+    print("| figure | median | min | max |\n|---|---|---|---|")
+    for label, values in (("deadlines off (before)", series[False]),
+                          ("deadlines on (a schedule per order)", series[True])):
+        print(f"| {label} | {statistics.median(values):,.0f} | {min(values):,.0f} |"
+              f" {max(values):,.0f} |")
+    print(f"\nratio on/off: {on / off:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="100k events, 5 runs")
+    parser.add_argument("--policy", action="store_true",
+                        help="only the policy's catch-up with and without deadlines")
     args = parser.parse_args()
+    if args.policy:
+        os.environ.setdefault("EVENTLANE_LOG_LEVEL", "error")
+        events = 12_000 if args.events == 1_000_000 else args.events
+        policy_main(events, max(5, args.runs))
+        return
     events = 100_000 if args.quick else args.events
     runs = max(5, args.runs)
     os.environ.setdefault("EVENTLANE_LOG_LEVEL", "error")

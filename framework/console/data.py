@@ -1,5 +1,6 @@
-"""Everything the console knows about the log, the groups and the app: the ONE module that
-touches the framework (the web layer, :mod:`framework.console.web`, only calls this).
+"""Everything the console knows about the log, the groups and the app: the ONE facade over
+the framework (the web layer, :mod:`framework.console.web`, only calls this); a concept with
+a module of its own (:mod:`framework.console.schedules`) is read there and served here.
 
 It uses public surfaces only: the log port (:class:`~framework.log.Log`), the consumer-group
 admin functions, the per-key index of the event store, the app runtime (codec, aggregates,
@@ -36,6 +37,9 @@ from urllib.parse import unquote, urlsplit
 import orjson
 
 from framework.app import App, Runtime, load_app
+from framework.console.filters import Filters
+from framework.console.rebuild_job import RebuildJob
+from framework.console.schedules import schedule_rows
 from framework.consumer.admin import (
     describe_group,
     list_groups,
@@ -100,74 +104,6 @@ def open_log(data: Path | None, url: str | None) -> Log:
     return engine_open_log(data)
 
 
-class Filters:
-    """What the browser and the live tail filter records by (all optional, AND-ed).
-
-    ``header`` is ``name=value`` (``event-type=OrderPlaced``) or a bare value matched against
-    the ``event-type`` header; ``text`` a substring of the value; ``jpath`` a dotted path into
-    the JSON value (``data.customer_id``, list items as ``lines.0.sku``), optionally
-    ``=value`` (compared with the JSON scalar's text).
-    """
-
-    def __init__(
-        self,
-        *,
-        key: str | None = None,
-        header: str | None = None,
-        text: str | None = None,
-        jpath: str | None = None,
-    ) -> None:
-        self.key = key or None
-        self.key_bytes = key.encode() if key else None
-        name, sep, value = (header or "").partition("=")
-        self.header: tuple[str, bytes] | None = None
-        if header:
-            self.header = (name.strip(), value.encode()) if sep else ("event-type", name.encode())
-        self.text = text.encode() if text else None
-        self.jpath: list[str] | None = None
-        self.jvalue: str | None = None
-        if jpath:
-            path, sep, want = jpath.partition("=")
-            self.jpath = [p for p in path.strip().removeprefix("$").split(".") if p]
-            self.jvalue = want if sep else None
-
-    def active(self) -> bool:
-        return any(x is not None for x in (self.key, self.header, self.text, self.jpath))
-
-    def match(self, record: Record) -> bool:
-        if self.key_bytes is not None and record.key != self.key_bytes:
-            return False
-        if self.header is not None and self.header not in [(n, v) for n, v in record.headers]:
-            return False
-        value = record.value or b""
-        if self.text is not None and self.text not in value:
-            return False
-        if self.jpath is not None:
-            try:
-                node: Any = orjson.loads(value)
-            except orjson.JSONDecodeError:
-                return False
-            for step in self.jpath:
-                if isinstance(node, dict) and step in node:
-                    node = node[step]
-                elif isinstance(node, list) and step.isdigit() and int(step) < len(node):
-                    node = node[int(step)]
-                else:
-                    return False
-            if self.jvalue is not None:
-                text = node if isinstance(node, str) else orjson.dumps(node).decode()
-                return bool(text == self.jvalue)
-        return True
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "header": None if self.header is None else f"{self.header[0]}={self.header[1]!r}",
-            "text": None if self.text is None else self.text.decode(),
-            "jpath": None if self.jpath is None else ".".join(self.jpath),
-        }
-
-
 def _text(raw: bytes | None) -> str | None:
     return None if raw is None else raw.decode("utf-8", errors="replace")
 
@@ -181,82 +117,6 @@ def _shown(raw: bytes | None) -> tuple[str | None, bool]:
         return raw.decode("utf-8"), False
     except UnicodeDecodeError:
         return raw.hex(" "), True
-
-
-class RebuildJob:
-    """One rebuild started from the console: its progress, then its result and verification.
-
-    ``state`` is ``running``, ``done`` (the rebuilt file equals the local replay and the live
-    read model where comparable), ``different`` or ``failed``. Implements the rebuild's
-    :class:`~framework.replay.progress.Progress` protocol; read from other threads through
-    :meth:`to_json`.
-    """
-
-    def __init__(self, job_id: int, projection: str, engine: str) -> None:
-        self.id = job_id
-        self.projection = projection
-        self.engine = engine
-        self.state = "running"
-        self.phase_name = "starting"
-        self.tasks = 0
-        self.tasks_done = 0
-        self.offsets = 0
-        self.records_done = 0
-        self.started = time.time()
-        self.seconds: float | None = None
-        self.result: dict[str, Any] | None = None
-        self.verify: list[dict[str, Any]] = []
-        self.error: str | None = None
-        self._lock = threading.Lock()
-
-    def start(self, partitions: int, offsets: int) -> None:
-        with self._lock:
-            self.tasks, self.offsets = partitions, offsets
-
-    def update(self, partitions_done: int, records_done: int) -> None:
-        with self._lock:
-            self.tasks_done, self.records_done = partitions_done, records_done
-
-    def phase(self, name: str) -> None:
-        with self._lock:
-            self.phase_name = name
-
-    def finish(
-        self,
-        state: str,
-        *,
-        result: dict[str, Any] | None = None,
-        verify: list[dict[str, Any]] | None = None,
-        error: str | None = None,
-    ) -> None:
-        with self._lock:
-            self.state, self.phase_name = state, state
-            self.result, self.verify, self.error = result, verify or [], error
-            self.seconds = time.time() - self.started
-
-    def _percent(self) -> int:
-        if self.state in ("done", "different"):
-            return 100
-        return int(100 * self.records_done / self.offsets) if self.offsets else 0
-
-    def to_json(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "id": self.id,
-                "projection": self.projection,
-                "engine": self.engine,
-                "state": self.state,
-                "phase": self.phase_name,
-                "tasks": self.tasks,
-                "tasks_done": self.tasks_done,
-                "offsets": self.offsets,
-                "records_done": self.records_done,
-                "percent": self._percent(),
-                "seconds": round(self.seconds or time.time() - self.started, 2),
-                "result": self.result,
-                "verify": self.verify,
-                "error": self.error,
-            }
 
 
 class ConsoleData:
@@ -812,6 +672,14 @@ class ConsoleData:
         if self.runtime is None:
             raise ConfigError("this view needs an APP (eventlane console ... APP)")
         return self.runtime
+
+    # ------------------------------------------------------------------ schedules
+    def schedules(self, state: str | None = None) -> list[dict[str, Any]]:
+        """The app's schedules, read-only (:mod:`framework.console.schedules`); none
+        without an APP."""
+        if self.runtime is None:
+            return []
+        return schedule_rows(self.runtime, state)
 
     # ------------------------------------------------------------------ rebuild
     def start_rebuild(self, projector: str, engine: str) -> RebuildJob:

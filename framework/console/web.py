@@ -290,6 +290,11 @@ def create_app(
         doc = data.dead_letter(name, path_id(request, "letter"))
         return {"api": doc, "d": doc, "name": name}
 
+    def schedules(request: Request) -> dict[str, Any]:
+        state = q(request, "state") or "all"
+        rows = data.schedules(state)
+        return {"api": rows, "schedules": rows, "state": state, "has_app": data.app is not None}
+
     def rebuild_job(request: Request) -> dict[str, Any]:
         doc = data.job(path_id(request, "job")).to_json()
         return {"api": doc, "j": doc}
@@ -307,6 +312,7 @@ def create_app(
         ("/projectors/{name}", "projector.html", projector),
         ("/projectors/{name}/dead-letters", "dead_letters.html", dead_letters),
         ("/projectors/{name}/dead-letters/{letter:int}", "dead_letter.html", dead_letter),
+        ("/schedules", "schedules.html", schedules),
         ("/rebuilds/{job:int}", "rebuild.html", rebuild_job),
     ]
     routes: list[BaseRoute] = []

@@ -35,6 +35,8 @@ from console_helpers import (
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+from example_apps.invoicing import app
+from example_apps.invoicing.domain import CancelUnconfirmed
 from example_apps.invoicing.workload import Workload
 from framework.log import LogStore, Producer, ProducerRecord
 from framework.log.partitioner import partition_for_key
@@ -97,6 +99,7 @@ def test_every_view_loads_in_the_browser_and_as_json(env: SimpleNamespace) -> No
         "/projectors": "Projectors",
         f"/projectors/{PROJECTOR}": f"Projector {PROJECTOR}",
         f"/projectors/{PROJECTOR}/dead-letters": f"Dead letters of {PROJECTOR}",
+        "/schedules": "Schedules",
     }
     for path, title in pages.items():
         b.get(url + path)
@@ -121,6 +124,69 @@ def test_every_view_loads_in_the_browser_and_as_json(env: SimpleNamespace) -> No
     for name, path in (("topics", "/topics"), ("topic", "/topics/orders")):
         b.get(url + path)
         shot(b, name)
+
+
+def test_schedules_view_lists_due_key_command_and_state_without_the_commands_fields(
+    env: SimpleNamespace,
+) -> None:
+    """Three deadlines written as the app writes them (a policy's schedule, a cancel, the
+    scheduler's ``fired`` record), then the page and ``/api/schedules``: one row each with
+    its moment, key, command type and state; the state filter; and none of the commands'
+    field values anywhere (the order ids here stand for whatever a command carries)."""
+    due = 1_900_000_000_000
+    with app.open(env.data) as rt:
+        rt.schedule(CancelUnconfirmed("secret-order-1"), at=due, key="deadline-pending")
+        rt.schedule(CancelUnconfirmed("secret-order-2"), at=due + 1000, key="deadline-cancelled")
+        rt.schedule(CancelUnconfirmed("secret-order-3"), at=due - 1000, key="deadline-fired")
+        assert rt.cancel_schedule("deadline-cancelled")
+        fired = rt.schedules.entry("deadline-fired")
+        rt.schedules.mark_fired(fired, due + 5)
+    b, url = env.b, env.console.url
+    b.get(url + "/schedules")
+    assert b.find_element(By.TAG_NAME, "h1").text == "Schedules"
+    rows = {
+        row.get_attribute("data-key"): [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        for row in b.find_elements(By.CSS_SELECTOR, "#schedules tr.schedule")
+    }
+    when = datetime.fromtimestamp(due / 1000, UTC).isoformat(timespec="milliseconds")
+    assert rows["deadline-pending"] == [
+        when,
+        "deadline-pending",
+        "CancelUnconfirmedOrder",
+        "pending",
+        "-",
+    ]
+    assert rows["deadline-cancelled"][2:4] == ["CancelUnconfirmedOrder", "cancelled"]
+    assert rows["deadline-fired"][3] == "fired" and rows["deadline-fired"][4] != "-"
+    keys = list(rows)  # in order of their moment
+    assert (
+        keys.index("deadline-fired")
+        < keys.index("deadline-pending")
+        < keys.index("deadline-cancelled")
+    )
+    assert "secret-order" not in b.page_source
+    shot(b, "schedules")
+    Select(b.find_element(By.ID, "s-state")).select_by_visible_text("pending")
+    b.find_element(By.CSS_SELECTOR, "#schedules-form button").click()
+    wait_for(lambda: "state=pending" in b.current_url)
+    assert texts(b, "#schedules tr.schedule td:nth-child(4)") == ["pending"] * len(
+        texts(b, "#schedules tr.schedule")
+    )
+    assert "deadline-pending" in texts(b, "#schedules tr.schedule td:nth-child(2)")
+    api = env.console.get("/api/schedules")
+    assert {r["key"]: r["state"] for r in api if r["key"].startswith("deadline-")} == {
+        "deadline-pending": "pending",
+        "deadline-cancelled": "cancelled",
+        "deadline-fired": "fired",
+    }
+    assert all(
+        set(r) == {"key", "due_ms", "command", "state", "fired_ms", "partition", "offset"}
+        for r in api
+    )
+    assert b"secret-order" not in orjson.dumps(api)
+    assert [r["key"] for r in env.console.get("/api/schedules?state=fired")] == ["deadline-fired"]
+    status, _ = env.console.request("GET", "/api/schedules?state=nope")
+    assert 400 <= status < 500
 
 
 def test_api_topics_has_partition_marks_and_api_groups_has_lag(env: SimpleNamespace) -> None:

@@ -215,7 +215,7 @@ class KafkaGroupConsumer(GroupConsumer):
             "auto.offset.reset": auto_offset_reset,
             "isolation.level": "read_committed",
             "check.crcs": True,
-            "fetch.max.bytes": max(fetch_max_bytes, 1024),
+            "fetch.max.bytes": max(fetch_max_bytes, 1 << 20),  # librdkafka's least
             "fetch.wait.max.ms": 100,
             "logger": _LIBRDKAFKA,
             "log_level": 0,
@@ -449,6 +449,13 @@ class KafkaGroupConsumer(GroupConsumer):
                 offset=m.offset() or 0,
                 lwm=lwm,
                 leo=hwm,
+            )
+        if code == KafkaError.INVALID_SESSION_TIMEOUT:
+            raise ConfigError(
+                f"group {self.group_id!r}: Kafka refused session_timeout_ms="
+                f"{self.session_timeout_ms}: it must lie within the brokers'"
+                " group.min.session.timeout.ms and group.max.session.timeout.ms"
+                " (6 s and 30 min by default)"
             )
         if err.fatal():
             raise ConsumerError(f"group {self.group_id!r}: fatal consumer error: {err.str()}")

@@ -25,6 +25,7 @@ Group ids are namespaced as topics are (:func:`~.kafka.kafka_group_id`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ from typing import Any, TypeVar
 import orjson
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as Kp
+from confluent_kafka.admin import AdminClient
 
 from framework.consumer.coordinator import validate_group_id
 from framework.consumer.kafka import ASSIGNORS, kafka_group_id
@@ -48,6 +50,7 @@ log = get_logger("eventlane.consumer.group")
 T = TypeVar("T")
 
 HOMES_TOPIC = "__eventlane_group_homes"
+_LIBRDKAFKA = logging.getLogger("eventlane.consumer.librdkafka")
 
 
 def _unavailable(group: str, exc: KafkaException) -> LogUnavailableError:
@@ -59,7 +62,13 @@ class KafkaOffsets:
 
     def __init__(self, log_: KafkaLog) -> None:
         self.log = log_
-        self.admin = log_._admin
+        config: dict[str, Any] = {
+            "bootstrap.servers": log_.bootstrap,
+            "client.id": "eventlane-groups",
+            "logger": _LIBRDKAFKA,
+            "log_level": 0,  # errors reach callers as exceptions
+        }
+        self.admin = AdminClient(config)
         self._prefix = f"{log_.namespace}." if log_.namespace else ""
 
     def exists(self) -> bool:

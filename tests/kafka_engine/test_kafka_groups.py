@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from framework.cli import main
 from framework.consumer.group import GroupConsumer
 from framework.consumer.kafka_admin import KafkaCoordination
+from framework.errors import ConfigError
 from framework.log import TopicPartition
 from framework.log.kafka.cluster import LocalKafkaCluster
 from framework.log.kafka.log import KafkaLog
@@ -179,7 +182,9 @@ def test_sigstop_zombie_is_fenced_and_offsets_never_go_backwards(
     )
     offsets = KafkaCoordination(kafka).offsets
     with OffsetWatch(lambda: offsets.group_offsets(GROUP)) as watch:
-        members.extend(start_member(f"m{i}", tmp_path, **common) for i in range(2))
+        # the zombie holds each batch for 2 s, so the SIGSTOP below lands while it has one
+        members.append(start_member("m0", tmp_path, **{**common, "delay": 2.0}))
+        members.append(start_member("m1", tmp_path, **common))
         wait_for(lambda: counts(members) == [3, 3], START_S, "3/3", members)
         zombie, other = members
         seen = len(zombie.of("processing"))
@@ -240,14 +245,9 @@ def test_the_kafka_member_overrides_every_public_method_of_group_consumer() -> N
     assert missing == []
 
 
-def _eventlane(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "framework.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def _eventlane(*args: str) -> Any:
+    """The CLI in this process (a child's start costs seconds on a loaded machine)."""
+    return CliRunner().invoke(main, list(args))
 
 
 def test_consume_group_and_groups_commands_against_the_cluster(
@@ -260,7 +260,7 @@ def test_consume_group_and_groups_commands_against_the_cluster(
     produce(kafka, 60, 6)  # type: ignore[arg-type]
     base = ["--data", str(tmp_path / "data"), "--log", kafka.url]
     out = _eventlane(*base, "consume", TOPIC, "--group", GROUP, "--timeout", "3")
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.exit_code == 0, out.stderr[-2000:]
     assert len(out.stdout.splitlines()) == 60  # stdout: the records only
     listed = json.loads(_eventlane(*base, "groups", "list", "--json").stdout)
     assert [g["group"] for g in listed] == [GROUP]
@@ -281,12 +281,27 @@ def test_consume_group_and_groups_commands_against_the_cluster(
         refused = _eventlane(
             *base, "groups", "reset-offsets", GROUP, "--topic", TOPIC, "--to-earliest", "--execute"
         )
-        assert refused.returncode != 0 and "live member" in refused.stderr
+        assert refused.exit_code != 0 and "live member" in refused.stderr
     finally:
         member.close(autocommit=False)
     reset = _eventlane(
         *base, "groups", "reset-offsets", GROUP, "--topic", TOPIC, "--to-offset", "4", "--execute"
     )
-    assert reset.returncode == 0, reset.stderr[-2000:]
+    assert reset.exit_code == 0, reset.stderr[-2000:]
     committed = KafkaCoordination(kafka).offsets.group_offsets(GROUP)
     assert {tp.partition: c.offset for tp, c in committed.items()} == dict.fromkeys(range(6), 4)
+
+
+def test_a_session_timeout_kafka_refuses_is_a_config_error(kafka: KafkaLog) -> None:
+    """Below the brokers' group.min.session.timeout.ms (6 s) Kafka refuses the join: the
+    member says so instead of retrying forever."""
+    member = GroupConsumer(
+        kafka, group_id="short", topics=[TOPIC], session_timeout_ms=1000, heartbeat_interval_ms=300
+    )
+    try:
+        with pytest.raises(ConfigError, match=r"session_timeout_ms=1000"):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                member.poll(0.5)
+    finally:
+        member.close()

@@ -197,7 +197,7 @@ def test_projector_workers_exactly_once_under_kill9_and_a_fenced_zombie(
     generation claimed its partitions); every event is applied exactly once, positions never
     go backwards, and the balances equal a fold of the raw log."""
     deposits = Deposits(kafka)
-    deposits.add(3000)
+    deposits.add(1200)
     sampler = MonotonicPositions(_readmodel(workers.data))
     sampler.start()
     first = [workers.start() for _ in range(3)]

@@ -5,9 +5,10 @@ Members join and rebalance on the broker (:mod:`.kafka`); this module only *read
 groups and administers their offsets, through librdkafka's AdminClient:
 
 * **members** come from ``DescribeGroups`` (member id, client id, host, instance id,
-  assignment): a read-only :class:`KafkaGroupView` with the interface of eventlane's
-  coordinator handle; changing membership from outside the group is refused (Kafka's
-  coordinator runs it);
+  assignment): :class:`KafkaGroupView`, with the interface of eventlane's coordinator
+  handle; the one change made from outside is removing a member (``LeaveGroup`` with its
+  identity: the supervisor's hand-over of a worker it saw die); everything else is Kafka's
+  coordinator's;
 * **committed offsets** are Kafka's own, in ``__consumer_offsets``
   (``ListConsumerGroupOffsets``), so ``kafka-consumer-groups.sh`` and eventlane agree;
   ``reset`` is ``AlterConsumerGroupOffsets`` and ``delete`` is ``DeleteGroups``, both of
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -239,10 +241,14 @@ class KafkaGroupView:
         blocking: bool = True,
         joined_generation: int | None = None,
     ) -> bool:
-        """Kafka can remove a member from outside (``LeaveGroup`` with member identities,
-        KIP-345's ``removeMembersFromConsumerGroup``) but librdkafka's AdminClient does not
-        offer it: refused, so a dead worker's partitions move after its session timeout."""
-        raise self._refuse("make a member leave")
+        """Remove ``member_id`` from the group on the coordinator at once (``LeaveGroup``
+        with the member's identity, KIP-345's batch form: what the Java admin's
+        ``removeMembersFromConsumerGroup`` sends; librdkafka's AdminClient lacks it, so
+        kafka-python's sends it). The coordinator rebalances without it: its partitions move
+        now and anything it still sends is refused (a new generation). True if it was a
+        member. A member id is unique to one join on Kafka, so ``joined_generation`` has
+        nothing to guard."""
+        return self.coordination.remove_member(self.group, member_id, reason)
 
     def release(self, member_id: str, partitions: set[TopicPartition]) -> bool:
         raise self._refuse("release partitions of")
@@ -263,6 +269,8 @@ class KafkaCoordination:
         self.log = log_
         self._offsets = KafkaOffsets(log_)
         self._prefix = f"{log_.namespace}." if log_.namespace else ""
+        self._lock = threading.Lock()
+        self._remover: Any = None  # kafka-python's admin client, made on first use
 
     @property
     def offsets(self) -> KafkaOffsets:
@@ -312,6 +320,48 @@ class KafkaCoordination:
 
     def has_state(self, group: str) -> bool:
         return group in self.group_names()
+
+    def remove_member(self, group: str, member_id: str, reason: str) -> bool:
+        """See :meth:`KafkaGroupView.leave`."""
+        try:
+            from kafka.admin import KafkaAdminClient, MemberToRemove  # noqa: PLC0415
+            from kafka.errors import KafkaError as PyKafkaError  # noqa: PLC0415
+            from kafka.errors import NoError, UnknownMemberIdError  # noqa: PLC0415
+        except ImportError:
+            raise ConsumerError(
+                f"group {group!r}: removing a member from outside needs kafka-python (the"
+                " kafka-engine extra); its partitions move when its session times out"
+            ) from None
+        with self._lock:
+            if self._remover is None:
+                self._remover = KafkaAdminClient(
+                    bootstrap_servers=self.log.bootstrap.split(","),
+                    client_id="eventlane-groups",
+                    request_timeout_ms=int(self.log.timeout * 1000),
+                )
+            remover = self._remover
+        gid = kafka_group_id(self.log, group)
+        try:
+            answer = remover.remove_group_members(
+                gid, [MemberToRemove(member_id=member_id, reason=reason)]
+            )
+        except PyKafkaError as exc:
+            raise LogUnavailableError(
+                f"group {group!r}: Kafka did not remove member {member_id}: {exc}"
+            ) from None
+        (error,) = answer.values()
+        if error is NoError:
+            log.info("member removed from the group", group=group, member_id=member_id)
+            return True
+        if error is UnknownMemberIdError:
+            return False  # already gone (it left, or its session expired)
+        raise ConsumerError(f"group {group!r}: Kafka refused to remove {member_id}: {error}")
+
+    def close(self) -> None:
+        with self._lock:
+            remover, self._remover = self._remover, None
+        if remover is not None:
+            remover.close()
 
     def delete_state(self, group: str) -> None:
         """The coordinator forgot the group with its offsets: release its home."""

@@ -123,6 +123,7 @@ def _run_member(args: dict[str, Any]) -> None:
         group_id=args["group"],
         topics=[args["topic"]],
         group_instance_id=args.get("instance_id"),
+        client_id=args.get("client_id", "eventlane"),
         session_timeout_ms=args.get("session_timeout_ms", 3000),
         heartbeat_interval_ms=args.get("heartbeat_interval_ms", 300),
         enable_auto_commit=False,

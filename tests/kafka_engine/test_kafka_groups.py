@@ -305,3 +305,37 @@ def test_a_session_timeout_kafka_refuses_is_a_config_error(kafka: KafkaLog) -> N
                 member.poll(0.5)
     finally:
         member.close()
+
+
+def test_a_dead_members_partitions_move_at_once_when_the_supervisor_removes_it(
+    kafka: KafkaLog,
+    kafka_cluster: LocalKafkaCluster,
+    namespace: str,
+    members: list[Member],
+    tmp_path: Path,
+) -> None:
+    """The supervisor's hand-over on a known death, on Kafka: find the dead process's
+    member by its client id in the coordinator's description and remove it (``LeaveGroup``
+    with its identity); the survivor owns every partition long before the dead member's
+    30 s session would have expired."""
+    common = _common(
+        kafka_cluster, namespace, session_timeout_ms=30_000, heartbeat_interval_ms=1000
+    )
+    members.extend(
+        start_member(f"m{i}", tmp_path, **common, client_id=f"worker-{i}") for i in range(2)
+    )
+    wait_for(lambda: counts(members) == [3, 3], START_S, "3/3", members)
+    dead, survivor = members
+    dead.proc.kill()
+    dead.proc.wait()
+    killed_at = time.monotonic()
+    coordinator = KafkaCoordination(kafka).coordinator(GROUP)
+    with coordinator.locked() as state:
+        found = [m.member_id for m in state.members.values() if m.client_id == "worker-0"]
+    assert len(found) == 1
+    assert coordinator.leave(found[0], reason="worker exited") is True
+    assert coordinator.leave(found[0], reason="worker exited") is False  # gone already
+    moved_at = wait_for(lambda: survivor.owned() == set(range(6)), 60, "hand-over", [survivor])
+    took = moved_at - killed_at
+    sys.stderr.write(f"\nhand-over: partitions moved {took:.2f}s after the kill\n")
+    assert took < 15.0  # the session (30 s) played no part

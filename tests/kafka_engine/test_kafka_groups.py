@@ -27,6 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from framework.cli import main
+from framework.console.data import ConsoleData
 from framework.consumer.group import GroupConsumer
 from framework.consumer.kafka_admin import KafkaCoordination
 from framework.errors import ConfigError
@@ -254,8 +255,8 @@ def test_consume_group_and_groups_commands_against_the_cluster(
     kafka: KafkaLog, tmp_path: Path
 ) -> None:
     """``eventlane consume --group`` is a member of a group on Kafka's coordinator and
-    commits there; ``groups list/describe`` read the committed offsets back from
-    ``__consumer_offsets``; ``groups reset-offsets`` is refused while the group has a live
+    commits there; ``groups list/describe`` and the console's groups pages read the
+    committed offsets back from ``__consumer_offsets``; ``groups reset-offsets`` is refused while the group has a live
     member (here one in this process) and moves the offsets once it has none."""
     produce(kafka, 60, 6)  # type: ignore[arg-type]
     base = ["--data", str(tmp_path / "data"), "--log", kafka.url]
@@ -269,6 +270,14 @@ def test_consume_group_and_groups_commands_against_the_cluster(
     assert {
         r["partition"]: (r["committed"], r["lag"]) for r in described["offsets"]
     } == dict.fromkeys(range(6), (10, 0))
+    console = ConsoleData(KafkaLog.from_url(kafka.url))  # the console's groups pages
+    try:
+        assert [(g["group"], g["lag"]) for g in console.groups()] == [(GROUP, 0)]
+        assert {r["partition"]: r["committed"] for r in console.group(GROUP)["offsets"]} == (
+            dict.fromkeys(range(6), 10)
+        )
+    finally:
+        console.close()
     member = GroupConsumer(kafka, group_id=GROUP, topics=[TOPIC], session_timeout_ms=SESSION_MS)
     try:
         deadline = time.monotonic() + START_S

@@ -206,8 +206,8 @@ def test_sigstop_zombie_is_fenced_and_offsets_never_go_backwards(
         assert took < SESSION_MS / 1000 + SLACK_S
         produce(kafka, 120, 6, start=600)  # type: ignore[arg-type]
         wait_for(lambda: _all_committed(kafka), 60, "the other member committed all", [other])
+        resumed_at = time.monotonic()  # before: the zombie may run (and commit) at once
         zombie.signal(signal.SIGCONT)
-        resumed_at = time.monotonic()
         wait_for(
             lambda: any(ev["t0"] > resumed_at for ev in zombie.of("commit")),
             30,

@@ -74,6 +74,7 @@ from framework.errors import (
     ConfigError,
     ConsumerError,
     LogUnavailableError,
+    NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
 )
@@ -177,6 +178,11 @@ class KafkaGroupConsumer(GroupConsumer):
                 f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than"
                 f" session_timeout_ms ({session_timeout_ms})"
             )
+        if max_poll_interval_ms < session_timeout_ms:
+            raise ConfigError(
+                f"max_poll_interval_ms ({max_poll_interval_ms}) must be at least"
+                f" session_timeout_ms ({session_timeout_ms}) on Kafka (librdkafka's rule)"
+            )
         if auto_offset_reset not in OFFSET_RESETS:
             raise ConfigError(
                 f"auto_offset_reset must be one of {', '.join(OFFSET_RESETS)},"
@@ -198,6 +204,7 @@ class KafkaGroupConsumer(GroupConsumer):
         self.enable_auto_commit = enable_auto_commit
         self.auto_offset_reset = auto_offset_reset
         self.assignor = assignor
+        self._eager = assignor != "cooperative-sticky"  # librdkafka: assign(), not incremental
         self.max_poll_records = max_poll_records
         self._listener = listener or CallbackListener(on_assigned, on_revoked, on_lost)
         self._topics: tuple[str, ...] = tuple(sorted(set(topics)))
@@ -217,8 +224,11 @@ class KafkaGroupConsumer(GroupConsumer):
             "check.crcs": True,
             "fetch.max.bytes": max(fetch_max_bytes, 1 << 20),  # librdkafka's least
             "fetch.wait.max.ms": 100,
+            # notice a topic gaining partitions within seconds (the default is 5 minutes)
+            "topic.metadata.refresh.interval.ms": 3000,
             "logger": _LIBRDKAFKA,
             "log_level": 0,
+            "error_cb": self._on_error,
         }
         if group_instance_id is not None:
             config["group.instance.id"] = group_instance_id
@@ -233,6 +243,7 @@ class KafkaGroupConsumer(GroupConsumer):
         self._subscribed = False
         self._closed = False
         self._errors: list[Exception] = []
+        self._fenced: str | None = None  # a static member replaced by a newer instance
         self._last_committed: dict[TopicPartition, int] = {}
         self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
         self._executor: ThreadPoolExecutor | None = None
@@ -318,6 +329,14 @@ class KafkaGroupConsumer(GroupConsumer):
         )
         self._subscribed = True
 
+    def _on_error(self, err: KafkaError) -> None:
+        """librdkafka's error callback (served inside poll): a fatal error ends the member;
+        a static member fenced by a newer instance with its id is told so."""
+        if err.fatal() and self._fenced is None:
+            self._fenced = f"group {self.group_id!r}: the member is fenced: {err.str()}"
+            if "fenced" not in err.str().lower():
+                self._fenced = f"group {self.group_id!r}: fatal consumer error: {err.str()}"
+
     # ------------------------------------------------------------------ rebalance callbacks
     def _call(self, callback: Callable[[Partitions], None], partitions: Partitions) -> None:
         try:
@@ -344,7 +363,10 @@ class KafkaGroupConsumer(GroupConsumer):
                 for tp in new
                 if tp in self._owned
             ]
-            consumer.incremental_assign(starts)
+            if self._eager:  # the whole assignment, every time
+                consumer.assign(starts)
+            else:
+                consumer.incremental_assign(starts)
         except Exception as exc:  # never let an error escape into librdkafka's callback
             self._errors.append(exc)
 
@@ -370,7 +392,10 @@ class KafkaGroupConsumer(GroupConsumer):
                     partitions=[f"{tp.topic}-{tp.partition}" for tp in mine],
                 )
             self._give_up(mine)
-            consumer.incremental_unassign(partitions)
+            if self._eager:
+                consumer.unassign()
+            else:
+                consumer.incremental_unassign(partitions)
             self._refresh()
         except Exception as exc:
             self._errors.append(exc)
@@ -385,7 +410,10 @@ class KafkaGroupConsumer(GroupConsumer):
                     "partitions lost", partitions=[f"{tp.topic}-{tp.partition}" for tp in lost]
                 )
                 self._call(self._listener.on_partitions_lost, lost)
-            consumer.incremental_unassign(partitions)
+            if self._eager:
+                consumer.unassign()
+            else:
+                consumer.incremental_unassign(partitions)
             self._refresh()
         except Exception as exc:
             self._errors.append(exc)
@@ -402,6 +430,8 @@ class KafkaGroupConsumer(GroupConsumer):
         self._check_open()
         if not self._topics:
             raise ConfigError("poll() before subscribe(): no topics to consume")
+        if self._fenced is not None:
+            raise ConsumerError(self._fenced)
         if not self._subscribed:
             self._join()
         self._maybe_auto_commit()
@@ -413,6 +443,8 @@ class KafkaGroupConsumer(GroupConsumer):
             )
             self._refresh()
             self._raise_errors()
+            if self._fenced is not None:
+                raise ConsumerError(self._fenced)
             records = self._records(messages)
             if records or time.monotonic() >= deadline:
                 return records
@@ -439,6 +471,13 @@ class KafkaGroupConsumer(GroupConsumer):
         topic = (m.topic() or "")[len(self._prefix) :] or None
         if code == KafkaError._PARTITION_EOF:
             return
+        if code == KafkaError._AUTO_OFFSET_RESET and "no previously committed" in err.str():
+            raise NoOffsetForPartitionError(
+                f"group {self.group_id!r} has no committed offset and auto_offset_reset is"
+                f" 'error': {err.str()}",
+                topic=topic or "",
+                partition=m.partition() or 0,
+            )
         if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             partition = m.partition() or 0
             lwm, hwm = self._kafka.offsets(topic or "", partition)[:2]
@@ -450,6 +489,11 @@ class KafkaGroupConsumer(GroupConsumer):
                 lwm=lwm,
                 leo=hwm,
             )
+        if code == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+            raise ConfigError(
+                f"group {self.group_id!r}: Kafka refused the join: assignor {self.assignor!r}"
+                " is not the one the group's members use"
+            )
         if code == KafkaError.INVALID_SESSION_TIMEOUT:
             raise ConfigError(
                 f"group {self.group_id!r}: Kafka refused session_timeout_ms="
@@ -458,7 +502,9 @@ class KafkaGroupConsumer(GroupConsumer):
                 " (6 s and 30 min by default)"
             )
         if err.fatal():
-            raise ConsumerError(f"group {self.group_id!r}: fatal consumer error: {err.str()}")
+            self._on_error(err)
+            assert self._fenced is not None
+            raise ConsumerError(self._fenced)
         # transient (a broker down, a topic not there yet): librdkafka retries by itself
         self._log.warning("consumer error (retried by librdkafka)", error=err.str(), topic=topic)
 
@@ -618,8 +664,8 @@ class KafkaGroupConsumer(GroupConsumer):
         foreign = sorted(set(offsets) - owned)
         if foreign:
             raise CommitFailedError(
-                f"commit rejected: group {self.group_id!r} member {member} does not own"
-                f" {foreign[0].topic}-{foreign[0].partition}",
+                f"commit rejected: group {self.group_id!r} member {member} (generation"
+                f" {self._generation}) does not own {foreign[0].topic}-{foreign[0].partition}",
                 topic=foreign[0].topic,
                 partition=foreign[0].partition,
             )
@@ -632,6 +678,11 @@ class KafkaGroupConsumer(GroupConsumer):
         except KafkaException as exc:
             err = exc.args[0]
             code = err.code()
+            if code == KafkaError.FENCED_INSTANCE_ID:
+                self._fenced = (
+                    f"group {self.group_id!r} instance id {self.group_instance_id!r} was taken"
+                    f" over by a newer member; member {member} is fenced and cannot rejoin"
+                )
             if code in _FENCED:
                 raise CommitFailedError(
                     f"commit rejected: group {self.group_id!r} member {member}: {err.str()}",

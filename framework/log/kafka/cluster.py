@@ -177,6 +177,8 @@ class LocalKafkaCluster:
             "share.coordinator.state.topic.replication.factor": replicas,
             "share.coordinator.state.topic.min.isr": min(2, replicas),
             "group.initial.rebalance.delay.ms": 0,
+            # a development cluster: sessions down to 1 s (Kafka's default least is 6 s)
+            "group.min.session.timeout.ms": 1000,
             "num.network.threads": 2,
             "num.io.threads": 2,
             "num.recovery.threads.per.data.dir": 1,

@@ -19,6 +19,12 @@ them, so a user sees what replication costs). Operations:
                    8 threads each running its publish on that loop and waiting), one key
                    each. Writer threads are started before the clock starts: the timed
                    span is the appends alone (tasks cost nothing like a thread start).
+* ``cas.1.aio`` / ``cas.8.aio``  the same conditional appends through
+                   ``AsyncJetStreamLog`` (the asyncio face: the same append plan awaited on
+                   the caller's loop; 1 and 8 tasks on a loop of its own), and
+                   ``cas.8.pool``: 8 tasks each awaiting ``JetStreamLog.append`` in a thread
+                   pool (what an async runtime did before the asyncio face: loop -> pool
+                   thread -> the log's bridge)
 * ``load``         loading one 20-event aggregate: key head + the key's records (raw: a
                    last-by-subject get and a batched direct get filtered by subject); ms
 
@@ -31,11 +37,13 @@ latency: baseline/subject). The machine is shared; compare ratios, not absolute 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import nats
@@ -46,6 +54,7 @@ from nats.js.api import DeliverPolicy
 from framework.errors import PreconditionFailedError
 from framework.log.embedded.store import LogStore
 from framework.log.jetstream import mapping
+from framework.log.jetstream.aio import AsyncJetStreamLog
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import Expect, JetStreamLog
 
@@ -68,6 +77,26 @@ class Raw:
     def close(self) -> None:
         self.run(self.nc.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+class Aio:
+    """An ``AsyncJetStreamLog`` opened on its own loop thread (an asyncio application's
+    loop); coroutines time themselves. ``pool``: the thread pool of the "before" path."""
+
+    def __init__(self, url: str, namespace: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.log = AsyncJetStreamLog.from_url(url, namespace=namespace)
+        self.run(self.log.open())
+        self.pool = ThreadPoolExecutor(64, thread_name_prefix="bench-pool")
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.run(self.log.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.pool.shutdown()
 
 
 def rate(count: int, t0: float) -> float:
@@ -104,9 +133,12 @@ def main() -> None:
         raw = Raw(cl.url)
         emb = LogStore(tmp / "embedded")
         measures = build(js, raw, emb, n1, nbatch, nread, ncas)
+        aio = Aio(cl.url, "bench")
+        measures.update(build_async(js, aio, ncas))
         try:
             bench.rounds(measures, warmup=True)
         finally:
+            aio.close()
             raw.close()
             js.close()
             emb.close()
@@ -128,6 +160,20 @@ def main() -> None:
         ]
         bench.add("cas.8 raw nats-py from 8 threads", "ops/s", "cas.8.rawthr")
         bench.add("cas.8 ratio js/raw-threads", "x", "cas.8.ratio.thr", target=Target(">=", 0.8))
+        for name, subject, base in (
+            ("cas.1 ratio aio/raw", "cas.1.aio", "cas.1.raw"),
+            ("cas.8 ratio aio/raw", "cas.8.aio", "cas.8.raw"),
+            ("cas.8 ratio aio/pool", "cas.8.aio", "cas.8.pool"),
+        ):
+            bench.series[name] = [
+                s / b for s, b in zip(bench.series[subject], bench.series[base], strict=True)
+            ]
+        bench.add("cas.1 AsyncJetStreamLog, 1 task", "ops/s", "cas.1.aio", baseline="cas.1.raw")
+        bench.add("cas.8 AsyncJetStreamLog, 8 tasks", "ops/s", "cas.8.aio", baseline="cas.8.raw")
+        bench.add("cas.8 8 tasks via a thread pool (before)", "ops/s", "cas.8.pool")
+        bench.add("cas.1 ratio aio/raw", "x", "cas.1 ratio aio/raw", target=Target(">=", 0.9))
+        bench.add("cas.8 ratio aio/raw", "x", "cas.8 ratio aio/raw", target=Target(">=", 0.9))
+        bench.add("cas.8 ratio aio/pool", "x", "cas.8 ratio aio/pool", target=Target(">=", 1.0))
         for q in ("p50", "p99"):
             bench.series[f"load.ratio.{q}"] = [
                 b / s
@@ -401,6 +447,58 @@ def build(
         "load.js": js_load,
         "load.emb": emb_load,
     }
+
+
+def build_async(js: JetStreamLog, aio: Aio, ncas: int) -> dict[str, Callable[[], Any]]:
+    """The asyncio rows: conditional appends by tasks through ``AsyncJetStreamLog``, and
+    the same tasks awaiting the sync log in a thread pool (the path before it)."""
+    heads: dict[str, dict[int, int | None]] = {k: dict.fromkeys(range(8)) for k in ("a", "p")}
+
+    def aio_cas(writers: int) -> Callable[[], float]:
+        def run() -> float:
+            per = ncas // writers
+
+            async def writer(w: int) -> None:
+                key = b"aio-%d" % w
+                for _ in range(per):
+                    expect = Expect(key, heads["a"][w])
+                    res = await aio.log.append("cas", 0, [(key, VALUE, (), None)], expect=expect)
+                    heads["a"][w] = res.base_offset
+
+            async def go() -> float:
+                t0 = time.perf_counter()
+                await asyncio.gather(*(writer(w) for w in range(writers)))
+                return rate(per * writers, t0)
+
+            return float(aio.run(go()))
+
+        return run
+
+    def pool_cas(writers: int) -> Callable[[], float]:
+        def run() -> float:
+            per = ncas // writers
+
+            async def writer(w: int) -> None:
+                key = b"pool-%d" % w
+                loop = asyncio.get_running_loop()
+                for _ in range(per):
+                    expect = Expect(key, heads["p"][w])
+                    append = functools.partial(
+                        js.append, "cas", 0, [(key, VALUE, (), None)], expect=expect
+                    )
+                    res = await loop.run_in_executor(aio.pool, append)
+                    heads["p"][w] = res.base_offset
+
+            async def go() -> float:
+                t0 = time.perf_counter()
+                await asyncio.gather(*(writer(w) for w in range(writers)))
+                return rate(per * writers, t0)
+
+            return float(aio.run(go()))
+
+        return run
+
+    return {"cas.1.aio": aio_cas(1), "cas.8.aio": aio_cas(8), "cas.8.pool": pool_cas(8)}
 
 
 if __name__ == "__main__":

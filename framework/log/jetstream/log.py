@@ -123,7 +123,7 @@ class JetStreamLog:
         self._wakeups = Wakeups(self._conn, self._bridge)
         self._reader = Reader(self._conn, self._bridge, self._topics)
         self._publisher = Publisher(
-            self._conn, self._bridge, self._topics, self._wakeups, clock, self._reader.key_head
+            self._conn, self._bridge, self._topics, self._wakeups, clock, self._reader.head
         )
         self._maintenance = Maintenance(
             self._conn, self._bridge, self._topics, self._reader, self._publisher, clock

@@ -31,8 +31,8 @@ import functools
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Generator, Sequence
+from typing import Any, NamedTuple
 
 import nats.errors
 import nats.js.errors
@@ -40,6 +40,7 @@ import orjson
 
 from framework.errors import (
     ConcurrencyError,
+    FrameworkError,
     InvalidRecordError,
     OutcomeUnknownError,
     RecordTooLargeError,
@@ -131,6 +132,25 @@ def conflict(exc: ConcurrencyError, expect: Expect, topic: str, partition: int) 
     )
 
 
+class Io(NamedTuple):
+    """A request of the append plan: a coroutine to run on the log's loop (``call``: the
+    same work as a :class:`Call`, for a concurrent thread; ``write``: its outcome may be
+    unknown when no answer comes)."""
+
+    coro: Coroutine[Any, Any, Any]
+    call: Call | None = None
+    write: bool = False
+
+
+class Sleep(NamedTuple):
+    """A request of the append plan: wait ``seconds``."""
+
+    seconds: float
+
+
+Step = Io | Sleep
+
+
 class Publisher:
     """Appends of one log (module docstring). ``key_head(topic, partition, key)`` reads a
     key's last offset from the leader (a conflict's loser waits until the winner shows)."""
@@ -138,14 +158,14 @@ class Publisher:
     def __init__(
         self,
         conn: Connection,
-        bridge: Bridge,
+        bridge: Bridge | None,
         topics: Topics,
         wakeups: Wakeups,
         clock: Clock,
-        key_head: Callable[[str, int, bytes], int | None],
+        key_head: Callable[[str, int, bytes], Coroutine[Any, Any, int | None]],
     ) -> None:
         self.conn = conn
-        self.bridge = bridge
+        self.bridge = bridge  # None: the asyncio face (no thread calls it)
         self.topics = topics
         self.wakeups = wakeups
         self.clock = clock
@@ -157,11 +177,18 @@ class Publisher:
         self._ack_ids = itertools.count()
         self._sweep: asyncio.TimerHandle | None = None  # expires acks overdue (_expire)
         self.ack_prefix = ""
+        self._tasks: set[asyncio.Task[None]] = set()  # background publishes (on the loop)
 
     async def start(self) -> None:
         """Subscribe to the acks of this log's single-record publishes (on the loop)."""
         self.ack_prefix = self.conn.nc.new_inbox() + "."
         await self.conn.nc.subscribe(self.ack_prefix + "*", cb=self._on_ack)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task of the running loop, held until it is done."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def next_msg_id(self) -> str:
         return f"{self._msg_id_prefix}{next(self._msg_ids)}"
@@ -177,10 +204,82 @@ class Publisher:
         atomic: bool = False,
         precondition: Callable[[int], None] | None = None,
     ) -> AppendResult:
-        """See :meth:`framework.log.jetstream.log.JetStreamLog.append`."""
-        meta = self.topics.check_partition(topic, partition)
+        """See :meth:`framework.log.jetstream.log.JetStreamLog.append` (:meth:`plan`
+        driven from a thread: each step through the bridge)."""
+        bridge = self.bridge
+        assert bridge is not None, "the asyncio face appends with append_async"
+        cfg = self.topics.check_partition(topic, partition).config
+        plan = self.plan(topic, partition, cfg, records, expect, atomic, precondition)
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = plan.send(value) if error is None else plan.throw(error)
+            except StopIteration as done:
+                result: AppendResult = done.value
+                return result
+            value, error = None, None
+            try:
+                if isinstance(step, Sleep):
+                    time.sleep(step.seconds)
+                else:
+                    value = bridge.run(
+                        step.coro, step.call, topic=topic, partition=partition, write=step.write
+                    )
+            except Exception as exc:
+                error = exc
+
+    async def append_async(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        *,
+        expect: Expect | None = None,
+        atomic: bool = False,
+        precondition: Callable[[int], None] | None = None,
+    ) -> AppendResult:
+        """:meth:`append` on the caller's event loop (:meth:`plan` awaited in place)."""
+        cfg = (await self.topics.check_partition_async(topic, partition)).config
+        plan = self.plan(topic, partition, cfg, records, expect, atomic, precondition)
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = plan.send(value) if error is None else plan.throw(error)
+            except StopIteration as done:
+                result: AppendResult = done.value
+                return result
+            value, error = None, None
+            try:
+                if isinstance(step, Sleep):
+                    await asyncio.sleep(step.seconds)
+                else:
+                    value = await step.coro
+            except FrameworkError as exc:
+                error = exc
+            except (nats.errors.Error, TimeoutError) as exc:
+                write = isinstance(step, Io) and step.write
+                error = e.translate(exc, topic=topic, partition=partition, write=write)
+            except Exception as exc:
+                error = exc
+
+    def plan(
+        self,
+        topic: str,
+        partition: int,
+        cfg: TopicConfig,
+        records: Sequence[RecordTuple],
+        expect: Expect | None,
+        atomic: bool,
+        precondition: Callable[[int], None] | None,
+    ) -> Generator[Step, Any, AppendResult]:
+        """The append, sans I/O: it yields each request (:class:`Io`, :class:`Sleep`) and
+        is sent its result, or thrown its error as eventlane's (a refused expectation is a
+        :class:`ConcurrencyError`). Driven from threads by :meth:`append` and on an event
+        loop by :meth:`append_async`: one copy of the rules (module docstring)."""
         prefix = m.subject_prefix(self.namespace, topic, partition)
-        msgs = encode(prefix, meta.config, records, self.clock(), topic, partition)
+        msgs = encode(prefix, cfg, records, self.clock(), topic, partition)
         if atomic and (len(msgs) > MAX_BATCH_RECORDS or size_of(msgs) > MAX_BATCH_BYTES):
             raise RecordTooLargeError(
                 f"atomic append of {len(msgs)} records ({size_of(msgs)} bytes) exceeds one"
@@ -198,29 +297,32 @@ class Publisher:
                     extra["Nats-Expected-Last-Subject-Sequence-Subject"] = subject
         while True:
             if precondition is not None:
-                _, hwm, _ = self.bridge.run(self.topics.state(topic, partition))
+                _, hwm, _ = yield Io(self.topics.state(topic, partition))
                 precondition(hwm)
                 extra["Nats-Expected-Last-Sequence"] = str(hwm)
             msg_id = self.next_msg_id()
             try:
                 if len(msgs) == 1:
-                    seqs = [self._publish_one(topic, partition, msgs[0], extra, msg_id)]
+                    subject, payload, hdrs = msgs[0]
+                    headers = {**hdrs, **extra, "Nats-Msg-Id": msg_id}
+                    call = Call(None, (topic, partition, subject, payload, headers))
+                    seqs = [(yield Io(self._publish_call(call), call, write=True))]
                 else:
-                    seqs = self.bridge.run(
-                        self.publish(topic, msgs, extra),
-                        write=True,
-                        topic=topic,
-                        partition=partition,
-                    )
+                    seqs = yield Io(self.publish(topic, msgs, extra), write=True)
                 break
             except ConcurrencyError as exc:  # a refused expected sequence (see .errors)
                 if expect is not None:
-                    self._await_visible(topic, partition, expect)
-                if len(msgs) == 1 and (
-                    mine := self._stored_copy(topic, partition, msgs[0], extra, msg_id)
-                ):
-                    seqs = [mine]  # the refusal came from a stale replica: ours is stored
-                    break
+                    yield from self._await_visible(topic, partition, expect)
+                if len(msgs) == 1:
+                    # a refusal is believed only once the stream leader shows no copy of
+                    # ours: the one that arrived first can be a stale ex-leader's while the
+                    # real leader stored it (seen by the partition soak)
+                    find = self._find_copy(
+                        topic, partition, msgs[0][0], {**extra, "Nats-Msg-Id": msg_id}
+                    )
+                    if mine := (yield Io(find)):
+                        seqs = [mine]  # the refusal came from a stale replica: ours is stored
+                        break
                 if expect is None:
                     continue  # only the end moved: ask the precondition again
                 raise conflict(exc, expect, topic, partition) from None
@@ -229,43 +331,22 @@ class Publisher:
         self.wakeups.bump()
         return result
 
-    def _stored_copy(
-        self, topic: str, partition: int, msg: Msg, extra: dict[str, str], msg_id: str
-    ) -> int | None:
-        """The sequence of our refused publish's copy if the stream leader has it. Every
-        replica receives a publish; the refusal that arrived first can be a stale ex-leader's
-        while the real leader stored it (seen by the partition soak), so a refusal is
-        believed only once the leader shows no record with our message id."""
-        headers = {**extra, "Nats-Msg-Id": msg_id}
-        find = self._find_copy(topic, partition, msg[0], headers)
-        return self.bridge.run(find, topic=topic, partition=partition)
-
-    def _await_visible(self, topic: str, partition: int, expect: Expect) -> None:
+    def _await_visible(
+        self, topic: str, partition: int, expect: Expect
+    ) -> Generator[Step, Any, None]:
         """Wait (up to 2 s) until the write that beat ours is readable at the leader: the
         leader checks expectations against writes it has accepted but not yet applied, and
         a loser that reloads at once must see the winner (as on the embedded log)."""
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
-            if self.key_head(topic, partition, expect.key) != expect.last_offset:
+            if (yield Io(self.key_head(topic, partition, expect.key))) != expect.last_offset:
                 return
-            time.sleep(0.005)
+            yield Sleep(0.005)
 
     # ------------------------------------------------------------------ single records
-    def _publish_one(
-        self, topic: str, partition: int, msg: Msg, extra: dict[str, str], msg_id: str
-    ) -> int:
-        """Publish one record and return its stream sequence (see :meth:`_send_pubs`)."""
-        subject, payload, hdrs = msg
-        headers = {**hdrs, **extra, "Nats-Msg-Id": msg_id}
-        call = Call(None, (topic, partition, subject, payload, headers))
-        seq: int = self.bridge.run(
-            self._publish_call(call), call, topic=topic, partition=partition, write=True
-        )
-        return seq
-
     async def _publish_call(self, call: Call) -> int:
         """``call``'s publish, for a caller running the loop itself."""
-        call.future = self.bridge.loop.create_future()
+        call.future = asyncio.get_running_loop().create_future()
         await self._send_pubs([call])
         await call.future
         if call.error is not None:
@@ -275,7 +356,7 @@ class Publisher:
 
     def start_pubs(self, calls: list[Call]) -> None:
         """The bridge's hook: publish the single records queued by concurrent callers."""
-        self.bridge.loop.create_task(self._send_pubs(calls))
+        self._spawn(self._send_pubs(calls))
 
     async def _send_pubs(self, calls: list[Call]) -> None:
         """Publish single records (after the owed wake message), all before any ack.
@@ -287,7 +368,7 @@ class Publisher:
         :meth:`_republish`, the retrying path, with the same ``Nats-Msg-Id`` (a record
         stored by the first try is not stored twice)."""
         await self.wakeups.pay_now()
-        loop = self.bridge.loop
+        loop = asyncio.get_running_loop()
         deadline = loop.time() + self.conn.attempt_s
         nc = self.conn.nc
         for call in calls:
@@ -300,7 +381,7 @@ class Publisher:
                 await nc.publish(subject, payload, reply=self.ack_prefix + token, headers=headers)
             except Exception:  # closed, reconnecting, too large: the retrying path decides
                 del self._acks[token]  # (not sent: nats-py raises before buffering it)
-                loop.create_task(self._republish(call, sent=False))
+                self._spawn(self._republish(call, sent=False))
         if self._acks and self._sweep is None:
             self._sweep = loop.call_at(deadline, self._expire)
 
@@ -309,22 +390,21 @@ class Publisher:
         call = self._acks.pop(msg.subject.rpartition(".")[2], None)
         if call is None:  # acked after it was handed to the retrying path
             return
-        loop = self.bridge.loop
         if (msg.headers or {}).get("Status") == "503":  # no responders: no stream, election
-            loop.create_task(self._republish(call, sent=False))
+            self._spawn(self._republish(call, sent=False))
             return
         try:
             body = orjson.loads(msg.data)
             if "error" not in body:
                 self.wakeups.owe()
-                if call.future is None:  # a concurrent caller: likely back soon (train)
-                    self.bridge.answered()
+                if call.future is None and self.bridge is not None:  # a thread: back soon
+                    self.bridge.answered()  # (a train, see the bridge)
                 call.settle(int(body["seq"]), None)
                 return
             nats.js.errors.APIError.from_error(body["error"])  # raises it
         except nats.js.errors.APIError as exc:
             if e.retry_api_error(exc):
-                loop.create_task(self._republish(call, sent=e.maybe_stored(exc)))
+                self._spawn(self._republish(call, sent=e.maybe_stored(exc)))
             else:
                 call.settle(None, exc)
         except Exception as exc:  # not an ack: what became of the append is not known
@@ -342,7 +422,7 @@ class Publisher:
         """Hand publishes without an ack by their deadline to the retrying path (a timer,
         re-armed for the oldest publish still waiting)."""
         self._sweep = None
-        loop = self.bridge.loop
+        loop = asyncio.get_running_loop()
         now = loop.time()
         while self._acks:
             token, call = next(iter(self._acks.items()))
@@ -350,7 +430,7 @@ class Publisher:
                 self._sweep = loop.call_at(call.deadline, self._expire)
                 return
             del self._acks[token]
-            loop.create_task(self._republish(call, sent=True))
+            self._spawn(self._republish(call, sent=True))
 
     async def _republish(self, call: Call, *, sent: bool) -> None:
         """``call``'s publish by ``js.publish`` under the retry rule (same headers, so a

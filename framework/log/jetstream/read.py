@@ -69,14 +69,31 @@ def _integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def check_read(topic: str, partition: int, offset: object, upto: object) -> None:
+    """Refuse a read's arguments that are not offsets."""
+    if not _integer(offset):
+        raise ConfigError(
+            f"offset must be an integer, got {offset!r}", topic=topic, partition=partition
+        )
+    if upto is not None and not _integer(upto):
+        raise ConfigError(
+            f"upto must be an integer or None, got {upto!r}", topic=topic, partition=partition
+        )
+
+
 class Reader:
     """The reads of one log (module docstring)."""
 
-    def __init__(self, conn: Connection, bridge: Bridge, topics: Topics) -> None:
+    def __init__(self, conn: Connection, bridge: Bridge | None, topics: Topics) -> None:
         self.conn = conn
-        self.bridge = bridge
+        self.bridge = bridge  # None: the asyncio face (the sync methods are not used)
         self.topics = topics
         self.namespace = conn.namespace
+
+    @property
+    def _bridge(self) -> Bridge:
+        assert self.bridge is not None, "the asyncio face awaits the coroutines"
+        return self.bridge
 
     def read(
         self,
@@ -90,19 +107,26 @@ class Reader:
     ) -> tuple[list[Record], Cursor | None]:
         """Records from ``offset`` below ``min(HWM, upto)``, about ``max_bytes`` at most (at
         least one record if any is there)."""
-        if not _integer(offset):
-            raise ConfigError(
-                f"offset must be an integer, got {offset!r}", topic=topic, partition=partition
-            )
-        if upto is not None and not _integer(upto):
-            raise ConfigError(
-                f"upto must be an integer or None, got {upto!r}", topic=topic, partition=partition
-            )
+        check_read(topic, partition, offset, upto)
         compacted = self.topics.check_partition(topic, partition).config.compact
-        records = self.bridge.run(self._read(topic, partition, offset, max_bytes, upto, compacted))
-        return records, None
+        coro = self.records(topic, partition, offset, max_bytes, upto, compacted)
+        return self._bridge.run(coro), None
 
-    async def _read(
+    async def read_async(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = 1 << 20,
+        upto: int | None = None,
+    ) -> list[Record]:
+        """:meth:`read` on the caller's loop."""
+        check_read(topic, partition, offset, upto)
+        compacted = (await self.topics.check_partition_async(topic, partition)).config.compact
+        return await self.records(topic, partition, offset, max_bytes, upto, compacted)
+
+    async def records(
         self,
         topic: str,
         partition: int,
@@ -185,7 +209,7 @@ class Reader:
         they arrive (no task or timer per message, unlike ``next_msg``), until the
         end-of-batch status (or a single-message answer)."""
         records: list[Record] = []
-        done: asyncio.Future[None] = self.bridge.loop.create_future()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         async def on_msg(msg: Any) -> None:
             if done.done():
@@ -231,31 +255,45 @@ class Reader:
         """The records with ``key`` in the partition, oldest first, with offsets above
         ``after`` and below ``upto`` (a subject-filtered read, no index of our own)."""
         self.topics.check_partition(topic, partition)
+        return self._bridge.run(self.key_records(topic, partition, key, after, upto))
+
+    async def read_key_async(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        *,
+        after: int | None = None,
+        upto: int | None = None,
+    ) -> list[Record]:
+        """:meth:`read_key` on the caller's loop."""
+        await self.topics.check_partition_async(topic, partition)
+        return await self.key_records(topic, partition, key, after, upto)
+
+    async def key_records(
+        self, topic: str, partition: int, key: bytes, after: int | None, upto: int | None
+    ) -> list[Record]:
         subject = f"{m.subject_prefix(self.namespace, topic, partition)}.{m.key_token(key)}"
-
-        async def go() -> list[Record]:
-            head = await self._key_head(topic, partition, subject)
-            if head is None:
-                return []
-            end = head + 1 if upto is None else min(head + 1, upto)
-            first = 1 if after is None else after + 2
-            if first > end:
-                return []
-            out: list[Record] = []
-            while first <= end:
-                got = await self._direct(
-                    topic, partition, {"seq": first, "next_by_subj": subject}, end, 1 << 24
-                )
-                if not got:  # replicas still behind the leader's head: ask the leader
-                    one = await self.leader_next(topic, partition, first, subject)
-                    if one is None or one.offset >= end:
-                        break
-                    got = [one]
-                out.extend(got)
-                first = got[-1].offset + 2
-            return out
-
-        return self.bridge.run(go())
+        head = await self._key_head(topic, partition, subject)
+        if head is None:
+            return []
+        end = head + 1 if upto is None else min(head + 1, upto)
+        first = 1 if after is None else after + 2
+        if first > end:
+            return []
+        out: list[Record] = []
+        while first <= end:
+            got = await self._direct(
+                topic, partition, {"seq": first, "next_by_subj": subject}, end, 1 << 24
+            )
+            if not got:  # replicas still behind the leader's head: ask the leader
+                one = await self.leader_next(topic, partition, first, subject)
+                if one is None or one.offset >= end:
+                    break
+                got = [one]
+            out.extend(got)
+            first = got[-1].offset + 2
+        return out
 
     async def leader_next(
         self, topic: str, partition: int, seq: int, subject: str
@@ -275,8 +313,17 @@ class Reader:
     def key_head(self, topic: str, partition: int, key: bytes) -> int | None:
         """The offset of the last record with ``key`` (``None``: none), from the leader."""
         self.topics.check_partition(topic, partition)
+        return self._bridge.run(self.head(topic, partition, key))
+
+    async def key_head_async(self, topic: str, partition: int, key: bytes) -> int | None:
+        """:meth:`key_head` on the caller's loop."""
+        await self.topics.check_partition_async(topic, partition)
+        return await self.head(topic, partition, key)
+
+    async def head(self, topic: str, partition: int, key: bytes) -> int | None:
+        """The coroutine of :meth:`key_head` (the partition checked already)."""
         subject = f"{m.subject_prefix(self.namespace, topic, partition)}.{m.key_token(key)}"
-        return self.bridge.run(self._key_head(topic, partition, subject))
+        return await self._key_head(topic, partition, subject)
 
     async def _key_head(self, topic: str, partition: int, subject: str) -> int | None:
         stream = m.stream_name(self.namespace, topic, partition)
@@ -298,7 +345,7 @@ class Reader:
                 partition=partition,
             )
         self.topics.check_partition(topic, partition)
-        offset, _, _ = self.bridge.run(self.topics.state(topic, partition))
+        offset, _, _ = self._bridge.run(self.topics.state(topic, partition))
         while True:
             records, _ = self.read(topic, partition, offset)
             if not records:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import nats.errors
 import nats.js.errors
 import orjson
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
@@ -37,6 +38,7 @@ from framework.errors import (
     UnknownTopicError,
 )
 from framework.log.config import TopicConfig, altered_partitions, new_topic_config
+from framework.log.jetstream import errors as e
 from framework.log.jetstream import mapping as m
 from framework.log.jetstream.bridge import Bridge
 from framework.log.jetstream.connection import Connection
@@ -56,16 +58,29 @@ class Meta(NamedTuple):
     checked: float
 
 
+def _exists(meta: Meta, partition: object) -> bool:
+    return (
+        isinstance(partition, int)
+        and not isinstance(partition, bool)
+        and 0 <= partition < meta.partitions
+    )
+
+
 class Topics:
     """The topic registry and the partition streams of one log (module docstring)."""
 
-    def __init__(self, conn: Connection, bridge: Bridge, clock: Clock) -> None:
+    def __init__(self, conn: Connection, bridge: Bridge | None, clock: Clock) -> None:
         self.conn = conn
-        self.bridge = bridge
+        self.bridge = bridge  # None: the asyncio face (only the *_async methods are used)
         self.clock = clock
         self.namespace = conn.namespace
         self.meta: dict[str, Meta] = {}
         self.marks: dict[str, tuple[int, int]] = {}  # stream -> (lwm, hwm) last seen
+
+    @property
+    def _bridge(self) -> Bridge:
+        assert self.bridge is not None, "the asyncio face awaits the coroutines"
+        return self.bridge
 
     def forget(self, topic: str) -> None:
         """The registry says ``topic`` is gone: drop what is cached of it."""
@@ -107,7 +122,7 @@ class Topics:
             if exist_ok:
                 return self.describe(name)
             raise TopicExistsError(f"topic {name!r} already exists", topic=name)
-        self.bridge.run(self._add_streams(name, range(partitions), cfg))
+        self._bridge.run(self._add_streams(name, range(partitions), cfg))
         body = orjson.dumps(
             {
                 "name": name,
@@ -118,7 +133,7 @@ class Topics:
         )
         kv = self.conn.kv
         try:
-            self.bridge.run(self.conn.retry(lambda: kv.create(name, body), what="create topic"))
+            self._bridge.run(self.conn.retry(lambda: kv.create(name, body), what="create topic"))
         except nats.js.errors.KeyWrongLastSequenceError:
             if exist_ok:
                 return self.describe(name)
@@ -150,7 +165,7 @@ class Topics:
                     await asyncio.sleep(pause)
             return []
 
-        return sorted(self.bridge.run(self.conn.retry(keys, what="list topics")))
+        return sorted(self._bridge.run(self.conn.retry(keys, what="list topics")))
 
     def exists(self, name: str) -> bool:
         validate_topic_name(name)
@@ -160,12 +175,30 @@ class Topics:
             return False
         return True
 
+    def cached(self, name: str) -> Meta | None:
+        """A topic's metadata if cached within :data:`META_TTL_S` (no I/O)."""
+        meta = self.meta.get(name) if isinstance(name, str) else None
+        if meta is not None and time.monotonic() - meta.checked < META_TTL_S:
+            return meta
+        return None
+
     def get(self, name: str, *, fresh: bool = False) -> Meta:
         """A topic's metadata: cached (module docstring), or read from the registry."""
+        meta = None if fresh else self.cached(name)
+        if meta is not None:
+            return meta
+        return self._bridge.run(self.fetch(name, fresh=fresh), topic=name)
+
+    async def get_async(self, name: str, *, fresh: bool = False) -> Meta:
+        """:meth:`get` on the caller's loop."""
+        meta = None if fresh else self.cached(name)
+        return meta if meta is not None else await self.fetch(name, fresh=fresh)
+
+    async def fetch(self, name: str, *, fresh: bool = False) -> Meta:
+        """A topic's metadata from the registry; with ``fresh`` false and metadata cached,
+        the cached metadata when the registry cannot answer now (module docstring)."""
         now = time.monotonic()
         meta = self.meta.get(name) if isinstance(name, str) else None
-        if meta is not None and not fresh and now - meta.checked < META_TTL_S:
-            return meta
         validate_topic_name(name)
         kv = self.conn.kv
 
@@ -181,12 +214,14 @@ class Topics:
             # cut off, an election), keep using the cached metadata for a while, so appends
             # to partitions that are up do not wait for the registry (it only ever grows)
             try:
-                raw = self.bridge.run(asyncio.wait_for(get(), self.conn.attempt_s), topic=name)
-            except LogUnavailableError:
+                raw = await asyncio.wait_for(get(), self.conn.attempt_s)
+            except (TimeoutError, nats.errors.Error) as exc:
+                if not isinstance(e.translate(exc, topic=name), LogUnavailableError):
+                    raise
                 self.meta[name] = meta._replace(checked=now + META_BACKOFF_S)
                 return meta
         else:
-            raw = self.bridge.run(self.conn.retry(get, what="read topic metadata"), topic=name)
+            raw = await self.conn.retry(get, what="read topic metadata")
         if not raw:
             self.meta.pop(name, None)
             raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)
@@ -196,14 +231,23 @@ class Topics:
         return meta
 
     def check_partition(self, topic: str, partition: int) -> Meta:
+        """The topic's metadata, once ``partition`` is known to exist (a cached partition
+        count too low is read again before the partition is refused)."""
+        meta = self.cached(topic)
+        if meta is not None and _exists(meta, partition):
+            return meta
+        return self._bridge.run(self.check_partition_async(topic, partition), topic=topic)
+
+    async def check_partition_async(self, topic: str, partition: int) -> Meta:
+        """:meth:`check_partition` on the caller's loop."""
         if isinstance(partition, bool) or not isinstance(partition, int):
             raise UnknownPartitionError(
                 f"partition must be an integer, got {partition!r}", topic=topic
             )
-        meta = self.get(topic)
-        if not 0 <= partition < meta.partitions:
-            meta = self.get(topic, fresh=True)
-            if not 0 <= partition < meta.partitions:
+        meta = await self.get_async(topic)
+        if not _exists(meta, partition):
+            meta = await self.fetch(topic, fresh=True)
+            if not _exists(meta, partition):
                 raise UnknownPartitionError(
                     f"partition {partition} does not exist (topic has {meta.partitions})",
                     topic=topic,
@@ -213,7 +257,7 @@ class Topics:
 
     def describe(self, name: str) -> TopicDescription:
         meta = self.get(name, fresh=True)
-        states = self.bridge.run(self._states(name, meta.partitions))
+        states = self._bridge.run(self._states(name, meta.partitions))
         details = tuple(
             PartitionDescription(p, lwm, hwm, hwm, 1, size)
             for p, (lwm, hwm, size) in enumerate(states)
@@ -268,7 +312,7 @@ class Topics:
                     old=meta.partitions,
                     new=partitions,
                 )
-                self.bridge.run(self._add_streams(name, range(meta.partitions, partitions), cfg))
+                self._bridge.run(self._add_streams(name, range(meta.partitions, partitions), cfg))
                 count = partitions
         conn = self.conn
 
@@ -279,7 +323,7 @@ class Topics:
             body = {"name": name, "partitions": count, "config": cfg.to_dict()}
             await conn.retry(lambda: conn.kv.put(name, orjson.dumps(body)), what="alter topic")
 
-        self.bridge.run(update())
+        self._bridge.run(update())
         self.meta.pop(name, None)
         return self.describe(name)
 
@@ -295,7 +339,7 @@ class Topics:
                 with contextlib.suppress(nats.js.errors.NotFoundError):
                     await conn.retry(functools.partial(conn.js.delete_stream, stream))
 
-        self.bridge.run(delete())
+        self._bridge.run(delete())
         self.meta.pop(name, None)
         for p in range(meta.partitions):
             self.marks.pop(m.stream_name(self.namespace, name, p), None)
@@ -305,4 +349,4 @@ class Topics:
         """The partition stream's info (``nats.js.api.StreamInfo``), from its leader."""
         stream = m.stream_name(self.namespace, topic, partition)
         js = self.conn.js
-        return self.bridge.run(self.conn.retry(functools.partial(js.stream_info, stream)))
+        return self._bridge.run(self.conn.retry(functools.partial(js.stream_info, stream)))

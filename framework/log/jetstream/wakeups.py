@@ -33,14 +33,15 @@ from framework.log.jetstream.connection import Connection
 class Wakeups:
     """The wake sequence and the owed wake message of one log (module docstring)."""
 
-    def __init__(self, conn: Connection, bridge: Bridge) -> None:
+    def __init__(self, conn: Connection, bridge: Bridge | None) -> None:
         self.conn = conn
-        self.bridge = bridge
+        self.bridge = bridge  # None: the asyncio face (its loop is the caller's)
         self.subject = m.wake_subject(conn.namespace)
         self.seq = 0
         self._cond = threading.Condition()
         self.owed = False  # an append's wake message not sent yet
         self._timer: asyncio.TimerHandle | None = None  # pays it if nothing follows (see owe)
+        self._task: asyncio.Task[None] | None = None  # the last wake message sent by pay
 
     # ------------------------------------------------------------------ the sequence
     def bump(self) -> None:
@@ -66,6 +67,7 @@ class Wakeups:
         the loop's own included)."""
         self.bump()
         publish = self.conn.nc.publish(self.subject, b"")
+        assert self.bridge is not None, "the asyncio face sends with send()"
         if self.bridge.on_loop():
             self.bridge.loop.create_task(publish)
         else:
@@ -78,8 +80,9 @@ class Wakeups:
         it takes the loop over; the bridge's own thread, which keeps running it for
         concurrent callers, sends it after :data:`IDLE_HANDBACK_S` if no request took it."""
         self.owed = True
-        if self._timer is None and self.bridge.own_thread():
-            self._timer = self.bridge.loop.call_later(IDLE_HANDBACK_S, self._pay_late)
+        if self._timer is None and (self.bridge is None or self.bridge.own_thread()):
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(IDLE_HANDBACK_S, self._pay_late)
 
     def _pay_late(self) -> None:
         self._timer = None
@@ -89,11 +92,12 @@ class Wakeups:
         """Queue the owed wake message (on the loop, before the call about to run)."""
         if self.owed:
             self.owed = False
-            self.bridge.loop.create_task(self.send())
+            self._task = asyncio.get_running_loop().create_task(self.send())
 
     def on_drive(self) -> None:
         """The bridge's hook: a thread takes the loop over (it holds it now)."""
         if self.owed:
+            assert self.bridge is not None
             self.bridge.loop.call_soon(self.pay)
 
     async def pay_now(self) -> None:

@@ -347,7 +347,9 @@ def _child_maintenance(args: dict[str, Any], action: str) -> None:
     # ``framework.log.embedded.recovery``'s journal helper) and the new low-water mark.
     decision = JOURNAL_NAME if action == "compact" else "log-start-offset"
     module = importlib.import_module(
-        "framework.log.embedded.recovery" if action == "compact" else "framework.log.embedded.partition"
+        "framework.log.embedded.recovery"
+        if action == "compact"
+        else "framework.log.embedded.partition"
     )
     original_write_atomic = module.write_atomic
     after_phase = args.get("crash_after_phase")

@@ -100,7 +100,9 @@ def test_read_key_on_a_compacted_topic_gives_the_latest_record(store: LogStore) 
 
 def test_wake_from_another_process_ends_a_wait(store: LogStore) -> None:
     seen = store.wait_seq()
-    code = f"from framework.log.embedded.store import LogStore; LogStore({str(store.path)!r}).wake()"
+    code = (
+        f"from framework.log.embedded.store import LogStore; LogStore({str(store.path)!r}).wake()"
+    )
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:

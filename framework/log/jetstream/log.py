@@ -21,9 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
 
-from framework.errors import ConfigError
 from framework.log.config import TopicConfig
 from framework.log.jetstream import mapping as m
 from framework.log.jetstream.bridge import Bridge
@@ -35,6 +33,7 @@ from framework.log.jetstream.topics import Topics
 from framework.log.jetstream.wakeups import Wakeups
 from framework.log.local import LocalDir, default_data_dir
 from framework.log.record import Record
+from framework.log.remote import parse_log_url
 from framework.log.types import (
     AppendResult,
     Clock,
@@ -66,20 +65,8 @@ def parse_url(url: str) -> dict[str, Any]:
     >>> parse_url("nats://127.0.0.1:4222,127.0.0.1:4223?replicas=1")["servers"]
     ['nats://127.0.0.1:4222', 'nats://127.0.0.1:4223']
     """
-    parts = urlsplit(url)
-    if parts.scheme != "nats" or not parts.netloc:
-        raise ConfigError(
-            f"a JetStream log URL looks like nats://host:port[,host:port], got {url!r}"
-        )
-    out: dict[str, Any] = {"servers": [f"nats://{h}" for h in parts.netloc.split(",") if h]}
-    for name, values in parse_qs(parts.query).items():
-        if name == "namespace":
-            out["namespace"] = values[-1]
-        elif name == "replicas":
-            out["replicas"] = int(values[-1])
-        else:
-            raise ConfigError(f"unknown option {name!r} in log URL {url!r}")
-    return out
+    hosts, options = parse_log_url(url, "nats", {"namespace": str, "replicas": int})
+    return {"servers": [f"nats://{h}" for h in hosts], **options}
 
 
 class JetStreamLog:

@@ -12,22 +12,23 @@ publish), when a thread takes the loop over (:meth:`Wakeups.on_drive`), or after
 the loop for concurrent callers and nothing else took it; a write of its own per append cost
 as much as a second round trip on a loaded machine.
 
-Invariants: ``seq`` only grows, under ``_cond``. ``owed`` and ``_timer`` are touched only on
-the loop or by the thread holding it (the bridge's driver), never elsewhere. At most one
-wake message is owed; one is never lost: a close pays it before the connection goes.
+Invariants: the wake sequence (:class:`~framework.log.remote.WakeSequence`) only grows.
+``owed`` and ``_timer`` are touched only on the loop or by the thread holding it (the
+bridge's driver), never elsewhere. At most one wake message is owed; one is never lost: a
+close pays it before the connection goes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 
 import nats.errors
 
 from framework.log.jetstream import mapping as m
 from framework.log.jetstream.bridge import IDLE_HANDBACK_S, Bridge
 from framework.log.jetstream.connection import Connection
+from framework.log.remote import WakeSequence
 
 
 class Wakeups:
@@ -37,8 +38,7 @@ class Wakeups:
         self.conn = conn
         self.bridge = bridge  # None: the asyncio face (its loop is the caller's)
         self.subject = m.wake_subject(conn.namespace)
-        self.seq = 0
-        self._cond = threading.Condition()
+        self.sequence = WakeSequence()
         self.owed = False  # an append's wake message not sent yet
         self._timer: asyncio.TimerHandle | None = None  # pays it if nothing follows (see owe)
         self._task: asyncio.Task[None] | None = None  # the last wake message sent by pay
@@ -46,21 +46,17 @@ class Wakeups:
     # ------------------------------------------------------------------ the sequence
     def bump(self) -> None:
         """Count a wake-up (an append of this process, or a wake message received)."""
-        with self._cond:
-            self.seq += 1
-            self._cond.notify_all()
+        self.sequence.bump()
 
     async def on_message(self, _msg: object) -> None:
         self.bump()
 
     def wait_seq(self) -> int:
-        with self._cond:
-            return self.seq
+        return self.sequence.current()
 
     def wait(self, seen: int, timeout: float) -> None:
         """Sleep until a wake-up after ``seen`` (or ``timeout`` seconds)."""
-        with self._cond:
-            self._cond.wait_for(lambda: self.seq != seen, timeout)
+        self.sequence.wait(seen, timeout)
 
     def wake(self) -> None:
         """Wake every waiter of this namespace, in every process (callable from any thread,

@@ -24,10 +24,13 @@ Invariants (who owns what; nothing here relies on the GIL):
 * ``_guard`` (a condition) guards ``_users``, ``_last_use``, ``_last_concurrent``,
   ``_own_driving`` and ``_waiters``: who is inside, and who may take the loop over.
 * ``_queue`` (a lock, never held while taking another) guards ``_submitted``,
-  ``_drain_due``, ``_holding`` and ``_returning``: the calls queued by callers' threads and
-  drained by the loop. ``_drain_due`` is true from the moment a drain is scheduled (or a
-  hold is on) until the drain takes the queue, so every queued call is started by a drain
-  that was scheduled after it was queued, or by one that sees it (no lost wake-up).
+  ``_drain_due`` and ``_holding``: the calls queued by callers' threads and drained by the
+  loop. ``_returning`` (callers answered, not back yet) is written on the loop only; a
+  caller reads it without the lock, and a stale value only starts a train up to
+  :data:`TRAIN_HOLD_S` later (the hold's timer starts it anyway). ``_drain_due`` is true
+  from the moment a drain is scheduled (or a hold is on) until the drain takes the queue, so
+  every queued call is started by a drain that was scheduled after it was queued, or by one
+  that sees it (no lost wake-up).
 * Every call ends exactly once: with its result or error (:meth:`Call.settle`, on the loop),
   by the backstop (``backstop_s``: :class:`GaveUpError`; the call is abandoned, a task of it
   cancelled), or by :meth:`Bridge.close` (:class:`ClosedError` for every call still waiting).
@@ -193,11 +196,11 @@ class Bridge:
         self._last_concurrent = 0.0  # when a call last waited for the bridge's thread
         self._own_driving = False  # the bridge's own thread runs the loop
         self._waiters: collections.deque[_Waiter | Call] = collections.deque()
-        self._queue = threading.Lock()  # guards the four fields below
+        self._queue = threading.Lock()  # guards the three fields below
         self._submitted: collections.deque[Call] = collections.deque()  # not started yet
         self._drain_due = False  # a _drain callback is queued on the loop (or a hold is on)
-        self._returning = 0  # concurrent callers answered, not queued again (about)
         self._holding = False  # queued calls wait for the rest of the train (see _drain)
+        self._returning = 0  # concurrent callers answered, not queued again (loop writes)
         self._hold_timer: asyncio.TimerHandle | None = None  # (on the loop only)
         self.thread = threading.Thread(target=self._drive_when_idle, name=name, daemon=True)
         self.thread.start()
@@ -305,8 +308,7 @@ class Bridge:
     def answered(self) -> None:
         """A concurrent caller's call was answered (on the loop): it is likely back soon
         with its next call, which :meth:`_drain` may hold the queue for."""
-        with self._queue:
-            self._returning += 1
+        self._returning += 1  # (written on the loop only: see the module docstring)
 
     def _drive(self, task: asyncio.Future[T]) -> T:
         """Run the loop in this thread (holding ``_driver``) until ``task`` is done."""

@@ -15,6 +15,7 @@ from framework.errors import (
     LogError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
+    TopicExistsError,
     UnknownTopicError,
 )
 from framework.log.jetstream import mapping
@@ -287,3 +288,38 @@ def test_close_ends_the_calls_in_flight_at_once(cluster: LocalCluster, namespace
             assert isinstance(exc, OutcomeUnknownError), repr(exc)
         else:
             assert type(exc) is LogError and exc.permanent, repr(exc)
+
+
+def test_concurrent_creators_of_one_topic_both_succeed_with_exist_ok(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """Two processes opening one app create its topics at once (``exist_ok=True``): the
+    registry's create-if-absent picks one winner; the other sees the topic, never an error.
+    Without ``exist_ok`` the loser gets TopicExistsError."""
+    with (
+        JetStreamLog.from_url(cluster.url, namespace=namespace) as one,
+        JetStreamLog.from_url(cluster.url, namespace=namespace) as two,
+    ):
+        for i in range(4):
+            exist_ok = i < 3
+            barrier = threading.Barrier(2)
+            outcomes: list[BaseException | int] = []
+
+            def create(log: JetStreamLog, name: str = f"both{i}", ok: bool = exist_ok) -> None:
+                barrier.wait()
+                try:
+                    outcomes.append(log.create_topic(name, 2, exist_ok=ok).partitions)
+                except BaseException as exc:
+                    outcomes.append(exc)
+
+            threads = [threading.Thread(target=create, args=(log,)) for log in (one, two)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            if exist_ok:
+                assert outcomes == [2, 2], outcomes
+            else:
+                assert 2 in outcomes and len(outcomes) == 2, outcomes
+                loser = next(o for o in outcomes if o != 2)
+                assert isinstance(loser, TopicExistsError), repr(loser)

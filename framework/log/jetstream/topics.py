@@ -132,12 +132,20 @@ class Topics:
             }
         )
         kv = self.conn.kv
-        try:
-            self._bridge.run(self.conn.retry(lambda: kv.create(name, body), what="create topic"))
-        except nats.js.errors.KeyWrongLastSequenceError:
+
+        async def register() -> bool:
+            """Create-if-absent: whether this call registered the topic (the error is
+            caught here, before the bridge would raise it as a refused expectation)."""
+            try:
+                await kv.create(name, body)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                return False  # another creator registered it first
+            return True
+
+        if not self._bridge.run(self.conn.retry(register, what="create topic"), topic=name):
             if exist_ok:
                 return self.describe(name)
-            raise TopicExistsError(f"topic {name!r} already exists", topic=name) from None
+            raise TopicExistsError(f"topic {name!r} already exists", topic=name)
         log.info("topic created", topic=name, partitions=partitions, engine="jetstream")
         self.meta.pop(name, None)
         return self.describe(name)

@@ -323,3 +323,11 @@ def test_concurrent_creators_of_one_topic_both_succeed_with_exist_ok(
                 assert 2 in outcomes and len(outcomes) == 2, outcomes
                 loser = next(o for o in outcomes if o != 2)
                 assert isinstance(loser, TopicExistsError), repr(loser)
+
+
+def test_verify_reports_a_missing_partition_stream(js: JetStreamLog) -> None:
+    js.create_topic("holes", 2)
+    stream = mapping.stream_name(js.namespace, "holes", 1)
+    js.run(js.js.delete_stream(stream))
+    problems = js.verify("holes")
+    assert [(type(p), p.partition, "missing" in str(p)) for p in problems] == [(LogError, 1, True)]

@@ -21,9 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-import nats.js.errors
-
-from framework.errors import LogError, OffsetOutOfRangeError
+from framework.errors import LogError, OffsetOutOfRangeError, UnknownTopicError
 from framework.log.config import TopicConfig
 from framework.log.jetstream import mapping as m
 from framework.log.jetstream.bridge import Bridge
@@ -154,9 +152,8 @@ class Maintenance:
         ``settle_s`` (a new or restarted replica is briefly behind) before it is reported."""
         deadline = time.monotonic() + settle_s
         while True:
-            try:
-                info = self.topics.stream_info(topic, p)
-            except nats.js.errors.NotFoundError:
+            info = self.topics.stream_info(topic, p)
+            if info is None:
                 return [LogError("partition stream missing", topic=topic, partition=p)]
             problems: list[Exception] = [
                 LogError(
@@ -198,6 +195,12 @@ class Maintenance:
         self.topics.check_partition(topic, partition)
         stream = m.stream_name(self.namespace, topic, partition)
         info = self.topics.stream_info(topic, partition)
+        if info is None:
+            raise UnknownTopicError(
+                f"topic {topic!r} has no stream for partition {partition}",
+                topic=topic,
+                partition=partition,
+            )
         replicas = [
             r.name for r in (info.cluster.replicas if info.cluster else None) or [] if r.name
         ]

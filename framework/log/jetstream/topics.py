@@ -120,7 +120,7 @@ class Topics:
             raise ConfigError("topic name too long for a JetStream stream name", topic=name)
         if self.exists(name):
             if exist_ok:
-                return self.describe(name)
+                return self._describe_new(name)
             raise TopicExistsError(f"topic {name!r} already exists", topic=name)
         self._bridge.run(self._add_streams(name, range(partitions), cfg))
         body = orjson.dumps(
@@ -144,11 +144,24 @@ class Topics:
 
         if not self._bridge.run(self.conn.retry(register, what="create topic"), topic=name):
             if exist_ok:
-                return self.describe(name)
+                return self._describe_new(name)
             raise TopicExistsError(f"topic {name!r} already exists", topic=name)
         log.info("topic created", topic=name, partitions=partitions, engine="jetstream")
         self.meta.pop(name, None)
-        return self.describe(name)
+        return self._describe_new(name)
+
+    def _describe_new(self, name: str, settle_s: float = 5.0) -> TopicDescription:
+        """:meth:`describe` of a topic just registered: a partition stream that two creators
+        added at once can answer "not found" for a moment (seen when two logs create one
+        topic together), so that is asked again for up to ``settle_s`` seconds."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            try:
+                return self.describe(name)
+            except UnknownTopicError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     async def _add_streams(self, topic: str, parts: range, cfg: TopicConfig) -> None:
         async def one(p: int) -> None:
@@ -354,7 +367,15 @@ class Topics:
         log.info("topic deleted", topic=name, engine="jetstream")
 
     def stream_info(self, topic: str, partition: int) -> Any:
-        """The partition stream's info (``nats.js.api.StreamInfo``), from its leader."""
+        """The partition stream's info (``nats.js.api.StreamInfo``), from its leader;
+        ``None`` if the stream does not exist."""
         stream = m.stream_name(self.namespace, topic, partition)
         js = self.conn.js
-        return self._bridge.run(self.conn.retry(functools.partial(js.stream_info, stream)))
+
+        async def info() -> Any:
+            try:
+                return await self.conn.retry(functools.partial(js.stream_info, stream))
+            except nats.js.errors.NotFoundError:  # (caught before the bridge translates it)
+                return None
+
+        return self._bridge.run(info(), topic=topic, partition=partition)

@@ -54,6 +54,7 @@ from framework.errors import ConfigError, FencedError, ProjectionError
 from framework.log import TopicPartition
 from framework.observability import get_logger
 from framework.projection._sqlite_utils import Migrations
+from framework.projection.tables import Dialect
 
 log = get_logger("eventlane.projection")
 
@@ -202,7 +203,7 @@ class PgReadModel:
     :class:`~framework.projection.readmodel.ReadModel`. One connection; thread-safe
     through a lock."""
 
-    dialect = "postgresql"
+    dialect: Dialect = "postgresql"
 
     def __init__(self, url: str, schema: str, path: Path) -> None:
         self.url = url

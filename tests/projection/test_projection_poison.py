@@ -107,11 +107,11 @@ def test_poison_one_percent_dead_lettered_then_retried(
     engine: str, data: Path, workers: Workers, producer: Producer
 ) -> None:
     # PostgreSQL pays a round trip per statement (~2-3 ms each on a loaded 2-core machine):
-    # half the events at twice the poison rate (about as many letters), and a stall bound
-    # that allows for a few batches' worth of round trips.
+    # 30 % of the events at three times the poison rate (about as many letters), and a stall
+    # bound that allows for a few batches' worth of round trips.
     pg = engine == "postgresql"
     rng = random.Random(7)
-    rate, scale, stall = (0.02, 0.5, 30.0) if pg else (0.01, 1.0, 5.0)
+    rate, scale, stall = (0.03, 0.3, 30.0) if pg else (0.01, 1.0, 5.0)
     poison = lambda i: rng.random() < rate  # noqa: E731
     producer.deposits(int(6_000 * scale), accounts=200, poison=poison)
     watch = StallWatch(data)

@@ -42,7 +42,8 @@ callers that do not know eventlane::
     │   ├── UpcastError
     │   └── StaleSnapshotError                  snapshot schema version != the aggregate's
     ├── ProjectionError
-    │   └── FencedError                         a newer group generation owns the partition
+    │   ├── FencedError                         a newer group generation owns the partition
+    │   └── ReadModelUnavailableError         ! a PostgreSQL read model's server unreachable
     └── ReplayError
         └── MergeConflictError                  rows of one key from several partitions, no rule
 
@@ -387,6 +388,15 @@ class StaleSnapshotError(SerializationError):
 
 class ProjectionError(FrameworkError):
     """A projector or its read model failed."""
+
+
+class ReadModelUnavailableError(ProjectionError):
+    """A read model's database server (PostgreSQL) could not be reached, or the connection
+    broke. The transaction in hand may or may not have committed: its positions were (or
+    were not) committed with it, so a worker that starts again reads them and applies
+    exactly what is missing. Never assume either outcome: re-read the positions."""
+
+    indeterminate = True
 
 
 class WaitTimeoutError(ProjectionError, TimeoutError):

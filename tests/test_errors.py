@@ -39,7 +39,11 @@ def test_an_unknown_outcome_is_neither_retriable_nor_permanent() -> None:
     classes = [
         c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, FrameworkError)
     ]
-    assert {c for c in classes if c.indeterminate} == {OutcomeUnknownError}
+    # a log write's unknown outcome, and a read-model transaction's (PostgreSQL connection lost)
+    assert {c for c in classes if c.indeterminate} == {
+        OutcomeUnknownError,
+        errors.ReadModelUnavailableError,
+    }
     unknown = OutcomeUnknownError("publish timed out", topic="t", partition=0)
     assert unknown.indeterminate and not unknown.retriable
     assert not FrameworkError("x").indeterminate

@@ -5,6 +5,8 @@
   live in many partitions of the ``invoices`` topic, so its row is written from several
   partitions: the projector declares ``sum`` as its merge rule for parallel rebuilds.
 * ``orders_by_status``: one row per order with its status and total.
+* Every handler writes through the portable table API (``ctx.table``): the projections run
+  unchanged on SQLite and on PostgreSQL read models (``App(readmodels=...)``).
 * ``InvoicingPolicy``: the "invoicing microservice" of the seeds: issues exactly one invoice
   per confirmed order and voids it when the order is cancelled. Idempotent by construction:
   the invoice id is derived from the order id and ``issue``/``void`` are no-ops when done.
@@ -20,8 +22,6 @@ import contextlib
 import os
 from datetime import timedelta
 from typing import ClassVar
-
-from sqlite_utils import Database
 
 from example_apps.invoicing import migrations as schema
 from example_apps.invoicing.domain import CancelUnconfirmed, Invoice, invoice_id_for
@@ -45,24 +45,32 @@ class Invoices(Projector):
 
     @handles(InvoiceIssued)
     def issued(self, event: InvoiceIssued, ctx: EventContext) -> None:
-        ctx.db.execute(
-            "INSERT INTO invoices VALUES (?, ?, ?, ?, 0, 'open')",
-            (ctx.aggregate_id, event.order_id, event.customer_id, event.amount_cents),
+        ctx.table("invoices").insert(
+            {
+                "invoice_id": ctx.aggregate_id,
+                "order_id": event.order_id,
+                "customer_id": event.customer_id,
+                "amount_cents": event.amount_cents,
+                "paid_cents": 0,
+                "status": "open",
+            }
         )
 
     @handles(PaymentRecorded)
     def paid(self, event: PaymentRecorded, ctx: EventContext) -> None:
-        ctx.db.execute(
-            "UPDATE invoices SET paid_cents = paid_cents + ?, status = CASE WHEN paid_cents +"
-            " ? >= amount_cents THEN 'paid' ELSE status END WHERE invoice_id = ?",
-            (event.amount_cents, event.amount_cents, ctx.aggregate_id),
+        invoices = ctx.table("invoices")
+        row = invoices.get(invoice_id=ctx.aggregate_id)
+        if row is None:
+            raise LookupError(f"payment for invoice {ctx.aggregate_id} before it was issued")
+        paid = row["paid_cents"] + event.amount_cents
+        status = "paid" if paid >= row["amount_cents"] else row["status"]
+        invoices.update(
+            {"invoice_id": ctx.aggregate_id}, set={"paid_cents": paid, "status": status}
         )
 
     @handles(InvoiceVoided)
     def voided(self, event: InvoiceVoided, ctx: EventContext) -> None:
-        ctx.db.execute(
-            "UPDATE invoices SET status = 'void' WHERE invoice_id = ?", (ctx.aggregate_id,)
-        )
+        ctx.table("invoices").update({"invoice_id": ctx.aggregate_id}, set={"status": "void"})
 
 
 class CustomerBalances(Projector):
@@ -73,50 +81,53 @@ class CustomerBalances(Projector):
 
     def _add(
         self,
-        db: Database,
+        ctx: EventContext,
         customer_id: str,
         invoiced: int = 0,
         paid: int = 0,
         voided: int = 0,
         count: int = 0,
     ) -> None:
-        db.execute(
-            "INSERT INTO customer_balances VALUES (?, ?, ?, ?, ?) ON CONFLICT(customer_id) DO"
-            " UPDATE SET invoiced_cents = invoiced_cents + excluded.invoiced_cents,"
-            " paid_cents = paid_cents + excluded.paid_cents,"
-            " voided_cents = voided_cents + excluded.voided_cents,"
-            " invoices = invoices + excluded.invoices",
-            (customer_id, invoiced, paid, voided, count),
+        ctx.table("customer_balances").upsert(
+            {
+                "customer_id": customer_id,
+                "invoiced_cents": invoiced,
+                "paid_cents": paid,
+                "voided_cents": voided,
+                "invoices": count,
+            },
+            key=("customer_id",),
+            add=("invoiced_cents", "paid_cents", "voided_cents", "invoices"),
         )
 
     @handles(InvoiceIssued)
     def issued(self, event: InvoiceIssued, ctx: EventContext) -> None:
-        ctx.db.execute(
-            "INSERT INTO invoice_owners VALUES (?, ?, ?)",
-            (ctx.aggregate_id, event.customer_id, event.amount_cents),
+        ctx.table("invoice_owners").insert(
+            {
+                "invoice_id": ctx.aggregate_id,
+                "customer_id": event.customer_id,
+                "amount_cents": event.amount_cents,
+            }
         )
-        self._add(ctx.db, event.customer_id, invoiced=event.amount_cents, count=1)
+        self._add(ctx, event.customer_id, invoiced=event.amount_cents, count=1)
 
     @handles(PaymentRecorded)
     def paid(self, event: PaymentRecorded, ctx: EventContext) -> None:
-        self._add(ctx.db, _customer_of(ctx), paid=event.amount_cents)
+        self._add(ctx, _customer_of(ctx), paid=event.amount_cents)
 
     @handles(InvoiceVoided)
     def voided(self, event: InvoiceVoided, ctx: EventContext) -> None:
-        self._add(ctx.db, _customer_of(ctx), voided=_amount_of(ctx))
+        self._add(ctx, _customer_of(ctx), voided=_amount_of(ctx))
 
 
 def _invoice_issue(ctx: EventContext) -> tuple[str, int]:
     """(customer, amount) of the invoice an event belongs to. All of an invoice's events are
     in one partition (keyed by invoice id), so this lookup also works in a rebuild that
     replays partitions in parallel."""
-    row = ctx.db.execute(
-        "SELECT customer_id, amount_cents FROM invoice_owners WHERE invoice_id = ?",
-        (ctx.aggregate_id,),
-    ).fetchone()
+    row = ctx.table("invoice_owners").get(invoice_id=ctx.aggregate_id)
     if row is None:
         raise LookupError(f"invoice {ctx.aggregate_id} seen before it was issued")
-    return str(row[0]), int(row[1])
+    return str(row["customer_id"]), int(row["amount_cents"])
 
 
 def _customer_of(ctx: EventContext) -> str:
@@ -135,50 +146,56 @@ class OrdersByStatus(Projector):
     @handles(OrderPlaced)
     def placed(self, event: OrderPlaced, ctx: EventContext) -> None:
         total = sum(line.total_cents for line in event.lines)
-        ctx.db.execute(
-            "INSERT INTO orders VALUES (?, ?, 'placed', ?, ?)",
-            (ctx.aggregate_id, event.customer_id, total, len(event.lines)),
+        ctx.table("orders").insert(
+            {
+                "order_id": ctx.aggregate_id,
+                "customer_id": event.customer_id,
+                "status": "placed",
+                "total_cents": total,
+                "lines": len(event.lines),
+            }
         )
-        ctx.db.conn.executemany(
-            "INSERT INTO order_lines VALUES (?, ?, ?)",
-            [(ctx.aggregate_id, line.sku, line.total_cents) for line in event.lines],
-        )
+        lines = ctx.table("order_lines")
+        for line in event.lines:
+            lines.insert(
+                {"order_id": ctx.aggregate_id, "sku": line.sku, "total_cents": line.total_cents}
+            )
 
     @handles(OrderLineAdded)
     def line_added(self, event: OrderLineAdded, ctx: EventContext) -> None:
-        ctx.db.execute(
-            "UPDATE orders SET total_cents = total_cents + ?, lines = lines + 1 WHERE order_id = ?",
-            (event.line.total_cents, ctx.aggregate_id),
+        ctx.table("orders").update(
+            {"order_id": ctx.aggregate_id},
+            add={"total_cents": event.line.total_cents, "lines": 1},
         )
-        ctx.db.execute(
-            "INSERT INTO order_lines VALUES (?, ?, ?)",
-            (ctx.aggregate_id, event.line.sku, event.line.total_cents),
+        ctx.table("order_lines").insert(
+            {
+                "order_id": ctx.aggregate_id,
+                "sku": event.line.sku,
+                "total_cents": event.line.total_cents,
+            }
         )
 
     @handles(OrderLineRemoved)
     def line_removed(self, event: OrderLineRemoved, ctx: EventContext) -> None:
-        ctx.db.execute(
-            "UPDATE orders SET lines = lines - 1, total_cents = total_cents - (SELECT"
-            " total_cents FROM order_lines WHERE order_id = ? AND sku = ?) WHERE order_id = ?",
-            (ctx.aggregate_id, event.sku, ctx.aggregate_id),
-        )
-        ctx.db.execute(
-            "DELETE FROM order_lines WHERE order_id = ? AND sku = ?",
-            (ctx.aggregate_id, event.sku),
-        )
+        lines = ctx.table("order_lines")
+        line = lines.get(order_id=ctx.aggregate_id, sku=event.sku)
+        if line is not None:  # the amount of the line removed comes off the total
+            ctx.table("orders").update(
+                {"order_id": ctx.aggregate_id},
+                add={"total_cents": -line["total_cents"], "lines": -1},
+            )
+            lines.delete(order_id=ctx.aggregate_id, sku=event.sku)
 
     @handles(OrderConfirmed)
     def confirmed(self, event: OrderConfirmed, ctx: EventContext) -> None:
-        ctx.db.execute(
-            "UPDATE orders SET status = 'confirmed', total_cents = ? WHERE order_id = ?",
-            (event.total_cents, ctx.aggregate_id),
+        ctx.table("orders").update(
+            {"order_id": ctx.aggregate_id},
+            set={"status": "confirmed", "total_cents": event.total_cents},
         )
 
     @handles(OrderCancelled)
     def cancelled(self, event: OrderCancelled, ctx: EventContext) -> None:
-        ctx.db.execute(
-            "UPDATE orders SET status = 'cancelled' WHERE order_id = ?", (ctx.aggregate_id,)
-        )
+        ctx.table("orders").update({"order_id": ctx.aggregate_id}, set={"status": "cancelled"})
 
 
 CONFIRM_WITHIN_ENV = "INVOICING_CONFIRM_WITHIN_S"

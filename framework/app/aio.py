@@ -26,7 +26,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 from framework.app.causal import CausalStep, Reach, as_position, causal_plan
@@ -35,7 +34,7 @@ from framework.consumer import Consumer, GroupConsumer
 from framework.domain import Aggregate
 from framework.log import Log, Record, RecordMetadata, TopicPartition
 from framework.log.position import Position, Written
-from framework.projection.readmodel import ReadModelView
+from framework.projection.store import Location, open_view
 from framework.store.command import drive_async
 from framework.store.repository import causation_of
 from framework.tracing import command_span
@@ -205,7 +204,9 @@ class AsyncRuntime:
         rt = self.sync
         topics = set(rt.topics_of(projector))
         wanted = {tp: o for tp, o in as_position(written).items() if tp.topic in topics}
-        return await self._reach(rt.readmodel_path(projector), wanted, time.monotonic() + timeout)
+        return await self._reach(
+            rt.readmodel_location(projector), wanted, time.monotonic() + timeout
+        )
 
     async def wait_causal(
         self,
@@ -238,7 +239,7 @@ class AsyncRuntime:
                 error = exc
 
     async def _reach(
-        self, path: Path, offsets: Mapping[TopicPartition, int], deadline: float
+        self, path: Location, offsets: Mapping[TopicPartition, int], deadline: float
     ) -> bool:
         """Poll the read model's positions (each look in the pool) until they reach
         ``offsets`` or ``deadline`` passes; sleeps on the loop in between."""
@@ -246,7 +247,7 @@ class AsyncRuntime:
             return True
 
         def positions() -> dict[TopicPartition, int]:
-            with ReadModelView(path) as view:
+            with open_view(path) as view:
                 return view.positions()
 
         delay = _POLL_FIRST_S

@@ -70,7 +70,7 @@ from framework.log.position import Position, Written
 from framework.observability import get_logger
 from framework.projection.projector import Projector
 from framework.projection.status import offsets_after, projection_status, wait_for_offsets
-from framework.projection.store import view_of
+from framework.projection.store import Location, location_of, view_of
 from framework.store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore, Repository
 from framework.store.stream_cache import DEFAULT_EVENTS
 from framework.tracing import command_span, stored
@@ -432,6 +432,11 @@ class Runtime:
         self.app.projector(projector)
         return self.log.local.readmodel(self.names.local(projector))
 
+    def readmodel_location(self, projector: str) -> Location:
+        """Where projector ``projector``'s read model is: its file, or its PostgreSQL schema
+        (:mod:`framework.projection.store`)."""
+        return location_of(self, projector)
+
     def topics_of(self, projector: str) -> tuple[str, ...]:
         """The topics (full names) projector ``projector`` consumes."""
         return self.names.projector_topics(self.app.projector(projector))
@@ -452,7 +457,7 @@ class Runtime:
         topics = set(self.topics_of(projector))
         position = as_position(written)
         wanted = {tp: off for tp, off in offsets_after(position).items() if tp.topic in topics}
-        return wait_for_offsets(self.log, self.readmodel_path(projector), wanted, timeout)
+        return wait_for_offsets(self.log, self.readmodel_location(projector), wanted, timeout)
 
     def wait_causal(
         self,

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterable, Mapping
-from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from framework.codec import HEADER_CAUSATION_ID, HEADER_EVENT_ID
@@ -39,6 +38,7 @@ from framework.errors import WaitTimeoutError
 from framework.log import Log, Record, RecordMetadata, TopicPartition
 from framework.log.position import Position
 from framework.projection.status import wait_for_offsets
+from framework.projection.store import Location
 from framework.store.command import Call
 
 
@@ -52,7 +52,7 @@ class Runtime(Protocol):
     @property
     def names(self) -> Any: ...
     def topics_of(self, projector: str) -> tuple[str, ...]: ...
-    def readmodel_path(self, projector: str) -> Path: ...
+    def readmodel_location(self, projector: str) -> Location: ...
 
 
 CLOCK_SLACK_MS = 2_000
@@ -67,7 +67,7 @@ class Reach(NamedTuple):
     everything below ``offsets``, until ``deadline`` (``time.monotonic()``); the answer is
     whether it did."""
 
-    path: Path
+    path: Location
     offsets: Mapping[TopicPartition, int]
     deadline: float
 
@@ -132,7 +132,7 @@ def causal_plan(
     deadline = time.monotonic() + timeout
     log = runtime.log
     policies = [
-        (name, set(runtime.topics_of(name)), runtime.readmodel_path(name))
+        (name, set(runtime.topics_of(name)), runtime.readmodel_location(name))
         for name, cls in runtime.app.projectors.items()
         if getattr(cls, "policy", False)
     ]
@@ -166,7 +166,7 @@ def causal_plan(
         )
     consumed = set(runtime.topics_of(projector))
     wanted = {tp: off for tp, off in target.items() if tp.topic in consumed}
-    if not (yield Reach(runtime.readmodel_path(projector), wanted, deadline)):
+    if not (yield Reach(runtime.readmodel_location(projector), wanted, deadline)):
         raise WaitTimeoutError(
             f"projection {projector!r} has not reached {Position(wanted).token} within"
             f" {timeout:g} s"

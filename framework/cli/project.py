@@ -48,7 +48,6 @@ from framework.metrics import enable as enable_metrics
 from framework.observability import logging_env
 from framework.projection import (
     DeadLetter,
-    ReadModelView,
     Runner,
     Worker,
     get_dead_letter,
@@ -56,11 +55,13 @@ from framework.projection import (
     migrate_all,
     open_readmodel,
     retry_dead_letters,
+    view_of,
 )
 from framework.projection.breaker import EXIT_BREAKER
 from framework.projection.breaker import describe as describe_breaker
 from framework.projection.lifeline import follow_supervisor
 from framework.projection.retire import retire_projector
+from framework.projection.store import AnyReadModelView
 from framework.projection.worker import EXIT_CANNOT_START
 
 __all__ = ["PROJECTION_COMMANDS", "dlq", "migrate", "project"]
@@ -440,12 +441,15 @@ def dlq() -> None:
     """Inspect and retry a projector's dead letters (events its handlers could not apply)."""
 
 
-def _view(runtime: Runtime, projection: str) -> ReadModelView:
-    """A read-only view of the projector's read model (refuses one that does not exist)."""
-    path = runtime.readmodel_path(projection)
-    if not path.exists():
-        raise ConfigError(f"projector {projection!r} has no read model yet", path=path)
-    return ReadModelView(path)
+def _view(runtime: Runtime, projection: str) -> AnyReadModelView:
+    """A read-only view of the projector's read model on its engine (SQLite file or
+    PostgreSQL schema: a read-only session with a statement timeout); refuses one that does
+    not exist."""
+    view = view_of(runtime, projection)
+    if view.conn is None:
+        view.close()
+        raise ConfigError(f"projector {projection!r} has no read model yet", path=view.path)
+    return view
 
 
 def _letters(runtime: Runtime, projection: str, status: str) -> list[DeadLetter]:
@@ -597,8 +601,8 @@ def dlq_retry(app_spec: str, projection: str, ids: tuple[int, ...], as_json: boo
     """
     with _runtime(app_spec, create=False) as runtime:
         cls = runtime.app.projector(projection)
-        if not runtime.readmodel_path(projection).exists():
-            raise ConfigError(f"projector {projection!r} has no read model yet")
+        with _view(runtime, projection):  # refuses a read model that does not exist
+            pass
         readmodel = open_readmodel(runtime, projection)
         try:
             report = retry_dead_letters(

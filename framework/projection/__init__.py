@@ -38,6 +38,8 @@ from framework.projection.schema import (
     pending_migrations,
 )
 from framework.projection.status import offsets_after, projection_status
+from framework.projection.store import open_store, view_of
+from framework.projection.tables import Table, dialect_of
 from framework.projection.worker import Polled, Worker
 
 __all__ = [
@@ -69,4 +71,8 @@ __all__ = [
     "projection_status",
     "Polled",
     "Worker",
+    "Table",
+    "dialect_of",
+    "open_store",
+    "view_of",
 ]

@@ -45,15 +45,21 @@ import functools
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from framework.errors import ConfigError, FencedError, ProjectionError
+from framework.errors import (
+    ConfigError,
+    FencedError,
+    ProjectionError,
+    ReadModelUnavailableError,
+)
 from framework.log import TopicPartition
 from framework.observability import get_logger
 from framework.projection._sqlite_utils import Migrations
+from framework.projection.tables import Dialect
 
 log = get_logger("eventlane.projection")
 
@@ -180,7 +186,9 @@ def _connect(url: str, schema: str) -> Any:
     try:
         conn = psycopg.connect(url, autocommit=True, application_name="eventlane")
     except psycopg.OperationalError as exc:
-        raise ProjectionError(f"cannot connect to the read model's database: {exc}") from exc
+        raise ReadModelUnavailableError(
+            f"cannot connect to the read model's database: {exc}"
+        ) from exc
     ms = int(BUSY_TIMEOUT_S * 1000)
     conn.execute(f"SET lock_timeout = {ms}")
     conn.execute(f"SET idle_in_transaction_session_timeout = {ms}")
@@ -202,7 +210,7 @@ class PgReadModel:
     :class:`~framework.projection.readmodel.ReadModel`. One connection; thread-safe
     through a lock."""
 
-    dialect = "postgresql"
+    dialect: Dialect = "postgresql"
 
     def __init__(self, url: str, schema: str, path: Path) -> None:
         self.url = url
@@ -239,7 +247,8 @@ class PgReadModel:
     @contextmanager
     def transaction(self) -> Iterator[FrameworkConnection]:
         """``BEGIN`` + the schema's advisory lock … ``COMMIT`` (``ROLLBACK`` on any
-        exception)."""
+        exception). A lost connection raises
+        :class:`~framework.errors.ReadModelUnavailableError` (the outcome is unknown)."""
         psycopg = _psycopg()
         with self._lock:
             if self._depth:
@@ -258,12 +267,23 @@ class PgReadModel:
                         ) from exc
                     yield self.conn
                 except BaseException:
-                    if not self.raw.closed and self.raw.info.transaction_status != 0:
+                    if not self._broken() and self.raw.info.transaction_status != 0:
                         self.raw.execute("ROLLBACK")
                     raise
                 self.raw.execute("COMMIT")
+            except psycopg.OperationalError as exc:
+                if self._broken():
+                    raise ReadModelUnavailableError(
+                        f"lost the read model's database connection ({exc}); whether the"
+                        " transaction committed is unknown: its positions say",
+                        path=self.path,
+                    ) from exc
+                raise
             finally:
                 self._depth -= 1
+
+    def _broken(self) -> bool:
+        return bool(self.raw.closed or self.raw.broken)
 
     def in_transaction(self) -> bool:
         return self.conn.in_transaction
@@ -372,6 +392,62 @@ class PgReadModel:
     def close(self) -> None:
         with self._lock:
             self.raw.close()
+
+
+# ---------------------------------------------------------------------------- erasure
+def scrub_files(readmodel: PgReadModel, tables: Iterable[str]) -> None:
+    """After rows were deleted (committed): remove their bytes from the database's files.
+
+    ``DELETE`` only marks a row dead; its bytes stay in the table's file until the space is
+    reused, and in the write-ahead log. This rewrites each table (``VACUUM FULL``: a new
+    file for the table and its indexes, the old ones unlinked at the next checkpoint), then
+    switches to a new WAL segment and checkpoints, twice, so the segments that held the rows
+    are retired. Measured on PostgreSQL 15 (tests/projection/test_pg_erasure.py): after it,
+    a byte search of the data directory finds none of the deleted plain text, provided the
+    server runs with ``wal_recycle = off`` (otherwise a retired segment is renamed for
+    reuse and keeps its old bytes until overwritten) and nothing else holds old WAL (an
+    archive, a replication slot, ``wal_keep_size``). Needs a role allowed to
+    ``CHECKPOINT`` and ``pg_switch_wal()`` (a superuser, or ``pg_checkpoint`` plus that
+    grant). Standbys and backups are beyond its reach: they hold their own copies.
+    """
+    for table in tables:
+        readmodel.raw.execute(f'VACUUM FULL "{table}"')
+    for _ in range(2):
+        readmodel.raw.execute("SELECT pg_switch_wal()")
+        readmodel.raw.execute("CHECKPOINT")
+
+
+def tables_holding(readmodel: PgReadModel, plain: Sequence[str]) -> list[str]:
+    """The tables of the read model's schema with a live row whose text columns contain one
+    of ``plain`` (the forgotten subjects' plain text)."""
+    if not plain:
+        return []
+    patterns = [
+        "%" + p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in plain
+    ]
+    columns = readmodel.raw.execute(
+        "SELECT table_name, column_name FROM information_schema.columns WHERE"
+        " table_schema = %s AND data_type IN ('text', 'character varying', 'character',"
+        " 'json', 'jsonb')",
+        (readmodel.schema,),
+    ).fetchall()
+    holding: list[str] = []
+    for table, column in columns:
+        if table in holding:
+            continue
+        found = readmodel.raw.execute(
+            f'SELECT 1 FROM "{table}" WHERE "{column}"::text LIKE ANY(%s) LIMIT 1', (patterns,)
+        ).fetchone()
+        if found is not None:
+            holding.append(str(table))
+    return holding
+
+
+def schema_tables(readmodel: PgReadModel) -> list[str]:
+    rows = readmodel.raw.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (readmodel.schema,)
+    )
+    return [str(r[0]) for r in rows]
 
 
 # ---------------------------------------------------------------------------- migrations

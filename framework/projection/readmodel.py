@@ -48,6 +48,7 @@ from framework.log.local import LocalDir
 from framework.observability import get_logger
 from framework.projection._sqlite_utils import Database, Migrations
 from framework.projection.system_tables import read_model as framework_migrations
+from framework.projection.tables import Dialect
 
 log = get_logger("eventlane.projection")
 
@@ -81,7 +82,7 @@ def readmodel_path(data_dir: Path | LocalDir, name: str) -> Path:
 class ReadModel:
     """An open read-model file. One per process per file; thread-safe through a lock."""
 
-    dialect = "sqlite"
+    dialect: Dialect = "sqlite"
 
     def __init__(self, path: Path) -> None:
         self.path = path

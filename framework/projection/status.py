@@ -44,7 +44,7 @@ from framework.projection._sqlite_utils import Migrations
 from framework.projection.breaker import load_tripped
 from framework.projection.postgres import PgReadModelView
 from framework.projection.readmodel import ReadModelView
-from framework.projection.store import AnyReadModelView
+from framework.projection.store import AnyReadModelView, Location, open_view
 from framework.projection.waiting import current_waits
 
 __all__ = ["notify_applied", "offsets_after", "projection_status", "wait_for_offsets"]
@@ -71,16 +71,16 @@ def offsets_after(
 
 
 def wait_for_offsets(
-    log: Log, path: Path, offsets: Mapping[TopicPartition, int], timeout: float
+    log: Log, path: Location, offsets: Mapping[TopicPartition, int], timeout: float
 ) -> bool:
-    """Wait until the read model at ``path`` has applied everything below ``offsets``
-    (positions ``>=`` each offset). Returns False on timeout.
+    """Wait until the read model at ``path`` (a file, or a PostgreSQL schema) has applied
+    everything below ``offsets`` (positions ``>=`` each offset). Returns False on timeout.
 
     Workers wake waiters after every committed batch (the log's notifier), so this returns
     within a few milliseconds of the commit; it re-checks at least every 50 ms anyway.
     """
     deadline = time.monotonic() + timeout
-    with ReadModelView(path) as view:
+    with open_view(path) as view:
         while True:
             seen = log.wait_seq()
             positions = view.positions()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from framework.errors import ConfigError
 from framework.projection.host import ProjectionHost
@@ -30,7 +31,18 @@ from framework.projection.postgres import (
 )
 from framework.projection.readmodel import ReadModel, ReadModelView
 
-__all__ = ["AnyReadModel", "AnyReadModelView", "ENV", "open_store", "readmodel_url", "view_of"]
+__all__ = [
+    "ENV",
+    "AnyReadModel",
+    "AnyReadModelView",
+    "Location",
+    "PgLocation",
+    "location_of",
+    "open_store",
+    "open_view",
+    "readmodel_url",
+    "view_of",
+]
 
 ENV = "EVENTLANE_READMODELS"
 
@@ -68,9 +80,32 @@ def open_store(runtime: ProjectionHost, name: str) -> AnyReadModel:
     return PgReadModel(url, schema_name(runtime.names.local(name)), _file(runtime, name))
 
 
-def view_of(runtime: ProjectionHost, name: str) -> AnyReadModelView:
-    """A read-only view of projector ``name``'s read model on its engine."""
+class PgLocation(NamedTuple):
+    """Where a PostgreSQL read model is: the database URL and the projection's schema."""
+
+    url: str
+    schema: str
+
+
+Location = Path | PgLocation
+"""Where a read model is: its SQLite file, or a PostgreSQL schema."""
+
+
+def location_of(runtime: ProjectionHost, name: str) -> Location:
+    """Where projector ``name``'s read model is (read-your-writes waits carry this)."""
     url = readmodel_url(runtime, name)
     if url is None:
-        return ReadModelView(_file(runtime, name))
-    return PgReadModelView(url, schema_name(runtime.names.local(name)))
+        return _file(runtime, name)
+    return PgLocation(url, schema_name(runtime.names.local(name)))
+
+
+def open_view(location: Location) -> AnyReadModelView:
+    """A read-only view of the read model at ``location``."""
+    if isinstance(location, PgLocation):
+        return PgReadModelView(location.url, location.schema)
+    return ReadModelView(location)
+
+
+def view_of(runtime: ProjectionHost, name: str) -> AnyReadModelView:
+    """A read-only view of projector ``name``'s read model on its engine."""
+    return open_view(location_of(runtime, name))

@@ -29,7 +29,7 @@ from typing import Any, Literal, Protocol
 
 from framework.errors import ConfigError
 
-__all__ = ["Dialect", "Executor", "Table"]
+__all__ = ["Dialect", "Executor", "Table", "dialect_of"]
 
 Dialect = Literal["sqlite", "postgresql"]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -39,6 +39,14 @@ class Executor(Protocol):
     """A DB-API connection with ``execute`` (``sqlite3.Connection``, ``psycopg.Connection``)."""
 
     def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
+
+
+def dialect_of(db: Any) -> Dialect:
+    """The engine of a migration's or handler's ``db`` (``sqlite_utils.Database`` or a
+    ``sqlite3`` connection: ``"sqlite"``; a psycopg connection: ``"postgresql"``), for the
+    few DDL words that differ (``WITHOUT ROWID`` exists on SQLite only)."""
+    module = type(db).__module__
+    return "sqlite" if module.startswith(("sqlite_utils", "sqlite3")) else "postgresql"
 
 
 def quote(name: str) -> str:

@@ -57,6 +57,7 @@ from framework.projection.parallel import applier_for
 from framework.projection.pause import PauseControl
 from framework.projection.schema import open_readmodel, readmodel_file
 from framework.projection.status import notify_applied
+from framework.projection.store import readmodel_url
 from framework.projection.waiting import describe as describe_wait
 from framework.store import EVENT_TOPIC_CONFIG
 from framework.tracing import batch_span
@@ -106,7 +107,9 @@ class Worker:
         # its own) keeps its positions in the group's fenced commits, so a worker on any
         # host resumes where the last one was.
         self._positions_in_group = groups.spans_hosts and self.projector.migrations is None
-        if groups.spans_hosts and self.projector.migrations is not None:
+        # A read model in PostgreSQL is reachable from every host: no pinning.
+        pinned = self.projector.migrations is not None and readmodel_url(runtime, name) is None
+        if groups.spans_hosts and pinned:
             path = readmodel_file(runtime, name).resolve()
             groups.claim_home(self.group, f"{socket.gethostname()}:{path}")
         self.readmodel = open_readmodel(runtime, name)

@@ -54,6 +54,13 @@ from framework.log.port import maintained_log
 from framework.observability import get_logger
 from framework.projection.breaker import breaker_path, load_tripped, save_tripped
 from framework.projection.dead_letters import dlq_topic
+from framework.projection.postgres import (
+    PgReadModel,
+    schema_tables,
+    scrub_files,
+    tables_holding,
+)
+from framework.projection.store import open_store, readmodel_url
 from framework.replay.handoff import SCRUBBED_ERROR, rebuild_and_swap
 from framework.replay.progress import NO_PROGRESS, Progress
 
@@ -188,6 +195,9 @@ def forget(
     failed: list[str] = []
     local = runtime.log.local
     for name in personal_projectors(runtime):
+        if readmodel_url(runtime, name) is not None:
+            _scrub_postgres(runtime, name, plain, scrubbed, failed)
+            continue
         live = local.readmodel(runtime.names.local(name))
         if not live.exists():
             continue  # nothing applied yet: its workers will do everything, side effects too
@@ -271,6 +281,34 @@ def _needles(subjects: tuple[str, ...]) -> list[bytes]:
 
 Coordinates = set[tuple[str, int, int]]
 Streams = set[tuple[str, bytes]]
+
+
+def _scrub_postgres(
+    runtime: Runtime, name: str, plain: list[str], scrubbed: list[str], failed: list[str]
+) -> None:
+    """A read model in PostgreSQL is not rebuilt (rebuilds into a schema are not built yet):
+    its live rows must hold none of the subjects' plain text (the app's ``on_forget`` hooks
+    delete or blank them), then its files are scrubbed
+    (:func:`~framework.projection.postgres.scrub_files`). Rows that still hold it are
+    reported, never called done."""
+    readmodel = open_store(runtime, name)
+    assert isinstance(readmodel, PgReadModel)
+    try:
+        holding = tables_holding(readmodel, plain)
+        if holding:
+            failed.append(
+                f"read model {name!r} in PostgreSQL (schema {readmodel.schema}): tables"
+                f" {', '.join(holding)} still hold the subjects' plain text (not rebuilt:"
+                " rebuilds on PostgreSQL are not built yet; delete those rows in an"
+                " on_forget hook)"
+            )
+            return
+        scrub_files(readmodel, schema_tables(readmodel))
+        scrubbed.append(f"PostgreSQL schema {readmodel.schema} (VACUUM FULL, WAL retired)")
+    except FrameworkError as exc:
+        failed.append(f"read model {name!r} in PostgreSQL: {exc}")
+    finally:
+        readmodel.close()
 
 
 def _find(

@@ -44,13 +44,14 @@ import attrs
 
 from framework.app import Runtime
 from framework.consumer.admin import describe_group, group_exists
-from framework.errors import ReplayError
+from framework.errors import ConfigError, ReplayError
 from framework.log import Log, TopicPartition
 from framework.log.files import fsync_dir
 from framework.log.local import LocalDir
 from framework.observability import get_logger
 from framework.projection import BatchApplier, ReadModel, ReadModelView
 from framework.projection.pause import PauseControl
+from framework.projection.store import readmodel_url
 from framework.replay.build import (
     BuildCounts,
     DeadLetterReport,
@@ -228,6 +229,12 @@ def rebuild_and_swap(
     result before anything else happens (``--verify`` checks it there); raising from it
     deletes the shadow and leaves everything live as it was.
     """
+    if readmodel_url(runtime, projection) is not None:
+        raise ConfigError(
+            f"projection {projection!r} has its read model in PostgreSQL: a hand-off into a"
+            " PostgreSQL schema (--swap, forget's rebuild) is not built yet; nothing was done"
+            " (a rebuild into a SQLite file without --swap works)"
+        )
     local, stem = runtime.log.local, runtime.names.local(projection)
     live = local.readmodel(stem)
     shadow = local.shadow(stem)

@@ -31,6 +31,7 @@ import difflib
 import pprint
 import shutil
 import tempfile
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -41,9 +42,12 @@ from framework.log import Record, RecordMetadata
 from framework.projection.applier import BatchApplier
 from framework.projection.dead_letters import DeadLetter, list_dead_letters
 from framework.projection.parallel import ParallelApplier, applier_for
+from framework.projection.postgres import PgReadModel, schema_name
 from framework.projection.projector import Projector
 from framework.projection.readmodel import ReadModel
 from framework.projection.schema import apply_migrations
+from framework.projection.store import AnyReadModel
+from framework.projection.tables import Table
 
 if TYPE_CHECKING:
     from framework.app.application import App, Runtime
@@ -76,6 +80,8 @@ class ProjectorFixture:
     ``projector``: its name in ``app`` or its class. ``replaying=True`` applies as a rebuild
     does (``ctx.replaying``; nothing is issued). ``directory``: where the temporary log and
     read model live (a new temporary directory by default, removed on close).
+    ``readmodels``: a ``postgresql://`` URL puts the read model in a fresh schema of that
+    database instead (dropped on close), to run the same expectations on PostgreSQL.
     """
 
     def __init__(
@@ -85,6 +91,7 @@ class ProjectorFixture:
         *,
         replaying: bool = False,
         directory: str | Path | None = None,
+        readmodels: str | None = None,
     ) -> None:
         cls = app.projector(projector) if isinstance(projector, str) else projector
         if not (isinstance(cls, type) and issubclass(cls, Projector)):
@@ -97,7 +104,12 @@ class ProjectorFixture:
         self.runtime: Runtime = app.open(self.directory / "log")
         self._topics = set(self.runtime.names.projector_topics(cls))
         self._classes = {self.runtime.names.aggregate_topic(a): a for a in app.aggregates}
-        self.readmodel = ReadModel(self.directory / "readmodels" / f"{cls.name}.sqlite")
+        path = self.directory / "readmodels" / f"{cls.name}.sqlite"
+        self.readmodel: AnyReadModel = (
+            ReadModel(path)
+            if readmodels is None
+            else PgReadModel(readmodels, schema_name(f"fixture_{uuid.uuid4().hex}"), path)
+        )
         apply_migrations(cls.migrations, self.readmodel)
         self._applier: BatchApplier = (
             BatchApplier(self.projector, self.runtime.codec, self.readmodel, replaying=True)
@@ -183,7 +195,8 @@ class ProjectorFixture:
     # ------------------------------------------------------------------ what happened
     def rows(self, table: str, *, order_by: str | None = None) -> list[dict[str, Any]]:
         """The rows of a read-model table (``ORDER BY order_by`` if given)."""
-        return list(self.readmodel.db[table].rows_where(order_by=order_by))
+        rows = Table(self.readmodel.user_conn, table, self.readmodel.dialect)
+        return rows.query(order_by=order_by or ())
 
     def issued(self) -> list[Issued]:
         """What the projector's commands appended since the last :meth:`when`, in order."""
@@ -252,6 +265,8 @@ class ProjectorFixture:
         """Close the application and the read model; remove the temporary directory."""
         if isinstance(self._applier, ParallelApplier):
             self._applier.close()
+        if isinstance(self.readmodel, PgReadModel):
+            self.readmodel.raw.execute(f'DROP SCHEMA "{self.readmodel.schema}" CASCADE')
         self.readmodel.close()
         self.runtime.close()
         if self._owned:

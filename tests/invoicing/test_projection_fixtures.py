@@ -18,6 +18,7 @@ from example_apps.invoicing.events import (
     OrderConfirmed,
     OrderLine,
     OrderLineAdded,
+    OrderLineRemoved,
     OrderPlaced,
     PaymentRecorded,
 )
@@ -34,24 +35,34 @@ def placed(customer: str = "c-1", *prices: int) -> OrderPlaced:
     return OrderPlaced(customer, lines, HOME)
 
 
-def test_orders_by_status_rows() -> None:
-    with ProjectorFixture(app, "orders_by_status") as fx:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def readmodels(request: pytest.FixtureRequest) -> str | None:
+    """The read-model engine: ``None`` (SQLite) or a fresh PostgreSQL database's URL."""
+    if request.param == "sqlite":
+        return None
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def test_orders_by_status_rows(readmodels: str | None) -> None:
+    with ProjectorFixture(app, "orders_by_status", readmodels=readmodels) as fx:
         fx.given(Order, "o-1", placed("c-1", 500, 250), OrderConfirmed("c-1", 750))
         fx.given(Order, "o-2", placed("c-2", 100), OrderLineAdded(OrderLine("x", 2, 50)))
         fx.given(Order, "o-3", placed("c-1", 100), OrderCancelled("changed my mind"))
+        fx.given(Order, "o-4", placed("c-3", 100, 40), OrderLineRemoved("sku-0"))
         fx.then_rows(
             "orders",
             [
                 {"order_id": "o-1", "status": "confirmed", "total_cents": 750, "lines": 2},
                 {"order_id": "o-2", "status": "placed", "total_cents": 200, "lines": 2},
                 {"order_id": "o-3", "status": "cancelled", "total_cents": 100, "lines": 1},
+                {"order_id": "o-4", "status": "placed", "total_cents": 40, "lines": 1},
             ],
             order_by="order_id",
         )
 
 
-def test_invoices_and_balances() -> None:
-    with ProjectorFixture(app, "customer_balances") as fx:
+def test_invoices_and_balances(readmodels: str | None) -> None:
+    with ProjectorFixture(app, "customer_balances", readmodels=readmodels) as fx:
         fx.given(Invoice, "inv-1", InvoiceIssued("o-1", "c-1", 1000), PaymentRecorded(400))
         fx.given(Invoice, "inv-2", InvoiceIssued("o-2", "c-1", 300), InvoiceVoided("dup"))
         fx.then_rows(
@@ -66,7 +77,7 @@ def test_invoices_and_balances() -> None:
                 }
             ],
         )
-    with ProjectorFixture(app, "invoices") as fx:
+    with ProjectorFixture(app, "invoices", readmodels=readmodels) as fx:
         fx.given(Invoice, "inv-1", InvoiceIssued("o-1", "c-1", 1000), PaymentRecorded(1000))
         fx.then_rows("invoices", [{"invoice_id": "inv-1", "status": "paid", "paid_cents": 1000}])
 

@@ -3,7 +3,6 @@ fencing, dead letters, parking and its release, migrations, policies, read-your-
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 
@@ -292,6 +291,7 @@ def test_issue_without_app_fails_loudly(runtime: Runtime, data: Path) -> None:
     readmodel.close()
 
 
+@BOTH
 def test_read_your_writes(runtime: Runtime, data: Path) -> None:
     worker = Worker(runtime, "balances", session_timeout_ms=3000, poll_timeout=0.1)
     thread = threading.Thread(target=worker.run)
@@ -306,12 +306,7 @@ def test_read_your_writes(runtime: Runtime, data: Path) -> None:
             account.deposit(1)
             written = runtime.save(account)
             assert runtime.wait_for("balances", written, timeout=10)
-            conn = sqlite3.connect(readmodel_path(data, "balances"))
-            total = conn.execute(
-                "SELECT total FROM balances WHERE id=?", (f"ryw-{i % 3}",)
-            ).fetchone()
-            conn.close()
-            assert total[0] == account.balance
+            assert read_balances(data)[f"ryw-{i % 3}"][0] == account.balance
         far = {TopicPartition("accounts", 0): 10**9}
         assert not runtime.wait_for("balances", far, timeout=0.2)
     finally:

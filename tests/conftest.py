@@ -6,6 +6,14 @@ on standard error, ``EVENTLANE_LOG_LEVEL`` to change it), as the ``eventlane`` c
 
 Hypothesis profiles: ``default`` (what the suite runs) and ``soak`` (many more examples and
 longer stateful runs), picked with ``HYPOTHESIS_PROFILE=soak``.
+
+``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): most
+tests wait on real processes and servers, so two workers overlap those waits. Each test that
+uses a session-scoped fixture of ours (a JetStream cluster, a Kafka cluster, the SparkSession)
+is grouped with every other user of that fixture, so each is started once per run, on one
+worker; a test using a module- or class-scoped fixture stays with its module. Everything else
+is spread one test at a time. ``pytest`` without ``-n`` runs everything in one process, as
+before.
 """
 
 from __future__ import annotations
@@ -27,6 +35,35 @@ from framework.testing.clock import FakeClock
 from framework.testing.postgres import PostgresServer
 
 configure_logging()
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The work unit a test must share a worker with (see the module docstring)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    shared = None
+    for name in sorted(info.names_closure):
+        definitions = info.name2fixturedefs.get(name)
+        if not definitions:
+            continue
+        fixture = definitions[-1]  # the definition in effect for this test
+        if not fixture.baseid:  # pytest's own and plugins' fixtures (tmp_path_factory...)
+            continue
+        if fixture.scope == "session":
+            return f"session-{name}"
+        if fixture.scope in ("package", "module", "class"):
+            shared = item.nodeid.split("::")[0]
+    return shared
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

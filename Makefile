@@ -50,7 +50,7 @@ $(KAFKA_LIB)/.stamp: tools/kafka/pom.xml
 kafka-jars: $(KAFKA_LIB)/.stamp
 
 test: lint test-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 # Re-take the screenshots of docs/console.md (docs/img/console-*.png) with the browser tests.
 screenshots: $(STAMP) test-deps

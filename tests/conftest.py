@@ -10,8 +10,8 @@ longer stateful runs), picked with ``HYPOTHESIS_PROFILE=soak``.
 ``make test`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): most
 tests wait on real processes and servers, so two workers overlap those waits. Each test that
 uses a session-scoped fixture of ours (a JetStream cluster, a Kafka cluster, the SparkSession)
-is grouped with every other user of that fixture, so each is started once per run, on one
-worker; a test using a module- or class-scoped fixture stays with its module. Everything else
+is grouped with every other user of that fixture (``SHARED_SERVERS``), so each is started
+once per run, on one worker (a PostgreSQL server is cheap: one per worker); a test using a module- or class-scoped fixture stays with its module. Everything else
 is spread one test at a time. ``pytest`` without ``-n`` runs everything in one process, as
 before.
 """
@@ -37,6 +37,10 @@ from framework.testing.postgres import PostgresServer
 configure_logging()
 
 
+SHARED_SERVERS = frozenset({"cluster", "kafka_cluster", "spark"})
+"""Session fixtures too heavy to start on both workers: 3 nats-servers, 3 Kafka JVMs, Spark."""
+
+
 def _xdist_group(item: pytest.Item) -> str | None:
     """The work unit a test must share a worker with (see the module docstring)."""
     info = getattr(item, "_fixtureinfo", None)
@@ -51,7 +55,9 @@ def _xdist_group(item: pytest.Item) -> str | None:
         if not fixture.baseid:  # pytest's own and plugins' fixtures (tmp_path_factory...)
             continue
         if fixture.scope == "session":
-            return f"session-{name}"
+            if name in SHARED_SERVERS:
+                return f"session-{name}"
+            continue  # cheap to start once per worker (a PostgreSQL server)
         if fixture.scope in ("package", "module", "class"):
             shared = item.nodeid.split("::")[0]
     return shared

@@ -40,6 +40,7 @@ import orjson
 
 from framework.errors import (
     ConcurrencyError,
+    FrameworkError,
     InvalidRecordError,
     OutcomeUnknownError,
     RecordTooLargeError,
@@ -52,6 +53,7 @@ from framework.log.jetstream.connection import Connection
 from framework.log.jetstream.topics import Topics
 from framework.log.jetstream.wakeups import Wakeups
 from framework.log.types import AppendResult, Clock, Expect, RecordTuple
+from framework.metrics import M, appended, publish_failed
 
 MAX_BATCH_RECORDS = 1000  # JetStream's limit of messages in one atomic batch
 MAX_BATCH_BYTES = 1 << 20  # as the embedded log: one atomic append is at most 1 MiB
@@ -178,6 +180,7 @@ class Publisher:
         precondition: Callable[[int], None] | None = None,
     ) -> AppendResult:
         """See :meth:`framework.log.jetstream.log.JetStreamLog.append`."""
+        begun = time.perf_counter() if M.on else 0.0
         meta = self.topics.check_partition(topic, partition)
         prefix = m.subject_prefix(self.namespace, topic, partition)
         msgs = encode(prefix, meta.config, records, self.clock(), topic, partition)
@@ -202,6 +205,7 @@ class Publisher:
                 precondition(hwm)
                 extra["Nats-Expected-Last-Sequence"] = str(hwm)
             msg_id = self.next_msg_id()
+            sent = time.perf_counter() if M.on else 0.0
             try:
                 if len(msgs) == 1:
                     seqs = [self._publish_one(topic, partition, msgs[0], extra, msg_id)]
@@ -221,9 +225,18 @@ class Publisher:
                 ):
                     seqs = [mine]  # the refusal came from a stale replica: ours is stored
                     break
+                if M.on:
+                    publish_failed(exc)
                 if expect is None:
                     continue  # only the end moved: ask the precondition again
                 raise conflict(exc, expect, topic, partition) from None
+            except FrameworkError as exc:
+                if M.on:
+                    publish_failed(exc)
+                raise
+        if M.on:
+            M.publish_seconds.observe(time.perf_counter() - sent)
+            appended(topic, len(msgs), size_of(msgs), time.perf_counter() - begun)
         self.topics.appended(topic, partition, seqs[-1])
         result = AppendResult(seqs[0] - 1, seqs[-1] - 1, [int(h[m.H_TS]) for _, _, h in msgs])
         self.wakeups.bump()

@@ -25,7 +25,8 @@ names; never a key, an aggregate id or a member id):
 A supervisor's workers are separate processes: with ``--metrics-port`` the supervisor gives
 them a directory (``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's multiprocess mode) and
 its one endpoint sums their instruments and adds the state it reads itself, so the endpoint
-keeps answering, with the dead worker's counts kept, after a worker is killed.
+keeps answering, with the dead worker's counts kept (its log counts up to its last
+flush, at most a second old: :func:`flush`), after a worker is killed.
 
 Invariant: enabling is idempotent and per process; the metric names and label sets below are
 the whole exported surface (docs/observability.md lists them and a test checks the

@@ -65,6 +65,7 @@ def tracer() -> Any:
     if provider is _cached[0]:
         return _cached[1]
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        _cached = (provider, None)  # the same object until an SDK's provider is set
         return None
     _cached = (provider, provider.get_tracer("eventlane"))
     return _cached[1]
@@ -83,14 +84,20 @@ def inject() -> bytes | None:
 
 def _context_of(headers: Sequence[tuple[str, bytes | None]]) -> Any:
     """The span context a record's ``traceparent`` names, as a parent context (or None)."""
+    global _propagator  # noqa: PLW0603 - made once, on first use
     for name, value in headers:
         if name == TRACEPARENT and value:
-            from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415
-                TraceContextTextMapPropagator,
-            )
+            if _propagator is None:
+                from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415
+                    TraceContextTextMapPropagator,
+                )
 
-            return TraceContextTextMapPropagator().extract({TRACEPARENT: value.decode()})
+                _propagator = TraceContextTextMapPropagator()
+            return _propagator.extract({TRACEPARENT: value.decode()})
     return None
+
+
+_propagator: Any = None
 
 
 @contextmanager

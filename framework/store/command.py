@@ -50,6 +50,7 @@ from framework.errors import (
     OutcomeUnknownError,
 )
 from framework.log import RecordMetadata
+from framework.metrics import M
 from framework.observability import get_logger
 from framework.store.event_store import UNKNOWN_OFFSET, EventStore, Outcome
 
@@ -236,6 +237,8 @@ def plan(
             attempt=attempt,
             error=str(failure),
         )
+        if M.on and attempt < attempts:
+            M.retries.labels(topic, _reason(failure)).inc()
         if attempt < attempts and pause:
             yield Pause(pause)
     stored = yield from _last_word(store, topic, aggregate_id, doubts)
@@ -243,6 +246,15 @@ def plan(
         return stored  # type: ignore[return-value]
     assert failure is not None
     raise failure
+
+
+def _reason(failure: FrameworkError | None) -> str:
+    """A retry's reason (the ``reason`` label of ``eventlane_store_command_retries_total``)."""
+    if isinstance(failure, OutcomeUnknownError):
+        return "unknown"
+    if isinstance(failure, LogUnavailableError):
+        return "unavailable"
+    return "conflict"
 
 
 def _append(store: EventStore, topic: str, attempt: _Attempt) -> list[RecordMetadata]:

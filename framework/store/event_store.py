@@ -39,6 +39,7 @@ from framework.errors import (
 from framework.log import KeyedLog, MaintainedLog, Record, RecordMetadata
 from framework.log.port import keyed_log, maintained_log
 from framework.log.types import Expect, KeyIndexReport
+from framework.metrics import M
 from framework.observability import get_logger
 from framework.store.stream import StreamRead, Streams, stored_version
 from framework.store.stream_cache import DEFAULT_EVENTS, StreamCache
@@ -208,6 +209,8 @@ class EventStore:
     def _conflict(
         aggregate_id: str, expected: int, actual: int, topic: str, partition: int
     ) -> ConcurrencyError:
+        if M.on:
+            M.conflicts.labels(topic).inc()
         return ConcurrencyError(
             f"aggregate {aggregate_id!r} changed concurrently",
             expected=expected,

@@ -11,7 +11,8 @@ Each role prints protocol lines on stdout (flushed per line) and its logs on std
              times, with retry on conflict. Prints ``R`` when ready, then waits for a line
              on stdin (so two children start together), then ``D <attempts> <t0> <t1>``:
              how many times the command ran (> count means conflicts were retried) and the
-             wall-clock interval of the loop.
+             wall-clock interval of the loop. ``metrics``: with the instruments on
+             (prometheus_client's multiprocess mode, its directory in the environment).
 ``race``     no retry. Per round: loads the counter and prints ``L <version>``, waits for
              ``GO`` on stdin, saves ``batch`` events (tagged with ``writer``) and prints
              ``W <version>`` (won) or ``C <expected> <actual>`` (ConcurrencyError). ``Q``
@@ -51,6 +52,10 @@ def emit(line: str) -> None:
 
 
 def role_execute(args: dict[str, Any]) -> None:
+    if args.get("metrics"):  # counts into PROMETHEUS_MULTIPROC_DIR (framework.metrics)
+        from framework.metrics import enable  # noqa: PLC0415
+
+        enable()
     with make_app(args["data"], partitions=args.get("partitions", 2)) as app:
         attempts = 0
 

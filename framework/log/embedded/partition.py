@@ -156,6 +156,7 @@ from framework.log.types import AppendResult as AppendResult  # noqa: PLC0414 (r
 from framework.log.types import Clock, wall_clock_ms
 from framework.log.types import Precondition as Precondition  # noqa: PLC0414 (re-exported)
 from framework.log.types import RecordTuple as RecordTuple  # noqa: PLC0414 (re-exported)
+from framework.metrics import M, appended, fsynced
 from framework.observability import get_logger
 
 log = get_logger("eventlane.log")
@@ -182,6 +183,7 @@ class _Append:
         "epoch",
         "error",
         "keys",
+        "nbytes",
         "on_appended",
         "pending",
         "precondition",
@@ -205,9 +207,15 @@ class _Append:
         self.end = 0
         """The LEO after the write that holds this append: durable once the HWM reaches it."""
         self.epoch = 0
+        self.nbytes = 0
+        """Bytes of its batches, once written."""
         self.refused = False
         """Its precondition refused it (``end``/``epoch``: the log it was checked against)."""
         self.error: BaseException | None = None
+
+    def result(self) -> AppendResult:
+        assert self.pending is not None
+        return self.pending
 
 
 class Partition(_ReadPath):
@@ -596,6 +604,22 @@ class Partition(_ReadPath):
         must depend only on the history of its own records' keys (the event store's
         per-stream version check does); one that fails raises alone, the others are written.
         """
+        if not M.on:
+            return self._append(records, precondition, on_appended, atomic, combine).result()
+        started = time.perf_counter()
+        request = self._append(records, precondition, on_appended, atomic, combine)
+        appended(self.topic, request.count, request.nbytes, time.perf_counter() - started)
+        return request.result()
+
+    def _append(
+        self,
+        records: Sequence[RecordTuple],
+        precondition: Precondition | None,
+        on_appended: AppendHook | None,
+        atomic: bool,
+        combine: bool,
+    ) -> _Append:
+        """:meth:`append`'s work; the request, its result in ``pending``."""
         if not records:
             raise InvalidRecordError(
                 "nothing to append", topic=self.topic, partition=self.partition
@@ -633,7 +657,7 @@ class Partition(_ReadPath):
         assert request.pending is not None
         self._await_durable(request.end, request.epoch)
         self.notifier.bump()  # the HWM moved (here, or under the lock): wake readers
-        return request.pending
+        return request
 
     def _next_group(self) -> list[_Append]:
         """The waiting appends with pairwise disjoint keys, oldest first."""
@@ -717,6 +741,7 @@ class Partition(_ReadPath):
                         last_index_pos = size
                     pending.append(raw)
                     size += len(raw)
+                    request.nbytes += len(raw)
                     max_ts = max(max_ts, *stamps)
                     timestamps.extend(stamps)
                     leo += len(chunk)
@@ -732,7 +757,12 @@ class Partition(_ReadPath):
                 hwm, synced = leo, size
             elif not self.state.contended_within(CONTENDED_MS):
                 # alone: fsync holding the lock (the HWM then covers anything in flight too)
-                self._durable(os.fdatasync, self._w_fd)
+                if M.on:
+                    started = time.perf_counter()
+                    self._durable(os.fdatasync, self._w_fd)
+                    fsynced(self.topic, time.perf_counter() - started, leo - hwm)
+                else:
+                    self._durable(os.fdatasync, self._w_fd)
                 hwm, synced = leo, size
             self.state.write(
                 Snapshot(
@@ -826,6 +856,7 @@ class Partition(_ReadPath):
             except FileNotFoundError:  # rolled and compacted away meanwhile: fsynced then
                 fd = -1
             if fd >= 0:
+                started = time.perf_counter() if M.on else 0.0
                 try:
                     os.fdatasync(fd)
                 except OSError as exc:
@@ -833,6 +864,8 @@ class Partition(_ReadPath):
                     raise self._read_only_error() from exc
                 finally:
                     os.close(fd)
+                if M.on:  # its records: counted when published, below
+                    fsynced(self.topic, time.perf_counter() - started, 0)
             if PAUSE is not None:  # fault injection: synced, HWM not yet published
                 PAUSE("partition.synced")
             with self._append_lock.hold(blocking=wait) as held:
@@ -843,8 +876,11 @@ class Partition(_ReadPath):
                     now = self._sync_locked()
                 if now.epoch != epoch:
                     raise self._lost_error(end)
-                if now.hwm < target:  # else a roll (which fsyncs) covered it
+                published = target - now.hwm  # else a roll (which fsyncs) covered it
+                if published > 0:
                     self.state.write(now._replace(hwm=target, synced_size=size))
+                if M.on and published > 0:  # the records this fsync made durable
+                    fsynced(self.topic, None, published)
 
     def _sync_failed(self, exc: OSError, epoch: int) -> None:
         """An fsync outside the append lock failed: throw every in-flight record away (see
@@ -1019,7 +1055,12 @@ class Partition(_ReadPath):
     def _roll_locked(self, new_base: int, now: int) -> Snapshot:
         """Close the active segment durably, start a new one at ``new_base`` (the LEO: every
         record before it is now fsynced), publish it and return the published state."""
-        self._durable(os.fsync, self._w_fd)
+        if M.on:
+            started, hwm = time.perf_counter(), self.state.read().hwm
+            self._durable(os.fsync, self._w_fd)
+            fsynced(self.topic, time.perf_counter() - started, new_base - hwm)
+        else:
+            self._durable(os.fsync, self._w_fd)
         os.fsync(self._w_index_fd)
         os.fsync(self._w_time_fd)
         # An odd layout until the caller publishes the new active segment (layout + 2): if we

@@ -53,6 +53,7 @@ from framework.log.jetstream.connection import Connection
 from framework.log.jetstream.topics import Topics
 from framework.log.jetstream.wakeups import Wakeups
 from framework.log.types import AppendResult, Clock, Expect, RecordTuple
+from framework.metrics import M, appended, publish_failed
 
 MAX_BATCH_RECORDS = 1000  # JetStream's limit of messages in one atomic batch
 MAX_BATCH_BYTES = 1 << 20  # as the embedded log: one atomic append is at most 1 MiB
@@ -278,6 +279,7 @@ class Publisher:
         is sent its result, or thrown its error as eventlane's (a refused expectation is a
         :class:`ConcurrencyError`). Driven from threads by :meth:`append` and on an event
         loop by :meth:`append_async`: one copy of the rules (module docstring)."""
+        begun = time.perf_counter() if M.on else 0.0
         prefix = m.subject_prefix(self.namespace, topic, partition)
         msgs = encode(prefix, cfg, records, self.clock(), topic, partition)
         if atomic and (len(msgs) > MAX_BATCH_RECORDS or size_of(msgs) > MAX_BATCH_BYTES):
@@ -301,6 +303,7 @@ class Publisher:
                 precondition(hwm)
                 extra["Nats-Expected-Last-Sequence"] = str(hwm)
             msg_id = self.next_msg_id()
+            sent = time.perf_counter() if M.on else 0.0
             try:
                 if len(msgs) == 1:
                     subject, payload, hdrs = msgs[0]
@@ -323,9 +326,18 @@ class Publisher:
                     if mine := (yield Io(find)):
                         seqs = [mine]  # the refusal came from a stale replica: ours is stored
                         break
+                if M.on:
+                    publish_failed(exc)
                 if expect is None:
                     continue  # only the end moved: ask the precondition again
                 raise conflict(exc, expect, topic, partition) from None
+            except FrameworkError as exc:
+                if M.on:
+                    publish_failed(exc)
+                raise
+        if M.on:
+            M.publish_seconds.observe(time.perf_counter() - sent)
+            appended(topic, len(msgs), size_of(msgs), time.perf_counter() - begun)
         self.topics.appended(topic, partition, seqs[-1])
         result = AppendResult(seqs[0] - 1, seqs[-1] - 1, [int(h[m.H_TS]) for _, _, h in msgs])
         self.wakeups.bump()

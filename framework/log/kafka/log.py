@@ -88,6 +88,7 @@ from framework.log.types import (
     TopicDescription,
     wall_clock_ms,
 )
+from framework.metrics import M, appended
 from framework.observability import get_logger
 
 log = get_logger("eventlane.log")
@@ -428,6 +429,7 @@ class KafkaLog:
         atomic: bool = False,
     ) -> AppendResult:
         """Append ``records`` to ``topic[partition]``; returns once acknowledged (acks=all)."""
+        begun = time.perf_counter() if M.on else 0.0
         meta = self._check_partition(topic, partition)
         if not records:
             raise InvalidRecordError("an append needs at least one record", topic=topic)
@@ -466,6 +468,9 @@ class KafkaLog:
                 offsets += [o for o, _ in got]
                 stamps += [t for _, t in got]
         self._bump()
+        if M.on:
+            nbytes = sum(map(_record_size, records))
+            appended(topic, len(records), nbytes, time.perf_counter() - begun)
         return AppendResult(offsets[0], offsets[-1], stamps)
 
     def _send(

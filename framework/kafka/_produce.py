@@ -4,6 +4,9 @@ Invariant (Kafka's ProducerStateManager): per (producer id, partition) the table
 next expected sequence and the last five batches; a retried batch is answered with its first
 offset and not appended again, a sequence gap is refused with OUT_OF_ORDER_SEQUENCE_NUMBER,
 and appends of the listener are serialised so that check and append are one step.
+A partition's records must be exactly one batch (Kafka's rule since Produce v3, which the
+listener's oldest version is): none or several are INVALID_RECORD, so a partition's answer
+is about one batch, stored whole or not at all.
 The table is in memory: after a restart a producer's first batch starts its state again.
 Transactional producers and batches are refused.
 """
@@ -50,6 +53,11 @@ TRANSACTIONS_MESSAGE = (
 )
 
 
+ONE_BATCH_MESSAGE = (
+    "a produce request must hold exactly one record batch per partition (Produce v3 and later)"
+)
+
+
 class _ProducerState:
     """Sequence bookkeeping of one producer on one partition."""
 
@@ -82,49 +90,29 @@ class ProducerStateTable:
         self._next_pid += 1
         return self._next_pid
 
-    def check(
-        self, batches: list[KafkaBatch], topic: str, partition: int
-    ) -> tuple[list[int], str | None]:
-        """Every batch of one partition's produce, checked before any is stored: per batch
-        the base offset of the stored batch it retries (answer with it, append nothing) or
-        -1 (append it); or, if any batch has a sequence gap, ``([], message)`` (refuse them
-        all: OUT_OF_ORDER_SEQUENCE_NUMBER). A batch is checked against the sequence the
-        batches before it in the same request leave, as if they were stored."""
-        planned: list[int] = []
-        next_seqs: dict[int, int] = {}  # producer id -> the sequence the earlier batches leave
-        for batch in batches:
-            if batch.producer_id < 0:
-                planned.append(-1)
-                continue
-            state = self._states.get((batch.producer_id, topic, partition))
-            fresh = state is None or state.epoch != batch.producer_epoch
-            seq, last = batch.base_sequence, batch.base_sequence + len(batch.records) - 1
-            retried = (
-                []
-                if fresh or state is None
-                else [off for f, lst, off in state.recent if f == seq and lst == last]
-            )
-            if retried:
-                planned.append(retried[0])
-                continue
-            expected = next_seqs.get(
-                batch.producer_id, -1 if fresh or state is None else state.next_seq
-            )
-            if expected >= 0 and seq != expected:
-                return [], f"expected sequence {expected}, got {seq}"
-            next_seqs[batch.producer_id] = (seq + len(batch.records)) & 0x7FFFFFFF
-            planned.append(-1)
-        return planned, None
-
-    def appended(self, batch: KafkaBatch, topic: str, partition: int, base_offset: int) -> None:
-        """Record that ``batch`` was stored at ``base_offset`` (a new epoch, or a producer
-        not seen before, starts the producer's state again)."""
+    def check(self, batch: KafkaBatch, topic: str, partition: int) -> tuple[int, str | None]:
+        """``(base offset, None)`` for a retry of a batch already stored (answer with its
+        offset, append nothing); ``(-1, message)`` for a sequence gap (refuse it:
+        OUT_OF_ORDER_SEQUENCE_NUMBER); ``(-1, None)``: append it."""
         if batch.producer_id < 0:
-            return
+            return -1, None
         key = (batch.producer_id, topic, partition)
         state = self._states.get(key)
         if state is None or state.epoch != batch.producer_epoch:
             state = self._states[key] = _ProducerState(batch.producer_epoch)
+        seq, last = batch.base_sequence, batch.base_sequence + len(batch.records) - 1
+        retried = [off for f, lst, off in state.recent if f == seq and lst == last]
+        if retried:
+            return retried[0], None
+        if state.next_seq >= 0 and seq != state.next_seq:
+            return -1, f"expected sequence {state.next_seq}, got {seq}"
+        return -1, None
+
+    def appended(self, batch: KafkaBatch, topic: str, partition: int, base_offset: int) -> None:
+        """Record that ``batch`` was stored at ``base_offset``."""
+        state = self._states.get((batch.producer_id, topic, partition))
+        if batch.producer_id < 0 or state is None:
+            return
         count = len(batch.records)
         state.recent.append((batch.base_sequence, batch.base_sequence + count - 1, base_offset))
         state.next_seq = (batch.base_sequence + count) & 0x7FFFFFFF
@@ -326,28 +314,27 @@ class ProduceApis(BrokerState):
             return errno(Errors.InvalidTopicError), -1, -1, -1, str(exc)
         except _RefusedError as exc:
             return exc.code, -1, -1, -1, str(exc)
+        if len(batches) != 1:
+            return errno(Errors.InvalidRecordError), -1, -1, -1, ONE_BATCH_MESSAGE
+        (batch,) = batches
         first_base = -1
         append_time = -1
         async with self._append_lock:
-            planned, gap = self.producer_states.check(batches, topic, partition)
-            if gap is not None:  # nothing of the partition's batches is stored
+            stored, gap = self.producer_states.check(batch, topic, partition)
+            if stored >= 0:  # a retry of a batch we have: answer with its offset
+                first_base = stored
+            elif gap is not None:
                 return errno(Errors.OutOfOrderSequenceNumberError), -1, -1, -1, gap
-            new = [b for b, stored in zip(batches, planned, strict=True) if stored < 0]
-            tuples = [record for b in new for record in b.records]
-            if tuples:  # one append: the partition's records are stored together or not at all
+            elif batch.records:
                 try:
-                    result = await asyncio.to_thread(self.log.append, topic, partition, tuples)
+                    result = await asyncio.to_thread(
+                        self.log.append, topic, partition, batch.records
+                    )
                 except Exception as exc:
                     return error_for(exc), -1, -1, -1, str(exc)
+                first_base = result.base_offset
                 append_time = result.timestamps[0] if result.timestamps else -1
-            offset = result.base_offset if tuples else -1
-            for batch, stored in zip(batches, planned, strict=True):
-                if stored >= 0:  # a retry of a batch we have: answer with its offset
-                    first_base = stored if first_base < 0 else first_base
-                elif batch.records:
-                    first_base = offset if first_base < 0 else first_base
-                    self.producer_states.appended(batch, topic, partition, offset)
-                    offset += len(batch.records)
+                self.producer_states.appended(batch, topic, partition, result.base_offset)
         try:
             lwm = (await asyncio.to_thread(self.log.offsets, topic, partition)).lwm
             timestamp_type = await asyncio.to_thread(self._append_time_topic, topic)

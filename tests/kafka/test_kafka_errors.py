@@ -154,22 +154,24 @@ def _produce_raw(kafka, topic: str, records: bytes) -> tuple[int, int]:
     return part.error_code, part.base_offset
 
 
-def test_a_produce_refused_for_its_second_batch_stores_nothing_of_the_partition(kafka) -> None:
-    """Kafka validates a partition's batches as a whole: an error answer (here a sequence gap
-    in the second batch) means none of the partition's records were stored, the first
-    batch's neither; an idempotent producer that retries then stores each record once."""
+def test_a_partition_with_other_than_one_batch_is_refused_and_nothing_is_stored(kafka) -> None:
+    """Kafka's rule since Produce v3: a partition's records are exactly one batch, else
+    INVALID_RECORD and nothing stored. The listener took several and appended them one by
+    one, so a sequence gap in the second was answered OUT_OF_ORDER_SEQUENCE_NUMBER with the
+    first one stored: an error answer for records in the log."""
     log = LogStore(kafka.data)
     log.create_topic("two-batches", 1)
     pid = 9_000_001
     first, gapped = _batch(pid, 0, [b"a", b"b", b"c"]), _batch(pid, 10, [b"d"])
-    code, _ = _produce_raw(kafka, "two-batches", first + gapped)
-    assert code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert _produce_raw(kafka, "two-batches", first + gapped)[0] == 87  # INVALID_RECORD
     assert log.offsets("two-batches", 0).hwm == 0
-    # the same producer then sends its batches in order, two per request: both stored
-    code, base = _produce_raw(kafka, "two-batches", first + _batch(pid, 3, [b"d"]))
-    assert (code, base) == (0, 0)
-    code, base = _produce_raw(kafka, "two-batches", first)  # a retry: not stored again
-    assert (code, base) == (0, 0)
+    assert _produce_raw(kafka, "two-batches", first + _batch(pid, 3, [b"d"]))[0] == 87
+    assert _produce_raw(kafka, "two-batches", b"")[0] == 87
+    assert log.offsets("two-batches", 0).hwm == 0
+    # one batch per request, as clients send them: stored, a retry answered with its offset
+    assert _produce_raw(kafka, "two-batches", first) == (0, 0)
+    assert _produce_raw(kafka, "two-batches", _batch(pid, 3, [b"d"])) == (0, 3)
+    assert _produce_raw(kafka, "two-batches", first) == (0, 0)
     records, _ = log.read("two-batches", 0, 0)
     assert [r.value for r in records] == [b"a", b"b", b"c", b"d"]
     log.close()

@@ -44,7 +44,7 @@ import struct
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from framework.kafka._metrics import first_error, observe
 from framework.kafka.codes import Errors, errno
@@ -236,18 +236,17 @@ class KafkaServer:
                 payload, size = await self._read_request(reader, peer)
                 started = time.perf_counter() if M.on else 0.0
                 try:
-                    response = await self._respond(payload, peer)
+                    out, api_key, code = await self._respond(payload, peer)
                 finally:
                     del payload
                     assert self._budget is not None
                     await self._budget.release(size)
-                if response.out is not None:
-                    writer.write(response.out)
+                if out is not None:
+                    writer.write(out)
                     await writer.drain()
                 if M.on:
-                    sent = 0 if response.out is None else len(response.out)
-                    elapsed = time.perf_counter() - started
-                    observe(response.api_key, response.code, size + 4, sent, elapsed)
+                    sent = 0 if out is None else len(out)
+                    observe(api_key, code, size + 4, sent, time.perf_counter() - started)
         except (ConnectionError, asyncio.IncompleteReadError, _CloseError):
             return
         finally:
@@ -325,7 +324,7 @@ class KafkaServer:
             unsupported = isinstance(exc, UnsupportedVersionError)
             if unsupported and api_key == 18:
                 code = errno(Errors.UnsupportedVersionError)
-                return _Answer(self.broker.api_versions_error(correlation_id), api_key, code)
+                return self.broker.api_versions_error(correlation_id), api_key, code
             if M.on:
                 code = errno(
                     Errors.UnsupportedVersionError if unsupported else Errors.InvalidRequestError
@@ -360,7 +359,7 @@ class KafkaServer:
             response = error_response(api_key, errno(Errors.UnknownError))
         code = first_error(response) if M.on else 0
         if api_key == 0 and request.acks == 0:  # never answered
-            return _Answer(None, api_key, code)
+            return None, api_key, code
         response.API_VERSION = version
         response.with_header(correlation_id=correlation_id)
         try:
@@ -374,16 +373,13 @@ class KafkaServer:
             response.with_header(correlation_id=correlation_id)
             out = response.encode(header=True, framed=True)
             code = errno(Errors.UnknownError)
-        return _Answer(bytes(out), api_key, code)
+        return bytes(out), api_key, code
 
 
-class _Answer(NamedTuple):
-    """What one request gets: the response frame (``None``: nothing is sent, acks=0), and
-    for the metrics its API and first error code (0 when metrics are off)."""
-
-    out: bytes | None
-    api_key: int
-    code: int
+_Answer = tuple[bytes | None, int, int]
+"""What one request gets: the response frame (``None``: nothing is sent, acks=0), and for
+the metrics its API key and first error code (0 when metrics are off). A plain tuple: it is
+built for every request, metrics or not."""
 
 
 def error_response(api_key: int, code: int) -> Any:

@@ -8,7 +8,9 @@
 from a cold start on a smaller history (``--events``, default 12k), one worker, with the
 deadline (a schedule appended per placed order, withdrawn per confirmed one) and without it
 (``$INVOICING_CONFIRM_WITHIN_S=0``), interleaved (the order alternates each round): medians
-of the rounds and the ratio on/off.
+of the rounds and the ratio on/off. ``--before DIR`` adds a third series, the deadline on with
+the code in ``DIR`` (e.g. ``git archive COMMIT | tar -x -C DIR``: the policy's workers run
+from there), to compare a change before/after in the same rounds.
 
 The history (orders placed, confirmed, cancelled; invoices issued, paid, voided) is built
 once with the app's own codec and bulk-appended, then cached under /tmp. Each run measures,
@@ -173,22 +175,31 @@ def catch_up(data: Path, name: str, workers: int) -> float:
     return total / seconds
 
 
-def policy_catch_up(data: Path, deadlines: bool) -> float:
+def policy_catch_up(data: Path, deadlines: bool, code: Path | None = None) -> float:
     """Events/s of the invoicing policy (1 worker) from a cold start until lag 0, with or
-    without the orders' deadlines; its schedules topic is emptied first."""
+    without the orders' deadlines; its schedules topic is emptied first. ``code``: a tree
+    of the framework's code the worker runs (``python -m`` puts its cwd first on the path)."""
     name = "invoicing_policy"
     path = readmodel_path(data, name)
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
     total = topic_records(data, ("orders",))
     env = {**os.environ, CONFIRM_WITHIN_ENV: "1800" if deadlines else "0"}
+    here = Path.cwd()
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     with app.open(data) as rt:
         if rt.log.topic_exists("invoicing.schedules"):
             rt.log.delete_topic("invoicing.schedules")
         open_readmodel(rt, name, migrate=True).close()
         runner = Runner(APP, name, data, workers=1, session_timeout_ms=5000, env=env)
         started = time.perf_counter()
-        runner.start()
+        if code is not None:
+            os.chdir(code)
+        try:
+            runner.start()
+        finally:
+            os.chdir(here)
         try:
             while True:
                 with contextlib.suppress(sqlite3.OperationalError), sqlite3.connect(
@@ -205,7 +216,7 @@ def policy_catch_up(data: Path, deadlines: bool) -> float:
     return total / seconds
 
 
-def policy_main(events: int, runs: int) -> None:
+def policy_main(events: int, runs: int, before: Path | None = None) -> None:
     root = Path(tempfile.gettempdir()) / f"eventlane-bench-invoicing-{events}"
     data = root / "data"
     if not (root / "built").exists():
@@ -213,21 +224,29 @@ def policy_main(events: int, runs: int) -> None:
         (root / "built").parent.mkdir(parents=True, exist_ok=True)
         (root / "built").write_text(str(build_history(data, events)))
     orders = topic_records(data, ("orders",))
-    series: dict[bool, list[float]] = {True: [], False: []}
+    kinds: list[str] = ["on", "off", *(["before"] if before is not None else [])]
+    series: dict[str, list[float]] = {k: [] for k in kinds}
     for run in range(runs):
-        for deadlines in (True, False) if run % 2 == 0 else (False, True):
-            series[deadlines].append(policy_catch_up(data, deadlines))
-        print(f"round {run + 1}/{runs}: on {series[True][-1]:,.0f}, off"
-              f" {series[False][-1]:,.0f} events/s", flush=True)
-    on, off = statistics.median(series[True]), statistics.median(series[False])
+        for kind in kinds if run % 2 == 0 else kinds[::-1]:
+            code = before if kind == "before" else None
+            series[kind].append(policy_catch_up(data, kind != "off", code))
+        print(f"round {run + 1}/{runs}: "
+              + ", ".join(f"{k} {series[k][-1]:,.0f}" for k in kinds) + " events/s", flush=True)
+    on, off = statistics.median(series["on"]), statistics.median(series["off"])
     print(f"\ninvoicing policy catch-up, 1 worker, {orders:,} order events;"
           f" medians of {runs} interleaved rounds (events/s)\n")
     print("| figure | median | min | max |\n|---|---|---|---|")
-    for label, values in (("deadlines off (before)", series[False]),
-                          ("deadlines on (a schedule per order)", series[True])):
-        print(f"| {label} | {statistics.median(values):,.0f} | {min(values):,.0f} |"
+    labels = {"off": "deadlines off", "on": "deadlines on (a schedule per order)",
+              "before": f"deadlines on, the code in {before}"}
+    for kind in kinds:
+        values = series[kind]
+        print(f"| {labels[kind]} | {statistics.median(values):,.0f} | {min(values):,.0f} |"
               f" {max(values):,.0f} |")
     print(f"\nratio on/off: {on / off:.2f}x")
+    if before is not None:
+        was = statistics.median(series["before"])
+        print(f"ratio on/off with the code in {before}: {was / off:.2f}x;"
+              f" on now / on then: {on / was:.2f}x")
 
 
 def main() -> None:
@@ -238,11 +257,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="100k events, 5 runs")
     parser.add_argument("--policy", action="store_true",
                         help="only the policy's catch-up with and without deadlines")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="with --policy: also the deadline on with the code in this tree")
     args = parser.parse_args()
     if args.policy:
         os.environ.setdefault("EVENTLANE_LOG_LEVEL", "error")
         events = 12_000 if args.events == 1_000_000 else args.events
-        policy_main(events, max(5, args.runs))
+        policy_main(events, max(5, args.runs), args.before)
         return
     events = 100_000 if args.quick else args.events
     runs = max(5, args.runs)

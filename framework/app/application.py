@@ -422,6 +422,13 @@ class Runtime:
         done: bool = self.schedules.cancel(key)
         return done
 
+    def schedule_batch(self) -> Any:
+        """A :class:`~framework.app.schedules.ScheduleBatch`: schedules and cancels written
+        together by its ``flush`` (what a worker's handlers schedule through)."""
+        from framework.app.schedules import ScheduleBatch  # noqa: PLC0415 - builds on Runtime
+
+        return ScheduleBatch(self.schedules)
+
     # ------------------------------------------------------------------ queries
     def projector(self, name: str) -> type[Projector]:
         """See :meth:`App.projector`."""

@@ -35,12 +35,22 @@ handler), so a redelivered handler schedules the same thing again, not a second 
 Cancelling after the moment may be too late: a scheduler that already read the schedule as
 due fires it (as with any timer).
 
+**A policy's writes go in batches** (:class:`ScheduleBatch`). A worker's handlers schedule
+and cancel through a batch that the applier flushes before it commits the positions of the
+events that asked (so a committed event's schedules are stored; a crash before the flush
+redelivers the events, which ask again, with the same ids): one append per partition of the
+topic, the records in the order asked. A cancel of a key scheduled in the same batch replaces
+that schedule's record by its ``cancelled`` record (only that one is written: the scheduler
+never saw the schedule, so nothing can have fired it); a cancel of a key the batch has not
+touched is conditional on the key's last record and written at once, as :meth:`Schedules.cancel`.
+
 Commands in schedule records are stored in clear: a command that is data carries no personal
 values (:mod:`framework.domain.commands`).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -84,7 +94,7 @@ class Runtime(Protocol):
     ) -> list[RecordMetadata]: ...
 
 
-__all__ = ["Entry", "Schedules", "Scheduler", "schedules_topic"]
+__all__ = ["Entry", "ScheduleBatch", "Schedules", "Scheduler", "schedules_topic"]
 
 log = get_logger("eventlane.schedules")
 
@@ -208,20 +218,41 @@ class Schedules:
     ) -> str:
         """Ask for ``cmd`` to run at ``at`` (aware datetime or epoch ms); returns the
         schedule's id. ``key`` names the schedule (one per key: a new one replaces it)."""
+        body = self.scheduled_body(cmd, at=at, key=key, caused_by=caused_by)
+        self._append(key, body)
+        return str(body["id"])
+
+    def scheduled_body(
+        self, cmd: Command[Any], *, at: datetime | int, key: str, caused_by: str | None
+    ) -> dict[str, Any]:
+        """The ``scheduled`` record of ``cmd`` at ``at`` under ``key`` (not written)."""
         if not isinstance(key, str) or not key:
             raise ConfigError(f"a schedule needs a non-empty key, got {key!r}")
         name, data = self.codec.encode(cmd)
-        sid = schedule_id(key, caused_by)
-        body = {
+        return {
             "state": "scheduled",
-            "id": sid,
+            "id": schedule_id(key, caused_by),
             "at": as_of_ms(at),
             "command": name,
             "data": data,
             "caused_by": caused_by,
         }
-        self._append(key, body)
-        return sid
+
+    def append_bodies(self, bodies: dict[str, dict[str, Any]]) -> None:
+        """Append one record per key (unconditionally): one append per partition."""
+        if not bodies:
+            return
+        self._ensure_topic()
+        log_ = self.runtime.log
+        count = log_.partition_count(self.topic)
+        parts: dict[int, list[Any]] = {}
+        for key, body in bodies.items():
+            raw = key.encode()
+            parts.setdefault(partition_for_key(raw, count), []).append(
+                (raw, orjson.dumps(body), (), None)
+            )
+        for partition, records in parts.items():
+            log_.append(self.topic, partition, records)
 
     def cancel(self, key: str) -> bool:
         """Withdraw the schedule ``key`` holds; False when it holds none that is pending.
@@ -295,6 +326,53 @@ class Schedules:
             create=cmd.create,
         )
         self.mark_fired(entry, now_ms)
+
+
+class ScheduleBatch:
+    """The schedules and cancels a batch of a policy's handlers asked for, appended by
+    :meth:`flush` (module docstring: "A policy's writes go in batches"). Thread-safe: the
+    handlers of different keys run on threads.
+
+    Invariant: for each key, the records :meth:`flush` appends say what the key's last
+    request in the batch said (a later request of a key replaces an earlier one); a cancel
+    this batch did not take over from its own schedule was written when it was asked."""
+
+    def __init__(self, schedules: Schedules) -> None:
+        self.schedules = schedules
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def schedule(
+        self, cmd: Command[Any], *, at: datetime | int, key: str, caused_by: str | None = None
+    ) -> str:
+        body = self.schedules.scheduled_body(cmd, at=at, key=key, caused_by=caused_by)
+        with self._lock:
+            self._pending.pop(key, None)  # the key's records keep the order asked
+            self._pending[key] = body
+        return str(body["id"])
+
+    def cancel(self, key: str) -> bool:
+        """Withdraw ``key``'s schedule: the one this batch holds, else the stored one."""
+        with self._lock:
+            body = self._pending.get(key)
+            if body is not None:
+                if body["state"] != "scheduled":
+                    return False
+                self._pending[key] = {**body, "state": "cancelled"}
+                return True
+        return self.schedules.cancel(key)
+
+    def flush(self) -> None:
+        """Append what the batch holds (one append per partition); on an error what was
+        not appended stays, to be appended by the next flush."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        try:
+            self.schedules.append_bodies(pending)
+        except BaseException:
+            with self._lock:  # rewritten whole: a record appended twice says the same
+                self._pending = {**pending, **self._pending}
+            raise
 
 
 def scheduler_group(runtime: Runtime) -> str:

@@ -54,6 +54,7 @@ from framework.errors import NewerEventVersionError, ProjectionError
 from framework.log import Record, TopicPartition
 from framework.observability import get_logger
 from framework.projection.breaker import PoisonBreaker
+from framework.projection.command_batch import batched, flush
 from framework.projection.dead_letters import describe_failure
 from framework.projection.projector import EventContext, Projector
 from framework.projection.store import AnyReadModel
@@ -117,7 +118,9 @@ class BatchApplier:
         self.codec = codec
         self.readmodel = readmodel
         self.replaying = replaying
-        self.app = app
+        self.app = batched(app)
+        """The command side the handlers get (``ctx.app``): schedules go in batches,
+        flushed before positions commit (:mod:`.command_batch`)."""
         self.clock = clock
         handled = {event_type_of(c).name for c in projector.handled_types()}
         known = {event_type_of(c).name for c in codec.registry.classes()}
@@ -202,6 +205,7 @@ class BatchApplier:
                         (rec.offset, tp.topic, tp.partition),
                     )
                     self._wait(conn, rec)
+            flush(self.app)  # before the positions commit
         self.dead_lettered_total += counts[2]
         return BatchResult(*counts)
 

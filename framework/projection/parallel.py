@@ -80,6 +80,7 @@ from framework.projection.applier import (
     _DecodeFailedError,
     _type_name,
 )
+from framework.projection.command_batch import flush
 from framework.projection.dead_letters import describe_failure as _describe
 from framework.projection.projector import EventContext, Projector
 from framework.projection.store import AnyReadModel as ReadModel
@@ -470,6 +471,8 @@ class ParallelApplier(BatchApplier):
                 above = sorted(o for o in part.finished if o >= luo and o not in part.saved)
                 plan.append((tp, part, luo, above, part.dead))
                 part.dead = []
+        # After the snapshot of finished events: each has its schedules in the batch.
+        flush(self.app)
         try:
             with self.readmodel.transaction() as conn:
                 for tp, part, luo, above, dead in plan:

@@ -12,7 +12,7 @@
 """
 
 from framework.testing.clock import FakeClock
-from framework.testing.projection import Issued, ProjectorFixture
+from framework.testing.projection import Issued, ProjectorFixture, Scheduled
 from framework.testing.scenario import Scenario
 
-__all__ = ["FakeClock", "Issued", "ProjectorFixture", "Scenario"]
+__all__ = ["FakeClock", "Issued", "ProjectorFixture", "Scenario", "Scheduled"]

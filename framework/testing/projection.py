@@ -20,6 +20,17 @@ Used as (the invoicing app's policy; docs/projections.md has more)::
         fx.given(Order, "o-1", placed).when(Order, "o-1", OrderConfirmed("c-1", 1000))
         fx.then_issued((Invoice, "invoice-o-1", InvoiceIssued("o-1", "c-1", 1000)))
 
+Deadlines a policy schedules (``ctx.schedule``) are written to the fixture's log as a worker
+writes them (flushed with the event's batch): :meth:`ProjectorFixture.scheduled` lists the
+pending ones (key, decoded command, moment), :meth:`~ProjectorFixture.then_scheduled` asserts
+them all, :meth:`~ProjectorFixture.then_no_schedule` that keys hold none (withdrawn, or never
+scheduled)::
+
+    fx.given(Order, "o-1", placed)
+    fx.then_scheduled(("confirm-o-1", CancelUnconfirmed("o-1"), deadline))
+    fx.when(Order, "o-1", OrderConfirmed("c-1", 1000))
+    fx.then_no_schedule("confirm-o-1")
+
 A failed expectation raises ``AssertionError`` with a unified diff of expected and actual; an
 event the projector dead-lettered fails every ``then_rows``/``then_issued`` with its error,
 unless :meth:`~ProjectorFixture.then_dead_lettered` expects it.
@@ -33,9 +44,11 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from framework.app.moments import as_of_ms
 from framework.domain import Aggregate, DomainEvent
 from framework.errors import AggregateNotFoundError, ConfigError
 from framework.log import Record, RecordMetadata
@@ -52,7 +65,7 @@ from framework.projection.tables import Table
 if TYPE_CHECKING:
     from framework.app.application import App, Runtime
 
-__all__ = ["Issued", "ProjectorFixture"]
+__all__ = ["Issued", "ProjectorFixture", "Scheduled"]
 
 
 class Issued(NamedTuple):
@@ -63,15 +76,34 @@ class Issued(NamedTuple):
     event: DomainEvent
 
 
-def _diff(what: str, expected: Any, actual: Any) -> str:
-    lines = difflib.unified_diff(
-        pprint.pformat(expected, width=100).splitlines(),
-        pprint.pformat(actual, width=100).splitlines(),
+class Scheduled(NamedTuple):
+    """A pending schedule: its key, the command it will run, its moment (aware, UTC)."""
+
+    key: str
+    command: Any
+    at: datetime
+
+
+def _moment(at: datetime | int) -> datetime:
+    """``at`` (aware datetime or epoch ms) as the UTC datetime of its millisecond."""
+    return datetime.fromtimestamp(as_of_ms(at) / 1000, UTC)
+
+
+def _line(s: Scheduled) -> str:
+    return f"{s.key}: {s.command!r} at {s.at.isoformat(timespec='milliseconds')}"
+
+
+def _diff(what: str, expected: Any, actual: Any, *, lines: bool = False) -> str:
+    """A unified diff of ``expected`` and ``actual`` (pretty-printed; ``lines``: lists of
+    lines as they are)."""
+    diff = difflib.unified_diff(
+        expected if lines else pprint.pformat(expected, width=100).splitlines(),
+        actual if lines else pprint.pformat(actual, width=100).splitlines(),
         fromfile=f"expected {what}",
         tofile=f"actual {what}",
         lineterm="",
     )
-    return "\n".join(lines)
+    return "\n".join(diff)
 
 
 class ProjectorFixture:
@@ -202,6 +234,16 @@ class ProjectorFixture:
         """What the projector's commands appended since the last :meth:`when`, in order."""
         return self._issued[self._since :]
 
+    def scheduled(self) -> list[Scheduled]:
+        """The pending schedules (asked for and neither withdrawn nor fired), by key."""
+        schedules = self.runtime.schedules
+        entries = schedules.entries()
+        return [
+            Scheduled(e.key, schedules.codec.decode(e.command, e.data), _moment(e.at))
+            for e in sorted(entries.values(), key=lambda e: e.key)
+            if e.state == "scheduled"
+        ]
+
     def dead_letters(self) -> list[DeadLetter]:
         """The events the projector dead-lettered so far."""
         return list_dead_letters(self.readmodel)
@@ -247,6 +289,34 @@ class ProjectorFixture:
         actual = self.issued()
         if actual != wanted:
             raise AssertionError("issued events differ:\n" + _diff("issued", wanted, actual))
+
+    def then_scheduled(self, *expected: Scheduled | tuple[str, Any, datetime | int]) -> None:
+        """Assert the pending schedules are exactly ``expected``: ``(key, command, at)``,
+        ``at`` an aware datetime or epoch ms (compared to the millisecond), in any order.
+        Every pending schedule counts, not only those since the last :meth:`when`."""
+        self._no_surprise_letters()
+        wanted = sorted(
+            (Scheduled(k, c, _moment(at)) for k, c, at in expected), key=lambda e: e.key
+        )
+        actual = self.scheduled()
+        if actual != wanted:
+            raise AssertionError(
+                "pending schedules differ:\n"
+                + _diff("scheduled", [*map(_line, wanted)], [*map(_line, actual)], lines=True)
+            )
+
+    def then_no_schedule(self, *keys: str) -> None:
+        """Assert none of ``keys`` holds a pending schedule (each withdrawn, fired or never
+        scheduled); the diff shows what each key holds."""
+        self._no_surprise_letters()
+        entries = self.runtime.schedules.entries()
+        held = {k: entries[k].state if k in entries else None for k in keys}
+        pending = {k: state for k, state in held.items() if state == "scheduled"}
+        if pending:
+            wanted = {k: ("not pending" if s == "scheduled" else s) for k, s in held.items()}
+            raise AssertionError(
+                "keys still hold pending schedules:\n" + _diff("schedule states", wanted, held)
+            )
 
     def then_dead_lettered(self, *type_names: str) -> list[DeadLetter]:
         """Assert the projector dead-lettered exactly events of these types (in order) so

@@ -4,6 +4,7 @@ that a wrong projector fails with a readable diff."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from example_apps.invoicing.events import (
 from example_apps.invoicing.projections import CONFIRM_WITHIN_ENV, deadline_key
 from framework import App, EventContext, Projector, handles
 from framework.errors import ConfigError
-from framework.testing import Issued, ProjectorFixture
+from framework.testing import Issued, ProjectorFixture, Scheduled
 
 HOME = Address("1 Main St", "Oslo", "NO")
 
@@ -102,28 +103,44 @@ def test_policy_gives_each_order_a_deadline_withdrawn_when_it_is_confirmed(
     with ProjectorFixture(app, "invoicing_policy") as fx:
         fx.given(Order, "o-1", placed("c-1", 700))
         fx.given(Order, "o-2", placed("c-2", 100))
-        schedules = fx.runtime.schedules
-        placed_ms = {
-            oid: int(fx.runtime.store.read("orders", oid)[0].timestamp.timestamp() * 1000)
-            for oid in ("o-1", "o-2")
-        }
-        for oid in ("o-1", "o-2"):
-            entry = schedules.entry(deadline_key(oid))
-            assert (entry.state, entry.command, entry.data) == (
-                "scheduled",
-                "CancelUnconfirmedOrder",
-                {"order_id": oid},
-            )
-            assert entry.at == placed_ms[oid] + 90_000
+        deadline = {oid: placed_at(fx, oid) + timedelta(seconds=90) for oid in ("o-1", "o-2")}
+        fx.then_scheduled(
+            ("confirm-o-1", CancelUnconfirmed("o-1"), deadline["o-1"]),
+            Scheduled("confirm-o-2", CancelUnconfirmed("o-2"), deadline["o-2"]),
+        )
         fx.when(Order, "o-1", OrderConfirmed("c-1", 700))
-        assert schedules.entry(deadline_key("o-1")).state == "cancelled"
-        assert schedules.entry(deadline_key("o-2")).state == "scheduled"
+        fx.then_no_schedule(deadline_key("o-1"))
+        fx.then_scheduled(("confirm-o-2", CancelUnconfirmed("o-2"), deadline["o-2"]))
         fx.when(Order, "o-2", OrderCancelled("changed my mind"))
-        assert schedules.entry(deadline_key("o-2")).state == "cancelled"
+        fx.then_scheduled()
+        fx.then_no_schedule("confirm-o-1", "confirm-o-2")
     monkeypatch.setenv(CONFIRM_WITHIN_ENV, "0")  # no deadline
     with ProjectorFixture(app, "invoicing_policy") as fx:
         fx.given(Order, "o-1", placed("c-1", 700))
-        assert fx.runtime.schedules.entry(deadline_key("o-1")) is None
+        fx.then_scheduled()
+
+
+def placed_at(fx: ProjectorFixture, order_id: str) -> datetime:
+    return fx.runtime.store.read("orders", order_id)[0].timestamp
+
+
+def test_a_wrong_deadline_fails_with_a_readable_diff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONFIRM_WITHIN_ENV, "90")
+    with ProjectorFixture(app, "invoicing_policy") as fx:
+        fx.given(Order, "o-1", placed("c-1", 700))
+        due = placed_at(fx, "o-1") + timedelta(seconds=90)
+        with pytest.raises(AssertionError, match="pending schedules differ") as failed:
+            fx.then_scheduled(("confirm-o-1", CancelUnconfirmed("o-1"), due + timedelta(1)))
+        message = str(failed.value)
+        assert "--- expected scheduled" in message and "+++ actual scheduled" in message
+        wrong = (due + timedelta(1)).isoformat(timespec="milliseconds")
+        right = due.isoformat(timespec="milliseconds")
+        assert f"-confirm-o-1: CancelUnconfirmed(order_id='o-1') at {wrong}" in message
+        assert f"+confirm-o-1: CancelUnconfirmed(order_id='o-1') at {right}" in message
+        with pytest.raises(AssertionError, match="keys still hold pending schedules") as held:
+            fx.then_no_schedule("confirm-o-1", "confirm-o-9")
+        assert "-{'confirm-o-1': 'not pending', 'confirm-o-9': None}" in str(held.value)
+        assert "+{'confirm-o-1': 'scheduled', 'confirm-o-9': None}" in str(held.value)
 
 
 def test_the_deadline_cancels_only_an_unconfirmed_order() -> None:

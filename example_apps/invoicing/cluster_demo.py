@@ -8,12 +8,14 @@ processes; they share nothing but the cluster:
 
 * host A runs the command side and the projections (their SQLite read models live there:
   a projection's workers stay on the host of its file) and invoicing-policy workers;
-* host B runs invoicing-policy workers only (a policy may run anywhere).
+* host B runs invoicing-policy workers only (a policy may run anywhere);
+* each host runs a member of the scheduler group (``eventlane schedules run``): the orders'
+  deadlines (5 s here) fire on the cluster, on host A while host B is down.
 
 Midway it kills every worker of host B with SIGKILL (the host dies) and SIGKILLs the
 nats-server leading ``orders-0``; later it restarts both. It ends with the same summary as
-the embedded demo: invoices = confirmed orders, lag 0, the rebuild identical to the live
-read model.
+the embedded demo: invoices = confirmed orders, lag 0, the orders cancelled by their
+deadline (none of them invoiced), the rebuild identical to the live read model.
 """
 
 from __future__ import annotations
@@ -34,14 +36,19 @@ from rich.table import Table
 from example_apps.invoicing.app import app
 from example_apps.invoicing.demo import (
     APP_SPEC,
+    CONFIRM_WITHIN_S,
+    SCHEDULER,
     _count_events,
     _lag,
     _next_run,
     _print_summary,
     _record_run,
     ask_one,
+    deadline_outcome,
     pay_open_invoices,
 )
+from example_apps.invoicing.domain import InvoicingError
+from example_apps.invoicing.projections import CONFIRM_WITHIN_ENV
 from example_apps.invoicing.workload import Workload
 from framework import Runtime
 from framework.consumer.coordination import coordination_for
@@ -103,7 +110,7 @@ def run_cluster_demo(
     hosts = {"host-a": data / "host-a", "host-b": data / "host-b"}
     cluster = _cluster(data)
     url = f"{cluster.url}?namespace={NAMESPACE}"
-    env = {**os.environ, "EVENTLANE_LOG": url}
+    env = {**os.environ, "EVENTLANE_LOG": url, CONFIRM_WITHIN_ENV: str(CONFIRM_WITHIN_S)}
     console.print(f"[bold]eventlane invoicing demo on a cluster[/] — run {run}; log at {url}")
     try:
         js = JetStreamLog.from_url(
@@ -126,6 +133,17 @@ def run_cluster_demo(
                         env=env,
                         log_path=hosts[host] / "workers.log",
                     )
+            for host in ("host-a", "host-b"):  # the scheduler group: one member per host
+                runners[host, SCHEDULER] = Runner(
+                    APP_SPEC,
+                    SCHEDULER,
+                    hosts[host],
+                    workers=1,
+                    restart=True,
+                    env=env,
+                    log_path=hosts[host] / "workers.log",
+                    argv=("schedules", "run", APP_SPEC, "--session-timeout-ms", "3000"),
+                )
             for runner in runners.values():
                 runner.start()
             for (host, name), runner in runners.items():
@@ -142,10 +160,17 @@ def run_cluster_demo(
                 commands = list(workload.commands())
                 started = time.perf_counter()
                 killed_node = None
+                refused = 0
                 for i, command in enumerate(commands):
-                    runtime.execute(
-                        command.cls, command.aggregate_id, command.action, create=command.create
-                    )
+                    try:
+                        runtime.execute(
+                            command.cls,
+                            command.aggregate_id,
+                            command.action,
+                            create=command.create,
+                        )
+                    except InvoicingError:  # its deadline came first (a stalled machine)
+                        refused += 1
                     if i == len(commands) // 3:
                         down.add("host-b")
                         for (host, _), runner in runners.items():
@@ -181,6 +206,11 @@ def run_cluster_demo(
                 caught_up_from = time.perf_counter()
                 _wait(runtime, supervise, console, tuple(app.projectors))
                 summary["catch_up_s"] = time.perf_counter() - caught_up_from
+                summary["deadline"] = _wait_for_deadlines(
+                    runtime, supervise, console, f"r{run}-", CONFIRM_WITHIN_S
+                )
+                summary["deadline"]["refused"] = refused
+                summary["confirm_within_s"] = CONFIRM_WITHIN_S
                 summary["restarts"] = sum(r.restarts for r in runners.values())
                 ask_one(runtime, invoices_db, console)
             finally:
@@ -197,6 +227,27 @@ def run_cluster_demo(
         cluster.stop()
     _print_summary(console, summary)
     return summary
+
+
+def _wait_for_deadlines(
+    runtime: Runtime,
+    supervise: Callable[[], None],
+    console: Console,
+    prefix: str,
+    within_s: float,
+    timeout: float = 120.0,
+) -> dict[str, int]:
+    """Wait until every order of this run left open has been cancelled by its deadline
+    (the scheduler group fired it), and the projectors have caught up with that."""
+    deadline = time.monotonic() + within_s + timeout
+    with console.status(f"waiting for the deadlines of unconfirmed orders ({within_s:g} s)"):
+        while (outcome := deadline_outcome(runtime.log, prefix))["open"]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"orders still open after their deadline: {outcome}")
+            supervise()
+            time.sleep(0.2)
+    _wait(runtime, supervise, console, tuple(app.projectors))
+    return deadline_outcome(runtime.log, prefix)
 
 
 def _wait(

@@ -198,5 +198,10 @@ def test_the_cluster_demo_ends_with_invoices_equal_to_confirmed_orders(tmp_path:
     summary = run_cluster_demo(tmp_path / "demo", orders=40, workers=1, spark=False)
     assert summary["invoices"] == summary["confirmed"] > 0
     assert set(summary["lag"].values()) == {0}
+    # the scheduler group ran on the cluster: every order left open was cancelled by its
+    # deadline, none of them invoiced
+    deadline = summary["deadline"]
+    assert deadline["open"] == 0 and deadline["invoiced_and_expired"] == 0
+    assert deadline["deadline_cancelled"] > 0
     cluster = LocalCluster.load(tmp_path / "demo" / "cluster")
     assert all(n.pid == 0 for n in cluster.nodes)  # stopped at the end

@@ -22,6 +22,10 @@ Read-only by construction: nothing here changes state except :meth:`ConsoleData.
 with ``execute=True``, :meth:`ConsoleData.retry_dead_letters` and :meth:`ConsoleData.rebuild`
 (which writes a new file beside the live read model, never the live one); the web layer
 allows them only with ``--read-write``.
+
+One concept at ~760 lines: the facade is one class on purpose (the web layer's only door);
+what has a concept of its own lives beside it (:mod:`.filters`, :mod:`.rebuild_job`,
+:mod:`.schedules`) and is re-exported here.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """Consumer groups on Apache Kafka's own group coordinator (issue 33, item 3).
 
+One concept at ~820 lines: one group member over librdkafka, overriding every public method
+of :class:`~framework.consumer.group.GroupConsumer` (a test checks it), whose rebalance
+callbacks, fencing and commits depend on each other; the administration of Kafka groups
+(describe, reset, delete) is :mod:`.kafka_admin`.
+
 A :class:`~framework.consumer.group.GroupConsumer` opened on a
 :class:`~framework.log.kafka.log.KafkaLog` is a :class:`KafkaGroupConsumer`: a librdkafka
 consumer (confluent-kafka) that joins the group on the broker's coordinator with the

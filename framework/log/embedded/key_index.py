@@ -99,7 +99,7 @@ Invariants:
   stream's newest rows *and* keeps ``rows``/``checksum`` consistent; ``eventlane verify``
   reports it.
 
-One concept at ~950 lines: one partition's key index file (SQLite), its modes, its catch-up
+One concept at ~1,100 lines: one partition's key index file (SQLite), its modes, its catch-up
 with the log and the writes of the append hook, under one lock; the check against the log is
 :mod:`.key_check`.
 """

@@ -6,12 +6,14 @@ given) with their data under ``--dir`` (see :mod:`framework.log.jetstream.cluste
 until JetStream is ready, and prints the ``--log`` URL; the servers keep running after the
 command exits. ``down`` stops them by the PIDs recorded in ``<dir>/cluster.json``. ``check``
 reads each server's durability setting from its monitoring endpoint. ``migrate-log`` copies
-the embedded log to a cluster and verifies the copy (:mod:`framework.log.jetstream.migrate`).
+the log to a JetStream or Kafka cluster and verifies the copy
+(:mod:`framework.log.jetstream.migrate`, :mod:`framework.log.kafka.migrate`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +27,10 @@ from framework.log.jetstream.cluster import (
 )
 from framework.log.jetstream.log import JetStreamLog
 from framework.log.jetstream.migrate import PartitionCopy, migrate
+from framework.log.port import Log
+
+if TYPE_CHECKING:
+    from framework.log.kafka.migrate import KafkaCopy
 
 DIR_HELP = "Directory for the cluster's configuration, logs and data."
 NAMESPACE_HELP = "Prefix of the cluster's streams and topic registry (several logs per cluster)."
@@ -123,21 +129,57 @@ def _warn_unsynced(checks: list[SyncCheck]) -> None:
 @click.command("migrate-log")
 @click.argument("url")
 @click.option("--topic", "topics", multiple=True, help="Copy only this topic (repeatable).")
-@click.option("--namespace", default="eventlane", show_default=True, help=NAMESPACE_HELP)
+@click.option(
+    "--namespace",
+    default=None,
+    help=NAMESPACE_HELP + "  [default: eventlane for nats://, the URL's for kafka://]",
+)
 @click.pass_context
-def migrate_log(ctx: click.Context, url: str, topics: tuple[str, ...], namespace: str) -> None:
-    """Copy the embedded log in --data to the JetStream cluster at URL, then verify it.
+def migrate_log(
+    ctx: click.Context, url: str, topics: tuple[str, ...], namespace: str | None
+) -> None:
+    """Copy the log in --data (or --log) to the JetStream or Kafka cluster at URL, then verify.
 
-    Offsets, keys, values, headers and timestamps are preserved; a topic that already exists
-    on the cluster is refused. Exit status 1 if any partition failed verification.
+    nats://...: offsets, keys, values, headers and timestamps are preserved. kafka://...:
+    the same, except that Kafka cannot recreate gaps left by compaction: from a
+    partition's first gap on, records land below their source offsets and carry the
+    header eventlane.source-offset. A topic that already exists on the cluster is refused.
+    Exit status 1 if any partition failed verification.
     """
     source = app(ctx).open_log()
-    with JetStreamLog.from_url(url, namespace=namespace) as target:
-        copies = migrate(source, target, list(topics) or None, progress=_show_copy)
-    bad = [c for c in copies if c.problems]
-    click.echo(f"copied {sum(c.records for c in copies)} records in {len(copies)} partitions")
-    if bad:
-        raise click.ClickException(f"{len(bad)} partitions failed verification")
+    if url.startswith("kafka://"):
+        kafka_copies = _migrate_to_kafka(source, url, topics, namespace)
+        failed = sum(1 for c in kafka_copies if c.problems)
+        copied, partitions = sum(c.records for c in kafka_copies), len(kafka_copies)
+    else:
+        with JetStreamLog.from_url(url, namespace=namespace or "eventlane") as target:
+            copies = migrate(source, target, list(topics) or None, progress=_show_copy)
+        failed = sum(1 for c in copies if c.problems)
+        copied, partitions = sum(c.records for c in copies), len(copies)
+    click.echo(f"copied {copied} records in {partitions} partitions")
+    if failed:
+        raise click.ClickException(f"{failed} partitions failed verification")
+
+
+def _migrate_to_kafka(
+    source: Log, url: str, topics: tuple[str, ...], namespace: str | None
+) -> list[KafkaCopy]:
+    from framework.log.kafka.log import KafkaLog, parse_url  # noqa: PLC0415 - the kafka extra
+    from framework.log.kafka.migrate import migrate as to_kafka  # noqa: PLC0415
+
+    options = parse_url(url)
+    if namespace is not None:
+        options["namespace"] = namespace
+    with KafkaLog(**options) as target:
+        return to_kafka(source, target, list(topics) or None, progress=_show_kafka_copy)
+
+
+def _show_kafka_copy(copy: KafkaCopy) -> None:
+    status = "ok" if not copy.problems else "; ".join(copy.problems)
+    click.echo(
+        f"{copy.topic}[{copy.partition}] offsets {copy.lwm}..{copy.hwm}"
+        f" records {copy.records} {copy.kept}: {status}"
+    )
 
 
 def _show_copy(copy: PartitionCopy) -> None:

@@ -100,6 +100,8 @@ RECORD_OVERHEAD = 21
 DEFAULT_READ_BYTES = 1 << 20
 WAKE_TOPIC = "__eventlane_wake"
 """The namespace's topic that :meth:`KafkaLog.wake` writes to (not listed as a topic)."""
+_OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
+"""A fetch from outside the marks (librdkafka's name for it with auto.offset.reset=error)."""
 _NOT_LEADERS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 
 
@@ -191,10 +193,11 @@ class KafkaLog:
             "check.crcs": True,
             "fetch.wait.max.ms": 100,
         }
-        self._reader = Consumer(self._consumer_config)
+        self._reader = Consumer({**self._consumer_config, "enable.partition.eof": True})
         self._marks = Consumer({**self._consumer_config, "client.id": "eventlane-marks"})
         self._read_lock = threading.Lock()
         self._reading: tuple[str, int, int] | None = None  # (topic, partition, next offset)
+        self._ahead: list[Message] = []  # fetched past where the last read stopped
         self._meta: dict[str, _Meta] = {}
         self._wake = threading.Condition()
         self._wake_seq = 0
@@ -438,21 +441,23 @@ class KafkaLog:
             raise InvalidRecordError(
                 "a compacted topic refuses records without a key", topic=topic, partition=partition
             )
-        limit = cfg.max_record_bytes
+        limit = min(cfg.max_record_bytes, cfg.segment_bytes)  # Kafka refuses larger batches
         chunks: list[list[RecordTuple]] = [[]]
         size = BATCH_OVERHEAD
         for r in records:
             one = _record_size(r)
             if BATCH_OVERHEAD + one > limit:
                 raise RecordTooLargeError(
-                    f"a record of about {one} bytes exceeds max_record_bytes={limit}",
+                    f"a record of about {one} bytes exceeds max_record_bytes or"
+                    f" segment_bytes ({limit})",
                     topic=topic,
                     partition=partition,
                 )
             if size + one > limit and chunks[-1]:
                 if atomic:
                     raise RecordTooLargeError(
-                        f"an atomic append must fit one batch of max_record_bytes={limit}",
+                        f"an atomic append must fit one batch of max_record_bytes and"
+                        f" segment_bytes ({limit})",
                         topic=topic,
                         partition=partition,
                     )
@@ -477,28 +482,25 @@ class KafkaLog:
         self, topic: str, partition: int, records: list[RecordTuple], append_time: bool
     ) -> list[tuple[int, int]]:
         """Produce ``records`` as one batch and flush; (offset, timestamp) of each."""
-        results: list[Message | None] = [None] * len(records)
+        delivered: list[Message] = []  # one partition: reports come in produce order
         errors: list[KafkaError] = []
 
-        def report(i: int) -> Any:
-            def done(err: KafkaError | None, msg: Message) -> None:
-                if err is not None:
-                    errors.append(err)
-                results[i] = msg
-
-            return done
+        def done(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                errors.append(err)
+            delivered.append(msg)
 
         kname = self._kname(topic)
         now = self.clock()
         for attempt in (1, 2):
             try:
-                for i, (key, value, headers, ts) in enumerate(records):
+                for key, value, headers, ts in records:
                     self._producer.produce(
                         kname,
                         value,
                         key,
                         partition=partition,
-                        on_delivery=report(i),
+                        on_delivery=done,
                         timestamp=0 if append_time else (now if ts is None else ts),
                         headers=list(headers) or None,
                     )
@@ -508,6 +510,7 @@ class KafkaLog:
                 self._producer.purge(in_queue=True, in_flight=False)
                 self._producer.poll(0)
                 errors.clear()
+                delivered.clear()
                 code = exc.args[0].code() if isinstance(exc, KafkaException) else None
                 if code == KafkaError._UNKNOWN_PARTITION and attempt == 1:
                     # a partition added since the producer last read the topic's metadata
@@ -522,7 +525,7 @@ class KafkaLog:
         if left:
             self._producer.purge(in_queue=True, in_flight=True)
             self._producer.flush(5.0)
-        if errors or any(m is None for m in results):
+        if errors or len(delivered) != len(records):
             self._maybe_renew(errors)
             if not errors:
                 raise OutcomeUnknownError(
@@ -532,11 +535,7 @@ class KafkaLog:
             if len({e.code() for e in errors}) > 1 and worst.code() == KafkaError._PURGE_QUEUE:
                 worst = next(e for e in errors if e.code() != KafkaError._PURGE_QUEUE)
             raise append_error(worst, topic, partition)
-        out = []
-        for m in results:
-            assert m is not None
-            out.append((m.offset() or 0, m.timestamp()[1]))
-        return out
+        return [(m.offset() or 0, m.timestamp()[1]) for m in delivered]
 
     def _maybe_renew(self, errors: list[KafkaError]) -> None:
         """A fatal idempotence error leaves the producer unusable: start a new one."""
@@ -570,6 +569,53 @@ class KafkaLog:
                     ) from None
                 time.sleep(0.1)
 
+    def _out_of_range(self, topic: str, partition: int, offset: int) -> OffsetOutOfRangeError:
+        lwm, hwm = self._watermarks(topic, partition)
+        return OffsetOutOfRangeError(
+            f"offset {offset} is outside [{lwm}, {hwm}]",
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            lwm=lwm,
+            leo=hwm,
+        )
+
+    def _known_end(self, topic: str, partition: int, offset: int) -> int | None:
+        """The high-water mark a read from ``offset`` may rely on without asking anyone.
+
+        A read that continues where the last one stopped uses the mark the reader's last
+        fetch response carried when it shows records there (it can only be older, so lower:
+        never one that exposes unreplicated records). A read from elsewhere asks nobody
+        (``None``): the fetch itself meets the end (Kafka's partition-EOF event) or a
+        wrong offset (Kafka's out-of-range error). Otherwise (a reader at the end, waiting
+        for more) the leader is asked for the marks."""
+        if self._reading != (topic, partition, offset):
+            return None
+        if self._ahead:
+            return None
+        try:
+            low, high = self._reader.get_watermark_offsets(
+                Kp(self._kname(topic), partition), cached=True
+            )
+        except KafkaException:
+            low = high = -1
+        if 0 <= low <= offset < high:
+            return int(high)
+        lwm, hwm = self._watermarks(topic, partition)
+        if not lwm <= offset <= hwm:
+            raise self._out_of_range(topic, partition, offset)
+        return hwm
+
+    def _fetched_end(self, kname: str, partition: int, nxt: int, upto: int | None) -> int | None:
+        """The high-water mark the reader's fetch responses carried, if above ``nxt``."""
+        try:
+            _, high = self._reader.get_watermark_offsets(Kp(kname, partition), cached=True)
+        except KafkaException:
+            return None
+        if high <= nxt:
+            return None
+        return int(high) if upto is None else min(int(high), upto)
+
     def read(
         self,
         topic: str,
@@ -581,65 +627,96 @@ class KafkaLog:
         upto: int | None = None,
     ) -> tuple[list[Record], Cursor | None]:
         """Records from ``offset`` below the high-water mark (and ``upto``), at least one
-        if any, about ``max_bytes`` at most."""
+        if any, about ``max_bytes`` at most.
+
+        One consumer reads every partition in turn, assigned by hand; a read that continues
+        where the last one stopped keeps its position and what it fetched ahead (a seek
+        would drop the prefetched data). The end of the partition is Kafka's partition-EOF
+        event (the fetch reached the high-water mark); only a read that would return
+        nothing asks the leader for the marks, to tell "nothing yet" from a wrong offset."""
         self._check_partition(topic, partition)
-        lwm, hwm = self._watermarks(topic, partition)
-        if offset < lwm or offset > hwm:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{lwm}, {hwm}]",
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                lwm=lwm,
-                leo=hwm,
-            )
-        end = hwm if upto is None else min(hwm, upto)
-        if offset >= end:
+        if upto is not None and offset >= upto:
+            lwm, hwm = self._watermarks(topic, partition)
+            if not lwm <= offset <= hwm:
+                raise self._out_of_range(topic, partition, offset)
             return [], cursor
         kname = self._kname(topic)
         out: list[Record] = []
         size = 0
+        append_time, create_time = TimestampType.LOG_APPEND_TIME, TimestampType.CREATE_TIME
         with self._read_lock:
+            end = self._known_end(topic, partition, offset)
+            if end is not None and offset >= end:
+                return [], cursor
+            stop = end if upto is None else upto if end is None else min(end, upto)
+            ahead, self._ahead = self._ahead, []
             if self._reading != (topic, partition, offset):
                 self._reader.assign([Kp(kname, partition, offset)])
+                ahead = []
             self._reading = None
             deadline = time.monotonic() + self.timeout
             nxt = offset
-            while nxt < end and (not out or size < max_bytes):
-                msgs = self._reader.consume(num_messages=500, timeout=0.2)
-                if not msgs and time.monotonic() > deadline:
-                    break
-                for m in msgs:
-                    err = m.error()
+            eof = False
+            while stop is None or nxt < stop:
+                # ask for no more than the known end holds: consume() waits for as many
+                want = 500 if stop is None else max(1, min(500, stop - nxt))
+                msgs = ahead or self._reader.consume(num_messages=want, timeout=0.2)
+                ahead = []
+                at_end = not msgs
+                for i, m in enumerate(msgs):
+                    err = m.error()  # the loop is the read's hot path: kept flat
                     if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
+                        code = err.code()
+                        if code == KafkaError._PARTITION_EOF:
+                            if m.partition() == partition and m.topic() == kname:
+                                self._ahead = msgs[i + 1 :]
+                                at_end = eof = True
+                                break
                             continue
-                        if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                            lwm, hwm = self._watermarks(topic, partition)
-                            raise OffsetOutOfRangeError(
-                                f"offset {nxt} is outside [{lwm}, {hwm}]",
-                                topic=topic,
-                                partition=partition,
-                                offset=nxt,
-                                lwm=lwm,
-                                leo=hwm,
-                            )
+                        if code in _OUT_OF_RANGE:
+                            self._reading = None  # the consumer stopped: assign again
+                            raise self._out_of_range(topic, partition, nxt)
                         raise LogUnavailableError(
                             f"read from Kafka failed: {err.str()}", topic=topic, partition=partition
                         )
                     at = m.offset() or 0
-                    if m.topic() != kname or m.partition() != partition or at < nxt:
-                        continue
-                    if at >= end or (out and size >= max_bytes):
-                        # read ahead of what this call returns: start there next time
-                        self._reader.seek(Kp(kname, partition, nxt))
+                    if at < nxt:  # only this partition is assigned: librdkafka drops
+                        continue  # what was fetched for an earlier assignment
+                    if (stop is not None and at >= stop) or (out and size >= max_bytes):
+                        # fetched ahead of what this call returns: the next read from
+                        # ``nxt`` starts with them
+                        self._ahead = msgs[i:]
                         self._reading = (topic, partition, nxt)
                         return out, _cursor(nxt)
-                    out.append(_record(topic, partition, m))
-                    size += len(m.value() or b"") + len(m.key() or b"")
+                    key, value, headers = m.key(), m.value(), m.headers()
+                    kind, ts = m.timestamp()
+                    out.append(
+                        Record(
+                            topic,
+                            partition,
+                            at,
+                            ts,
+                            append_time if kind == 2 else create_time,
+                            key,
+                            value,
+                            tuple(headers) if headers else (),  # type: ignore[arg-type]
+                        )
+                    )
+                    size += (len(value) if value else 0) + (len(key) if key else 0)
                     nxt = at + 1
-            self._reader.seek(Kp(kname, partition, nxt)) if out else None
-            self._reading = (topic, partition, nxt)
+                if not at_end:
+                    if stop is None:  # the end the fetch responses carry, once known
+                        stop = self._fetched_end(kname, partition, nxt, upto)
+                    continue
+                if out or eof:
+                    break  # (eof with nothing: only compacted-away records were left)
+                # nothing yet: the end, a wrong offset, or records the fetch has not seen
+                lwm, hwm = self._watermarks(topic, partition)
+                if not lwm <= nxt <= hwm:
+                    raise self._out_of_range(topic, partition, nxt)
+                if nxt >= (hwm if upto is None else min(hwm, upto)) or time.monotonic() > deadline:
+                    break
+            self._reading = (topic, partition, nxt)  # every message taken was used
         return out, _cursor(nxt)
 
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:

@@ -1,0 +1,210 @@
+"""KafkaLog on a real local 3-broker Kafka cluster vs raw confluent-kafka doing the same, same run.
+
+(``bench_kafka.py`` measures the other direction: Kafka clients through ``eventlane serve
+--kafka``.) The bench starts its own cluster (:class:`LocalKafkaCluster`: 3 KRaft nodes on
+127.0.0.1, replication 3, ``min.insync.replicas=2``; ``--cluster DIR`` reuses one started by
+``eventlane kafka up --dir DIR``), then per round measures each operation three ways,
+interleaved operation by operation: through ``KafkaLog`` (the subject), through raw
+confluent-kafka clients configured as the least a durable log needs (the baseline: an
+idempotent producer with ``acks=all`` that sends each append's records as one batch, like
+KafkaLog's; a consumer assigned by hand, ``read_committed``, CRCs checked, stopping at the
+last record wanted), and on the embedded ``LogStore`` (beside them, so a user sees what
+replication costs). 100-byte values, one partition:
+
+* ``append.1``     single-record appends, each waited for (raw: ``produce`` + ``flush``)
+* ``append.batch`` appends of 100 records, each append waited for (raw: 100 ``produce``
+                   + ``flush``)
+* ``read``         reading a 20,000-record partition from offset 0 into records, 3 times
+                   (raw: ``consume`` of the same records into a list of (offset,
+                   timestamp, key, value, headers) tuples: what a caller keeps of each)
+
+The ``ratio`` rows are per-round KafkaLog/raw ratios (>= 0.9 wanted). The machine is
+shared; compare ratios, not absolute figures.
+
+    .venv/bin/python benchmarks/bench_kafka_engine.py [--quick] [--runs 5] [--json]
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from _harness import Target, bench_from_args, parser, quiet_logs, scratch_dir
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as Kp
+
+from framework.log.embedded.store import LogStore
+from framework.log.kafka.cluster import LocalKafkaCluster
+from framework.log.kafka.log import KafkaLog
+from framework.log.types import RecordTuple
+
+VALUE = b"v" * 100
+OPS = ("append.1", "append.batch", "read")
+
+
+class Raw:
+    """Raw confluent-kafka clients: what a careful hand-written durable producer and a
+    by-hand reader do, with nothing of eventlane's."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 1000,  # nothing leaves before the flush: one batch per append
+                "batch.num.messages": 1_000_000,
+                "compression.type": "none",
+            }
+        )
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "bench-unused",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "error",
+                "isolation.level": "read_committed",
+                "check.crcs": True,
+                "fetch.wait.max.ms": 100,
+            }
+        )
+
+    def append(self, topic: str, count: int) -> None:
+        failed: list[Any] = []
+
+        def done(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(err)
+
+        for _ in range(count):
+            self.producer.produce(topic, VALUE, b"k", partition=0, on_delivery=done)
+        self.producer.flush(30)
+        assert not failed, failed
+
+    def read(self, topic: str, count: int) -> list[tuple[Any, ...]]:
+        """The records as a caller can keep them: (offset, timestamp, key, value, headers)."""
+        self.consumer.assign([Kp(topic, 0, 0)])
+        out: list[tuple[Any, ...]] = []
+        while len(out) < count:
+            for m in self.consumer.consume(num_messages=min(500, count - len(out)), timeout=1.0):
+                if m.error() is None:
+                    out.append((m.offset(), m.timestamp(), m.key(), m.value(), m.headers()))
+        return out
+
+    def close(self) -> None:
+        self.producer.flush(10)
+        self.consumer.close()
+
+
+def main() -> None:
+    p = parser(__doc__ or "")
+    p.add_argument("--cluster", help="reuse the cluster `eventlane kafka up --dir DIR` started")
+    args = p.parse_args()
+    bench = bench_from_args(__file__, args)
+    quiet_logs()
+    n1, nbatch, nread = (100, 10, 2000) if args.quick else (300, 30, 20_000)
+    with scratch_dir(args.tmp, "kafka-engine") as tmp:
+        if args.cluster:
+            cluster = LocalKafkaCluster.load(args.cluster)
+        else:
+            cluster = LocalKafkaCluster.create(tmp / "kafka", 3)
+            cluster.start()
+        try:
+            kl = KafkaLog(cluster.bootstrap, namespace=f"bench{uuid.uuid4().hex[:6]}")
+            raw = Raw(cluster.bootstrap)
+            emb = LogStore(tmp / "embedded")
+            try:
+                bench.rounds(build(kl, raw, emb, n1, nbatch, nread), warmup=True)
+            finally:
+                raw.close()
+                kl.close()
+                emb.close()
+        finally:
+            if not args.cluster:
+                cluster.stop()
+    for name in OPS:
+        bench.series[f"{name}.ratio"] = [
+            s / b
+            for s, b in zip(bench.series[f"{name}.kafka"], bench.series[f"{name}.raw"], strict=True)
+        ]
+        unit = "ops/s" if name == "append.1" else "records/s"
+        bench.add(f"{name} KafkaLog", unit, f"{name}.kafka", baseline=f"{name}.raw")
+        bench.add(f"{name} raw confluent-kafka", unit, f"{name}.raw")
+        bench.add(f"{name} embedded LogStore", unit, f"{name}.emb")
+        bench.add(f"{name} ratio KafkaLog/raw", "x", f"{name}.ratio", target=Target(">=", 0.9))
+    bench.notes.append(
+        "3 KRaft brokers (combined nodes, 384 MiB heaps) on 127.0.0.1 of one shared 2-core"
+        " machine, replication 3, min.insync.replicas=2, acks=all; embedded LogStore with"
+        " flush_policy=always on the same disk"
+    )
+    bench.finish()
+
+
+def build(
+    kl: KafkaLog, raw: Raw, emb: LogStore, n1: int, nbatch: int, nread: int
+) -> dict[str, Callable[[], dict[str, float]]]:
+    raw_topic = f"raw{uuid.uuid4().hex[:6]}"
+    for log in (kl, emb):
+        for topic in ("a1", "ab", "rd"):
+            log.create_topic(topic, 1)
+    kl.create_topic(raw_topic, 1)  # the raw clients write bench.<raw_topic>: same configs
+    raw_kname = f"{kl.namespace}.{raw_topic}"
+    one: list[RecordTuple] = [(b"k", VALUE, (), None)]
+    hundred: list[RecordTuple] = one * 100
+    for log in (kl, emb):
+        for _ in range(nread // 100):
+            log.append("rd", 0, hundred)
+
+    def paired(ops: dict[str, Callable[[], object]], count: int, reps: int) -> dict[str, float]:
+        """Each op ``reps`` times, interleaved op by op (raw, KafkaLog, embedded, raw, ...),
+        so that a slow moment of the shared machine falls on all three alike; records/s of
+        each over its own summed time."""
+        spent = dict.fromkeys(ops, 0.0)
+        for _ in range(reps):
+            for name, op in ops.items():
+                t0 = time.perf_counter()
+                op()
+                spent[name] += time.perf_counter() - t0
+        return {name: reps * count / s for name, s in spent.items()}
+
+    def appends(topic: str, batch: list[RecordTuple], reps: int) -> Callable[[], dict[str, float]]:
+        return lambda: paired(
+            {
+                "raw": lambda: raw.append(raw_kname, len(batch)),
+                "kafka": lambda: kl.append(topic, 0, batch),
+                "emb": lambda: emb.append(topic, 0, batch),
+            },
+            len(batch),
+            reps,
+        )
+
+    def read_all(log: KafkaLog | LogStore) -> None:
+        offset, seen = 0, 0
+        while seen < nread:
+            records, _ = log.read("rd", 0, offset)
+            seen += len(records)
+            offset = records[-1].offset + 1
+
+    def reads() -> dict[str, float]:
+        return paired(
+            {
+                "raw": lambda: raw.read(f"{kl.namespace}.rd", nread),
+                "kafka": lambda: read_all(kl),
+                "emb": lambda: read_all(emb),
+            },
+            nread,
+            3,
+        )
+
+    return {
+        "append.1": appends("a1", one, n1),
+        "append.batch": appends("ab", hundred, nbatch),
+        "read": reads,
+    }
+
+
+if __name__ == "__main__":
+    main()

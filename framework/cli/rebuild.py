@@ -35,7 +35,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from framework.app import load_app
+from framework.app import App, load_app
 from framework.cli.context import (
     CONFIG_PAIR,
     data_option,
@@ -47,12 +47,12 @@ from framework.cli.context import app as cli_app
 from framework.cli.project import app_argument, projection_option
 from framework.consumer.admin import parse_datetime_ms
 from framework.errors import ConfigError, ReplayError
-from framework.log.port import keyed_log
+from framework.log.port import KeyedLog, Log, keyed_log
 from framework.replay.check import check_merge
 from framework.replay.handoff import HandoffResult, rebuild_and_swap
 from framework.replay.rebuild import ENGINES, RebuildResult, rebuild
 from framework.replay.session import validate_master
-from framework.replay.verify import Comparison, verify_rebuild
+from framework.replay.verify import Comparison, verify_rebuild, verify_replay
 
 __all__ = ["rebuild_command"]
 
@@ -275,36 +275,24 @@ def rebuild_command(
         options["as_of"] = int(as_of) if as_of.isdigit() else parse_datetime_ms(as_of)
     if engine == "spark":
         options.update(master=master, conf=conf)
-    with (
-        application.open(keyed_log(log, "eventlane rebuild"), create_topics=False) as runtime,
-        _Bar(not as_json) as bar,
-    ):
-
-        def check(result: RebuildResult) -> None:
-            comparisons.extend(verify_rebuild(runtime, result))
-            if not all(c.ok for c in comparisons):
-                raise _VerificationFailedError("verification found differences; nothing swapped")
-
-        try:
-            if swap:
-                handoff = rebuild_and_swap(
-                    runtime,
-                    projection,
-                    engine=engine,
-                    pause_timeout=pause_timeout,
-                    progress=bar,
-                    before_swap=check if verify else None,
-                    **options,
-                )
-                result = handoff.rebuild
-            else:
-                result = rebuild(
-                    runtime, projection, engine=engine, output=output, progress=bar, **options
-                )
-                if verify:
-                    comparisons.extend(verify_rebuild(runtime, result))
-        except _VerificationFailedError:
-            result = None
+    result: RebuildResult | None
+    if not isinstance(log, KeyedLog):  # e.g. Kafka's core log: a replay needs no Runtime
+        if swap:
+            keyed_log(log, "eventlane rebuild --swap (live workers of the app)")
+        with _Bar(not as_json) as bar:
+            result = rebuild(
+                application, projection, engine=engine, output=output, progress=bar,
+                data=log, **options,
+            )  # fmt: skip
+            if verify:
+                comparisons.extend(verify_replay(application, log, result))
+    else:
+        handoffs: list[HandoffResult] = []
+        result = _on_runtime(
+            application, log, projection, engine, output, swap, verify, pause_timeout,
+            options, as_json, comparisons, handoffs,
+        )  # fmt: skip
+        handoff = handoffs[0] if handoffs else None
     ok = all(c.ok for c in comparisons)
     if as_json:
         body = {
@@ -341,3 +329,52 @@ if __name__ == "__main__":  # pragma: no cover - the spark-submit entry (docs/sp
     import sys
 
     importlib.import_module("framework.cli").main(["rebuild", *sys.argv[1:]])
+
+
+def _on_runtime(
+    application: App,
+    log: Log,
+    projection: str,
+    engine: str,
+    output: Path | None,
+    swap: bool,
+    verify: bool,
+    pause_timeout: float,
+    options: dict[str, Any],
+    as_json: bool,
+    comparisons: list[Comparison],
+    handoffs: list[HandoffResult],
+) -> RebuildResult | None:
+    """The rebuild on a runtime of the app (a log it can run on: --swap hands over)."""
+    with (
+        application.open(keyed_log(log, "eventlane rebuild"), create_topics=False) as runtime,
+        _Bar(not as_json) as bar,
+    ):
+
+        def check(result: RebuildResult) -> None:
+            comparisons.extend(verify_rebuild(runtime, result))
+            if not all(c.ok for c in comparisons):
+                raise _VerificationFailedError("verification found differences; nothing swapped")
+
+        try:
+            if swap:
+                handoff = rebuild_and_swap(
+                    runtime,
+                    projection,
+                    engine=engine,
+                    pause_timeout=pause_timeout,
+                    progress=bar,
+                    before_swap=check if verify else None,
+                    **options,
+                )
+                handoffs.append(handoff)
+                result: RebuildResult | None = handoff.rebuild
+            else:
+                result = rebuild(
+                    runtime, projection, engine=engine, output=output, progress=bar, **options
+                )
+                if verify:
+                    comparisons.extend(verify_rebuild(runtime, result))
+        except _VerificationFailedError:
+            result = None
+    return result

@@ -33,11 +33,12 @@ from typing import Any, NamedTuple
 
 from framework.app import App
 from framework.codec import EventCodec
-from framework.log import Log, Record, TopicPartition
+from framework.log import KeyedLog, Log, Record, TopicPartition
 from framework.log.port import keyed_log
 from framework.observability import get_logger
 from framework.projection import BatchApplier, Projector, ReadModel, apply_migrations
 from framework.replay.ranges import OffsetRange, read_range
+from framework.replay.scanned_keys import ScannedKeyStore
 
 log = get_logger("eventlane.replay")
 
@@ -99,10 +100,16 @@ ZERO = BuildCounts(0, 0, 0, 0)
 def app_codec(app: App, log: Log | None = None) -> EventCodec:
     """The codec a runtime of ``app`` on ``log`` uses (executors build it from a pickled
     :class:`App`): :meth:`App.codec <framework.app.App.codec>` with the app's key store on
-    ``log``, so personal fields decrypt (or read as erased) in replays too."""
+    ``log``, so personal fields decrypt (or read as erased) in replays too. On a log without
+    per-key reads (Kafka's core log) the app's key topic is read once into a read-only
+    snapshot (:class:`~framework.replay.scanned_keys.ScannedKeyStore`)."""
     if log is None:
         return app.codec(keys=None)
-    return app.codec(keys=app.key_store(keyed_log(log, "decrypting an app's personal fields")))
+    if isinstance(log, KeyedLog) or app.keys is not None:
+        return app.codec(keys=app.key_store(keyed_log(log, "decrypting an app's personal fields")))
+    if not app.has_personal_data():
+        return app.codec(keys=None)
+    return app.codec(keys=ScannedKeyStore(log, app.names.topic(app.keys_topic)))
 
 
 def remove_db(path: Path) -> None:

@@ -102,12 +102,14 @@ def default_output(data: Path | LocalDir, projection: str) -> Path:
     return local.rebuild_output(projection)
 
 
-def _resolve(target: Runtime | App, data: Path | str | None) -> tuple[App, Log, bool]:
+def _resolve(target: Runtime | App, data: Path | str | Log | None) -> tuple[App, Log, bool]:
     if isinstance(target, Runtime):
         return target.app, target.log, False
     if isinstance(target, App):
         if data is None:
-            raise ConfigError("rebuild(app, ...) needs data= (the data directory)")
+            raise ConfigError("rebuild(app, ...) needs data= (the data directory, or a log)")
+        if not isinstance(data, str | Path):
+            return target, data, False  # an open log (e.g. Kafka's core log: no Runtime)
         return target, open_log(data), True
     raise ConfigError(f"rebuild needs a Runtime or an App, got {type(target).__name__}")
 
@@ -118,7 +120,7 @@ def rebuild(
     *,
     engine: str = "spark",
     output: Path | str | None = None,
-    data: Path | str | None = None,
+    data: Path | str | Log | None = None,
     end: Mapping[TopicPartition, int] | None = None,
     spark: SparkSession | None = None,
     master: str | None = None,

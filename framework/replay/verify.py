@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from framework.app import Runtime
+from framework.app import App, Runtime
 from framework.log import Log, TopicPartition
 from framework.replay.build import remove_db
 from framework.replay.checksum import (
@@ -103,18 +103,24 @@ def compare_live(
 def verify_rebuild(runtime: Runtime, result: RebuildResult) -> list[Comparison]:
     """``--verify``: a Spark result against the local engine at the same ``E`` (skipped for
     a local result: it is the reference), and against the live model when it is at ``E``."""
+    return verify_replay(runtime.app, runtime.log, result)
+
+
+def verify_replay(app: App, log: Log, result: RebuildResult) -> list[Comparison]:
+    """:func:`verify_rebuild` for an app and an open log (a log an app cannot run on, such
+    as Kafka's core log, still replays: no :class:`~framework.app.Runtime` needed)."""
     out = []
-    live = runtime.readmodel_path(result.projection)
+    live = log.local.readmodel(app.names.local(result.projection))
     if result.engine == "local":
         out.append(Comparison("local engine", [], skipped="the result is the local engine's"))
     else:
         scratch = live.with_suffix(".verify.sqlite")
         try:
             local = rebuild(
-                runtime, result.projection, engine="local", end=result.end, output=scratch
+                app, result.projection, engine="local", end=result.end, output=scratch, data=log
             )
             out.append(compare_files("local engine", result.path, local.path))
         finally:
             remove_db(scratch)
-    out.append(compare_live(runtime.log, result.path, live, result.end))
+    out.append(compare_live(log, result.path, live, result.end))
     return out

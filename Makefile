@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-deps kafka-jars lint soak clean screenshots
+.PHONY: demo test test-deps kafka-jars spark-kafka-jars lint soak clean screenshots
 
 # eventlane itself, then the sample app (a distribution of its own: example_apps/pyproject.toml).
 $(STAMP): pyproject.toml setup.py example_apps/pyproject.toml
@@ -33,6 +33,7 @@ test-deps:
 	@command -v ip >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null)
 	@command -v mvn >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null)
 	@$(MAKE) --no-print-directory kafka-jars
+	@$(MAKE) --no-print-directory spark-kafka-jars
 	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null)
 	@command -v strace >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq strace >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
@@ -48,6 +49,17 @@ $(KAFKA_LIB)/.stamp: tools/kafka/pom.xml
 	touch $@
 
 kafka-jars: $(KAFKA_LIB)/.stamp
+
+# Spark's Kafka source (tools/spark-kafka/pom.xml): the connector and the jars pyspark lacks
+# (not Scala, Hadoop or compression codecs, which pyspark ships), for bench_kafka_spark.py.
+SPARK_KAFKA_LIB := tools/spark-kafka/lib
+$(SPARK_KAFKA_LIB)/.stamp: tools/spark-kafka/pom.xml
+	rm -rf $(SPARK_KAFKA_LIB)
+	mvn -q -B -f tools/spark-kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=lib \
+	  -DincludeScope=runtime -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+	touch $@
+
+spark-kafka-jars: $(SPARK_KAFKA_LIB)/.stamp
 
 test: lint test-deps
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup

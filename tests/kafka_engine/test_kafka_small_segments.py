@@ -22,3 +22,17 @@ def test_appends_are_split_to_fit_small_segments(
         with pytest.raises(RecordTooLargeError):
             log.append("small", 0, records, atomic=True)
         assert log.offsets("small", 0).hwm == 20
+
+
+def test_a_read_at_the_end_then_an_append_reads_the_new_record(
+    kafka_cluster: LocalKafkaCluster, namespace: str
+) -> None:
+    """The reader met the partition's end (Kafka's EOF event) once: a later read from the
+    same offset after an append must return the new records, never an old end's []."""
+    with KafkaLog(kafka_cluster.bootstrap, namespace=namespace) as log:
+        log.create_topic("homes", 1)
+        for i in range(20):
+            assert log.read("homes", 0, i)[0] == []
+            log.append("homes", 0, [(b"g", b"%d" % i, (), None)])
+            got = log.read("homes", 0, 0)[0]
+            assert [r.value for r in got] == [b"%d" % j for j in range(i + 1)], i

@@ -656,7 +656,7 @@ class KafkaLog:
             self._reading = None
             deadline = time.monotonic() + self.timeout
             nxt = offset
-            eof = False
+            eof_at = -1  # where Kafka's end event said the partition ended
             while stop is None or nxt < stop:
                 # ask for no more than the known end holds: consume() waits for as many
                 want = 500 if stop is None else max(1, min(500, stop - nxt))
@@ -670,7 +670,7 @@ class KafkaLog:
                         if code == KafkaError._PARTITION_EOF:
                             if m.partition() == partition and m.topic() == kname:
                                 self._ahead = msgs[i + 1 :]
-                                at_end = eof = True
+                                at_end, eof_at = True, m.offset() or 0
                                 break
                             continue
                         if code in _OUT_OF_RANGE:
@@ -708,14 +708,17 @@ class KafkaLog:
                     if stop is None:  # the end the fetch responses carry, once known
                         stop = self._fetched_end(kname, partition, nxt, upto)
                     continue
-                if out or eof:
-                    break  # (eof with nothing: only compacted-away records were left)
-                # nothing yet: the end, a wrong offset, or records the fetch has not seen
+                if out:
+                    break
+                # nothing yet: the end, a wrong offset, records the fetch has not seen, or
+                # an end event from before the latest appends (it may lie in the queue)
                 lwm, hwm = self._watermarks(topic, partition)
                 if not lwm <= nxt <= hwm:
                     raise self._out_of_range(topic, partition, nxt)
                 if nxt >= (hwm if upto is None else min(hwm, upto)) or time.monotonic() > deadline:
                     break
+                if eof_at >= hwm:
+                    break  # the fetch reached today's end: what lay between was compacted away
             self._reading = (topic, partition, nxt)  # every message taken was used
         return out, _cursor(nxt)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from framework.log.jetstream.cluster import LOOPBACK
 from framework.log.kafka.cluster import STATE_FILE, LocalKafkaCluster
+from framework.log.processes import LOOPBACK
 
 DIR_HELP = "Directory for the brokers' configuration, logs and data."
 LIB_HELP = "Directory of Apache Kafka's jars (default $EVENTLANE_KAFKA_LIB or tools/kafka/lib)."

@@ -25,7 +25,8 @@ import pytest
 pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
 from framework.errors import ConfigError
-from framework.log.kafka.cluster import LocalKafkaCluster, _alive, kafka_lib
+from framework.log.kafka.cluster import LocalKafkaCluster, kafka_lib
+from framework.log.processes import alive
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -72,7 +73,7 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKaf
         if cluster is not None:
             down = eventlane("kafka", "down", "--dir", str(directory))
             assert down.returncode == 0, down.stderr[-3000:]
-            assert not [n.node_id for n in cluster.nodes if n.pid and _alive(n.pid)]
+            assert not [n.node_id for n in cluster.nodes if n.pid and alive(n.pid)]
 
 
 @pytest.fixture

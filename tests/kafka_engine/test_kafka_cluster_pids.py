@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from framework.log.kafka.cluster import _alive
+from framework.log.processes import alive
 
 
 def test_another_processs_zombie_child_counts_as_stopped() -> None:
@@ -22,7 +22,7 @@ def test_another_processs_zombie_child_counts_as_stopped() -> None:
             [
                 sys.executable,
                 "-c",
-                f"from framework.log.kafka.cluster import _alive; print(_alive({child.pid}))",
+                f"from framework.log.processes import alive; print(alive({child.pid}))",
             ],
             capture_output=True,
             text=True,
@@ -32,4 +32,4 @@ def test_another_processs_zombie_child_counts_as_stopped() -> None:
         assert seen.stdout.strip() == "False"
     finally:
         child.wait()
-    assert not _alive(child.pid)
+    assert not alive(child.pid)

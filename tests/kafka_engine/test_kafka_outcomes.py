@@ -11,7 +11,7 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from framework.errors import OutcomeUnknownError
+from framework.errors import LogError, OutcomeUnknownError
 from framework.log.kafka.cluster import LocalKafkaCluster
 from framework.log.kafka.log import KafkaLog
 from framework.testing.contracts import read_all
@@ -49,3 +49,19 @@ def test_an_unacknowledged_append_is_outcome_unknown(
         values = [r.value for r in read_all(log, "frozen")]
         assert values.count(b"before") == 1 and values.count(b"maybe") <= 1
         assert values[-1] == b"after" and after.base_offset == len(values) - 1
+
+
+def test_close_releases_the_producers(kafka_cluster: LocalKafkaCluster, namespace: str) -> None:
+    """A closed log's librdkafka producers are closed, not left to the garbage collector: one
+    left alive reconnects (and logs) to a stopped cluster for as long as anything holds the
+    log. An append after close is refused with eventlane's error, nothing sent."""
+    log = KafkaLog(kafka_cluster.bootstrap, namespace=namespace, timeout=10.0)
+    log.create_topic("closing", partitions=1)
+    log.append("closing", 0, [(b"k", b"v", [], None)])
+    log.wake()
+    log.close()
+    for producer in (log._producer, log._waker):
+        with pytest.raises(RuntimeError, match="closed"):
+            producer.flush(0.1)
+    with pytest.raises(LogError, match="closed"):
+        log.append("closing", 0, [(b"k", b"w", [], None)])

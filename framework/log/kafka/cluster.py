@@ -39,7 +39,7 @@ import attrs
 import orjson
 
 from framework.errors import ConfigError
-from framework.log.jetstream.cluster import LOOPBACK, free_ports
+from framework.log.processes import LOOPBACK, alive, free_ports, stop_pid
 from framework.observability import get_logger
 
 log = get_logger("eventlane.log")
@@ -291,7 +291,7 @@ class LocalKafkaCluster:
             if want <= self.brokers_listed():
                 return
             for node in self.nodes:
-                if node.pid and not _alive(node.pid):
+                if node.pid and not alive(node.pid):
                     raise ConfigError(
                         f"Kafka node {node.node_id} exited; see"
                         f" {self.directory / f'b{node.node_id}.log'}"
@@ -306,7 +306,7 @@ class LocalKafkaCluster:
         """Send ``sig`` to one node (by its PID) and wait for it to exit."""
         node = self.node(node_id)
         if node.pid:
-            _stop_pid(node.pid, sig)
+            stop_pid(node.pid, sig, grace=30.0)
             node.pid = 0
             self._save()
 
@@ -318,7 +318,7 @@ class LocalKafkaCluster:
                     os.kill(node.pid, signal.SIGTERM)
         for node in self.nodes:
             if node.pid:
-                _stop_pid(node.pid, signal.SIGTERM)
+                stop_pid(node.pid, signal.SIGTERM, grace=30.0)
                 node.pid = 0
         if self.directory.exists():
             self._save()
@@ -333,34 +333,3 @@ class LocalKafkaCluster:
 
 _PROBE = logging.getLogger("eventlane.log.librdkafka")
 """librdkafka's log lines while probing a starting cluster (refused connections)."""
-
-
-def _alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, its parent, another process, not reaping yet) is gone
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _stop_pid(pid: int, sig: int, grace: float = 30.0) -> None:
-    """Signal ``pid`` and wait (bounded) until it is gone; SIGKILL after ``grace``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-    deadline = time.monotonic() + grace
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 10.0
-        time.sleep(0.05)

@@ -45,7 +45,6 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import parse_qs, urlsplit
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -78,6 +77,7 @@ from framework.log.config import TopicConfig, altered_partitions, new_topic_conf
 from framework.log.kafka.mapping import append_error, kafka_configs, topic_config
 from framework.log.local import LocalDir, default_data_dir
 from framework.log.record import Record, TimestampType
+from framework.log.remote import WakeSequence, parse_log_url
 from framework.log.types import (
     AppendResult,
     Clock,
@@ -122,16 +122,8 @@ def parse_url(url: str) -> dict[str, Any]:
     >>> parse_url("kafka://127.0.0.1:9092,127.0.0.1:9093?namespace=shop")
     {'bootstrap': '127.0.0.1:9092,127.0.0.1:9093', 'namespace': 'shop'}
     """
-    parts = urlsplit(url)
-    if parts.scheme != "kafka" or not parts.netloc:
-        raise ConfigError(f"a Kafka log URL looks like kafka://host:port[,host:port], got {url!r}")
-    out: dict[str, Any] = {"bootstrap": parts.netloc}
-    for name, values in parse_qs(parts.query).items():
-        if name == "namespace":
-            out["namespace"] = values[-1]
-        else:
-            raise ConfigError(f"unknown option {name!r} in log URL {url!r}")
-    return out
+    hosts, options = parse_log_url(url, "kafka", {"namespace": str})
+    return {"bootstrap": ",".join(hosts), **options}
 
 
 def namespace_for(directory: str | Path) -> str:
@@ -199,8 +191,8 @@ class KafkaLog:
         self._reading: tuple[str, int, int] | None = None  # (topic, partition, next offset)
         self._ahead: list[Message] = []  # fetched past where the last read stopped
         self._meta: dict[str, _Meta] = {}
-        self._wake = threading.Condition()
-        self._wake_seq = 0
+        self._wake = WakeSequence()
+        self._tail_lock = threading.Lock()  # starts the tailing thread once
         self._tailer: threading.Thread | None = None
         self._waker = Producer({**base, "client.id": "eventlane-waker", "linger.ms": 0})
         self._has_wake_topic = False
@@ -482,6 +474,8 @@ class KafkaLog:
         self, topic: str, partition: int, records: list[RecordTuple], append_time: bool
     ) -> list[tuple[int, int]]:
         """Produce ``records`` as one batch and flush; (offset, timestamp) of each."""
+        if self._closed:  # its producer is released: nothing is sent
+            raise LogError("append to a closed KafkaLog", topic=topic, partition=partition)
         delivered: list[Message] = []  # one partition: reports come in produce order
         errors: list[KafkaError] = []
 
@@ -761,26 +755,24 @@ class KafkaLog:
 
     # ------------------------------------------------------------------ waiting
     def _bump(self) -> None:
-        with self._wake:
-            self._wake_seq += 1
-            self._wake.notify_all()
+        self._wake.bump()
 
     def wait_seq(self) -> int:
-        with self._wake:
-            return self._wake_seq
+        return self._wake.current()
 
     def wait(self, seen: int, timeout: float) -> None:
         """Sleep until an append (by any process) or a :meth:`wake` after ``seen``, or
         ``timeout`` seconds. Appends through this log wake at once; other processes'
         appends and wakes are seen by a tailing consumer (started by the first wait)."""
         self._tail()
-        with self._wake:
-            self._wake.wait_for(lambda: self._wake_seq != seen, timeout)
+        self._wake.wait(seen, timeout)
 
     def wake(self) -> None:
         """Wake every waiter: this process's at once, other processes' through a record on
         the namespace's wake topic (which their tailing consumers see)."""
         self._bump()
+        if self._closed:
+            return
         kname = self._kname(WAKE_TOPIC)
         if not self._has_wake_topic:
             try:
@@ -795,7 +787,7 @@ class KafkaLog:
 
     def _tail(self) -> None:
         """Start the tailing consumer's thread (once)."""
-        with self._wake:
+        with self._tail_lock:
             if self._tailer is not None or self._closed:
                 return
             self._tailer = threading.Thread(target=self._follow, name="kafka-log-tail", daemon=True)
@@ -846,8 +838,14 @@ class KafkaLog:
         self._closed = True
         if self._tailer is not None:
             self._tailer.join(5.0)
-        self._producer.flush(5.0)
-        self._waker.flush(2.0)
+        # A closed producer stops reconnecting to the cluster (one left to the garbage
+        # collector keeps trying, and logging, as long as anything holds this log). One
+        # with records still undelivered after the flush is left as it is: close() would
+        # wait for them without a bound.
+        if self._producer.flush(5.0) == 0:
+            self._producer.close()
+        if self._waker.flush(2.0) == 0:
+            self._waker.close()
         self._reader.close()
         self._marks.close()
 

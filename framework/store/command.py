@@ -41,6 +41,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, NamedTuple, TypeVar
 
+from framework import tracing
 from framework.codec import Envelope
 from framework.domain import Aggregate
 from framework.errors import (
@@ -190,13 +191,42 @@ def plan(
     (:func:`drive_async`). ``decide`` (a :class:`Call`) returns the aggregate with its
     pending events (``None``: nothing to do; the same object again: append the same events
     again). Returns the aggregate whose events were stored, still pending (the caller marks
-    them committed), and their records."""
+    them committed), and their records.
+
+    Traced (:mod:`framework.tracing`): the command span counts the attempts and, once done,
+    notes where the events were stored; each append is a ``save`` span."""
+    aggregate, written = yield from _attempts(
+        store,
+        topic,
+        aggregate_id,
+        decide,
+        attempts=attempts,
+        retry_conflicts=retry_conflicts,
+        correlation_id=correlation_id,
+        causation_id=causation_id,
+    )
+    tracing.command_stored(written, None if aggregate is None else aggregate.version)
+    return aggregate, written
+
+
+def _attempts(
+    store: EventStore,
+    topic: str,
+    aggregate_id: str,
+    decide: Callable[[], A | None],
+    *,
+    attempts: int,
+    retry_conflicts: bool,
+    correlation_id: str | None,
+    causation_id: str | None,
+) -> Generator[Step, Any, tuple[A | None, list[RecordMetadata]]]:
     doubts: list[_Attempt] = []
     current: _Attempt | None = None
     failure: FrameworkError | None = None
     for attempt in range(1, attempts + 1):
         appending = False
         pause = 0.0
+        tracing.attempt(attempt)
         try:
             if doubts:
                 stored = yield from _settle(store, topic, aggregate_id, doubts)
@@ -261,13 +291,21 @@ def _append(store: EventStore, topic: str, attempt: _Attempt) -> list[RecordMeta
     aggregate = attempt.aggregate
     base = aggregate.committed_version
     known = aggregate._stored_offset
-    return store.append(
-        topic,
-        aggregate.id,
-        base,
-        attempt.envelopes,
-        expected_offset=UNKNOWN_OFFSET if base and known is None else known,
-    )
+    envelopes = attempt.envelopes
+    with tracing.save_span(type(aggregate).__name__, topic, base + len(envelopes)) as span:
+        if span is not None:
+            span.set_attribute(tracing.PARTITION, str(store.partition_of(topic, aggregate.id)))
+        written = store.append(
+            topic,
+            aggregate.id,
+            base,
+            envelopes,
+            expected_offset=UNKNOWN_OFFSET if base and known is None else known,
+        )
+        if span is not None and written:
+            span.set_attribute("eventlane.offset", written[0].offset)
+            span.set_attribute("eventlane.offset.last", written[-1].offset)
+        return written
 
 
 def _settle(

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
+from framework import tracing
 from framework.codec import Envelope, SnapshotCodec
 from framework.domain import Aggregate
 from framework.log import RecordMetadata
@@ -224,17 +225,20 @@ class Repository:
         topic = self.topic_of(cls)
 
         def decide() -> A | None:
-            aggregate = self.store.streams.for_command(
-                cls,
-                aggregate_id,
-                topic=topic,
-                snapshots=self.snapshots,
-                create=create,
-                causation_id=causation_id,
-                once=once,
-            )
+            with tracing.load_span(cls.__name__, topic) as span:
+                aggregate = self.store.streams.for_command(
+                    cls,
+                    aggregate_id,
+                    topic=topic,
+                    snapshots=self.snapshots,
+                    create=create,
+                    causation_id=causation_id,
+                    once=once,
+                )
+                tracing.loaded(span, None if aggregate is None else aggregate.version)
             if aggregate is not None:
-                command_(aggregate)
+                with tracing.decide_span(cls.__name__):
+                    command_(aggregate)
             return aggregate
 
         aggregate, written = yield from command.plan(

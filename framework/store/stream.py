@@ -41,6 +41,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
+from framework import tracing
 from framework.codec import Envelope, EventCodec, SnapshotCodec
 from framework.domain import Aggregate, Snapshot
 from framework.errors import AggregateNotFoundError, SerializationError, StaleSnapshotError
@@ -188,6 +189,7 @@ class Streams:
                 topic, partition, aggregate_id, key, generation, upto_version, checked
             )
             if cached is not None:
+                tracing.loaded_from("cache")
                 envelopes, offsets = cached.envelopes, cached.offsets
                 if upto_version is not None and upto_version < len(envelopes):
                     envelopes, offsets = envelopes[:upto_version], offsets[:upto_version]
@@ -404,6 +406,8 @@ class Streams:
                 snapshot, unusable = None, True
                 stream = self.read_stream(topic, aggregate_id, 0, version)
         assert stream is not None
+        if snapshot is not None:
+            tracing.loaded_from("snapshot")
         envelopes = stream.envelopes
         if snapshot is None and not envelopes:
             raise AggregateNotFoundError(

@@ -41,7 +41,6 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, NamedTuple, TypeVar
 
-from framework import tracing
 from framework.codec import Envelope
 from framework.domain import Aggregate
 from framework.errors import (
@@ -54,6 +53,8 @@ from framework.log import RecordMetadata
 from framework.metrics import M
 from framework.observability import get_logger
 from framework.store.event_store import UNKNOWN_OFFSET, EventStore, Outcome
+from framework.tracing import PARTITION, command_stored, save_span
+from framework.tracing import attempt as trace_attempt
 
 log = get_logger("eventlane.store")
 
@@ -205,7 +206,7 @@ def plan(
         correlation_id=correlation_id,
         causation_id=causation_id,
     )
-    tracing.command_stored(written, None if aggregate is None else aggregate.version)
+    command_stored(written, None if aggregate is None else aggregate.version)
     return aggregate, written
 
 
@@ -226,7 +227,7 @@ def _attempts(
     for attempt in range(1, attempts + 1):
         appending = False
         pause = 0.0
-        tracing.attempt(attempt)
+        trace_attempt(attempt)
         try:
             if doubts:
                 stored = yield from _settle(store, topic, aggregate_id, doubts)
@@ -292,9 +293,9 @@ def _append(store: EventStore, topic: str, attempt: _Attempt) -> list[RecordMeta
     base = aggregate.committed_version
     known = aggregate._stored_offset
     envelopes = attempt.envelopes
-    with tracing.save_span(type(aggregate).__name__, topic, base + len(envelopes)) as span:
+    with save_span(type(aggregate).__name__, topic, base + len(envelopes)) as span:
         if span is not None:
-            span.set_attribute(tracing.PARTITION, str(store.partition_of(topic, aggregate.id)))
+            span.set_attribute(PARTITION, str(store.partition_of(topic, aggregate.id)))
         written = store.append(
             topic,
             aggregate.id,

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
-from framework import tracing
 from framework.codec import Envelope, SnapshotCodec
 from framework.domain import Aggregate
 from framework.log import RecordMetadata
@@ -25,6 +24,7 @@ from framework.observability import get_logger
 from framework.store import command
 from framework.store.event_store import EventStore
 from framework.store.stream import snapshot_topic
+from framework.tracing import decide_span, load_span, loaded
 
 log = get_logger("eventlane.store")
 
@@ -225,7 +225,7 @@ class Repository:
         topic = self.topic_of(cls)
 
         def decide() -> A | None:
-            with tracing.load_span(cls.__name__, topic) as span:
+            with load_span(cls.__name__, topic) as span:
                 aggregate = self.store.streams.for_command(
                     cls,
                     aggregate_id,
@@ -235,9 +235,9 @@ class Repository:
                     causation_id=causation_id,
                     once=once,
                 )
-                tracing.loaded(span, None if aggregate is None else aggregate.version)
+                loaded(span, None if aggregate is None else aggregate.version)
             if aggregate is not None:
-                with tracing.decide_span(cls.__name__):
+                with decide_span(cls.__name__):
                     command_(aggregate)
             return aggregate
 

@@ -183,10 +183,11 @@ def command_stored(written: Sequence[Any], version: int | None) -> None:
 
 
 def load_span(aggregate: str, topic: str) -> AbstractContextManager[Any]:
-    """``load <Aggregate>``, a child of the command span: the version loaded
+    """``load <Aggregate>``, a child of the command span (none without one: like
+    :func:`decide_span` and :func:`save_span`, a context-variable lookup): the version loaded
     (:func:`loaded`) and where from (``eventlane.load.source``: ``log`` unless the stream
     module notes ``cache`` or ``snapshot``, :func:`loaded_from`)."""
-    t = tracer()
+    t = tracer() if _command.get() is not None else None
     if t is None:
         return _NONE
     return _load_span(t, aggregate, topic)
@@ -232,7 +233,7 @@ def loaded(span: Any, version: int | None) -> None:
 
 def decide_span(aggregate: str) -> AbstractContextManager[Any]:
     """``decide <Aggregate>``: the application's command function on the loaded aggregate."""
-    t = tracer()
+    t = tracer() if _command.get() is not None else None
     if t is None:
         return _NONE
     return _span(t, f"decide {aggregate}", {"eventlane.aggregate.type": aggregate})
@@ -241,7 +242,7 @@ def decide_span(aggregate: str) -> AbstractContextManager[Any]:
 def save_span(aggregate: str, topic: str, version: int) -> AbstractContextManager[Any]:
     """``save <Aggregate>``: one conditional append of a decision's events, ``version`` the
     aggregate's version once they are stored; :func:`stored` adds where they went."""
-    t = tracer()
+    t = tracer() if _command.get() is not None else None
     if t is None:
         return _NONE
     return _span(

@@ -44,9 +44,9 @@ if TYPE_CHECKING:
     from framework.projection import Projector as Projector
     from framework.projection import Worker as Worker
     from framework.projection import handles as handles
-    from framework.replay import forget as forget
-    from framework.replay import rebuild as rebuild
     from framework.replay import verify_rebuild as verify_rebuild
+    from framework.replay.forget import forget as forget
+    from framework.replay.rebuild import rebuild as rebuild
     from framework.testing import Scenario as Scenario
 
 _EXPORTS: dict[str, str] = {

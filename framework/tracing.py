@@ -28,17 +28,26 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Any
 
 __all__ = [
     "MAX_LINKS",
     "TRACEPARENT",
+    "attempt",
     "batch_span",
     "command_span",
+    "command_stored",
     "configure_from_env",
+    "decide_span",
     "handler_span",
     "inject",
+    "load_span",
+    "loaded",
+    "loaded_from",
+    "save_span",
+    "stored",
     "tracer",
 ]
 
@@ -100,29 +109,158 @@ def _context_of(headers: Sequence[tuple[str, bytes | None]]) -> Any:
 _propagator: Any = None
 
 
+_NONE: AbstractContextManager[None] = nullcontext()
+"""What every span hook returns while no SDK is set up: no span object, nothing to build."""
+PARTITION = "messaging.destination.partition.id"
+_command: ContextVar[Any] = ContextVar("eventlane_command_span", default=None)
+"""The ``command`` span of the command path running in this context (``None``: none)."""
+_load: ContextVar[Any] = ContextVar("eventlane_load_span", default=None)
+"""The ``load`` span of the aggregate being loaded in this context (``None``: none)."""
+
+
+@contextmanager
+def _span(t: Any, name: str, attributes: dict[str, Any], **options: Any) -> Iterator[Any]:
+    """A current span that, on an exception, records only its type (``error.type`` and an
+    error status): an exception's message may carry an aggregate id or a field's value."""
+    with t.start_as_current_span(
+        name,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+        **options,
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            from opentelemetry.trace import Status, StatusCode  # noqa: PLC0415
+
+            span.set_attribute("error.type", type(exc).__name__)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+
+
 @contextmanager
 def command_span(kind: str, aggregate: str, topic: str) -> Iterator[Any]:
-    """``command <Aggregate>``: ``kind`` is execute, issue or save."""
+    """``command <Aggregate>``: ``kind`` is execute, issue or save. The command path notes
+    its attempts (:func:`attempt`) and where it stored (:func:`command_stored`) on it."""
     t = tracer()
     if t is None:
         yield None
         return
-    with t.start_as_current_span(
+    with _span(
+        t,
         f"command {aggregate}",
-        attributes={
+        {
             "eventlane.command": kind,
             "eventlane.aggregate.type": aggregate,
             "messaging.destination.name": topic,
         },
     ) as span:
-        yield span
+        token = _command.set(span)
+        try:
+            yield span
+        finally:
+            _command.reset(token)
+
+
+def attempt(number: int) -> None:
+    """The command path starts attempt ``number``: ``eventlane.command.attempts``."""
+    span = _command.get()
+    if span is not None:
+        span.set_attribute("eventlane.command.attempts", number)
+
+
+def command_stored(written: Sequence[Any], version: int | None) -> None:
+    """The command path is done: where its events were stored (none: only the version)."""
+    span = _command.get()
+    if span is None:
+        return
+    if written:
+        first = written[0]
+        stored(span, first.topic, first.partition, first.offset, version)
+    elif version is not None:
+        span.set_attribute("eventlane.aggregate.version", version)
+
+
+def load_span(aggregate: str, topic: str) -> AbstractContextManager[Any]:
+    """``load <Aggregate>``, a child of the command span (none without one: like
+    :func:`decide_span` and :func:`save_span`, a context-variable lookup): the version loaded
+    (:func:`loaded`) and where from (``eventlane.load.source``: ``log`` unless the stream
+    module notes ``cache`` or ``snapshot``, :func:`loaded_from`)."""
+    t = tracer() if _command.get() is not None else None
+    if t is None:
+        return _NONE
+    return _load_span(t, aggregate, topic)
+
+
+@contextmanager
+def _load_span(t: Any, aggregate: str, topic: str) -> Iterator[Any]:
+    with _span(
+        t,
+        f"load {aggregate}",
+        {
+            "eventlane.aggregate.type": aggregate,
+            "messaging.destination.name": topic,
+            "eventlane.load.source": "log",
+        },
+    ) as span:
+        token = _load.set(span)
+        try:
+            yield span
+        finally:
+            _load.reset(token)
+
+
+def loaded_from(source: str) -> None:
+    """The aggregate being loaded comes from ``source`` (``cache``, ``snapshot``)."""
+    span = _load.get()
+    if span is not None:
+        span.set_attribute("eventlane.load.source", source)
+
+
+def loaded(span: Any, version: int | None) -> None:
+    """The load span's version (``None``: nothing to decide on, a policy's command issued
+    already)."""
+    if span is None:
+        return
+    if version is None:
+        span.set_attribute("eventlane.load.source", "issued")
+    else:
+        span.set_attribute("eventlane.aggregate.version", version)
+        if version == 0:
+            span.set_attribute("eventlane.load.source", "new")
+
+
+def decide_span(aggregate: str) -> AbstractContextManager[Any]:
+    """``decide <Aggregate>``: the application's command function on the loaded aggregate."""
+    t = tracer() if _command.get() is not None else None
+    if t is None:
+        return _NONE
+    return _span(t, f"decide {aggregate}", {"eventlane.aggregate.type": aggregate})
+
+
+def save_span(aggregate: str, topic: str, version: int) -> AbstractContextManager[Any]:
+    """``save <Aggregate>``: one conditional append of a decision's events, ``version`` the
+    aggregate's version once they are stored; :func:`stored` adds where they went."""
+    t = tracer() if _command.get() is not None else None
+    if t is None:
+        return _NONE
+    return _span(
+        t,
+        f"save {aggregate}",
+        {
+            "eventlane.aggregate.type": aggregate,
+            "messaging.destination.name": topic,
+            "eventlane.aggregate.version": version,
+        },
+    )
 
 
 def stored(span: Any, topic: str, partition: int, offset: int, version: int | None) -> None:
     """Note where a command's events were stored on its span."""
     if span is None:
         return
-    span.set_attribute("messaging.destination.partition.id", str(partition))
+    span.set_attribute(PARTITION, str(partition))
     span.set_attribute("eventlane.offset", offset)
     if version is not None:
         span.set_attribute("eventlane.aggregate.version", version)
@@ -137,16 +275,17 @@ def handler_span(
     if t is None:
         yield None
         return
-    with t.start_as_current_span(
+    with _span(
+        t,
         f"handle {event_type}",
-        context=_context_of(headers),
-        attributes={
+        {
             "eventlane.projector": projector,
             "eventlane.event.type": event_type,
             "messaging.destination.name": topic,
-            "messaging.destination.partition.id": str(partition),
+            PARTITION: str(partition),
             "eventlane.offset": offset,
         },
+        context=_context_of(headers),
     ) as span:
         yield span
 
@@ -167,10 +306,11 @@ def batch_span(projector: str, records: Sequence[Any]) -> Iterator[Any]:
             links.append(Link(get_current_span(parent).get_span_context()))
             if len(links) >= MAX_LINKS:
                 break
-    with t.start_as_current_span(
+    with _span(
+        t,
         f"batch {projector}",
+        {"eventlane.projector": projector, "eventlane.batch.records": len(records)},
         links=links,
-        attributes={"eventlane.projector": projector, "eventlane.batch.records": len(records)},
     ) as span:
         yield span
 

@@ -48,7 +48,7 @@ history.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -73,7 +73,7 @@ from framework.projection.status import offsets_after, projection_status, wait_f
 from framework.projection.store import Location, location_of, view_of
 from framework.store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore, Repository
 from framework.store.stream_cache import DEFAULT_EVENTS
-from framework.tracing import command_span, stored
+from framework.tracing import command_span
 
 log = get_logger("eventlane.app")
 
@@ -218,12 +218,6 @@ class App:
         )
 
 
-def _stored(span: Any, written: Sequence[RecordMetadata], version: int | None) -> None:
-    if span is not None and written:
-        first = written[0]
-        stored(span, first.topic, first.partition, first.offset, version)
-
-
 class Runtime:
     """An :class:`App` connected to a log: save, load and execute on aggregates, issue
     policy commands, wait for and inspect read models. A context manager (or ``close()``).
@@ -318,10 +312,8 @@ class Runtime:
         """See :meth:`Repository.save`. Returns the records written (a list), whose
         ``position`` (and its ``token``) :meth:`wait_for` and :meth:`wait_causal` take."""
         cls = self.declared(type(aggregate))
-        with command_span("save", cls.__name__, self.names.aggregate_topic(cls)) as span:
-            written = self.repository.save(aggregate, **envelope)
-            _stored(span, written, aggregate.version)
-            return written
+        with command_span("save", cls.__name__, self.names.aggregate_topic(cls)):
+            return self.repository.save(aggregate, **envelope)
 
     def load(
         self,
@@ -361,11 +353,8 @@ class Runtime:
         aggregate's ``stored_position`` is where its stored state ends (the write's position,
         or where it already was when the command recorded nothing)."""
         declared = self.declared(cls)
-        with command_span("execute", cls.__name__, self.names.aggregate_topic(cls)) as span:
-            aggregate = self.repository.execute(declared, aggregate_id, command, **options)
-            if span is not None:
-                span.set_attribute("eventlane.aggregate.version", aggregate.version)
-            return aggregate
+        with command_span("execute", cls.__name__, self.names.aggregate_topic(cls)):
+            return self.repository.execute(declared, aggregate_id, command, **options)
 
     def issue(
         self,
@@ -381,8 +370,8 @@ class Runtime:
         :meth:`Repository.issue <framework.store.Repository.issue>` (``ctx.issue`` in a
         handler calls it with the handled event)."""
         declared = self.declared(cls)
-        with command_span("issue", cls.__name__, self.names.aggregate_topic(cls)) as span:
-            written = self.repository.issue(
+        with command_span("issue", cls.__name__, self.names.aggregate_topic(cls)):
+            return self.repository.issue(
                 declared,
                 aggregate_id,
                 command,
@@ -390,8 +379,6 @@ class Runtime:
                 create=create,
                 attempts=attempts,
             )
-            _stored(span, written, None)
-            return written
 
     # ------------------------------------------------------------------ schedules
     @functools.cached_property

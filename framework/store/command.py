@@ -53,6 +53,8 @@ from framework.log import RecordMetadata
 from framework.metrics import M
 from framework.observability import get_logger
 from framework.store.event_store import UNKNOWN_OFFSET, EventStore, Outcome
+from framework.tracing import PARTITION, command_stored, save_span
+from framework.tracing import attempt as trace_attempt
 
 log = get_logger("eventlane.store")
 
@@ -190,13 +192,42 @@ def plan(
     (:func:`drive_async`). ``decide`` (a :class:`Call`) returns the aggregate with its
     pending events (``None``: nothing to do; the same object again: append the same events
     again). Returns the aggregate whose events were stored, still pending (the caller marks
-    them committed), and their records."""
+    them committed), and their records.
+
+    Traced (:mod:`framework.tracing`): the command span counts the attempts and, once done,
+    notes where the events were stored; each append is a ``save`` span."""
+    aggregate, written = yield from _attempts(
+        store,
+        topic,
+        aggregate_id,
+        decide,
+        attempts=attempts,
+        retry_conflicts=retry_conflicts,
+        correlation_id=correlation_id,
+        causation_id=causation_id,
+    )
+    command_stored(written, None if aggregate is None else aggregate.version)
+    return aggregate, written
+
+
+def _attempts(
+    store: EventStore,
+    topic: str,
+    aggregate_id: str,
+    decide: Callable[[], A | None],
+    *,
+    attempts: int,
+    retry_conflicts: bool,
+    correlation_id: str | None,
+    causation_id: str | None,
+) -> Generator[Step, Any, tuple[A | None, list[RecordMetadata]]]:
     doubts: list[_Attempt] = []
     current: _Attempt | None = None
     failure: FrameworkError | None = None
     for attempt in range(1, attempts + 1):
         appending = False
         pause = 0.0
+        trace_attempt(attempt)
         try:
             if doubts:
                 stored = yield from _settle(store, topic, aggregate_id, doubts)
@@ -261,13 +292,21 @@ def _append(store: EventStore, topic: str, attempt: _Attempt) -> list[RecordMeta
     aggregate = attempt.aggregate
     base = aggregate.committed_version
     known = aggregate._stored_offset
-    return store.append(
-        topic,
-        aggregate.id,
-        base,
-        attempt.envelopes,
-        expected_offset=UNKNOWN_OFFSET if base and known is None else known,
-    )
+    envelopes = attempt.envelopes
+    with save_span(type(aggregate).__name__, topic, base + len(envelopes)) as span:
+        if span is not None:
+            span.set_attribute(PARTITION, str(store.partition_of(topic, aggregate.id)))
+        written = store.append(
+            topic,
+            aggregate.id,
+            base,
+            envelopes,
+            expected_offset=UNKNOWN_OFFSET if base and known is None else known,
+        )
+        if span is not None and written:
+            span.set_attribute("eventlane.offset", written[0].offset)
+            span.set_attribute("eventlane.offset.last", written[-1].offset)
+        return written
 
 
 def _settle(

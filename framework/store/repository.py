@@ -24,6 +24,7 @@ from framework.observability import get_logger
 from framework.store import command
 from framework.store.event_store import EventStore
 from framework.store.stream import snapshot_topic
+from framework.tracing import decide_span, load_span, loaded
 
 log = get_logger("eventlane.store")
 
@@ -224,17 +225,20 @@ class Repository:
         topic = self.topic_of(cls)
 
         def decide() -> A | None:
-            aggregate = self.store.streams.for_command(
-                cls,
-                aggregate_id,
-                topic=topic,
-                snapshots=self.snapshots,
-                create=create,
-                causation_id=causation_id,
-                once=once,
-            )
+            with load_span(cls.__name__, topic) as span:
+                aggregate = self.store.streams.for_command(
+                    cls,
+                    aggregate_id,
+                    topic=topic,
+                    snapshots=self.snapshots,
+                    create=create,
+                    causation_id=causation_id,
+                    once=once,
+                )
+                loaded(span, None if aggregate is None else aggregate.version)
             if aggregate is not None:
-                command_(aggregate)
+                with decide_span(cls.__name__):
+                    command_(aggregate)
             return aggregate
 
         aggregate, written = yield from command.plan(

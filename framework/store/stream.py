@@ -49,6 +49,7 @@ from framework.log.partitioner import partition_for_key
 from framework.log.position import Position
 from framework.observability import get_logger
 from framework.store.stream_cache import DEFAULT_EVENTS, CachedStream, StreamCache
+from framework.tracing import loaded_from
 
 log = get_logger("eventlane.store")
 
@@ -188,6 +189,7 @@ class Streams:
                 topic, partition, aggregate_id, key, generation, upto_version, checked
             )
             if cached is not None:
+                loaded_from("cache")
                 envelopes, offsets = cached.envelopes, cached.offsets
                 if upto_version is not None and upto_version < len(envelopes):
                     envelopes, offsets = envelopes[:upto_version], offsets[:upto_version]
@@ -404,6 +406,8 @@ class Streams:
                 snapshot, unusable = None, True
                 stream = self.read_stream(topic, aggregate_id, 0, version)
         assert stream is not None
+        if snapshot is not None:
+            loaded_from("snapshot")
         envelopes = stream.envelopes
         if snapshot is None and not envelopes:
             raise AggregateNotFoundError(

@@ -141,9 +141,19 @@ def test_one_order_is_one_trace_across_processes(tmp_path: Path) -> None:
     handled = [s for s in mine if s["name"].startswith("handle ")]
     processes = {s["process"] for s in handled}
     assert len(processes) == 3, names  # the policy's worker and two projectors' workers
-    # each handler span is a child of the command span that appended its event
+    # each handler span is a child of the save span that appended its event, a child of
+    # its command span (with a load and a decide span beside it)
     for span in handled:
-        assert parent(span)["name"] in ("command Order", "command Invoice"), span["name"]
+        assert parent(span)["name"] in ("save Order", "save Invoice"), span["name"]
+        assert parent(parent(span))["name"] in ("command Order", "command Invoice")
+    for command in commands:
+        kids = sorted(
+            (s for s in mine if s.get("parent_id") == command["context"]["span_id"]),
+            key=lambda s: s["start_time"],
+        )
+        assert [s["name"] for s in kids] == ["load Order", "decide Order", "save Order"]
+        assert command["attributes"]["eventlane.command.attempts"] == 1
+        assert "eventlane.offset" in command["attributes"]  # execute spans say where, too
     [policy] = [
         s
         for s in handled
@@ -155,7 +165,7 @@ def test_one_order_is_one_trace_across_processes(tmp_path: Path) -> None:
     assert invoice_cmd["process"] == policy["process"]
     assert invoice_cmd["attributes"]["eventlane.command"] == "issue"
     [issued] = [s for s in handled if s["name"] == "handle InvoiceIssued"]
-    assert issued["parent_id"] == invoice_cmd["context"]["span_id"]
+    assert parent(issued)["parent_id"] == invoice_cmd["context"]["span_id"]
     assert issued["process"] not in (policy["process"], "command")
     assert {
         s["name"] for s in handled if s["attributes"]["eventlane.projector"] == "orders_by_status"
@@ -167,8 +177,11 @@ def test_one_order_is_one_trace_across_processes(tmp_path: Path) -> None:
         if s["name"].startswith("batch ")
         for link in s.get("links", [])
     }
-    assert {s["context"]["span_id"] for s in commands} <= linked
-    assert invoice_cmd["context"]["span_id"] in linked
+    saves = [s for s in mine if s["name"].startswith("save ")]
+    assert {s["parent_id"] for s in saves} == {
+        s["context"]["span_id"] for s in [*commands, invoice_cmd]
+    }
+    assert {s["context"]["span_id"] for s in saves} <= linked
     # nothing personal in any span: no customer name, address or line values
     text = json.dumps(mine)
     assert "Main St" not in text and "Oslo" not in text

@@ -57,19 +57,6 @@ def json_lines(*keys: str) -> Parse:
     return parse
 
 
-def after(seconds: float) -> Callable[[], bool]:
-    """An ``until`` that holds once ``seconds`` passed since its first call (a supervisor that
-    must have installed its signal handlers before it is stopped)."""
-    start: list[float] = []
-
-    def until() -> bool:
-        if not start:
-            start.append(time.monotonic())
-        return time.monotonic() - start[0] >= seconds
-
-    return until
-
-
 def plain(*patterns: str) -> Parse:
     """Every line matches one of ``patterns`` (the documented plain output); no pattern:
     nothing printed."""
@@ -239,6 +226,11 @@ def scenario(env: Env, tmp: Path) -> list[Run]:
         [status] = doc["projectors"]
         return bool(status["lag"] == 0 and status["partitions"])
 
+    def balances_joined() -> bool:  # `run` is up (its handlers installed) once its worker joined
+        groups = env.json("groups", "list", "--json")
+        assert isinstance(groups, list)
+        return any(str(g["group"]).endswith("balances") and g["members"] for g in groups)
+
     def scheduler_up() -> bool:
         groups = env.json("groups", "list", "--json")
         assert isinstance(groups, list)
@@ -291,7 +283,7 @@ def scenario(env: Env, tmp: Path) -> list[Run]:
         Run(("migrate",), (APP, "--json"), before=env.seed),
         Run(("project", "run"), (APP, *balances, "--no-live"), plain(), until=caught_up),
         Run(("project", "status"), (APP, "--json")),
-        Run(("run",), (APP, "--only", "balances"), plain(), until=after(5.0)),
+        Run(("run",), (APP, "--only", "balances"), plain(), until=balances_joined),
         Run(("schedules", "run"), (APP, "--poll-interval", "0.1"), plain(), until=scheduler_up),
         Run(("schedules", "list"), (APP, "--state", "all", "--json")),
         Run(("dlq", "list"), (APP, *balances, "--json")),

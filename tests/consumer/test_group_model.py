@@ -352,7 +352,8 @@ def test_groups_against_a_model_coordinator(store, members, tmp_path) -> None:
     assert figures["steps"] >= STEPS
     assert figures.get("join", 0) >= 3
     assert all(figures.get(k, 0) >= 1 for k in ("stop", "kill", "leave", "stop-kill"))
-    assert figures["overlaps of killed members' ownership ended by eviction (left out)"] >= 1
+    # (whether a killed member's ownership also ended by eviction, the case the model leaves
+    # out, depends on the machine's timing: counted in the figures, not required here)
 
 
 @pytest.mark.soak

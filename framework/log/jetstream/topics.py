@@ -10,6 +10,12 @@
 * Marks: LWM = ``first_seq - 1``, HWM = LEO = ``last_seq``, from the stream leader. The
   marks one log object has seen never go back (``marks``: stream -> (lwm, hwm) last seen):
   a stale node's answer is raised to what was seen before.
+* A HWM never falls inside an atomic batch: the leader stores a batch's messages one by one,
+  and its stream state can be read between them (seen: HWM 127 with batches of 5). When
+  ``last_seq`` moved past the HWM seen before, the message there is looked at: one that
+  carries ``Nats-Batch-Id`` without ``Nats-Batch-Commit`` is inside a batch, and the HWM is
+  the sequence before that batch's first message (``Nats-Batch-Sequence`` says how far in it
+  is). Reads end at a HWM, so they never return part of a batch either.
 
 Invariants: ``meta`` and ``marks`` are dictionaries updated with single assignments from
 callers' threads and the loop alike; an entry is a whole immutable tuple, so a reader sees
@@ -298,10 +304,25 @@ class Topics:
         last = info.state.last_seq
         lwm = max(info.state.first_seq - 1, 0) if info.state.messages else last
         known = self.marks.get(stream)
+        if last > (known[1] if known is not None else 0):
+            last = await self._batch_boundary(stream, last)
+            lwm = min(lwm, last)
         if known is not None:  # monotone per reader: a stale node's answer never goes back
             lwm, last = max(lwm, known[0]), max(last, known[1])
         self.marks[stream] = (lwm, last)
         return lwm, last, info.state.bytes
+
+    async def _batch_boundary(self, stream: str, last: int) -> int:
+        """``last``, or the sequence before the atomic batch it is inside (module docstring)."""
+        js = self.conn.js
+        try:
+            msg = await self.conn.retry(lambda: js.get_msg(stream, last), what="stream info")
+        except nats.js.errors.NotFoundError:  # removed since (retention, compaction)
+            return last
+        headers = msg.headers or {}
+        if "Nats-Batch-Id" not in headers or "Nats-Batch-Commit" in headers:
+            return last
+        return last - int(headers.get("Nats-Batch-Sequence", "1"))
 
     def appended(self, topic: str, partition: int, last_seq: int) -> None:
         """An append was acknowledged up to stream sequence ``last_seq``: the HWM seen."""

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 from click.testing import CliRunner
 from projection_kit import ROOT, child_env
 
@@ -96,8 +95,6 @@ def dead_letters(data: Path) -> int:
     return total
 
 
-@pytest.mark.soak  # 60-120 s of real processes; tests/projection/test_waiting.py covers the
-# waiting itself (projector, policy, console, metric) in the default suite
 def test_rolling_deploy_never_dead_letters(tmp_path: Path) -> None:
     data = tmp_path / "data"
     release = tmp_path / "release"

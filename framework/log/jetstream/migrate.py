@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
-from framework.errors import LogError, TopicExistsError
+from framework.errors import LogError
 from framework.log.jetstream.log import JetStreamLog
+from framework.log.migration import migrate_topics, records_of
 from framework.log.port import Log
 from framework.log.record import Record
 from framework.observability import get_logger
@@ -39,18 +40,6 @@ class PartitionCopy(NamedTuple):
     problems: tuple[str, ...]
 
 
-def _records(
-    source: Log | JetStreamLog, topic: str, partition: int, start: int
-) -> Iterator[Record]:
-    offset = start
-    while True:
-        records, _ = source.read(topic, partition, offset)
-        if not records:
-            return
-        yield from records
-        offset = records[-1].offset + 1
-
-
 def migrate(
     source: Log,
     target: JetStreamLog,
@@ -63,24 +52,14 @@ def migrate(
     Refuses a topic that already exists on the target (nothing is overwritten). Writers to
     the source should be stopped first: what is copied is what is there at the time.
     """
-    names = list(topics) if topics is not None else source.list_topics()
-    for name in names:
-        if target.topic_exists(name):
-            raise TopicExistsError(f"topic {name!r} already exists on the cluster", topic=name)
-    done: list[PartitionCopy] = []
-    for name in names:
-        desc = source.describe_topic(name)
-        fill_cfg = desc.config.evolve(timestamp_type="CreateTime")
-        target.create_topic(name, desc.partitions, fill_cfg)
-        for p in range(desc.partitions):
-            copy = _copy_partition(source, target, name, p)
-            done.append(copy)
-            if progress is not None:
-                progress(copy)
-        if fill_cfg != desc.config:
-            target.alter_topic(name, config=desc.config.to_dict())
-        log.info("topic migrated", topic=name, partitions=desc.partitions)
-    return done
+    return migrate_topics(
+        source,
+        target,
+        topics,
+        lambda name, p: _copy_partition(source, target, name, p),
+        engine="the cluster",
+        progress=progress,
+    )
 
 
 def _copy_partition(source: Log, target: JetStreamLog, topic: str, p: int) -> PartitionCopy:
@@ -105,7 +84,7 @@ def _copy_partition(source: Log, target: JetStreamLog, topic: str, p: int) -> Pa
         expected = chunk[-1].offset + 1
         chunk.clear()
 
-    for record in _records(source, topic, p, lwm):
+    for record in records_of(source, topic, p, lwm):
         if record.offset >= hwm:
             break
         if record.offset != expected + len(chunk):
@@ -129,8 +108,8 @@ def _verify(source: Log, target: JetStreamLog, topic: str, p: int, lwm: int) -> 
     def shape(r: Record) -> tuple[object, ...]:
         return (r.offset, r.key, r.value, r.headers, r.timestamp)
 
-    src = {r.offset: r for r in _records(source, topic, p, lwm)}
-    tgt = {r.offset: r for r in _records(target, topic, p, target.offsets(topic, p).lwm)}
+    src = {r.offset: r for r in records_of(source, topic, p, lwm)}
+    tgt = {r.offset: r for r in records_of(target, topic, p, target.offsets(topic, p).lwm)}
     for offset, r in tgt.items():
         if offset not in src or shape(src[offset]) != shape(r):
             yield f"offset {offset}: cluster record differs from the source"

@@ -30,8 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
-from framework.errors import LogError, TopicExistsError
+from framework.errors import LogError
 from framework.log.kafka.log import KafkaLog
+from framework.log.migration import migrate_topics, records_of
 from framework.log.port import Log
 from framework.log.record import Record
 from framework.log.types import RecordTuple
@@ -63,17 +64,6 @@ class KafkaCopy(NamedTuple):
         return f"offsets kept up to the first gap, {self.shifted} shifted (header {SOURCE_OFFSET})"
 
 
-def records_of(source: Log | KafkaLog, topic: str, partition: int, start: int) -> Iterator[Record]:
-    """Every record of ``topic[partition]`` from ``start`` to the high-water mark."""
-    offset = start
-    while True:
-        records, _ = source.read(topic, partition, offset)
-        if not records:
-            return
-        yield from records
-        offset = records[-1].offset + 1
-
-
 def migrate(
     source: Log,
     target: KafkaLog,
@@ -86,24 +76,14 @@ def migrate(
     Refuses a topic that already exists on the target (nothing is overwritten). Writers to
     the source should be stopped first: what is copied is what is there at the time.
     """
-    names = list(topics) if topics is not None else source.list_topics()
-    for name in names:
-        if target.topic_exists(name):
-            raise TopicExistsError(f"topic {name!r} already exists on Kafka", topic=name)
-    done: list[KafkaCopy] = []
-    for name in names:
-        desc = source.describe_topic(name)
-        fill_cfg = desc.config.evolve(timestamp_type="CreateTime")
-        target.create_topic(name, desc.partitions, fill_cfg)
-        for p in range(desc.partitions):
-            copy = _copy_partition(source, target, name, p)
-            done.append(copy)
-            if progress is not None:
-                progress(copy)
-        if fill_cfg != desc.config:
-            target.alter_topic(name, config=desc.config.to_dict())
-        log.info("topic migrated to Kafka", topic=name, partitions=desc.partitions)
-    return done
+    return migrate_topics(
+        source,
+        target,
+        topics,
+        lambda name, p: _copy_partition(source, target, name, p),
+        engine="Kafka",
+        progress=progress,
+    )
 
 
 def _copy_partition(source: Log, target: KafkaLog, topic: str, p: int) -> KafkaCopy:

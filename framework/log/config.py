@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from framework.errors import ConfigError
 from framework.log.names import validate_topic_name
+from framework.observability import get_logger
 
 DAY_MS = 24 * 60 * 60 * 1000
 MAX_PARTITIONS = 10_000
@@ -185,6 +186,18 @@ def altered_partitions(name: str, current: int, wanted: int | None) -> int:
             topic=name,
         )
     return wanted
+
+
+def warn_partitions_increased(name: str, old: int, new: int) -> None:
+    """The warning every engine's ``alter_topic`` gives when it adds partitions: keys placed
+    by hash may now land elsewhere than their older records."""
+    get_logger("eventlane.log").warning(
+        "partition count increased: new records with the same key may land"
+        " in a different partition than older ones",
+        topic=name,
+        old=old,
+        new=new,
+    )
 
 
 def new_topic_config(

@@ -42,7 +42,12 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.config import TopicConfig, altered_partitions, new_topic_config
+from framework.log.config import (
+    TopicConfig,
+    altered_partitions,
+    new_topic_config,
+    warn_partitions_increased,
+)
 from framework.log.embedded.partition import Partition
 from framework.log.embedded.retention import apply_retention
 from framework.log.embedded.state import Notifier, PartitionState
@@ -286,13 +291,7 @@ class LogStore:
             meta = self._topic_meta(name, fresh=True)
             count, cfg = self._altered(name, meta, partitions, config)
             if count > meta.partitions:
-                log.warning(
-                    "partition count increased: new records with the same key may land"
-                    " in a different partition than older ones",
-                    topic=name,
-                    old=meta.partitions,
-                    new=count,
-                )
+                warn_partitions_increased(name, meta.partitions, count)
                 for p in range(meta.partitions, count):
                     (topic_dir(self.topics_root, name) / str(p)).mkdir(exist_ok=True)
             self._write_meta(topic_dir(self.topics_root, name), name, count, cfg)

@@ -43,7 +43,12 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.config import TopicConfig, altered_partitions, new_topic_config
+from framework.log.config import (
+    TopicConfig,
+    altered_partitions,
+    new_topic_config,
+    warn_partitions_increased,
+)
 from framework.log.jetstream import errors as e
 from framework.log.jetstream import mapping as m
 from framework.log.jetstream.bridge import Bridge
@@ -347,13 +352,7 @@ class Topics:
         if partitions is not None:
             altered_partitions(name, meta.partitions, partitions)
             if partitions > meta.partitions:
-                log.warning(
-                    "partition count increased: new records with the same key may land"
-                    " in a different partition than older ones",
-                    topic=name,
-                    old=meta.partitions,
-                    new=partitions,
-                )
+                warn_partitions_increased(name, meta.partitions, partitions)
                 self._bridge.run(self._add_streams(name, range(meta.partitions, partitions), cfg))
                 count = partitions
         conn = self.conn

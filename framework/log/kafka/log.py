@@ -73,7 +73,12 @@ from framework.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from framework.log.config import TopicConfig, altered_partitions, new_topic_config
+from framework.log.config import (
+    TopicConfig,
+    altered_partitions,
+    new_topic_config,
+    warn_partitions_increased,
+)
 from framework.log.kafka.mapping import append_error, kafka_configs, topic_config
 from framework.log.local import LocalDir, default_data_dir
 from framework.log.record import Record, TimestampType
@@ -294,13 +299,7 @@ class KafkaLog:
         if partitions is not None:
             altered_partitions(name, meta.partitions, partitions)
             if partitions > meta.partitions:
-                log.warning(
-                    "partition count increased: new records with the same key may land"
-                    " in a different partition than older ones",
-                    topic=name,
-                    old=meta.partitions,
-                    new=partitions,
-                )
+                warn_partitions_increased(name, meta.partitions, partitions)
                 new = NewPartitions(self._kname(name), partitions)
                 self._admin_call(name, self._admin.create_partitions([new]))
                 self._wait_leaders(name, partitions)

@@ -514,16 +514,6 @@ class KafkaGroupConsumer(GroupConsumer):
         self._log.warning("consumer error (retried by librdkafka)", error=err.str(), topic=topic)
 
     # ------------------------------------------------------------------ positions
-    def _check_owned(self, tp: TopicPartition | tuple[str, int]) -> TopicPartition:
-        tp = TopicPartition(*tp)
-        if tp not in self._owned:
-            raise ConfigError(
-                f"partition is not assigned to this member of group {self.group_id!r}",
-                topic=tp.topic,
-                partition=tp.partition,
-            )
-        return tp
-
     def _assigned_now(self) -> set[TopicPartition]:
         return {self._tp(kp) for kp in self._consumer.assignment()}
 
@@ -639,17 +629,6 @@ class KafkaGroupConsumer(GroupConsumer):
             if tp in self._owned and tp in self._positions
         }
 
-    def _normalize(
-        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        if offsets is None:
-            return self._current_positions()
-        out = {}
-        for tp, value in offsets.items():
-            om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
-            out[TopicPartition(*tp)] = om
-        return out
-
     def _commit_checked(
         self,
         offsets: dict[TopicPartition, OffsetAndMetadata],
@@ -752,15 +731,6 @@ class KafkaGroupConsumer(GroupConsumer):
         self._pending = [f for f in self._pending if not f.done()] + [future]
         return future
 
-    def _drain_async(self, quiet: bool = False) -> None:
-        for future in self._pending:
-            try:
-                future.result()
-            except Exception as exc:
-                if not quiet:
-                    self._log.warning("async commit failed", error=str(exc))
-        self._pending = []
-
     def _auto_commit(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         changed = {
             tp: om
@@ -816,10 +786,6 @@ class KafkaGroupConsumer(GroupConsumer):
             self._consumer.close()
             with self._state_lock:
                 self._generation, self._member_name = -1, None
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ConsumerError(f"the consumer of group {self.group_id!r} is closed")
 
     def __enter__(self) -> KafkaGroupConsumer:
         return self

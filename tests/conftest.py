@@ -11,7 +11,9 @@ longer stateful runs), picked with ``HYPOTHESIS_PROFILE=soak``.
 tests wait on real processes and servers, so two workers overlap those waits. Each test that
 uses a session-scoped fixture of ours (a JetStream cluster, a Kafka cluster, the SparkSession)
 is grouped with every other user of that fixture (``SHARED_SERVERS``), so each is started
-once per run, on one worker (a PostgreSQL server is cheap: one per worker); a test using a module- or class-scoped fixture stays with its module. Everything else
+once per run, on one worker (a PostgreSQL server is cheap: one per worker); a test using a
+module- or class-scoped fixture stays with its module, and a module that asks for such a
+fixture by name (``getfixturevalue``) says its group itself (``pytestmark``). Everything else
 is spread one test at a time. ``pytest`` without ``-n`` runs everything in one process, as
 before.
 """
@@ -43,6 +45,9 @@ SHARED_SERVERS = frozenset({"cluster", "kafka_cluster", "spark"})
 
 def _xdist_group(item: pytest.Item) -> str | None:
     """The work unit a test must share a worker with (see the module docstring)."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:  # a module that requests a module fixture by name says so itself
+        return str(mark.args[0] if mark.args else mark.kwargs["name"])
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
@@ -68,8 +73,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in items:
         group = _xdist_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if group is None:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+        if config.getvalue("loadgroup") and "@" not in item.nodeid:  # on a worker
+            _suffix_group(item, group)
+
+
+def _suffix_group(item: pytest.Item, group: str) -> None:
+    """Give ``item`` the ``@group`` node-id suffix that loadgroup schedules by.
+
+    pytest-xdist 3.8 adds it by writing ``item._nodeid``, which pytest 9 no longer reads (the
+    id lives in ``item._id``): without this every test was scheduled alone and each worker
+    started its own clusters and SparkSession (tests/test_conftest_grouping.py checks it)."""
+    from _pytest.nodeid import coerce_node_id  # noqa: PLC0415
+
+    item._id = coerce_node_id(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)

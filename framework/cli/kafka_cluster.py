@@ -45,9 +45,7 @@ def kafka() -> None:
     show_default=True,
     help="How often the brokers apply retention (log.retention.check.interval.ms).",
 )
-def up(
-    nodes: int, directory: Path, host: str, lib: Path | None, retention_check_ms: int
-) -> None:
+def up(nodes: int, directory: Path, host: str, lib: Path | None, retention_check_ms: int) -> None:
     """Start NODES Kafka nodes (broker and controller) as one cluster; print its URL."""
     if (directory / STATE_FILE).exists():
         recorded = LocalKafkaCluster.load(directory, lib=lib)

@@ -31,6 +31,10 @@ from framework.log.position import Position
 
 APP = App("faces", aggregates=AGGREGATES, partitions=2)
 
+# ``face`` asks for the module's cluster by name (getfixturevalue), which the suite's
+# grouping cannot see: one worker runs the module, so one cluster is started, not two.
+pytestmark = pytest.mark.xdist_group("tests/aio/test_faces.py")
+
 
 class Face:
     """One API, sync or async underneath: every method returns the plain result."""

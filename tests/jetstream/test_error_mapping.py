@@ -47,6 +47,23 @@ def _api(code: int, err_code: int, text: str) -> nats.js.errors.APIError:
         (_api(404, 10059, "stream not found"), True, UnknownTopicError),
         (_api(413, 0, "maximum payload exceeded"), True, RecordTooLargeError),
         (_api(400, 10052, "invalid stream config"), True, LogError),
+        # a placement refused while a peer is offline (CI saw it on a just-started cluster):
+        # worth waiting for; nothing was created, so never "unknown"
+        (
+            _api(400, 10005, "no suitable peers for placement, peer offline"),
+            False,
+            LogUnavailableError,
+        ),
+        (
+            _api(400, 10005, "no suitable peers for placement, peer offline"),
+            True,
+            LogUnavailableError,
+        ),
+        (
+            _api(400, 10005, "no suitable peers for placement, insufficient resources"),
+            False,
+            LogError,
+        ),
     ],
 )
 def test_nats_errors_map_to_eventlane_errors_with_their_flags(
@@ -79,3 +96,28 @@ def test_no_nats_error_class_is_left_untranslated() -> None:
             continue  # needs arguments: covered by its base class
         for write in (False, True):
             assert isinstance(translate(exc, write=write), FrameworkError), cls
+
+
+def test_stream_creation_waits_out_an_offline_peer() -> None:
+    """``Connection.retry`` asks again while placement fails for an offline peer, and gives up
+    on a placement no wait can satisfy."""
+    import asyncio  # noqa: PLC0415
+
+    from framework.log.jetstream.connection import Connection  # noqa: PLC0415
+
+    conn = Connection("ns", replicas=3, timeout=1.0, retry_s=10.0)
+    refusals = [_api(400, 10005, "no suitable peers for placement, peer offline")] * 2
+
+    async def create() -> str:
+        if refusals:
+            raise refusals.pop()
+        return "created"
+
+    assert asyncio.run(conn.retry(create, what="create stream")) == "created"
+    assert not refusals
+
+    async def too_few_servers() -> str:
+        raise _api(400, 10005, "no suitable peers for placement, insufficient resources")
+
+    with pytest.raises(nats.js.errors.APIError):
+        asyncio.run(conn.retry(too_few_servers, what="create stream"))

@@ -25,6 +25,11 @@ def ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
+# The spark case asks for the session's SparkSession by name (getfixturevalue), which the
+# suite's grouping cannot see: the module runs on the worker that holds the SparkSession.
+pytestmark = pytest.mark.xdist_group("session-spark")
+
+
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, datetime]:
     """Orders placed in two phases, with a moment ``middle`` between them."""

@@ -40,6 +40,7 @@ CLUSTER_NOT_AVAILABLE = 10008  # no leader / JetStream cluster not available
 STORE_CLOSED = 10077  # the leader's store closed: an entry raft committed may still apply
 IN_PROCESS = 10158  # "duplicate message id is in process": the first copy is being proposed
 TOO_MANY_REQUESTS = 10167  # the leader's ingest queue is full: dropped before it was stored
+NO_PEERS = 10005  # "no suitable peers for placement": a stream (or KV bucket) was not created
 
 RETRY_CODES = frozenset({CLUSTER_NOT_AVAILABLE, STORE_CLOSED, IN_PROCESS, TOO_MANY_REQUESTS})
 """API error codes worth asking again (with the same message id for a publish)."""
@@ -68,8 +69,18 @@ TRANSIENT = (
 
 def retry_api_error(exc: nats.js.errors.APIError) -> bool:
     """An API error worth asking again: no leader (503), leader changing, a full ingest
-    queue, a publish still in process. KV errors carry no code: not retried."""
-    return getattr(exc, "code", None) == 503 or getattr(exc, "err_code", None) in RETRY_CODES
+    queue, a publish still in process, a placement that failed because a peer is offline
+    for now (seen just after a cluster starts, and under load: nothing was created). KV
+    errors carry no code: not retried."""
+    code = getattr(exc, "err_code", None)
+    return getattr(exc, "code", None) == 503 or code in RETRY_CODES or _peer_offline(exc)
+
+
+def _peer_offline(exc: nats.js.errors.APIError) -> bool:
+    """A placement refused only because a peer is offline (other placement refusals, e.g.
+    too few servers for the replicas or no matching tags, do not pass by waiting)."""
+    text = getattr(exc, "description", None) or ""
+    return getattr(exc, "err_code", None) == NO_PEERS and "peer offline" in text
 
 
 def maybe_stored(exc: BaseException) -> bool:
@@ -80,7 +91,7 @@ def maybe_stored(exc: BaseException) -> bool:
     stale ex-leader's ("not leader", "unavailable") while the real leader stores it (seen
     by the partition soak). A permanent refusal (a bad request) is a refusal."""
     if isinstance(exc, nats.js.errors.APIError):
-        return retry_api_error(exc)
+        return retry_api_error(exc) and not _peer_offline(exc)
     return not isinstance(exc, NOTHING_SENT)
 
 
@@ -132,7 +143,7 @@ def _api(
             topic=topic,
             partition=partition,
         )
-    if write and retry_api_error(exc):
+    if write and maybe_stored(exc):
         return OutcomeUnknownError(
             f"JetStream: {text} ({code}); the write may or may not be stored",
             topic=topic,

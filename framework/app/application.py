@@ -192,7 +192,11 @@ class App:
         return LogKeyStore(log, self.names.topic(self.keys_topic))
 
     def open(
-        self, log: KeyedLog | str | Path | None = None, *, create_topics: bool = True
+        self,
+        log: KeyedLog | str | Path | None = None,
+        *,
+        create_topics: bool = True,
+        cache_events: int | None = None,
     ) -> Runtime:
         """Connect to a log (a :class:`~framework.log.KeyedLog`: refused with a
         :class:`~framework.errors.MissingRoleError` naming the engine and the role where the
@@ -200,8 +204,9 @@ class App:
         embedded one; default ``$EVENTLANE_DATA`` or ``./eventlane-data``).
 
         ``create_topics=False`` opens without creating the aggregates' topics (tools that
-        only look)."""
-        return Runtime(self, log, create_topics=create_topics)
+        only look). ``cache_events``: this runtime's stream-cache bound instead of the
+        app's (a worker process keeps few, :data:`~framework.store.stream_cache.WORKER_EVENTS`)."""
+        return Runtime(self, log, create_topics=create_topics, cache_events=cache_events)
 
     def open_async(
         self,
@@ -239,7 +244,12 @@ class Runtime:
     """
 
     def __init__(
-        self, app: App, log: KeyedLog | str | Path | None = None, *, create_topics: bool = True
+        self,
+        app: App,
+        log: KeyedLog | str | Path | None = None,
+        *,
+        create_topics: bool = True,
+        cache_events: int | None = None,
     ) -> None:
         self.app = app
         self.log: KeyedLog
@@ -259,7 +269,11 @@ class Runtime:
         self.registry = app.registry
         self.keys = app.key_store(self.log)
         self.codec = app.codec(keys=self.keys)
-        self.store = EventStore(self.log, self.codec, cache_events=app.cache_events)
+        self.store = EventStore(
+            self.log,
+            self.codec,
+            cache_events=app.cache_events if cache_events is None else cache_events,
+        )
         self.repository = Repository(
             self.store,
             SnapshotCodec(configure=app.configure, keys=self.keys),

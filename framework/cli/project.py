@@ -63,6 +63,7 @@ from framework.projection.lifeline import follow_supervisor
 from framework.projection.retire import retire_projector
 from framework.projection.store import AnyReadModelView
 from framework.projection.worker import EXIT_CANNOT_START
+from framework.store.stream_cache import WORKER_EVENTS
 
 __all__ = ["PROJECTION_COMMANDS", "dlq", "migrate", "project"]
 
@@ -85,12 +86,31 @@ def projection_option(f: Any) -> Any:
 
 
 @contextmanager
-def _runtime(app_spec: str, *, create: bool) -> Iterator[Runtime]:
-    """The app on the command's data directory (``create=False`` refuses a missing one)."""
+def _runtime(app_spec: str, *, create: bool, cache_events: int | None = None) -> Iterator[Runtime]:
+    """The app on the command's data directory (``create=False`` refuses a missing one);
+    ``cache_events``: the stream cache's bound when not the app's."""
     application = load_app(app_spec)
     log = cli_app().open_log(create=create)
-    with application.open(keyed_log(log, "eventlane project"), create_topics=create) as runtime:
+    with application.open(
+        keyed_log(log, "eventlane project"), create_topics=create, cache_events=cache_events
+    ) as runtime:
         yield runtime
+
+
+def cache_events_option(f: Any) -> Any:
+    return click.option(
+        "--cache-events",
+        type=click.IntRange(0, 10_000_000),
+        default=WORKER_EVENTS,
+        show_default=True,
+        help="Events each worker keeps decoded from recently used streams (0: none).",
+    )(f)
+
+
+def worker_args(dead_letter_unknown: bool, cache_events: int) -> tuple[str, ...]:
+    """The options a runner passes on to each ``project worker`` it starts."""
+    dead = ("--dead-letter-unknown",) if dead_letter_unknown else ()
+    return (*dead, "--cache-events", str(cache_events))
 
 
 # ---------------------------------------------------------------------------- project
@@ -122,6 +142,7 @@ def project() -> None:
     default=None,
     help="Live view of positions, lag and workers [default: when stdout is a terminal].",
 )
+@cache_events_option
 @metrics_options
 @data_option
 def run_command(
@@ -132,6 +153,7 @@ def run_command(
     session_timeout_ms: int,
     dead_letter_unknown: bool,
     live: bool | None,
+    cache_events: int,
     metrics_port: int | None,
     metrics_addr: str,
 ) -> None:
@@ -165,7 +187,7 @@ def run_command(
             readmodel=runtime.readmodel_path(projection),
             env=env,
             coordinator=group_coordinator(runtime, projection),
-            worker_args=("--dead-letter-unknown",) if dead_letter_unknown else (),
+            worker_args=worker_args(dead_letter_unknown, cache_events),
         )
         started = time.monotonic()
         doc = runtime.status(projection)
@@ -229,6 +251,7 @@ def _worker_env() -> dict[str, str]:
 @click.option("--session-timeout-ms", type=click.IntRange(300, 3_600_000), default=10_000)
 @click.option("--max-poll-records", type=click.IntRange(1, 1_000_000), default=2_000)
 @click.option("--dead-letter-unknown", is_flag=True, help="Dead-letter events newer than the code.")
+@cache_events_option
 @data_option
 @click.pass_context
 def worker_command(
@@ -238,6 +261,7 @@ def worker_command(
     session_timeout_ms: int,
     max_poll_records: int,
     dead_letter_unknown: bool,
+    cache_events: int,
 ) -> None:
     """One worker process of projector NAME, until SIGTERM (what `project run` starts).
 
@@ -251,13 +275,14 @@ def worker_command(
         enable_metrics()  # the supervisor's /metrics sums its workers' instruments
     with ExitStack() as stack:
         try:
-            runtime = stack.enter_context(_runtime(app_spec, create=True))
-            worker = Worker(
-                runtime,
+            worker = open_worker(
+                stack,
+                app_spec,
                 name,
                 session_timeout_ms=session_timeout_ms,
                 max_poll_records=max_poll_records,
                 wait_for_newer=not dead_letter_unknown,
+                cache_events=cache_events,
             )
         except FrameworkError as exc:
             click.echo(f"Error: {exc}", err=True)
@@ -267,6 +292,30 @@ def worker_command(
         worker.run()
     if worker.tripped is not None:
         ctx.exit(EXIT_BREAKER)
+
+
+def open_worker(
+    stack: ExitStack,
+    app_spec: str,
+    name: str,
+    *,
+    session_timeout_ms: int = 10_000,
+    max_poll_records: int = 2_000,
+    wait_for_newer: bool = True,
+    cache_events: int = WORKER_EVENTS,
+) -> Worker:
+    """What a worker process runs: projector ``name`` of the app on the command's log (the
+    runtime closes with ``stack``), keeping at most ``cache_events`` decoded events (a
+    policy's commands mostly create aggregates it never loads again:
+    :data:`~framework.store.stream_cache.WORKER_EVENTS`)."""
+    runtime = stack.enter_context(_runtime(app_spec, create=True, cache_events=cache_events))
+    return Worker(
+        runtime,
+        name,
+        session_timeout_ms=session_timeout_ms,
+        max_poll_records=max_poll_records,
+        wait_for_newer=wait_for_newer,
+    )
 
 
 def _live_view(runtime: Runtime, runner: Runner, started: float) -> Group:

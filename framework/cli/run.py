@@ -17,8 +17,10 @@ from framework.cli.project import (
     _runtime,
     _worker_env,
     app_argument,
+    cache_events_option,
     group_coordinator,
     status_command,
+    worker_args,
 )
 from framework.consumer.coordination import coordination_for
 from framework.errors import FrameworkError
@@ -97,6 +99,7 @@ def _counts(
     is_flag=True,
     help="Print `eventlane project status APP` and exit.",
 )
+@cache_events_option
 @data_option
 @click.pass_context
 def run(
@@ -108,6 +111,7 @@ def run(
     session_timeout_ms: int,
     dead_letter_unknown: bool,
     show_status: bool,
+    cache_events: int,
 ) -> None:
     """Run every projector and policy of APP (and its scheduler, named `scheduler`, when the
     app declares commands) until SIGTERM / Ctrl-C.
@@ -146,7 +150,7 @@ def run(
                 env=env,
                 readmodel=runtime.readmodel_path(name),
                 coordinator=group_coordinator(runtime, name),
-                worker_args=("--dead-letter-unknown",) if dead_letter_unknown else (),
+                worker_args=worker_args(dead_letter_unknown, cache_events),
             )
             for name, n in counts.items()
             if name != SCHEDULER

@@ -26,6 +26,10 @@ last record lands at the same offset as before (the cache then serves the old st
 the stream moves), and records removed below the low-water mark (``delete_records``: the
 cache still holds them). Open a new runtime after either, or build the app with
 ``cache_events=0``.
+
+A process's bound is the app's ``cache_events`` unless it opens with another
+(``app.open(..., cache_events=N)``); the workers of ``eventlane project run`` and
+``eventlane run`` keep :data:`WORKER_EVENTS` (``--cache-events``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ DEFAULT_EVENTS = 20_000
 invoicing ``Invoice`` event with its envelope: ~0.75 KB), so 8-15 MB once full. A process
 that works on ever new aggregates (the invoicing policy) fills it over its first ~20,000
 cached events and levels off there."""
+
+WORKER_EVENTS = 1_000
+"""Events a worker process of ``eventlane project run`` / ``eventlane run`` keeps decoded
+(``--cache-events``): a policy mostly issues commands on aggregates it creates and never
+loads again (an invoice per order), so the app's default would only fill with streams
+nobody reads (~0.75 KB an event: +15 MB over a worker's first ~20,000 commands); the few
+aggregates it does work on repeatedly stay, least recently used out."""
 
 
 class CachedStream(NamedTuple):

@@ -1,10 +1,11 @@
 """The ``eventlane`` command line: admin, produce/consume and maintenance of the log.
 
 The CLI is the top layer: it may import every layer and nothing imports it. Each subcommand
-module defines a click command or group and is registered here with one line of
-:data:`COMMANDS` (``name: "module:attribute"``). Subcommand modules, and commands contributed
-by installed applications (entry points, see :mod:`framework.cli.plugins`), are imported
-only when the command line names them (or ``--help`` lists them), so ``eventlane topics list``
+module defines a click command or group and is registered here with one entry of
+:data:`COMMANDS` (``name: ("module:attribute", summary)``). Subcommand modules, and commands
+contributed by installed applications (entry points, see :mod:`framework.cli.plugins`), are imported
+only when the command line names them (``--help`` lists them from :data:`COMMANDS`' summaries
+and the entry points' metadata), so ``eventlane topics list``
 never pays for Spark, sqlite-utils or the projection runtime.
 
 Error contract: every :class:`~framework.errors.FrameworkError` (and an ``OSError`` such as a
@@ -24,91 +25,110 @@ from __future__ import annotations
 
 import errno
 import os
-from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from framework.cli.context import DATA_HELP, LOG_HELP, AppContext
-from framework.cli.plugins import add_plugins, load_plugin, plugin_points
+from framework.cli.plugins import LazyGroup
 from framework.engine import DEFAULT_DATA_DIR
 from framework.errors import FrameworkError
 from framework.observability import LEVELS, configure_logging, log_level_name
 from framework.tracing import configure_from_env as configure_tracing
 
-if TYPE_CHECKING:
-    from importlib.metadata import EntryPoint
-
 __all__ = ["COMMANDS", "main"]
 
-COMMANDS: dict[str, str] = {
-    "topics": "framework.cli.topics:topics",
-    "produce": "framework.cli.records:produce",
-    "consume": "framework.cli.records:consume",
-    "groups": "framework.cli.groups:groups",
-    "compact": "framework.cli.maintenance:compact",
-    "cleanup": "framework.cli.maintenance:cleanup",
-    "dump": "framework.cli.maintenance:dump",
-    "verify": "framework.cli.maintenance:verify",
-    "demo": "framework.cli.demo:demo",
-    "run": "framework.cli.run:run",
-    "project": "framework.cli.project:project",
-    "migrate": "framework.cli.project:migrate",
-    "dlq": "framework.cli.project:dlq",
-    "rebuild": "framework.cli.rebuild:rebuild_command",
-    "forget": "framework.cli.forget:forget",
-    "console": "framework.cli.console:console",
-    "cluster": "framework.cli.cluster:cluster",
-    "migrate-log": "framework.cli.cluster:migrate_log",
-    "kafka": "framework.cli.kafka_cluster:kafka",
-    "serve": "framework.cli.serve:serve",
-    "schedules": "framework.cli.schedules:schedules",
+COMMANDS: dict[str, tuple[str, str]] = {
+    "topics": (
+        "framework.cli.topics:topics",
+        "Create, list, describe, alter and delete topics.",
+    ),
+    "produce": (
+        "framework.cli.records:produce",
+        "Append one record per line of standard input to TOPIC.",
+    ),
+    "consume": (
+        "framework.cli.records:consume",
+        "Print TOPIC's records as JSON lines (with --group: as a consumer-group member).",
+    ),
+    "groups": (
+        "framework.cli.groups:groups",
+        "List, describe, reset and delete consumer groups.",
+    ),
+    "compact": (
+        "framework.cli.maintenance:compact",
+        "Compact TOPIC: keep the last record of every key, offsets unchanged.",
+    ),
+    "cleanup": (
+        "framework.cli.maintenance:cleanup",
+        "Apply TOPIC's retention: delete old segments, advancing the low-water mark.",
+    ),
+    "dump": (
+        "framework.cli.maintenance:dump",
+        "Print the batches and records of segment FILE (or the entries of a .index/.timeindex).",
+    ),
+    "verify": (
+        "framework.cli.maintenance:verify",
+        "Check the CRC and framing of every batch of TOPIC (default: every topic), then the"
+        " event store's key indexes against the log (--repair rebuilds those that differ).",
+    ),
+    "demo": (
+        "framework.cli.demo:demo",
+        "Guided walkthroughs.",
+    ),
+    "run": (
+        "framework.cli.run:run",
+        "Run every projector and policy of APP (and its scheduler, named `scheduler`, when"
+        " the app declares commands) until SIGTERM / Ctrl-C.",
+    ),
+    "project": (
+        "framework.cli.project:project",
+        "Run projectors as consumer-group workers and watch their lag.",
+    ),
+    "migrate": (
+        "framework.cli.project:migrate",
+        "Apply the pending read-model migrations of every projector; list what was applied.",
+    ),
+    "dlq": (
+        "framework.cli.project:dlq",
+        "Inspect and retry a projector's dead letters (events its handlers could not apply).",
+    ),
+    "rebuild": (
+        "framework.cli.rebuild:rebuild_command",
+        "Rebuild projection NAME of APP from the log's low-water marks.",
+    ),
+    "forget": (
+        "framework.cli.forget:forget",
+        "Forget SUBJECT... of APP: destroy their keys so their personal data is unreadable.",
+    ),
+    "console": (
+        "framework.cli.console:console",
+        "Serve the web console for the log (and APP's aggregates, projectors and codec).",
+    ),
+    "cluster": (
+        "framework.cli.cluster:cluster",
+        "A local JetStream cluster (loopback unless --host) to run eventlane on with --log nats://...",
+    ),
+    "migrate-log": (
+        "framework.cli.cluster:migrate_log",
+        "Copy the log in --data (or --log) to the JetStream or Kafka cluster at URL, then verify.",
+    ),
+    "kafka": (
+        "framework.cli.kafka_cluster:kafka",
+        "A local Apache Kafka cluster (KRaft, loopback unless --host) for --log kafka://...",
+    ),
+    "serve": (
+        "framework.cli.serve:serve",
+        "Serve the Kafka protocol for the data directory until interrupted.",
+    ),
+    "schedules": (
+        "framework.cli.schedules:schedules",
+        "An app's scheduled commands (deadlines): list them, run the scheduler.",
+    ),
 }
-"""Every built-in subcommand: its name and where it is defined (imported on first use)."""
-
-_PLUGIN_GROUPS = {"": "eventlane.commands", "demo": "eventlane.demos"}
-"""Entry point group of the commands installed applications add, per (sub)group path."""
-
-
-class _LazyGroup(click.Group):
-    """A group whose subcommands are imported when first looked up.
-
-    ``lazy`` maps a name to ``"module:attribute"``; ``plugins`` names the entry point group
-    whose commands are added beside them (a built-in name wins over a plugin's).
-    """
-
-    def __init__(
-        self, *args: Any, lazy: dict[str, str] | None = None, plugins: str = "", **kwargs: Any
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = dict(lazy or {})
-        self.plugins = plugins
-
-    def _plugin_points(self) -> dict[str, EntryPoint]:
-        return plugin_points(self.plugins) if self.plugins else {}
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        names = set(super().list_commands(ctx)) | set(self.lazy)
-        return sorted(names | set(self._plugin_points()))
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        command = super().get_command(ctx, cmd_name)
-        if command is not None:
-            return command
-        if cmd_name in self.lazy:
-            module, _, attr = self.lazy[cmd_name].partition(":")
-            command = getattr(import_module(module), attr)
-            plugins = _PLUGIN_GROUPS.get(cmd_name, "")
-            if plugins and isinstance(command, click.Group):
-                add_plugins(command, plugins)
-        else:
-            command = load_plugin(self._plugin_points().get(cmd_name))
-        if not isinstance(command, click.Command):
-            return None
-        self.add_command(command, cmd_name)
-        return command
-
+"""Every built-in subcommand: its name, where it is defined (imported on first use) and the
+summary ``--help`` lists it with (its docstring's first sentence, checked by a test)."""
 
 READ_ONLY_HINT = (
     " (this command must write to the data directory; on a read-only one, these work:"
@@ -124,7 +144,7 @@ def error_message(err: FrameworkError) -> str:
     return f"{err} [{err.kind.value}: {advice}]" if advice else str(err)
 
 
-class _RootGroup(_LazyGroup):
+class _RootGroup(LazyGroup):
     """The root group: turns framework errors into a clean message and exit status 1."""
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -158,7 +178,7 @@ class _RootGroup(_LazyGroup):
 @click.group(
     cls=_RootGroup,
     lazy=COMMANDS,
-    plugins=_PLUGIN_GROUPS[""],
+    plugins="eventlane.commands",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.option(

@@ -21,6 +21,7 @@ from rich.rule import Rule
 
 from framework.cli.context import app, data_option, stdout_console
 from framework.cli.maintenance import verify_log
+from framework.cli.plugins import LazyGroup
 from framework.cli.render import config_table, human_bytes, partitions_table, simple_table
 from framework.consumer.free import Consumer
 from framework.errors import OffsetOutOfRangeError
@@ -34,7 +35,7 @@ CUSTOMERS = "demo.customers"
 CLICKS = "demo.clicks"
 
 
-@click.group()
+@click.group(cls=LazyGroup, plugins="eventlane.demos")
 @data_option
 def demo() -> None:
     """Guided walkthroughs."""

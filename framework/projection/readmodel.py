@@ -342,6 +342,18 @@ class ReadModelView:
         rows = conn.execute("SELECT status, count(*) FROM _eventlane_dead_letters GROUP BY status")
         return {str(s): int(n) for s, n in rows}
 
+    def table_rows(self) -> dict[str, int]:
+        """Rows per table of the projector (the framework's tables left out)."""
+        conn = self._connect()
+        if conn is None:
+            return {}
+        names = [
+            str(r[0])
+            for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY 1")
+            if not str(r[0]).startswith(("sqlite_", "_sqlite_", "_eventlane_"))
+        ]
+        return {n: int(conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]) for n in names}
+
     def pending_migrations(self, migrations: Migrations) -> list[str]:
         """Names of ``migrations`` not applied to this file (all of them: no file yet)."""
         conn = self._connect()

@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -49,6 +49,9 @@ from framework.log.port import MaintainedLog, maintained_log
 from framework.log.record import Record
 from framework.log.types import KeyIndexReport
 from framework.log.types import Progress as LogProgress
+
+if TYPE_CHECKING:
+    from framework.projection.postgres import SchemaCheck
 
 
 def _progress(label: str) -> Progress:
@@ -327,11 +330,25 @@ def _echo_index_reports(reports: list[KeyIndexReport]) -> None:
     help="Open partitions whose acknowledged offsets are missing by skipping those offsets"
     " for good (logged; they are never reused).",
 )
+@click.option(
+    "--readmodels",
+    metavar="URL",
+    envvar="EVENTLANE_READMODELS",
+    help="Also check the read models in this PostgreSQL database (postgresql://...): every"
+    " table reads, no position past the log's high-water mark [env EVENTLANE_READMODELS].",
+)
 @json_option
 @data_option
-def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bool) -> None:
+def verify(
+    topic: str | None,
+    repair: bool,
+    skip_lost_offsets: bool,
+    readmodels: str | None,
+    as_json: bool,
+) -> None:
     """Check the CRC and framing of every batch of TOPIC (default: every topic), then the
-    event store's key indexes against the log (--repair rebuilds those that differ)."""
+    event store's key indexes against the log (--repair rebuilds those that differ), and
+    the read models in the PostgreSQL database --readmodels names."""
     log = maintained_log(app().open_log(), "eventlane verify")
     topics = [topic] if topic is not None else log.list_topics()
     if topic is not None:
@@ -353,6 +370,8 @@ def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bo
     )
 
     note = sqlite_note()
+    schemas = [] if topic is not None else _check_readmodels(log, readmodels)
+    bad_schemas = [c for c in schemas if c.problems]
     if as_json:
         _json_out(
             {
@@ -360,6 +379,7 @@ def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bo
                 "problems": [_problem_dict(e) for e in problems],
                 "key_indexes": [r._asdict() for r in indexes],
                 "sqlite": {"version": SQLITE_VERSION, "note": note},
+                "readmodels": [c.to_json() for c in schemas],
             }
         )
     elif not problems:
@@ -376,6 +396,13 @@ def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bo
         _echo_index_reports(indexes)
     if not as_json and note is not None:
         click.echo(f"note: {note}")
+    for check in [] if as_json else schemas:
+        click.echo(
+            f"read model schema {check.schema}: {check.tables} table(s),"
+            f" {check.positions} position(s), {len(check.problems) or 'no'} problem(s)"
+        )
+        for problem in check.problems:
+            click.echo(f"READ MODEL schema={check.schema}: {problem}")
     if problems:
         raise click.ClickException(
             f"{len(problems)} corrupt spot(s) in {checked} partition(s) checked"
@@ -385,3 +412,23 @@ def verify(topic: str | None, repair: bool, skip_lost_offsets: bool, as_json: bo
             f"{len(bad_indexes)} key index(es) differ from the log (eventlane verify --repair"
             " rebuilds them)"
         )
+    if bad_schemas:
+        raise click.ClickException(
+            f"{len(bad_schemas)} read model schema(s) with problems: "
+            + ", ".join(c.schema for c in bad_schemas)
+        )
+
+
+def _check_readmodels(log: MaintainedLog, url: str | None) -> list[SchemaCheck]:
+    """The PostgreSQL read models' checks (none without a ``postgresql://`` URL)."""
+    from framework.projection.postgres import check_schemas, is_postgres_url  # noqa: PLC0415
+
+    if url is None or not is_postgres_url(url):
+        return []
+
+    def hwm(topic: str, partition: int) -> int | None:
+        if not log.topic_exists(topic) or partition >= log.partition_count(topic):
+            return None
+        return log.offsets(topic, partition).hwm
+
+    return check_schemas(url, hwm)

@@ -365,9 +365,16 @@ def _live_view(runtime: Runtime, runner: Runner, started: float) -> Group:
 @project.command("remove")
 @click.argument("name", metavar="NAME", type=GROUP)
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@click.option(
+    "--readmodels",
+    metavar="URL",
+    envvar="EVENTLANE_READMODELS",
+    help="The PostgreSQL database (postgresql://...) holding the read model: its schema is"
+    " dropped too [env EVENTLANE_READMODELS].",
+)
 @json_option
 @data_option
-def remove_command(name: str, dry_run: bool, as_json: bool) -> None:
+def remove_command(name: str, dry_run: bool, readmodels: str | None, as_json: bool) -> None:
     """Remove a retired or renamed projector NAME: its consumer group, its read model (with
     its positions and dead letters), its NAME.dlq topic and its other files. Events stay.
 
@@ -376,7 +383,7 @@ def remove_command(name: str, dry_run: bool, as_json: bool) -> None:
     out of the app first, or its workers would start it again from the low-water marks.
     """
     log = cli_app().open_log(create=False)
-    report = retire_projector(log, cli_app().data, name, dry_run=dry_run)
+    report = retire_projector(log, cli_app().data, name, dry_run=dry_run, readmodels=readmodels)
     if as_json:
         _print_json(report.to_json())
         return
@@ -385,6 +392,7 @@ def remove_command(name: str, dry_run: bool, as_json: bool) -> None:
     if report.dlq_topic:
         lines.append(f"{verb}: topic {report.dlq_topic}")
     lines += [f"{verb}: {path}" for path in report.files]
+    lines += [f"{verb}: PostgreSQL schema {schema}" for schema in report.schemas]
     lines.append(f"{verb}: {report.dead_letters} dead letter(s) with the read model")
     click.echo("\n".join(lines))
 

@@ -66,11 +66,11 @@ from framework.log.partitioner import partition_for_key
 from framework.log.port import keyed_log
 from framework.observability import get_logger
 from framework.projection import (
-    ReadModelView,
     get_dead_letter,
     list_dead_letters,
     open_readmodel,
     retry_dead_letters,
+    view_of,
 )
 from framework.replay.rebuild import ENGINES, rebuild
 from framework.replay.verify import verify_rebuild
@@ -636,13 +636,17 @@ class ConsoleData:
             status = "running"
         else:
             status = "stopped"
-        return {**doc, "status": status, "topics": list(self.runtime.topics_of(name))}
+        with view_of(self.runtime, name) as view:
+            tables = view.table_rows()
+        return {
+            **doc,
+            "status": status,
+            "topics": list(self.runtime.topics_of(name)),
+            "readmodel_tables": tables,
+        }
 
     def dead_letters(self, projector: str, status: str = "all") -> list[dict[str, Any]]:
-        path = self.runtime_required().readmodel_path(self._projector(projector))
-        if not path.exists():
-            return []
-        with ReadModelView(path) as view:
+        with view_of(self.runtime_required(), self._projector(projector)) as view:
             letters = list_dead_letters(view)
         if status == "open":
             letters = [d for d in letters if d.status in ("dead", "parked")]
@@ -651,8 +655,7 @@ class ConsoleData:
         return [d.to_json() for d in letters]
 
     def dead_letter(self, projector: str, letter_id: int) -> dict[str, Any]:
-        path = self.runtime_required().readmodel_path(self._projector(projector))
-        with ReadModelView(path) as view:
+        with view_of(self.runtime_required(), self._projector(projector)) as view:
             letter = get_dead_letter(view, letter_id)
         if letter is None:
             raise ProjectionError(f"projector {projector!r} has no dead letter {letter_id}")

@@ -48,7 +48,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from framework.errors import (
     ConfigError,
@@ -58,6 +58,7 @@ from framework.errors import (
 )
 from framework.log import TopicPartition
 from framework.observability import get_logger
+from framework.projection import fencing
 from framework.projection._sqlite_utils import Migrations
 from framework.projection.tables import Dialect
 
@@ -127,6 +128,16 @@ def schema_name(local_name: str) -> str:
     if len(name.encode()) > 63:
         digest = hashlib.blake2b(name.encode(), digest_size=4).hexdigest()
         name = f"{name[:54]}_{digest}"
+    return name
+
+
+def derived_schema(schema: str, suffix: str) -> str:
+    """A schema beside ``schema`` for one of its rebuilds (``suffix``: ``shadow``,
+    ``rebuild``, ``old``): ``<schema>__<suffix>``, shortened as :func:`schema_name` does."""
+    name = f"{schema}__{suffix}"
+    if len(name.encode()) > 63:
+        digest = hashlib.blake2b(schema.encode(), digest_size=4).hexdigest()
+        name = f"{schema[: 62 - len(suffix) - 11]}_{digest}__{suffix}"
     return name
 
 
@@ -208,7 +219,13 @@ def _connect(url: str, schema: str) -> Any:
 class PgReadModel:
     """An open PostgreSQL read model (see the module docstring): the same methods as
     :class:`~framework.projection.readmodel.ReadModel`. One connection; thread-safe
-    through a lock."""
+    through a lock.
+
+    Every transaction checks, under the lock, that the schema is still the one opened
+    (its OID): after a rebuild's swap renamed another schema to this name, a transaction
+    raises :class:`FencedError` and sets :attr:`replaced`, so a worker never applies a
+    batch with caches (parked keys, waits) of the schema that was swapped out; it reopens
+    the read model and seeks to the positions stored in the new one."""
 
     dialect: Dialect = "postgresql"
 
@@ -225,6 +242,10 @@ class PgReadModel:
         self._lock = threading.RLock()
         self._depth = 0
         self._key = lock_key(schema)
+        self._oid = self._schema_oid()
+        self.replaced = False
+        """Set when a transaction found the schema replaced (a rebuild's swap renamed
+        another schema to this name): this object's caches describe the old one."""
         self.framework_migrations_applied: list[str] = []
         if self._pending_framework():
             with self.transaction():
@@ -238,6 +259,14 @@ class PgReadModel:
 
     def __repr__(self) -> str:
         return f"PgReadModel(schema={self.schema!r})"
+
+    def _schema_oid(self) -> int | None:
+        # a scan of pg_namespace locks it, which makes the server read the catalog
+        # changes committed meanwhile (a swap's rename)
+        row = self.raw.execute(
+            "SELECT oid FROM pg_namespace WHERE nspname = %s", (self.schema,)
+        ).fetchone()
+        return None if row is None else int(row[0])
 
     def _pending_framework(self) -> list[str]:
         done = set(applied_names(self.raw, FRAMEWORK_SET))
@@ -265,6 +294,12 @@ class PgReadModel:
                             " by another session (a writer frozen inside its transaction?)",
                             path=self.path,
                         ) from exc
+                    if self._schema_oid() != self._oid:
+                        self.replaced = True
+                        raise FencedError(
+                            f"schema {self.schema} was replaced (a rebuild's swap) since this"
+                            " connection opened it: reopen the read model"
+                        )
                     yield self.conn
                 except BaseException:
                     if not self._broken() and self.raw.info.transaction_status != 0:
@@ -313,44 +348,7 @@ class PgReadModel:
     ) -> int:
         """As :meth:`ReadModel.claim <framework.projection.readmodel.ReadModel.claim>`."""
         with self.transaction() as conn:
-            row = conn.execute(
-                "SELECT next_offset, generation FROM _eventlane_positions"
-                " WHERE topic=? AND partition=?",
-                (tp.topic, tp.partition),
-            ).fetchone()
-            if row is None:
-                start = max(start, floor or 0)
-                conn.execute(
-                    "INSERT INTO _eventlane_positions VALUES (?, ?, ?, ?)",
-                    (tp.topic, tp.partition, start, generation),
-                )
-                return start
-            stored, owner = int(row[0]), int(row[1])
-            if owner > generation:
-                if still_owned is None or not still_owned():
-                    raise FencedError(
-                        f"generation {generation} cannot claim a partition owned at generation"
-                        f" {owner}",
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        offset=stored,
-                    )
-                log.warning(
-                    "stored generation is newer than the group's: the group state was reset;"
-                    " taking the partition over",
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    offset=stored,
-                    stored_generation=owner,
-                    generation=generation,
-                )
-            stored = max(stored, floor or 0)
-            conn.execute(
-                "UPDATE _eventlane_positions SET next_offset=?, generation=?"
-                " WHERE topic=? AND partition=?",
-                (stored, generation, tp.topic, tp.partition),
-            )
-            return stored
+            return fencing.claim(conn, tp, generation, start, still_owned, floor)
 
     def check_and_advance(
         self,
@@ -362,36 +360,104 @@ class PgReadModel:
     ) -> int:
         """As :meth:`ReadModel.check_and_advance
         <framework.projection.readmodel.ReadModel.check_and_advance>`."""
-        row = conn.execute(
-            "SELECT next_offset, generation FROM _eventlane_positions WHERE topic=? AND"
-            " partition=?",
-            (tp.topic, tp.partition),
-        ).fetchone()
-        if row is None:
-            conn.execute(
-                "INSERT INTO _eventlane_positions VALUES (?, ?, ?, ?)",
-                (tp.topic, tp.partition, next_offset, generation),
-            )
-            return first
-        stored, owner = int(row[0]), int(row[1])
-        if owner > generation:
-            raise FencedError(
-                f"generation {generation} lost this partition to generation {owner}",
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=first,
-            )
-        if next_offset > stored:
-            conn.execute(
-                "UPDATE _eventlane_positions SET next_offset=?, generation=? WHERE"
-                " topic=? AND partition=?",
-                (next_offset, generation, tp.topic, tp.partition),
-            )
-        return max(stored, first)
+        return fencing.check_and_advance(conn, tp, generation, first, next_offset)
 
     def close(self) -> None:
         with self._lock:
             self.raw.close()
+
+
+# ---------------------------------------------------------------------------- schemas
+def connect_admin(url: str) -> Any:
+    """A plain autocommit connection (no schema, no lock): for reading or dropping schemas.
+    Use it as a context manager (closed on exit)."""
+    psycopg = _psycopg()
+    try:
+        conn = psycopg.connect(url, autocommit=True, application_name="eventlane-admin")
+    except psycopg.OperationalError as exc:
+        raise ReadModelUnavailableError(
+            f"cannot connect to the read model's database: {exc}"
+        ) from exc
+    conn.execute(f"SET lock_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    return conn
+
+
+def schema_exists(raw: Any, schema: str) -> bool:
+    row = raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+    return row is not None
+
+
+def drop_schema(url: str, schema: str) -> bool:
+    """Drop ``schema`` and everything in it, under its writer lock (a writer of it finishes
+    its transaction first); return whether it existed."""
+    with connect_admin(url) as raw, raw.transaction():
+        raw.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema),))
+        existed = schema_exists(raw, schema)
+        raw.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    return existed
+
+
+class SchemaCheck(NamedTuple):
+    """What ``eventlane verify`` found in one read-model schema."""
+
+    schema: str
+    tables: int
+    positions: int
+    problems: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+def check_schemas(url: str, hwm: Callable[[str, int], int | None]) -> list[SchemaCheck]:
+    """Check every eventlane read model of the database at ``url`` (each schema holding
+    ``_eventlane_positions``, rebuild schemas included), read-only with a statement
+    timeout: each table reads in full (a heap scan: what a damaged page breaks), and no
+    stored position is past its partition's high-water mark (``hwm(topic, partition)``;
+    ``None``: no such partition), which would mean the log lost records the read model
+    had applied (e.g. a log restored from an older backup)."""
+    out: list[SchemaCheck] = []
+    with connect_admin(url) as raw:
+        raw.execute("SET default_transaction_read_only = on")
+        raw.execute(f"SET statement_timeout = {PgReadModelView.STATEMENT_TIMEOUT_MS}")
+        schemas = [
+            str(r[0])
+            for r in raw.execute(
+                "SELECT table_schema FROM information_schema.tables WHERE"
+                " table_name = '_eventlane_positions' ORDER BY 1"
+            )
+        ]
+        psycopg = _psycopg()
+        for schema in schemas:
+            problems: list[str] = []
+            tables = [
+                str(r[0])
+                for r in raw.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (schema,)
+                )
+            ]
+            for table in tables:
+                try:
+                    raw.execute(f'SELECT count(*) FROM "{schema}"."{table}"').fetchone()
+                except psycopg.Error as exc:
+                    problems.append(f"table {table} does not read in full: {exc}")
+            rows = raw.execute(
+                f'SELECT topic, partition, next_offset FROM "{schema}"._eventlane_positions'
+                " ORDER BY 1, 2"
+            ).fetchall()
+            for topic, partition, position in rows:
+                end = hwm(str(topic), int(partition))
+                if end is None:
+                    problems.append(
+                        f"position of {topic}/{partition}: no such partition in the log"
+                    )
+                elif int(position) > end:
+                    problems.append(
+                        f"position of {topic}/{partition} is {position}, past the log's"
+                        f" high-water mark {end}: the log lost records this read model applied"
+                    )
+            out.append(SchemaCheck(schema, len(tables), len(rows), problems))
+    return out
 
 
 # ---------------------------------------------------------------------------- erasure
@@ -551,6 +617,23 @@ class PgReadModelView:
             return {}
         rows = conn.execute("SELECT status, count(*) FROM _eventlane_dead_letters GROUP BY status")
         return {str(s): int(n) for s, n in rows}
+
+    def table_rows(self) -> dict[str, int]:
+        """Rows per table of the projector (the framework's tables left out); each count
+        bounded by the statement timeout."""
+        conn = self._connect()
+        if conn is None:
+            return {}
+        names = [
+            str(r[0])
+            for r in self._raw.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (self.schema,)
+            )
+            if not str(r[0]).startswith("_eventlane_")
+        ]
+        return {
+            n: int(self._raw.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]) for n in names
+        }
 
     def pending_migrations(self, migrations: Migrations) -> list[str]:
         conn = self._connect()

@@ -42,10 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from framework._locks import FileLock
-from framework.errors import FencedError, ProjectionError
+from framework.errors import ProjectionError
 from framework.log import TopicPartition
 from framework.log.local import LocalDir
 from framework.observability import get_logger
+from framework.projection import fencing
 from framework.projection._sqlite_utils import Database, Migrations
 from framework.projection.system_tables import read_model as framework_migrations
 from framework.projection.tables import Dialect
@@ -193,44 +194,7 @@ class ReadModel:
         lost or deleted group state, and the claim takes over.
         """
         with self.transaction() as conn:
-            row = conn.execute(
-                "SELECT next_offset, generation FROM _eventlane_positions"
-                " WHERE topic=? AND partition=?",
-                (tp.topic, tp.partition),
-            ).fetchone()
-            if row is None:
-                start = max(start, floor or 0)
-                conn.execute(
-                    "INSERT INTO _eventlane_positions VALUES (?, ?, ?, ?)",
-                    (tp.topic, tp.partition, start, generation),
-                )
-                return start
-            stored, owner = int(row[0]), int(row[1])
-            if owner > generation:
-                if still_owned is None or not still_owned():
-                    raise FencedError(
-                        f"generation {generation} cannot claim a partition owned at generation"
-                        f" {owner}",
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        offset=stored,
-                    )
-                log.warning(
-                    "stored generation is newer than the group's: the group state was reset;"
-                    " taking the partition over",
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    offset=stored,
-                    stored_generation=owner,
-                    generation=generation,
-                )
-            stored = max(stored, floor or 0)
-            conn.execute(
-                "UPDATE _eventlane_positions SET next_offset=?, generation=?"
-                " WHERE topic=? AND partition=?",
-                (stored, generation, tp.topic, tp.partition),
-            )
-            return stored
+            return fencing.claim(conn, tp, generation, start, still_owned, floor)
 
     def check_and_advance(
         self,
@@ -246,32 +210,7 @@ class ReadModel:
         it were applied before: a redelivery), and stores ``next_offset`` (positions never
         move backwards). Raises :class:`FencedError` if a newer generation owns ``tp``.
         """
-        row = conn.execute(
-            "SELECT next_offset, generation FROM _eventlane_positions WHERE topic=? AND"
-            " partition=?",
-            (tp.topic, tp.partition),
-        ).fetchone()
-        if row is None:
-            conn.execute(
-                "INSERT INTO _eventlane_positions VALUES (?, ?, ?, ?)",
-                (tp.topic, tp.partition, next_offset, generation),
-            )
-            return first
-        stored, owner = int(row[0]), int(row[1])
-        if owner > generation:
-            raise FencedError(
-                f"generation {generation} lost this partition to generation {owner}",
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=first,
-            )
-        if next_offset > stored:
-            conn.execute(
-                "UPDATE _eventlane_positions SET next_offset=?, generation=? WHERE"
-                " topic=? AND partition=?",
-                (next_offset, generation, tp.topic, tp.partition),
-            )
-        return max(stored, first)
+        return fencing.check_and_advance(conn, tp, generation, first, next_offset)
 
     def close(self) -> None:
         with self._lock:
@@ -341,6 +280,18 @@ class ReadModelView:
             return {}
         rows = conn.execute("SELECT status, count(*) FROM _eventlane_dead_letters GROUP BY status")
         return {str(s): int(n) for s, n in rows}
+
+    def table_rows(self) -> dict[str, int]:
+        """Rows per table of the projector (the framework's tables left out)."""
+        conn = self._connect()
+        if conn is None:
+            return {}
+        names = [
+            str(r[0])
+            for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY 1")
+            if not str(r[0]).startswith(("sqlite_", "_sqlite_", "_eventlane_"))
+        ]
+        return {n: int(conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]) for n in names}
 
     def pending_migrations(self, migrations: Migrations) -> list[str]:
         """Names of ``migrations`` not applied to this file (all of them: no file yet)."""

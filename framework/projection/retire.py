@@ -6,7 +6,10 @@ removes, for one name, in this order: the consumer group (its committed offsets 
 refused while it has live members), the ``<name>.dlq`` topic, and the files under
 ``<data>/readmodels/``: ``<name>.sqlite`` with its ``-wal``/``-shm``/``-journal``/``.lock``
 siblings (the read model, its positions and its dead letters), ``<name>.rebuild.sqlite``,
-``<name>.log``, ``<name>.pause``/``.pause-acks`` and ``<name>.breaker.json``. With
+``<name>.log``, ``<name>.pause``/``.pause-acks`` and ``<name>.breaker.json``; and, given the
+URL of a PostgreSQL database (``readmodels``: ``project remove --readmodels URL`` or
+``$EVENTLANE_READMODELS``), the read model's schema there with its rebuild's schemas
+(``<schema>``, ``<schema>__rebuild``, ``__shadow``, ``__old``: :mod:`.postgres`). With
 ``dry_run`` it only reports what it would remove. Nothing else is touched: the events stay
 in their topics.
 """
@@ -21,8 +24,18 @@ from framework.errors import ProjectionError
 from framework.log import Log
 from framework.observability import get_logger
 from framework.projection.dead_letters import dlq_topic
+from framework.projection.postgres import (
+    PgReadModelView,
+    connect_admin,
+    derived_schema,
+    drop_schema,
+    is_postgres_url,
+    schema_exists,
+    schema_name,
+)
 from framework.projection.readmodel import ReadModelView, readmodel_path
 from framework.projection.status import projection_status
+from framework.projection.store import AnyReadModelView
 
 log = get_logger("eventlane.projection")
 
@@ -49,15 +62,30 @@ class RetireReport(NamedTuple):
     files: list[str]
     dead_letters: int
     dry_run: bool
+    schemas: tuple[str, ...] = ()
+    """PostgreSQL schemas (of the database ``readmodels`` names)."""
 
     def to_json(self) -> dict[str, Any]:
         return self._asdict()
 
 
-def retire_projector(log_: Log, data: Path, name: str, *, dry_run: bool = False) -> RetireReport:
+def retire_projector(
+    log_: Log,
+    data: Path,
+    name: str,
+    *,
+    dry_run: bool = False,
+    readmodels: str | None = None,
+) -> RetireReport:
     """Remove projector ``name``'s group, dead-letter topic and read-model files (the data
-    directory ``data`` is where ``log_`` keeps them)."""
+    directory ``data`` is where ``log_`` keeps them), and its schemas in the PostgreSQL
+    database ``readmodels`` (a ``postgresql://`` URL) when given."""
     path = readmodel_path(data, name)
+    url = readmodels if is_postgres_url(readmodels) else None
+    schemas = [] if url is None else _schemas(url, name)
+    view: AnyReadModelView = (
+        PgReadModelView(url, schema_name(name)) if url is not None else ReadModelView(path)
+    )
     doc = projection_status(log_, name, (), path, None)
     live = [m["member_id"] for m in doc["members"] if m["alive"]]
     if live:
@@ -68,11 +96,11 @@ def retire_projector(log_: Log, data: Path, name: str, *, dry_run: bool = False)
     folder = path.parent
     files = [folder / f"{name}{suffix}" for suffix in _SUFFIXES]
     files = [f for f in files if f.exists()]
-    with ReadModelView(path) as view:
+    with view:
         dead = sum(view.dead_letter_counts().values())
     has_group = group_exists(log_, name)
     topic = dlq_topic(name) if log_.topic_exists(dlq_topic(name)) else None
-    if not (files or has_group or topic):
+    if not (files or has_group or topic or schemas):
         raise ProjectionError(
             f"nothing to remove: no group, read model or dead letters named {name!r}"
         )
@@ -83,5 +111,23 @@ def retire_projector(log_: Log, data: Path, name: str, *, dry_run: bool = False)
             log_.delete_topic(topic)
         for f in files:
             f.unlink(missing_ok=True)
-        log.info("projector removed", projector=name, files=len(files), dead_letters=dead)
-    return RetireReport(name, has_group, topic, [str(f) for f in files], dead, dry_run)
+        for schema in schemas:
+            assert url is not None
+            drop_schema(url, schema)
+        log.info(
+            "projector removed",
+            projector=name,
+            files=len(files),
+            schemas=schemas,
+            dead_letters=dead,
+        )
+    return RetireReport(
+        name, has_group, topic, [str(f) for f in files], dead, dry_run, tuple(schemas)
+    )
+
+
+def _schemas(url: str, name: str) -> list[str]:
+    live = schema_name(name)
+    names = [live] + [derived_schema(live, s) for s in ("rebuild", "shadow", "old")]
+    with connect_admin(url) as raw:
+        return [s for s in names if schema_exists(raw, s)]

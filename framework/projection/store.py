@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from framework.errors import ConfigError
 from framework.projection.host import ProjectionHost
@@ -34,6 +34,7 @@ from framework.projection.readmodel import ReadModel, ReadModelView
 __all__ = [
     "ENV",
     "AnyReadModel",
+    "app_readmodel_url",
     "AnyReadModelView",
     "Location",
     "PgLocation",
@@ -52,10 +53,15 @@ AnyReadModelView = ReadModelView | PgReadModelView
 
 def readmodel_url(runtime: ProjectionHost, name: str) -> str | None:
     """The PostgreSQL URL of projector ``name``'s read model; ``None``: SQLite."""
-    cls = runtime.app.projector(name)
+    return app_readmodel_url(runtime.app, name)
+
+
+def app_readmodel_url(app: Any, name: str) -> str | None:
+    """:func:`readmodel_url` for an :class:`~framework.app.App` (no runtime needed)."""
+    cls = app.projector(name)
     url = (
         getattr(cls, "readmodel_url", None)
-        or getattr(runtime.app, "readmodels", None)
+        or getattr(app, "readmodels", None)
         or os.environ.get(ENV)
     )
     if not url or url.startswith("sqlite:"):

@@ -344,6 +344,8 @@ class Worker:
 
     # ------------------------------------------------------------------ hand-off
     def _readmodel_replaced(self) -> bool:
+        if getattr(self.readmodel, "replaced", False):  # a PostgreSQL schema swapped
+            return True
         return _inode(self.readmodel.path) != self._readmodel_inode
 
     def _hand_off(self) -> None:

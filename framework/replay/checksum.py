@@ -42,19 +42,21 @@ from typing import Any, NamedTuple
 from framework.log import TopicPartition
 
 __all__ = [
-    "POSITIONS",
     "DEAD_LETTERS",
+    "FRAMEWORK_COLUMNS",
+    "POSITIONS",
     "TableChecksum",
     "TableDiff",
     "compare",
     "file_checksums",
     "positions_of",
     "table_checksums",
+    "table_sum",
 ]
 
 POSITIONS = "_eventlane_positions"
 DEAD_LETTERS = "_eventlane_dead_letters"
-_FRAMEWORK_COLUMNS = {
+FRAMEWORK_COLUMNS = {
     POSITIONS: ("topic", "partition", "next_offset"),
     DEAD_LETTERS: ("topic", "partition", "offset", "key", "value", "event_type", "status"),
 }
@@ -94,18 +96,27 @@ def _encode(value: Any) -> bytes:
     if isinstance(value, str):
         raw = value.encode("utf-8", "surrogatepass")
         return b"s" + _LEN.pack(len(raw)) + raw
-    raw = bytes(value)
-    return b"b" + _LEN.pack(len(raw)) + raw
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        return b"b" + _LEN.pack(len(raw)) + raw
+    # other types a PostgreSQL driver returns (Decimal, datetime, UUID, JSON values)
+    text = f"{type(value).__name__}:{value!r}".encode("utf-8", "surrogatepass")
+    return b"o" + _LEN.pack(len(text)) + text
 
 
-def _table(conn: sqlite3.Connection, table: str, columns: Iterable[str]) -> TableChecksum:
+def table_sum(
+    conn: Any, table: str, columns: Iterable[str], *, schema: str | None = None
+) -> TableChecksum:
+    """The checksum of one table (``conn``: a DB-API connection with ``execute``; ``schema``
+    qualifies the table's name, for PostgreSQL)."""
     cols = sorted(columns)
     select = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
     total = 0
     rows = 0
     blake = hashlib.blake2b
     encode = _encode
-    for row in conn.execute(f'SELECT {select} FROM "{table}"'):
+    source = f'"{table}"' if schema is None else f'"{schema}"."{table}"'
+    for row in conn.execute(f"SELECT {select} FROM {source}"):
         digest = blake(b"\x00".join([encode(v) for v in row]), digest_size=8).digest()
         total += int.from_bytes(digest, "big")
         rows += 1
@@ -128,14 +139,14 @@ def table_checksums(
             ).fetchall()
         ]
         for name in names:
-            if name in _FRAMEWORK_COLUMNS:
+            if name in FRAMEWORK_COLUMNS:
                 if framework:
-                    out[name] = _table(conn, name, _FRAMEWORK_COLUMNS[name])
+                    out[name] = table_sum(conn, name, FRAMEWORK_COLUMNS[name])
                 continue
             if name.startswith(("sqlite_", "_sqlite_migrations", "_eventlane_")):
                 continue
             info = conn.execute(f'PRAGMA table_info("{name}")').fetchall()
-            out[name] = _table(conn, name, [r[1] for r in info])
+            out[name] = table_sum(conn, name, [r[1] for r in info])
     finally:
         if started:
             conn.execute("COMMIT")

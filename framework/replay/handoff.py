@@ -24,6 +24,17 @@ Steps (``eventlane rebuild APP --projection NAME --swap``):
 6. **resume**: the pause is lifted; each worker reopens the file at the path, claims its
    partitions again and seeks each to the position stored in the new file.
 
+**PostgreSQL** (a read model in a schema, :mod:`framework.projection.postgres`): the shadow
+is the schema ``<schema>__shadow`` (:mod:`.pg_build`); no pause files (workers may run on
+any host): the live schema's writer lock (the advisory lock every worker transaction
+takes) is the pause. Holding it, the swap catches the shadow up to the high-water marks,
+copies the live generations and owner into it, and renames the live schema to
+``<schema>__old`` and the shadow to the live name in the same transaction; the old schema
+is dropped after the commit. A worker's next transaction takes the lock, finds the
+schema's OID changed, refuses its batch (:class:`~framework.errors.FencedError`), reopens
+the read model and seeks to the positions stored in the new schema. The live lock is held
+for the final catch-up only (fewer than ``catch_up_records`` records, as the SQLite pause).
+
 No gap, no duplicate: the new file's content and positions are one consistent state (every
 event below a position applied exactly once, in the same transactions as the positions),
 built from the log alone, and the workers continue from exactly those positions. Writes a
@@ -44,13 +55,14 @@ import attrs
 
 from framework.app import Runtime
 from framework.consumer.admin import describe_group, group_exists
-from framework.errors import ConfigError, ReplayError
+from framework.errors import ConfigError, FrameworkError, ReplayError
 from framework.log import Log, TopicPartition
 from framework.log.files import fsync_dir
 from framework.log.local import LocalDir
 from framework.observability import get_logger
 from framework.projection import BatchApplier, ReadModel, ReadModelView
 from framework.projection.pause import PauseControl
+from framework.projection.postgres import PgReadModel, derived_schema, drop_schema, schema_name
 from framework.projection.store import readmodel_url
 from framework.replay.build import (
     BuildCounts,
@@ -60,13 +72,21 @@ from framework.replay.build import (
     replay_ranges,
     seal,
 )
+from framework.replay.pg_build import PgTarget, schema_dead_letters, schema_positions
 from framework.replay.progress import NO_PROGRESS, Progress
 from framework.replay.ranges import OffsetRange
 from framework.replay.rebuild import RebuildResult, rebuild
 
 log = get_logger("eventlane.replay")
 
-__all__ = ["HandoffResult", "catch_up", "rebuild_and_swap", "shadow_path", "swap_file"]
+__all__ = [
+    "HandoffResult",
+    "catch_up",
+    "rebuild_and_swap",
+    "shadow_path",
+    "swap_file",
+    "swap_schema",
+]
 
 
 @attrs.frozen
@@ -229,11 +249,23 @@ def rebuild_and_swap(
     result before anything else happens (``--verify`` checks it there); raising from it
     deletes the shadow and leaves everything live as it was.
     """
-    if readmodel_url(runtime, projection) is not None:
-        raise ConfigError(
-            f"projection {projection!r} has its read model in PostgreSQL: a hand-off into a"
-            " PostgreSQL schema (--swap, forget's rebuild) is not built yet; nothing was done"
-            " (a rebuild into a SQLite file without --swap works)"
+    url = readmodel_url(runtime, projection)
+    if url is not None:
+        if upto_live:
+            raise ConfigError(
+                f"projection {projection!r} has its read model in PostgreSQL: forget's"
+                " rebuild of a schema is not built yet; nothing was done"
+            )
+        return swap_schema(
+            runtime,
+            projection,
+            url,
+            engine=engine,
+            catch_up_records=catch_up_records,
+            catch_up_rounds=catch_up_rounds,
+            progress=progress,
+            before_swap=before_swap,
+            **rebuild_options,
         )
     local, stem = runtime.log.local, runtime.names.local(projection)
     live = local.readmodel(stem)
@@ -306,6 +338,97 @@ def rebuild_and_swap(
         final_records=final,
         paused_seconds=round(paused_seconds, 3),
         members=len(members),
+    )
+    return HandoffResult(
+        result, caught_up + final, final, paused_seconds, members, positions, letters
+    )
+
+
+def swap_schema(
+    runtime: Runtime,
+    projection: str,
+    url: str,
+    *,
+    engine: str,
+    catch_up_records: int,
+    catch_up_rounds: int,
+    progress: Progress,
+    before_swap: Callable[[RebuildResult], None] | None,
+    **rebuild_options: Any,
+) -> HandoffResult:
+    """The hand-off of a read model in PostgreSQL (see the module docstring's PostgreSQL
+    section): build ``<schema>__shadow``, catch it up, then, holding the live schema's
+    writer lock, catch it up to the high-water marks, give it the live generations and
+    owner, and rename it to the live name in the same transaction."""
+    local, stem = runtime.log.local, runtime.names.local(projection)
+    live, path = schema_name(stem), local.readmodel(stem)
+    shadow, old = derived_schema(live, "shadow"), derived_schema(live, "old")
+    topics = runtime.topics_of(projection)
+    target = PgTarget(url, shadow, path)
+    result = rebuild(
+        runtime, projection, engine=engine, output=target, progress=progress, **rebuild_options
+    )
+    building: PgReadModel | None = None
+    holder: PgReadModel | None = None
+    try:
+        if before_swap is not None:
+            before_swap(result)
+        progress.phase("catch-up")
+        building = PgReadModel(url, shadow, path)
+        building.raw.execute("SET synchronous_commit = off")
+        projector = runtime.app.projector(projection)()
+        applier = BatchApplier(projector, runtime.codec, building, replaying=True)
+        caught_up = 0
+        for _ in range(catch_up_rounds):
+            n = catch_up(runtime.log, applier, topics)
+            caught_up += n
+            if n < catch_up_records:
+                break
+        progress.phase("pause")
+        holder = PgReadModel(url, live, path)
+        t_pause = time.monotonic()
+        with holder.transaction():  # the live writer lock: no worker transaction runs now
+            final = catch_up(runtime.log, applier, topics)
+            applier.close()
+            building.close()
+            building = None
+            raw = holder.raw
+            raw.execute(
+                f'UPDATE "{shadow}"._eventlane_positions s SET generation = l.generation'
+                f' FROM "{live}"._eventlane_positions l'
+                " WHERE s.topic = l.topic AND s.partition = l.partition"
+            )
+            raw.execute(f'DELETE FROM "{shadow}"._eventlane_owner')
+            raw.execute(
+                f'INSERT INTO "{shadow}"._eventlane_owner SELECT app FROM "{live}"._eventlane_owner'
+            )
+            positions = schema_positions(raw, shadow)
+            progress.phase("swap")
+            raw.execute(f'DROP SCHEMA IF EXISTS "{old}" CASCADE')
+            raw.execute(f'ALTER SCHEMA "{live}" RENAME TO "{old}"')
+            raw.execute(f'ALTER SCHEMA "{shadow}" RENAME TO "{live}"')
+        paused_seconds = time.monotonic() - t_pause
+    except BaseException:
+        if building is not None:
+            building.close()
+        drop_schema(url, shadow)
+        raise
+    finally:
+        if holder is not None:
+            holder.close()
+    try:
+        drop_schema(url, old)
+    except FrameworkError as exc:  # swapped already; the next swap or a retire drops it
+        log.warning("could not drop the swapped-out schema", schema=old, error=str(exc))
+    letters = schema_dead_letters(url, live)
+    members = sorted(live_members(runtime.log, runtime.names.group(projection)))
+    log.info(
+        "read model handed over",
+        projector=projection,
+        schema=live,
+        caught_up=caught_up + final,
+        final_records=final,
+        locked_seconds=round(paused_seconds, 3),
     )
     return HandoffResult(
         result, caught_up + final, final, paused_seconds, members, positions, letters

@@ -3,7 +3,8 @@
 Replays every range of the plan, topic by topic and partition by partition in offset
 order, through the projector's handlers into one build file: no partials, no merge, so
 its result does not depend on merge rules. It is what ``--verify`` compares the Spark
-engine with, and the baseline the Spark engine must beat.
+engine with, and the baseline the Spark engine must beat. It also builds into a
+PostgreSQL schema (:class:`~framework.replay.pg_build.PgTarget`, :mod:`.pg_build`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from framework.app import App
 from framework.log import Log, TopicPartition
 from framework.projection import BatchApplier
 from framework.replay.build import BuildCounts, app_codec, finalize, open_build, replay_ranges
+from framework.replay.pg_build import PgTarget, finalize_schema, open_schema_build
 from framework.replay.progress import NO_PROGRESS, Progress
 from framework.replay.ranges import OffsetRange
 
@@ -27,12 +29,17 @@ def build_local(
     projection: str,
     ranges: list[OffsetRange],
     end: Mapping[TopicPartition, int],
-    output: Path,
+    output: Path | PgTarget,
     *,
     progress: Progress = NO_PROGRESS,
 ) -> BuildCounts:
-    """Build ``output`` from ``ranges`` (finalized at positions ``end``)."""
-    projector, readmodel = open_build(output, app, projection)
+    """Build ``output`` (a file, or a PostgreSQL schema) from ``ranges`` (finalized at
+    positions ``end``)."""
+    projector, readmodel = (
+        open_schema_build(output, app, projection)
+        if isinstance(output, PgTarget)
+        else open_build(output, app, projection)
+    )
     done = [0, 0]
 
     def advance(read: int) -> None:
@@ -46,7 +53,10 @@ def build_local(
             counts += replay_ranges(log, applier, [rng], progress=advance)
             done[0] += 1
             progress.update(done[0], done[1])
-        finalize(readmodel.conn, output, end)
+        if isinstance(output, PgTarget):
+            finalize_schema(readmodel, end)  # type: ignore[arg-type]
+        else:
+            finalize(readmodel.conn, output, end)  # type: ignore[arg-type]
     finally:
         readmodel.close()
     return counts

@@ -15,7 +15,9 @@ Steps:
    in the live ``<group>.dlq`` topic.
 
 Nothing live is touched: the output is a new file (default
-``<data>/readmodels/<name>.rebuild.sqlite``). :mod:`.handoff` swaps it in.
+``<data>/readmodels/<name>.rebuild.sqlite``). :mod:`.handoff` swaps it in. A projection
+whose read model is in PostgreSQL is rebuilt by the local engine into the schema
+``<schema>__rebuild`` of its database (:mod:`.pg_build`); ``output`` does not apply.
 """
 
 from __future__ import annotations
@@ -36,9 +38,12 @@ from framework.errors import ConfigError
 from framework.log import Log, TopicPartition
 from framework.log.local import LocalDir
 from framework.observability import get_logger
+from framework.projection.postgres import derived_schema, drop_schema, schema_name
+from framework.projection.store import app_readmodel_url
 from framework.replay.build import BuildCounts, DeadLetterReport, dead_letter_report, remove_db
 from framework.replay.local import build_local
 from framework.replay.merge import MergeStats
+from framework.replay.pg_build import PgTarget, schema_dead_letters
 from framework.replay.progress import NO_PROGRESS, Progress
 from framework.replay.ranges import end_vector, end_vector_at, plan_ranges
 
@@ -69,6 +74,8 @@ class RebuildResult:
     merge: MergeStats | None = None
     retried_tasks: int = 0
     """Spark tasks that succeeded only on a later attempt."""
+    schema: str | None = None
+    """The PostgreSQL schema built (``path`` is then ``postgresql:<schema>``)."""
 
     @property
     def events_per_second(self) -> float:
@@ -79,6 +86,7 @@ class RebuildResult:
             "projection": self.projection,
             "engine": self.engine,
             "path": str(self.path),
+            "schema": self.schema,
             "end": [
                 {"topic": tp.topic, "partition": tp.partition, "offset": off}
                 for tp, off in sorted(self.end.items())
@@ -119,7 +127,7 @@ def rebuild(
     projection: str,
     *,
     engine: str = "spark",
-    output: Path | str | None = None,
+    output: Path | str | PgTarget | None = None,
     data: Path | str | Log | None = None,
     end: Mapping[TopicPartition, int] | None = None,
     spark: SparkSession | None = None,
@@ -148,13 +156,9 @@ def rebuild(
         cls = app.projector(projection)
         topics = app.names.projector_topics(cls)
         local, stem = log_.local, app.names.local(projection)
-        out = Path(output) if output is not None else local.rebuild_output(stem)
-        if out.resolve() == local.readmodel(stem).resolve():
-            raise ConfigError(
-                "the rebuild output must not be the live read model; use --swap to hand it over",
-                path=out,
-            )
-        out.parent.mkdir(parents=True, exist_ok=True)
+        out = _output(app, local, projection, stem, engine, output)
+        if isinstance(out, Path):
+            out.parent.mkdir(parents=True, exist_ok=True)
         if as_of is not None:
             if end is not None:
                 raise ConfigError("rebuild takes as_of or end, not both")
@@ -197,7 +201,7 @@ def rebuild(
             else:
                 from framework.replay.spark import build_spark  # noqa: PLC0415
 
-                assert session is not None
+                assert session is not None and isinstance(out, Path)
                 built = build_spark(
                     session,
                     log_,
@@ -213,18 +217,24 @@ def rebuild(
                 replay_seconds = built.replay_seconds
                 retried = built.retried
         except BaseException:
-            remove_db(out)
+            if isinstance(out, PgTarget):
+                drop_schema(out.url, out.schema)
+            else:
+                remove_db(out)
             raise
         seconds = time.perf_counter() - t0
-        conn = sqlite3.connect(out.resolve().as_uri() + "?mode=ro", uri=True)
-        try:
-            letters = dead_letter_report(conn)
-        finally:
-            conn.close()
+        if isinstance(out, PgTarget):
+            letters = schema_dead_letters(out.url, out.schema)
+        else:
+            conn = sqlite3.connect(out.resolve().as_uri() + "?mode=ro", uri=True)
+            try:
+                letters = dead_letter_report(conn)
+            finally:
+                conn.close()
         result = RebuildResult(
             projection,
             engine,
-            out,
+            out.display if isinstance(out, PgTarget) else out,
             pinned,
             counts,
             letters,
@@ -233,6 +243,7 @@ def rebuild(
             replay_seconds,
             merge,
             retried,
+            out.schema if isinstance(out, PgTarget) else None,
         )
         log.info(
             "rebuild done",
@@ -241,12 +252,52 @@ def rebuild(
             records=counts.records,
             dead_letters=len(letters),
             seconds=round(seconds, 3),
-            path=str(out),
+            path=str(result.path),
         )
         return result
     finally:
         if owns_log:
             log_.close()
+
+
+def _output(
+    app: App,
+    local: LocalDir,
+    projection: str,
+    stem: str,
+    engine: str,
+    output: Path | str | PgTarget | None,
+) -> Path | PgTarget:
+    """Where the rebuild writes: a file, or (a read model in PostgreSQL) a schema."""
+    url = app_readmodel_url(app, projection)
+    live = local.readmodel(stem)
+    if url is not None:
+        if engine != "local":
+            raise ConfigError(
+                f"projection {projection!r} has its read model in PostgreSQL: rebuild it with"
+                " --engine local (a Spark rebuild into a schema is not built yet)"
+            )
+        if output is None:
+            return PgTarget(url, derived_schema(schema_name(stem), "rebuild"), live)
+        if not isinstance(output, PgTarget):
+            raise ConfigError(
+                f"projection {projection!r} has its read model in PostgreSQL: a rebuild writes"
+                f" schema {derived_schema(schema_name(stem), 'rebuild')}, not a file (no"
+                " --output)"
+            )
+    if isinstance(output, PgTarget):
+        if output.schema == schema_name(stem):
+            raise ConfigError(
+                "the rebuild output must not be the live read model; use --swap to hand it over"
+            )
+        return output
+    out = Path(output) if output is not None else local.rebuild_output(stem)
+    if out.resolve() == live.resolve():
+        raise ConfigError(
+            "the rebuild output must not be the live read model; use --swap to hand it over",
+            path=out,
+        )
+    return out
 
 
 def _default_groups(spark: SparkSession, partitions: int) -> int:

@@ -3,7 +3,8 @@
 * **engine**: the same history ``[LWM, E)`` rebuilt by the local engine (one process, no
   merge) must give the same checksum for every table — user tables, positions and dead
   letters (see :mod:`.checksum`).
-* **live**: the live read model, when it stands at ``E`` (for every partition its position
+* **live**: the live read model (its file, or its PostgreSQL schema: :mod:`.pg_build`),
+  when it stands at ``E`` (for every partition its position
   is ``E``, or only compacted-away offsets lie between), must hold the same user tables.
   A live model elsewhere (lagging, or already past ``E``) is reported as not comparable,
   which is not a difference.
@@ -19,6 +20,8 @@ import attrs
 
 from framework.app import App, Runtime
 from framework.log import Log, TopicPartition
+from framework.projection.postgres import connect_admin, schema_exists, schema_name
+from framework.projection.store import app_readmodel_url
 from framework.replay.build import remove_db
 from framework.replay.checksum import (
     DEAD_LETTERS,
@@ -29,9 +32,17 @@ from framework.replay.checksum import (
     positions_of,
     table_checksums,
 )
+from framework.replay.pg_build import schema_checksums, schema_positions
 from framework.replay.rebuild import RebuildResult, rebuild
 
-__all__ = ["Comparison", "compare_files", "compare_live", "live_at", "verify_rebuild"]
+__all__ = [
+    "Comparison",
+    "compare_files",
+    "compare_live",
+    "compare_live_schema",
+    "live_at",
+    "verify_rebuild",
+]
 
 
 @attrs.frozen
@@ -100,6 +111,26 @@ def compare_live(
     return Comparison("live", compare(mine, live))
 
 
+def compare_live_schema(
+    log: Log, url: str, rebuilt: str, live: str, end: Mapping[TopicPartition, int]
+) -> Comparison:
+    """User tables of schema ``rebuilt`` against the live schema, if the live positions
+    stand at ``end`` (both read in one ``REPEATABLE READ`` snapshot)."""
+    with connect_admin(url) as raw:
+        if not schema_exists(raw, live):
+            return Comparison("live", [], skipped="there is no live read model")
+        raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            why = live_at(log, schema_positions(raw, live), end)
+            if why is not None:
+                return Comparison("live", [], skipped=why)
+            theirs = schema_checksums(raw, live, framework=False)
+            mine = schema_checksums(raw, rebuilt, framework=False)
+        finally:
+            raw.execute("COMMIT")
+    return Comparison("live", compare(mine, theirs))
+
+
 def verify_rebuild(runtime: Runtime, result: RebuildResult) -> list[Comparison]:
     """``--verify``: a Spark result against the local engine at the same ``E`` (skipped for
     a local result: it is the reference), and against the live model when it is at ``E``."""
@@ -110,7 +141,13 @@ def verify_replay(app: App, log: Log, result: RebuildResult) -> list[Comparison]
     """:func:`verify_rebuild` for an app and an open log (a log an app cannot run on, such
     as Kafka's core log, still replays: no :class:`~framework.app.Runtime` needed)."""
     out = []
-    live = log.local.readmodel(app.names.local(result.projection))
+    stem = app.names.local(result.projection)
+    live = log.local.readmodel(stem)
+    url = app_readmodel_url(app, result.projection)
+    if result.schema is not None and url is not None:
+        out.append(Comparison("local engine", [], skipped="the result is the local engine's"))
+        out.append(compare_live_schema(log, url, result.schema, schema_name(stem), result.end))
+        return out
     if result.engine == "local":
         out.append(Comparison("local engine", [], skipped="the result is the local engine's"))
     else:

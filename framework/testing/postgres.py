@@ -67,6 +67,7 @@ class PostgresServer:
     directory: Path
     port: int
     pid: int
+    host: str = "127.0.0.1"
 
     @property
     def data(self) -> Path:
@@ -76,10 +77,24 @@ class PostgresServer:
     @property
     def url(self) -> str:
         user = OS_USER if os.geteuid() == 0 else getpass.getuser()
-        return f"postgresql://{user}@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://{user}@{self.host}:{self.port}/postgres"
 
     @classmethod
-    def start(cls, directory: Path, *, timeout: float = 60.0) -> PostgresServer:
+    def start(
+        cls,
+        directory: Path,
+        *,
+        timeout: float = 60.0,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        prefix: tuple[str, ...] = (),
+        trust: str | None = None,
+    ) -> PostgresServer:
+        """Start a cluster listening on ``host`` (default loopback; ``port``: a free one).
+
+        ``prefix`` runs the server under a command (``ip netns exec NS``: inside a network
+        namespace of the caller's); ``trust`` (a CIDR such as ``10.211.0.0/24``) also lets
+        clients of that network in without a password (``pg_hba.conf``)."""
         directory.mkdir(parents=True, exist_ok=True)
         data = directory / "pgdata"
         sockets = directory / "sock"
@@ -109,32 +124,38 @@ class PostgresServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        port = _free_port()
+        if trust is not None:
+            with (data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {trust} trust\n")
+        port = port or _free_port()
         options = (
-            f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={sockets}"
+            f"-c listen_addresses={host} -c port={port} -c unix_socket_directories={sockets}"
             " -c fsync=off -c full_page_writes=off -c max_connections=200"
         )
         subprocess.run(
-            _as_owner(
-                [
-                    find_bin("pg_ctl"),
-                    "-D",
-                    str(data),
-                    "-o",
-                    options,
-                    "-l",
-                    str(directory / "server.log"),
-                    "-w",
-                    "-t",
-                    str(int(timeout)),
-                    "start",
-                ]
-            ),
+            [
+                *prefix,
+                *_as_owner(
+                    [
+                        find_bin("pg_ctl"),
+                        "-D",
+                        str(data),
+                        "-o",
+                        options,
+                        "-l",
+                        str(directory / "server.log"),
+                        "-w",
+                        "-t",
+                        str(int(timeout)),
+                        "start",
+                    ]
+                ),
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
         )
         pid = int((data / "postmaster.pid").read_text().split()[0])
-        return cls(directory, port, pid)
+        return cls(directory, port, pid, host)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Fast shutdown (SIGINT to the postmaster, by PID), SIGKILL if it lingers."""

@@ -5,6 +5,7 @@ Layout (names carry a per-run tag ``<t>``, addresses only inside these namespace
     <t>hub     a bridge br0; one veth end per host (``v1``..``vN``, ``vc``)
     <t>n1..nN  a nats-server each, eth0 = 10.211.0.<i>/24
     <t>c       the clients (writers, readers), eth0 = 10.211.0.100/24
+    <t>c2..    more client hosts when asked for (``clients=``), eth0 = 10.211.0.101/24, ...
 
 A host is cut off from every other (servers and clients) by setting its veth end in the hub
 down, and healed by setting it up again: packets are dropped, sockets stay open (as when a
@@ -50,26 +51,34 @@ def _ip(*args: str) -> None:
 class Hosts:
     """``count`` server namespaces and one client namespace on a bridge (see module doc)."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, clients: int = 1) -> None:
         self.tag = f"el{os.getpid() % 100000}"
         self.hub = f"{self.tag}hub"
         self.servers = [f"{self.tag}n{i + 1}" for i in range(count)]
-        self.client = f"{self.tag}c"
+        self.clients = [f"{self.tag}c{j + 1 if j else ''}" for j in range(clients)]
+        self.client = self.clients[0]
         self.made: list[str] = []
+
+    def client_addr(self, j: int) -> str:
+        return f"{SUBNET}.{100 + j}"
 
     def addr(self, i: int) -> str:
         return f"{SUBNET}.{i + 1}"
 
     def create(self) -> None:
         self.remove()  # leftovers of a killed run with the same PID tag
-        for ns in [self.hub, *self.servers, self.client]:
+        for ns in [self.hub, *self.servers, *self.clients]:
             _ip("netns", "add", ns)
             self.made.append(ns)
             _ip("-n", ns, "link", "set", "lo", "up")
         _ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
         _ip("-n", self.hub, "link", "set", "br0", "up")
         hosts = [(ns, f"v{i + 1}", self.addr(i)) for i, ns in enumerate(self.servers)]
-        for ns, end, addr in [*hosts, (self.client, "vc", CLIENT_ADDR)]:
+        clients = [
+            (ns, f"vc{j + 1 if j else ''}", self.client_addr(j))
+            for j, ns in enumerate(self.clients)
+        ]
+        for ns, end, addr in [*hosts, *clients]:
             _ip(
                 "link",
                 "add",
@@ -96,12 +105,19 @@ class Hosts:
     def heal(self, i: int) -> None:
         _ip("-n", self.hub, "link", "set", f"v{i + 1}", "up")
 
-    def run_in_client(self) -> list[str]:
-        """The command prefix that runs a program in the client namespace."""
-        return ["ip", "netns", "exec", self.client]
+    def cut_client(self, j: int) -> None:
+        """Cut client host ``j`` off from every other host."""
+        _ip("-n", self.hub, "link", "set", f"vc{j + 1 if j else ''}", "down")
+
+    def heal_client(self, j: int) -> None:
+        _ip("-n", self.hub, "link", "set", f"vc{j + 1 if j else ''}", "up")
+
+    def run_in_client(self, j: int = 0) -> list[str]:
+        """The command prefix that runs a program in client namespace ``j``."""
+        return ["ip", "netns", "exec", self.clients[j]]
 
     def remove(self) -> None:
-        for ns in [self.client, *self.servers, self.hub]:
+        for ns in [*self.clients, *self.servers, self.hub]:
             with contextlib.suppress(subprocess.CalledProcessError):
                 _ip("netns", "del", ns)
         self.made.clear()

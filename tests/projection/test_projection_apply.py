@@ -359,3 +359,31 @@ def test_concurrent_deliveries_issue_once(runtime: Runtime) -> None:
         t.join()
     assert sorted(results) == [0, 0, 0, 1]
     assert len(runtime.store.read("invoices", "invoice-order-z")) == 1
+
+
+@BOTH
+def test_a_database_error_in_a_run_dead_letters_its_own_event(runtime: Runtime, data: Path) -> None:
+    """A statement the database refuses (here the marker of a re-appended event: ``UNIQUE
+    (event_id)``) fails its own event only: it is dead-lettered, every other event applied
+    (on PostgreSQL the failed statement aborts the transaction until the savepoint's
+    rollback; this is what a pipelined run would have to keep: see docs/projections.md,
+    section 13, on pipeline mode)."""
+    Producer(runtime).deposits(80, accounts=10)
+    records = all_records(runtime)
+    p = records[5].partition
+    same = [r for r in records if r.partition == p]
+    dup = same[len(same) // 2]
+    runtime.log.append("accounts", p, [(dup.key, dup.value, tuple(dup.headers), None)])
+    records = all_records(runtime)
+    applier, readmodel = applier_for(runtime, "balances")
+    try:
+        result = applier.apply(records)
+        letters = list_dead_letters(readmodel)
+    finally:
+        readmodel.close()
+    hwm = runtime.log.offsets("accounts", p).hwm
+    assert result.dead_lettered == 1
+    assert [(d.topic, d.partition, d.offset) for d in letters] == [("accounts", p, hwm - 1)]
+    assert "event_id" in letters[0].error or "UNIQUE" in letters[0].error.upper()
+    fold = fold_accounts(data)
+    assert set(read_markers(data)) == fold.events - {("accounts", p, hwm - 1)}

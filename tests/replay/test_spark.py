@@ -36,7 +36,7 @@ from framework.replay.datasource import EventlaneReader, records_to_arrow
 from framework.replay.handoff import rebuild_and_swap
 from framework.replay.merge import MergeConflictError
 from framework.replay.rebuild import rebuild
-from framework.replay.typed import arrow_schema, decode_batches, event_frame
+from framework.replay.typed import arrow_schema, decode_batches, event_frame, event_frames
 from tests.replay import replay_app
 from tests.replay.conftest import (
     APP,
@@ -204,6 +204,35 @@ def test_typed_event_frame_upcasts_old_versions(
     top = spark.sql("SELECT customer, sum(amount) AS s FROM placed GROUP BY customer").collect()
     spent = dict(rows(local_sales, "SELECT customer, spent FROM customer_stats WHERE orders > 0"))
     assert {r["customer"]: r["s"] for r in top} == spent
+
+
+def test_event_frames_read_the_topic_once_for_every_type(
+    spark: Any, history: GeneratedLog, tmp_path: Path
+) -> None:
+    """``event_frames`` equals ``event_frame`` per type, and reads the log once: after the
+    first action the data directory is moved away, and every frame still answers."""
+    import shutil  # noqa: PLC0415
+
+    data = tmp_path / "data"
+    shutil.copytree(history.data, data)
+    classes = [replay_app.OrderPlaced, replay_app.OrderShipped, replay_app.PaymentReceived]
+    topics = ["orders", "payments"]
+    one_by_one = {
+        cls: sorted(event_frame(spark, replay_app.app, data, cls, topics=topics).collect())
+        for cls in classes
+    }
+    frames = event_frames(spark, replay_app.app, data, classes, topics=topics)
+    try:
+        assert list(frames) == classes
+        first = sorted(frames[classes[0]].collect())
+        data.rename(tmp_path / "gone")  # nothing can read the log any more
+        assert first == one_by_one[classes[0]]
+        for cls in classes:
+            assert frames[cls].columns == list(arrow_schema(cls).names)
+            assert sorted(frames[cls].collect()) == one_by_one[cls], cls
+        assert all(one_by_one[cls] for cls in classes)
+    finally:
+        spark.catalog.clearCache()
 
 
 # ---------------------------------------------------------------------------- rebuild

@@ -164,11 +164,13 @@ def build_spark(
         retried = sum(1 for r in results if r.attempt > 0)
         return SparkBuild(counts, len(results), stats, replay_seconds, retried)
     finally:
-        if thread is not None and thread.is_alive():  # stopped (Ctrl-C): stop the job too
-            with contextlib.suppress(Exception):
-                spark.sparkContext.cancelJobGroup(group)
-            thread.join(CANCEL_WAIT_S)
-        parts.release()
+        try:
+            if thread is not None and thread.is_alive():  # stopped (Ctrl-C): stop the job too
+                with contextlib.suppress(Exception):
+                    spark.sparkContext.cancelJobGroup(group)
+                thread.join(CANCEL_WAIT_S)
+        finally:  # a second Ctrl-C during the wait: the parts go all the same
+            parts.release()
 
 
 CANCEL_WAIT_S = 30.0

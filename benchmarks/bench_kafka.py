@@ -10,6 +10,13 @@ eventlane's own producer and consumer on the same machine, in the same run.
 * ``own_consume``  baseline: eventlane's free ``Consumer.poll`` of the topic end to end
 * ``kafka_consume`` confluent-kafka ``Consumer`` (assign, from offset 0) of the same topic
 
+Beside each confluent-kafka rate: the listener's CPU per record (``listener_us``, from the
+listener process's CPU times) and the client's own ceiling (``client_ceiling``: records per
+second of the benchmark process's CPU, librdkafka's threads included): what the client could
+do with a core to itself and a listener that cost nothing. On a 2-core machine the two
+processes share the cores, so the rate is bounded by roughly ``1 / (listener_us +
+client_us)``.
+
     .venv/bin/python benchmarks/bench_kafka.py [--quick] [--runs 5] [--json]
 """
 
@@ -21,9 +28,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import psutil
 from _harness import Bench, bench_from_args, parser, quiet_logs, scratch_dir
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
@@ -74,6 +82,20 @@ def figures(bench: Bench, root: Path, count: int) -> None:
     data = root / "data"
     store = LogStore(data)
     proc, bootstrap = start_listener(data)
+    listener = psutil.Process(proc.pid)
+
+    def cpu_s() -> tuple[float, float]:
+        times = listener.cpu_times()
+        return time.process_time(), times.user + times.system
+
+    def costs(rate: float, got: int, before: tuple[float, float]) -> Mapping[str, float]:
+        client, served = (b - a for a, b in zip(before, cpu_s(), strict=True))
+        return {
+            "rate": rate,
+            "client_ceiling": got / max(client, 1e-9),
+            "listener_us": served / max(got, 1) * 1e6,
+        }
+
     keys = [b"key-%06d" % (i % 10_000) for i in range(count)]
     rounds = iter(range(1_000_000))
     topics: dict[str, str] = {}
@@ -91,7 +113,7 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         topics["own"] = topic
         return rate
 
-    def kafka_produce() -> float:
+    def kafka_produce() -> Mapping[str, float]:
         topic = f"ck-{next(rounds)}"
         store.create_topic(topic, 1)
         acked = [0]
@@ -112,6 +134,7 @@ def figures(bench: Bench, root: Path, count: int) -> None:
                 "queue.buffering.max.messages": 1_000_000,
             }
         )
+        before = cpu_s()
         t0 = time.perf_counter()
         for k in keys:
             producer.produce(topic, key=k, value=VALUE, partition=0, on_delivery=delivered)
@@ -120,7 +143,7 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         rate = acked[0] / (time.perf_counter() - t0)
         assert acked[0] == count, (acked[0], count, errors)
         topics["ck"] = topic
-        return rate
+        return costs(rate, acked[0], before)
 
     def own_consume() -> float:
         consumer = Consumer(store, auto_offset_reset="earliest", max_poll_records=500)
@@ -134,7 +157,7 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         consumer.close()
         return rate
 
-    def kafka_consume() -> float:
+    def kafka_consume() -> Mapping[str, float]:
         consumer = CKConsumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -145,13 +168,15 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         )
         consumer.assign([CKTopicPartition(topics["ck"], 0, 0)])
         got = 0
+        before = cpu_s()
         t0 = time.perf_counter()
         while got < count:
             msgs = consumer.consume(10_000, 1.0)
             got += sum(1 for m in msgs if m.error() is None)
         rate = got / (time.perf_counter() - t0)
+        result = costs(rate, got, before)
         consumer.close()
-        return rate
+        return result
 
     try:
         bench.rounds(
@@ -171,16 +196,30 @@ def figures(bench: Bench, root: Path, count: int) -> None:
     bench.add(
         "confluent-kafka produce via serve --kafka (acks=all)",
         "rec/s",
-        "kafka_produce",
+        "kafka_produce.rate",
         baseline="own_produce",
     )
+    bench.add(
+        "  its client's ceiling (records / client CPU s)",
+        "rec/s",
+        "kafka_produce.client_ceiling",
+        baseline="own_produce",
+    )
+    bench.add("  the listener's CPU per record", "us", "kafka_produce.listener_us")
     bench.add("eventlane Consumer.poll", "rec/s", "own_consume")
     bench.add(
         "confluent-kafka consume via serve --kafka",
         "rec/s",
-        "kafka_consume",
+        "kafka_consume.rate",
         baseline="own_consume",
     )
+    bench.add(
+        "  its client's ceiling (records / client CPU s)",
+        "rec/s",
+        "kafka_consume.client_ceiling",
+        baseline="own_consume",
+    )
+    bench.add("  the listener's CPU per record", "us", "kafka_consume.listener_us")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -98,15 +98,22 @@ def generate(data: Path, events: int, partitions: int, seed: int = 11) -> int:
 def tree_cpu() -> float:
     """CPU seconds (user + system) of this process and all its descendants so far: the
     driver, the JVM it started, the JVM's Python workers."""
+    return sum(cpu_by_kind().values())
+
+
+def cpu_by_kind() -> dict[str, float]:
+    """:func:`tree_cpu` split into ``driver`` (this process), ``jvm`` (the Java processes)
+    and ``workers`` (every other descendant: Spark's Python workers and their daemon)."""
     me = psutil.Process()
-    total = 0.0
+    out = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
     for proc in [me, *me.children(recursive=True)]:
         try:
             t = proc.cpu_times()
+            kind = "driver" if proc.pid == me.pid else "jvm" if "java" in proc.name() else "workers"
         except psutil.Error:
             continue
-        total += t.user + t.system
-    return total
+        out[kind] += t.user + t.system
+    return out
 
 
 def main() -> None:
@@ -137,12 +144,15 @@ def main() -> None:
             return r.events_per_second
 
         def spark_run(name: str, session: Any) -> float:
-            c0, w0 = tree_cpu(), time.perf_counter()
+            k0, w0 = cpu_by_kind(), time.perf_counter()
             r: RebuildResult = rebuild(
                 runtime, PROJECTION, engine="spark", spark=session, output=root / f"{name}.sqlite"
             )
-            cpu = tree_cpu() - c0
+            k1 = cpu_by_kind()
+            cpu = sum(k1.values()) - sum(k0.values())
             bench.record(f"cpu_us_per_event_{name}", cpu / count * 1e6)
+            for kind in k1:  # where Spark's CPU goes: driver, JVM, Python workers
+                bench.record(f"cpu_us_{kind}_{name}", (k1[kind] - k0[kind]) / count * 1e6)
             # cores the run obtained on average (CPU seconds of every process / wall seconds):
             # on a shared machine local[2] gets what the neighbours leave, not 2
             bench.record(f"cores_{name}", cpu / (time.perf_counter() - w0))
@@ -228,6 +238,8 @@ def main() -> None:
         "cpu_us_per_event_spark1",
         baseline="cpu_us_per_event_local",
     )
+    for kind in ("driver", "jvm", "workers"):
+        bench.add(f"  of which {kind}, spark local[2]", "us", f"cpu_us_{kind}_spark2")
     bench.add("cores obtained, spark local[1] (CPU s / wall s)", "cores", "cores_spark1")
     bench.add(
         "cores obtained, spark local[2] (CPU s / wall s)",

@@ -3,7 +3,9 @@
 Invariant (Kafka's ProducerStateManager): per (producer id, partition) the table keeps the
 next expected sequence and the last five batches; a retried batch is answered with its first
 offset and not appended again, a sequence gap is refused with OUT_OF_ORDER_SEQUENCE_NUMBER,
-and appends of the listener are serialised so that check and append are one step.
+and appends of the listener to one partition are serialised so that check and append are one
+step (a lock per partition, :class:`PartitionLocks`: appends to different partitions, of one
+request or of several connections, run side by side).
 A partition's records must be exactly one batch (Kafka's rule since Produce v3, which the
 listener's oldest version is): none or several are INVALID_RECORD, so a partition's answer
 is about one batch, stored whole or not at all.
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
@@ -118,6 +122,37 @@ class ProducerStateTable:
         state.next_seq = (batch.base_sequence + count) & 0x7FFFFFFF
 
 
+class PartitionLocks:
+    """One :class:`asyncio.Lock` per ``(topic, partition)`` being produced to.
+
+    Invariants: two holders of one partition's lock never overlap, and waiters get it in
+    the order they asked (asyncio's locks are FIFO); an entry lives only while someone holds
+    or waits for it, so the table never outgrows the partitions in flight. Event loop only.
+    """
+
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, int], tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, topic: str, partition: int) -> AsyncIterator[None]:
+        key = (topic, partition)
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = (asyncio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[key]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
 class _RefusedError(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
@@ -214,9 +249,9 @@ class ProduceApis(BrokerState):
     """Produce and InitProducerId (the module docstring)."""
 
     producer_states: ProducerStateTable
-    _append_lock: asyncio.Lock
-    """Serialises the listener's appends: a batch's sequence check and its append are one
-    step (:class:`ProducerStateTable`)."""
+    append_locks: PartitionLocks
+    """Serialises the listener's appends per partition: a batch's sequence check and its
+    append are one step (:class:`ProducerStateTable`)."""
     budget: Any
     """The server's in-flight memory budget (set by the server; ``None``: none)."""
     max_decompressed_bytes: int
@@ -242,13 +277,23 @@ class ProduceApis(BrokerState):
     async def produce(self, request: Any) -> Any:
         Topic = ProduceResponse.TopicProduceResponse
         Part = Topic.PartitionProduceResponse
+        # every partition of the request at once (each under its own partition's lock)
+        answers = iter(
+            await asyncio.gather(
+                *(
+                    self._produce_partition(
+                        topic.name, pdata.index, pdata.records, request.transactional_id
+                    )
+                    for topic in request.topic_data
+                    for pdata in topic.partition_data
+                )
+            )
+        )
         topics = []
         for topic in request.topic_data:
             parts = []
             for pdata in topic.partition_data:
-                code, base, append_time, lwm, message = await self._produce_partition(
-                    topic.name, pdata.index, pdata.records, request.transactional_id
-                )
+                code, base, append_time, lwm, message = next(answers)
                 parts.append(
                     Part(
                         index=pdata.index,
@@ -319,7 +364,8 @@ class ProduceApis(BrokerState):
         (batch,) = batches
         first_base = -1
         append_time = -1
-        async with self._append_lock:
+        marks: tuple[int, bool] | Exception | None = None
+        async with self.append_locks.hold(topic, partition):
             stored, gap = self.producer_states.check(batch, topic, partition)
             if stored >= 0:  # a retry of a batch we have: answer with its offset
                 first_base = stored
@@ -327,21 +373,35 @@ class ProduceApis(BrokerState):
                 return errno(Errors.OutOfOrderSequenceNumberError), -1, -1, -1, gap
             elif batch.records:
                 try:
-                    result = await asyncio.to_thread(
-                        self.log.append, topic, partition, batch.records
+                    result, marks = await asyncio.to_thread(
+                        self._append_and_marks, topic, partition, batch.records
                     )
                 except Exception as exc:
                     return error_for(exc), -1, -1, -1, str(exc)
                 first_base = result.base_offset
                 append_time = result.timestamps[0] if result.timestamps else -1
                 self.producer_states.appended(batch, topic, partition, result.base_offset)
-        try:
-            lwm = (await asyncio.to_thread(self.log.offsets, topic, partition)).lwm
-            timestamp_type = await asyncio.to_thread(self._append_time_topic, topic)
-        except Exception as exc:
+        if marks is None:
+            marks = await asyncio.to_thread(self._marks, topic, partition)
+        if isinstance(marks, Exception):
             # the records are stored (acknowledge them): only the marks could not be read
-            return errno(Errors.NoError), first_base, -1, -1, f"stored; {exc}"
+            return errno(Errors.NoError), first_base, -1, -1, f"stored; {marks}"
+        lwm, timestamp_type = marks
         return errno(Errors.NoError), first_base, append_time if timestamp_type else -1, lwm, None
+
+    def _append_and_marks(
+        self, topic: str, partition: int, records: list[Any]
+    ) -> tuple[Any, tuple[int, bool] | Exception]:
+        """The append and what its answer reports, in one worker-thread hop."""
+        result = self.log.append(topic, partition, records)
+        return result, self._marks(topic, partition)
+
+    def _marks(self, topic: str, partition: int) -> tuple[int, bool] | Exception:
+        """``(low-water mark, LogAppendTime topic?)``, or what stopped reading them."""
+        try:
+            return self.log.offsets(topic, partition).lwm, self._append_time_topic(topic)
+        except Exception as exc:
+            return exc
 
     def _append_time_topic(self, topic: str) -> bool:
         return bool(self.log.topic_config(topic).log_append_time)

@@ -24,7 +24,6 @@ DeleteRecords) and :mod:`._group_apis` (the group APIs); :mod:`._base` holds wha
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,7 +31,7 @@ from framework.consumer.offsets import OffsetStore
 from framework.kafka._admin import AdminApis
 from framework.kafka._fetch import FetchApis
 from framework.kafka._group_apis import GroupApis
-from framework.kafka._produce import ProduceApis, ProducerStateTable
+from framework.kafka._produce import PartitionLocks, ProduceApis, ProducerStateTable
 from framework.kafka.groups import GroupCoordinator
 from framework.log import Log, TopicPartition
 from framework.observability import get_logger
@@ -52,7 +51,7 @@ class Broker(ProduceApis, FetchApis, AdminApis, GroupApis):
         self.host = "127.0.0.1"
         self.port = 9092
         self.producer_states = ProducerStateTable()
-        self._append_lock = asyncio.Lock()
+        self.append_locks = PartitionLocks()
         self.limits: dict[str, str] = {}
         # (group, partition) -> a negative committed offset (-1 latest, -2 earliest: a
         # client's "no position, apply the reset policy"), answered by OffsetFetch until the

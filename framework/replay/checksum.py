@@ -33,6 +33,7 @@ one consistent snapshot.
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import struct
 from collections.abc import Iterable, Mapping
@@ -153,9 +154,13 @@ def table_checksums(
     return out
 
 
-def file_checksums(path: Path, *, framework: bool = True) -> dict[str, TableChecksum]:
-    """:func:`table_checksums` of a read-model file, opened read-only."""
-    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None)
+def file_checksums(
+    path: str | os.PathLike[str], *, framework: bool = True
+) -> dict[str, TableChecksum]:
+    """:func:`table_checksums` of a read-model file (a path or its text), opened read-only."""
+    conn = sqlite3.connect(
+        Path(path).resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None
+    )
     try:
         return table_checksums(conn, framework=framework)
     finally:

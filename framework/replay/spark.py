@@ -18,10 +18,23 @@ fresh output file inside SQLite (:func:`framework.replay.merge.merge_partials`),
 output is finalized at ``E``. Task failures are retried by Spark (``spark.task.maxFailures``
 on a cluster; ``local[N,F]`` in local mode): each attempt writes its own file from scratch,
 so a retried task yields the same partial.
+
+Parts folders (``.<output>.parts-<hex>``, beside the output): each build claims its own
+(:func:`claim_parts`) and holds an exclusive ``flock`` on its ``owner.lock`` for as long as
+it lives, so a folder whose lock can be taken belongs to a build that is gone. A build
+removes its folder when it ends, however it ends, after cancelling its Spark job (a task
+still running never re-creates the folder: tasks only write into an existing one); the
+folders of builds killed before they could (``kill -9``, a lost host) are removed by the
+next build of the same output. A running build's folder is never touched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import glob
+import os
+import re
 import shutil
 import threading
 import time
@@ -67,6 +80,7 @@ def _run_tasks(
     work: Path,
     ranges: list[OffsetRange],
     key_groups: int,
+    group: str,
 ) -> list[TaskResult]:
     tasks = make_tasks(ranges, key_groups)
     ordered = sorted(tasks, key=lambda t: (-t.range.size, t.task))
@@ -79,7 +93,7 @@ def _run_tasks(
         ]
 
     sc = spark.sparkContext
-    sc.setJobDescription(f"eventlane rebuild {projection}: {len(tasks)} tasks")
+    sc.setJobGroup(group, f"eventlane rebuild {projection}: {len(tasks)} tasks", True)
     rdd = sc.parallelize(ordered, len(ordered)).mapPartitions(run)
     results: list[TaskResult] = rdd.collect()
     return sorted(results, key=lambda r: r.task)
@@ -101,8 +115,10 @@ def build_spark(
     ``end``). The tasks reopen the log by :func:`~framework.engine.log_locator`."""
     locator = log_locator(log_)
     data_dir = str(log_.local.root)
-    work = output.parent / f".{output.name}.parts-{uuid.uuid4().hex[:12]}"
-    work.mkdir(parents=True)
+    parts = claim_parts(output)
+    work = parts.path
+    group = f"eventlane-rebuild-{work.name}"
+    thread: threading.Thread | None = None
     try:
         t0 = time.perf_counter()
         results: list[TaskResult] = []
@@ -113,7 +129,9 @@ def build_spark(
                 return  # no partition: nothing for Spark to do
             try:
                 results.extend(
-                    _run_tasks(spark, app, projection, locator, data_dir, work, ranges, key_groups)
+                    _run_tasks(
+                        spark, app, projection, locator, data_dir, work, ranges, key_groups, group
+                    )
                 )
             except BaseException as exc:
                 failure.append(exc)
@@ -146,12 +164,85 @@ def build_spark(
         retried = sum(1 for r in results if r.attempt > 0)
         return SparkBuild(counts, len(results), stats, replay_seconds, retried)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        try:
+            if thread is not None and thread.is_alive():  # stopped (Ctrl-C): stop the job too
+                with contextlib.suppress(Exception):
+                    spark.sparkContext.cancelJobGroup(group)
+                thread.join(CANCEL_WAIT_S)
+        finally:  # a second Ctrl-C during the wait: the parts go all the same
+            parts.release()
+
+
+CANCEL_WAIT_S = 30.0
+"""How long a stopped build waits for its cancelled Spark job before removing its parts."""
+
+_LOCK = "owner.lock"
+_ORPHAN_AFTER_S = 60.0
+"""A parts folder with no lock file yet is a build's that is just starting, unless older."""
+
+
+class Parts:
+    """A claimed parts folder (module docstring): :meth:`release` removes it and lets go."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+
+    def release(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        os.close(self._fd)  # the flock goes with it
+
+
+def claim_parts(output: Path) -> Parts:
+    """A new parts folder for a build of ``output``, held by this process; the folders of
+    earlier builds of ``output`` that are gone are removed first (module docstring)."""
+    for old in output.parent.glob(f".{glob.escape(output.name)}.parts-*"):
+        _remove_if_orphaned(old)
+    work = output.parent / f".{output.name}.parts-{uuid.uuid4().hex[:12]}"
+    work.mkdir(parents=True)
+    fd = os.open(work / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: nobody else has it
+    return Parts(work, fd)
+
+
+def _remove_if_orphaned(folder: Path) -> None:
+    try:
+        fd = os.open(folder / _LOCK, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            if time.time() - folder.stat().st_mtime > _ORPHAN_AFTER_S:
+                shutil.rmtree(folder, ignore_errors=True)
+        return
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)  # held: a build running now
+        return
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+        log.info("removed the parts of a rebuild that is gone", path=str(folder))
+    finally:
+        os.close(fd)
+
+
+_WORKER_DIED = "Python worker exited unexpectedly"
+_ATTEMPTS = re.compile(r"failed (\d+) times")
 
 
 def _short(exc: BaseException) -> str:
-    """The useful last line of a (Py4J-wrapped) Python traceback."""
+    """The useful last line of a (Py4J-wrapped) Python traceback; for a Python worker that
+    died (the JVM sees only its pipe close: ``java.io.EOFException``), what happened."""
     text = str(exc)
+    if _WORKER_DIED in text:
+        tries = _ATTEMPTS.search(text)
+        each = f" (in each of its {tries.group(1)} attempts)" if tries else ""
+        return (
+            f"a Python worker running a rebuild task exited unexpectedly{each}: the process"
+            " died without a Python error (killed by a signal or the out-of-memory killer,"
+            " os._exit, or a crash in native code); Spark's executor log has the details"
+        )
     lines = [ln for ln in text.splitlines() if ln.strip()]
     for line in reversed(lines):
         if "Error" in line or "Exception" in line:

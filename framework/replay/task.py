@@ -116,7 +116,7 @@ def run_task(
     tmp = folder / f"part-{spec.task:05d}.a{attempt}.sqlite"
     final = partial_path(folder, spec.task)
     progress = folder / "progress" / str(spec.task)
-    progress.parent.mkdir(parents=True, exist_ok=True)
+    progress.parent.mkdir(exist_ok=True)  # never the work folder: a finished build removed it
     done = 0
 
     def report(read: int) -> None:

@@ -17,7 +17,11 @@ a nested attrs class → struct, ``tuple[T, ...]``/``list[T]``/sets → array, `
 → map, ``T | None`` → ``T`` (nullable). Anything else becomes a JSON string.
 
 Records are read by the ``eventlane`` data source and decoded in the same Python worker
-(``mapInArrow``), batch by batch; the driver holds no records.
+(``mapInArrow``), batch by batch; the driver holds no records. For several event types of
+the same topics, :func:`event_frames` reads and decodes the records once for all of them::
+
+    frames = event_frames(spark, app, DATA, [OrderPlaced, OrderShipped], topics=["orders"])
+    frames[OrderShipped].count()
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import enum
 import types
 import typing
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +51,7 @@ from framework.replay.ranges import open_store
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ENVELOPE_FIELDS", "arrow_schema", "arrow_type", "event_frame"]
+__all__ = ["ENVELOPE_FIELDS", "arrow_schema", "arrow_type", "event_frame", "event_frames"]
 
 ENVELOPE_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
     ("topic", pa.string()),
@@ -155,14 +159,57 @@ def decode_batches(
     ``data`` (the log: its data directory or a ``nats://`` URL) gives the codec the app's
     key store, so personal fields decrypt (or read as erased); without it, events with
     personal fields fail."""
+    schema = arrow_schema(event_cls)
+    for rows in _typed_rows(batches, app, (event_cls,), data):
+        if rows:
+            yield pa.RecordBatch.from_pylist([row for _, row in rows], schema=schema)
+
+
+def union_schema(classes: Sequence[type[DomainEvent]]) -> pa.Schema:
+    """The schema of :func:`decode_union`: ``_type`` (the index of the row's class in
+    ``classes``), then one struct column ``e<i>`` per class (:func:`arrow_schema`), set only
+    in the rows of that class."""
+    return pa.schema(
+        [("_type", pa.int32())]
+        + [(f"e{i}", pa.struct(list(arrow_schema(cls)))) for i, cls in enumerate(classes)]
+    )
+
+
+def decode_union(
+    batches: Iterable[pa.RecordBatch],
+    app: App,
+    classes: Sequence[type[DomainEvent]],
+    data: str | Path | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """:func:`decode_batches` for several event classes in one pass over the records: each
+    event of one of ``classes`` becomes a row of :func:`union_schema`."""
+    schema = union_schema(classes)
+    for rows in _typed_rows(batches, app, classes, data):
+        if rows:
+            yield pa.RecordBatch.from_pylist(
+                [{"_type": i, f"e{i}": row} for i, row in rows], schema=schema
+            )
+
+
+def _typed_rows(
+    batches: Iterable[pa.RecordBatch],
+    app: App,
+    classes: Sequence[type[DomainEvent]],
+    data: str | Path | None,
+) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    """Per raw batch, ``(index of the class in classes, row)`` for each of its events of one
+    of ``classes`` (others are skipped by their type header, before decoding, when they
+    have one)."""
     codec = app_codec(app, None if data is None else open_store(data))
     registry = codec.registry
-    schema = arrow_schema(event_cls)
-    own = [(f.name, f.type) for f in schema][len(ENVELOPE_FIELDS) :]
+    index = {cls: i for i, cls in enumerate(classes)}
+    owns = [
+        [(f.name, f.type) for f in arrow_schema(cls)][len(ENVELOPE_FIELDS) :] for cls in classes
+    ]
     wanted: dict[tuple[str, int], bool] = {}
     for batch in batches:
         cols = batch.to_pydict()
-        rows = []
+        rows: list[tuple[int, dict[str, Any]]] = []
         for topic, partition, offset, key, value, headers in zip(
             cols["topic"],
             cols["partition"],
@@ -178,14 +225,15 @@ def decode_batches(
                 hit = wanted.get(stored)
                 if hit is None:
                     try:
-                        hit = registry.resolve(stored.name, stored.version).cls is event_cls
+                        hit = registry.resolve(stored.name, stored.version).cls in index
                     except FrameworkError:
                         hit = False
                     wanted[stored] = hit
                 if not hit:
                     continue
             env = codec.decode(key, value, pairs, topic=topic, partition=partition, offset=offset)
-            if type(env.event) is not event_cls:
+            i = index.get(type(env.event))
+            if i is None:
                 continue
             row = {
                 "topic": topic,
@@ -196,11 +244,10 @@ def decode_batches(
                 "event_id": str(env.event_id),
                 "timestamp": env.timestamp,
             }
-            for name, atype in own:
+            for name, atype in owns[i]:
                 row[name] = _value(getattr(env.event, name), atype, codec)
-            rows.append(row)
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+            rows.append((i, row))
+        yield rows
 
 
 def event_frame(
@@ -236,3 +283,46 @@ def event_frame(
         return decode_batches(batches, app, event_cls, locator)
 
     return raw.mapInArrow(decode, spark_schema)
+
+
+def event_frames(
+    spark: SparkSession,
+    app: App,
+    data: Path | str,
+    event_classes: Iterable[type[DomainEvent]],
+    *,
+    topics: Iterable[str],
+    options: Mapping[str, str] | None = None,
+) -> dict[type[DomainEvent], DataFrame]:
+    """:func:`event_frame` of each of ``event_classes``, from one read of ``topics``.
+
+    The records are read and decoded once, into one DataFrame holding the events of every
+    class asked for, which is persisted (``DataFrame.persist()``: memory, then disk): the
+    first action on any of the frames reads the topics, the others use what it kept.
+    ``spark.catalog.clearCache()`` (or ``unpersist()`` on the frame's source) lets it go.
+    """
+    from pyspark.sql import functions as F  # noqa: PLC0415, N812
+    from pyspark.sql.pandas.types import from_arrow_schema  # noqa: PLC0415
+
+    classes = list(dict.fromkeys(event_classes))
+    if not classes:
+        raise ConfigError("event_frames needs at least one event class")
+    registry = app_codec(app).registry
+    for cls in classes:
+        registry.type_of(cls)  # unregistered: fails here, on the driver
+    names = ",".join(topics)
+    if not names:
+        raise ConfigError("event_frames needs at least one topic")
+    locator = log_locator(data)
+    reader = spark.read.format("eventlane").option("log", locator).option("topic", names)
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+    raw = reader.load().select("topic", "partition", "offset", "key", "value", "headers")
+
+    def decode(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return decode_union(batches, app, classes, locator)
+
+    union = raw.mapInArrow(decode, from_arrow_schema(union_schema(classes))).persist()
+    return {
+        cls: union.where(F.col("_type") == i).select(f"e{i}.*") for i, cls in enumerate(classes)
+    }

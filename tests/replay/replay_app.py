@@ -215,6 +215,25 @@ class FlakySales(Sales):
             os._exit(17)  # the Python worker dies mid-task
 
 
+class CrashingSales(Sales):
+    """``sales`` whose Python worker dies on ``payments/1`` in every attempt of a Spark task:
+    the job fails after its retries."""
+
+    name = "crashing_sales"
+
+    def __init__(self) -> None:
+        self.first: dict[tuple[str, int], int] = {}
+
+    def fault(self, ctx: EventContext) -> None:
+        from pyspark import TaskContext  # noqa: PLC0415 - only Spark tasks get here
+
+        if TaskContext.get() is None:
+            return
+        first = self.first.setdefault((ctx.topic, ctx.partition), ctx.offset)
+        if (ctx.topic, ctx.partition) == ("payments", 1) and ctx.offset - first >= FAULT_AFTER:
+            os._exit(17)  # the Python worker dies mid-task, every time
+
+
 class OrderStatus(Projector):
     name = "order_status"
     topics = ("orders",)
@@ -259,7 +278,7 @@ class NoRule(Projector):
 app = App(
     "replaytest",
     events=[OrderPlaced, OrderShipped, PaymentReceived, CustomerRenamed, Noise],
-    projectors=[Sales, FlakySales, OrderStatus, NoRule],
+    projectors=[Sales, FlakySales, CrashingSales, OrderStatus, NoRule],
     registry=registry,
     partitions={"orders": 4, "payments": 3, "customers": 2},
 )

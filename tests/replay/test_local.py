@@ -148,6 +148,8 @@ def test_checksums_ignore_order_but_not_content(tmp_path: Path, history: Generat
     diffs = {d.table for d in compare(file_checksums(a), file_checksums(b)) if not d.equal}
     assert diffs == {"applied", POSITIONS}
     assert DEAD_LETTERS in file_checksums(a)
+    # a path as text (what a script or the CLI has) is the same file
+    assert file_checksums(str(a)) == file_checksums(a)
 
 
 # ---------------------------------------------------------------------------- helpers

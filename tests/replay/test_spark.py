@@ -27,6 +27,7 @@ from example_apps.invoicing.app import app as invoicing
 from example_apps.invoicing.events import Address, OrderLine, OrderPlaced
 from framework.cli import main
 from framework.codec import Envelope
+from framework.errors import ReplayError
 from framework.log import LogStore, Record, TopicPartition
 from framework.projection import ReadModelView, readmodel_path
 from framework.projection.pause import PauseControl
@@ -35,7 +36,7 @@ from framework.replay.datasource import EventlaneReader, records_to_arrow
 from framework.replay.handoff import rebuild_and_swap
 from framework.replay.merge import MergeConflictError
 from framework.replay.rebuild import rebuild
-from framework.replay.typed import arrow_schema, decode_batches, event_frame
+from framework.replay.typed import arrow_schema, decode_batches, event_frame, event_frames
 from tests.replay import replay_app
 from tests.replay.conftest import (
     APP,
@@ -205,6 +206,35 @@ def test_typed_event_frame_upcasts_old_versions(
     assert {r["customer"]: r["s"] for r in top} == spent
 
 
+def test_event_frames_read_the_topic_once_for_every_type(
+    spark: Any, history: GeneratedLog, tmp_path: Path
+) -> None:
+    """``event_frames`` equals ``event_frame`` per type, and reads the log once: after the
+    first action the data directory is moved away, and every frame still answers."""
+    import shutil  # noqa: PLC0415
+
+    data = tmp_path / "data"
+    shutil.copytree(history.data, data)
+    classes = [replay_app.OrderPlaced, replay_app.OrderShipped, replay_app.PaymentReceived]
+    topics = ["orders", "payments"]
+    one_by_one = {
+        cls: sorted(event_frame(spark, replay_app.app, data, cls, topics=topics).collect())
+        for cls in classes
+    }
+    frames = event_frames(spark, replay_app.app, data, classes, topics=topics)
+    try:
+        assert list(frames) == classes
+        first = sorted(frames[classes[0]].collect())
+        data.rename(tmp_path / "gone")  # nothing can read the log any more
+        assert first == one_by_one[classes[0]]
+        for cls in classes:
+            assert frames[cls].columns == list(arrow_schema(cls).names)
+            assert sorted(frames[cls].collect()) == one_by_one[cls], cls
+        assert all(one_by_one[cls] for cls in classes)
+    finally:
+        spark.catalog.clearCache()
+
+
 # ---------------------------------------------------------------------------- rebuild
 def test_spark_equals_local_equals_live(
     spark: Any, history: GeneratedLog, local_sales: Path, tmp_path: Path
@@ -259,6 +289,70 @@ def test_task_failures_and_retries_give_the_same_result(
     assert result.retried_tasks >= 2
     assert all_equal(result.path, local_sales) == []
     assert not list(tmp_path.glob(".f.sqlite.parts-*"))  # partials cleaned up
+
+
+def test_a_crashed_python_worker_is_named_and_its_parts_removed(
+    spark: Any, history: GeneratedLog, tmp_path: Path
+) -> None:
+    """A job that fails because its Python worker died (``os._exit`` in every attempt) says
+    so, not ``java.io.EOFException`` (what the JVM saw of the dead pipe), and leaves no
+    ``.<output>.parts-*`` folder behind once it has failed."""
+    out = tmp_path / "c.sqlite"
+    with replay_app.app.open(history.data, create_topics=False) as runtime:
+        with pytest.raises(ReplayError) as err:
+            rebuild(runtime, "crashing_sales", engine="spark", spark=spark, output=out)
+    summary = str(err.value).splitlines()[0]
+    assert "EOFException" not in summary, summary
+    assert "Python worker" in summary and "exited" in summary, summary
+    time.sleep(3)  # tasks Spark had not stopped yet would have written by now
+    assert not list(tmp_path.glob(".c.sqlite.parts-*"))
+    assert not out.exists()
+
+
+def _claim_parts_and_wait(output: Path, ready: Path) -> None:
+    """A child process: claim a parts folder for ``output`` as a Spark rebuild does, say so
+    in ``ready``, then wait to be killed."""
+    from framework.replay.spark import claim_parts  # noqa: PLC0415
+
+    work = claim_parts(output)
+    ready.write_text(str(work.path))
+    time.sleep(600)
+
+
+def test_parts_of_a_killed_rebuild_are_removed_by_the_next_one(
+    spark: Any, history: GeneratedLog, tmp_path: Path
+) -> None:
+    """A rebuild killed mid-job (kill -9: no ``finally``) leaves its parts folder; the next
+    rebuild of the same output removes it, and never the folder of one still running."""
+    import multiprocessing  # noqa: PLC0415
+
+    out = tmp_path / "k.sqlite"
+    ctx = multiprocessing.get_context("spawn")
+    folders = []
+    children = []
+    for name in ("killed", "alive"):
+        ready = tmp_path / f"{name}.ready"
+        child = ctx.Process(target=_claim_parts_and_wait, args=(out, ready))
+        child.start()
+        children.append(child)
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        folders.append(Path(ready.read_text()))
+    killed, alive = folders
+    try:
+        os.kill(children[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
+        children[0].join(10)
+        assert killed.is_dir() and alive.is_dir()
+        with replay_app.app.open(history.data, create_topics=False) as runtime:
+            rebuild(runtime, "sales", engine="spark", spark=spark, output=out)
+        assert not killed.exists(), "a dead rebuild's parts outlived the next rebuild"
+        assert alive.is_dir(), "a running rebuild's parts were removed under it"
+    finally:
+        for child in children:
+            child.kill()
+            child.join(10)
+    assert {p.name for p in tmp_path.glob(".k.sqlite.parts-*")} == {alive.name}
 
 
 def test_per_key_state_runs_more_tasks_than_partitions(

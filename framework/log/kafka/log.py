@@ -111,6 +111,9 @@ WAKE_TOPIC = "__eventlane_wake"
 _OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 """A fetch from outside the marks (librdkafka's name for it with auto.offset.reset=error)."""
 _NOT_LEADERS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+META_REFRESH_S = 5.0
+"""Age after which a topic's cached partition count and config are read again (in the
+background: :meth:`KafkaLog._topic_meta`)."""
 
 
 class _Meta(NamedTuple):
@@ -199,6 +202,8 @@ class KafkaLog:
         self._reading: tuple[str, int, int] | None = None  # (topic, partition, next offset)
         self._ahead: list[Message] = []  # fetched past where the last read stopped
         self._meta: dict[str, _Meta] = {}
+        self._meta_lock = threading.Lock()
+        self._refreshing: set[str] = set()  # topics whose metadata a thread is reading
         self._wake = WakeSequence()
         self._tail_lock = threading.Lock()  # starts the tailing thread once
         self._tailer: threading.Thread | None = None
@@ -248,7 +253,7 @@ class KafkaLog:
             raise self._unavailable(err, name) from None
         self._wait_leaders(name, partitions)
         self._described_config(name, cfg)
-        self._meta[name] = _Meta(partitions, cfg, time.monotonic())
+        self._cache_meta(name, _Meta(partitions, cfg, time.monotonic()))
         return self._describe(name, partitions, cfg)
 
     def _wait_leaders(self, name: str, partitions: int) -> None:
@@ -310,7 +315,7 @@ class KafkaLog:
         if cfg != meta.config:
             self._set_configs(name, meta.config, cfg)
             self._described_config(name, cfg)
-        self._meta[name] = _Meta(count, cfg, time.monotonic())
+        self._cache_meta(name, _Meta(count, cfg, time.monotonic()))
         return self._describe(name, count, cfg)
 
     def _set_configs(self, name: str, old: TopicConfig, new: TopicConfig) -> None:
@@ -331,7 +336,7 @@ class KafkaLog:
     def delete_topic(self, name: str) -> None:
         self._topic_meta(name, fresh=True)
         self._admin_call(name, self._admin.delete_topics([self._kname(name)]))
-        self._meta.pop(name, None)
+        self._cache_meta(name, None)
         deadline = time.monotonic() + self.timeout
         while name in self.list_topics() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -351,20 +356,68 @@ class KafkaLog:
             raise self._unavailable(exc.args[0], topic) from None
 
     def _topic_meta(self, name: str, *, fresh: bool = False) -> _Meta:
-        """Partition count and config of ``name`` (cached for 5 s unless ``fresh``)."""
+        """Partition count and config of ``name``: read from the cluster when ``fresh`` or
+        not cached; else the cached ones, refreshed in the background once older than
+        :data:`META_REFRESH_S` (the data path never waits for the admin's round trips: a
+        change made by another client is seen within about that long)."""
         cached = self._meta.get(name)
-        if cached is not None and not fresh and time.monotonic() - cached.checked < 5.0:
-            return cached
+        if cached is None or fresh:
+            return self._fetch_meta(name)
+        if time.monotonic() - cached.checked >= META_REFRESH_S:
+            self._refresh_meta(name)
+        return cached
+
+    def _cache_meta(self, name: str, meta: _Meta | None, *, unless: _Meta | None = None) -> None:
+        """Cache (``None``: forget) ``name``'s metadata; with ``unless``, only while the
+        cached entry is still ``unless`` (a background refresh never overwrites what a
+        create, alter or delete of this log stored meanwhile)."""
+        with self._meta_lock:
+            if unless is not None and self._meta.get(name) is not unless:
+                return
+            if meta is None:
+                self._meta.pop(name, None)
+            else:
+                self._meta[name] = meta
+
+    def _refresh_meta(self, name: str) -> None:
+        """Read ``name``'s metadata again in a thread (one at a time per topic)."""
+        with self._meta_lock:
+            cached = self._meta.get(name)
+            if cached is None or name in self._refreshing or self._closed:
+                return
+            self._refreshing.add(name)
+
+        def refresh() -> None:
+            try:
+                self._cache_meta(name, self._read_meta(name), unless=cached)
+            except UnknownTopicError:  # gone: the next call reads (and raises) itself
+                self._cache_meta(name, None, unless=cached)
+            except (LogError, KafkaException):
+                pass  # no answer now: the cached metadata stays, read again later
+            finally:
+                with self._meta_lock:
+                    self._refreshing.discard(name)
+
+        threading.Thread(target=refresh, name="eventlane-kafka-meta", daemon=True).start()
+
+    def _fetch_meta(self, name: str) -> _Meta:
+        """Partition count and config of ``name`` from the cluster, cached."""
+        try:
+            meta = self._read_meta(name)
+        except UnknownTopicError:
+            self._cache_meta(name, None)
+            raise
+        self._cache_meta(name, meta)
+        return meta
+
+    def _read_meta(self, name: str) -> _Meta:
         kname = self._kname(name)
         meta = self._admin.list_topics(timeout=self.timeout)  # all: never auto-creates
         found = meta.topics.get(kname)
         gone = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
         if found is None or (found.error is not None and found.error.code() in gone):
-            self._meta.pop(name, None)
             raise UnknownTopicError(f"unknown topic {name!r}", topic=name)
-        out = _Meta(len(found.partitions), self._described_config(name), time.monotonic())
-        self._meta[name] = out
-        return out
+        return _Meta(len(found.partitions), self._described_config(name), time.monotonic())
 
     def _described_config(self, name: str, want: TopicConfig | None = None) -> TopicConfig:
         """The topic's config as a broker describes it; with ``want``, asked again until

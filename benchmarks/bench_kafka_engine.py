@@ -95,7 +95,10 @@ class Raw:
         return out
 
     def close(self) -> None:
-        self.producer.flush(10)
+        """Release both clients before the cluster stops: a producer left to the garbage
+        collector reconnects (and logs each failure) for as long as the process lives."""
+        if self.producer.flush(10) == 0:
+            self.producer.close()
         self.consumer.close()
 
 

@@ -11,6 +11,10 @@ FastAPI in its thread pool: the sync ``Runtime.execute``). Each request places a
 minute hurts both; each round sends ``--requests`` requests from ``--clients`` concurrent
 httpx clients. Prints per kind the median commands/s and p99 latency of the rounds, and the
 ratios async/sync (throughput: above 1 is faster; p99: below 1 is better).
+
+``--jetstream``: the same on a real local 3-node JetStream cluster (started by this script on
+loopback, stopped by PID) instead of the embedded log: the async endpoints await the log's
+asyncio face on uvicorn's loop, the sync ones cross the sync log's bridge from the pool.
 """
 
 from __future__ import annotations
@@ -96,6 +100,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument(
+        "--jetstream", action="store_true", help="on a local 3-node JetStream cluster"
+    )
     parser.add_argument("--serve", nargs=2, metavar=("PORT", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -108,7 +115,14 @@ def main() -> None:
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, __file__, "--serve", str(port), str(Path(tmp) / "data")]
+        data, cluster = str(Path(tmp) / "data"), None
+        if args.jetstream:
+            from framework.log.jetstream.cluster import LocalCluster  # noqa: PLC0415
+
+            cluster = LocalCluster.create(Path(tmp) / "nats", nodes=3)
+            cluster.start()
+            data = cluster.url
+        cmd = [sys.executable, __file__, "--serve", str(port), data]
         server = subprocess.Popen(cmd)
         try:
             deadline = time.monotonic() + 60
@@ -129,6 +143,8 @@ def main() -> None:
         finally:
             os.kill(server.pid, signal.SIGTERM)
             server.wait(timeout=30)
+            if cluster is not None:
+                cluster.stop()
     med = {
         kind: (
             statistics.median(f[0] for f in rounds),

@@ -1,19 +1,27 @@
 """The asyncio face of a runtime: ``async with app.open_async(data) as runtime``.
 
 The same core as the sync :class:`~framework.app.application.Runtime`, not a second copy:
-commands run the command path's one plan (:mod:`framework.store.command`: decide, encode,
-check versions, retry, settle unknown outcomes) under its async driver, and causal waits
-the one causal plan (:mod:`framework.app.causal`). What differs is only who performs the
-I/O: the blocking file work of the embedded log runs in the runtime's thread pool, never on
-the event loop, and waits poll the read model without holding a thread. Concurrent
-``await runtime.execute(...)`` on one partition append from concurrent threads, so they
-share fsyncs (the engine's group commit).
+commands run the command path's one plan (:mod:`framework.store.command`: load, decide,
+encode, check versions, retry, settle unknown outcomes) and causal waits the one causal plan
+(:mod:`framework.app.causal`), both driven here on the event loop by the one plan driver
+(:mod:`framework._plans`). What differs is only who performs the I/O (:meth:`_perform`):
+
+* the log's calls (:class:`~framework.store.steps.LogCall`: appends, per-key reads, key
+  heads) are awaited on the log's asyncio face where the engine has one (JetStream:
+  :class:`~framework.log.jetstream.aio.AsyncJetStreamLog`, opened on this loop beside the
+  sync log: no thread, no bridge); the calls a face lacks run in the pool on the sync log;
+* the embedded log has no face: its blocking file work runs in the runtime's thread pool,
+  never on the loop, so concurrent ``await runtime.execute(...)`` on one partition append
+  from concurrent threads and share fsyncs (the engine's group commit);
+* other blocking work (a snapshot write, a read model's look) runs in the pool; waits poll
+  the read model without holding a thread. The command itself (sync: it decides on the
+  aggregate, it does no I/O) runs on the loop.
 
 Thread-safety and cancellation: an :class:`AsyncRuntime` belongs to one event loop. A
-command whose awaiting task is cancelled keeps running in its thread until it is stored or
-refused (the append is not interrupted halfway); the caller just does not learn which, as
-with any request whose answer is lost: read the aggregate (or wait for its position)
-before deciding again.
+command whose awaiting task is cancelled while its append is in flight may still be stored
+(an append in a pool thread runs to its end; one on the asyncio face may reach the server);
+the caller just does not learn which, as with any request whose answer is lost: read the
+aggregate (or wait for its position) before deciding again.
 """
 
 from __future__ import annotations
@@ -23,20 +31,21 @@ import contextvars
 import functools
 import importlib
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
-from framework.app.causal import CausalStep, Reach, as_position, causal_plan
+from framework import _plans
+from framework.app.causal import Reach, as_position, causal_plan
 from framework.codec import Envelope
 from framework.consumer import Consumer, GroupConsumer
 from framework.domain import Aggregate
 from framework.log import Log, Record, RecordMetadata, TopicPartition
 from framework.log.position import Position, Written
 from framework.projection.store import Location, open_view
-from framework.store.command import drive_async
 from framework.store.repository import causation_of
+from framework.store.steps import LogCall, Pause, perform
 from framework.tracing import command_span
 
 A = TypeVar("A", bound=Aggregate)
@@ -60,6 +69,8 @@ class AsyncRuntime:
         passes ``App.open`` with its arguments)."""
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="eventlane-aio")
         self._runtime: Any = None
+        self._face: Any = None
+        """The log's asyncio face (``None``: the engine has none; every call in the pool)."""
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> AsyncRuntime:
@@ -70,15 +81,28 @@ class AsyncRuntime:
         await self.close()
 
     async def open(self) -> None:
-        """Open the log and the runtime (file work, off the loop)."""
+        """Open the log and the runtime (file work, off the loop), and the log's asyncio
+        face on this loop where the engine has one (its ``async_face()``)."""
         if self._runtime is None:
-            self._runtime = await self._offload(self._open_sync)
+            runtime = await self._offload(self._open_sync)
+            make_face = getattr(runtime.log, "async_face", None)
+            try:
+                face = None if make_face is None else await make_face().open()
+            except BaseException:
+                await self._offload(runtime.close)
+                raise
+            self._runtime, self._face = runtime, face
 
     async def close(self) -> None:
         runtime, self._runtime = self._runtime, None
-        if runtime is not None:
-            await self._offload(runtime.close)
-        self._pool.shutdown(wait=False)
+        face, self._face = self._face, None
+        try:
+            if face is not None:
+                await face.close()
+        finally:
+            if runtime is not None:
+                await self._offload(runtime.close)
+            self._pool.shutdown(wait=False)
 
     @property
     def sync(self) -> Any:
@@ -102,6 +126,25 @@ class AsyncRuntime:
         context = contextvars.copy_context()
         return await asyncio.get_running_loop().run_in_executor(self._pool, context.run, fn)
 
+    async def _perform(self, step: Any) -> Any:
+        """Perform one step of a plan (module docstring): a log call on the asyncio face
+        when it has that method, a pause or a wait on the loop, the rest in the pool."""
+        if isinstance(step, LogCall):
+            face = self._face
+            method = (
+                None
+                if face is None or step.log is not self.log
+                else getattr(face, step.method, None)
+            )
+            if method is not None:
+                return await method(*step.args, **step.kwargs)
+        elif isinstance(step, Pause):
+            await asyncio.sleep(step.seconds)
+            return None
+        elif isinstance(step, Reach):
+            return await self._reach(step.path, step.offsets, step.deadline)
+        return await self._offload(functools.partial(perform, step))
+
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call of your own in the runtime's pool (e.g. a read-model query)."""
         return await self._offload(functools.partial(fn, *args, **kwargs))
@@ -112,8 +155,8 @@ class AsyncRuntime:
         rt = self.sync
         cls = rt.declared(type(aggregate))
         with command_span("save", cls.__name__, rt.names.aggregate_topic(cls)):
-            result: Written = await drive_async(
-                rt.repository.save_plan(aggregate, **envelope), self._offload
+            result: Written = await _plans.drive_async(
+                rt.repository.save_plan(aggregate, **envelope), self._perform
             )
         return result
 
@@ -128,8 +171,8 @@ class AsyncRuntime:
         correlation_id: str | None = None,
         causation_id: str | None = None,
     ) -> A:
-        """See :meth:`Runtime.execute`; ``command`` runs in the pool's thread (it is sync:
-        it decides on the aggregate, it does no I/O)."""
+        """See :meth:`Runtime.execute`; ``command`` runs on the loop (it is sync: it
+        decides on the aggregate, it does no I/O)."""
         rt = self.sync
         plan = rt.repository.run_plan(
             rt.declared(cls),
@@ -143,7 +186,7 @@ class AsyncRuntime:
         )
         aggregate: A | None
         with command_span("execute", cls.__name__, rt.names.aggregate_topic(cls)):
-            aggregate, _ = await drive_async(plan, self._offload)
+            aggregate, _ = await _plans.drive_async(plan, self._perform)
         assert aggregate is not None
         return aggregate
 
@@ -172,7 +215,7 @@ class AsyncRuntime:
         )
         written: Written
         with command_span("issue", cls.__name__, rt.names.aggregate_topic(cls)):
-            _, written = await drive_async(plan, self._offload)
+            _, written = await _plans.drive_async(plan, self._perform)
         return written
 
     async def load(
@@ -184,7 +227,9 @@ class AsyncRuntime:
         as_of: datetime | int | None = None,
     ) -> A:
         """See :meth:`Runtime.load` (``as_of`` included)."""
-        return await self._offload(lambda: self.sync.load(cls, aggregate_id, version, as_of=as_of))
+        plan = self.sync.load_plan(cls, aggregate_id, version, as_of=as_of)
+        aggregate: A = await _plans.drive_async(plan, self._perform)
+        return aggregate
 
     async def forget(self, subjects: str | Iterable[str], **options: Any) -> Any:
         """See :func:`framework.forget` (run in the pool; returns its report)."""
@@ -218,25 +263,7 @@ class AsyncRuntime:
         rt = self.sync
         rt.app.projector(projector)
         plan = causal_plan(rt, projector, as_position(written), timeout)
-        return await self._drive_causal(plan)
-
-    async def _drive_causal(self, plan: Generator[CausalStep, Any, Position]) -> Position:
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = plan.send(value) if error is None else plan.throw(error)
-            except StopIteration as done:
-                result: Position = done.value
-                return result
-            value, error = None, None
-            try:
-                if isinstance(step, Reach):
-                    value = await self._reach(step.path, step.offsets, step.deadline)
-                else:
-                    value = await self._offload(functools.partial(step.fn, *step.args))
-            except Exception as exc:
-                error = exc
+        return await _plans.drive_async(plan, self._perform)
 
     async def _reach(
         self, path: Location, offsets: Mapping[TopicPartition, int], deadline: float

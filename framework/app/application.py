@@ -48,7 +48,7 @@ history.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -72,6 +72,7 @@ from framework.projection.projector import Projector
 from framework.projection.status import offsets_after, projection_status, wait_for_offsets
 from framework.projection.store import Location, location_of, view_of
 from framework.store import DEFAULT_PARTITIONS, EVENT_TOPIC_CONFIG, EventStore, Repository
+from framework.store.steps import LogCall, Step, drive
 from framework.store.stream_cache import DEFAULT_EVENTS
 from framework.tracing import command_span
 
@@ -342,15 +343,27 @@ class Runtime:
         before the partition's first record stamped after that moment (time travel,
         ``docs/time-travel.md``). :class:`~framework.errors.AggregateNotFoundError` when it
         had no event yet."""
+        return drive(self.load_plan(cls, aggregate_id, version, as_of=as_of))
+
+    def load_plan(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        version: int | None = None,
+        *,
+        as_of: datetime | int | None = None,
+    ) -> Generator[Step, Any, A]:
+        """:meth:`load` as a plan of I/O requests (:mod:`framework.store.steps`), for the
+        sync driver or the async runtime's."""
         if as_of is None:
-            return self.repository.load(self.declared(cls), aggregate_id, version)
+            return (yield from self.repository.load_plan(self.declared(cls), aggregate_id, version))
         if version is not None:
             raise ConfigError("load takes version= or as_of=, not both")
         when = as_of_ms(as_of)
         topic = self.names.aggregate_topic(cls)
-        partition = self.store.partition_of(topic, aggregate_id)
-        cut = self.log.offset_for_time(topic, partition, when + 1)
-        records = self.log.read_key(topic, partition, aggregate_id.encode())
+        partition = yield from self.store.streams.partition_plan(topic, aggregate_id)
+        cut = yield LogCall(self.log, "offset_for_time", (topic, partition, when + 1))
+        records = yield LogCall(self.log, "read_key", (topic, partition, aggregate_id.encode()))
         count = sum(1 for r in records if cut is None or r.offset < cut)
         if count == 0:
             raise AggregateNotFoundError(
@@ -358,7 +371,7 @@ class Runtime:
                 topic=topic,
                 partition=partition,
             )
-        return self.repository.load(self.declared(cls), aggregate_id, count)
+        return (yield from self.repository.load_plan(self.declared(cls), aggregate_id, count))
 
     def execute(
         self, cls: type[A], aggregate_id: str, command: Callable[[A], Any], **options: Any

@@ -22,7 +22,7 @@ on, once per hop: meant for a web request's wait just after its own write, not f
 token from an hour ago. A policy that is not running makes the wait time out, naming it.
 
 The plan is sans I/O, like the command path (:mod:`framework.store.command`): it yields
-:class:`~framework.store.command.Call` (blocking reads) and :class:`Reach` (wait until a
+:class:`~framework.store.steps.Call` (blocking reads) and :class:`Reach` (wait until a
 read model reaches offsets); :func:`drive_causal` runs it on a thread and the async
 runtime's driver on an event loop.
 """
@@ -33,13 +33,14 @@ import time
 from collections.abc import Generator, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
+from framework import _plans
 from framework.codec import HEADER_CAUSATION_ID, HEADER_EVENT_ID
 from framework.errors import WaitTimeoutError
 from framework.log import Log, Record, RecordMetadata, TopicPartition
 from framework.log.position import Position
 from framework.projection.status import wait_for_offsets
 from framework.projection.store import Location
-from framework.store.command import Call
+from framework.store.steps import Call
 
 
 class Runtime(Protocol):
@@ -176,24 +177,14 @@ def causal_plan(
 
 def drive_causal(plan: Generator[CausalStep, Any, Position], log: Log) -> Position:
     """Run a causal plan on the calling thread."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = plan.send(value) if error is None else plan.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        value, error = None, None
-        try:
-            if isinstance(step, Reach):
-                remaining = max(0.0, step.deadline - time.monotonic())
-                value = not step.offsets or wait_for_offsets(
-                    log, step.path, step.offsets, remaining
-                )
-            else:
-                value = step.fn(*step.args)
-        except Exception as exc:
-            error = exc
+
+    def perform(step: CausalStep) -> Any:
+        if isinstance(step, Reach):
+            remaining = max(0.0, step.deadline - time.monotonic())
+            return not step.offsets or wait_for_offsets(log, step.path, step.offsets, remaining)
+        return step.fn(*step.args)
+
+    return _plans.drive(plan, perform)
 
 
 def as_position(written: Position | str | Iterable[RecordMetadata] | Mapping[Any, int]) -> Position:

@@ -83,7 +83,8 @@ from framework.errors import (
     OffsetOutOfRangeError,
     OutcomeUnknownError,
 )
-from framework.log.kafka.log import KafkaLog, kafka_record
+from framework.log.kafka.log import KafkaLog
+from framework.log.kafka.records import kafka_record
 from framework.log.record import Record, TopicPartition
 from framework.observability import get_logger
 

@@ -5,10 +5,11 @@ Members join and rebalance on the broker (:mod:`.kafka`); this module only *read
 groups and administers their offsets, through librdkafka's AdminClient:
 
 * **members** come from ``DescribeGroups`` (member id, client id, host, instance id,
-  assignment): :class:`KafkaGroupView`, with the interface of eventlane's coordinator
-  handle; the one change made from outside is removing a member (``LeaveGroup`` with its
-  identity: the supervisor's hand-over of a worker it saw die); everything else is Kafka's
-  coordinator's;
+  assignment), the **generation** from the coordinator's own GroupMetadata record
+  (:mod:`.kafka_generation`: the description has none): :class:`KafkaGroupView`, with the
+  interface of eventlane's coordinator handle; the one change made from outside is removing
+  a member (``LeaveGroup`` with its identity: the supervisor's hand-over of a worker it saw
+  die); everything else is Kafka's coordinator's;
 * **committed offsets** are Kafka's own, in ``__consumer_offsets``
   (``ListConsumerGroupOffsets``), so ``kafka-consumer-groups.sh`` and eventlane agree;
   ``reset`` is ``AlterConsumerGroupOffsets`` and ``delete`` is ``DeleteGroups``, both of
@@ -39,6 +40,7 @@ from confluent_kafka.admin import AdminClient
 
 from framework.consumer.coordinator import validate_group_id
 from framework.consumer.kafka import ASSIGNORS, kafka_group_id
+from framework.consumer.kafka_generation import group_generation
 from framework.consumer.membership import GroupState, Member
 from framework.consumer.offsets import CommittedOffset, OffsetAndMetadata
 from framework.errors import ConfigError, ConsumerError, FrameworkError, LogUnavailableError
@@ -70,6 +72,8 @@ class KafkaOffsets:
             "logger": _LIBRDKAFKA,
             "log_level": 0,  # errors reach callers as exceptions
         }
+        self.config = config
+        """The admin's librdkafka settings (bootstrap, logging), for other clients."""
         self.admin = AdminClient(config)
         self._prefix = f"{log_.namespace}." if log_.namespace else ""
 
@@ -186,8 +190,8 @@ class KafkaOffsets:
 class KafkaGroupView:
     """A read-only handle on one group of Kafka's coordinator, with the interface of
     eventlane's coordinator handle (:class:`~framework.consumer.coordination.Coordinator`):
-    :meth:`current` is the coordinator's description; every membership change is refused.
-    Kafka's description carries no generation: ``generation`` reads -1."""
+    :meth:`current` is the coordinator's description, with the generation the coordinator
+    last stored (:mod:`.kafka_generation`); every membership change is refused."""
 
     def __init__(self, coordination: KafkaCoordination, group: str) -> None:
         self.coordination = coordination
@@ -313,7 +317,8 @@ class KafkaCoordination:
                 owned=dict.fromkeys(owned, -1),
             )
         assignor = desc.partition_assignor if desc.partition_assignor in ASSIGNORS else None
-        return GroupState(group, generation=-1, assignor=assignor, members=members)
+        generation = group_generation(self._offsets.config, gid, self.log.timeout)
+        return GroupState(group, generation=generation, assignor=assignor, members=members)
 
     def group_names(self) -> set[str]:
         return self._offsets.groups()

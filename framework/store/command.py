@@ -1,12 +1,15 @@
 """The command path: decide on an aggregate's stream, append conditionally, retry.
 
 ``execute``, ``issue`` and ``save`` are one loop (:func:`plan`), written *sans I/O*: a
-generator that yields what it needs done (:class:`Call`: a decision's load, an append, a
-read-back; :class:`Pause`: a back-off) and gets the results sent back (or exceptions
-thrown in). Two thin drivers perform the requests: :func:`drive` on the calling thread
-(the sync :class:`~framework.Runtime`) and :func:`drive_async` on an event loop, with the
-blocking calls in a thread pool (the async runtime); the decisions, version checks and
-retries exist once. Each attempt *decides* (loads
+generator that yields what it needs done (:mod:`framework.store.steps`: a
+:class:`~framework.store.steps.LogCall` for each call of the log a decision's load, an
+append or a read-back makes; a :class:`~framework.store.steps.Call` for other blocking work;
+a :class:`~framework.store.steps.Pause` for a back-off) and gets the results sent back (or
+exceptions thrown in). Two thin drivers perform the requests: :func:`drive` on the calling
+thread (the sync :class:`~framework.Runtime`) and the async runtime's on an event loop
+(:mod:`framework.app.aio`: the log's calls awaited on its asyncio face where it has one, the
+rest in a thread pool); the decisions, version checks and retries exist once. Each attempt
+*decides* (loads
 the aggregate and runs the command on it; a save's decision is the aggregate it was given),
 then appends the decision's events as one batch, conditionally on the stream's last record
 the decision was made on (:meth:`EventStore.append`). What the append answers:
@@ -34,11 +37,8 @@ success.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import random
-import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, TypeVar
 
 from framework.codec import Envelope
@@ -53,6 +53,7 @@ from framework.log import RecordMetadata
 from framework.metrics import M
 from framework.observability import get_logger
 from framework.store.event_store import UNKNOWN_OFFSET, EventStore, Outcome
+from framework.store.steps import Call, LogCall, Pause, Step, drive
 from framework.tracing import PARTITION, command_stored, save_span
 from framework.tracing import attempt as trace_attempt
 
@@ -86,73 +87,14 @@ def envelopes_of(
     ]
 
 
-class Call(NamedTuple):
-    """An I/O request of the command path: a blocking call into the store or the log (a
-    decision's load, an append, a read-back). The driver performs it and sends back its
-    result, or throws its exception into the plan."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-
-
-class Pause(NamedTuple):
-    """An I/O request of the command path: wait ``seconds`` before the next attempt."""
-
-    seconds: float
-
-
-Step = Call | Pause
-
-
-def drive(plan: Generator[Step, Any, R]) -> R:
-    """Run a plan on the calling thread: calls made in place, pauses slept."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = plan.send(value) if error is None else plan.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        value, error = None, None
-        if isinstance(step, Pause):
-            time.sleep(step.seconds)
-            continue
-        try:
-            value = step.fn(*step.args)
-        except Exception as exc:
-            error = exc
-
-
-async def drive_async(
-    plan: Generator[Step, Any, R],
-    offload: Callable[[Callable[[], Any]], Awaitable[Any]],
-) -> R:
-    """Run a plan on an event loop: each call through ``offload`` (a thread of the async
-    runtime's pool: the file work of the embedded log blocks), pauses as ``asyncio.sleep``.
-    The loop is never blocked; concurrent plans' appends to one partition run in
-    concurrent threads and share an fsync (the engine's group commit)."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = plan.send(value) if error is None else plan.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        value, error = None, None
-        if isinstance(step, Pause):
-            await asyncio.sleep(step.seconds)
-            continue
-        try:
-            value = await offload(functools.partial(step.fn, *step.args))
-        except Exception as exc:
-            error = exc
+__all__ = ["Call", "LogCall", "Pause", "Step", "drive", "plan", "run"]
 
 
 def run(
     store: EventStore,
     topic: str,
     aggregate_id: str,
-    decide: Callable[[], A | None],
+    decide: Callable[[], Generator[Step, Any, A | None]],
     *,
     attempts: int,
     retry_conflicts: bool,
@@ -178,7 +120,7 @@ def plan(
     store: EventStore,
     topic: str,
     aggregate_id: str,
-    decide: Callable[[], A | None],
+    decide: Callable[[], Generator[Step, Any, A | None]],
     *,
     attempts: int,
     retry_conflicts: bool,
@@ -187,9 +129,9 @@ def plan(
 ) -> Generator[Step, Any, tuple[A | None, list[RecordMetadata]]]:
     """Decide and append until stored, at most ``attempts`` times (see the module docstring).
 
-    A generator of I/O requests (:class:`Call`, :class:`Pause`): it does no I/O itself, so
+    A generator of I/O requests (:mod:`framework.store.steps`): it does no I/O itself, so
     the same loop runs under the sync driver (:func:`drive`) and the async one
-    (:func:`drive_async`). ``decide`` (a :class:`Call`) returns the aggregate with its
+    (:mod:`framework.app.aio`). ``decide`` (a plan itself) returns the aggregate with its
     pending events (``None``: nothing to do; the same object again: append the same events
     again). Returns the aggregate whose events were stored, still pending (the caller marks
     them committed), and their records.
@@ -214,7 +156,7 @@ def _attempts(
     store: EventStore,
     topic: str,
     aggregate_id: str,
-    decide: Callable[[], A | None],
+    decide: Callable[[], Generator[Step, Any, A | None]],
     *,
     attempts: int,
     retry_conflicts: bool,
@@ -233,7 +175,7 @@ def _attempts(
                 stored = yield from _settle(store, topic, aggregate_id, doubts)
                 if stored is not None:
                     return stored  # type: ignore[return-value]
-            aggregate = yield Call(decide)
+            aggregate = yield from decide()
             if aggregate is None:
                 return None, []
             if not aggregate.pending_events:  # nothing to do, unless an attempt landed
@@ -242,7 +184,7 @@ def _attempts(
             if current is None or current.aggregate is not aggregate:
                 current = _Attempt(aggregate, envelopes_of(aggregate, correlation_id, causation_id))
             appending = True
-            written = yield Call(_append, (store, topic, current))
+            written = yield from _append(store, topic, current)
             return aggregate, written
         except ConcurrencyError as exc:
             failure, pause = exc, conflict_pause(attempt) if attempt > 1 else 0.0
@@ -288,15 +230,18 @@ def _reason(failure: FrameworkError | None) -> str:
     return "conflict"
 
 
-def _append(store: EventStore, topic: str, attempt: _Attempt) -> list[RecordMetadata]:
+def _append(
+    store: EventStore, topic: str, attempt: _Attempt
+) -> Generator[Step, Any, list[RecordMetadata]]:
     aggregate = attempt.aggregate
     base = aggregate.committed_version
     known = aggregate._stored_offset
     envelopes = attempt.envelopes
     with save_span(type(aggregate).__name__, topic, base + len(envelopes)) as span:
         if span is not None:
-            span.set_attribute(PARTITION, str(store.partition_of(topic, aggregate.id)))
-        written = store.append(
+            partition = yield from store.streams.partition_plan(topic, aggregate.id)
+            span.set_attribute(PARTITION, str(partition))
+        written = yield from store.append_plan(
             topic,
             aggregate.id,
             base,
@@ -314,7 +259,7 @@ def _settle(
 ) -> Generator[Step, Any, tuple[Aggregate, list[RecordMetadata]] | None]:
     """The doubt that was stored, with its records; drops the doubts that never can be."""
     for doubt in list(doubts):
-        outcome, written = yield Call(store.outcome, (topic, aggregate_id, doubt.envelopes))
+        outcome, written = yield from store.outcome_plan(topic, aggregate_id, doubt.envelopes)
         if outcome is Outcome.STORED:
             log.info(
                 "append of unknown outcome was stored",
@@ -343,11 +288,12 @@ def _last_word(
         stored, cause = None, exc
     if stored is not None or not doubts:
         return stored
+    partition = yield from store.streams.partition_plan(topic, aggregate_id)
     raise OutcomeUnknownError(
         f"aggregate {aggregate_id!r}: an append may or may not be stored, and the log cannot"
         " tell yet; read the aggregate before deciding again",
         topic=topic,
-        partition=store.partition_of(topic, aggregate_id),
+        partition=partition,
     ) from cause
 
 

@@ -18,6 +18,10 @@ When the caller knows only the expected *version* (not the offset), the store re
 stream's last record (``key_head`` + one point read), compares its ``aggregate_version`` and
 appends expecting that offset: still one atomic check in the engine.
 
+The append and the read-back are plans (:mod:`framework.store.steps`: ``append_plan`` and
+``outcome_plan`` yield their log calls), so that the command path drives them on a thread or
+on an event loop; ``append`` and ``outcome`` drive them on the calling thread.
+
 Reading streams (cached, caught up with the log, snapshotted) is :mod:`.stream`'s: the store
 owns a :class:`~framework.store.stream.Streams` (``self.streams``), tells it what it
 appended, and delegates its reads to it. ``cache_events=0`` turns the cache off.
@@ -26,7 +30,7 @@ appended, and delegates its reads to it. ``cache_events=0`` turns the cache off.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, Final
 
 from framework.codec import HEADER_EVENT_ID, Envelope, EventCodec
@@ -38,9 +42,10 @@ from framework.errors import (
 )
 from framework.log import KeyedLog, MaintainedLog, Record, RecordMetadata
 from framework.log.port import keyed_log, maintained_log
-from framework.log.types import Expect, KeyIndexReport
+from framework.log.types import AppendResult, Expect, KeyIndexReport
 from framework.metrics import M
 from framework.observability import get_logger
+from framework.store.steps import LogCall, Step, drive
 from framework.store.stream import StreamRead, Streams, stored_version
 from framework.store.stream_cache import DEFAULT_EVENTS, StreamCache
 
@@ -123,6 +128,22 @@ class EventStore:
         *,
         expected_offset: int | UnknownOffset | None = UNKNOWN_OFFSET,
     ) -> list[RecordMetadata]:
+        """:meth:`append_plan` on the calling thread."""
+        return drive(
+            self.append_plan(
+                topic, aggregate_id, expected_version, envelopes, expected_offset=expected_offset
+            )
+        )
+
+    def append_plan(
+        self,
+        topic: str,
+        aggregate_id: str,
+        expected_version: int,
+        envelopes: Sequence[Envelope[Any]],
+        *,
+        expected_offset: int | UnknownOffset | None = UNKNOWN_OFFSET,
+    ) -> Generator[Step, Any, list[RecordMetadata]]:
         """Append ``envelopes`` (versions ``expected_version + 1 …``) iff the stream is at
         ``expected_version``; raise :class:`ConcurrencyError` otherwise (nothing written).
 
@@ -143,21 +164,26 @@ class EventStore:
         encoded = [self.codec.encode(env) for env in envelopes]
         records = [(r.key, r.value, tuple(r.headers), None) for r in encoded]
         key = aggregate_id.encode()
-        partition = self.partition_of(topic, aggregate_id)
+        partition = yield from self.streams.partition_plan(topic, aggregate_id)
         if expected_version == 0:
             expected_offset = None
         elif isinstance(expected_offset, UnknownOffset):
-            version, expected_offset = self._head(topic, partition, key)
+            version, expected_offset = yield from self._head(topic, partition, key)
             if version != expected_version:
                 self._forget(topic, aggregate_id)
                 raise self._conflict(aggregate_id, expected_version, version, topic, partition)
         try:
-            result = self.log.append(
-                topic, partition, records, expect=Expect(key, expected_offset), atomic=True
+            result: AppendResult = yield LogCall(
+                self.log,
+                "append",
+                (topic, partition, records),
+                {"expect": Expect(key, expected_offset), "atomic": True},
             )
         except ConcurrencyError:
             self._forget(topic, aggregate_id)
-            actual = self._version_after(topic, partition, key, expected_version, expected_offset)
+            actual = yield from self._version_after(
+                topic, partition, key, expected_version, expected_offset
+            )
             raise self._conflict(aggregate_id, expected_version, actual, topic, partition) from None
         except (LogUnavailableError, OutcomeUnknownError):
             self._forget(topic, aggregate_id)
@@ -178,13 +204,22 @@ class EventStore:
     def outcome(
         self, topic: str, aggregate_id: str, envelopes: Sequence[Envelope[Any]]
     ) -> tuple[Outcome, list[RecordMetadata]]:
+        """:meth:`outcome_plan` on the calling thread."""
+        return drive(self.outcome_plan(topic, aggregate_id, envelopes))
+
+    def outcome_plan(
+        self, topic: str, aggregate_id: str, envelopes: Sequence[Envelope[Any]]
+    ) -> Generator[Step, Any, tuple[Outcome, list[RecordMetadata]]]:
         """Whether an append of ``envelopes`` (one batch, whose outcome was unknown) is in
         the log, read from the log itself (never the cache): by the event id of the record
         at the batch's first version. The records' metadata when stored."""
         self._forget(topic, aggregate_id)
-        partition = self.partition_of(topic, aggregate_id)
+        partition = yield from self.streams.partition_plan(topic, aggregate_id)
         by_version: dict[int | None, Record] = {}
-        for record in self.log.read_key(topic, partition, aggregate_id.encode()):
+        records: list[Record] = yield LogCall(
+            self.log, "read_key", (topic, partition, aggregate_id.encode())
+        )
+        for record in records:
             by_version[stored_version(record)] = record
         first = by_version.get(envelopes[0].aggregate_version)
         if first is None:
@@ -221,13 +256,16 @@ class EventStore:
 
     def _version_after(
         self, topic: str, partition: int, key: bytes, version: int, offset: int | None
-    ) -> int:
+    ) -> Generator[Step, Any, int]:
         """The stream's version now, read as the records after ``offset`` (the record of
         ``version``), which must continue the version sequence: what changed concurrently.
         A record that does not continue it means the log itself is inconsistent."""
         if offset is None:
-            return self._head(topic, partition, key)[0]
-        for record in self.log.read_key(topic, partition, key, after=offset):
+            return (yield from self._head(topic, partition, key))[0]
+        records: list[Record] = yield LogCall(
+            self.log, "read_key", (topic, partition, key), {"after": offset}
+        )
+        for record in records:
             found = stored_version(record)
             if found != version + 1:
                 raise SerializationError(
@@ -240,12 +278,16 @@ class EventStore:
             version = found
         return version
 
-    def _head(self, topic: str, partition: int, key: bytes) -> tuple[int, int | None]:
+    def _head(
+        self, topic: str, partition: int, key: bytes
+    ) -> Generator[Step, Any, tuple[int, int | None]]:
         """``(version, offset)`` of the stream's last record (``(0, None)``: no record)."""
-        offset = self.log.key_head(topic, partition, key)
+        offset: int | None = yield LogCall(self.log, "key_head", (topic, partition, key))
         if offset is None:
             return 0, None
-        records = self.log.read_key(topic, partition, key, after=offset - 1)
+        records: list[Record] = yield LogCall(
+            self.log, "read_key", (topic, partition, key), {"after": offset - 1}
+        )
         record = records[0] if records and records[0].offset == offset else None
         version = None if record is None else stored_version(record)
         if version is None:
@@ -262,7 +304,7 @@ class EventStore:
     def current_version(self, topic: str, aggregate_id: str) -> int:
         """The stream's last version (0 when it has no events)."""
         partition = self.partition_of(topic, aggregate_id)
-        return self._head(topic, partition, aggregate_id.encode())[0]
+        return drive(self._head(topic, partition, aggregate_id.encode()))[0]
 
     def read(
         self,

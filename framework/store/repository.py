@@ -13,6 +13,7 @@ the repository names the topic and the snapshot codec, and drives the command pa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
@@ -45,6 +46,12 @@ def causation_of(caused_by: Envelope[Any] | str) -> tuple[str, str]:
         return caused_by, caused_by
     causation = str(caused_by.event_id)
     return causation, caused_by.correlation_id or causation
+
+
+def _given(aggregate: A) -> Generator[command.Step, Any, A]:
+    """A save's decision: the aggregate it was given (a plan with nothing to load)."""
+    yield from ()
+    return aggregate
 
 
 def _declared_topic(cls: type[Aggregate]) -> str:
@@ -103,17 +110,19 @@ class Repository:
             self.store,
             self.topic_of(type(aggregate)),
             aggregate.id,
-            lambda: aggregate,
+            functools.partial(_given, aggregate),
             attempts=SAVE_ATTEMPTS,
             retry_conflicts=False,
             correlation_id=correlation_id,
             causation_id=causation_id,
         )
-        yield command.Call(self._committed, (aggregate, written))
+        yield from self._committed(aggregate, written)
         return Written(written)
 
-    def _committed(self, aggregate: Aggregate, written: list[RecordMetadata]) -> None:
-        self.store.streams.committed(
+    def _committed(
+        self, aggregate: Aggregate, written: list[RecordMetadata]
+    ) -> Generator[command.Step, Any, None]:
+        return self.store.streams.committed_plan(
             aggregate, written, self.topic_of(type(aggregate)), self.snapshots
         )
 
@@ -130,7 +139,13 @@ class Repository:
         log whether it moved; the conditional save catches a stale one. Raises
         :class:`~framework.errors.AggregateNotFoundError` when it has no events (or fewer
         than ``version``)."""
-        return self.store.streams.load(
+        return command.drive(self.load_plan(cls, aggregate_id, version, checked=checked))
+
+    def load_plan(
+        self, cls: type[A], aggregate_id: str, version: int | None = None, *, checked: bool = True
+    ) -> Generator[command.Step, Any, A]:
+        """:meth:`load` as a plan of I/O requests (:mod:`framework.store.steps`)."""
+        return self.store.streams.load_plan(
             cls,
             aggregate_id,
             version,
@@ -224,9 +239,9 @@ class Repository:
         and do nothing (``None, []``) when an event in it was caused by ``causation_id``."""
         topic = self.topic_of(cls)
 
-        def decide() -> A | None:
+        def decide() -> Generator[command.Step, Any, A | None]:
             with load_span(cls.__name__, topic) as span:
-                aggregate = self.store.streams.for_command(
+                aggregate = yield from self.store.streams.for_command(
                     cls,
                     aggregate_id,
                     topic=topic,
@@ -252,5 +267,5 @@ class Repository:
             causation_id=causation_id,
         )
         if aggregate is not None:
-            yield command.Call(self._committed, (aggregate, written))
+            yield from self._committed(aggregate, written)
         return aggregate, Written(written)

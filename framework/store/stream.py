@@ -30,13 +30,18 @@ rebuilt once (``rebuild_keys``) and the read repeated. A difference that survive
 is in the log itself: :class:`~framework.errors.SerializationError` naming the topic,
 partition and offset.
 
+Sans I/O: the reads are plans (:mod:`framework.store.steps`: ``*_plan`` methods yield each
+log call as a :class:`~framework.store.steps.LogCall`), so a command's load runs under the
+sync driver on a thread and under the async runtime's on an event loop, awaiting the log's
+asyncio face where it has one; the plain methods drive them on the calling thread.
+
 Thread-safety: a :class:`Streams` is shared by every thread of a runtime; its only mutable
 state is the cache, which locks itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
@@ -48,6 +53,7 @@ from framework.log import KeyedLog, MaintainedLog, Record, RecordMetadata, Topic
 from framework.log.partitioner import partition_for_key
 from framework.log.position import Position
 from framework.observability import get_logger
+from framework.store.steps import Call, LogCall, Step, drive
 from framework.store.stream_cache import DEFAULT_EVENTS, CachedStream, StreamCache
 from framework.tracing import loaded_from
 
@@ -124,10 +130,16 @@ class Streams:
     def partition_of(self, topic: str, aggregate_id: str) -> int:
         return partition_for_key(aggregate_id.encode(), self.log.partition_count(topic))
 
-    def _place(self, aggregate: Aggregate, topic: str) -> None:
+    def partition_plan(self, topic: str, aggregate_id: str) -> Generator[Step, Any, int]:
+        """:meth:`partition_of` as a plan (the partition count is the log's to tell)."""
+        count: int = yield LogCall(self.log, "partition_count", (topic,))
+        return partition_for_key(aggregate_id.encode(), count)
+
+    @staticmethod
+    def _place(aggregate: Aggregate, topic: str, partition: int) -> None:
         """Record where the loaded aggregate's stored state ends on the log."""
         if aggregate._stored_offset is not None:
-            tp = TopicPartition(topic, self.partition_of(topic, aggregate.id))
+            tp = TopicPartition(topic, partition)
             aggregate._position = Position({tp: aggregate._stored_offset + 1})
 
     # ------------------------------------------------------------------ what the writer says
@@ -171,6 +183,28 @@ class Streams:
         after_offset: int | None = None,
         checked: bool = True,
     ) -> StreamRead:
+        """:meth:`read_stream_plan` on the calling thread."""
+        return drive(
+            self.read_stream_plan(
+                topic,
+                aggregate_id,
+                after_version,
+                upto_version,
+                after_offset=after_offset,
+                checked=checked,
+            )
+        )
+
+    def read_stream_plan(
+        self,
+        topic: str,
+        aggregate_id: str,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        *,
+        after_offset: int | None = None,
+        checked: bool = True,
+    ) -> Generator[Step, Any, StreamRead]:
         """The envelopes with ``after_version < version <= upto_version``, checked against
         the stream's version sequence (see the module docstring).
 
@@ -181,11 +215,11 @@ class Streams:
         drops it from the cache: the retry reads the log).
         """
         key = aggregate_id.encode()
-        partition = self.partition_of(topic, aggregate_id)
+        partition = yield from self.partition_plan(topic, aggregate_id)
         whole = after_version == 0 and after_offset is None and self.cache is not None
         generation = self.codec.registry.generation
         if whole:
-            cached = self._cached(
+            cached = yield from self._cached(
                 topic, partition, aggregate_id, key, generation, upto_version, checked
             )
             if cached is not None:
@@ -195,7 +229,9 @@ class Streams:
                     envelopes, offsets = envelopes[:upto_version], offsets[:upto_version]
                 return StreamRead(list(envelopes), offsets[-1] if offsets else None, len(offsets))
         for attempt in (1, 2):
-            records = self.log.read_key(topic, partition, key, after=after_offset)
+            records: list[Record] = yield LogCall(
+                self.log, "read_key", (topic, partition, key), {"after": after_offset}
+            )
             try:
                 read = self._decode_stream(
                     topic, partition, records, after_version, upto_version, after_offset
@@ -225,7 +261,7 @@ class Streams:
                     problem=exc.problem,
                 )
                 if isinstance(self.log, MaintainedLog):  # derived per-key state to rebuild
-                    self.log.rebuild_keys(topic, partition)
+                    yield LogCall(self.log, "rebuild_keys", (topic, partition))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _cached(
@@ -237,7 +273,7 @@ class Streams:
         generation: int,
         upto: int | None,
         checked: bool,
-    ) -> CachedStream | None:
+    ) -> Generator[Step, Any, CachedStream | None]:
         """The cached stream, brought up to date with the log (records appended since are
         read and decoded alone) unless it already holds version ``upto``; ``None`` when
         not cached or the log disagrees with it."""
@@ -247,13 +283,15 @@ class Streams:
         if entry is None or not checked:
             return entry
         last = entry.offsets[-1]
-        head = self.log.key_head(topic, partition, key)
+        head: int | None = yield LogCall(self.log, "key_head", (topic, partition, key))
         if head == last:
             return entry
         if head is not None and head > last:
             if upto is not None and upto <= len(entry.envelopes):
                 return entry  # history before the head does not change
-            records = self.log.read_key(topic, partition, key, after=last)
+            records: list[Record] = yield LogCall(
+                self.log, "read_key", (topic, partition, key), {"after": last}
+            )
             try:
                 tail = self._decode_stream(
                     topic, partition, records, len(entry.envelopes), None, last
@@ -318,15 +356,16 @@ class Streams:
         return StreamRead(envelopes, last, expected - 1)
 
     # ------------------------------------------------------------------ aggregates
-    def committed(
+    def committed_plan(
         self,
         aggregate: Aggregate,
         written: list[RecordMetadata],
         topic: str,
         snapshots: SnapshotCodec,
-    ) -> None:
+    ) -> Generator[Step, Any, None]:
         """The aggregate's pending events are stored at ``written``: mark them committed,
-        and take a snapshot when the save crossed a multiple of ``snapshot_every``."""
+        and take a snapshot when the save crossed a multiple of ``snapshot_every`` (the
+        only blocking work: a :class:`~framework.store.steps.Call`)."""
         if not written:
             return
         base = aggregate.committed_version
@@ -335,7 +374,7 @@ class Streams:
         aggregate._position = Position.of(written)
         every = type(aggregate).snapshot_every
         if every and aggregate.version // every > base // every:
-            self.save_snapshot(aggregate, topic, snapshots)
+            yield Call(self.save_snapshot, (aggregate, topic, snapshots))
 
     def save_snapshot(self, aggregate: Aggregate, events: str, snapshots: SnapshotCodec) -> None:
         """Write a snapshot of ``aggregate`` (best effort: a failure is logged)."""
@@ -379,6 +418,23 @@ class Streams:
         snapshots: SnapshotCodec,
         checked: bool = True,
     ) -> A:
+        """:meth:`load_plan` on the calling thread."""
+        return drive(
+            self.load_plan(
+                cls, aggregate_id, version, topic=topic, snapshots=snapshots, checked=checked
+            )
+        )
+
+    def load_plan(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        version: int | None = None,
+        *,
+        topic: str,
+        snapshots: SnapshotCodec,
+        checked: bool = True,
+    ) -> Generator[Step, Any, A]:
         """The aggregate as of ``version`` (default: latest).
 
         ``checked=False`` (commands): a stream in the store's cache is used as it is, without
@@ -393,18 +449,25 @@ class Streams:
             raise AggregateNotFoundError(
                 f"{cls.__qualname__} {aggregate_id!r} has no version {version}", topic=topic
             )
-        snapshot, at, unusable = self._load_snapshot(cls, aggregate_id, version, topic, snapshots)
+        snapshot, at, unusable = yield from self._load_snapshot(
+            cls, aggregate_id, version, topic, snapshots
+        )
+        stream: StreamRead | None = None
         if snapshot is not None and at is not None:
-            stream = self._read_after_snapshot(aggregate_id, snapshot, at, version, topic)
+            stream = yield from self._read_after_snapshot(
+                aggregate_id, snapshot, at, version, topic
+            )
             if stream is None:
                 snapshot, unusable = None, True
         if snapshot is None or at is None:
             after = snapshot.aggregate_version if snapshot is not None else 0
-            stream = self.read_stream(topic, aggregate_id, after, version, checked=checked)
+            stream = yield from self.read_stream_plan(
+                topic, aggregate_id, after, version, checked=checked
+            )
             if snapshot is not None and stream.version < snapshot.aggregate_version:
                 self._ahead(topic, aggregate_id, snapshot)  # the event topic was recreated
                 snapshot, unusable = None, True
-                stream = self.read_stream(topic, aggregate_id, 0, version)
+                stream = yield from self.read_stream_plan(topic, aggregate_id, 0, version)
         assert stream is not None
         if snapshot is not None:
             loaded_from("snapshot")
@@ -415,7 +478,8 @@ class Streams:
             )
         aggregate = cls.rehydrate(aggregate_id, [e.event for e in envelopes], snapshot=snapshot)
         aggregate._stored_offset = stream.last_offset if stream.last_offset is not None else at
-        self._place(aggregate, topic)
+        partition = yield from self.partition_plan(topic, aggregate_id)
+        self._place(aggregate, topic, partition)
         if version is not None and aggregate.version != version:
             raise AggregateNotFoundError(
                 f"{cls.__qualname__} {aggregate_id!r} has {aggregate.version} events, not"
@@ -424,7 +488,7 @@ class Streams:
             )
         every = cls.snapshot_every
         if unusable and version is None and every and aggregate.version >= every:
-            self.save_snapshot(aggregate, topic, snapshots)
+            yield Call(self.save_snapshot, (aggregate, topic, snapshots))
         return aggregate
 
     @staticmethod
@@ -438,17 +502,21 @@ class Streams:
 
     def _read_after_snapshot(
         self, aggregate_id: str, snapshot: Snapshot, at: int, version: int | None, topic: str
-    ) -> StreamRead | None:
+    ) -> Generator[Step, Any, StreamRead | None]:
         """The events after a snapshot taken at offset ``at``; ``None`` when the stream does
         not continue it (the event topic was recreated: the snapshot is ignored)."""
-        partition = self.partition_of(topic, aggregate_id)
-        head = self.log.key_head(topic, partition, aggregate_id.encode())
+        partition = yield from self.partition_plan(topic, aggregate_id)
+        head: int | None = yield LogCall(
+            self.log, "key_head", (topic, partition, aggregate_id.encode())
+        )
         if head is None or head < at:
             self._ahead(topic, aggregate_id, snapshot)
             return None
         try:
-            return self.read_stream(
-                topic, aggregate_id, snapshot.aggregate_version, version, after_offset=at
+            return (
+                yield from self.read_stream_plan(
+                    topic, aggregate_id, snapshot.aggregate_version, version, after_offset=at
+                )
             )
         except SerializationError as exc:
             log.warning(
@@ -466,18 +534,19 @@ class Streams:
         version: int | None,
         events: str,
         snapshots: SnapshotCodec,
-    ) -> tuple[Snapshot | None, int | None, bool]:
+    ) -> Generator[Step, Any, tuple[Snapshot | None, int | None, bool]]:
         """The latest usable snapshot at or below ``version``, the event offset it was
         taken at (``None``: not recorded), and whether the latest one stored was unusable
         (stale schema, undecodable)."""
         if not cls.snapshot_every:
             return None, None, False
         topic = snapshot_topic(events)
-        log_ = self.log
-        if not log_.topic_exists(topic):
+        if not (yield LogCall(self.log, "topic_exists", (topic,))):
             return None, None, False
-        partition = self.partition_of(topic, aggregate_id)
-        records = log_.read_key(topic, partition, aggregate_id.encode())
+        partition = yield from self.partition_plan(topic, aggregate_id)
+        records: list[Record] = yield LogCall(
+            self.log, "read_key", (topic, partition, aggregate_id.encode())
+        )
         if not records:
             return None, None, False
         record = records[-1]
@@ -516,18 +585,22 @@ class Streams:
         create: bool,
         causation_id: str | None,
         once: bool,
-    ) -> A | None:
+    ) -> Generator[Step, Any, A | None]:
         """The aggregate a command decides on: its cached stream as it is (the conditional
         append checks it), or, for a policy's command (``once``), its whole stream, and
         ``None`` when an event in it was caused by ``causation_id`` (issued already)."""
         if not once:
             try:
-                return self.load(cls, aggregate_id, topic=topic, snapshots=snapshots, checked=False)
+                return (
+                    yield from self.load_plan(
+                        cls, aggregate_id, topic=topic, snapshots=snapshots, checked=False
+                    )
+                )
             except AggregateNotFoundError:
                 if not create:
                     raise
                 return cls(aggregate_id)
-        stream = self.read_stream(topic, aggregate_id, checked=False)
+        stream = yield from self.read_stream_plan(topic, aggregate_id, checked=False)
         history = stream.envelopes
         if any(env.causation_id == causation_id for env in history):
             log.info(
@@ -543,5 +616,6 @@ class Streams:
             )
         aggregate = cls.rehydrate(aggregate_id, [env.event for env in history])
         aggregate._stored_offset = stream.last_offset  # the conditional save's expectation
-        self._place(aggregate, topic)
+        partition = yield from self.partition_plan(topic, aggregate_id)
+        self._place(aggregate, topic, partition)
         return aggregate

@@ -3,7 +3,8 @@
 ``face`` is either the sync :class:`Runtime` called directly (concurrency by threads) or the
 :class:`AsyncRuntime` driven on an event loop in a thread of its own (concurrency by tasks
 on that loop), each on the embedded log and on a real 3-node JetStream cluster (the async
-face reaches JetStream through the sync bridge, offloaded to its pool). Each test is written once against the :class:`Face` protocol; a real log on
+face awaits JetStream's asyncio face on its loop; the embedded log's file work runs in its
+pool). Each test is written once against the :class:`Face` protocol; a real log on
 disk, real appends and fsyncs. The model is a plain counter per aggregate: N increments
 from concurrent callers leave version N and value N, never a lost update.
 """
@@ -274,3 +275,53 @@ def test_async_consumers_free_and_group(tmp_path: Path) -> None:
 def _raw_of(log: Any, partition: int) -> list[Any]:
     records, _ = log.read("counters", partition, log.offsets("counters", partition).lwm)
     return records
+
+
+def test_async_runtime_on_jetstream_awaits_the_asyncio_face(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On JetStream, ``app.open_async`` performs the command path's log calls (appends,
+    per-key reads, key heads: conflicts and policy checks included) on the log's asyncio
+    face on the caller's loop: the sync log under the runtime (whose calls cross its bridge
+    from a thread) serves none of them. The outcomes are the sync face's."""
+    from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+
+    log = JetStreamLog.from_url(nats_url, namespace="t" + uuid.uuid4().hex[:12])
+    sync_calls: list[str] = []
+    for name in ("append", "read", "read_key", "key_head"):
+        real = getattr(log, name)
+
+        def counted(*args: Any, _name: str = name, _real: Any = real, **kwargs: Any) -> Any:
+            sync_calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(log, name, counted)
+
+    async def main() -> tuple[Counter, Account, list[Any]]:
+        async with APP.open_async(log) as rt:
+            await rt.execute(Counter, "hot", inc(0), create=True)
+            await asyncio.gather(*(rt.execute(Counter, "hot", inc(1)) for _ in range(12)))
+            issued = await asyncio.gather(
+                *(rt.issue(Counter, "inv", inc(1), caused_by="event-1") for _ in range(4))
+            )
+            account = Account("a-1")
+            account.open("ada")
+            await rt.save(account)
+            stale = await rt.load(Account, "a-1")
+            account.deposit(1)
+            await rt.save(account)
+            stale.deposit(2)
+            with pytest.raises(ConcurrencyError):
+                await rt.save(stale)
+            hot = await rt.load(Counter, "hot")
+            return hot, await rt.load(Account, "a-1"), issued
+
+    try:
+        before = len(sync_calls)
+        hot, account, issued = asyncio.run(main())
+    finally:
+        log.close()
+    assert (hot.version, hot.value) == (13, 12)
+    assert account.balance == 1 and account.version == 2
+    assert sorted(len(w) for w in issued) == [0, 0, 0, 1]
+    assert sync_calls[before:] == [], f"the sync log served {sync_calls[before:]}"

@@ -11,12 +11,14 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 from confluent_kafka import Producer as RawProducer
 
 from framework.engine import log_locator, open_log
+from framework.errors import InvalidRecordError
 from framework.log import LogStore, Producer, ProducerRecord
 from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
+from framework.log.kafka.log import META_REFRESH_S, KafkaLog
 from framework.testing.contracts import read_all
 
 KEYS = 3_000
@@ -126,3 +128,30 @@ def test_waiters_wake_on_another_processs_append_and_wake(
             assert time.monotonic() - started < 10.0, f"not woken by another process: {action}"
             assert log.wait_seq() != seen
         assert log.list_topics() == ["tail"]  # the wake topic is not one of the log's
+
+
+def test_another_clients_topic_change_is_seen_within_the_refresh_age(
+    kafka_cluster: LocalKafkaCluster, namespace: str
+) -> None:
+    """A log reads a topic's cached metadata again in the background once it is
+    ``META_REFRESH_S`` old (its appends never wait for the admin's round trips), so a change
+    another client makes (compaction turned on) reaches its appends within that age plus
+    the round trips: a keyless record is then refused, and nothing of it written."""
+    url = f"{kafka_cluster.url}?namespace={namespace}"
+    with KafkaLog.from_url(url) as a, KafkaLog.from_url(url) as b:
+        a.create_topic("m", 1)
+        keyless = [(None, b"v", (), None)]
+        a.append("m", 0, keyless)
+        b.alter_topic("m", config={"cleanup_policy": "compact"})
+        changed = time.monotonic()
+        while True:
+            try:
+                a.append("m", 0, keyless)
+            except InvalidRecordError:
+                break
+            assert time.monotonic() - changed < META_REFRESH_S + 30, "the change was not seen"
+            time.sleep(0.2)
+        before = a.offsets("m", 0).hwm
+        with pytest.raises(InvalidRecordError):
+            a.append("m", 0, keyless)
+        assert a.offsets("m", 0).hwm == before

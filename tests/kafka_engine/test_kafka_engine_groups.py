@@ -349,3 +349,44 @@ def test_a_dead_members_partitions_move_at_once_when_the_supervisor_removes_it(
     took = moved_at - killed_at
     sys.stderr.write(f"\nhand-over: partitions moved {took:.2f}s after the kill\n")
     assert took < 15.0  # the session (30 s) played no part
+
+
+def test_groups_describe_shows_the_coordinators_generation(kafka: KafkaLog, tmp_path: Path) -> None:
+    """``groups describe`` (and ``groups list``) on Kafka show the group's generation as the
+    coordinator holds it: the one its members synchronised with (librdkafka's generation
+    id), growing with each rebalance; a group with no member keeps its last one."""
+    base = ["--data", str(tmp_path / "data"), "--log", kafka.url]
+
+    def described() -> int:
+        out = _eventlane(*base, "groups", "describe", GROUP, "--json")
+        assert out.exit_code == 0, out.stderr[-2000:]
+        return int(json.loads(out.stdout)["generation"])
+
+    def stable(members: list[GroupConsumer], partitions: int) -> None:
+        deadline = time.monotonic() + START_S
+        while sum(len(m.assignment()) for m in members) < partitions or len(
+            {m.generation for m in members}
+        ) > 1:
+            for m in members:
+                m.poll(0.1)
+            assert time.monotonic() < deadline, "the group did not settle"
+
+    first = GroupConsumer(kafka, group_id=GROUP, topics=[TOPIC], session_timeout_ms=SESSION_MS)
+    second: GroupConsumer | None = None
+    try:
+        stable([first], 6)
+        assert first.generation >= 1
+        assert described() == first.generation
+        second = GroupConsumer(kafka, group_id=GROUP, topics=[TOPIC], session_timeout_ms=SESSION_MS)
+        deadline = time.monotonic() + START_S
+        while not second.assignment() or len(first.assignment()) != 3:
+            first.poll(0.1), second.poll(0.1)
+            assert time.monotonic() < deadline, "the second member got nothing"
+        stable([first, second], 6)
+        assert second.generation > 1 and described() == second.generation
+        listed = json.loads(_eventlane(*base, "groups", "list", "--json").stdout)
+        assert [g["generation"] for g in listed if g["group"] == GROUP] == [second.generation]
+    finally:
+        first.close(autocommit=False)
+        if second is not None:
+            second.close(autocommit=False)

@@ -28,8 +28,7 @@ from framework.errors import FrameworkError
 from framework.log.config import TopicConfig
 from framework.log.jetstream import errors as e
 from framework.log.jetstream import mapping as m
-from framework.log.jetstream.connection import Connection
-from framework.log.jetstream.log import parse_url
+from framework.log.jetstream.connection import Connection, parse_url
 from framework.log.jetstream.publish import Publisher
 from framework.log.jetstream.read import Reader
 from framework.log.jetstream.topics import Topics

@@ -26,6 +26,7 @@ from nats.js.kv import KeyValue
 from framework.errors import LogUnavailableError, OutcomeUnknownError, UnknownTopicError
 from framework.log.jetstream import errors as e
 from framework.log.jetstream import mapping as m
+from framework.log.remote import parse_log_url
 from framework.observability import get_logger
 
 log = get_logger("eventlane.log")
@@ -40,6 +41,16 @@ server cut off from this client costs about 3 s, not nats-py's default two minut
 MAX_OUTSTANDING_PINGS = 2
 
 NO_STREAM = (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError)
+
+
+def parse_url(url: str) -> dict[str, Any]:
+    """``nats://h1:p1,h2:p2?namespace=ns&replicas=3`` -> keyword arguments of the log.
+
+    >>> parse_url("nats://127.0.0.1:4222,127.0.0.1:4223?replicas=1")["servers"]
+    ['nats://127.0.0.1:4222', 'nats://127.0.0.1:4223']
+    """
+    hosts, options = parse_log_url(url, "nats", {"namespace": str, "replicas": int})
+    return {"servers": [f"nats://{h}" for h in hosts], **options}
 
 
 class Connection:

@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 
 from framework.log.config import TopicConfig
 from framework.log.jetstream import mapping as m
+from framework.log.jetstream.aio import AsyncJetStreamLog
 from framework.log.jetstream.bridge import Bridge
-from framework.log.jetstream.connection import Connection
+from framework.log.jetstream.connection import Connection, parse_url
 from framework.log.jetstream.maintenance import Maintenance
 from framework.log.jetstream.publish import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, Publisher
 from framework.log.jetstream.read import Reader
@@ -33,7 +34,6 @@ from framework.log.jetstream.topics import Topics
 from framework.log.jetstream.wakeups import Wakeups
 from framework.log.local import LocalDir, default_data_dir
 from framework.log.record import Record
-from framework.log.remote import parse_log_url
 from framework.log.types import (
     AppendResult,
     Clock,
@@ -57,16 +57,6 @@ T = TypeVar("T")
 def open_url(url: str, local: LocalDir) -> JetStreamLog:
     """The engine opener for ``nats://`` URLs (entry point ``eventlane.engines: nats``)."""
     return JetStreamLog.from_url(url, local=local)
-
-
-def parse_url(url: str) -> dict[str, Any]:
-    """``nats://h1:p1,h2:p2?namespace=ns&replicas=3`` -> keyword arguments of the log.
-
-    >>> parse_url("nats://127.0.0.1:4222,127.0.0.1:4223?replicas=1")["servers"]
-    ['nats://127.0.0.1:4222', 'nats://127.0.0.1:4223']
-    """
-    hosts, options = parse_log_url(url, "nats", {"namespace": str, "replicas": int})
-    return {"servers": [f"nats://{h}" for h in hosts], **options}
 
 
 class JetStreamLog:
@@ -351,6 +341,21 @@ class JetStreamLog:
     def placement(self, topic: str, partition: int) -> tuple[str, str | None, list[str]]:
         """``(stream, leader node, replica nodes)`` of a partition, for operators and tests."""
         return self._maintenance.placement(topic, partition)
+
+    # ------------------------------------------------------------------ asyncio
+    def async_face(self) -> AsyncJetStreamLog:
+        """This log's data path for asyncio code, unopened (``await face.open()`` on the
+        caller's loop): the same servers, namespace, clock and timeouts, a connection of
+        its own; the async runtime (:mod:`framework.app.aio`) awaits its appends and reads
+        instead of driving this log's bridge from threads."""
+        return AsyncJetStreamLog(
+            parse_url(self.url)["servers"],
+            namespace=self.namespace,
+            replicas=self.replicas,
+            clock=self.clock,
+            timeout=self.timeout,
+            retry_s=self.retry_s,
+        )
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:

@@ -38,6 +38,7 @@ import nats.errors
 import nats.js.errors
 import orjson
 
+from framework import _plans
 from framework.errors import (
     ConcurrencyError,
     FrameworkError,
@@ -211,24 +212,16 @@ class Publisher:
         assert bridge is not None, "the asyncio face appends with append_async"
         cfg = self.topics.check_partition(topic, partition).config
         plan = self.plan(topic, partition, cfg, records, expect, atomic, precondition)
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = plan.send(value) if error is None else plan.throw(error)
-            except StopIteration as done:
-                result: AppendResult = done.value
-                return result
-            value, error = None, None
-            try:
-                if isinstance(step, Sleep):
-                    time.sleep(step.seconds)
-                else:
-                    value = bridge.run(
-                        step.coro, step.call, topic=topic, partition=partition, write=step.write
-                    )
-            except Exception as exc:
-                error = exc
+
+        def perform(step: Step) -> Any:
+            if isinstance(step, Sleep):
+                time.sleep(step.seconds)
+                return None
+            return bridge.run(
+                step.coro, step.call, topic=topic, partition=partition, write=step.write
+            )
+
+        return _plans.drive(plan, perform)
 
     async def append_async(
         self,
@@ -243,27 +236,19 @@ class Publisher:
         """:meth:`append` on the caller's event loop (:meth:`plan` awaited in place)."""
         cfg = (await self.topics.check_partition_async(topic, partition)).config
         plan = self.plan(topic, partition, cfg, records, expect, atomic, precondition)
-        value: Any = None
-        error: BaseException | None = None
-        while True:
+
+        async def perform(step: Step) -> Any:
+            if isinstance(step, Sleep):
+                await asyncio.sleep(step.seconds)
+                return None
             try:
-                step = plan.send(value) if error is None else plan.throw(error)
-            except StopIteration as done:
-                result: AppendResult = done.value
-                return result
-            value, error = None, None
-            try:
-                if isinstance(step, Sleep):
-                    await asyncio.sleep(step.seconds)
-                else:
-                    value = await step.coro
-            except FrameworkError as exc:
-                error = exc
+                return await step.coro
+            except FrameworkError:
+                raise
             except (nats.errors.Error, TimeoutError) as exc:
-                write = isinstance(step, Io) and step.write
-                error = e.translate(exc, topic=topic, partition=partition, write=write)
-            except Exception as exc:
-                error = exc
+                raise e.translate(exc, topic=topic, partition=partition, write=step.write) from exc
+
+        return await _plans.drive_async(plan, perform)
 
     def plan(
         self,

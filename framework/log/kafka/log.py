@@ -3,6 +3,13 @@
 ``KafkaLog.from_url("kafka://h1:9092,h2:9092?namespace=ns")``, or ``--log kafka://...``,
 ``EVENTLANE_LOG`` and ``App.open(url)`` through the ``eventlane.engines`` entry point.
 
+One concept at ~850 lines: the log port's methods over three librdkafka clients (an admin,
+a lingering idempotent producer, a hand-assigned reader) that share the topic metadata
+cache, the locks and the wake-up sequence. The per-record work of appends and reads (batch
+sizes, conversions) is :mod:`.records`; topic configs and error codes :mod:`.mapping`; the
+local cluster :mod:`.cluster`; migration :mod:`.migrate`. Part 2's per-key state and
+conditional appends (KeyedLog) belong in modules of their own beside it.
+
 Invariants and how they hold:
 
 * **An append returns only once acknowledged** by ``acks=all`` (every in-sync replica; the
@@ -68,7 +75,6 @@ from framework.errors import (
     LogUnavailableError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
-    RecordTooLargeError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -80,6 +86,7 @@ from framework.log.config import (
     warn_partitions_increased,
 )
 from framework.log.kafka.mapping import append_error, kafka_configs, topic_config
+from framework.log.kafka.records import batches
 from framework.log.local import LocalDir, default_data_dir
 from framework.log.record import Record, TimestampType
 from framework.log.remote import WakeSequence, parse_log_url
@@ -98,16 +105,15 @@ from framework.observability import get_logger
 
 log = get_logger("eventlane.log")
 
-BATCH_OVERHEAD = 61
-"""Bytes of a v2 record batch's header."""
-RECORD_OVERHEAD = 21
-"""Most bytes a record adds beside its key, value and headers (attributes, varints)."""
 DEFAULT_READ_BYTES = 1 << 20
 WAKE_TOPIC = "__eventlane_wake"
 """The namespace's topic that :meth:`KafkaLog.wake` writes to (not listed as a topic)."""
 _OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 """A fetch from outside the marks (librdkafka's name for it with auto.offset.reset=error)."""
 _NOT_LEADERS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+META_REFRESH_S = 5.0
+"""Age after which a topic's cached partition count and config are read again (in the
+background: :meth:`KafkaLog._topic_meta`)."""
 
 
 class _Meta(NamedTuple):
@@ -196,6 +202,8 @@ class KafkaLog:
         self._reading: tuple[str, int, int] | None = None  # (topic, partition, next offset)
         self._ahead: list[Message] = []  # fetched past where the last read stopped
         self._meta: dict[str, _Meta] = {}
+        self._meta_lock = threading.Lock()
+        self._refreshing: set[str] = set()  # topics whose metadata a thread is reading
         self._wake = WakeSequence()
         self._tail_lock = threading.Lock()  # starts the tailing thread once
         self._tailer: threading.Thread | None = None
@@ -245,7 +253,7 @@ class KafkaLog:
             raise self._unavailable(err, name) from None
         self._wait_leaders(name, partitions)
         self._described_config(name, cfg)
-        self._meta[name] = _Meta(partitions, cfg, time.monotonic())
+        self._cache_meta(name, _Meta(partitions, cfg, time.monotonic()))
         return self._describe(name, partitions, cfg)
 
     def _wait_leaders(self, name: str, partitions: int) -> None:
@@ -307,7 +315,7 @@ class KafkaLog:
         if cfg != meta.config:
             self._set_configs(name, meta.config, cfg)
             self._described_config(name, cfg)
-        self._meta[name] = _Meta(count, cfg, time.monotonic())
+        self._cache_meta(name, _Meta(count, cfg, time.monotonic()))
         return self._describe(name, count, cfg)
 
     def _set_configs(self, name: str, old: TopicConfig, new: TopicConfig) -> None:
@@ -328,7 +336,7 @@ class KafkaLog:
     def delete_topic(self, name: str) -> None:
         self._topic_meta(name, fresh=True)
         self._admin_call(name, self._admin.delete_topics([self._kname(name)]))
-        self._meta.pop(name, None)
+        self._cache_meta(name, None)
         deadline = time.monotonic() + self.timeout
         while name in self.list_topics() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -348,20 +356,68 @@ class KafkaLog:
             raise self._unavailable(exc.args[0], topic) from None
 
     def _topic_meta(self, name: str, *, fresh: bool = False) -> _Meta:
-        """Partition count and config of ``name`` (cached for 5 s unless ``fresh``)."""
+        """Partition count and config of ``name``: read from the cluster when ``fresh`` or
+        not cached; else the cached ones, refreshed in the background once older than
+        :data:`META_REFRESH_S` (the data path never waits for the admin's round trips: a
+        change made by another client is seen within about that long)."""
         cached = self._meta.get(name)
-        if cached is not None and not fresh and time.monotonic() - cached.checked < 5.0:
-            return cached
+        if cached is None or fresh:
+            return self._fetch_meta(name)
+        if time.monotonic() - cached.checked >= META_REFRESH_S:
+            self._refresh_meta(name)
+        return cached
+
+    def _cache_meta(self, name: str, meta: _Meta | None, *, unless: _Meta | None = None) -> None:
+        """Cache (``None``: forget) ``name``'s metadata; with ``unless``, only while the
+        cached entry is still ``unless`` (a background refresh never overwrites what a
+        create, alter or delete of this log stored meanwhile)."""
+        with self._meta_lock:
+            if unless is not None and self._meta.get(name) is not unless:
+                return
+            if meta is None:
+                self._meta.pop(name, None)
+            else:
+                self._meta[name] = meta
+
+    def _refresh_meta(self, name: str) -> None:
+        """Read ``name``'s metadata again in a thread (one at a time per topic)."""
+        with self._meta_lock:
+            cached = self._meta.get(name)
+            if cached is None or name in self._refreshing or self._closed:
+                return
+            self._refreshing.add(name)
+
+        def refresh() -> None:
+            try:
+                self._cache_meta(name, self._read_meta(name), unless=cached)
+            except UnknownTopicError:  # gone: the next call reads (and raises) itself
+                self._cache_meta(name, None, unless=cached)
+            except (LogError, KafkaException):
+                pass  # no answer now: the cached metadata stays, read again later
+            finally:
+                with self._meta_lock:
+                    self._refreshing.discard(name)
+
+        threading.Thread(target=refresh, name="eventlane-kafka-meta", daemon=True).start()
+
+    def _fetch_meta(self, name: str) -> _Meta:
+        """Partition count and config of ``name`` from the cluster, cached."""
+        try:
+            meta = self._read_meta(name)
+        except UnknownTopicError:
+            self._cache_meta(name, None)
+            raise
+        self._cache_meta(name, meta)
+        return meta
+
+    def _read_meta(self, name: str) -> _Meta:
         kname = self._kname(name)
         meta = self._admin.list_topics(timeout=self.timeout)  # all: never auto-creates
         found = meta.topics.get(kname)
         gone = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
         if found is None or (found.error is not None and found.error.code() in gone):
-            self._meta.pop(name, None)
             raise UnknownTopicError(f"unknown topic {name!r}", topic=name)
-        out = _Meta(len(found.partitions), self._described_config(name), time.monotonic())
-        self._meta[name] = out
-        return out
+        return _Meta(len(found.partitions), self._described_config(name), time.monotonic())
 
     def _described_config(self, name: str, want: TopicConfig | None = None) -> TopicConfig:
         """The topic's config as a broker describes it; with ``want``, asked again until
@@ -433,46 +489,24 @@ class KafkaLog:
                 "a compacted topic refuses records without a key", topic=topic, partition=partition
             )
         limit = min(cfg.max_record_bytes, cfg.segment_bytes)  # Kafka refuses larger batches
-        chunks: list[list[RecordTuple]] = [[]]
-        size = BATCH_OVERHEAD
-        for r in records:
-            one = _record_size(r)
-            if BATCH_OVERHEAD + one > limit:
-                raise RecordTooLargeError(
-                    f"a record of about {one} bytes exceeds max_record_bytes or"
-                    f" segment_bytes ({limit})",
-                    topic=topic,
-                    partition=partition,
-                )
-            if size + one > limit and chunks[-1]:
-                if atomic:
-                    raise RecordTooLargeError(
-                        f"an atomic append must fit one batch of max_record_bytes and"
-                        f" segment_bytes ({limit})",
-                        topic=topic,
-                        partition=partition,
-                    )
-                chunks.append([])
-                size = BATCH_OVERHEAD
-            chunks[-1].append(r)
-            size += one
-        offsets: list[int] = []
+        chunks, nbytes = batches(records, limit, atomic, topic, partition)
+        first = last = -1
         stamps: list[int] = []
         with self._append_lock:
             for chunk in chunks:
-                got = self._send(topic, partition, chunk, cfg.log_append_time)
-                offsets += [o for o, _ in got]
-                stamps += [t for _, t in got]
+                base, last, chunk_stamps = self._send(topic, partition, chunk, cfg.log_append_time)
+                first = base if first < 0 else first
+                stamps += chunk_stamps
         self._bump()
         if M.on:
-            nbytes = sum(map(_record_size, records))
             appended(topic, len(records), nbytes, time.perf_counter() - begun)
-        return AppendResult(offsets[0], offsets[-1], stamps)
+        return AppendResult(first, last, stamps)
 
     def _send(
-        self, topic: str, partition: int, records: list[RecordTuple], append_time: bool
-    ) -> list[tuple[int, int]]:
-        """Produce ``records`` as one batch and flush; (offset, timestamp) of each."""
+        self, topic: str, partition: int, records: Sequence[RecordTuple], append_time: bool
+    ) -> tuple[int, int, list[int]]:
+        """Produce ``records`` as one batch and flush; the first and last offsets, and the
+        timestamp of each."""
         if self._closed:  # its producer is released: nothing is sent
             raise LogError("append to a closed KafkaLog", topic=topic, partition=partition)
         delivered: list[Message] = []  # one partition: reports come in produce order
@@ -484,18 +518,19 @@ class KafkaLog:
             delivered.append(msg)
 
         kname = self._kname(topic)
-        now = self.clock()
+        now = 0 if append_time else self.clock()
+        produce = self._producer.produce
         for attempt in (1, 2):
             try:
                 for key, value, headers, ts in records:
-                    self._producer.produce(
+                    produce(
                         kname,
                         value,
                         key,
                         partition=partition,
                         on_delivery=done,
-                        timestamp=0 if append_time else (now if ts is None else ts),
-                        headers=list(headers) or None,
+                        timestamp=now if ts is None or append_time else ts,
+                        headers=list(headers) if headers else None,
                     )
                 break
             except (BufferError, KafkaException) as exc:
@@ -528,7 +563,11 @@ class KafkaLog:
             if len({e.code() for e in errors}) > 1 and worst.code() == KafkaError._PURGE_QUEUE:
                 worst = next(e for e in errors if e.code() != KafkaError._PURGE_QUEUE)
             raise append_error(worst, topic, partition)
-        return [(m.offset() or 0, m.timestamp()[1]) for m in delivered]
+        return (
+            delivered[0].offset() or 0,
+            delivered[-1].offset() or 0,
+            [m.timestamp()[1] for m in delivered],
+        )
 
     def _maybe_renew(self, errors: list[KafkaError]) -> None:
         """A fatal idempotence error leaves the producer unusable: start a new one."""
@@ -637,6 +676,7 @@ class KafkaLog:
         out: list[Record] = []
         size = 0
         append_time, create_time = TimestampType.LOG_APPEND_TIME, TimestampType.CREATE_TIME
+        add, new = out.append, tuple.__new__
         with self._read_lock:
             end = self._known_end(topic, partition, offset)
             if end is not None and offset >= end:
@@ -683,19 +723,22 @@ class KafkaLog:
                         return out, _cursor(nxt)
                     key, value, headers = m.key(), m.value(), m.headers()
                     kind, ts = m.timestamp()
-                    out.append(
-                        Record(
-                            topic,
-                            partition,
-                            at,
-                            ts,
-                            append_time if kind == 2 else create_time,
-                            key,
-                            value,
-                            tuple(headers) if headers else (),  # type: ignore[arg-type]
+                    add(  # records.kafka_record, inlined
+                        new(
+                            Record,
+                            (
+                                topic,
+                                partition,
+                                at,
+                                ts,
+                                append_time if kind == 2 else create_time,
+                                key,
+                                value,
+                                tuple(headers) if headers else (),
+                            ),
                         )
                     )
-                    size += (len(value) if value else 0) + (len(key) if key else 0)
+                    size += len(value or b"") + len(key or b"")
                     nxt = at + 1
                 if not at_end:
                     if stop is None:  # the end the fetch responses carry, once known
@@ -853,36 +896,6 @@ class KafkaLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _record_size(r: RecordTuple) -> int:
-    key, value, headers, _ = r
-    return (
-        RECORD_OVERHEAD
-        + len(key or b"")
-        + len(value or b"")
-        + sum(10 + len(k.encode()) + len(v or b"") for k, v in headers)
-    )
-
-
-def _record(topic: str, partition: int, m: Message) -> Record:
-    kind, ts = m.timestamp()
-    raw: list[tuple[str, bytes | None]] = m.headers() or []  # type: ignore[assignment]
-    headers = tuple((k, v) for k, v in raw)
-    return Record(
-        topic,
-        partition,
-        m.offset() or 0,
-        ts,
-        TimestampType.LOG_APPEND_TIME if kind == 2 else TimestampType.CREATE_TIME,
-        m.key(),
-        m.value(),
-        headers,
-    )
-
-
-kafka_record = _record
-"""A consumed message as eventlane's :class:`Record` (the group consumer's conversion too)."""
 
 
 def _cursor(offset: int) -> Cursor:

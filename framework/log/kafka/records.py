@@ -1,0 +1,103 @@
+"""Records between eventlane and confluent-kafka: batch sizes and conversions.
+
+The per-record work of :class:`~framework.log.kafka.log.KafkaLog`'s appends and reads and of
+the group consumer's polls, kept flat because it runs once per record on the hot paths
+(``benchmarks/bench_kafka_engine.py`` compares them with raw confluent-kafka doing the least
+the same operation needs).
+
+Invariants: :func:`batches` splits an append into Kafka record batches that each fit
+``limit`` bytes (the topic's ``max.message.bytes`` and ``segment.bytes``) by the same size
+estimate whatever the split, and refuses (nothing sent) a record that fits no batch or an
+atomic append that fits no single batch. :func:`kafka_record` and the read loop of
+:meth:`KafkaLog.read <framework.log.kafka.log.KafkaLog.read>` (inlined there) give the same
+:class:`~framework.log.record.Record` for a message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from confluent_kafka import Message
+
+from framework.errors import RecordTooLargeError
+from framework.log.record import Record, TimestampType
+from framework.log.types import RecordTuple
+
+BATCH_OVERHEAD = 61
+"""Bytes of a v2 record batch's header."""
+RECORD_OVERHEAD = 21
+"""Most bytes a record adds beside its key, value and headers (attributes, varints)."""
+HEADER_OVERHEAD = 10
+"""Most bytes a header adds beside its name and value."""
+
+_APPEND_TIME, _CREATE_TIME = TimestampType.LOG_APPEND_TIME, TimestampType.CREATE_TIME
+_new = tuple.__new__  # a record without the named tuple's Python-level __new__
+
+
+def record_size(r: RecordTuple) -> int:
+    """The most bytes ``r`` takes in a record batch."""
+    key, value, headers, _ = r
+    size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
+    if headers:
+        size += sum(HEADER_OVERHEAD + len(k.encode()) + len(v or b"") for k, v in headers)
+    return size
+
+
+def batches(
+    records: Sequence[RecordTuple], limit: int, atomic: bool, topic: str, partition: int
+) -> tuple[list[Sequence[RecordTuple]], int]:
+    """``records`` as consecutive batches of at most ``limit`` bytes each, and their size."""
+    sizes = [
+        RECORD_OVERHEAD
+        + len(k or b"")
+        + len(v or b"")
+        + (sum(HEADER_OVERHEAD + len(n.encode()) + len(x or b"") for n, x in h) if h else 0)
+        for k, v, h, _ in records
+    ]
+    total = sum(sizes)
+    if BATCH_OVERHEAD + total <= limit:  # the common case: one batch
+        return [records], total
+    out: list[Sequence[RecordTuple]] = []
+    chunk: list[RecordTuple] = []
+    size = BATCH_OVERHEAD
+    for r, one in zip(records, sizes, strict=True):
+        if BATCH_OVERHEAD + one > limit:
+            raise RecordTooLargeError(
+                f"a record of about {one} bytes exceeds max_record_bytes or"
+                f" segment_bytes ({limit})",
+                topic=topic,
+                partition=partition,
+            )
+        if size + one > limit and chunk:
+            if atomic:
+                raise RecordTooLargeError(
+                    f"an atomic append must fit one batch of max_record_bytes and"
+                    f" segment_bytes ({limit})",
+                    topic=topic,
+                    partition=partition,
+                )
+            out.append(chunk)
+            chunk, size = [], BATCH_OVERHEAD
+        chunk.append(r)
+        size += one
+    out.append(chunk)
+    return out, total
+
+
+def kafka_record(topic: str, partition: int, m: Message) -> Record:
+    """A consumed message (no error) as eventlane's :class:`Record`."""
+    kind, ts = m.timestamp()
+    headers = m.headers()
+    return _new(
+        Record,
+        (
+            topic,
+            partition,
+            m.offset() or 0,
+            ts,
+            _APPEND_TIME if kind == 2 else _CREATE_TIME,
+            m.key(),
+            m.value(),
+            tuple(headers) if headers else (),
+        ),
+    )

@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if group is None:
             continue
         item.add_marker(pytest.mark.xdist_group(group))
-        if config.getvalue("loadgroup") and "@" not in item.nodeid:  # on a worker
+        if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid:  # a worker
             _suffix_group(item, group)
 
 

@@ -40,13 +40,18 @@ def test_tests_of_a_module_fixture_run_on_one_worker(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PROBE_OUT": str(out), "PYTHONPATH": str(root)}
     env.pop("PYTEST_XDIST_WORKER", None)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-n", "2",
-         "--dist", "loadgroup", "-c", os.devnull, "--rootdir", str(tmp_path),
-         str(tmp_path / "test_probe.py")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    def pytest(*options: str) -> None:
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", *options,
+             "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    pytest("-p", "no:randomly")  # without workers the grouping hook must stay out of the way
+    out.unlink()
+    pytest("-n", "2", "--dist", "loadgroup")
     lines = out.read_text().splitlines()
     assert len([x for x in lines if x.startswith("test ")]) == 8
     workers = {x.split()[1] for x in lines}

@@ -20,13 +20,13 @@ import pytest
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     with open(os.environ["PROBE_OUT"], "a") as out:
-        out.write("setup " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+        out.write("setup " + os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
     return 1
 
 @pytest.mark.parametrize("i", range(8))
 def test_uses_the_shared_fixture(shared, i):
     with open(os.environ["PROBE_OUT"], "a") as out:
-        out.write("test " + os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+        out.write("test " + os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
 
 @pytest.mark.parametrize("i", range(8))
 def test_alone(i):

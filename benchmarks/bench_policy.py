@@ -108,6 +108,7 @@ def run(
         projectors=[policy],
         partitions=app.partitions,
         registry=app.registry,
+        commands=app.commands,  # the policy schedules CancelUnconfirmedOrder
     )
     with bench_app.open(data) as rt:
         worker = Worker(rt, "invoicing_policy", poll_timeout=0.05, max_poll_records=2000)

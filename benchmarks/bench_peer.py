@@ -35,13 +35,15 @@ again). Each is also reported as the median of the per-round ratios (both system
 to back in a round), less at the mercy of a slow moment than the ratio of two medians.
 
     .venv/bin/python benchmarks/bench_peer.py [--quick] [--runs 5] [--json]
-        [--accounts 1000] [--commands 5] [--profile | --cpu]
+        [--accounts 1000] [--commands 5] [--profile | --cpu | --scaling 2,4,8]
 
 ``--profile`` runs eventlane's sequential workload once under cProfile and prints where the
 time goes (no table). ``--cpu`` prints the CPU time a command costs eventlane: one process
 (the process's CPU clock around the sequential workload) and 8 processes (user + system time
 of the workers, from ``getrusage``, with their voluntary context switches and the rate),
-min and median of ``--runs`` runs (no table).
+min and median of ``--runs`` runs (no table). ``--scaling 2,4,8`` measures only issue 36's
+bar: 1, 2, 4 and 8 writer processes on one partition (all spawned alike, interleaved per
+round), cmd/s against 1 process (>= 1.5x with 8, never below 1.0x) and CPU per command.
 """
 
 from __future__ import annotations
@@ -271,18 +273,22 @@ def _process_main(data: str, ids: list[str], commands: int, ready: Any, go: Any,
 
 
 def in_processes(
-    data: Path, ids: Sequence[str], commands: int, usage: list[tuple[float, int]] | None = None
+    data: Path,
+    ids: Sequence[str],
+    commands: int,
+    usage: list[tuple[float, int]] | None = None,
+    processes: int = PROCESSES,
 ) -> float:
-    """Seconds for ``PROCESSES`` processes to run their share, from the moment all are up;
+    """Seconds for ``processes`` processes to run their share, from the moment all are up;
     ``usage`` gets each worker's (CPU seconds, voluntary context switches) of its share."""
     ctx = multiprocessing.get_context("spawn")
     ready, done, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
         ctx.Process(
             target=_process_main,
-            args=(str(data), list(ids[i::PROCESSES]), commands, ready, go, done),
+            args=(str(data), list(ids[i::processes]), commands, ready, go, done),
         )
-        for i in range(PROCESSES)
+        for i in range(processes)
     ]
     for p in procs:
         p.start()
@@ -352,6 +358,52 @@ def cpu_per_command(root: Path, accounts: int, commands: int, runs: int) -> None
     print(f"  8 processes: cmd/s median {sorted(rates)[len(rates) // 2]:.0f}, max {max(rates):.0f}")
 
 
+def scaling(args: Any, root: Path, accounts: int, commands: int) -> None:
+    """Issue 36's figure: N writer processes on one partition against one writer process,
+    all spawned alike and interleaved per round; cmd/s and CPU per command (user + system
+    of the workers' shares)."""
+    counts = [1, *(int(n) for n in args.scaling.split(",") if n and int(n) > 1)]
+    ids = [f"acc-{i}" for i in range(accounts)]
+    total = accounts * commands
+    bench = bench_from_args(__file__, args)
+    bench.notes.append(
+        f"{accounts:,} accounts x {commands} commands, load-decide-save with one durable"
+        f" conditional append each, split over {counts} writer processes on one partition"
+    )
+
+    def measure(n: int) -> Callable[[], dict[str, float]]:
+        def run() -> dict[str, float]:
+            data = root / f"p{n}"
+            shutil.rmtree(data, ignore_errors=True)
+            el_app(data).close()  # topics created once, before the processes race
+            usage: list[tuple[float, int]] = []
+            seconds = in_processes(data, ids, commands, usage, processes=n)
+            return {"rate": total / seconds, "cpu_us": sum(u[0] for u in usage) / total * 1e6}
+
+        return run
+
+    bench.rounds({f"p{n}": measure(n) for n in counts})
+    bench.add("1 writer process", "cmd/s", "p1.rate")
+    bench.add("1 writer process, CPU per command", "us", "p1.cpu_us")
+    for n in counts[1:]:
+        bench.add(
+            f"{n} writer processes vs 1",
+            "cmd/s",
+            f"p{n}.rate",
+            baseline="p1.rate",
+        )
+        bench.add(
+            f"{n} writer processes, CPU per command", "us", f"p{n}.cpu_us", baseline="p1.cpu_us"
+        )
+        bench.add(
+            f"{n} vs 1 process, median of the per-round ratios",
+            "x",
+            bench.paired(f"p{n}.rate", "p1.rate"),
+            target=Target(">=", 1.5 if n == 8 else 1.0),
+        )
+    bench.finish()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     global _PEER  # noqa: PLW0603 - the peer's classes, built once the library is imported
     p = parser(__doc__.splitlines()[0])
@@ -359,6 +411,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--commands", type=int, default=5, help="commands per account")
     p.add_argument("--profile", action="store_true", help="profile eventlane's commands")
     p.add_argument("--cpu", action="store_true", help="CPU per command, 1 and 8 processes")
+    p.add_argument(
+        "--scaling",
+        metavar="N,N",
+        default="",
+        help="only: N writer processes vs 1 (e.g. 2,4,8; issue 36's bar)",
+    )
     args = p.parse_args(argv)
     accounts = args.accounts or (100 if args.quick else 1000)
     commands = args.commands
@@ -371,6 +429,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             return
         if args.cpu:
             cpu_per_command(root, accounts, commands, args.runs)
+            return
+        if args.scaling:
+            scaling(args, root, accounts, commands)
             return
         bench = bench_from_args(__file__, args)
         bench.notes.append(

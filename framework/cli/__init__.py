@@ -71,7 +71,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": (
         "framework.cli.maintenance:verify",
         "Check the CRC and framing of every batch of TOPIC (default: every topic), then the"
-        " event store's key indexes against the log (--repair rebuilds those that differ).",
+        " event store's key indexes against the log (--repair rebuilds those that differ),"
+        " and the read models in the PostgreSQL database --readmodels names.",
     ),
     "demo": (
         "framework.cli.demo:demo",

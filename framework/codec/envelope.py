@@ -29,11 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 from uuid import UUID, uuid4
 
-from attrs import Factory, field, frozen
+from attrs import Factory, field, fields, frozen
 
+from framework.codec.converter import parse_uuid
 from framework.domain import DomainEvent, EventType, event_type_of
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "HEADER_VERSION",
     "EncodedRecord",
     "Envelope",
+    "LazyEnvelope",
     "event_type_from_headers",
 ]
 
@@ -107,6 +109,90 @@ class Envelope(Generic[E]):
         timestamp = self.timestamp
         if type(timestamp) is not datetime or timestamp.tzinfo is not UTC:
             object.__setattr__(self, "timestamp", _utc(timestamp))
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Envelope))
+_SLOT = {name: Envelope.__dict__[name] for name in _FIELD_NAMES}
+"""The member descriptors of Envelope's fields: how a decoder sets them without ``__init__``."""
+_SET_EVENT = _SLOT["event"].__set__
+_SET_ID = _SLOT["aggregate_id"].__set__
+_SET_VERSION = _SLOT["aggregate_version"].__set__
+_GET_EVENT_ID = _SLOT["event_id"].__get__
+_SET_EVENT_ID = _SLOT["event_id"].__set__
+_SET_TIMESTAMP = _SLOT["timestamp"].__set__
+_SET_CORRELATION = _SLOT["correlation_id"].__set__
+_SET_CAUSATION = _SLOT["causation_id"].__set__
+_SET_TYPE = _SLOT["type_name"].__set__
+_SET_SCHEMA = _SLOT["schema_version"].__set__
+_SET_ERASED = _SLOT["erased"].__set__
+_NEW = object.__new__
+
+
+class LazyEnvelope(Envelope[E]):
+    """An :class:`Envelope` as a projection's decoder builds it: ``event_id`` is parsed from
+    its stored text when first read (most handlers never read it).
+
+    It is an ``Envelope`` in every way a reader sees: same fields and values, equal to and
+    hashed like the eager envelope of the same record, ``attrs.evolve`` and pickle work.
+    Invariant: built only by :meth:`decoded`, from fields the decoder already checked (a
+    canonical UUID text that parses, a non-empty id, a version >= 1, a UTC timestamp), so
+    reading ``event_id`` cannot fail and no check of ``Envelope.__init__`` is skipped.
+    """
+
+    __slots__ = ("_event_id_text",)
+    _event_id_text: str
+
+    @classmethod
+    def decoded(
+        cls,
+        event: DomainEvent,
+        aggregate_id: str,
+        aggregate_version: int,
+        event_id_text: str,
+        timestamp: datetime,
+        correlation_id: str | None,
+        causation_id: str | None,
+        type_name: str,
+        schema_version: int,
+        erased: tuple[str, ...],
+    ) -> LazyEnvelope[Any]:
+        """The envelope, built without ``__init__`` (one slot store per field)."""
+        envelope: LazyEnvelope[Any] = _NEW(cls)
+        _SET_EVENT(envelope, event)
+        _SET_ID(envelope, aggregate_id)
+        _SET_VERSION(envelope, aggregate_version)
+        _SET_TIMESTAMP(envelope, timestamp)
+        _SET_CORRELATION(envelope, correlation_id)
+        _SET_CAUSATION(envelope, causation_id)
+        _SET_TYPE(envelope, type_name)
+        _SET_SCHEMA(envelope, schema_version)
+        _SET_ERASED(envelope, erased)
+        _SET_TEXT(envelope, event_id_text)
+        return envelope
+
+    def _event_id(self) -> UUID:
+        try:
+            return _GET_EVENT_ID(self)  # type: ignore[no-any-return]
+        except AttributeError:  # not parsed yet
+            event_id = parse_uuid(self._event_id_text)
+            _SET_EVENT_ID(self, event_id)
+            return event_id
+
+    event_id = property(_event_id, _SET_EVENT_ID)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Envelope):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _FIELD_NAMES)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = Envelope.__hash__
+
+
+_SET_TEXT = LazyEnvelope.__dict__["_event_id_text"].__set__
 
 
 class EncodedRecord(NamedTuple):

@@ -16,8 +16,9 @@ raises :class:`~framework.errors.UnknownEventTypeError`; a failing upcaster
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
@@ -40,6 +41,7 @@ from framework.codec.envelope import (
     HEADER_VERSION,
     EncodedRecord,
     Envelope,
+    LazyEnvelope,
 )
 from framework.codec.keystore import KeyStore
 from framework.codec.privacy import CIPHER_MARK, FieldCipher
@@ -56,6 +58,11 @@ _STR = str
 _INT = int
 _NAME = itemgetter(0)
 _OTHER_HEADERS = frozenset((HEADER_EVENT_ID, HEADER_CORRELATION_ID, HEADER_CAUSATION_ID))
+_CANONICAL_UUID = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+).fullmatch
+"""The form whose parse cannot fail: a :class:`LazyEnvelope` may defer it."""
+_FROM_ISO = datetime.fromisoformat
 
 
 @frozen
@@ -273,11 +280,15 @@ class EventCodec:
         topic: str | None = None,
         partition: int | None = None,
         offset: int | None = None,
+        lazy: bool = False,
     ) -> Envelope[DomainEvent]:
         """The envelope stored in a record, its event upcast to the current class.
 
         ``key`` and ``headers`` may be omitted (a value read alone); when given they must
         agree with the value. ``topic``/``partition``/``offset`` only label errors.
+        ``lazy=True`` (what projectors use): a :class:`LazyEnvelope`, equal to the eager
+        one, whose ``event_id`` is parsed when first read; every check is made and every
+        error raised as without it.
         """
         self._sync()
         try:
@@ -369,6 +380,24 @@ class EventCodec:
             event = reader.structure(data, reader.cls)
         except Exception as exc:
             raise self._structure_error(exc, reader, data, topic, partition, offset) from None
+        if lazy and aggregate_id and aggregate_version >= 1 and _CANONICAL_UUID(event_id):
+            try:
+                at = _FROM_ISO(timestamp)
+            except ValueError:
+                at = None  # the eager path below raises the error
+            if at is not None and at.tzinfo is UTC:
+                return LazyEnvelope.decoded(
+                    event,
+                    aggregate_id,
+                    aggregate_version,
+                    event_id,
+                    at,
+                    correlation_id,
+                    causation_id,
+                    reader.name,
+                    reader.version,
+                    erased,
+                )
         try:
             return Envelope(
                 event,

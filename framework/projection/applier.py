@@ -406,6 +406,7 @@ class BatchApplier:
                 topic=rec.topic,
                 partition=rec.partition,
                 offset=rec.offset,
+                lazy=True,  # event_id parsed only if a handler reads it
             )
         except Exception as exc:
             return _DecodeFailedError(exc, _type_name(rec))

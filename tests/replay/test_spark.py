@@ -153,7 +153,9 @@ def test_data_source_offsets_and_splits(spark: Any, history: GeneratedLog) -> No
     assert got == [(0, o) for o in range(10, 20)] + [(1, o) for o in range(7)] + [(2, 5)]
 
 
-@pytest.mark.parametrize("module", ["framework.replay.datasource", "framework.replay.typed"])
+@pytest.mark.parametrize(
+    "module", ["framework.replay.datasource", "framework.replay.typed", "framework.replay.session"]
+)
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

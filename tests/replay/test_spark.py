@@ -217,8 +217,8 @@ def test_event_frames_read_the_topic_once_for_every_type(
 
     data = tmp_path / "data"
     shutil.copytree(history.data, data)
-    classes = [replay_app.OrderPlaced, replay_app.OrderShipped, replay_app.PaymentReceived]
-    topics = ["orders", "payments"]
+    classes = [replay_app.OrderPlaced, replay_app.OrderShipped]  # two types of one topic
+    topics = ["orders"]
     one_by_one = {
         cls: sorted(event_frame(spark, replay_app.app, data, cls, topics=topics).collect())
         for cls in classes

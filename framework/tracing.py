@@ -60,17 +60,31 @@ TRACES_FILE_ENV = "EVENTLANE_TRACES_FILE"
 
 _cached: tuple[Any, Any] = (None, None)
 """``(provider, eventlane's tracer from it)``."""
+_asked = False
+"""Whether the API was asked for its provider once (it then reads the environment's
+``OTEL_PYTHON_TRACER_PROVIDER``): from then on the API's global says whether one is set."""
 
 
 def tracer() -> Any:
     """eventlane's tracer, or ``None`` while no SDK is set up: the OpenTelemetry API not
     loaded (one dictionary lookup), or loaded with no tracer provider set or a no-op one
-    (nothing would be recorded: no span is started at all)."""
-    global _cached  # noqa: PLW0603 - the provider is process-wide
+    (nothing would be recorded: no span is started at all).
+
+    The API's ``get_tracer_provider()`` reads the environment on every call while no
+    provider is set (~5 us); it is asked once, and after that the API's module global
+    (``set_tracer_provider`` assigns it) is read: ``None`` means still no provider."""
+    global _cached, _asked  # noqa: PLW0603 - the provider is process-wide
     trace = sys.modules.get("opentelemetry.trace")
     if trace is None:
         return None
-    provider = trace.get_tracer_provider()
+    provider = getattr(trace, "_TRACER_PROVIDER", trace)  # (the module: an API without it)
+    if provider is None:
+        if _asked:
+            return None
+        provider = trace.get_tracer_provider()
+        _asked = True
+    elif provider is trace:
+        provider = trace.get_tracer_provider()
     if provider is _cached[0]:
         return _cached[1]
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):

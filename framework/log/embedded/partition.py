@@ -99,6 +99,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from time import perf_counter
 from typing import NamedTuple
 
 from framework._locks import FileLock, open_rw_or_read_only
@@ -156,7 +157,7 @@ from framework.log.types import AppendResult as AppendResult  # noqa: PLC0414 (r
 from framework.log.types import Clock, wall_clock_ms
 from framework.log.types import Precondition as Precondition  # noqa: PLC0414 (re-exported)
 from framework.log.types import RecordTuple as RecordTuple  # noqa: PLC0414 (re-exported)
-from framework.metrics import M, appended, fsynced
+from framework.metrics import M, Tally, add_append, fsynced, tally
 from framework.observability import get_logger
 
 log = get_logger("eventlane.log")
@@ -241,6 +242,7 @@ class Partition(_ReadPath):
         self.dir = directory
         self._dir_str = os.fspath(directory)
         self.topic = topic
+        self._tally: Tally | None = None  # this topic's metrics tally, once metrics are on
         self.partition = partition
         self.config = config
         self.notifier = notifier
@@ -606,10 +608,15 @@ class Partition(_ReadPath):
         """
         if not M.on:
             return self._append(records, precondition, on_appended, atomic, combine).result()
-        started = time.perf_counter()
+        started = perf_counter()
         request = self._append(records, precondition, on_appended, atomic, combine)
-        appended(self.topic, request.count, request.nbytes, time.perf_counter() - started)
+        seconds = perf_counter() - started
+        add_append(self._tally or self._new_tally(), request.count, request.nbytes, seconds)
         return request.result()
+
+    def _new_tally(self) -> Tally:
+        self._tally = tally(self.topic)
+        return self._tally
 
     def _append(
         self,

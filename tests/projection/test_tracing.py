@@ -32,11 +32,19 @@ PROJECTORS = ("invoicing_policy", "orders_by_status", "invoices")
 exporter = InMemorySpanExporter()
 
 
+_ATTACHED: set[int] = set()
+
+
 def _provider() -> None:
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+    """The process's SDK provider (another test module may have set it first: the provider is
+    process-wide and set once) with this module's exporter attached, once."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
         provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
+    if id(provider) not in _ATTACHED:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        _ATTACHED.add(id(provider))
 
 
 def _hex(value: int) -> str:

@@ -750,11 +750,7 @@ class KafkaLog:
         return self._keys.key_head(topic, partition, key)
 
     def _scan_read(self, topic: str, partition: int, offset: int, upto: int) -> list[Record]:
-        """The key index's read: assigned at ``offset`` every time. Continuing from where
-        the last read stopped was seen to skip a record under concurrent appends from
-        other processes (the reader's position one past what it returned); the index must
-        judge every record, so it pays an assignment per catch-up instead."""
-        self._scan.reading = None
+        """The key index's read: its own consumer, so loads and reads keep their place."""
         return self._read_raw(self._scan, topic, partition, offset, upto=upto)[0]
 
     def visible(self, records: list[Record]) -> list[Record]:
@@ -818,6 +814,8 @@ class KafkaLog:
             while stop is None or nxt < stop:
                 # ask for no more than the known end holds: consume() waits for as many
                 want = 500 if stop is None else max(1, min(500, stop - nxt))
+                if not ahead and rd.ahead:  # what came after an end event, in this read
+                    ahead, rd.ahead = rd.ahead, []
                 msgs = ahead or rd.consumer.consume(num_messages=want, timeout=0.2)
                 ahead = []
                 at_end = not msgs

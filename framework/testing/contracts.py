@@ -45,6 +45,7 @@ writers and the helpers that read a partition back, and a user imports them toge
 from __future__ import annotations
 
 import abc
+import gc
 import multiprocessing
 import threading
 import time
@@ -640,8 +641,15 @@ class KeyedLogContract(LogContract):
             ctx.Process(target=self._race_in_process, args=(tmp_path / "log", i, go, queue))
             for i in range(3)
         ]
-        for proc in procs:
-            proc.start()
+        # a forked child must not collect the parent's garbage: finalising a client
+        # library's handles (librdkafka's) without their threads crashes the child
+        gc.collect()
+        gc.freeze()
+        try:
+            for proc in procs:
+                proc.start()
+        finally:
+            gc.unfreeze()
         try:
             go.set()
             results = []

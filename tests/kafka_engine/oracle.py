@@ -34,13 +34,15 @@ def judged_partition(bootstrap: str, kafka_topic: str, partition: int) -> list[R
         low, high = consumer.get_watermark_offsets(Kp(kafka_topic, partition), timeout=30)
         consumer.assign([Kp(kafka_topic, partition, low)])
         raw: list[tuple[int, bytes | None, bytes | None, dict[str, bytes]]] = []
-        while not raw or raw[-1][0] < high - 1:
+        at_end = low >= high
+        while not at_end:
             batch = consumer.consume(500, timeout=10)
             assert batch, "the oracle's read stopped before the high-water mark"
             for m in batch:
                 err = m.error()
                 if err is not None:
                     assert err.code() == KafkaError._PARTITION_EOF, err
+                    at_end = (m.offset() or 0) >= high
                     continue
                 headers = {k: v or b"" for k, v in (m.headers() or [])}
                 raw.append((m.offset() or 0, m.key(), m.value(), headers))

@@ -42,6 +42,11 @@ Append = Callable[[str, int, Sequence[RecordTuple]], AppendResult]
 """A plain atomic append of records to ``(topic, partition)``."""
 
 
+RECENT = 4096
+"""Records each partition's index keeps after reading them: a load that follows another
+process's append (the usual case under contention) finds them here instead of reading."""
+
+
 class _Partition:
     """One partition's index. Invariant: every record in ``[verdicts.start, next)`` was
     judged once, in order; ``rejected`` and ``offsets`` hold the verdicts."""
@@ -51,17 +56,27 @@ class _Partition:
         self.next = start
         self.offsets: dict[bytes, list[int]] = {}
         self.rejected: set[int] = set()
+        self.recent: dict[int, Record] = {}  # the last RECENT records read, by offset
 
     def take(self, records: list[Record]) -> None:
         for r in records:
-            if r.offset < self.next:
-                continue
-            if self.verdicts.judge(r.offset, r.key, r.headers):
-                if r.key is not None:
-                    self.offsets.setdefault(r.key, []).append(r.offset)
-            else:
-                self.rejected.add(r.offset)
-            self.next = r.offset + 1
+            if r.offset >= self.next:
+                self.recent[r.offset] = r
+            self.judge(r.offset, r.key, r.headers)
+        while len(self.recent) > RECENT:
+            del self.recent[next(iter(self.recent))]
+
+    def judge(
+        self, offset: int, key: bytes | None, headers: Sequence[tuple[str, bytes | None]]
+    ) -> None:
+        if offset < self.next:
+            return
+        if self.verdicts.judge(offset, key, headers):
+            if key is not None:
+                self.offsets.setdefault(key, []).append(offset)
+        else:
+            self.rejected.add(offset)
+        self.next = offset + 1
 
 
 class KeyIndex:
@@ -127,6 +142,15 @@ class KeyIndex:
         low = lwm if after is None else max(lwm, after + 1)
         return offsets[bisect.bisect_left(offsets, low) :]
 
+    def recent(self, topic: str, partition: int, offsets: list[int]) -> list[Record] | None:
+        """The records at ``offsets`` if the index read them lately (else ``None``)."""
+        with self._lock:
+            part = self._parts.get((topic, partition))
+            if part is None or not offsets:
+                return None
+            found = [part.recent.get(o) for o in offsets]
+        return None if None in found else found  # type: ignore[return-value]
+
     def visible(self, topic: str, partition: int, records: list[Record]) -> list[Record]:
         """``records`` (of this partition, ascending) without those the rule rejects."""
         if not records:
@@ -150,7 +174,15 @@ class KeyIndex:
                 head = None
             if head != expect.last_offset:
                 raise _conflict(expect, head, topic, partition)
-            result = self._append(topic, partition, order.stamp(records, expect, lwm))
+            stamped = order.stamp(records, expect, lwm)
+            result = self._append(topic, partition, stamped)
+            # what others appended before ours is read; ours is judged from what was sent
+            # (the same bytes the partition holds at the offsets the broker acknowledged)
+            part, _ = self._caught_up(topic, partition, result.base_offset)
+            with self._lock:
+                if part.next == result.base_offset:
+                    for i, (key, _value, headers, _ts) in enumerate(stamped):
+                        part.judge(result.base_offset + i, key, headers)
             part, _ = self._caught_up(topic, partition, result.last_offset + 1)
             if result.base_offset in part.rejected:
                 # another writer's conditional append came first: ours is in the log, but

@@ -35,12 +35,14 @@ Invariants and how they hold:
   appends (and :meth:`KafkaLog.wake`, a record on the namespace's wake topic) are seen by a
   consumer following the end of every partition of the namespace, started by the first
   :meth:`KafkaLog.wait`.
-* **Roles**: the core :class:`~framework.log.port.Log` only. Not
-  :class:`~framework.log.port.KeyedLog` (Kafka has no per-key reads nor conditional
-  appends; part 2 builds them for the event store), not
-  :class:`~framework.log.port.MaintainedLog` (Kafka's log cleaner and retention threads run
-  on their own schedule, per the topic's configs; ``request_compaction`` is a no-op hint),
-  not :class:`~framework.log.port.FencedLog`.
+* **Roles**: the core :class:`~framework.log.port.Log` and
+  :class:`~framework.log.port.KeyedLog`: per-key reads and conditional appends, which
+  Kafka lacks, are eventlane's (:mod:`.keyed`), validated by log order (:mod:`.order`): a
+  conditional append that loses a race is written but rejected by every reader, so
+  :meth:`KafkaLog.read` and :meth:`KafkaLog.visible` skip the records the rule rejects.
+  Not :class:`~framework.log.port.MaintainedLog` (Kafka's log cleaner and retention
+  threads run on their own schedule, per the topic's configs; ``request_compaction`` is a
+  no-op hint), not :class:`~framework.log.port.FencedLog`.
 """
 
 from __future__ import annotations
@@ -726,6 +728,9 @@ class KafkaLog:
         where; the records are read by offset range)."""
         self._check_partition(topic, partition)
         wanted = self._keys.key_offsets(topic, partition, key, after)
+        recent = self._keys.recent(topic, partition, wanted)
+        if recent is not None:
+            return recent
         out: list[Record] = []
         i = 0
         while i < len(wanted):

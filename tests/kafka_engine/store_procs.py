@@ -4,8 +4,9 @@ Arguments: ``bootstrap``, ``namespace`` plus the role's own. The application is
 ``store_domain.make_app`` on a :class:`KafkaLog` (``App.open`` of the log).
 
 ``execute``  ``Runtime.execute`` of ``Counter.increment`` on ``aggregate``, ``count`` times
-             with retry; ``R`` when ready, waits for a line on stdin, prints ``A <version>``
-             per acknowledged command, then ``D <attempts> <t0> <t1>``. An unknown outcome
+             with retry, the event naming the command (``writer:i``); ``R`` when ready,
+             waits for a line on stdin, prints ``A <version> <writer:i> <unix time>`` per
+             acknowledged command, then ``D <attempts> <t0> <t1>``. An unknown outcome
              (``OutcomeUnknownError``) prints ``U <i>`` and is not retried.
 ``race``     no retry: per round loads the counter (``L <version>``), waits for ``GO``, saves
              ``batch`` events and prints ``W <version>`` or ``C <expected> <actual>``
@@ -42,22 +43,25 @@ def execute(log: KafkaLog, args: dict[str, object]) -> None:
     with _app(log) as app:
         attempts = 0
 
+        name = ""
+
         def command(counter: Counter) -> None:
             nonlocal attempts
             attempts += 1
-            counter.increment(1, str(args["writer"]))
+            counter.increment(1, name)
 
         app.load(Counter, str(args["aggregate"]))
         out("R")
         sys.stdin.readline()
         t0 = time.time()
         for i in range(int(str(args["count"]))):
+            name = f"{args['writer']}:{i}"
             try:
                 got = app.execute(Counter, str(args["aggregate"]), command, attempts=1000)
             except OutcomeUnknownError:
                 out(f"U {i}")
                 continue
-            out(f"A {got.version}")
+            out(f"A {got.version} {name} {time.time():.3f}")
         out(f"D {attempts} {t0} {time.time()}")
 
 

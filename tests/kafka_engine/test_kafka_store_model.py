@@ -37,7 +37,7 @@ AGGREGATES: list[tuple[type[Counter], str]] = [
 ]
 
 
-@pytest.mark.parametrize("steps", [60, pytest.param(600, marks=pytest.mark.soak)])
+@pytest.mark.parametrize("steps", [40, pytest.param(600, marks=pytest.mark.soak)])
 def test_random_interleavings_match_the_model(
     kafka_cluster: LocalKafkaCluster, namespace: str, steps: int
 ) -> None:

@@ -7,6 +7,7 @@ Each command's event names it (``writer:i``); the oracle judges the raw partitio
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -99,7 +100,10 @@ def test_leader_kill_during_commands(kafka_cluster: LocalKafkaCluster, namespace
     assert len(acked) + len(unknown) == 2 * COUNT
     times = sorted(t for _, t in acked.values())
     assert times[-1] > killed, "no command acknowledged after the kill"
-    stall = max(b - a for a, b in zip(times, times[1:]) if b > killed)
+    stall = max(b - a for a, b in itertools.pairwise(times) if b > killed)
+    # librdkafka's default metadata refresh (5 min) once stalled the key index's reads
+    # for 296 s here; with the log's 3 s refresh commands resumed after about 11 s
+    assert stall < 60, f"commands stalled {stall:.0f}s after the leader's kill"
     sys.stderr.write(
         f"\nleader kill during commands: victim node {victim}, {len(acked)} acked,"
         f" {len(unknown)} unknown, longest pause between acks after the kill {stall:.1f}s\n"

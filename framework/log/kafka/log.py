@@ -211,6 +211,9 @@ class KafkaLog:
             "isolation.level": "read_committed",
             "check.crcs": True,
             "fetch.wait.max.ms": 100,
+            # a dead leader's partitions are looked up again within seconds (librdkafka's
+            # default, 5 min, stalled the key index's reads that long after a kill -9)
+            "topic.metadata.refresh.interval.ms": 3000,
         }
         self._main = _Reader(Consumer({**self._consumer_config, "enable.partition.eof": True}))
         self._marks = Consumer({**self._consumer_config, "client.id": "eventlane-marks"})

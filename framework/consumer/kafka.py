@@ -41,6 +41,9 @@ Invariants:
   coordinator refuses a stale generation (``ILLEGAL_GENERATION``) or an evicted member
   (``UNKNOWN_MEMBER_ID``), raised as :class:`~framework.errors.CommitFailedError`. A commit
   for a partition this member does not own, or before it joined, is refused here first.
+* **What it delivers** is what every eventlane reader of a Kafka log sees: records the
+  log-order rule (:mod:`framework.log.kafka.order`) rejects are skipped
+  (:meth:`~framework.log.kafka.log.KafkaLog.visible`), their offsets committed past.
 * **Committed offsets** are Kafka's, in ``__consumer_offsets``, read and administered
   through the AdminClient (:mod:`.kafka_admin`), so Kafka's own tools see the same group.
 
@@ -470,7 +473,9 @@ class KafkaGroupConsumer(GroupConsumer):
                 continue  # fetched before a seek backwards took effect
             out.append(kafka_record(tp.topic, tp.partition, m))
             self._positions[tp] = offset + 1
-        return out
+        # conditional appends the log-order rule rejects are never delivered (the
+        # positions above still move past them)
+        return self._kafka.visible(out)
 
     def _message_error(self, m: Message, err: KafkaError) -> None:
         code = err.code()

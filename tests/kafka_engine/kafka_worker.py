@@ -7,6 +7,8 @@ application a projector worker uses (its declaration, codec, names, partition co
 a ``kafka://`` log. Its consumer group is Kafka's (``GroupConsumer`` on a Kafka log).
 
 Run: ``python tests/kafka_engine/kafka_worker.py URL DATA NAME SESSION_MS [--self-stop PATH]``
+or ``... URL DATA NAME SESSION_MS --app``: the worker on the whole application
+(``bankapp.app.open(log)``, its event store on Kafka), which a policy (``invoicing``) needs.
 (URL with its ``?namespace=``). SIGTERM stops it cleanly. With ``--self-stop`` it writes the
 batch in hand to PATH and SIGSTOPs itself once, between poll and apply (the zombie of the
 exactly-once test), then applies that batch on SIGCONT and prints ``ZOMBIE-RESULT applied``
@@ -53,11 +55,16 @@ class ProjectorHost:
 def main(argv: list[str]) -> None:
     url, data, name, session_ms = argv[0], argv[1], argv[2], int(argv[3])
     self_stop = Path(argv[5]) if len(argv) > 5 and argv[4] == "--self-stop" else None
+    whole_app = argv[4:5] == ["--app"]
     configure_logging(level="info")
     with KafkaLog.from_url(url, local=LocalDir.at(Path(data))) as log:
-        host = ProjectorHost(bankapp.app, log)
-        worker = Worker(  # type: ignore[arg-type]
-            host, name, session_timeout_ms=session_ms, heartbeat_interval_ms=500
+        host: Any = bankapp.app.open(log) if whole_app else ProjectorHost(bankapp.app, log)
+        worker = Worker(
+            host,
+            name,
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=500,
+            max_poll_records=10,
         )
         worker.install_signal_handlers()
         stopped = self_stop is None

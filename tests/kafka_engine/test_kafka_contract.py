@@ -1,4 +1,4 @@
-"""The log contract kit's core, run against :class:`KafkaLog` on a real 3-broker cluster."""
+"""The log contract kit (the core and the keyed roles), run against :class:`KafkaLog` on a real 3-broker cluster."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from framework.log.local import LocalDir
 from framework.log.record import TimestampType
 from framework.log.types import wall_clock_ms
 from framework.testing.clock import FakeClock
-from framework.testing.contracts import LogContract
+from framework.testing.contracts import KeyedLogContract
 
 
-class TestKafkaContract(LogContract):
+class TestKafkaContract(KeyedLogContract):
+    refused_appends_leave_gaps = True  # validation by log order (framework.log.kafka.order)
+
     @pytest.fixture(autouse=True)
     def _cluster(self, kafka_cluster: LocalKafkaCluster) -> None:
         self._bootstrap = kafka_cluster.bootstrap

@@ -35,12 +35,14 @@ Invariants and how they hold:
   appends (and :meth:`KafkaLog.wake`, a record on the namespace's wake topic) are seen by a
   consumer following the end of every partition of the namespace, started by the first
   :meth:`KafkaLog.wait`.
-* **Roles**: the core :class:`~framework.log.port.Log` only. Not
-  :class:`~framework.log.port.KeyedLog` (Kafka has no per-key reads nor conditional
-  appends; part 2 builds them for the event store), not
-  :class:`~framework.log.port.MaintainedLog` (Kafka's log cleaner and retention threads run
-  on their own schedule, per the topic's configs; ``request_compaction`` is a no-op hint),
-  not :class:`~framework.log.port.FencedLog`.
+* **Roles**: the core :class:`~framework.log.port.Log` and
+  :class:`~framework.log.port.KeyedLog`: per-key reads and conditional appends, which
+  Kafka lacks, are eventlane's (:mod:`.keyed`), validated by log order (:mod:`.order`): a
+  conditional append that loses a race is written but rejected by every reader, so
+  :meth:`KafkaLog.read` and :meth:`KafkaLog.visible` skip the records the rule rejects.
+  Not :class:`~framework.log.port.MaintainedLog` (Kafka's log cleaner and retention
+  threads run on their own schedule, per the topic's configs; ``request_compaction`` is a
+  no-op hint), not :class:`~framework.log.port.FencedLog`.
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ from framework.log.config import (
     new_topic_config,
     warn_partitions_increased,
 )
+from framework.log.kafka import order
+from framework.log.kafka.keyed import KeyIndex
 from framework.log.kafka.mapping import append_error, kafka_configs, topic_config
 from framework.log.kafka.records import batches
 from framework.log.local import LocalDir, default_data_dir
@@ -94,6 +98,7 @@ from framework.log.types import (
     AppendResult,
     Clock,
     Cursor,
+    Expect,
     PartitionDescription,
     PartitionOffsets,
     RecordTuple,
@@ -114,6 +119,17 @@ _NOT_LEADERS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAIL
 META_REFRESH_S = 5.0
 """Age after which a topic's cached partition count and config are read again (in the
 background: :meth:`KafkaLog._topic_meta`)."""
+
+
+class _Reader:
+    """A consumer assigned by hand to one partition at a time, and where its last read
+    stopped: a read that continues there keeps what the consumer fetched ahead."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.lock = threading.Lock()
+        self.reading: tuple[str, int, int] | None = None  # (topic, partition, next offset)
+        self.ahead: list[Message] = []  # fetched past where the last read stopped
 
 
 class _Meta(NamedTuple):
@@ -195,12 +211,22 @@ class KafkaLog:
             "isolation.level": "read_committed",
             "check.crcs": True,
             "fetch.wait.max.ms": 100,
+            # a dead leader's partitions are looked up again within seconds (librdkafka's
+            # default, 5 min, stalled the key index's reads that long after a kill -9)
+            "topic.metadata.refresh.interval.ms": 3000,
         }
-        self._reader = Consumer({**self._consumer_config, "enable.partition.eof": True})
+        self._main = _Reader(Consumer({**self._consumer_config, "enable.partition.eof": True}))
         self._marks = Consumer({**self._consumer_config, "client.id": "eventlane-marks"})
-        self._read_lock = threading.Lock()
-        self._reading: tuple[str, int, int] | None = None  # (topic, partition, next offset)
-        self._ahead: list[Message] = []  # fetched past where the last read stopped
+        self._scan = _Reader(
+            Consumer(
+                {
+                    **self._consumer_config,
+                    "client.id": "eventlane-keys",
+                    "enable.partition.eof": True,
+                }
+            )
+        )
+        self._keys = KeyIndex(self._scan_read, self._watermarks, self._append_atomic, self.timeout)
         self._meta: dict[str, _Meta] = {}
         self._meta_lock = threading.Lock()
         self._refreshing: set[str] = set()  # topics whose metadata a thread is reading
@@ -337,6 +363,7 @@ class KafkaLog:
         self._topic_meta(name, fresh=True)
         self._admin_call(name, self._admin.delete_topics([self._kname(name)]))
         self._cache_meta(name, None)
+        self._keys.forget(name)
         deadline = time.monotonic() + self.timeout
         while name in self.list_topics() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -476,9 +503,31 @@ class KafkaLog:
         partition: int,
         records: Sequence[RecordTuple],
         *,
+        expect: Expect | None = None,
         atomic: bool = False,
     ) -> AppendResult:
-        """Append ``records`` to ``topic[partition]``; returns once acknowledged (acks=all)."""
+        """Append ``records`` to ``topic[partition]``; returns once acknowledged (acks=all).
+
+        With ``expect``: a conditional append, validated by log order (:mod:`.order`,
+        :mod:`.keyed`): always one batch; :class:`~framework.errors.ConcurrencyError` when
+        the key's last record is not at ``expect.last_offset``, whether this process saw
+        it before writing (nothing written) or the rule rejected the written records
+        (never visible to any eventlane reader)."""
+        if expect is not None:
+            if not records:
+                raise InvalidRecordError("an append needs at least one record", topic=topic)
+            self._check_partition(topic, partition)
+            return self._keys.append(topic, partition, records, expect)
+        return self._append(topic, partition, records, atomic=atomic)
+
+    def _append_atomic(
+        self, topic: str, partition: int, records: Sequence[RecordTuple]
+    ) -> AppendResult:
+        return self._append(topic, partition, records, atomic=True)
+
+    def _append(
+        self, topic: str, partition: int, records: Sequence[RecordTuple], *, atomic: bool
+    ) -> AppendResult:
         begun = time.perf_counter() if M.on else 0.0
         meta = self._check_partition(topic, partition)
         if not records:
@@ -612,7 +661,7 @@ class KafkaLog:
             leo=hwm,
         )
 
-    def _known_end(self, topic: str, partition: int, offset: int) -> int | None:
+    def _known_end(self, rd: _Reader, topic: str, partition: int, offset: int) -> int | None:
         """The high-water mark a read from ``offset`` may rely on without asking anyone.
 
         A read that continues where the last one stopped uses the mark the reader's last
@@ -621,12 +670,12 @@ class KafkaLog:
         (``None``): the fetch itself meets the end (Kafka's partition-EOF event) or a
         wrong offset (Kafka's out-of-range error). Otherwise (a reader at the end, waiting
         for more) the leader is asked for the marks."""
-        if self._reading != (topic, partition, offset):
+        if rd.reading != (topic, partition, offset):
             return None
-        if self._ahead:
+        if rd.ahead:
             return None
         try:
-            low, high = self._reader.get_watermark_offsets(
+            low, high = rd.consumer.get_watermark_offsets(
                 Kp(self._kname(topic), partition), cached=True
             )
         except KafkaException:
@@ -638,10 +687,12 @@ class KafkaLog:
             raise self._out_of_range(topic, partition, offset)
         return hwm
 
-    def _fetched_end(self, kname: str, partition: int, nxt: int, upto: int | None) -> int | None:
+    def _fetched_end(
+        self, rd: _Reader, kname: str, partition: int, nxt: int, upto: int | None
+    ) -> int | None:
         """The high-water mark the reader's fetch responses carried, if above ``nxt``."""
         try:
-            _, high = self._reader.get_watermark_offsets(Kp(kname, partition), cached=True)
+            _, high = rd.consumer.get_watermark_offsets(Kp(kname, partition), cached=True)
         except KafkaException:
             return None
         if high <= nxt:
@@ -659,7 +710,85 @@ class KafkaLog:
         upto: int | None = None,
     ) -> tuple[list[Record], Cursor | None]:
         """Records from ``offset`` below the high-water mark (and ``upto``), at least one
-        if any, about ``max_bytes`` at most.
+        if any, about ``max_bytes`` at most, as the log-order rule lets eventlane see them
+        (:mod:`.order`: a conditional append the rule rejects is skipped, like a
+        compaction gap)."""
+        while True:
+            records, cursor = self._read_raw(
+                self._main, topic, partition, offset, max_bytes=max_bytes, cursor=cursor, upto=upto
+            )
+            if not records or not any(map(order.conditional, records)):
+                return records, cursor
+            visible = self._keys.visible(topic, partition, records)
+            if visible:
+                return visible, cursor
+            offset = records[-1].offset + 1  # only rejected records: read on
+
+    def read_key(
+        self, topic: str, partition: int, key: bytes, *, after: int | None = None
+    ) -> list[Record]:
+        """``key``'s visible records above ``after``, ascending (the key index says
+        where; the records are read by offset range)."""
+        self._check_partition(topic, partition)
+        wanted = self._keys.key_offsets(topic, partition, key, after)
+        recent = self._keys.recent(topic, partition, wanted)
+        if recent is not None:
+            return recent
+        out: list[Record] = []
+        i = 0
+        while i < len(wanted):
+            records, _ = self._read_raw(
+                self._main, topic, partition, wanted[i], upto=wanted[-1] + 1
+            )
+            if not records:
+                break
+            for r in records:
+                while i < len(wanted) and wanted[i] < r.offset:
+                    i += 1  # compacted away since it was indexed
+                if i < len(wanted) and wanted[i] == r.offset:
+                    out.append(r)
+                    i += 1
+            if records[-1].offset >= wanted[-1]:
+                break
+        return out
+
+    def key_head(self, topic: str, partition: int, key: bytes) -> int | None:
+        """The offset of ``key``'s last visible record in ``[lwm, hwm)`` (the key index)."""
+        self._check_partition(topic, partition)
+        return self._keys.key_head(topic, partition, key)
+
+    def _scan_read(self, topic: str, partition: int, offset: int, upto: int) -> list[Record]:
+        """The key index's read: its own consumer, so loads and reads keep their place."""
+        return self._read_raw(self._scan, topic, partition, offset, upto=upto)[0]
+
+    def visible(self, records: list[Record]) -> list[Record]:
+        """``records`` (of any partitions, each partition's in offset order) without those
+        the log-order rule rejects: what a reader outside :meth:`read` (the group consumer)
+        applies to what it fetched."""
+        if not any(map(order.conditional, records)):
+            return records
+        rejected: set[tuple[str, int, int]] = set()
+        by_partition: dict[tuple[str, int], list[Record]] = {}
+        for r in records:
+            by_partition.setdefault((r.topic, r.partition), []).append(r)
+        for (topic, partition), group in by_partition.items():
+            kept = {r.offset for r in self._keys.visible(topic, partition, group)}
+            rejected.update((topic, partition, r.offset) for r in group if r.offset not in kept)
+        return [r for r in records if (r.topic, r.partition, r.offset) not in rejected]
+
+    def _read_raw(
+        self,
+        rd: _Reader,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = DEFAULT_READ_BYTES,
+        cursor: Cursor | None = None,
+        upto: int | None = None,
+    ) -> tuple[list[Record], Cursor | None]:
+        """Every record from ``offset`` below the high-water mark (and ``upto``), at least
+        one if any, about ``max_bytes`` at most, through reader ``rd`` (rejected ones too).
 
         One consumer reads every partition in turn, assigned by hand; a read that continues
         where the last one stopped keeps its position and what it fetched ahead (a seek
@@ -677,23 +806,25 @@ class KafkaLog:
         size = 0
         append_time, create_time = TimestampType.LOG_APPEND_TIME, TimestampType.CREATE_TIME
         add, new = out.append, tuple.__new__
-        with self._read_lock:
-            end = self._known_end(topic, partition, offset)
+        with rd.lock:
+            end = self._known_end(rd, topic, partition, offset)
             if end is not None and offset >= end:
                 return [], cursor
             stop = end if upto is None else upto if end is None else min(end, upto)
-            ahead, self._ahead = self._ahead, []
-            if self._reading != (topic, partition, offset):
-                self._reader.assign([Kp(kname, partition, offset)])
+            ahead, rd.ahead = rd.ahead, []
+            if rd.reading != (topic, partition, offset):
+                rd.consumer.assign([Kp(kname, partition, offset)])
                 ahead = []
-            self._reading = None
+            rd.reading = None
             deadline = time.monotonic() + self.timeout
             nxt = offset
             eof_at = -1  # where Kafka's end event said the partition ended
             while stop is None or nxt < stop:
                 # ask for no more than the known end holds: consume() waits for as many
                 want = 500 if stop is None else max(1, min(500, stop - nxt))
-                msgs = ahead or self._reader.consume(num_messages=want, timeout=0.2)
+                if not ahead and rd.ahead:  # what came after an end event, in this read
+                    ahead, rd.ahead = rd.ahead, []
+                msgs = ahead or rd.consumer.consume(num_messages=want, timeout=0.2)
                 ahead = []
                 at_end = not msgs
                 for i, m in enumerate(msgs):
@@ -702,12 +833,12 @@ class KafkaLog:
                         code = err.code()
                         if code == KafkaError._PARTITION_EOF:
                             if m.partition() == partition and m.topic() == kname:
-                                self._ahead = msgs[i + 1 :]
+                                rd.ahead = msgs[i + 1 :]
                                 at_end, eof_at = True, m.offset() or 0
                                 break
                             continue
                         if code in _OUT_OF_RANGE:
-                            self._reading = None  # the consumer stopped: assign again
+                            rd.reading = None  # the consumer stopped: assign again
                             raise self._out_of_range(topic, partition, nxt)
                         raise LogUnavailableError(
                             f"read from Kafka failed: {err.str()}", topic=topic, partition=partition
@@ -718,8 +849,8 @@ class KafkaLog:
                     if (stop is not None and at >= stop) or (out and size >= max_bytes):
                         # fetched ahead of what this call returns: the next read from
                         # ``nxt`` starts with them
-                        self._ahead = msgs[i:]
-                        self._reading = (topic, partition, nxt)
+                        rd.ahead = msgs[i:]
+                        rd.reading = (topic, partition, nxt)
                         return out, _cursor(nxt)
                     key, value, headers = m.key(), m.value(), m.headers()
                     kind, ts = m.timestamp()
@@ -742,7 +873,7 @@ class KafkaLog:
                     nxt = at + 1
                 if not at_end:
                     if stop is None:  # the end the fetch responses carry, once known
-                        stop = self._fetched_end(kname, partition, nxt, upto)
+                        stop = self._fetched_end(rd, kname, partition, nxt, upto)
                     continue
                 if out:
                     break
@@ -755,7 +886,7 @@ class KafkaLog:
                     break
                 if eof_at >= hwm:
                     break  # the fetch reached today's end: what lay between was compacted away
-            self._reading = (topic, partition, nxt)  # every message taken was used
+            rd.reading = (topic, partition, nxt)  # every message taken was used
         return out, _cursor(nxt)
 
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
@@ -888,7 +1019,8 @@ class KafkaLog:
             self._producer.close()
         if self._waker.flush(2.0) == 0:
             self._waker.close()
-        self._reader.close()
+        self._main.consumer.close()
+        self._scan.consumer.close()
         self._marks.close()
 
     def __enter__(self) -> KafkaLog:

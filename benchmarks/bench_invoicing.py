@@ -70,8 +70,9 @@ def build_history(data: Path, events: int, seed: int = 7) -> int:
     written = 0
     with app.open(data) as rt:
         codec = rt.codec
-        pending: dict[tuple[str, int], list[tuple[bytes, bytes, tuple[tuple[str, bytes], ...],
-                                                  None]]] = {}
+        pending: dict[
+            tuple[str, int], list[tuple[bytes, bytes, tuple[tuple[str, bytes], ...], None]]
+        ] = {}
 
         def add(topic: str, aggregate_id: str, version: int, event: object) -> None:
             key, value, headers = codec.encode(Envelope(event, aggregate_id, version))
@@ -87,8 +88,10 @@ def build_history(data: Path, events: int, seed: int = 7) -> int:
         address = Address("1 Main St", "Oslo", "NO")
         while written < events:
             oid = f"bench-order-{i:08d}"
-            lines = tuple(OrderLine(f"sku-{k}", rng.randint(1, 5), rng.choice([199, 999, 4999]))
-                          for k in range(rng.randint(1, 3)))
+            lines = tuple(
+                OrderLine(f"sku-{k}", rng.randint(1, 5), rng.choice([199, 999, 4999]))
+                for k in range(rng.randint(1, 3))
+            )
             customer = f"bench-customer-{rng.randrange(max(1, events // 20)):07d}"
             add("orders", oid, 1, OrderPlaced(customer, lines, address))
             written += 1
@@ -116,8 +119,9 @@ def build_history(data: Path, events: int, seed: int = 7) -> int:
 
 def topic_records(data: Path, topics: tuple[str, ...]) -> int:
     with app.open(data) as rt:
-        return sum(rt.log.offsets(t, p).hwm for t in topics
-                   for p in range(rt.log.partition_count(t)))
+        return sum(
+            rt.log.offsets(t, p).hwm for t in topics for p in range(rt.log.partition_count(t))
+        )
 
 
 def baseline(data: Path, topic: str, scratch: Path) -> float:
@@ -164,8 +168,9 @@ def catch_up(data: Path, name: str, workers: int) -> float:
         try:
             while True:
                 with sqlite3.connect(path, timeout=30) as db:
-                    done = db.execute("SELECT coalesce(sum(next_offset), 0) FROM"
-                                      " _eventlane_positions").fetchone()[0]
+                    done = db.execute(
+                        "SELECT coalesce(sum(next_offset), 0) FROM _eventlane_positions"
+                    ).fetchone()[0]
                 if done >= total:
                     break
                 time.sleep(0.05)
@@ -202,11 +207,13 @@ def policy_catch_up(data: Path, deadlines: bool, code: Path | None = None) -> fl
             os.chdir(here)
         try:
             while True:
-                with contextlib.suppress(sqlite3.OperationalError), sqlite3.connect(
-                    path, timeout=30
-                ) as db:
-                    done = db.execute("SELECT coalesce(sum(next_offset), 0) FROM"
-                                      " _eventlane_positions").fetchone()[0]
+                with (
+                    contextlib.suppress(sqlite3.OperationalError),
+                    sqlite3.connect(path, timeout=30) as db,
+                ):
+                    done = db.execute(
+                        "SELECT coalesce(sum(next_offset), 0) FROM _eventlane_positions"
+                    ).fetchone()[0]
                     if done >= total:
                         break
                 time.sleep(0.05)
@@ -230,35 +237,56 @@ def policy_main(events: int, runs: int, before: Path | None = None) -> None:
         for kind in kinds if run % 2 == 0 else kinds[::-1]:
             code = before if kind == "before" else None
             series[kind].append(policy_catch_up(data, kind != "off", code))
-        print(f"round {run + 1}/{runs}: "
-              + ", ".join(f"{k} {series[k][-1]:,.0f}" for k in kinds) + " events/s", flush=True)
+        print(
+            f"round {run + 1}/{runs}: "
+            + ", ".join(f"{k} {series[k][-1]:,.0f}" for k in kinds)
+            + " events/s",
+            flush=True,
+        )
     on, off = statistics.median(series["on"]), statistics.median(series["off"])
-    print(f"\ninvoicing policy catch-up, 1 worker, {orders:,} order events;"
-          f" medians of {runs} interleaved rounds (events/s)\n")
+    print(
+        f"\ninvoicing policy catch-up, 1 worker, {orders:,} order events;"
+        f" medians of {runs} interleaved rounds (events/s)\n"
+    )
     print("| figure | median | min | max |\n|---|---|---|---|")
-    labels = {"off": "deadlines off", "on": "deadlines on (a schedule per order)",
-              "before": f"deadlines on, the code in {before}"}
+    labels = {
+        "off": "deadlines off",
+        "on": "deadlines on (a schedule per order)",
+        "before": f"deadlines on, the code in {before}",
+    }
     for kind in kinds:
         values = series[kind]
-        print(f"| {labels[kind]} | {statistics.median(values):,.0f} | {min(values):,.0f} |"
-              f" {max(values):,.0f} |")
+        print(
+            f"| {labels[kind]} | {statistics.median(values):,.0f} | {min(values):,.0f} |"
+            f" {max(values):,.0f} |"
+        )
     print(f"\nratio on/off: {on / off:.2f}x")
     if before is not None:
         was = statistics.median(series["before"])
-        print(f"ratio on/off with the code in {before}: {was / off:.2f}x;"
-              f" on now / on then: {on / was:.2f}x")
+        print(
+            f"ratio on/off with the code in {before}: {was / off:.2f}x;"
+            f" on now / on then: {on / was:.2f}x"
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="100k events, 5 runs")
-    parser.add_argument("--policy", action="store_true",
-                        help="only the policy's catch-up with and without deadlines")
-    parser.add_argument("--before", type=Path, default=None,
-                        help="with --policy: also the deadline on with the code in this tree")
+    parser.add_argument(
+        "--policy",
+        action="store_true",
+        help="only the policy's catch-up with and without deadlines",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="with --policy: also the deadline on with the code in this tree",
+    )
     args = parser.parse_args()
     if args.policy:
         os.environ.setdefault("EVENTLANE_LOG_LEVEL", "error")
@@ -282,17 +310,25 @@ def main() -> None:
     try:
         for run in range(runs):
             series.setdefault("baseline orders (read + orjson + executemany)", []).append(
-                baseline(data, "orders", root))
+                baseline(data, "orders", root)
+            )
             for name in PROJECTORS:
                 for workers in (1, 2):
                     series.setdefault(f"{name} catch-up, {workers} worker(s)", []).append(
-                        catch_up(data, name, workers))
+                        catch_up(data, name, workers)
+                    )
             for engine in ("local", "spark"):
                 with app.open(data) as rt:
-                    result = rebuild(rt, "invoices", engine=engine, spark=spark,
-                                     output=root / f"invoices.{engine}.sqlite")
+                    result = rebuild(
+                        rt,
+                        "invoices",
+                        engine=engine,
+                        spark=spark,
+                        output=root / f"invoices.{engine}.sqlite",
+                    )
                 series.setdefault(f"rebuild invoices, {engine}", []).append(
-                    result.events_per_second)
+                    result.events_per_second
+                )
             print(f"run {run + 1}/{runs} done", flush=True)
     finally:
         spark.stop()
@@ -301,8 +337,9 @@ def main() -> None:
     print("| figure | median | min | max | ratio to baseline |\n|---|---|---|---|---|")
     for name, values in series.items():
         med = statistics.median(values)
-        print(f"| {name} | {med:,.0f} | {min(values):,.0f} | {max(values):,.0f} |"
-              f" {med / base:.2f} |")
+        print(
+            f"| {name} | {med:,.0f} | {min(values):,.0f} | {max(values):,.0f} | {med / base:.2f} |"
+        )
     local = statistics.median(series["rebuild invoices, local"])
     spark_rate = statistics.median(series["rebuild invoices, spark"])
     print(f"\nSpark local[2] / local engine (invoices rebuild): {spark_rate / local:.2f}x")

@@ -11,8 +11,9 @@ encode, check versions, retry, settle unknown outcomes) and causal waits the one
   :class:`~framework.log.jetstream.aio.AsyncJetStreamLog`, opened on this loop beside the
   sync log: no thread, no bridge); the calls a face lacks run in the pool on the sync log;
 * the embedded log has no face: its blocking file work runs in the runtime's thread pool,
-  never on the loop, so concurrent ``await runtime.execute(...)`` on one partition append
-  from concurrent threads and share fsyncs (the engine's group commit);
+  never on the loop (a topic's partition count, answered from memory, is read in place),
+  so concurrent ``await runtime.execute(...)`` on one partition append from concurrent
+  threads and share fsyncs (the engine's group commit);
 * other blocking work (a snapshot write, a read model's look) runs in the pool; waits poll
   the read model without holding a thread. The command itself (sync: it decides on the
   aggregate, it does no I/O) runs on the loop.
@@ -128,7 +129,8 @@ class AsyncRuntime:
 
     async def _perform(self, step: Any) -> Any:
         """Perform one step of a plan (module docstring): a log call on the asyncio face
-        when it has that method, a pause or a wait on the loop, the rest in the pool."""
+        when it has that method (a cheap one in place when not), a pause or a wait on the
+        loop, the rest in the pool."""
         if isinstance(step, LogCall):
             face = self._face
             method = (
@@ -138,6 +140,8 @@ class AsyncRuntime:
             )
             if method is not None:
                 return await method(*step.args, **step.kwargs)
+            if step.cheap:
+                return perform(step)
         elif isinstance(step, Pause):
             await asyncio.sleep(step.seconds)
             return None

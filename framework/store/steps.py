@@ -37,12 +37,17 @@ class Call(NamedTuple):
 
 
 class LogCall(NamedTuple):
-    """A call of the log port: ``getattr(log, method)(*args, **kwargs)`` (module docstring)."""
+    """A call of the log port: ``getattr(log, method)(*args, **kwargs)`` (module docstring).
+
+    ``cheap``: the engines answer it from memory (at worst a ``stat``: a topic's partition
+    count), so a driver on an event loop may make it in place on a log with no asyncio face
+    rather than hop to a thread."""
 
     log: Any
     method: str
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = _NO_KWARGS
+    cheap: bool = False
 
 
 class Pause(NamedTuple):

@@ -132,7 +132,7 @@ class Streams:
 
     def partition_plan(self, topic: str, aggregate_id: str) -> Generator[Step, Any, int]:
         """:meth:`partition_of` as a plan (the partition count is the log's to tell)."""
-        count: int = yield LogCall(self.log, "partition_count", (topic,))
+        count: int = yield LogCall(self.log, "partition_count", (topic,), cheap=True)
         return partition_for_key(aggregate_id.encode(), count)
 
     @staticmethod

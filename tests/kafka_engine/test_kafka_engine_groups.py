@@ -364,9 +364,10 @@ def test_groups_describe_shows_the_coordinators_generation(kafka: KafkaLog, tmp_
 
     def stable(members: list[GroupConsumer], partitions: int) -> None:
         deadline = time.monotonic() + START_S
-        while sum(len(m.assignment()) for m in members) < partitions or len(
-            {m.generation for m in members}
-        ) > 1:
+        while (
+            sum(len(m.assignment()) for m in members) < partitions
+            or len({m.generation for m in members}) > 1
+        ):
             for m in members:
                 m.poll(0.1)
             assert time.monotonic() < deadline, "the group did not settle"

@@ -1,0 +1,96 @@
+"""A key store reading many subjects (a projector's rebuild) reads the key topic a bounded
+number of times, not once per subject, with a real :class:`LogStore` on disk: the keys it
+answers are the ones written (a dict is the model), no file of the key topic stays open
+after, and what another process does afterwards (a forget, a new subject) is seen as
+before."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from framework.codec.keystore import LogKeyStore
+from framework.log.embedded.store import LogStore
+from tests.codec import test_key_store_model as key_store_model
+
+SUBJECTS = 300
+TOPIC = "__eventlane_keys"
+
+
+def count_key_topic_reads(log: LogStore, counts: Counter[str]) -> None:
+    """Count the store's reads of the key topic (the real methods still do the work)."""
+
+    def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(topic: str, *args: Any, **kwargs: Any) -> Any:
+            if topic == TOPIC:
+                counts[name] += 1
+            return real(topic, *args, **kwargs)
+
+        return call
+
+    for name in ("read", "read_key"):
+        setattr(log, name, counted(name, getattr(log, name)))
+
+
+def key_files_open() -> list[str]:
+    held = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile (the directory's own descriptor)
+        if TOPIC in target and target.endswith(".log"):
+            held.append(target)
+    return held
+
+
+def test_reading_many_subjects_reads_the_key_topic_a_bounded_number_of_times(
+    tmp_path: Path,
+) -> None:
+    model: dict[str, tuple[int, bytes]] = {}
+    with LogStore(tmp_path) as log_a:
+        writer = LogKeyStore(log_a, refresh_ms=0)
+        for i in range(SUBJECTS):
+            model[f"s{i}"] = writer.current(f"s{i}")
+        assert writer.forget("s7")
+        del model["s7"]
+    with LogStore(tmp_path) as log_b:
+        reads: Counter[str] = Counter()
+        count_key_topic_reads(log_b, reads)
+        reader = LogKeyStore(log_b, refresh_ms=0)
+        for subject, (version, key) in model.items():
+            assert reader.get(subject, version) == key, subject
+        assert reader.get("s7", 1) is None and reader.state("s7") == "forgotten"
+        assert sum(reads.values()) <= 20, reads  # was a read_key (and a read) per subject
+        assert key_files_open() == []
+        # afterwards: another process's forget and new subject are seen as before
+        with LogStore(tmp_path) as log_a:
+            writer = LogKeyStore(log_a, refresh_ms=0)
+            assert writer.forget("s3")
+            version, key = writer.current("late")
+        assert reader.get("s3", model["s3"][0]) is None
+        assert reader.get("late", version) == key
+        assert key_files_open() == []
+
+
+def test_the_key_store_model_holds_when_partitions_are_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two-store model test, with memory for every subject: each store reads the key
+    partition whole after a few misses, and every answer still agrees with the model."""
+    monkeypatch.setattr(key_store_model, "CACHE", 4096)
+    loads: Counter[str] = Counter()
+    real = LogKeyStore._load
+
+    def load(self: LogKeyStore, p: int) -> bool:
+        loads[str(p)] += 1
+        return real(self, p)
+
+    monkeypatch.setattr(LogKeyStore, "_load", load)
+    key_store_model.test_two_bounded_key_stores_agree_with_a_model(tmp_path)
+    assert loads == {"0": 2}  # once per store

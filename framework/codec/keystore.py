@@ -167,10 +167,10 @@ used dropped first; a miss reads the subject's last key record (``read_key``).""
 
 LOAD_AFTER_MISSES = 8
 """Misses after which a :class:`LogKeyStore` reads a key partition whole, once, if it fits
-in memory: a reader touching many subjects (a projector's rebuild) pays one pass over the
-key topic instead of a ``read_key`` per subject (~1 ms each: an index lookup, a scan of the
-batches from the nearest offset-index entry, and the files closed after it), while a
-process touching a few subjects never reads more than their records."""
+in half its free memory: a reader touching many subjects (a projector's rebuild) pays one
+pass over the key topic instead of a ``read_key`` per subject (~1 ms each: an index
+lookup, a scan of the batches from the nearest offset-index entry, and the files closed
+after it), while a process touching a few subjects never reads more than their records."""
 
 
 class LogKeyStore:
@@ -188,7 +188,7 @@ class LogKeyStore:
     (least recently used dropped first); a subject not in memory is read with the log's
     ``read_key`` (its last record: the topic is compacted, the key indexed). After
     :data:`LOAD_AFTER_MISSES` misses, a key partition whose records below the tail's position
-    fit in the free part of memory is read once, whole, and every subject in it kept (a
+    fit in half the free part of memory is read once, whole, and every subject in it kept (a
     subject it did not hold is still looked up with ``read_key``). Invariants:
 
     * a subject in memory is current up to this store's position in the topic: the store
@@ -387,15 +387,15 @@ class LogKeyStore:
 
     def _load(self, p: int) -> bool:
         """Read key partition ``p`` below the tail's position in one pass (released once,
-        at the end) and keep every subject it holds that is not in memory yet, if they fit
-        in the free part of memory; ``False`` (nothing kept) if they do not. Tried once
-        per partition. Records at or above the position are the tail's, as for a miss.
+        at the end) and keep every subject it holds that is not in memory yet, if its
+        records fit in half the free part of memory; ``False`` (nothing kept) if not. Tried
+        once per partition. Records at or above the position are the tail's, as for a miss.
         A record that is not a key list is left for ``read_key`` to report if asked."""
         self._loaded.add(p)
         position = self._positions[p]
         offset = self.log.offsets(self.topic, p).lwm
-        if position - offset > self._capacity - len(self._known):
-            return False
+        if position - offset > (self._capacity - len(self._known)) // 2:
+            return False  # it would fill memory: later subjects would evict each other
         last: dict[bytes, tuple[bytes | None, int]] = {}
         cursor = None
         try:

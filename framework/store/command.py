@@ -26,7 +26,10 @@ the decision was made on (:meth:`EventStore.append`). What the append answers:
   command is done and returns as if the append had answered); another event there means it
   never will be (its append was conditional on that version being free); nothing there means
   it may still land, so the next append is conditional on the same record (at most one of
-  the two can be stored) and the doubt is settled again after it.
+  the two can be stored) and the doubt is settled again after it. A doubt can land between
+  the look for it and the next decision: a decision made on a stream that already reaches a
+  doubt's version is never appended; the doubts are settled again first (a JetStream stream
+  leader cut off under load stored a command twice before this rule).
 
 Invariants: a command's effect is stored at most once, and reported done only when stored
 (its events read back or acknowledged); at most ``attempts`` appends; when attempts run out
@@ -176,11 +179,23 @@ def _attempts(
                 if stored is not None:
                     return stored  # type: ignore[return-value]
             aggregate = yield from decide()
-            if aggregate is None:
-                return None, []
-            if not aggregate.pending_events:  # nothing to do, unless an attempt landed
+            if aggregate is None or not aggregate.pending_events:
+                # nothing to do (or, for ``issue``, done by its cause), unless an attempt
+                # landed: then that attempt is the command's effect
                 last = yield from _last_word(store, topic, aggregate_id, doubts)
                 return last or (aggregate, [])  # type: ignore[return-value]
+            if doubts and aggregate.committed_version >= _first_version(doubts):
+                # The decision saw a record where a doubt would be, although the look for it
+                # (just before) did not: it landed in between. Look again, never append on it.
+                stored = yield from _settle(store, topic, aggregate_id, doubts)
+                if stored is not None:
+                    return stored  # type: ignore[return-value]
+                if doubts and aggregate.committed_version >= _first_version(doubts):
+                    raise LogUnavailableError(
+                        f"aggregate {aggregate_id!r}: the log's reads disagree on its stream"
+                        " (an append of unknown outcome may be landing); trying again",
+                        topic=topic,
+                    )
             if current is None or current.aggregate is not aggregate:
                 current = _Attempt(aggregate, envelopes_of(aggregate, correlation_id, causation_id))
             appending = True
@@ -252,6 +267,11 @@ def _append(
             span.set_attribute("eventlane.offset", written[0].offset)
             span.set_attribute("eventlane.offset.last", written[-1].offset)
         return written
+
+
+def _first_version(doubts: list[_Attempt]) -> int:
+    """The lowest version an append of unknown outcome would have written."""
+    return min(d.envelopes[0].aggregate_version for d in doubts)
 
 
 def _settle(

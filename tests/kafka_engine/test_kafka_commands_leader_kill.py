@@ -25,7 +25,7 @@ from framework.log.partitioner import partition_for_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-from oracle import judged_partition
+from kafka_oracle import judged_partition
 from store_domain import Counter as CounterAggregate
 from store_domain import make_app
 

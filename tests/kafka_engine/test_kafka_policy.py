@@ -34,7 +34,7 @@ from framework.testing.contracts import read_all
 from tests.projection import bankapp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle import judged_partition
+from kafka_oracle import judged_partition
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("kafka_worker.py")

@@ -27,7 +27,7 @@ from framework.log.kafka.log import KafkaLog
 from framework.log.partitioner import partition_for_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
-from oracle import judged_partition
+from kafka_oracle import judged_partition
 from store_domain import Counter, SnapCounter, make_app
 
 AGGREGATES: list[tuple[type[Counter], str]] = [

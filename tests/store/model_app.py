@@ -11,7 +11,9 @@ and (run as a script) a child process executing a seeded stream of commands.
   arms fail as a partitioned cluster's can: ``stored`` (the records are stored, then
   :class:`OutcomeUnknownError`), ``lost`` (not stored, then OutcomeUnknownError), ``late``
   (OutcomeUnknownError now, stored, if its condition still holds, when the engine is next
-  used: a proposal that commits after the client gave up) and ``unavailable``
+  used: a proposal that commits after the client gave up), ``racing`` (OutcomeUnknownError
+  now, stored right after the next per-key read has answered: between the command's look
+  for it and its next decision) and ``unavailable``
   (:class:`LogUnavailableError`, nothing stored). ``blind`` reads: the next N per-key
   reads raise LogUnavailableError (the log cannot tell what is stored).
 
@@ -161,10 +163,12 @@ class FaultyLog:
         self.on_fault: Callable[[], object] | None = None
         """Called after each injected fault (another writer acting meanwhile)."""
         self._late: list[tuple[Any, ...]] = []
+        self._racing: list[tuple[Any, ...]] = []
 
-    def _land_late(self) -> None:
-        while self._late:
-            args, kwargs = self._late.pop(0)
+    def _land_late(self, pending: list[tuple[Any, ...]] | None = None) -> None:
+        pending = self._late if pending is None else pending
+        while pending:
+            args, kwargs = pending.pop(0)
             try:
                 self._inner.append(*args, **kwargs)
             except ConcurrencyError:
@@ -181,6 +185,8 @@ class FaultyLog:
             self._inner.append(topic, *args, **kwargs)
         elif mode == "late":
             self._late.append(((topic, *args), kwargs))
+        elif mode == "racing":
+            self._racing.append(((topic, *args), kwargs))
         if self.on_fault is not None:
             self.on_fault()
         if mode == "unavailable":
@@ -193,6 +199,7 @@ class FaultyLog:
             self.blind -= 1
             raise LogUnavailableError("injected: read timed out", topic=args[0])
         records: list[Record] = self._inner.read_key(*args, **kwargs)
+        self._land_late(self._racing)
         return records
 
     def key_head(self, *args: Any, **kwargs: Any) -> int | None:
@@ -202,6 +209,7 @@ class FaultyLog:
 
     def close(self) -> None:
         self._land_late()
+        self._land_late(self._racing)
         self._inner.close()
 
     def __getattr__(self, name: str) -> Any:

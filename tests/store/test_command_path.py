@@ -111,6 +111,26 @@ def test_an_append_of_unknown_outcome_takes_effect_once(data_dir: Path, op: str,
     assert stream[1][2] == second
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_an_append_that_lands_between_the_look_for_it_and_the_next_decision(
+    data_dir: Path, op: str
+) -> None:
+    """The lost append is not in the log when the command looks for it, and lands before the
+    command decides again (seen on a JetStream cluster whose stream leader was cut off: 'a
+    command's event was stored twice'): the new decision must not be appended on top of it."""
+    runtime, log = open_runtime(data_dir, 1000)
+    with runtime:
+        _command(runtime, op, "l", "first")
+        log.armed = ["racing"]
+        second = _command(runtime, op, "l", "second")
+        assert (log.armed, log.injected) == ([], 1)
+        assert runtime.load(Ledger, "l").tags == ("first", "second")
+    log.close()
+    stream = _stream(data_dir, "l")
+    assert [(v, tag) for v, tag, _ in stream] == [(1, "first"), (2, "second")]
+    assert stream[1][2] == second
+
+
 def test_an_issue_of_unknown_outcome_is_not_issued_again(data_dir: Path) -> None:
     runtime, log = open_runtime(data_dir, 1000)
     with runtime:

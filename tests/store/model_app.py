@@ -54,7 +54,7 @@ from framework.errors import (
 from framework.log import LogStore, Record
 from framework.log.types import AppendResult
 
-MODES = ("stored", "lost", "late", "unavailable")
+MODES = ("stored", "lost", "late", "racing", "unavailable")
 
 
 @event("Entered")

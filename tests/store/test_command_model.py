@@ -15,7 +15,8 @@ an ``issue`` enters its cause, at most once per aggregate). Two drivers:
   from the acknowledgements is compared with the raw topics.
 
 Faults (:class:`model_app.FaultyLog`) are injected on appends: stored or lost with
-:class:`OutcomeUnknownError`, landing late, or :class:`LogUnavailableError`. The soak
+:class:`OutcomeUnknownError`, landing late (or between a look for it and the next decision),
+or :class:`LogUnavailableError`. The soak
 variants (``-m soak``) run ``EVENTLANE_MODEL_STEPS`` steps (default 100,000) per property.
 """
 

@@ -364,8 +364,12 @@ class KafkaLog:
         self._admin_call(name, self._admin.delete_topics([self._kname(name)]))
         self._cache_meta(name, None)
         self._keys.forget(name)
-        deadline = time.monotonic() + self.timeout
-        while name in self.list_topics() and time.monotonic() < deadline:
+        # Brokers learn of a deletion one by one and each metadata answer comes from any of
+        # them: gone means three answers in a row say so (one said so while the next still
+        # listed it: the contract kit saw that under load)
+        deadline, gone = time.monotonic() + self.timeout, 0
+        while gone < 3 and time.monotonic() < deadline:
+            gone = gone + 1 if name not in self.list_topics() else 0
             time.sleep(0.05)
 
     def partition_count(self, name: str) -> int:

@@ -9,9 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
-from ns_hosts import unavailable
+from ns_hosts import require_namespaces
 
 from framework.cli import main
 from framework.engine import register_engine
@@ -104,11 +103,7 @@ def test_cluster_check_tells_a_durable_cluster_from_one_that_syncs_on_a_timer(
 def test_cluster_up_binds_the_given_host(tmp_path: Path) -> None:
     """``--host``: the servers bind an address inside a network namespace of the test's own
     and serve clients there (nothing listens on loopback)."""
-    reason = unavailable()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the --host test: {reason}")
-        pytest.skip(reason)
+    require_namespaces("the --host test")
     ns, addr = f"elh{os.getpid() % 100000}", "10.211.9.1"
     where = str(tmp_path / "js")
     cli = [str(Path(sys.executable).parent / "eventlane")]

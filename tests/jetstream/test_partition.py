@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ns_hosts import Hosts, NamespaceCluster, unavailable
+from ns_hosts import Hosts, NamespaceCluster, require_namespaces
 
 PROCS = Path(__file__).parent / "partition_procs.py"
 TOPIC = "cut"
@@ -47,11 +46,7 @@ CUT_S = 15.0
 
 @pytest.fixture
 def hosts_cluster(tmp_path: Path) -> Iterator[tuple[Hosts, NamespaceCluster]]:
-    reason = unavailable()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the partition test: {reason}")
-        pytest.skip(reason)
+    require_namespaces("the partition test")
     hosts = Hosts(3)
     cluster = NamespaceCluster.on(hosts, tmp_path / "nats")
     try:

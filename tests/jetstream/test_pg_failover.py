@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ns_hosts import Hosts, NamespaceCluster, unavailable
+from ns_hosts import Hosts, NamespaceCluster, require_namespaces
 
 from framework.testing.postgres import PostgresServer
 
@@ -47,11 +47,7 @@ SESSION_MS = 3000
 
 @pytest.fixture
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    reason = unavailable()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the PostgreSQL failover test: {reason}")
-        pytest.skip(reason)
+    require_namespaces("the PostgreSQL failover test")
     tmp = tmp_path_factory.mktemp("pgfail")
     hosts = Hosts(3, clients=3)
     cluster = NamespaceCluster.on(hosts, tmp / "nats")

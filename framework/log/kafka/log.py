@@ -121,6 +121,12 @@ META_REFRESH_S = 5.0
 background: :meth:`KafkaLog._topic_meta`)."""
 
 
+AGREED = 3
+"""Metadata answers come from any broker, and each broker learns a new topic, config or
+deletion from the metadata log a little after the controller accepted it: a change is seen
+once this many answers in a row show it."""
+
+
 class _Reader:
     """A consumer assigned by hand to one partition at a time, and where its last read
     stopped: a read that continues there keeps what the consumer fetched ahead."""
@@ -364,11 +370,10 @@ class KafkaLog:
         self._admin_call(name, self._admin.delete_topics([self._kname(name)]))
         self._cache_meta(name, None)
         self._keys.forget(name)
-        # Brokers learn of a deletion one by one and each metadata answer comes from any of
-        # them: gone means three answers in a row say so (one said so while the next still
-        # listed it: the contract kit saw that under load)
+        # gone: AGREED answers in a row say so (one said so while the next still listed it:
+        # the contract kit saw that under load)
         deadline, gone = time.monotonic() + self.timeout, 0
-        while gone < 3 and time.monotonic() < deadline:
+        while gone < AGREED and time.monotonic() < deadline:
             gone = gone + 1 if name not in self.list_topics() else 0
             time.sleep(0.05)
 
@@ -456,7 +461,7 @@ class KafkaLog:
         metadata log a little after the controller accepts it)."""
         resource = ConfigResource("topic", self._kname(name))
         deadline = time.monotonic() + self.timeout
-        agreed = 0  # brokers answer in turn: three answers in a row must agree
+        agreed = 0  # brokers answer in turn: AGREED answers in a row must agree
         while True:
             try:
                 described = self._admin.describe_configs([resource])[resource].result()
@@ -468,7 +473,7 @@ class KafkaLog:
             else:
                 cfg = topic_config({k: e.value for k, e in described.items()})
                 agreed = agreed + 1 if cfg == want else 0
-                if want is None or agreed == 3 or time.monotonic() > deadline:
+                if want is None or agreed == AGREED or time.monotonic() > deadline:
                     return cfg
             time.sleep(0.05)
 

@@ -10,6 +10,12 @@ eventlane's own producer and consumer on the same machine, in the same run.
 * ``own_consume``  baseline: eventlane's free ``Consumer.poll`` of the topic end to end
 * ``kafka_consume`` confluent-kafka ``Consumer`` (assign, from offset 0) of the same topic
 
+With ``--apache-kafka`` each round also runs the two confluent-kafka figures against a
+one-node Apache Kafka broker (KRaft, ``eventlane kafka up --nodes 1``'s set-up, the jars
+under ``tools/kafka/lib``) started by the benchmark: the same client, the same records,
+the same settings, so the listener/Kafka ratio compares two servers that one client uses.
+(Kafka leaves flushing to the OS page cache; the listener's log fsyncs each produce.)
+
 Beside each confluent-kafka rate: the listener's CPU per record (``listener_us``, from the
 listener process's CPU times) and the client's own ceiling (``client_ceiling``: records per
 second of the benchmark process's CPU, librdkafka's threads included): what the client could
@@ -17,7 +23,7 @@ do with a core to itself and a listener that cost nothing. On a 2-core machine t
 processes share the cores, so the rate is bounded by roughly ``1 / (listener_us +
 client_us)``.
 
-    .venv/bin/python benchmarks/bench_kafka.py [--quick] [--runs 5] [--json]
+    .venv/bin/python benchmarks/bench_kafka.py [--quick] [--runs 5] [--json] [--apache-kafka]
 """
 
 from __future__ import annotations
@@ -32,13 +38,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import psutil
-from _harness import Bench, bench_from_args, parser, quiet_logs, scratch_dir
+from _harness import Bench, Measure, bench_from_args, parser, quiet_logs, scratch_dir
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
 from confluent_kafka import TopicPartition as CKTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from framework.consumer.free import Consumer
 from framework.log.embedded.store import LogStore
+from framework.log.kafka.cluster import LocalKafkaCluster
 from framework.log.producer import Producer, ProducerRecord
 from framework.log.record import TopicPartition
 
@@ -78,22 +86,29 @@ def start_listener(data: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("listener did not start")
 
 
-def figures(bench: Bench, root: Path, count: int) -> None:
+def figures(bench: Bench, root: Path, count: int, apache: bool) -> None:
     data = root / "data"
     store = LogStore(data)
     proc, bootstrap = start_listener(data)
     listener = psutil.Process(proc.pid)
+    cluster = LocalKafkaCluster.create(root / "apache-kafka", nodes=1) if apache else None
+    if cluster is not None:
+        cluster.start()
 
-    def cpu_s() -> tuple[float, float]:
-        times = listener.cpu_times()
+    def cpu_s(server: psutil.Process | None) -> tuple[float, float]:
+        if server is None:
+            return time.process_time(), 0.0
+        times = server.cpu_times()
         return time.process_time(), times.user + times.system
 
-    def costs(rate: float, got: int, before: tuple[float, float]) -> Mapping[str, float]:
-        client, served = (b - a for a, b in zip(before, cpu_s(), strict=True))
+    def costs(
+        rate: float, got: int, before: tuple[float, float], server: psutil.Process | None
+    ) -> Mapping[str, float]:
+        client, served = (b - a for a, b in zip(before, cpu_s(server), strict=True))
         return {
             "rate": rate,
             "client_ceiling": got / max(client, 1e-9),
-            "listener_us": served / max(got, 1) * 1e6,
+            "server_us": served / max(got, 1) * 1e6,
         }
 
     keys = [b"key-%06d" % (i % 10_000) for i in range(count)]
@@ -113,9 +128,7 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         topics["own"] = topic
         return rate
 
-    def kafka_produce() -> Mapping[str, float]:
-        topic = f"ck-{next(rounds)}"
-        store.create_topic(topic, 1)
+    def ck_produce(server: str, topic: str, process: psutil.Process | None) -> Mapping[str, float]:
         acked = [0]
         errors: list[object] = []
 
@@ -127,14 +140,14 @@ def figures(bench: Bench, root: Path, count: int) -> None:
 
         producer = CKProducer(
             {
-                "bootstrap.servers": bootstrap,
+                "bootstrap.servers": server,
                 "acks": "all",
                 "linger.ms": 5,
                 "partitioner": "murmur2_random",
                 "queue.buffering.max.messages": 1_000_000,
             }
         )
-        before = cpu_s()
+        before = cpu_s(process)
         t0 = time.perf_counter()
         for k in keys:
             producer.produce(topic, key=k, value=VALUE, partition=0, on_delivery=delivered)
@@ -142,8 +155,23 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         producer.flush(120)
         rate = acked[0] / (time.perf_counter() - t0)
         assert acked[0] == count, (acked[0], count, errors)
+        return costs(rate, acked[0], before, process)
+
+    def kafka_produce() -> Mapping[str, float]:
+        topic = f"ck-{next(rounds)}"
+        store.create_topic(topic, 1)
         topics["ck"] = topic
-        return costs(rate, acked[0], before)
+        return ck_produce(bootstrap, topic, listener)
+
+    def apache_produce() -> Mapping[str, float]:
+        assert cluster is not None
+        topic = f"ak-{next(rounds)}"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for done in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+            done.result(60)
+        topics["ak"] = topic
+        broker = psutil.Process(cluster.nodes[0].pid)
+        return ck_produce(cluster.bootstrap, topic, broker)
 
     def own_consume() -> float:
         consumer = Consumer(store, auto_offset_reset="earliest", max_poll_records=500)
@@ -157,41 +185,50 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         consumer.close()
         return rate
 
-    def kafka_consume() -> Mapping[str, float]:
+    def ck_consume(server: str, topic: str, process: psutil.Process | None) -> Mapping[str, float]:
         consumer = CKConsumer(
             {
-                "bootstrap.servers": bootstrap,
+                "bootstrap.servers": server,
                 "group.id": "bench",
                 "enable.auto.commit": False,
                 "fetch.max.bytes": 52_428_800,
             }
         )
-        consumer.assign([CKTopicPartition(topics["ck"], 0, 0)])
+        consumer.assign([CKTopicPartition(topic, 0, 0)])
         got = 0
-        before = cpu_s()
+        before = cpu_s(process)
         t0 = time.perf_counter()
         while got < count:
             msgs = consumer.consume(10_000, 1.0)
             got += sum(1 for m in msgs if m.error() is None)
         rate = got / (time.perf_counter() - t0)
-        result = costs(rate, got, before)
+        result = costs(rate, got, before, process)
         consumer.close()
         return result
 
+    def kafka_consume() -> Mapping[str, float]:
+        return ck_consume(bootstrap, topics["ck"], listener)
+
+    def apache_consume() -> Mapping[str, float]:
+        assert cluster is not None
+        return ck_consume(cluster.bootstrap, topics["ak"], psutil.Process(cluster.nodes[0].pid))
+
+    steps: dict[str, Measure] = {
+        "own_produce": own_produce,
+        "kafka_produce": kafka_produce,
+        "own_consume": own_consume,
+        "kafka_consume": kafka_consume,
+    }
+    if cluster is not None:
+        steps.update(apache_produce=apache_produce, apache_consume=apache_consume)
     try:
-        bench.rounds(
-            {
-                "own_produce": own_produce,
-                "kafka_produce": kafka_produce,
-                "own_consume": own_consume,
-                "kafka_consume": kafka_consume,
-            },
-            warmup=False,
-        )
+        bench.rounds(steps, warmup=False)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
         store.close()
+        if cluster is not None:
+            cluster.stop()
     bench.add("eventlane Producer.send_batch (10k batches, fsync each)", "rec/s", "own_produce")
     bench.add(
         "confluent-kafka produce via serve --kafka (acks=all)",
@@ -205,7 +242,7 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         "kafka_produce.client_ceiling",
         baseline="own_produce",
     )
-    bench.add("  the listener's CPU per record", "us", "kafka_produce.listener_us")
+    bench.add("  the listener's CPU per record", "us", "kafka_produce.server_us")
     bench.add("eventlane Consumer.poll", "rec/s", "own_consume")
     bench.add(
         "confluent-kafka consume via serve --kafka",
@@ -219,19 +256,37 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         "kafka_consume.client_ceiling",
         baseline="own_consume",
     )
-    bench.add("  the listener's CPU per record", "us", "kafka_consume.listener_us")
+    bench.add("  the listener's CPU per record", "us", "kafka_consume.server_us")
+    if cluster is None:
+        return
+    for op, verb in (("produce", "produce (acks=all)"), ("consume", "consume")):
+        bench.add(
+            f"confluent-kafka {verb} from Apache Kafka (1 node)", "rec/s", f"apache_{op}.rate"
+        )
+        bench.add(
+            f"  the listener's {op} rate / Apache Kafka's",
+            "rec/s",
+            f"kafka_{op}.rate",
+            baseline=f"apache_{op}.rate",
+        )
+        bench.add(f"  the broker's CPU per record ({op})", "us", f"apache_{op}.server_us")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=None, help="records per round")
+    p.add_argument(
+        "--apache-kafka",
+        action="store_true",
+        help="also measure the same client against a one-node Apache Kafka broker",
+    )
     args = p.parse_args(argv)
     count = args.records or (20_000 if args.quick else 200_000)
     quiet_logs()
     bench = bench_from_args(__file__, args)
     bench.notes.append(f"{count:,} records of 100 B values, ~10 B keys, one partition")
     with scratch_dir(args.tmp, "kafka") as root:
-        figures(bench, root, count)
+        figures(bench, root, count, args.apache_kafka)
     bench.finish()
 
 

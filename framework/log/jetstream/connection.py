@@ -26,6 +26,7 @@ from nats.js.kv import KeyValue
 from framework.errors import LogUnavailableError, OutcomeUnknownError, UnknownTopicError
 from framework.log.jetstream import errors as e
 from framework.log.jetstream import mapping as m
+from framework.log.jetstream.headers import HeaderClient
 from framework.log.remote import parse_log_url
 from framework.observability import get_logger
 
@@ -84,7 +85,8 @@ class Connection:
         self.on_gone = on_gone
 
     async def connect(self, servers: list[str], on_wake: Callable[[Any], Awaitable[None]]) -> None:
-        self.nc = await nats.connect(
+        self.nc = HeaderClient()
+        await self.nc.connect(
             servers=servers,
             connect_timeout=self.attempt_s,  # a server cut off is passed over quickly
             ping_interval=PING_INTERVAL_S,  # (annotated int; it sleeps that long)

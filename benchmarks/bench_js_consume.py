@@ -1,0 +1,250 @@
+"""JetStream consume through a group member vs raw nats-py's fastest consumer, one run.
+
+Issue 36 item 3's bar: a ``GroupConsumer`` member on a JetStream cluster reads at >= 0.8x
+what raw nats-py reads doing the same (every record of a 4-partition topic, from the start,
+in this process). The cluster is a real 3-node nats-server cluster on loopback ports
+started by this script (replicas 3, fsync before ack). Per round, interleaved, each reader
+drains all ``--records`` records (100-byte values) once:
+
+* ``member``      a ``GroupConsumer`` (``JetStreamCoordination``, a fresh group each round,
+                  auto-commit, ``max_poll_records`` 2,000) polling until it holds them all;
+                  timed from its first record (the join is ``bench_js_groups.py``'s)
+* ``free``        eventlane's free ``Consumer`` assigned the 4 partitions (no group)
+* raw nats-py, each on its own connection and event loop thread, every partition at once:
+
+  - ``raw_ordered``  an ordered push consumer per partition, records taken by a callback
+                     (no ``next_msg`` task per message)
+  - ``raw_pull``     an ephemeral pull consumer per partition (``AckPolicy.NONE``), batches
+                     of 1,000 by ``fetch``
+  - ``raw_direct``   batched direct gets of 1,000 records per request, answers taken by a
+                     callback (what ``JetStreamLog.read`` sends)
+
+The baseline of a round is its fastest raw reader (``raw_best``); ``member / raw_best`` is
+recorded round by round, and its median is the figure of record. CPU microseconds of this
+process per record are printed beside (the nats-server nodes' CPU is not counted:
+the machine's load moves wall-clock rates, less so these).
+
+    .venv/bin/python benchmarks/bench_js_consume.py [--quick] [--runs 5] [--json]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import nats
+import orjson
+from _harness import Target, bench_from_args, parser, quiet_logs, scratch_dir
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from framework.consumer.free import Consumer
+from framework.consumer.group import GroupConsumer
+from framework.consumer.jetstream import JetStreamCoordination
+from framework.log.jetstream import mapping
+from framework.log.jetstream.cluster import LocalCluster
+from framework.log.jetstream.log import JetStreamLog
+from framework.log.record import TopicPartition
+
+TOPIC = "bench"
+PARTITIONS = 4
+VALUE = b"v" * 100
+BATCH = 1000
+
+
+class Raw:
+    """A raw nats-py client on its own loop thread."""
+
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        servers = [f"nats://{h}" for h in url.removeprefix("nats://").split(",")]
+        self.nc = self.run(nats.connect(servers=servers))
+        self.js = self.nc.jetstream()
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.run(self.nc.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def timed(count: int, fn: Callable[[], None]) -> dict[str, float]:
+    """``fn``'s records per second and this process's CPU microseconds per record."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    t1, c1 = time.perf_counter(), time.process_time()
+    return {"rate": count / (t1 - t0), "cpu_us": (c1 - c0) * 1e6 / count}
+
+
+def readers(
+    url: str, namespace: str, total: int
+) -> tuple[dict[str, Callable[[], dict[str, float]]], Raw]:
+    per = total // PARTITIONS
+    raw = Raw(url)
+    streams = [mapping.stream_name(namespace, TOPIC, p) for p in range(PARTITIONS)]
+    subjects = [mapping.subject_prefix(namespace, TOPIC, p) + ".*" for p in range(PARTITIONS)]
+
+    async def ordered_one(p: int) -> None:
+        done = asyncio.get_running_loop().create_future()
+        seen = 0
+
+        async def cb(_msg: Any) -> None:
+            nonlocal seen
+            seen += 1
+            if seen == per and not done.done():
+                done.set_result(None)
+
+        sub = await raw.js.subscribe(
+            subjects[p],
+            stream=streams[p],
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.ALL,
+            cb=cb,
+        )
+        await done
+        await sub.unsubscribe()
+
+    async def pull_one(p: int) -> None:
+        config = ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL)
+        sub = await raw.js.pull_subscribe(subjects[p], stream=streams[p], config=config)
+        seen = 0
+        while seen < per:
+            seen += len(await sub.fetch(min(BATCH, per - seen), timeout=10))
+        await sub.unsubscribe()
+
+    async def direct_one(p: int) -> None:
+        seq = 1
+        while seq <= per:
+            done = asyncio.get_running_loop().create_future()
+            last = [seq - 1]
+
+            async def cb(
+                msg: Any, done: asyncio.Future[None] = done, last: list[int] = last
+            ) -> None:
+                hdrs = msg.headers or {}
+                if hdrs.get("Status"):
+                    if not done.done():
+                        done.set_result(None)
+                    return
+                last[0] = int(hdrs["Nats-Sequence"])
+
+            inbox = raw.nc.new_inbox()
+            sub = await raw.nc.subscribe(inbox, cb=cb)
+            body = orjson.dumps({"seq": seq, "batch": min(BATCH, per - seq + 1)})
+            await raw.nc.publish(f"$JS.API.DIRECT.GET.{streams[p]}", body, reply=inbox)
+            await asyncio.wait_for(done, 10)
+            await sub.unsubscribe()
+            seq = last[0] + 1
+
+    def all_at_once(one: Callable[[int], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+        async def go() -> None:
+            await asyncio.gather(*(one(p) for p in range(PARTITIONS)))
+
+        return lambda: raw.run(go())
+
+    def member() -> dict[str, float]:
+        log = JetStreamLog.from_url(url, namespace=namespace)
+        coordination = JetStreamCoordination(log)
+        consumer = GroupConsumer(
+            log,
+            coordination=coordination,
+            group_id=f"g{uuid.uuid4().hex[:8]}",
+            topics=[TOPIC],
+            auto_offset_reset="earliest",
+            enable_auto_commit=True,
+            max_poll_records=2000,
+        )
+        try:
+            first = consumer.poll(30.0)  # the join and the first fetch, not timed
+            count = len(first)
+
+            def drain() -> None:
+                nonlocal count
+                while count < total:
+                    count += len(consumer.poll(1.0))
+
+            out = timed(total - len(first), drain)
+        finally:
+            consumer.close()
+            coordination.close()
+            log.close()
+        assert count == total, (count, total)
+        return out
+
+    def free() -> dict[str, float]:
+        with JetStreamLog.from_url(url, namespace=namespace) as log:
+            consumer = Consumer(log, auto_offset_reset="earliest", max_poll_records=2000)
+            consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+            count = 0
+
+            def drain() -> None:
+                nonlocal count
+                while count < total:
+                    count += len(consumer.poll(1.0))
+
+            out = timed(total, drain)
+            consumer.close()
+        return out
+
+    return {
+        "raw_ordered": lambda: timed(total, all_at_once(ordered_one)),
+        "raw_pull": lambda: timed(total, all_at_once(pull_one)),
+        "raw_direct": lambda: timed(total, all_at_once(direct_one)),
+        "member": member,
+        "free": free,
+    }, raw
+
+
+def main() -> None:
+    p = parser(__doc__ or "")
+    p.add_argument("--records", type=int, default=40_000)
+    args = p.parse_args()
+    quiet_logs()
+    bench = bench_from_args(__file__, args)
+    total = 8_000 if args.quick else args.records
+    total -= total % PARTITIONS
+    with scratch_dir(args.tmp, "js-consume") as root:
+        cluster = LocalCluster.create(root / "nats", nodes=3)
+        cluster.start()
+        try:
+            namespace = "bench" + uuid.uuid4().hex[:8]
+            with JetStreamLog.from_url(cluster.url, namespace=namespace) as js:
+                js.create_topic(TOPIC, PARTITIONS)
+                for part in range(PARTITIONS):
+                    for start in range(0, total // PARTITIONS, BATCH):
+                        n = min(BATCH, total // PARTITIONS - start)
+                        js.append(TOPIC, part, [(None, VALUE, (), None)] * n)
+            measures, raw = readers(cluster.url, namespace, total)
+            try:
+                bench.rounds(measures, warmup=True)
+            finally:
+                raw.close()
+        finally:
+            cluster.stop()
+    raws = ("raw_ordered", "raw_pull", "raw_direct")
+    bench.series["raw_best.rate"] = [
+        max(values) for values in zip(*(bench.series[f"{r}.rate"] for r in raws), strict=True)
+    ]
+    ratio = bench.paired("member.rate", "raw_best.rate")
+    free_ratio = bench.paired("free.rate", "raw_best.rate")
+    for name in (*raws, "raw_best", "member", "free"):
+        base = None if name.startswith("raw") else "raw_best.rate"
+        bench.add(f"{name}: records/s", "rec/s", f"{name}.rate", baseline=base)
+    for name in (*raws, "member", "free"):
+        bench.add(f"{name}: CPU of this process", "us/rec", f"{name}.cpu_us")
+    bench.add("member / fastest raw, per round", "x", ratio, target=Target(">=", 0.8))
+    bench.add("free consumer / fastest raw, per round", "x", free_ratio)
+    bench.notes.append(
+        f"{total} records of {len(VALUE)} B in {PARTITIONS} partitions; cluster: 3 local"
+        " nats-server nodes, replicas 3, sync always; the machine is shared (2 cores)"
+    )
+    bench.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -21,8 +21,8 @@ drains all ``--records`` records (100-byte values) once:
 
 The baseline of a round is its fastest raw reader (``raw_best``); ``member / raw_best`` is
 recorded round by round, and its median is the figure of record. CPU microseconds of this
-process per record are printed beside (the nats-server nodes' CPU is not counted:
-the machine's load moves wall-clock rates, less so these).
+process and of the three nats-server processes per record are printed beside (the
+machine's load moves wall-clock rates, less so these).
 
     .venv/bin/python benchmarks/bench_js_consume.py [--quick] [--runs 5] [--json]
 """
@@ -30,13 +30,16 @@ the machine's load moves wall-clock rates, less so these).
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import nats
+import nats.js.errors
 import orjson
 from _harness import Target, bench_from_args, parser, quiet_logs, scratch_dir
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -73,12 +76,30 @@ class Raw:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+SERVER_PIDS: list[int] = []
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def servers_cpu() -> float:
+    """CPU seconds the cluster's nats-server processes have used so far."""
+    total = 0
+    for pid in SERVER_PIDS:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _TICK
+
+
 def timed(count: int, fn: Callable[[], None]) -> dict[str, float]:
-    """``fn``'s records per second and this process's CPU microseconds per record."""
-    c0, t0 = time.process_time(), time.perf_counter()
+    """``fn``'s records per second, and the CPU microseconds per record of this process and
+    of the cluster's servers (clock ticks: coarse, but a round has thousands of them)."""
+    s0, c0, t0 = servers_cpu(), time.process_time(), time.perf_counter()
     fn()
-    t1, c1 = time.perf_counter(), time.process_time()
-    return {"rate": count / (t1 - t0), "cpu_us": (c1 - c0) * 1e6 / count}
+    t1, c1, s1 = time.perf_counter(), time.process_time(), servers_cpu()
+    return {
+        "rate": count / (t1 - t0),
+        "cpu_us": (c1 - c0) * 1e6 / count,
+        "server_cpu_us": (s1 - s0) * 1e6 / count,
+    }
 
 
 def readers(
@@ -112,9 +133,15 @@ def readers(
     async def pull_one(p: int) -> None:
         config = ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL)
         sub = await raw.js.pull_subscribe(subjects[p], stream=streams[p], config=config)
-        seen = 0
+        seen, refused = 0, 0
         while seen < per:
-            seen += len(await sub.fetch(min(BATCH, per - seen), timeout=10))
+            try:
+                seen += len(await sub.fetch(min(BATCH, per - seen), timeout=10))
+            except nats.js.errors.ServiceUnavailableError:  # a new consumer not ready yet
+                refused += 1
+                if refused > 50:
+                    raise
+                await asyncio.sleep(0.02)
         await sub.unsubscribe()
 
     async def direct_one(p: int) -> None:
@@ -211,6 +238,7 @@ def main() -> None:
     with scratch_dir(args.tmp, "js-consume") as root:
         cluster = LocalCluster.create(root / "nats", nodes=3)
         cluster.start()
+        SERVER_PIDS[:] = [node.pid for node in cluster.nodes]
         try:
             namespace = "bench" + uuid.uuid4().hex[:8]
             with JetStreamLog.from_url(cluster.url, namespace=namespace) as js:
@@ -237,6 +265,7 @@ def main() -> None:
         bench.add(f"{name}: records/s", "rec/s", f"{name}.rate", baseline=base)
     for name in (*raws, "member", "free"):
         bench.add(f"{name}: CPU of this process", "us/rec", f"{name}.cpu_us")
+        bench.add(f"{name}: CPU of the 3 servers", "us/rec", f"{name}.server_cpu_us")
     bench.add("member / fastest raw, per round", "x", ratio, target=Target(">=", 0.8))
     bench.add("free consumer / fastest raw, per round", "x", free_ratio)
     bench.notes.append(

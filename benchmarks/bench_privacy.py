@@ -5,10 +5,10 @@ Two apps with the same projector (one row per member: name, city), over two logs
 ``city`` personal (AES-GCM per subject, keys in the app's key topic, 1,000 subjects). Each
 round rebuilds both read models with the local engine (decode, handler, SQLite write and
 positions in one transaction per batch: the projector path end to end) and reports events/s;
-``sealed / plain`` is the figure of record (target >= 0.8x): as the ratio of the two
-medians, and as the median of the per-round ratios (plain and sealed run back to back in
-each round, so a slow moment hits both). The same rounds are also
-counted per CPU second of this process (``time.process_time``): on a shared machine other
+``sealed / plain`` is the figure of record (target >= 0.9x, issue 36 item 5; was 0.8x):
+as the ratio of the two medians, and as the median of the per-round ratios (plain and
+sealed run back to back in each round, so a slow moment hits both). The same rounds are
+also counted per CPU second of this process (``time.process_time``): on a shared machine other
 processes' load inflates wall time at random, but not the CPU time the rebuild itself uses.
 
     .venv/bin/python benchmarks/bench_privacy.py [--quick] [--runs 5] [--json]
@@ -171,13 +171,13 @@ def figures(bench: Bench, root: Path, count: int) -> None:
         "sealed / plain, median of the per-round ratios",
         "x",
         bench.paired("sealed.wall", "plain.wall"),
-        target=Target(">=", 0.8),
+        target=Target(">=", 0.9),
     )
     bench.add(
         "same, per CPU second",
         "x",
         bench.paired("sealed.cpu", "plain.cpu"),
-        target=Target(">=", 0.8),
+        target=Target(">=", 0.9),
     )
     bench.add("same, fields in clear, per CPU second", "ev/cpu-s", "plain.cpu")
     bench.add(

@@ -4,7 +4,7 @@ Every record a JetStream read brings back is a batched direct-get answer with se
 headers (``Nats-Stream``, ``Nats-Subject``, ``Nats-Sequence``, ``Nats-Time-Stamp``,
 ``Nats-Num-Pending``, ``Nats-Last-Sequence`` and the record's own ``El-*``). nats-py 2.16
 parses each header block in Python, checking every character of every name for
-whitespace: ~19 us of the ~30 us of client CPU a consumed record costs (issue 36 item 3).
+whitespace: 12-19 us of the ~30 us of client CPU a consumed record costs (issue 36 item 3).
 :class:`HeaderClient` replaces that one static method, ``Client._parse_header_lines``, with
 :func:`parse_header_lines`.
 

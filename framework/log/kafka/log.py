@@ -51,9 +51,11 @@ import hashlib
 import logging
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -90,9 +92,9 @@ from framework.log.config import (
 from framework.log.kafka import order
 from framework.log.kafka.keyed import KeyIndex
 from framework.log.kafka.mapping import append_error, kafka_configs, topic_config
-from framework.log.kafka.records import batches
+from framework.log.kafka.records import batches, kafka_records
 from framework.log.local import LocalDir, default_data_dir
-from framework.log.record import Record, TimestampType
+from framework.log.record import Record
 from framework.log.remote import WakeSequence, parse_log_url
 from framework.log.types import (
     AppendResult,
@@ -115,6 +117,7 @@ WAKE_TOPIC = "__eventlane_wake"
 """The namespace's topic that :meth:`KafkaLog.wake` writes to (not listed as a topic)."""
 _OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 """A fetch from outside the marks (librdkafka's name for it with auto.offset.reset=error)."""
+_error, _offset = Message.error, Message.offset
 _NOT_LEADERS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 META_REFRESH_S = 5.0
 """Age after which a topic's cached partition count and config are read again (in the
@@ -621,11 +624,11 @@ class KafkaLog:
             if len({e.code() for e in errors}) > 1 and worst.code() == KafkaError._PURGE_QUEUE:
                 worst = next(e for e in errors if e.code() != KafkaError._PURGE_QUEUE)
             raise append_error(worst, topic, partition)
-        return (
-            delivered[0].offset() or 0,
-            delivered[-1].offset() or 0,
-            [m.timestamp()[1] for m in delivered],
-        )
+        if append_time:  # the broker's clock
+            stamps = [m.timestamp()[1] for m in delivered]
+        else:  # the broker keeps a create time as sent
+            stamps = [now if ts is None else ts for *_, ts in records]
+        return delivered[0].offset() or 0, delivered[-1].offset() or 0, stamps
 
     def _maybe_renew(self, errors: list[KafkaError]) -> None:
         """A fatal idempotence error leaves the producer unusable: start a new one."""
@@ -726,7 +729,7 @@ class KafkaLog:
             records, cursor = self._read_raw(
                 self._main, topic, partition, offset, max_bytes=max_bytes, cursor=cursor, upto=upto
             )
-            if not records or not any(map(order.conditional, records)):
+            if not order.any_conditional(records):
                 return records, cursor
             visible = self._keys.visible(topic, partition, records)
             if visible:
@@ -774,7 +777,7 @@ class KafkaLog:
         """``records`` (of any partitions, each partition's in offset order) without those
         the log-order rule rejects: what a reader outside :meth:`read` (the group consumer)
         applies to what it fetched."""
-        if not any(map(order.conditional, records)):
+        if not order.any_conditional(records):
             return records
         rejected: set[tuple[str, int, int]] = set()
         by_partition: dict[tuple[str, int], list[Record]] = {}
@@ -813,8 +816,6 @@ class KafkaLog:
         kname = self._kname(topic)
         out: list[Record] = []
         size = 0
-        append_time, create_time = TimestampType.LOG_APPEND_TIME, TimestampType.CREATE_TIME
-        add, new = out.append, tuple.__new__
         with rd.lock:
             end = self._known_end(rd, topic, partition, offset)
             if end is not None and offset >= end:
@@ -836,50 +837,50 @@ class KafkaLog:
                 msgs = ahead or rd.consumer.consume(num_messages=want, timeout=0.2)
                 ahead = []
                 at_end = not msgs
-                for i, m in enumerate(msgs):
-                    err = m.error()  # the loop is the read's hot path: kept flat
-                    if err is not None:
-                        code = err.code()
-                        if code == KafkaError._PARTITION_EOF:
-                            if m.partition() == partition and m.topic() == kname:
-                                rd.ahead = msgs[i + 1 :]
-                                at_end, eof_at = True, m.offset() or 0
-                                break
-                            continue
-                        if code in _OUT_OF_RANGE:
-                            rd.reading = None  # the consumer stopped: assign again
-                            raise self._out_of_range(topic, partition, nxt)
+                # the read's hot path: each step below is one C-level pass over the batch
+                errors = list(map(_error, msgs))  # KafkaError compares only to KafkaError
+                clean = len(msgs)
+                if any(errors):  # an event: take what comes before it, then see to it
+                    clean = next(i for i, e in enumerate(errors) if e is not None)
+                data = msgs[:clean] if clean < len(msgs) else msgs
+                offs = cast("list[int]", list(map(_offset, data)))  # data: never None
+                lo = bisect_left(offs, nxt)  # librdkafka may hand back what was fetched
+                hi = len(offs) if stop is None else bisect_left(offs, stop, lo)  # for an
+                took = hi - lo  # earlier assignment of this partition: dropped
+                if took and out and size >= max_bytes:
+                    took = 0
+                elif took and size + sum(map(len, data[lo:hi])) >= max_bytes:
+                    # each record is taken while those before it hold less than max_bytes
+                    # (the first of a read always)
+                    before = list(accumulate(map(len, data[lo:hi]), initial=size))
+                    took = max(bisect_left(before, max_bytes, 0, took), 0 if out else 1)
+                if took:
+                    taken = data[lo : lo + took]
+                    out += kafka_records(topic, partition, taken, offs[lo : lo + took])
+                    size += sum(map(len, taken))
+                    nxt = offs[lo + took - 1] + 1
+                if lo + took < len(data):
+                    # fetched ahead of what this call returns (past ``stop`` or max_bytes):
+                    # the next read from ``nxt`` starts with them
+                    rd.ahead = msgs[lo + took :]
+                    rd.reading = (topic, partition, nxt)
+                    return out, _cursor(nxt)
+                if clean < len(msgs):
+                    m, err = msgs[clean], cast(KafkaError, errors[clean])
+                    code = err.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        if m.partition() == partition and m.topic() == kname:
+                            rd.ahead = msgs[clean + 1 :]
+                            at_end, eof_at = True, m.offset() or 0
+                        else:  # another partition's end, from an earlier assignment
+                            ahead = msgs[clean + 1 :]
+                    elif code in _OUT_OF_RANGE:
+                        rd.reading = None  # the consumer stopped: assign again
+                        raise self._out_of_range(topic, partition, nxt)
+                    else:
                         raise LogUnavailableError(
                             f"read from Kafka failed: {err.str()}", topic=topic, partition=partition
                         )
-                    at = m.offset() or 0
-                    if at < nxt:  # only this partition is assigned: librdkafka drops
-                        continue  # what was fetched for an earlier assignment
-                    if (stop is not None and at >= stop) or (out and size >= max_bytes):
-                        # fetched ahead of what this call returns: the next read from
-                        # ``nxt`` starts with them
-                        rd.ahead = msgs[i:]
-                        rd.reading = (topic, partition, nxt)
-                        return out, _cursor(nxt)
-                    key, value, headers = m.key(), m.value(), m.headers()
-                    kind, ts = m.timestamp()
-                    add(  # records.kafka_record, inlined
-                        new(
-                            Record,
-                            (
-                                topic,
-                                partition,
-                                at,
-                                ts,
-                                append_time if kind == 2 else create_time,
-                                key,
-                                value,
-                                tuple(headers) if headers else (),
-                            ),
-                        )
-                    )
-                    size += len(value or b"") + len(key or b"")
-                    nxt = at + 1
                 if not at_end:
                     if stop is None:  # the end the fetch responses carry, once known
                         stop = self._fetched_end(rd, kname, partition, nxt, upto)

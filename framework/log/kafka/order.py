@@ -32,16 +32,18 @@ partition read with confluent-kafka.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 
 from framework.log.record import Record
 from framework.log.types import Expect, RecordTuple
 
-__all__ = ["EXPECT", "EXPECT_KEY", "FOLLOWS", "Verdicts", "conditional", "stamp"]
+__all__ = ["EXPECT", "EXPECT_KEY", "FOLLOWS", "Verdicts", "any_conditional", "conditional", "stamp"]
 
 EXPECT = "eventlane.expect"
 EXPECT_KEY = "eventlane.expect.key"
 FOLLOWS = "eventlane.follows"
-_RULE_HEADERS = (EXPECT, FOLLOWS)
+_RULE_HEADERS = frozenset((EXPECT, FOLLOWS))
+_name, _headers = itemgetter(0), attrgetter("headers")
 
 
 def stamp(records: Sequence[RecordTuple], expect: Expect, lwm: int) -> list[RecordTuple]:
@@ -62,7 +64,14 @@ def stamp(records: Sequence[RecordTuple], expect: Expect, lwm: int) -> list[Reco
 
 def conditional(record: Record) -> bool:
     """Whether the rule may reject ``record`` (it carries a rule header)."""
-    return any(name in _RULE_HEADERS for name, _ in record.headers)
+    return not _RULE_HEADERS.isdisjoint(map(_name, record.headers))
+
+
+def any_conditional(records: Sequence[Record]) -> bool:
+    """Whether the rule may reject any of ``records``: a record without headers is plain,
+    so a batch of such records (any topic no conditional append writes to) costs one
+    C-level pass and no header is looked at."""
+    return any(map(_headers, records)) and any(map(conditional, records))
 
 
 class Verdicts:

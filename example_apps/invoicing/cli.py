@@ -156,14 +156,44 @@ def spark_rebuild(runtime: Runtime, name: str, console: Console) -> dict[str, An
     is_flag=True,
     help="On a local 3-node JetStream cluster, workers on two simulated hosts.",
 )
+@click.option(
+    "--kafka",
+    is_flag=True,
+    help="On a local 3-broker Kafka cluster (in DATA/kafka), workers on two simulated hosts.",
+)
+@click.option(
+    "--kafka-dir",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="With --kafka: the cluster `eventlane kafka up --dir DIR` started (left running).",
+)
 @data_option
-def demo(orders: int, workers: int, seed: int, no_spark: bool, cluster: bool) -> None:
+def demo(
+    orders: int,
+    workers: int,
+    seed: int,
+    no_spark: bool,
+    cluster: bool,
+    kafka: bool,
+    kafka_dir: Path | None,
+) -> None:
     """The invoicing demo: workload, workers, a kill -9, lag, Spark rebuild, summary."""
     data = data_dir()
-    run = run_cluster_demo if cluster else run_demo
-    summary = run(
-        data, orders=orders, workers=workers, seed=seed, spark=not no_spark, rebuild=spark_rebuild
-    )
+    if cluster and kafka:
+        raise click.UsageError("--cluster (JetStream) or --kafka, not both")
+    if kafka_dir is not None and not kafka:
+        raise click.UsageError("--kafka-dir goes with --kafka")
+    common: dict[str, Any] = {
+        "orders": orders,
+        "workers": workers,
+        "seed": seed,
+        "spark": not no_spark,
+        "rebuild": spark_rebuild,
+    }
+    if kafka:
+        summary = run_cluster_demo(data, kafka=kafka_dir or data / "kafka", **common)
+    else:
+        summary = (run_cluster_demo if cluster else run_demo)(data, **common)
     if summary["invoices"] != summary["confirmed"]:
         raise click.ClickException("invoices differ from confirmed orders")
     if not no_spark and not summary.get("rebuild", {}).get("identical"):

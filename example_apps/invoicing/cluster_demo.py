@@ -1,8 +1,11 @@
-"""The invoicing demo on a replicated cluster (``eventlane demo invoicing --cluster``).
+"""The invoicing demo on a replicated cluster (``eventlane demo invoicing --cluster`` or
+``--kafka``).
 
 It starts (or restarts) a local 3-node NATS JetStream cluster with its data under
-``<data>/cluster`` (``eventlane cluster up`` does the same by hand), and puts the log, the
-event store, the consumer groups and their offsets on it. Two *simulated hosts* are two
+``<data>/cluster`` (``eventlane cluster up`` does the same by hand), or with ``--kafka`` a
+local 3-broker Apache Kafka cluster under ``<data>/kafka`` (or reuses the one ``eventlane
+kafka up --dir DIR`` started: ``--kafka-dir DIR``), and puts the log, the event store, the
+consumer groups and their offsets on it. Two *simulated hosts* are two
 local directories, ``<data>/host-a`` and ``<data>/host-b``, each with its own worker
 processes; they share nothing but the cluster:
 
@@ -13,8 +16,8 @@ processes; they share nothing but the cluster:
   deadlines (5 s here) fire on the cluster, on host A while host B is down.
 
 Midway it kills every worker of host B with SIGKILL (the host dies) and SIGKILLs the
-nats-server leading ``orders-0``; later it restarts both. It ends with the same summary as
-the embedded demo: invoices = confirmed orders, lag 0, the orders cancelled by their
+nats-server (or Kafka broker) leading ``orders-0``; later it restarts both. It ends with the
+same summary as the embedded demo: invoices = confirmed orders, lag 0, the orders cancelled by their
 deadline (none of them invoiced), the rebuild identical to the live read model.
 """
 
@@ -27,7 +30,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from rich.console import Console
 from rich.live import Live
@@ -56,24 +59,115 @@ from framework.log import Log, TopicPartition
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
 from framework.log.local import LocalDir
+from framework.log.port import KeyedLog
 from framework.projection import Runner, open_readmodel
 
 NAMESPACE = "invoicing"
 POLICY = "invoicing_policy"
 
 
-def _cluster(data: Path) -> LocalCluster:
-    where = data / "cluster"
-    if (where / "cluster.json").exists():
-        cluster = LocalCluster.load(where)
-        for node in cluster.nodes:
-            if not node.pid or not Path(f"/proc/{node.pid}").exists():
-                cluster.start_node(node.name, wait=False)
-        cluster.wait_ready()
-        return cluster
-    cluster = LocalCluster.create(where, nodes=3)
-    cluster.start()
-    return cluster
+class _Cluster(Protocol):
+    """What the demo does to its engine's cluster: open the log for a host, name the node
+    leading a partition, kill -9 a node and restart it, stop the nodes it started."""
+
+    engine: str
+    url: str
+
+    def open(self, local: LocalDir) -> KeyedLog: ...
+
+    def leader(self, log: Log, topic: str, partition: int) -> str: ...
+
+    def kill(self, node: str) -> None: ...
+
+    def restart(self, node: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class _JetStream:
+    """A local 3-node NATS JetStream cluster under ``<data>/cluster``."""
+
+    engine = "nats-server"
+
+    def __init__(self, data: Path, namespace: str) -> None:
+        self.namespace = namespace
+        where = data / "cluster"
+        if (where / "cluster.json").exists():
+            cluster = LocalCluster.load(where)
+            for node in cluster.nodes:
+                if not node.pid or not Path(f"/proc/{node.pid}").exists():
+                    cluster.start_node(node.name, wait=False)
+            cluster.wait_ready()
+        else:
+            cluster = LocalCluster.create(where, nodes=3)
+            cluster.start()
+        self.cluster = cluster
+        self.url = f"{cluster.url}?namespace={namespace}"
+
+    def open(self, local: LocalDir) -> KeyedLog:
+        js = JetStreamLog.from_url(self.cluster.url, namespace=self.namespace, local=local)
+        return cast(KeyedLog, js)  # a KeyedLog (typed by the port's Protocol)
+
+    def leader(self, log: Log, topic: str, partition: int) -> str:
+        return str(log.placement(topic, partition)[1])  # type: ignore[attr-defined]
+
+    def kill(self, node: str) -> None:
+        self.cluster.kill(node, signal.SIGKILL)
+
+    def restart(self, node: str) -> None:
+        self.cluster.start_node(node)
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+class _Kafka:
+    """A local 3-broker Apache Kafka cluster (KRaft) in ``where``: the one ``eventlane kafka
+    up --dir`` started there (left running at the end, its dead brokers restarted first),
+    else a new one (stopped at the end)."""
+
+    engine = "Kafka broker"
+
+    def __init__(self, where: Path, namespace: str) -> None:
+        from framework.log.kafka.cluster import LocalKafkaCluster  # noqa: PLC0415 (an extra)
+
+        self.namespace = namespace
+        self.owned = not (where / "cluster.json").exists()
+        if self.owned:
+            cluster = LocalKafkaCluster.create(where, 3)
+            cluster.start()
+        else:
+            cluster = LocalKafkaCluster.load(where)
+            for node in cluster.nodes:
+                if not node.pid or not Path(f"/proc/{node.pid}").exists():
+                    cluster.start_node(node.node_id, wait=False)
+            cluster.wait_ready()
+        self.cluster = cluster
+        self.url = f"{cluster.url}?namespace={namespace}"
+
+    def open(self, local: LocalDir) -> KeyedLog:
+        from framework.log.kafka.log import KafkaLog  # noqa: PLC0415 (an extra)
+
+        log = KafkaLog(self.cluster.bootstrap, namespace=self.namespace, local=local)
+        return cast(KeyedLog, log)
+
+    def leader(self, log: Log, topic: str, partition: int) -> str:
+        from confluent_kafka.admin import AdminClient  # noqa: PLC0415 (an extra)
+
+        name = f"{self.namespace}.{topic}"
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
+        meta = admin.list_topics(name, timeout=30)
+        return str(meta.topics[name].partitions[partition].leader)
+
+    def kill(self, node: str) -> None:
+        self.cluster.kill(int(node), signal.SIGKILL)
+
+    def restart(self, node: str) -> None:
+        self.cluster.start_node(int(node))
+
+    def stop(self) -> None:
+        if self.owned:
+            self.cluster.stop()
 
 
 def _policy_lag(runtime: Runtime) -> int:
@@ -101,22 +195,24 @@ def run_cluster_demo(
     spark: bool = True,
     console: Console | None = None,
     rebuild: Callable[..., Any] | None = None,
+    kafka: Path | None = None,
+    namespace: str = NAMESPACE,
 ) -> dict[str, Any]:
-    """Run the cluster demo; return the summary figures (also printed as a table)."""
+    """Run the cluster demo; return the summary figures (also printed as a table). With
+    ``kafka`` (a directory): on a local Kafka cluster there instead of JetStream.
+    ``namespace``: the app's topics are ``<namespace>.<topic>`` on the cluster."""
     console = console or Console()
     data.mkdir(parents=True, exist_ok=True)
     run = _next_run(data)
     summary: dict[str, Any] = {"run": run}
     hosts = {"host-a": data / "host-a", "host-b": data / "host-b"}
-    cluster = _cluster(data)
-    url = f"{cluster.url}?namespace={NAMESPACE}"
+    cluster: _Cluster = _JetStream(data, namespace) if kafka is None else _Kafka(kafka, namespace)
+    url = cluster.url
     env = {**os.environ, "EVENTLANE_LOG": url, CONFIRM_WITHIN_ENV: str(CONFIRM_WITHIN_S)}
     console.print(f"[bold]eventlane invoicing demo on a cluster[/] — run {run}; log at {url}")
     try:
-        js = JetStreamLog.from_url(
-            cluster.url, namespace=NAMESPACE, local=LocalDir.at(hosts["host-a"])
-        )
-        with js, app.open(cast(Log, js)) as runtime:  # a Log (typed by the port's Protocol)
+        log = cluster.open(LocalDir.at(hosts["host-a"]))
+        with contextlib.closing(log), app.open(log) as runtime:
             for name in app.projectors:
                 open_readmodel(runtime, name, migrate=True).close()
             runners: dict[tuple[str, str], Runner] = {}
@@ -182,18 +278,19 @@ def run_cluster_demo(
                             " policy workers take its partitions"
                         )
                     if i == len(commands) // 2:
-                        _, killed_node, _ = runtime.log.placement("orders", 0)  # type: ignore[attr-defined]
-                        cluster.kill(str(killed_node), signal.SIGKILL)
+                        killed_node = cluster.leader(runtime.log, "orders", 0)
+                        cluster.kill(killed_node)
+                        summary["killed_node"] = killed_node
                         console.print(
-                            f"[red]kill -9 nats-server {killed_node}[/] (leader of orders-0):"
-                            " a new leader is elected; appends and groups go on"
+                            f"[red]kill -9 {cluster.engine} {killed_node}[/] (leader of"
+                            " orders-0): a new leader is elected; appends and groups go on"
                         )
                     if i == 2 * len(commands) // 3:
                         if killed_node is not None:
-                            cluster.start_node(str(killed_node))
+                            cluster.restart(killed_node)
                         down.discard("host-b")
                         console.print(
-                            f"nats-server {killed_node} restarted (it catches up);"
+                            f"{cluster.engine} {killed_node} restarted (it catches up);"
                             " host-b is back: its workers restart and rejoin"
                         )
                     if i % 200 == 0:

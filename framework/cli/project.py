@@ -266,7 +266,8 @@ def worker_command(
     """One worker process of projector NAME, until SIGTERM (what `project run` starts).
 
     Exit status 2 when it cannot start (bad APP, unknown projector, pending migrations):
-    restarting would not help, so the runner does not. Exit status 3 when its poison-rate
+    restarting would not help, so the runner does not; 1 when the log did not answer while
+    it started (a retriable error: the runner starts another). Exit status 3 when its poison-rate
     breaker tripped (it stopped applying, see framework.projection.breaker). It gets SIGTERM
     when `project run` dies, even by SIGKILL (framework.projection.lifeline).
     """
@@ -286,7 +287,9 @@ def worker_command(
             )
         except FrameworkError as exc:
             click.echo(f"Error: {exc}", err=True)
-            ctx.exit(EXIT_CANNOT_START)
+            # a log that did not answer in time (a broker just killed, a loaded machine)
+            # may answer the next worker: exit 1, which the runner replaces
+            ctx.exit(1 if exc.retriable or exc.indeterminate else EXIT_CANNOT_START)
         worker.install_signal_handlers()
         gc.freeze()  # the start-up heap (modules, classes) is never collected: skip it
         worker.run()

@@ -22,8 +22,9 @@ once), exit 0. The process entry point (what :class:`~framework.projection.runne
 starts) is the hidden command ``eventlane --data DATA project worker APP NAME``; its exit
 status is 0 after a clean stop, :data:`EXIT_CANNOT_START` (2) when the worker cannot start
 (bad ``APP``, unknown projector, pending migrations: an error line on stderr; restarting
-would not help), 1 on any other failure. The read model can also be handed over under a
-running worker (a rebuild's hand-off): see :mod:`.pause`.
+would not help), 1 on any other failure, a log that did not answer while it started
+included (a retriable error: the next worker may find it available). The read model can
+also be handed over under a running worker (a rebuild's hand-off): see :mod:`.pause`.
 """
 
 from __future__ import annotations

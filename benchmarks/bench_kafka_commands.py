@@ -3,6 +3,10 @@ report-only): commands/s and p50/p99 latency of ``Runtime.execute``, 1 and 8 con
 callers (threads of one runtime, each on its own aggregate), the engines interleaved round
 by round, the median of ``--rounds`` rounds (>= 5).
 
+``kafka-1`` is KafkaLog with ``appends_in_flight=1`` (one append in flight per log, the
+design before appends of concurrent callers were pipelined): the same-run baseline of
+``kafka``.
+
 The bench starts a 3-broker Kafka cluster and a 3-server JetStream cluster on 127.0.0.1
 (``--kafka DIR`` reuses one started by ``eventlane kafka up --dir DIR``; ``--no-jetstream``
 leaves JetStream out). Everything shares this machine: compare engines in one run, and
@@ -84,6 +88,10 @@ def main() -> None:
             kc.start()
             stops.append(kc.stop)
         apps["kafka"] = make_app(KafkaLog(kc.bootstrap, namespace=f"b{uuid.uuid4().hex[:8]}"))
+        # the former design, as the same-run baseline: one append in flight per KafkaLog
+        apps["kafka-1"] = make_app(
+            KafkaLog(kc.bootstrap, namespace=f"b{uuid.uuid4().hex[:8]}", appends_in_flight=1)
+        )
         if not args.no_jetstream:
             jc = LocalCluster.create(tmp / "nats")
             jc.start()

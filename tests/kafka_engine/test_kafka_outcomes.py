@@ -60,7 +60,7 @@ def test_close_releases_the_producers(kafka_cluster: LocalKafkaCluster, namespac
     log.append("closing", 0, [(b"k", b"v", [], None)])
     log.wake()
     log.close()
-    for producer in (log._producer, log._waker):
+    for producer in (*log._producers._all, log._waker):
         with pytest.raises(RuntimeError, match="closed"):
             producer.flush(0.1)
     with pytest.raises(LogError, match="closed"):

@@ -19,11 +19,13 @@ Invariants and how they hold:
   keyless record on a compacted topic, no leader before sending) raises the matching
   permanent or retriable error and nothing was written.
 * **An append's records form one Kafka record batch** (``atomic=True``, and every append
-  that fits the topic's ``max.message.bytes``): the producer lingers "forever" and an
-  append enqueues its records and flushes under one lock, so librdkafka sends exactly them
-  in one batch, which the leader appends, replicates and exposes (the high-water mark moves
-  by whole batches) at once. Their offsets are therefore contiguous. An append larger than
-  one batch (not atomic) is sent as several batches, one after the other.
+  that fits the topic's ``max.message.bytes``): the producers linger "forever" and an
+  append enqueues its records and flushes on a producer it holds alone
+  (:mod:`.producers`: appends of concurrent callers are in flight together, each on its
+  own producer), so librdkafka sends exactly them in one batch, which the leader appends,
+  replicates and exposes (the high-water mark moves by whole batches) at once. Their
+  offsets are therefore contiguous. An append larger than one batch (not atomic) is sent
+  as several batches, one after the other.
 * **Reads** go through a consumer assigned by hand (no group), from any offset: below the
   low-water mark or above the high-water mark is
   :class:`~framework.errors.OffsetOutOfRangeError`; nothing at or above the high-water mark
@@ -92,6 +94,7 @@ from framework.log.config import (
 from framework.log.kafka import order
 from framework.log.kafka.keyed import KeyIndex
 from framework.log.kafka.mapping import append_error, kafka_configs, topic_config
+from framework.log.kafka.producers import ProducerPool
 from framework.log.kafka.records import batches, kafka_records
 from framework.log.local import LocalDir, default_data_dir
 from framework.log.record import Record
@@ -178,7 +181,12 @@ class KafkaLog:
         clock: Clock = wall_clock_ms,
         timeout: float = 30.0,
         local: LocalDir | None = None,
+        appends_in_flight: int = 8,
     ) -> None:
+        """``appends_in_flight``: how many appends of concurrent callers may be in flight at
+        once, each on a producer of its own (:mod:`.producers`; 1: one after another)."""
+        if appends_in_flight < 1:
+            raise ConfigError(f"appends_in_flight must be at least 1, got {appends_in_flight}")
         if namespace and not namespace.replace("-", "").replace("_", "").isalnum():
             raise ConfigError(f"namespace {namespace!r} must be letters, digits, - or _")
         self.local = local if local is not None else LocalDir(default_data_dir())
@@ -208,8 +216,7 @@ class KafkaLog:
             "request.timeout.ms": int(min(timeout, 10.0) * 1000),
             "compression.type": "none",
         }
-        self._producer = Producer(self._producer_config)
-        self._append_lock = threading.Lock()
+        self._producers = ProducerPool(self._producer_config, appends_in_flight)
         self._consumer_config = {
             **base,
             "client.id": "eventlane-reader",
@@ -553,21 +560,32 @@ class KafkaLog:
         chunks, nbytes = batches(records, limit, atomic, topic, partition)
         first = last = -1
         stamps: list[int] = []
-        with self._append_lock:
+        producer = self._producers.acquire()  # this append's alone until it returns
+        try:
             for chunk in chunks:
-                base, last, chunk_stamps = self._send(topic, partition, chunk, cfg.log_append_time)
+                base, last, chunk_stamps = self._send(
+                    producer, topic, partition, chunk, cfg.log_append_time
+                )
                 first = base if first < 0 else first
                 stamps += chunk_stamps
+        finally:
+            self._producers.release(producer)
         self._bump()
         if M.on:
             appended(topic, len(records), nbytes, time.perf_counter() - begun)
         return AppendResult(first, last, stamps)
 
     def _send(
-        self, topic: str, partition: int, records: Sequence[RecordTuple], append_time: bool
+        self,
+        producer: Producer,
+        topic: str,
+        partition: int,
+        records: Sequence[RecordTuple],
+        append_time: bool,
     ) -> tuple[int, int, list[int]]:
-        """Produce ``records`` as one batch and flush; the first and last offsets, and the
-        timestamp of each."""
+        """Produce ``records`` as one batch on ``producer`` (held by this append alone:
+        :mod:`.producers`) and flush it; the first and last offsets, and the timestamp of
+        each."""
         if self._closed:  # its producer is released: nothing is sent
             raise LogError("append to a closed KafkaLog", topic=topic, partition=partition)
         delivered: list[Message] = []  # one partition: reports come in produce order
@@ -580,7 +598,7 @@ class KafkaLog:
 
         kname = self._kname(topic)
         now = 0 if append_time else self.clock()
-        produce = self._producer.produce
+        produce = producer.produce
         for attempt in (1, 2):
             try:
                 for key, value, headers, ts in records:
@@ -596,26 +614,27 @@ class KafkaLog:
                 break
             except (BufferError, KafkaException) as exc:
                 # nothing has left: the batch waits for the flush below
-                self._producer.purge(in_queue=True, in_flight=False)
-                self._producer.poll(0)
+                producer.purge(in_queue=True, in_flight=False)
+                producer.poll(0)
                 errors.clear()
                 delivered.clear()
                 code = exc.args[0].code() if isinstance(exc, KafkaException) else None
                 if code == KafkaError._UNKNOWN_PARTITION and attempt == 1:
                     # a partition added since the producer last read the topic's metadata
-                    self._producer.list_topics(kname, timeout=self.timeout)
+                    producer.list_topics(kname, timeout=self.timeout)
                     continue
                 if code is not None:
                     raise append_error(exc.args[0], topic, partition) from None
                 raise LogUnavailableError(
                     f"the producer's queue is full: {exc}", topic=topic, partition=partition
                 ) from None
-        left = self._producer.flush(self.timeout + 5.0)
+        left = producer.flush(self.timeout + 5.0)
         if left:
-            self._producer.purge(in_queue=True, in_flight=True)
-            self._producer.flush(5.0)
+            producer.purge(in_queue=True, in_flight=True)
+            producer.flush(5.0)
         if errors or len(delivered) != len(records):
-            self._maybe_renew(errors)
+            if any(e.fatal() for e in errors):  # its idempotence state is gone: not lent again
+                self._producers.broke(producer)
             if not errors:
                 raise OutcomeUnknownError(
                     "no acknowledgement from Kafka in time", topic=topic, partition=partition
@@ -629,11 +648,6 @@ class KafkaLog:
         else:  # the broker keeps a create time as sent
             stamps = [now if ts is None else ts for *_, ts in records]
         return delivered[0].offset() or 0, delivered[-1].offset() or 0, stamps
-
-    def _maybe_renew(self, errors: list[KafkaError]) -> None:
-        """A fatal idempotence error leaves the producer unusable: start a new one."""
-        if any(e.fatal() for e in errors):
-            self._producer = Producer(self._producer_config)
 
     # ------------------------------------------------------------------ reads
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
@@ -1025,8 +1039,7 @@ class KafkaLog:
         # collector keeps trying, and logging, as long as anything holds this log). One
         # with records still undelivered after the flush is left as it is: close() would
         # wait for them without a bound.
-        if self._producer.flush(5.0) == 0:
-            self._producer.close()
+        self._producers.close()
         if self._waker.flush(2.0) == 0:
             self._waker.close()
         self._main.consumer.close()

@@ -19,13 +19,19 @@ drains all ``--records`` records (100-byte values) once:
   - ``raw_direct``   batched direct gets of 1,000 records per request, answers taken by a
                      callback (what ``JetStreamLog.read`` sends)
 
+With ``--ceiling``, one more reader, ``ceiling``: what a member reading a partition through
+an ordered push consumer would cost, without that design's checks (a prototype, not the
+framework's read path): an ordered consumer per partition on a ``HeaderClient``, each message
+decoded to a ``Record`` by ``read.record_of`` in the callback, batches of <= 2,000 taken by
+the calling thread through the loop thread (the member's hop). It is never the baseline.
+
 The baseline of a round is its fastest raw reader (``raw_best``); ``member / raw_best`` is
 recorded round by round, and its median is the figure of record. CPU microseconds of this
 process and of the three nats-server processes per record are printed beside, and the
 member's records per CPU second (client and servers together) over the cheapest raw
 reader's: the machine's load moves wall-clock rates, less so these.
 
-    .venv/bin/python benchmarks/bench_js_consume.py [--quick] [--runs 5] [--json]
+    .venv/bin/python benchmarks/bench_js_consume.py [--quick] [--runs 5] [--json] [--ceiling]
 """
 
 from __future__ import annotations
@@ -50,8 +56,10 @@ from framework.consumer.group import GroupConsumer
 from framework.consumer.jetstream import JetStreamCoordination
 from framework.log.jetstream import mapping
 from framework.log.jetstream.cluster import LocalCluster
+from framework.log.jetstream.headers import HeaderClient
 from framework.log.jetstream.log import JetStreamLog
-from framework.log.record import TopicPartition
+from framework.log.jetstream.read import record_of
+from framework.log.record import Record, TopicPartition
 
 TOPIC = "bench"
 PARTITIONS = 4
@@ -104,7 +112,7 @@ def timed(count: int, fn: Callable[[], None]) -> dict[str, float]:
 
 
 def readers(
-    url: str, namespace: str, total: int
+    url: str, namespace: str, total: int, ceiling: bool = False
 ) -> tuple[dict[str, Callable[[], dict[str, float]]], Raw]:
     per = total // PARTITIONS
     raw = Raw(url)
@@ -175,6 +183,67 @@ def readers(
 
         return lambda: raw.run(go())
 
+    def ceiling_reader() -> dict[str, float]:
+        buffers: list[list[Record]] = [[] for _ in range(PARTITIONS)]
+        nc = HeaderClient()
+        subs: list[Any] = []
+        ready: list[asyncio.Event] = []
+        servers = [f"nats://{h}" for h in url.removeprefix("nats://").split(",")]
+
+        async def start() -> None:
+            await nc.connect(servers=servers)
+            js = nc.jetstream()
+            ready.append(asyncio.Event())
+            for p in range(PARTITIONS):
+
+                async def cb(msg: Any, p: int = p) -> None:
+                    seq = int(msg.reply.split(".", 7)[5])  # $JS.ACK.stream.consumer.n.SEQ...
+                    hdrs = msg.headers or {}
+                    buffers[p].append(record_of(TOPIC, p, seq - 1, msg.subject, msg.data, hdrs))
+                    ready[0].set()
+
+                subs.append(
+                    await js.subscribe(
+                        subjects[p],
+                        stream=streams[p],
+                        ordered_consumer=True,
+                        deliver_policy=DeliverPolicy.ALL,
+                        cb=cb,
+                    )
+                )
+
+        async def take() -> list[Record]:
+            while True:
+                out: list[Record] = []
+                for buffer in buffers:
+                    n = 2000 - len(out)
+                    out.extend(buffer[:n])
+                    del buffer[:n]
+                if out:
+                    return out
+                ready[0].clear()
+                await asyncio.wait_for(ready[0].wait(), 10)
+
+        async def stop() -> None:
+            for sub in subs:
+                await sub.unsubscribe()
+            await nc.close()
+
+        count = 0
+
+        def drain() -> None:
+            nonlocal count
+            raw.run(start())
+            while count < total:
+                count += len(raw.run(take()))
+
+        try:
+            out = timed(total, drain)
+        finally:
+            raw.run(stop())
+        assert count == total, (count, total)
+        return out
+
     def member() -> dict[str, float]:
         log = JetStreamLog.from_url(url, namespace=namespace)
         coordination = JetStreamCoordination(log)
@@ -219,7 +288,9 @@ def readers(
             consumer.close()
         return out
 
+    extra = {"ceiling": ceiling_reader} if ceiling else {}
     return {
+        **extra,
         "raw_ordered": lambda: timed(total, all_at_once(ordered_one)),
         "raw_pull": lambda: timed(total, all_at_once(pull_one)),
         "raw_direct": lambda: timed(total, all_at_once(direct_one)),
@@ -231,6 +302,7 @@ def readers(
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--records", type=int, default=40_000)
+    p.add_argument("--ceiling", action="store_true", help="also the ordered-consumer prototype")
     args = p.parse_args()
     quiet_logs()
     bench = bench_from_args(__file__, args)
@@ -248,7 +320,7 @@ def main() -> None:
                     for start in range(0, total // PARTITIONS, BATCH):
                         n = min(BATCH, total // PARTITIONS - start)
                         js.append(TOPIC, part, [(None, VALUE, (), None)] * n)
-            measures, raw = readers(cluster.url, namespace, total)
+            measures, raw = readers(cluster.url, namespace, total, args.ceiling)
             try:
                 bench.rounds(measures, warmup=True)
             finally:
@@ -259,7 +331,8 @@ def main() -> None:
     bench.series["raw_best.rate"] = [
         max(values) for values in zip(*(bench.series[f"{r}.rate"] for r in raws), strict=True)
     ]
-    for name in (*raws, "member", "free"):  # CPU of the client and the servers together
+    mine = ("member", "free", "ceiling") if args.ceiling else ("member", "free")
+    for name in (*raws, *mine):  # CPU of the client and the servers together
         bench.series[f"{name}.all_cpu_us"] = [
             a + b
             for a, b in zip(
@@ -275,7 +348,17 @@ def main() -> None:
     for name in (*raws, "raw_best", "member", "free"):
         base = None if name.startswith("raw") else "raw_best.rate"
         bench.add(f"{name}: records/s", "rec/s", f"{name}.rate", baseline=base)
-    for name in (*raws, "member", "free"):
+    if args.ceiling:
+        bench.series["ceiling_cpu_ratio"] = [
+            min(bench.series[f"{r}.all_cpu_us"][i] for r in raws) / mine_cpu
+            for i, mine_cpu in enumerate(bench.series["ceiling.all_cpu_us"])
+        ]
+        bench.add("ceiling: records/s", "rec/s", "ceiling.rate", baseline="raw_best.rate")
+        bench.add(
+            "ceiling / fastest raw, per round", "x", bench.paired("ceiling.rate", "raw_best.rate")
+        )
+        bench.add("ceiling / cheapest raw, per CPU second", "x", "ceiling_cpu_ratio")
+    for name in (*raws, *mine):
         bench.add(f"{name}: CPU of this process", "us/rec", f"{name}.cpu_us")
         bench.add(f"{name}: CPU of the 3 servers", "us/rec", f"{name}.server_cpu_us")
     bench.add("member / fastest raw, per round", "x", ratio, target=Target(">=", 0.8))

@@ -46,7 +46,7 @@ from framework.log import Log, Record, RecordMetadata, TopicPartition
 from framework.log.position import Position, Written
 from framework.projection.store import Location, open_view
 from framework.store.repository import causation_of
-from framework.store.steps import LogCall, Pause, perform
+from framework.store.steps import AsyncSteps
 from framework.tracing import command_span
 
 A = TypeVar("A", bound=Aggregate)
@@ -71,6 +71,7 @@ class AsyncRuntime:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="eventlane-aio")
         self._runtime: Any = None
         self._face: Any = None
+        self._steps: Any = None
         """The log's asyncio face (``None``: the engine has none; every call in the pool)."""
 
     # ------------------------------------------------------------------ lifecycle
@@ -93,6 +94,7 @@ class AsyncRuntime:
                 await self._offload(runtime.close)
                 raise
             self._runtime, self._face = runtime, face
+            self._steps = AsyncSteps(runtime.log, face, self._offload)
 
     async def close(self) -> None:
         runtime, self._runtime = self._runtime, None
@@ -128,26 +130,13 @@ class AsyncRuntime:
         return await asyncio.get_running_loop().run_in_executor(self._pool, context.run, fn)
 
     async def _perform(self, step: Any) -> Any:
-        """Perform one step of a plan (module docstring): a log call on the asyncio face
-        when it has that method (a cheap one in place when not), a pause or a wait on the
-        loop, the rest in the pool."""
-        if isinstance(step, LogCall):
-            face = self._face
-            method = (
-                None
-                if face is None or step.log is not self.log
-                else getattr(face, step.method, None)
-            )
-            if method is not None:
-                return await method(*step.args, **step.kwargs)
-            if step.cheap:
-                return perform(step)
-        elif isinstance(step, Pause):
-            await asyncio.sleep(step.seconds)
-            return None
-        elif isinstance(step, Reach):
+        """Perform one step of a plan (module docstring): a causal wait's reach on the
+        loop, every other step by :class:`~framework.store.steps.AsyncSteps` (log calls on
+        the asyncio face where it has the method, cheap ones in place, the rest in the
+        pool)."""
+        if isinstance(step, Reach):
             return await self._reach(step.path, step.offsets, step.deadline)
-        return await self._offload(functools.partial(perform, step))
+        return await self._steps(step)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call of your own in the runtime's pool (e.g. a read-model query)."""

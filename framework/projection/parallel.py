@@ -51,8 +51,11 @@ names the partition, so the worker stops fetching it until a worker with newer c
 runs its keys as asyncio tasks instead of threads: one event loop per worker, on a thread
 of its own, at most ``concurrency`` keys at once (a semaphore), each key's events in order
 in its task. The applying thread commits as with threads. ``await ctx.issue_async(...)``
-issues a command without blocking the loop (the append runs in a thread, so concurrent
-issues share fsyncs). There is no probe: awaiting is waiting.
+issues a command without blocking the loop: on an engine with an asyncio face (JetStream)
+the command path's log calls are awaited on that face, opened on the worker's loop (no
+thread, no bridge); on the embedded log (no face: its appends are file writes and fsyncs)
+the whole command runs in one thread, one hop per command, so concurrent issues share
+fsyncs. There is no probe: awaiting is waiting.
 
 Parking (``park_after_dead_letter``) holds per key: a key parked before the batch, or whose
 event is dead-lettered in it, parks its later events; ``handler_attempts`` retries a failed
@@ -69,6 +72,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from framework import _plans
 from framework.codec import EventCodec
 from framework.errors import NewerEventVersionError, ProjectionError
 from framework.log import Record, TopicPartition
@@ -85,7 +89,9 @@ from framework.projection.dead_letters import describe_failure as _describe
 from framework.projection.projector import EventContext, Projector
 from framework.projection.store import AnyReadModel as ReadModel
 from framework.projection.waiting import newer_version_in
-from framework.tracing import handler_span
+from framework.store.repository import causation_of
+from framework.store.steps import AsyncSteps
+from framework.tracing import command_span, handler_span
 
 __all__ = ["DONE_TABLE", "ParallelApplier", "applier_for"]
 
@@ -190,6 +196,8 @@ class ParallelApplier(BatchApplier):
         self._since_probe = PROBE_EVERY  # probe the first batch
         self._probed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._face: Any = None
+        """The log's asyncio face on the loop (JetStream), for ``ctx.issue_async``."""
         if has_async_handlers(type(projector)):
             self._loop = asyncio.new_event_loop()
             # ctx.issue_async's appends: up to `concurrency` at once (sharing fsyncs), not
@@ -204,6 +212,7 @@ class ParallelApplier(BatchApplier):
                 name=f"eventlane-{projector.name}-loop",
                 daemon=True,
             ).start()
+            self._face = self._open_face()
         with readmodel.transaction() as conn:
             conn.execute(_CREATE_DONE)
 
@@ -448,9 +457,48 @@ class ParallelApplier(BatchApplier):
 
     def _context(self, rec: Record, envelope: Any) -> EventContext:
         guard = self._guard
-        return EventContext(
+        ctx = EventContext(
             rec.topic, rec.partition, rec.offset, envelope, guard, False, self.app, guard
         )
+        if self._face is not None:
+            ctx.issue_on_loop = self._issue_on_face
+        return ctx
+
+    # ------------------------------------------------------------------ the asyncio face
+    def _open_face(self) -> Any:
+        """The log's asyncio face opened on the worker's loop, or ``None`` where the engine
+        has none (the embedded log: ``ctx.issue_async`` then runs the whole command in one
+        thread, one hop per command rather than one per log call)."""
+        make_face = getattr(getattr(self.app, "log", None), "async_face", None)
+        if make_face is None or self._loop is None:
+            return None
+        face = make_face()
+        asyncio.run_coroutine_threadsafe(face.open(), self._loop).result()
+        self._steps = AsyncSteps(self.app.log, face, self._offload)
+        return face
+
+    async def _offload(self, fn: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+    async def _issue_on_face(
+        self,
+        cls: type[Any],
+        aggregate_id: str,
+        command: Callable[[Any], Any],
+        caused_by: Any,
+        create: bool,
+    ) -> Any:
+        """``ctx.issue_async`` on the face: the command path's one plan
+        (:meth:`~framework.store.Repository.run_plan`, ``once``: the causation check),
+        its log calls awaited on the worker's loop (:class:`AsyncSteps`)."""
+        app = self.app
+        causation, correlation = causation_of(caused_by)
+        plan = app.repository.run_plan(
+            app.declared(cls), aggregate_id, command, create, 20, correlation, causation, once=True
+        )
+        with command_span("issue", cls.__name__, app.names.aggregate_topic(cls)):
+            _, written = await _plans.drive_async(plan, self._steps)
+        return written
 
     # ------------------------------------------------------------------ commits
     def _commit(
@@ -502,6 +550,12 @@ class ParallelApplier(BatchApplier):
         self._stop.set()
         self._pool.shutdown(wait=True)
         if self._loop is not None:
+            face, self._face = self._face, None
+            if face is not None:
+                try:
+                    asyncio.run_coroutine_threadsafe(face.close(), self._loop).result(10)
+                except Exception as exc:  # closing: the worker's own log closes anyway
+                    log.warning("closing the asyncio face failed", error=repr(exc))
             self._loop.call_soon_threadsafe(self._loop.stop)
 
 

@@ -58,7 +58,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, overload
 
 from framework.codec import Envelope
@@ -195,7 +195,17 @@ class EventContext:
     commit, roll back or begin on them.
     """
 
-    __slots__ = ("app", "conn", "db", "envelope", "offset", "partition", "replaying", "topic")
+    __slots__ = (
+        "app",
+        "conn",
+        "db",
+        "envelope",
+        "issue_on_loop",
+        "offset",
+        "partition",
+        "replaying",
+        "topic",
+    )
 
     def __init__(
         self,
@@ -219,6 +229,9 @@ class EventContext:
         self.replaying = replaying
         self.app = app
         """The application (command side), for policies that issue commands; None in rebuilds."""
+        self.issue_on_loop: Callable[..., Awaitable[Any]] | None = None
+        """Set by an async policy's applier where the log has an asyncio face: performs
+        :meth:`issue_async` on the worker's loop (``(cls, id, command, caused_by, create)``)."""
 
     def __repr__(self) -> str:
         return (
@@ -289,9 +302,19 @@ class EventContext:
         *,
         create: bool = True,
     ) -> list[RecordMetadata]:
-        """:meth:`issue` from an ``async def`` handler: the same command path, run in a
-        thread so the worker's loop keeps serving the other keys (concurrent issues share
-        the log's fsyncs)."""
+        """:meth:`issue` from an ``async def`` handler: the same command path, without
+        blocking the worker's loop. Its log calls are awaited on the log's asyncio face
+        where the engine has one (JetStream, :attr:`issue_on_loop`); elsewhere (the
+        embedded log) the whole command runs in one thread (concurrent issues share the
+        log's fsyncs)."""
+        if self.replaying:
+            return []
+        on_loop = self.issue_on_loop
+        if on_loop is not None:
+            written: list[RecordMetadata] = await on_loop(
+                cls, aggregate_id, command, self.envelope, create
+            )
+            return written
         return await asyncio.to_thread(self.issue, cls, aggregate_id, command, create=create)
 
     def schedule(self, command: Any, *, at: Any, key: str) -> str | None:

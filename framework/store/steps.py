@@ -16,8 +16,10 @@ signature on the sync log and on an async face (``append``, ``read``, ``read_key
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
@@ -72,3 +74,42 @@ def perform(step: Step) -> Any:
 def drive(plan: Generator[Step, Any, R]) -> R:
     """Run a plan on the calling thread (:func:`perform` for each step)."""
     return _plans.drive(plan, perform)
+
+
+class AsyncSteps:
+    """Performs a plan's steps on an event loop (:func:`framework._plans.drive_async`):
+    a :class:`LogCall` is awaited on ``face`` (the log's asyncio face) when ``face`` has
+    that method and the call is ``log``'s, made in place when it is ``cheap`` and there is
+    no face method, and every other step (a call a face lacks, a snapshot write, a sync
+    log's file work) goes to ``offload`` (a thread); a :class:`Pause` is slept on the loop.
+
+    Shared by the async runtime (:mod:`framework.app.aio`) and an async policy's
+    ``ctx.issue_async`` (:mod:`framework.projection.parallel`): one rule for which I/O
+    stays on the loop."""
+
+    def __init__(
+        self,
+        log: Any,
+        face: Any,
+        offload: Callable[[Callable[[], Any]], Awaitable[Any]],
+    ) -> None:
+        self.log = log
+        self.face = face
+        self.offload = offload
+
+    async def __call__(self, step: Step) -> Any:
+        if isinstance(step, LogCall):
+            face = self.face
+            method = (
+                None
+                if face is None or step.log is not self.log
+                else getattr(face, step.method, None)
+            )
+            if method is not None:
+                return await method(*step.args, **step.kwargs)
+            if step.cheap:
+                return perform(step)
+        elif isinstance(step, Pause):
+            await asyncio.sleep(step.seconds)
+            return None
+        return await self.offload(functools.partial(perform, step))

@@ -325,3 +325,56 @@ def test_async_runtime_on_jetstream_awaits_the_asyncio_face(
     assert account.balance == 1 and account.version == 2
     assert sorted(len(w) for w in issued) == [0, 0, 0, 1]
     assert sync_calls[before:] == [], f"the sync log served {sync_calls[before:]}"
+
+
+def test_async_policy_on_jetstream_issues_on_the_asyncio_face(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On JetStream, an async policy's ``ctx.issue_async`` awaits the command path's log
+    calls (the causation check's per-key read, the conditional append) on the log's
+    asyncio face on the worker's loop: the worker's sync log, whose calls cross its bridge
+    from a thread, serves none of them. Exactly one echo per event, caused by it."""
+    from aio_app import app  # noqa: PLC0415
+    from test_async_policy import header, raw  # noqa: PLC0415
+
+    from framework.codec import HEADER_CAUSATION_ID, HEADER_EVENT_ID  # noqa: PLC0415
+    from framework.engine import open_log  # noqa: PLC0415
+    from framework.projection import Worker, open_readmodel  # noqa: PLC0415
+
+    log = open_log(f"{nats_url}?namespace=t{uuid.uuid4().hex[:12]}", data_dir=tmp_path)
+    sync_calls: list[str] = []
+    for name in ("append", "read_key", "key_head"):
+        real = getattr(log, name)
+
+        def counted(*args: Any, _name: str = name, _real: Any = real, **kwargs: Any) -> Any:
+            sync_calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(log, name, counted)
+    orders = 40
+    try:
+        with app.open(log) as rt:
+            open_readmodel(rt, "echo", migrate=True).close()
+            for i in range(orders):
+                rt.execute(Counter, f"c-{i % (orders // 2)}", lambda c: c.increment(1), create=True)
+            events = raw(rt.log, rt.names.aggregate_topic(Counter))
+            before = len(sync_calls)
+            worker = Worker(rt, "echo", session_timeout_ms=3000, poll_timeout=0.1)
+            deadline = time.monotonic() + 60
+            try:
+                while len(raw(rt.log, "snapcounters")) < orders and time.monotonic() < deadline:
+                    worker.run_once()
+                served = sync_calls[before:]
+            finally:
+                worker.close()
+            echoes = raw(rt.log, "snapcounters")
+    finally:
+        log.close()
+    assert served == [], f"the sync log served {served}"
+    by_stream: dict[bytes, int] = {}
+    for r in echoes:
+        by_stream[r.key] = by_stream.get(r.key, 0) + 1  # type: ignore[attr-defined]
+    assert len(by_stream) == orders and set(by_stream.values()) == {1}
+    assert {header(r, HEADER_CAUSATION_ID) for r in echoes} == {
+        header(e, HEADER_EVENT_ID) for e in events
+    }

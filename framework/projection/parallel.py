@@ -111,7 +111,21 @@ PROBE_EVENTS = 32
 PROBE_S = 0.02
 """A probe runs whole keys on the polling thread until this many events or seconds."""
 WAIT_SHARE = 0.5
-"""The share of a probe's wall time spent off the CPU above which threads are used."""
+"""The share of a probe's wall time spent off the CPU above which threads are used (time
+spent runnable, waiting for a CPU another process holds, is not waiting: a computing handler
+on a loaded machine stays on the polling thread)."""
+
+
+def _queued_s() -> float:
+    """Seconds the calling thread has spent runnable but waiting for a CPU, from Linux's
+    per-thread schedstat (0.0 where the kernel does not say: then all time off the CPU
+    counts as waiting)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
 
 _DeadLetter = tuple[Record, str, "str | None", int, str]
 """``(record, error, type name, attempts, status)`` of an event to dead-letter."""
@@ -288,7 +302,7 @@ class ParallelApplier(BatchApplier):
         if self._since_probe < PROBE_EVERY or not work:
             return work
         self._since_probe = 0
-        wall0, cpu0 = time.perf_counter(), time.thread_time()
+        wall0, cpu0, queued0 = time.perf_counter(), time.thread_time(), _queued_s()
         ran = events_run = 0
         while ran < len(work) and events_run < PROBE_EVENTS:
             part, events = work[ran]
@@ -298,7 +312,7 @@ class ParallelApplier(BatchApplier):
             if time.perf_counter() - wall0 >= PROBE_S:
                 break
         wall = time.perf_counter() - wall0
-        waited = wall - (time.thread_time() - cpu0)
+        waited = wall - (time.thread_time() - cpu0) - (_queued_s() - queued0)
         threaded = wall > 0 and waited / wall >= WAIT_SHARE
         if threaded != self.threaded or not self._probed:
             self._probed = True

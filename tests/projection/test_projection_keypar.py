@@ -12,8 +12,11 @@ the tick's event id) on the log. At the end every key's fold is exactly ``1..N``
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -200,14 +203,15 @@ def test_concurrent_handler_touching_the_read_model_is_dead_lettered(data: Path)
 
 
 class _Waits(keyapp.Folder):
-    """The keyapp policy, but each tick first waits 5 ms (a remote call)."""
+    """The keyapp policy, but each tick first waits 20 ms (a remote call): well over the
+    CPU its command costs, so the handler mostly waits."""
 
     name = "waits"
     adaptive = True
 
     @handles
     def ticked(self, event: keyapp.Ticked, ctx: EventContext) -> None:
-        time.sleep(0.005)
+        time.sleep(0.02)
         super().ticked(event, ctx)
 
 
@@ -232,3 +236,24 @@ def test_the_probe_sends_waiting_handlers_to_threads_and_computing_ones_not(
             worker.close()
         folds = {f"fold-{k}": runtime.load(keyapp.Fold, f"fold-{k}").count for k in range(40)}
     assert folds == {f"fold-{k}": 3 for k in range(40)}
+
+
+@pytest.mark.parametrize(("projector", "threaded"), [(_Waits, True), (_Computes, False)])
+def test_the_probe_tells_waiting_from_waiting_for_a_cpu(
+    data: Path, projector: type[Projector], threaded: bool
+) -> None:
+    """On a machine whose CPUs are all busy a computing handler spends much of its wall time
+    runnable but off the CPU: that is not waiting (it failed under the full suite's load,
+    and with these busy processes, before the probe left run-queue time out)."""
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(3 * (os.cpu_count() or 1))
+    ]
+    try:
+        test_the_probe_sends_waiting_handlers_to_threads_and_computing_ones_not(
+            data, projector, threaded
+        )
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

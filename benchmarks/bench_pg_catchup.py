@@ -17,9 +17,7 @@ runs inside this process), and the rest (waiting: round trips, other processes).
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -32,6 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._harness import bench_from_args, parser, quiet_logs, scratch_dir  # noqa: E402
+from benchmarks.bench_pg_readmodel import postgres  # noqa: E402
 from example_apps.invoicing import app  # noqa: E402
 from example_apps.invoicing.events import (  # noqa: E402
     InvoiceIssued,
@@ -45,7 +44,6 @@ from framework.log.partitioner import partition_for_key  # noqa: E402
 from framework.projection import BatchApplier, ReadModel  # noqa: E402
 from framework.projection.postgres import PgReadModel  # noqa: E402
 from framework.projection.schema import apply_migrations  # noqa: E402
-from framework.testing.postgres import PostgresServer  # noqa: E402
 
 NAME = "customer_balances"
 
@@ -131,34 +129,32 @@ def main() -> None:
     quiet_logs()
     bench = bench_from_args(__file__, args)
     figures: dict[str, list[dict[str, float]]] = {"sqlite": [], "postgresql": []}
-    with scratch_dir(args.tmp, "pgcatchup") as folder:
-        server = PostgresServer.start(Path(tempfile.mkdtemp(prefix="eventlane-pg-")))
-        try:
-            with app.open(folder / "log") as runtime:
-                n = produce(runtime, events)
-                bench.notes.append(
-                    f"{n} events of the invoices topic, polls of {args.batch}; PostgreSQL 15 on"
-                    " loopback (fsync off), SQLite WAL synchronous=FULL"
-                )
+    with (
+        scratch_dir(args.tmp, "pgcatchup") as folder,
+        postgres() as server,
+        app.open(folder / "log") as runtime,
+    ):
+        n = produce(runtime, events)
+        bench.notes.append(
+            f"{n} events of the invoices topic, polls of {args.batch}; PostgreSQL 15 on"
+            " loopback (fsync off), SQLite WAL synchronous=FULL"
+        )
 
-                def sqlite() -> float:
-                    path = folder / "readmodels" / f"cb-{uuid.uuid4().hex[:8]}.sqlite"
-                    done = catch_up(runtime, ReadModel(path), args.batch, None)
-                    figures["sqlite"].append(done)
-                    return done["rate"]
+        def sqlite() -> float:
+            path = folder / "readmodels" / f"cb-{uuid.uuid4().hex[:8]}.sqlite"
+            done = catch_up(runtime, ReadModel(path), args.batch, None)
+            figures["sqlite"].append(done)
+            return done["rate"]
 
-                def postgresql() -> float:
-                    schema = f"cb_{uuid.uuid4().hex[:8]}"
-                    path = folder / "readmodels" / "cb.sqlite"
-                    readmodel = PgReadModel(server.url, schema, path)
-                    done = catch_up(runtime, readmodel, args.batch, server.pid)
-                    figures["postgresql"].append(done)
-                    return done["rate"]
+        def postgresql() -> float:
+            schema = f"cb_{uuid.uuid4().hex[:8]}"
+            path = folder / "readmodels" / "cb.sqlite"
+            readmodel = PgReadModel(server.url, schema, path)
+            done = catch_up(runtime, readmodel, args.batch, server.pid)
+            figures["postgresql"].append(done)
+            return done["rate"]
 
-                bench.rounds({"sqlite": sqlite, "postgresql": postgresql})
-        finally:
-            server.stop()
-            shutil.rmtree(server.directory, ignore_errors=True)
+        bench.rounds({"sqlite": sqlite, "postgresql": postgresql})
     bench.add("catch-up into SQLite", "ev/s", "sqlite", note="BatchApplier, polls of --batch")
     bench.add("catch-up into PostgreSQL", "ev/s", "postgresql", baseline="sqlite")
     for engine, runs in figures.items():

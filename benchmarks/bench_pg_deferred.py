@@ -20,40 +20,31 @@ Reported: events/s, round trips per event, and each variant over ``now`` (paired
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
-
-import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._harness import bench_from_args, parser, quiet_logs, scratch_dir  # noqa: E402
-from benchmarks.bench_pg_readmodel import NAME, batches, produce, rows  # noqa: E402
+from benchmarks.bench_pg_readmodel import (  # noqa: E402
+    ADD,
+    OWNER,
+    OWNER_IN,
+    batches,
+    begin_batch,
+    connect,
+    postgres,
+    produce,
+    rows,
+)
 from example_apps.invoicing import app  # noqa: E402
-from framework.projection.postgres import PgReadModel, lock_key  # noqa: E402
-from framework.projection.schema import apply_migrations  # noqa: E402
-from framework.testing.postgres import PostgresServer  # noqa: E402
+from framework.projection.postgres import lock_key  # noqa: E402
 
-_ADD = (
-    'INSERT INTO "customer_balances" ("customer_id", "invoiced_cents", "paid_cents",'
-    ' "voided_cents", "invoices") VALUES (%s, %s, %s, %s, %s) ON CONFLICT ("customer_id")'
-    ' DO UPDATE SET "invoiced_cents" = "customer_balances"."invoiced_cents" +'
-    ' excluded."invoiced_cents", "paid_cents" = "customer_balances"."paid_cents" +'
-    ' excluded."paid_cents", "voided_cents" = "customer_balances"."voided_cents" +'
-    ' excluded."voided_cents", "invoices" = "customer_balances"."invoices" +'
-    ' excluded."invoices"'
-)
-_OWNER_IN = (
-    'INSERT INTO "invoice_owners" ("invoice_id", "customer_id", "amount_cents") VALUES (%s, %s, %s)'
-)
-_OWNER = 'SELECT * FROM "invoice_owners" WHERE "invoice_id" = %s LIMIT 1'
 MODES = ("now", "flush", "through")
 
 
@@ -87,52 +78,31 @@ class _Loop:
             return self.owners[invoice]
         self.flush()
         self.trips += 1
-        return self.conn.execute(_OWNER, (invoice,)).fetchone()
+        return self.conn.execute(OWNER, (invoice,)).fetchone()
 
 
 def variant(url: str, runtime: Any, records: list[Any], size: int, path: Path, mode: str) -> Any:
     schema = f"{mode}_{uuid.uuid4().hex[:12]}"
-    setup = PgReadModel(url, schema, path)
-    apply_migrations(app.projector(NAME).migrations, setup)
-    setup.close()
-    conn = psycopg.connect(url, autocommit=True)
-    conn.execute(f'SET search_path TO "{schema}"')
+    conn = connect(url, schema, path)
     codec, key, loop = runtime.codec, lock_key(schema), _Loop(conn, mode)
     t0 = time.perf_counter()
     for batch in batches(records, size):
-        conn.execute("BEGIN")
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
-        loop.trips += 2
-        for tp in {(r.topic, r.partition) for r in batch}:
-            found = conn.execute(
-                "SELECT next_offset FROM _eventlane_positions WHERE topic=%s AND partition=%s",
-                tp,
-            ).fetchone()
-            last = max(r.offset for r in batch if (r.topic, r.partition) == tp) + 1
-            if found is None:
-                conn.execute("INSERT INTO _eventlane_positions VALUES (%s, %s, %s, 0)", (*tp, last))
-            else:
-                conn.execute(
-                    "UPDATE _eventlane_positions SET next_offset=%s WHERE topic=%s AND"
-                    " partition=%s",
-                    (last, *tp),
-                )
-            loop.trips += 2
+        loop.trips += 2 + 2 * begin_batch(conn, key, batch)
         loop.owners.clear()
         for r in batch:
             env = codec.decode(r.key, r.value, r.headers, topic=r.topic, partition=r.partition)
             event, aid = env.event, env.aggregate_id
             kind = type(event).__name__
             if kind == "InvoiceIssued":
-                loop.write(_OWNER_IN, (aid, event.customer_id, event.amount_cents))
+                loop.write(OWNER_IN, (aid, event.customer_id, event.amount_cents))
                 loop.owners[aid] = (aid, event.customer_id, event.amount_cents)
-                loop.write(_ADD, (event.customer_id, event.amount_cents, 0, 0, 1))
+                loop.write(ADD, (event.customer_id, event.amount_cents, 0, 0, 1))
             elif kind == "PaymentRecorded":
                 found = loop.owner(aid)
-                loop.write(_ADD, (found[1], 0, event.amount_cents, 0, 0))
+                loop.write(ADD, (found[1], 0, event.amount_cents, 0, 0))
             elif kind == "InvoiceVoided":
                 found = loop.owner(aid)
-                loop.write(_ADD, (found[1], 0, 0, found[2], 0))
+                loop.write(ADD, (found[1], 0, 0, found[2], 0))
         loop.flush()
         conn.execute("COMMIT")
         loop.trips += 1
@@ -149,27 +119,25 @@ def main() -> None:
     events = args.events or (1_500 if args.quick else 5_000)
     quiet_logs()
     bench = bench_from_args(__file__, args)
-    with scratch_dir(args.tmp, "pgdef") as folder:
-        server = PostgresServer.start(Path(tempfile.mkdtemp(prefix="eventlane-pg-")))
-        try:
-            with app.open(folder / "log") as runtime:
-                records = produce(runtime, events)
-                bench.notes.append(
-                    f"{len(records)} events of the invoices topic, batches of {args.batch};"
-                    " PostgreSQL 15 on loopback (fsync off), one connection each"
-                )
-                path = folder / "readmodels" / "customer_balances.sqlite"
-                bench.rounds(
-                    {
-                        m: (lambda m=m: variant(server.url, runtime, records, args.batch, path, m))
-                        for m in MODES
-                    }
-                )
-                every = [r for m in MODES for r in rows(server.url, f"{m}_")]
-                assert all(r == every[0] for r in every), "the variants' rows differ"
-        finally:
-            server.stop()
-            shutil.rmtree(server.directory, ignore_errors=True)
+    with (
+        scratch_dir(args.tmp, "pgdef") as folder,
+        postgres() as server,
+        app.open(folder / "log") as runtime,
+    ):
+        records = produce(runtime, events)
+        bench.notes.append(
+            f"{len(records)} events of the invoices topic, batches of {args.batch};"
+            " PostgreSQL 15 on loopback (fsync off), one connection each"
+        )
+        path = folder / "readmodels" / "customer_balances.sqlite"
+        bench.rounds(
+            {
+                m: (lambda m=m: variant(server.url, runtime, records, args.batch, path, m))
+                for m in MODES
+            }
+        )
+        every = [r for m in MODES for r in rows(server.url, f"{m}_")]
+        assert all(r == every[0] for r in every), "the variants' rows differ"
     for m in MODES:
         bench.add(f"{m}: events/s", "ev/s", f"{m}.rate")
         bench.add(f"{m}: round trips per event", "n", f"{m}.trips")

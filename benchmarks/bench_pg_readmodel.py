@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,17 @@ def produce(runtime: Any, events: int) -> list[Record]:
     return out
 
 
+@contextmanager
+def postgres() -> Iterator[PostgresServer]:
+    """A temporary PostgreSQL cluster, stopped and removed however the benchmark ends."""
+    server = PostgresServer.start(Path(tempfile.mkdtemp(prefix="eventlane-pg-")))
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.directory, ignore_errors=True)
+
+
 def batches(records: list[Record], size: int) -> list[list[Record]]:
     return [records[i : i + size] for i in range(0, len(records), size)]
 
@@ -91,60 +104,75 @@ def subject(url: str, runtime: Any, records: list[Record], size: int, path: Path
     return len(records) / seconds
 
 
-def baseline(url: str, runtime: Any, records: list[Record], size: int, path: Path) -> float:
-    schema = f"b_{uuid.uuid4().hex[:12]}"
-    setup = PgReadModel(url, schema, path)  # the same tables (created untimed)
+ADD = (
+    'INSERT INTO "customer_balances" ("customer_id", "invoiced_cents", "paid_cents",'
+    ' "voided_cents", "invoices") VALUES (%s, %s, %s, %s, %s) ON CONFLICT ("customer_id")'
+    ' DO UPDATE SET "invoiced_cents" = "customer_balances"."invoiced_cents" +'
+    ' excluded."invoiced_cents", "paid_cents" = "customer_balances"."paid_cents" +'
+    ' excluded."paid_cents", "voided_cents" = "customer_balances"."voided_cents" +'
+    ' excluded."voided_cents", "invoices" = "customer_balances"."invoices" +'
+    ' excluded."invoices"'
+)
+OWNER_IN = (
+    'INSERT INTO "invoice_owners" ("invoice_id", "customer_id", "amount_cents") VALUES (%s, %s, %s)'
+)
+OWNER = 'SELECT * FROM "invoice_owners" WHERE "invoice_id" = %s LIMIT 1'
+"""The statements ``ctx.table`` sends for the ``customer_balances`` projector."""
+
+
+def begin_batch(conn: Any, key: int, batch: list[Record]) -> int:
+    """A batch's framework statements, as the projector sends them: the transaction, the
+    projection's lock, each partition's position read and written. Returns the number of
+    partitions (two round trips each, besides the two of the start)."""
+    conn.execute("BEGIN")
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+    partitions = {(r.topic, r.partition) for r in batch}
+    for tp in partitions:
+        row = conn.execute(
+            "SELECT next_offset FROM _eventlane_positions WHERE topic=%s AND partition=%s",
+            tp,
+        ).fetchone()
+        last = max(r.offset for r in batch if (r.topic, r.partition) == tp) + 1
+        if row is None:
+            conn.execute("INSERT INTO _eventlane_positions VALUES (%s, %s, %s, 0)", (*tp, last))
+        else:
+            conn.execute(
+                "UPDATE _eventlane_positions SET next_offset=%s WHERE topic=%s AND partition=%s",
+                (last, *tp),
+            )
+    return len(partitions)
+
+
+def connect(url: str, schema: str, path: Path) -> Any:
+    """A psycopg connection to a fresh schema with the projector's tables (created untimed)."""
+    setup = PgReadModel(url, schema, path)
     apply_migrations(app.projector(NAME).migrations, setup)
     setup.close()
-    codec = runtime.codec
     conn = psycopg.connect(url, autocommit=True)
     conn.execute(f'SET search_path TO "{schema}"')
-    key = lock_key(schema)
-    add = (
-        'INSERT INTO "customer_balances" ("customer_id", "invoiced_cents", "paid_cents",'
-        ' "voided_cents", "invoices") VALUES (%s, %s, %s, %s, %s) ON CONFLICT ("customer_id")'
-        ' DO UPDATE SET "invoiced_cents" = "customer_balances"."invoiced_cents" +'
-        ' excluded."invoiced_cents", "paid_cents" = "customer_balances"."paid_cents" +'
-        ' excluded."paid_cents", "voided_cents" = "customer_balances"."voided_cents" +'
-        ' excluded."voided_cents", "invoices" = "customer_balances"."invoices" +'
-        ' excluded."invoices"'
-    )
-    owner = 'SELECT * FROM "invoice_owners" WHERE "invoice_id" = %s LIMIT 1'
+    return conn
+
+
+def baseline(url: str, runtime: Any, records: list[Record], size: int, path: Path) -> float:
+    schema = f"b_{uuid.uuid4().hex[:12]}"
+    conn = connect(url, schema, path)
+    codec, key = runtime.codec, lock_key(schema)
     t0 = time.perf_counter()
     for batch in batches(records, size):
-        conn.execute("BEGIN")
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
-        for tp in {(r.topic, r.partition) for r in batch}:
-            row = conn.execute(
-                "SELECT next_offset FROM _eventlane_positions WHERE topic=%s AND partition=%s",
-                tp,
-            ).fetchone()
-            last = max(r.offset for r in batch if (r.topic, r.partition) == tp) + 1
-            if row is None:
-                conn.execute("INSERT INTO _eventlane_positions VALUES (%s, %s, %s, 0)", (*tp, last))
-            else:
-                conn.execute(
-                    "UPDATE _eventlane_positions SET next_offset=%s WHERE topic=%s AND"
-                    " partition=%s",
-                    (last, *tp),
-                )
+        begin_batch(conn, key, batch)
         for r in batch:
             env = codec.decode(r.key, r.value, r.headers, topic=r.topic, partition=r.partition)
             event, aid = env.event, env.aggregate_id
             kind = type(event).__name__
             if kind == "InvoiceIssued":
-                conn.execute(
-                    'INSERT INTO "invoice_owners" ("invoice_id", "customer_id", "amount_cents")'
-                    " VALUES (%s, %s, %s)",
-                    (aid, event.customer_id, event.amount_cents),
-                )
-                conn.execute(add, (event.customer_id, event.amount_cents, 0, 0, 1))
+                conn.execute(OWNER_IN, (aid, event.customer_id, event.amount_cents))
+                conn.execute(ADD, (event.customer_id, event.amount_cents, 0, 0, 1))
             elif kind == "PaymentRecorded":
-                found = conn.execute(owner, (aid,)).fetchone()
-                conn.execute(add, (found[1], 0, event.amount_cents, 0, 0))
+                found = conn.execute(OWNER, (aid,)).fetchone()
+                conn.execute(ADD, (found[1], 0, event.amount_cents, 0, 0))
             elif kind == "InvoiceVoided":
-                found = conn.execute(owner, (aid,)).fetchone()
-                conn.execute(add, (found[1], 0, 0, found[2], 0))
+                found = conn.execute(OWNER, (aid,)).fetchone()
+                conn.execute(ADD, (found[1], 0, 0, found[2], 0))
         conn.execute("COMMIT")
     seconds = time.perf_counter() - t0
     conn.close()
@@ -174,29 +202,25 @@ def main() -> None:
     events = args.events or (1_500 if args.quick else 10_000)
     quiet_logs()
     bench = bench_from_args(__file__, args)
-    with scratch_dir(args.tmp, "pg") as folder:
-        server = PostgresServer.start(Path(tempfile.mkdtemp(prefix="eventlane-pg-")))
-        try:
-            with app.open(folder / "log") as runtime:
-                records = produce(runtime, events)
-                bench.notes.append(
-                    f"{len(records)} events of the invoices topic, batches of {args.batch};"
-                    " PostgreSQL 15 on loopback (fsync off), one connection each"
-                )
-                path = folder / "readmodels" / "customer_balances.sqlite"
-                bench.rounds(
-                    {
-                        "baseline": lambda: baseline(
-                            server.url, runtime, records, args.batch, path
-                        ),
-                        "subject": lambda: subject(server.url, runtime, records, args.batch, path),
-                    }
-                )
-                every = rows(server.url, "s_") + rows(server.url, "b_")
-                assert all(r == every[0] for r in every), "subject and baseline rows differ"
-        finally:
-            server.stop()
-            shutil.rmtree(server.directory, ignore_errors=True)
+    with (
+        scratch_dir(args.tmp, "pg") as folder,
+        postgres() as server,
+        app.open(folder / "log") as runtime,
+    ):
+        records = produce(runtime, events)
+        bench.notes.append(
+            f"{len(records)} events of the invoices topic, batches of {args.batch};"
+            " PostgreSQL 15 on loopback (fsync off), one connection each"
+        )
+        path = folder / "readmodels" / "customer_balances.sqlite"
+        bench.rounds(
+            {
+                "baseline": lambda: baseline(server.url, runtime, records, args.batch, path),
+                "subject": lambda: subject(server.url, runtime, records, args.batch, path),
+            }
+        )
+        every = rows(server.url, "s_") + rows(server.url, "b_")
+        assert all(r == every[0] for r in every), "subject and baseline rows differ"
     bench.add("hand-written psycopg loop", "ev/s", "baseline", note="same statements, batches")
     bench.add(
         "customer_balances projector into PostgreSQL",

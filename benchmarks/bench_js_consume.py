@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -49,6 +48,7 @@ import nats
 import nats.js.errors
 import orjson
 from _harness import Target, bench_from_args, parser, quiet_logs, scratch_dir
+from bench_jetstream import Raw
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from framework.consumer.free import Consumer
@@ -65,24 +65,6 @@ TOPIC = "bench"
 PARTITIONS = 4
 VALUE = b"v" * 100
 BATCH = 1000
-
-
-class Raw:
-    """A raw nats-py client on its own loop thread."""
-
-    def __init__(self, url: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        servers = [f"nats://{h}" for h in url.removeprefix("nats://").split(",")]
-        self.nc = self.run(nats.connect(servers=servers))
-        self.js = self.nc.jetstream()
-
-    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        self.run(self.nc.close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 SERVER_PIDS: list[int] = []

@@ -64,7 +64,7 @@ if config == "otel-sdk":
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import Order
 from example_apps.invoicing.events import Address, OrderLine
-from framework.metrics import M
+from framework.metrics import M, batch_applied
 from framework.projection.applier import BatchApplier
 from framework.projection.readmodel import ReadModel
 from framework.projection.schema import apply_migrations
@@ -107,9 +107,10 @@ with app.open(data / "log") as rt:
             started = time.perf_counter()
             with batch_span("orders_by_status", batch):
                 result = applier.apply(batch)
-            if M.on:  # as ProjectorWorker._count
-                M.handler_seconds.labels("orders_by_status").observe(time.perf_counter() - started)
-                M.applied.labels("orders_by_status").inc(result.applied)
+            if M.on:  # as the projector worker counts a batch
+                seconds = time.perf_counter() - started
+                topics = (r.topic for r in batch)
+                batch_applied("orders_by_status", "bench", topics, result.applied, result.dead_lettered, seconds)
         out["apply_us"].append((cpu() - t0) / len(records) * 1e6)
         rm.close()
         if config == "otel-sdk":

@@ -72,7 +72,7 @@ with app.open(data / "log") as rt:
             rt.execute(Order, f"o{i}", place, create=True)
         sys.exit(0)
     import time
-    from framework.metrics import M
+    from framework.metrics import M, batch_applied
     from framework.projection.applier import BatchApplier
     from framework.projection.readmodel import ReadModel
     from framework.projection.schema import apply_migrations
@@ -91,9 +91,10 @@ with app.open(data / "log") as rt:
         started = time.perf_counter()
         with batch_span("orders_by_status", batch):
             result = applier.apply(batch)
-        if M.on:  # as ProjectorWorker._count
-            M.handler_seconds.labels("orders_by_status").observe(time.perf_counter() - started)
-            M.applied.labels("orders_by_status").inc(result.applied)
+        if M.on:  # as the projector worker counts a batch
+            seconds = time.perf_counter() - started
+            topics = (r.topic for r in batch)
+            batch_applied("orders_by_status", "bench", topics, result.applied, result.dead_lettered, seconds)
     rm.close()
 """
 

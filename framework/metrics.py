@@ -39,6 +39,7 @@ import atexit
 import threading
 import time
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -49,6 +50,7 @@ __all__ = [
     "MULTIPROC_ENV",
     "Endpoint",
     "appended",
+    "batch_applied",
     "enable",
     "flush",
     "fsynced",
@@ -380,6 +382,25 @@ def _flush_every(seconds: float) -> None:
     while True:
         time.sleep(seconds)
         flush()
+
+
+def batch_applied(
+    projector: str,
+    group: str,
+    topics: Iterable[str],
+    applied: int,
+    dead_lettered: int,
+    seconds: float,
+) -> None:
+    """Count one projector batch (metrics on): its handlers' ``seconds``, the events
+    ``applied`` and ``dead_lettered``, and each record consumed by ``group`` (``topics``:
+    the batch's records' topics, one per record)."""
+    M.handler_seconds.labels(projector).observe(seconds)
+    M.applied.labels(projector).inc(applied)
+    if dead_lettered:
+        M.dead_letters.labels(projector).inc(dead_lettered)
+    for topic, count in Counter(topics).items():
+        M.consumed.labels(group, topic).inc(count)
 
 
 def publish_failed(error: BaseException) -> None:

@@ -43,7 +43,7 @@ from framework.consumer.coordination import coordination_for
 from framework.consumer.group import GroupConsumer
 from framework.errors import CommitFailedError, FencedError, FrameworkError
 from framework.log import Record, TopicPartition
-from framework.metrics import M
+from framework.metrics import M, batch_applied
 from framework.observability import get_logger
 from framework.projection.applier import BatchResult
 from framework.projection.breaker import (
@@ -255,7 +255,14 @@ class Worker:
             self._wait()
         self.applied += len(records)
         if M.on:
-            self._count(records, result, time.perf_counter() - started)
+            batch_applied(
+                self.name,
+                self.group,
+                (r.topic for r in records),
+                result.applied,
+                result.dead_lettered,
+                time.perf_counter() - started,
+            )
         self._uncommitted = True
         notify_applied(self.runtime.log)
         if time.monotonic() >= self._next_group_commit:
@@ -265,19 +272,6 @@ class Worker:
         if self.on_batch is not None:
             self.on_batch(len(records))
         return result
-
-    def _count(self, records: list[Record], result: BatchResult, seconds: float) -> None:
-        """Update the instruments (:mod:`framework.metrics`, when enabled) for one batch."""
-        name = self.name
-        M.handler_seconds.labels(name).observe(seconds)
-        M.applied.labels(name).inc(result.applied)
-        if result.dead_lettered:
-            M.dead_letters.labels(name).inc(result.dead_lettered)
-        topics: dict[str, int] = {}
-        for record in records:
-            topics[record.topic] = topics.get(record.topic, 0) + 1
-        for topic, count in topics.items():
-            M.consumed.labels(self.group, topic).inc(count)
 
     def _wait(self) -> None:
         """Partitions stopped at an event newer than this code: fetch them no more (their

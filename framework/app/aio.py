@@ -45,7 +45,6 @@ from framework.domain import Aggregate
 from framework.log import Log, Record, RecordMetadata, TopicPartition
 from framework.log.position import Position, Written
 from framework.projection.store import Location, open_view
-from framework.store.repository import causation_of
 from framework.store.steps import AsyncSteps
 from framework.tracing import command_span
 
@@ -71,8 +70,9 @@ class AsyncRuntime:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="eventlane-aio")
         self._runtime: Any = None
         self._face: Any = None
-        self._steps: Any = None
         """The log's asyncio face (``None``: the engine has none; every call in the pool)."""
+        self._steps: Any = None
+        """How a plan's steps run (:class:`AsyncSteps`), set once open."""
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> AsyncRuntime:
@@ -195,16 +195,13 @@ class AsyncRuntime:
     ) -> Written:
         """See :meth:`Runtime.issue`."""
         rt = self.sync
-        causation, correlation = causation_of(caused_by)
-        plan = rt.repository.run_plan(
+        plan = rt.repository.issue_plan(
             rt.declared(cls),
             aggregate_id,
             command,
-            create,
-            attempts,
-            correlation,
-            causation,
-            once=True,
+            caused_by=caused_by,
+            create=create,
+            attempts=attempts,
         )
         written: Written
         with command_span("issue", cls.__name__, rt.names.aggregate_topic(cls)):

@@ -89,7 +89,6 @@ from framework.projection.dead_letters import describe_failure as _describe
 from framework.projection.projector import EventContext, Projector
 from framework.projection.store import AnyReadModel as ReadModel
 from framework.projection.waiting import newer_version_in
-from framework.store.repository import causation_of
 from framework.store.steps import AsyncSteps
 from framework.tracing import command_span, handler_span
 
@@ -503,12 +502,11 @@ class ParallelApplier(BatchApplier):
         create: bool,
     ) -> Any:
         """``ctx.issue_async`` on the face: the command path's one plan
-        (:meth:`~framework.store.Repository.run_plan`, ``once``: the causation check),
+        (:meth:`~framework.store.Repository.issue_plan`: the causation check),
         its log calls awaited on the worker's loop (:class:`AsyncSteps`)."""
         app = self.app
-        causation, correlation = causation_of(caused_by)
-        plan = app.repository.run_plan(
-            app.declared(cls), aggregate_id, command, create, 20, correlation, causation, once=True
+        plan = app.repository.issue_plan(
+            app.declared(cls), aggregate_id, command, caused_by=caused_by, create=create
         )
         with command_span("issue", cls.__name__, app.names.aggregate_topic(cls)):
             _, written = await _plans.drive_async(plan, self._steps)

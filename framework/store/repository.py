@@ -213,13 +213,29 @@ class Repository:
 
         Returns the appended records' metadata (empty when nothing was appended).
         """
-        causation, correlation = causation_of(caused_by)
         _, written = command.drive(
-            self.run_plan(
-                cls, aggregate_id, command_, create, attempts, correlation, causation, once=True
+            self.issue_plan(
+                cls, aggregate_id, command_, caused_by=caused_by, create=create, attempts=attempts
             )
         )
         return written
+
+    def issue_plan(
+        self,
+        cls: type[A],
+        aggregate_id: str,
+        command_: Callable[[A], Any],
+        *,
+        caused_by: Envelope[Any] | str,
+        create: bool = True,
+        attempts: int = 20,
+    ) -> Generator[command.Step, Any, tuple[A | None, Written]]:
+        """:meth:`issue` as a plan of I/O requests, for the sync driver or an async one
+        (the async runtime, an async policy's ``ctx.issue_async``)."""
+        causation, correlation = causation_of(caused_by)
+        return self.run_plan(
+            cls, aggregate_id, command_, create, attempts, correlation, causation, once=True
+        )
 
     def run_plan(
         self,

@@ -471,7 +471,7 @@ class KafkaGroupConsumer(GroupConsumer):
                 continue  # fetched before a revoke or pause: read again from the position
             if offset < self._positions.get(tp, -1):
                 continue  # fetched before a seek backwards took effect
-            out.append(kafka_record(tp.topic, tp.partition, m))
+            out.append(kafka_record(tp.topic, tp.partition, m, offset))
             self._positions[tp] = offset + 1
         # conditional appends the log-order rule rejects are never delivered (the
         # positions above still move past them)

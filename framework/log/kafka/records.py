@@ -8,8 +8,8 @@ the same operation needs).
 Invariants: :func:`batches` splits an append into Kafka record batches that each fit
 ``limit`` bytes (the topic's ``max.message.bytes`` and ``segment.bytes``) by the same size
 estimate whatever the split, and refuses (nothing sent) a record that fits no batch or an
-atomic append that fits no single batch. :func:`kafka_record` and :func:`kafka_records` give
-the same :class:`~framework.log.record.Record` for a message.
+atomic append that fits no single batch. :func:`kafka_records` builds every
+:class:`~framework.log.record.Record` read from Kafka (:func:`kafka_record`: one).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ RECORD_OVERHEAD = 21
 HEADER_OVERHEAD = 10
 """Most bytes a header adds beside its name and value."""
 
-_APPEND_TIME, _CREATE_TIME = TimestampType.LOG_APPEND_TIME, TimestampType.CREATE_TIME
-_KINDS = (_CREATE_TIME, _CREATE_TIME, _APPEND_TIME)
+_KINDS = (TimestampType.CREATE_TIME, TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME)
 """eventlane's timestamp type by librdkafka's (0 not available, 1 create time, 2 log append)."""
 _key, _value, _headers = itemgetter(0), itemgetter(1), itemgetter(2)
 _new = tuple.__new__  # a record without the named tuple's Python-level __new__
@@ -41,9 +40,11 @@ def record_size(r: RecordTuple) -> int:
     """The most bytes ``r`` takes in a record batch."""
     key, value, headers, _ = r
     size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
-    if headers:
-        size += sum(HEADER_OVERHEAD + len(k.encode()) + len(v or b"") for k, v in headers)
-    return size
+    return size + _headers_size(headers) if headers else size
+
+
+def _headers_size(headers: Sequence[tuple[str, bytes | None]]) -> int:
+    return sum(HEADER_OVERHEAD + len(k.encode()) + len(v or b"") for k, v in headers)
 
 
 def _total_size(records: Sequence[RecordTuple]) -> int:
@@ -52,9 +53,7 @@ def _total_size(records: Sequence[RecordTuple]) -> int:
     size = RECORD_OVERHEAD * len(records)
     size += sum(map(len, filter(None, map(_key, records))))
     size += sum(map(len, filter(None, map(_value, records))))
-    for headers in filter(None, map(_headers, records)):
-        size += sum(HEADER_OVERHEAD + len(k.encode()) + len(v or b"") for k, v in headers)
-    return size
+    return size + sum(map(_headers_size, filter(None, map(_headers, records))))
 
 
 def batches(
@@ -92,23 +91,9 @@ def batches(
     return out, total
 
 
-def kafka_record(topic: str, partition: int, m: Message) -> Record:
-    """A consumed message (no error) as eventlane's :class:`Record`."""
-    kind, ts = m.timestamp()
-    headers = m.headers()
-    return _new(
-        Record,
-        (
-            topic,
-            partition,
-            m.offset() or 0,
-            ts,
-            _APPEND_TIME if kind == 2 else _CREATE_TIME,
-            m.key(),
-            m.value(),
-            tuple(headers) if headers else (),
-        ),
-    )
+def kafka_record(topic: str, partition: int, m: Message, offset: int) -> Record:
+    """A consumed message (no error) at ``offset`` as eventlane's :class:`Record`."""
+    return kafka_records(topic, partition, (m,), (offset,))[0]
 
 
 def kafka_records(

@@ -116,6 +116,11 @@ def _psycopg() -> Any:
     return psycopg
 
 
+def integrity_error() -> type[Exception]:
+    """psycopg's base class of constraint violations (for code that may not import it)."""
+    return _psycopg().errors.IntegrityError  # type: ignore[no-any-return]
+
+
 def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).startswith(("postgresql://", "postgres://"))
 

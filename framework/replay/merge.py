@@ -25,7 +25,10 @@ partial: a partial's row that still equals the seeded one is not a write; for ``
 seeded value is counted once (``seed + Σ (partial - seed)``).
 
 The merge streams: each partial is ``ATTACH``-ed in turn and merged with
-``INSERT … SELECT … ON CONFLICT DO UPDATE``; no row passes through Python.
+``INSERT … SELECT … ON CONFLICT DO UPDATE``; no row passes through Python. A read model in
+PostgreSQL merges the same way inside the server (:func:`merge_schemas`): each partial is a
+schema of the output's database, the statements differ only by dialect (null-safe
+``IS NOT DISTINCT FROM``, ``greatest``/``least``, the existing row named ``cur``).
 
 Reference semantics of two rows (the SQL does the same)::
 
@@ -43,12 +46,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
 from framework.errors import MergeConflictError, ReplayError
 from framework.observability import get_logger
+from framework.projection.postgres import integrity_error
 
 log = get_logger("eventlane.replay")
 
@@ -61,6 +66,7 @@ __all__ = [
     "TableInfo",
     "merge_partials",
     "merge_rows",
+    "merge_schemas",
     "parse_rule",
     "update_clause",
     "user_tables",
@@ -159,42 +165,60 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def update_clause(rule: MergeRule, columns: Sequence[str], *, seeded: str | None = None) -> str:
+def update_clause(
+    rule: MergeRule,
+    columns: Sequence[str],
+    *,
+    seeded: str | None = None,
+    target: str | None = None,
+    dialect: str = "sqlite",
+) -> str:
     """The ``SET …`` list of ``ON CONFLICT DO UPDATE`` for ``rule`` over non-key ``columns``.
 
     ``seeded`` is a SQL expression template (``{col}`` replaced by the column) giving the
     seeded value of the conflicting row, subtracted once per merged partial for ``sum``.
+    ``target`` qualifies the existing row's columns (PostgreSQL needs it: a bare column
+    there is ambiguous with ``excluded``); ``dialect`` ``postgresql`` writes the two-value
+    ``max``/``min`` as ``greatest``/``least``.
 
     >>> print(update_clause(parse_rule("n=first-non-null, m=max"), ["n", "m"]))
     "n" = coalesce("n", excluded."n"), "m" = CASE WHEN excluded."m" IS NULL THEN "m" ...
+    >>> print(update_clause(parse_rule("m=max"), ["m"], target="cur", dialect="postgresql"))
+    "m" = CASE WHEN excluded."m" IS NULL THEN cur."m" ... ELSE greatest(cur."m", excluded."m") END
     """
+    pg = dialect == "postgresql"
+    functions = {"max": "greatest", "min": "least"} if pg else {"max": "max", "min": "min"}
+
+    def cur(column: str) -> str:
+        return f"{target}.{_q(column)}" if target else _q(column)
+
     sets = []
     if rule.row_by is not None:
         kind, by = rule.row_by
         op = ">" if kind == "latest-by" else "<"
-        qb = _q(by)
-        cond = f"({qb} IS NULL AND excluded.{qb} IS NOT NULL) OR excluded.{qb} {op} {qb}"
+        qb, ex = cur(by), f"excluded.{_q(by)}"
+        cond = f"({qb} IS NULL AND {ex} IS NOT NULL) OR {ex} {op} {qb}"
         for c in columns:
-            sets.append(f"{_q(c)} = CASE WHEN {cond} THEN excluded.{_q(c)} ELSE {_q(c)} END")
+            sets.append(f"{_q(c)} = CASE WHEN {cond} THEN excluded.{_q(c)} ELSE {cur(c)} END")
         return ", ".join(sets)
     for c in columns:
         col_rule = rule.column_rule(c) or "same"
-        qc, ex = _q(c), f"excluded.{_q(c)}"
+        qc, ex = cur(c), f"excluded.{_q(c)}"
         if col_rule == "sum":
             add = f"{qc} + {ex}"
             if seeded is not None:
-                add = f"{add} - coalesce(({seeded.format(col=qc)}), 0)"
+                add = f"{add} - coalesce(({seeded.format(col=_q(c))}), 0)"
             expr = f"CASE WHEN {ex} IS NULL THEN {qc} WHEN {qc} IS NULL THEN {ex} ELSE {add} END"
         elif col_rule in ("max", "min"):
             expr = (
                 f"CASE WHEN {ex} IS NULL THEN {qc} WHEN {qc} IS NULL THEN {ex}"
-                f" ELSE {col_rule}({qc}, {ex}) END"
+                f" ELSE {functions[col_rule]}({qc}, {ex}) END"
             )
         elif col_rule == "first-non-null":
             expr = f"coalesce({qc}, {ex})"
         else:  # same: checked before the upsert
             expr = qc
-        sets.append(f"{qc} = {expr}")
+        sets.append(f"{_q(c)} = {expr}")
     return ", ".join(sets)
 
 
@@ -261,22 +285,28 @@ def _key_text(key: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in key.items())
 
 
-def _fetch_key(conn: sqlite3.Connection, cols: Sequence[str], sql: str) -> dict[str, Any] | None:
+def _fetch_key(conn: Any, cols: Sequence[str], sql: str) -> dict[str, Any] | None:
     row = conn.execute(sql).fetchone()
     return None if row is None else dict(zip(cols, row, strict=True))
 
 
-def _overlap_sql(table: str, cols: Sequence[str], left: str, right: str) -> str:
-    select = ", ".join(f"a.{_q(c)}" for c in cols)
-    join = " AND ".join(f"a.{_q(c)} IS b.{_q(c)}" for c in cols)
-    return f"SELECT {select} FROM {left}.{_q(table)} a JOIN {right}.{_q(table)} b ON {join} LIMIT 1"
-
-
 class _Merger:
-    def __init__(self, conn: sqlite3.Connection, rules: Mapping[str, str], projector: str) -> None:
+    """The merge of partials into the database of ``conn``, in SQLite's dialect; a
+    subclass gives PostgreSQL's (:class:`_PgMerger`). Names: ``main`` (the output),
+    ``part`` (the partial being merged), ``prior`` (one merged before), ``seed_<n>`` (a
+    copy of a seeded table); ``same``/``differ``: null-safe (in)equality."""
+
+    main = "main"
+    part = "part"
+    same = "IS"
+    differ = "IS NOT"
+    dialect = "sqlite"
+    integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
+
+    def __init__(self, conn: Any, rules: Mapping[str, str], projector: str) -> None:
         self.conn = conn
         self.projector = projector
-        self.tables = user_tables(conn)
+        self.tables = self._user_tables()
         self.rules = {t: parse_rule(r) for t, r in rules.items()}
         known = {t.name for t in self.tables}
         for ruled in self.rules:
@@ -304,70 +334,92 @@ class _Merger:
         self.seeded = self._snapshot_seeds()
         self.done: list[Partial] = []
 
+    # ------------------------------------------------------------ dialect hooks
+    def _user_tables(self) -> list[TableInfo]:
+        return user_tables(self.conn)
+
+    @contextmanager
+    def _opened(self, partial: Partial, name: str) -> Iterator[str]:
+        """``partial`` readable as ``<qualifier>.<table>``; yields the qualifier."""
+        self.conn.execute(f"ATTACH DATABASE ? AS {name}", (str(partial.path),))
+        try:
+            yield name
+        finally:
+            self.conn.execute(f"DETACH DATABASE {name}")
+
+    def _in_transaction(self) -> bool:
+        return bool(self.conn.in_transaction)
+
+    def _seed_name(self, t: TableInfo) -> str:
+        return f"temp.seed_{self.tables.index(t)}"
+
+    def drop_seeds(self) -> None:
+        for t in self.tables:
+            self.conn.execute(f"DROP TABLE IF EXISTS {self._seed_name(t)}")
+
+    # ------------------------------------------------------------ the merge
     def _snapshot_seeds(self) -> set[str]:
-        """Tables ``setup`` seeded: copy their rows into the temp schema as ``seed_<n>``."""
+        """Tables ``setup`` seeded: copy their rows into temporary tables ``seed_<n>``."""
         seeded = set()
         for i, t in enumerate(self.tables):
-            if self.conn.execute(f"SELECT 1 FROM main.{_q(t.name)} LIMIT 1").fetchone() is None:
+            found = self.conn.execute(f"SELECT 1 FROM {self.main}.{_q(t.name)} LIMIT 1")
+            if found.fetchone() is None:
                 continue
             if not t.key:
                 raise ReplayError(
                     f"table {t.name!r} has rows after setup but no primary key: the partials'"
                     " copies of those rows cannot be told apart; give it a primary key"
                 )
-            self.conn.execute(f"CREATE TEMP TABLE seed_{i} AS SELECT * FROM main.{_q(t.name)}")
+            self.conn.execute(
+                f"CREATE TEMP TABLE seed_{i} AS SELECT * FROM {self.main}.{_q(t.name)}"
+            )
             seeded.add(t.name)
         return seeded
 
-    def _seed_name(self, t: TableInfo) -> str:
-        return f"temp.seed_{self.tables.index(t)}"
-
     def merge(self, partial: Partial) -> int:
         conn = self.conn
-        conn.execute("ATTACH DATABASE ? AS part", (str(partial.path),))
-        try:
+        with self._opened(partial, "part") as part:
+            self.part = part
             conn.execute("BEGIN")
             try:
                 rows = sum(self._table(t, partial) for t in self.tables)
                 conn.execute(
-                    "INSERT INTO main._eventlane_dead_letters (topic, partition, offset, key,"
-                    " value, headers, event_type, error, attempts, status, created_ms,"
-                    " published) SELECT topic, partition, offset, key, value, headers,"
-                    " event_type, error, attempts, status, created_ms, published FROM"
-                    " part._eventlane_dead_letters ORDER BY topic, partition, offset"
+                    f"INSERT INTO {self.main}._eventlane_dead_letters (topic, partition,"
+                    ' "offset", key, value, headers, event_type, error, attempts, status,'
+                    ' created_ms, published) SELECT topic, partition, "offset", key, value,'
+                    " headers, event_type, error, attempts, status, created_ms, published FROM"
+                    f' {part}._eventlane_dead_letters ORDER BY topic, partition, "offset"'
                 )
             except BaseException:
-                if conn.in_transaction:
+                if self._in_transaction():
                     conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
-        finally:
-            conn.execute("DETACH DATABASE part")
         self.done.append(partial)
         return rows
 
     def _source(self, t: TableInfo) -> str:
         cols = ", ".join(_q(c) for c in t.columns)
-        src = f"SELECT {cols} FROM part.{_q(t.name)}"
+        src = f"SELECT {cols} FROM {self.part}.{_q(t.name)}"
         if t.name in self.seeded:  # a row still equal to its seed was not written
-            src = f"SELECT * FROM ({src} EXCEPT SELECT {cols} FROM {self._seed_name(t)})"
+            src = f"SELECT * FROM ({src} EXCEPT SELECT {cols} FROM {self._seed_name(t)}) AS u"
         return src
 
     def _table(self, t: TableInfo, partial: Partial) -> int:
         conn = self.conn
-        if conn.execute(f"SELECT 1 FROM part.{_q(t.name)} LIMIT 1").fetchone() is None:
+        if conn.execute(f"SELECT 1 FROM {self.part}.{_q(t.name)} LIMIT 1").fetchone() is None:
             return 0
         rule = self.rules.get(t.name)
         cols = ", ".join(_q(c) for c in t.columns)
-        insert = (
-            f"INSERT INTO main.{_q(t.name)} ({cols}) SELECT * FROM ({self._source(t)}) WHERE true"
-        )
+        pg = self.dialect == "postgresql"
+        into = f"{self.main}.{_q(t.name)}" + (" AS cur" if pg else "")
+        insert = f"INSERT INTO {into} ({cols}) SELECT * FROM ({self._source(t)}) AS src WHERE true"
         if rule is None or not t.key:
             if t.name in self.seeded:
                 self._replace_seeds(t, partial)
             try:
                 return int(conn.execute(insert).rowcount)
-            except sqlite3.IntegrityError as exc:
+            except self.integrity_errors as exc:
                 self._conflict(t, partial, exc)
         for c in t.columns:
             if c not in t.key and rule.row_by is None and (rule.column_rule(c) or "same") == "same":
@@ -375,35 +427,38 @@ class _Merger:
         rest = [c for c in t.columns if c not in t.key]
         seeded = None
         if t.name in self.seeded:
-            match = " AND ".join(f"s.{_q(k)} IS excluded.{_q(k)}" for k in t.key)
+            match = " AND ".join(f"s.{_q(k)} {self.same} excluded.{_q(k)}" for k in t.key)
             seeded = f"SELECT s.{{col}} FROM {self._seed_name(t)} s WHERE {match}"
         if rest:
-            action = f"DO UPDATE SET {update_clause(rule, rest, seeded=seeded)}"
+            sets = update_clause(
+                rule, rest, seeded=seeded, target="cur" if pg else None, dialect=self.dialect
+            )
+            action = f"DO UPDATE SET {sets}"
         else:
             action = "DO NOTHING"
         keys = ", ".join(_q(k) for k in t.key)
         try:
             return int(conn.execute(f"{insert} ON CONFLICT ({keys}) {action}").rowcount)
-        except sqlite3.IntegrityError as exc:
+        except self.integrity_errors as exc:
             self._conflict(t, partial, exc, skip_key=True)
 
     def _replace_seeds(self, t: TableInfo, partial: Partial) -> None:
         """No rule: a seeded row one partial changed replaces the seed; a second change of
         the same row is a conflict (found by the plain insert that follows)."""
-        join = " AND ".join(f"a.{_q(k)} IS b.{_q(k)}" for k in t.key)
-        same_as_seed = " AND ".join(f"s.{_q(c)} IS a.{_q(c)}" for c in t.columns)
+        join = " AND ".join(f"a.{_q(k)} {self.same} b.{_q(k)}" for k in t.key)
+        same_as_seed = " AND ".join(f"s.{_q(c)} {self.same} a.{_q(c)}" for c in t.columns)
         self.conn.execute(
-            f"DELETE FROM main.{_q(t.name)} AS a WHERE EXISTS (SELECT 1 FROM"
+            f"DELETE FROM {self.main}.{_q(t.name)} AS a WHERE EXISTS (SELECT 1 FROM"
             f" ({self._source(t)}) b WHERE {join}) AND EXISTS (SELECT 1 FROM"
             f" {self._seed_name(t)} s WHERE {same_as_seed})"
         )
 
     def _check_same(self, t: TableInfo, column: str, partial: Partial) -> None:
-        join = " AND ".join(f"a.{_q(k)} IS b.{_q(k)}" for k in t.key)
+        join = " AND ".join(f"a.{_q(k)} {self.same} b.{_q(k)}" for k in t.key)
         select = ", ".join(f"a.{_q(k)}" for k in t.key)
         sql = (
-            f"SELECT {select} FROM main.{_q(t.name)} a JOIN ({self._source(t)}) b ON {join}"
-            f" WHERE a.{_q(column)} IS NOT b.{_q(column)} LIMIT 1"
+            f"SELECT {select} FROM {self.main}.{_q(t.name)} a JOIN ({self._source(t)}) b ON"
+            f" {join} WHERE a.{_q(column)} {self.differ} b.{_q(column)} LIMIT 1"
         )
         key = _fetch_key(self.conn, t.key, sql)
         if key is not None:
@@ -419,28 +474,34 @@ class _Merger:
     def _writers(self, t: TableInfo, cols: Sequence[str], key: Mapping[str, Any]) -> str:
         """Which partials merged before wrote ``key`` (for the error message)."""
         found = []
-        where = " AND ".join(f"{_q(c)} IS ?" for c in cols)
+        mark = "%s" if self.dialect == "postgresql" else "?"
+        where = " AND ".join(f"{_q(c)} {self.same} {mark}" for c in cols)
         for done in self.done:
-            self.conn.execute("ATTACH DATABASE ? AS prior", (str(done.path),))
-            try:
+            with self._opened(done, "prior") as prior:
                 hit = self.conn.execute(
-                    f"SELECT 1 FROM prior.{_q(t.name)} WHERE {where} LIMIT 1",
+                    f"SELECT 1 FROM {prior}.{_q(t.name)} WHERE {where} LIMIT 1",
                     [key[c] for c in cols],
                 ).fetchone()
-            finally:
-                self.conn.execute("DETACH DATABASE prior")
             if hit:
                 found.append(done.label)
         return "partition " + ", ".join(found) if found else "the rows setup created"
 
+    def _overlap_sql(self, table: str, cols: Sequence[str]) -> str:
+        select = ", ".join(f"a.{_q(c)}" for c in cols)
+        join = " AND ".join(f"a.{_q(c)} {self.same} b.{_q(c)}" for c in cols)
+        return (
+            f"SELECT {select} FROM {self.main}.{_q(table)} a JOIN {self.part}.{_q(table)} b"
+            f" ON {join} LIMIT 1"
+        )
+
     def _conflict(
-        self, t: TableInfo, partial: Partial, exc: sqlite3.IntegrityError, skip_key: bool = False
+        self, t: TableInfo, partial: Partial, exc: Exception, skip_key: bool = False
     ) -> NoReturn:
         self.conn.execute("ROLLBACK")  # the diagnosis below attaches other files
         for cols in t.uniques:
             if skip_key and cols == t.key:
                 continue
-            key = _fetch_key(self.conn, cols, _overlap_sql(t.name, cols, "main", "part"))
+            key = _fetch_key(self.conn, cols, self._overlap_sql(t.name, cols))
             if key is None:
                 continue
             what = "key" if cols == t.key else f"unique columns ({', '.join(cols)})"
@@ -461,6 +522,76 @@ class _Merger:
         raise ReplayError(f"table {t.name!r}: merging partition {partial.label} failed: {exc}")
 
 
+class _PgMerger(_Merger):
+    """The same merge inside PostgreSQL: the output is schema ``schema`` of the
+    connection's database and each partial is another schema of it (``Partial.path`` is
+    its name); no row leaves the server."""
+
+    same = "IS NOT DISTINCT FROM"
+    differ = "IS DISTINCT FROM"
+    dialect = "postgresql"
+
+    def __init__(self, raw: Any, schema: str, rules: Mapping[str, str], projector: str) -> None:
+        self.integrity_errors = (integrity_error(),)
+        self.schema = schema
+        self.main = _q(schema)
+        super().__init__(raw, rules, projector)
+
+    def _user_tables(self) -> list[TableInfo]:
+        return pg_user_tables(self.conn, self.schema)
+
+    @contextmanager
+    def _opened(self, partial: Partial, name: str) -> Iterator[str]:
+        yield _q(str(partial.path))
+
+    def _in_transaction(self) -> bool:
+        return int(self.conn.info.transaction_status) != 0  # not IDLE
+
+    def _seed_name(self, t: TableInfo) -> str:
+        return f"pg_temp.seed_{self.tables.index(t)}"
+
+
+def pg_user_tables(raw: Any, schema: str) -> list[TableInfo]:
+    """:func:`user_tables` of a PostgreSQL schema: its tables but the framework's, with
+    their columns in order, primary key and unique column sets (expression indexes left
+    out, as on SQLite)."""
+    names = [
+        str(r[0])
+        for r in raw.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (schema,)
+        )
+    ]
+    out = []
+    for name in names:
+        if _is_framework_table(name):
+            continue
+        relation = f"{_q(schema)}.{_q(name)}"
+        columns = tuple(
+            str(r[0])
+            for r in raw.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
+                " AND NOT attisdropped ORDER BY attnum",
+                (relation,),
+            )
+        )
+        key: tuple[str, ...] = ()
+        uniques: list[tuple[str, ...]] = []
+        indexes = raw.execute(
+            "SELECT i.indisprimary, ARRAY(SELECT a.attname::text FROM unnest(i.indkey) WITH"
+            " ORDINALITY AS k(attnum, n) JOIN pg_attribute a ON a.attrelid = i.indrelid AND"
+            " a.attnum = k.attnum ORDER BY k.n) FROM pg_index i WHERE i.indrelid ="
+            " %s::regclass AND i.indisunique AND i.indexprs IS NULL ORDER BY"
+            " i.indisprimary DESC, i.indexrelid",
+            (relation,),
+        ).fetchall()
+        for primary, cols in indexes:
+            if primary:
+                key = tuple(cols)
+            uniques.append(tuple(cols))
+        out.append(TableInfo(name, columns, key, tuple(uniques)))
+    return out
+
+
 def merge_partials(
     conn: sqlite3.Connection,
     partials: Sequence[Partial],
@@ -470,17 +601,33 @@ def merge_partials(
 ) -> MergeStats:
     """Merge ``partials`` into the database of ``conn`` (same schema, fresh: only what the
     projector's ``setup`` seeded). Partials are merged in the given order."""
+    return _run(_Merger(conn, rules, projector), partials)
+
+
+def merge_schemas(
+    raw: Any,
+    schema: str,
+    partials: Sequence[Partial],
+    rules: Mapping[str, str],
+    *,
+    projector: str = "?",
+) -> MergeStats:
+    """:func:`merge_partials` inside PostgreSQL: ``partials`` are schemas of the database of
+    ``raw`` (a psycopg connection in autocommit mode; ``Partial.path`` is a schema's name),
+    merged into schema ``schema`` with the same rules and the same failures."""
+    return _run(_PgMerger(raw, schema, rules, projector), partials)
+
+
+def _run(merger: _Merger, partials: Sequence[Partial]) -> MergeStats:
     t0 = time.perf_counter()
-    merger = _Merger(conn, rules, projector)
     rows = 0
     for partial in partials:
         rows += merger.merge(partial)
-    for i in range(len(merger.tables)):
-        conn.execute(f"DROP TABLE IF EXISTS temp.seed_{i}")
+    merger.drop_seeds()
     stats = MergeStats(len(partials), rows, time.perf_counter() - t0)
     log.info(
         "partials merged",
-        projector=projector,
+        projector=merger.projector,
         partials=stats.partials,
         rows=stats.rows,
         seconds=round(stats.seconds, 3),

@@ -16,7 +16,7 @@ Steps:
 
 Nothing live is touched: the output is a new file (default
 ``<data>/readmodels/<name>.rebuild.sqlite``). :mod:`.handoff` swaps it in. A projection
-whose read model is in PostgreSQL is rebuilt by the local engine into the schema
+whose read model is in PostgreSQL is rebuilt (by either engine) into the schema
 ``<schema>__rebuild`` of its database (:mod:`.pg_build`); ``output`` does not apply.
 """
 
@@ -156,7 +156,7 @@ def rebuild(
         cls = app.projector(projection)
         topics = app.names.projector_topics(cls)
         local, stem = log_.local, app.names.local(projection)
-        out = _output(app, local, projection, stem, engine, output)
+        out = _output(app, local, projection, stem, output)
         if isinstance(out, Path):
             out.parent.mkdir(parents=True, exist_ok=True)
         if as_of is not None:
@@ -201,7 +201,7 @@ def rebuild(
             else:
                 from framework.replay.spark import build_spark  # noqa: PLC0415
 
-                assert session is not None and isinstance(out, Path)
+                assert session is not None
                 built = build_spark(
                     session,
                     log_,
@@ -265,18 +265,12 @@ def _output(
     local: LocalDir,
     projection: str,
     stem: str,
-    engine: str,
     output: Path | str | PgTarget | None,
 ) -> Path | PgTarget:
     """Where the rebuild writes: a file, or (a read model in PostgreSQL) a schema."""
     url = app_readmodel_url(app, projection)
     live = local.readmodel(stem)
     if url is not None:
-        if engine != "local":
-            raise ConfigError(
-                f"projection {projection!r} has its read model in PostgreSQL: rebuild it with"
-                " --engine local (a Spark rebuild into a schema is not built yet)"
-            )
         if output is None:
             return PgTarget(url, derived_schema(schema_name(stem), "rebuild"), live)
         if not isinstance(output, PgTarget):

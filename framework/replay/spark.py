@@ -19,6 +19,14 @@ output is finalized at ``E``. Task failures are retried by Spark (``spark.task.m
 on a cluster; ``local[N,F]`` in local mode): each attempt writes its own file from scratch,
 so a retried task yields the same partial.
 
+A read model in PostgreSQL (``output`` a :class:`~framework.replay.pg_build.PgTarget`):
+each task writes a stage schema of the target's database instead of a partial file
+(:mod:`.pg_build`); the driver makes the target schema afresh, merges the stages into it
+inside the server (:func:`framework.replay.merge.merge_schemas`: the same rules and
+failures as the files' merge, no row through Python) and finalizes it at ``E``. Stages are
+dropped when the build starts and when it ends, however it ends. The parts folder (named
+after the schema, beside the live file) then holds only the tasks' progress.
+
 Parts folders (``.<output>.parts-<hex>``, beside the output): each build claims its own
 (:func:`claim_parts`) and holds an exclusive ``flock`` on its ``owner.lock`` for as long as
 it lives, so a folder whose lock can be taken belongs to a build that is gone. A build
@@ -49,7 +57,8 @@ from framework.errors import ReplayError
 from framework.log import Log, TopicPartition
 from framework.observability import get_logger
 from framework.replay.build import BuildCounts, finalize, open_build
-from framework.replay.merge import MergeStats, Partial, merge_partials
+from framework.replay.merge import MergeStats, Partial, merge_partials, merge_schemas
+from framework.replay.pg_build import PgTarget, drop_stages, finalize_schema, open_schema_build
 from framework.replay.progress import NO_PROGRESS, Progress
 from framework.replay.ranges import OffsetRange
 from framework.replay.task import TaskResult, make_tasks, read_progress, run_task
@@ -81,6 +90,7 @@ def _run_tasks(
     ranges: list[OffsetRange],
     key_groups: int,
     group: str,
+    target: PgTarget | None,
 ) -> list[TaskResult]:
     tasks = make_tasks(ranges, key_groups)
     ordered = sorted(tasks, key=lambda t: (-t.range.size, t.task))
@@ -88,7 +98,7 @@ def _run_tasks(
 
     def run(specs: object) -> list[TaskResult]:
         return [
-            run_task(spec, app, projection, locator, work_dir, data_dir)
+            run_task(spec, app, projection, locator, work_dir, data_dir, target)
             for spec in specs  # type: ignore[attr-defined]
         ]
 
@@ -106,16 +116,20 @@ def build_spark(
     projection: str,
     ranges: list[OffsetRange],
     end: Mapping[TopicPartition, int],
-    output: Path,
+    output: Path | PgTarget,
     *,
     key_groups: int = 1,
     progress: Progress = NO_PROGRESS,
 ) -> SparkBuild:
-    """Build ``output`` from ``ranges`` of ``log_`` with Spark (finalized at positions
-    ``end``). The tasks reopen the log by :func:`~framework.engine.log_locator`."""
+    """Build ``output`` (a file, or a PostgreSQL schema) from ``ranges`` of ``log_`` with
+    Spark (finalized at positions ``end``). The tasks reopen the log by
+    :func:`~framework.engine.log_locator`."""
     locator = log_locator(log_)
     data_dir = str(log_.local.root)
-    parts = claim_parts(output)
+    target = output if isinstance(output, PgTarget) else None
+    if target is not None:
+        drop_stages(target.url, target.schema)
+    parts = claim_parts(target.path.parent / target.schema if target else Path(str(output)))
     work = parts.path
     group = f"eventlane-rebuild-{work.name}"
     thread: threading.Thread | None = None
@@ -130,7 +144,16 @@ def build_spark(
             try:
                 results.extend(
                     _run_tasks(
-                        spark, app, projection, locator, data_dir, work, ranges, key_groups, group
+                        spark,
+                        app,
+                        projection,
+                        locator,
+                        data_dir,
+                        work,
+                        ranges,
+                        key_groups,
+                        group,
+                        target,
                     )
                 )
             except BaseException as exc:
@@ -141,7 +164,7 @@ def build_spark(
         while thread.is_alive():
             thread.join(0.5)
             done = sum(1 for _ in work.glob("part-?????.sqlite"))
-            progress.update(done, read_progress(work))
+            progress.update(done, read_progress(work))  # (stages: records only)
         if failure:
             raise ReplayError(
                 f"the Spark rebuild of {projection!r} failed: {_short(failure[0])}"
@@ -154,13 +177,22 @@ def build_spark(
         progress.phase("merge")
         specs = {t.task: t for t in make_tasks(ranges, key_groups)}
         partials = [Partial(Path(r.path), specs[r.task].label) for r in results]
-        _projector, readmodel = open_build(output, app, projection)
-        try:
-            rules = app.projector(projection).merge_rules
-            stats = merge_partials(readmodel.conn, partials, rules, projector=projection)
-            finalize(readmodel.conn, output, end)
-        finally:
-            readmodel.close()
+        rules = app.projector(projection).merge_rules
+        if target is not None:
+            _projector, pg = open_schema_build(target, app, projection)
+            try:
+                stats = merge_schemas(pg.raw, target.schema, partials, rules, projector=projection)
+                finalize_schema(pg, end)
+            finally:
+                pg.close()
+        else:
+            assert isinstance(output, Path)
+            _projector, readmodel = open_build(output, app, projection)
+            try:
+                stats = merge_partials(readmodel.conn, partials, rules, projector=projection)
+                finalize(readmodel.conn, output, end)
+            finally:
+                readmodel.close()
         retried = sum(1 for r in results if r.attempt > 0)
         return SparkBuild(counts, len(results), stats, replay_seconds, retried)
     finally:
@@ -171,6 +203,8 @@ def build_spark(
                 thread.join(CANCEL_WAIT_S)
         finally:  # a second Ctrl-C during the wait: the parts go all the same
             parts.release()
+            if target is not None:
+                drop_stages(target.url, target.schema)
 
 
 CANCEL_WAIT_S = 30.0

@@ -14,6 +14,12 @@ Files in the work directory (shared storage on a cluster)::
 A failed or killed attempt leaves at most its own ``.a<attempt>`` file; the retry writes a
 new one from scratch, so a retried task gives exactly the partial a first-time success
 would. Two successful attempts (speculation) rename identical content over each other.
+
+A read model in PostgreSQL (``target``, a :class:`~framework.replay.pg_build.PgTarget`):
+the partial is the stage schema ``<schema>__p<index>a<attempt>``
+(:func:`~framework.replay.pg_build.stage_schema`) of the target's database, made afresh by
+each attempt; the result names the schema (the driver merges the one of the attempt that
+Spark reports). The progress file is kept in the work directory as above.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from framework.log import Log
 from framework.observability import get_logger
 from framework.projection import BatchApplier
 from framework.replay.build import BuildCounts, KeyGroup, app_codec, open_build, replay_ranges
+from framework.replay.pg_build import PgTarget, open_schema_build, stage_schema
 from framework.replay.ranges import OffsetRange, open_store
 
 __all__ = ["TaskResult", "TaskSpec", "make_tasks", "run_task"]
@@ -51,6 +58,7 @@ class TaskSpec(NamedTuple):
 class TaskResult(NamedTuple):
     task: int
     path: str
+    """The partial file, or (a PostgreSQL target) the stage schema's name."""
     counts: BuildCounts
     attempt: int
     seconds: float
@@ -104,8 +112,10 @@ def run_task(
     log_: Log | str,
     work: str,
     data_dir: str | None = None,
+    target: PgTarget | None = None,
 ) -> TaskResult:
-    """Replay ``spec`` with ``app``'s projector ``projection`` into a partial file.
+    """Replay ``spec`` with ``app``'s projector ``projection`` into a partial file (or, with
+    ``target``, into a stage schema of the target's database).
 
     ``log_`` is the log itself (in the driver's process) or its locator
     (:func:`framework.engine.log_locator`; in an executor), opened with ``data_dir`` as the
@@ -125,16 +135,23 @@ def run_task(
         progress.write_text(str(done))
 
     store = open_store(log_, data_dir) if isinstance(log_, str) else log_
-    projector, readmodel = open_build(tmp, app, projection)
+    stage = None
+    if target is not None:
+        stage = stage_schema(target.schema, spec.task, attempt)
+        projector, readmodel = open_schema_build(target._replace(schema=stage), app, projection)
+    else:
+        projector, readmodel = open_build(tmp, app, projection)  # type: ignore[assignment]
     try:
         applier = BatchApplier(projector, app_codec(app, store), readmodel, replaying=True)
         counts = replay_ranges(
             store, applier, [spec.range], key_group=spec.key_group, progress=report
         )
-        readmodel.conn.execute("PRAGMA journal_mode=DELETE")
+        if stage is None:
+            readmodel.conn.execute("PRAGMA journal_mode=DELETE")
     finally:
         readmodel.close()
-    os.replace(tmp, final)
+    if stage is None:
+        os.replace(tmp, final)
     get_logger("eventlane.replay").debug(
         "rebuild task done",
         topic=spec.range.topic,
@@ -143,4 +160,4 @@ def run_task(
         records=counts.records,
         attempt=attempt,
     )
-    return TaskResult(spec.task, str(final), counts, attempt, time.perf_counter() - t0)
+    return TaskResult(spec.task, stage or str(final), counts, attempt, time.perf_counter() - t0)

@@ -2,7 +2,8 @@
 
 * **engine**: the same history ``[LWM, E)`` rebuilt by the local engine (one process, no
   merge) must give the same checksum for every table — user tables, positions and dead
-  letters (see :mod:`.checksum`).
+  letters (see :mod:`.checksum`); for a schema, the local engine builds the scratch schema
+  ``<schema>__verify`` beside it (dropped afterwards).
 * **live**: the live read model (its file, or its PostgreSQL schema: :mod:`.pg_build`),
   when it stands at ``E`` (for every partition its position
   is ``E``, or only compacted-away offsets lie between), must hold the same user tables.
@@ -20,7 +21,13 @@ import attrs
 
 from framework.app import App, Runtime
 from framework.log import Log, TopicPartition
-from framework.projection.postgres import connect_admin, schema_exists, schema_name
+from framework.projection.postgres import (
+    connect_admin,
+    derived_schema,
+    drop_schema,
+    schema_exists,
+    schema_name,
+)
 from framework.projection.store import app_readmodel_url
 from framework.replay.build import remove_db
 from framework.replay.checksum import (
@@ -32,7 +39,7 @@ from framework.replay.checksum import (
     positions_of,
     table_checksums,
 )
-from framework.replay.pg_build import schema_checksums, schema_positions
+from framework.replay.pg_build import PgTarget, schema_checksums, schema_positions
 from framework.replay.rebuild import RebuildResult, rebuild
 
 __all__ = [
@@ -40,6 +47,7 @@ __all__ = [
     "compare_files",
     "compare_live",
     "compare_live_schema",
+    "compare_local_schema",
     "live_at",
     "verify_rebuild",
 ]
@@ -131,6 +139,23 @@ def compare_live_schema(
     return Comparison("live", compare(mine, theirs))
 
 
+def compare_local_schema(app: App, log: Log, url: str, result: RebuildResult) -> Comparison:
+    """Every table of schema ``result.schema`` (a Spark build) against the local engine's
+    build of the same ``E`` into a scratch schema ``<schema>__verify``, dropped after."""
+    assert result.schema is not None
+    stem = app.names.local(result.projection)
+    scratch = derived_schema(schema_name(stem), "verify")
+    target = PgTarget(url, scratch, log.local.readmodel(stem))
+    try:
+        rebuild(app, result.projection, engine="local", end=result.end, output=target, data=log)
+        with connect_admin(url) as raw:
+            theirs = schema_checksums(raw, scratch)
+            mine = schema_checksums(raw, result.schema)
+    finally:
+        drop_schema(url, scratch)
+    return Comparison("local engine", compare(mine, theirs))
+
+
 def verify_rebuild(runtime: Runtime, result: RebuildResult) -> list[Comparison]:
     """``--verify``: a Spark result against the local engine at the same ``E`` (skipped for
     a local result: it is the reference), and against the live model when it is at ``E``."""
@@ -145,7 +170,10 @@ def verify_replay(app: App, log: Log, result: RebuildResult) -> list[Comparison]
     live = log.local.readmodel(stem)
     url = app_readmodel_url(app, result.projection)
     if result.schema is not None and url is not None:
-        out.append(Comparison("local engine", [], skipped="the result is the local engine's"))
+        if result.engine == "local":
+            out.append(Comparison("local engine", [], skipped="the result is the local engine's"))
+        else:
+            out.append(compare_local_schema(app, log, url, result))
         out.append(compare_live_schema(log, url, result.schema, schema_name(stem), result.end))
         return out
     if result.engine == "local":

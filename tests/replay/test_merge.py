@@ -1,4 +1,6 @@
-"""Merge rules and the SQLite merge of partial read models (no Spark needed).
+"""Merge rules and the merge of partial read models (no Spark needed), on both engines:
+SQLite files, and schemas of a PostgreSQL database (:func:`merge_schemas`, the session's
+server).
 
 The SQL merge is checked against the pure reference :func:`merge_rows` on random rows
 (Hypothesis), and the failure modes are pinned: a collision without a rule names the table,
@@ -9,9 +11,12 @@ constraint; seeded rows counted once.
 from __future__ import annotations
 
 import doctest
+import itertools
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,9 +28,11 @@ from framework.replay.merge import (
     Partial,
     merge_partials,
     merge_rows,
+    merge_schemas,
     parse_rule,
     user_tables,
 )
+from framework.testing.postgres import PostgresServer
 
 
 @pytest.mark.parametrize("module", [build, checksum, merge, ranges, task])
@@ -73,6 +80,63 @@ def run_merge(
         conn.close()
 
 
+_pg_runs = itertools.count()
+PG_DEAD_LETTERS = (
+    "CREATE TABLE _eventlane_dead_letters (id BIGSERIAL PRIMARY KEY, topic TEXT, partition"
+    ' BIGINT, "offset" BIGINT, key BYTEA, value BYTEA, headers TEXT, event_type TEXT, error'
+    " TEXT, attempts BIGINT, status TEXT, created_ms BIGINT, published BIGINT, UNIQUE (topic,"
+    ' partition, "offset"))'
+)
+
+
+def run_merge_pg(
+    url: str,
+    schema: str,
+    partials: list[list[tuple[object, ...]]],
+    rules: dict[str, str],
+    seed: list[tuple[object, ...]] = (),
+    *,
+    add: bool = False,
+) -> list[tuple[object, ...]]:
+    """:func:`run_merge` with schemas of a PostgreSQL database for files; ``add``: each
+    partial's ``(k, n)`` rows are its seed row of ``k`` plus ``n`` (a partial that started
+    from the seed and added to it)."""
+    prefix = f"m{next(_pg_runs)}"
+    names = [f"{prefix}_target"] + [f"{prefix}_p{i}" for i in range(len(partials))]
+    with psycopg.connect(url, autocommit=True) as conn:
+        try:
+            seeds = dict(seed)  # type: ignore[arg-type]
+            for i, (name, rows) in enumerate(zip(names, [[], *partials], strict=True)):
+                conn.execute(f'CREATE SCHEMA "{name}"')
+                conn.execute(f'SET search_path TO "{name}"')
+                conn.execute(schema)
+                conn.execute(PG_DEAD_LETTERS)
+                content = [*seed, *rows]
+                if add and i > 0:
+                    content = [(k, seeds[k] + n) for k, n in rows]  # type: ignore[operator]
+                for r in content:
+                    conn.execute(f"INSERT INTO t VALUES ({', '.join(['%s'] * len(r))})", r)
+            conn.execute("SET search_path TO public")
+            parts = [Partial(Path(n), f"orders/{i}") for i, n in enumerate(names[1:])]
+            merge_schemas(conn, names[0], parts, rules, projector="test")
+            return sorted(conn.execute(f'SELECT * FROM "{names[0]}".t').fetchall(), key=repr)
+        finally:
+            for name in names:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+Merge = Callable[..., list[tuple[object, ...]]]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def merge_on(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Merge:
+    """``run_merge`` on either engine (a fresh directory or fresh schemas per call)."""
+    if request.param == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        return lambda *args, **kw: run_merge_pg(server.url, *args, **kw)
+    return lambda *args, **kw: run_merge(tmp_path_factory.mktemp("m"), *args, **kw)
+
+
 SCHEMA = "CREATE TABLE t (k TEXT PRIMARY KEY, n INT, hi INT, lo INT, name TEXT, ts INT);"
 RULE = "n=sum, hi=max, lo=min, name=first-non-null, ts=max"
 
@@ -87,13 +151,7 @@ row = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(row, max_size=4, unique_by=lambda r: r[0]), min_size=1, max_size=4))
-def test_sql_merge_matches_the_reference(
-    tmp_path_factory: pytest.TempPathFactory, partials
-) -> None:  # type: ignore[no-untyped-def]
-    tmp = tmp_path_factory.mktemp("m")
-    got = run_merge(tmp, SCHEMA, partials, {"t": RULE})
+def reference(partials: list[list[tuple[object, ...]]]) -> list[tuple[object, ...]]:
     rule = parse_rule(RULE)
     expected: dict[str, dict[str, object]] = {}
     cols = ("k", "n", "hi", "lo", "name", "ts")
@@ -102,14 +160,32 @@ def test_sql_merge_matches_the_reference(
             new = dict(zip(cols[1:], r[1:], strict=True))
             old = expected.get(r[0])
             expected[r[0]] = new if old is None else merge_rows(rule, old, new)
-    want = sorted(((k, *v.values()) for k, v in expected.items()), key=repr)
-    assert got == want
+    return sorted(((k, *v.values()) for k, v in expected.items()), key=repr)
 
 
-def test_latest_by_takes_the_whole_newest_row(tmp_path: Path) -> None:
+partial_lists = st.lists(
+    st.lists(row, max_size=4, unique_by=lambda r: r[0]), min_size=1, max_size=4
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(partial_lists)
+def test_sql_merge_matches_the_reference(
+    tmp_path_factory: pytest.TempPathFactory, partials
+) -> None:  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp("m")
+    assert run_merge(tmp, SCHEMA, partials, {"t": RULE}) == reference(partials)
+
+
+@settings(max_examples=40, deadline=None)
+@given(partial_lists)
+def test_postgresql_merge_matches_the_reference(postgres_server: PostgresServer, partials) -> None:  # type: ignore[no-untyped-def]
+    assert run_merge_pg(postgres_server.url, SCHEMA, partials, {"t": RULE}) == reference(partials)
+
+
+def test_latest_by_takes_the_whole_newest_row(merge_on: Merge) -> None:
     schema = "CREATE TABLE t (k TEXT PRIMARY KEY, v TEXT, ts INT);"
-    got = run_merge(
-        tmp_path,
+    got = merge_on(
         schema,
         [[("a", "old", 1), ("b", "b1", 9)], [("a", "new", 5), ("b", "b2", 3)]],
         {"t": "latest-by:ts"},
@@ -117,10 +193,10 @@ def test_latest_by_takes_the_whole_newest_row(tmp_path: Path) -> None:
     assert got == [("a", "new", 5), ("b", "b1", 9)]
 
 
-def test_collision_without_rule_names_table_key_and_partitions(tmp_path: Path) -> None:
+def test_collision_without_rule_names_table_key_and_partitions(merge_on: Merge) -> None:
     schema = "CREATE TABLE t (k TEXT PRIMARY KEY, n INT);"
     with pytest.raises(MergeConflictError) as err:
-        run_merge(tmp_path, schema, [[("a", 1), ("b", 1)], [("c", 1)], [("b", 2)]], {})
+        merge_on(schema, [[("a", 1), ("b", 1)], [("c", 1)], [("b", 2)]], {})
     assert err.value.table == "t"
     assert err.value.key == {"k": "b"}
     text = str(err.value)
@@ -129,33 +205,39 @@ def test_collision_without_rule_names_table_key_and_partitions(tmp_path: Path) -
     assert "merge_rules" in text
 
 
-def test_rows_of_distinct_keys_need_no_rule(tmp_path: Path) -> None:
+def test_rows_of_distinct_keys_need_no_rule(merge_on: Merge) -> None:
     schema = "CREATE TABLE t (k TEXT PRIMARY KEY, n INT);"
-    got = run_merge(tmp_path, schema, [[("a", 1)], [("b", 2)], [("c", 3)]], {})
+    got = merge_on(schema, [[("a", 1)], [("b", 2)], [("c", 3)]], {})
     assert got == [("a", 1), ("b", 2), ("c", 3)]
 
 
-def test_same_rule_refuses_different_values(tmp_path: Path) -> None:
+def test_same_rule_refuses_different_values(merge_on: Merge) -> None:
     schema = "CREATE TABLE t (k TEXT PRIMARY KEY, n INT, name TEXT);"
-    first, second = tmp_path / "1", tmp_path / "2"
-    first.mkdir()
-    second.mkdir()
     rules = {"t": "n=sum, name=same"}
-    assert run_merge(first, schema, [[("a", 1, "x")], [("a", 2, "x")]], rules) == [("a", 3, "x")]
+    assert merge_on(schema, [[("a", 1, "x")], [("a", 2, "x")]], rules) == [("a", 3, "x")]
     with pytest.raises(MergeConflictError, match="column 'name'"):
-        run_merge(second, schema, [[("a", 1, "x")], [("a", 2, "y")]], rules)
+        merge_on(schema, [[("a", 1, "x")], [("a", 2, "y")]], rules)
 
 
-def test_second_unique_constraint_collision_is_named(tmp_path: Path) -> None:
+def test_second_unique_constraint_collision_is_named(merge_on: Merge) -> None:
     schema = "CREATE TABLE t (k TEXT PRIMARY KEY, n INT, event_id TEXT UNIQUE);"
     with pytest.raises(MergeConflictError, match=r"unique columns \(event_id\)"):
-        run_merge(tmp_path, schema, [[("a", 1, "e1")], [("b", 1, "e1")]], {"t": "sum"})
+        merge_on(schema, [[("a", 1, "e1")], [("b", 1, "e1")]], {"t": "n=sum, event_id=same"})
 
 
-def test_seeded_rows_count_once(tmp_path: Path) -> None:
+def test_seeded_rows_count_once(tmp_path: Path, postgres_server: PostgresServer) -> None:
     """setup seeds (1, 100) in every partial; each partial adds to it; the merge must give
     100 + the additions, not 100 per partial; an untouched seed is not a write."""
     schema = "CREATE TABLE t (k INTEGER PRIMARY KEY, n INT);"
+    pg = run_merge_pg(
+        postgres_server.url,
+        schema,
+        [[(1, 5)], [(1, 0)], [(1, 7)]],
+        {"t": "sum"},
+        seed=[(1, 100)],
+        add=True,
+    )
+    assert pg == [(1, 112)]
     got = run_merge(
         tmp_path,
         schema,
@@ -189,19 +271,19 @@ def test_seeded_row_changed_by_one_partial_needs_no_rule(tmp_path: Path) -> None
     conn.close()
 
 
-def test_rules_are_checked_against_the_schema(tmp_path: Path) -> None:
+def test_rules_are_checked_against_the_schema(merge_on: Merge) -> None:
     schema = "CREATE TABLE t (k TEXT PRIMARY KEY, n INT);"
     with pytest.raises(ReplayError, match="no_such_table"):
-        run_merge(tmp_path, schema, [[("a", 1)]], {"no_such_table": "sum"})
+        merge_on(schema, [[("a", 1)]], {"no_such_table": "sum"})
     with pytest.raises(ReplayError, match="column 'k'"):
-        run_merge(tmp_path, schema, [[("a", 1)]], {"t": "k=sum"})
+        merge_on(schema, [[("a", 1)]], {"t": "k=sum"})
     with pytest.raises(ReplayError, match="unknown merge rule 'avg'"):
         parse_rule("n=avg")
 
 
-def test_keyless_tables_are_a_bag_union(tmp_path: Path) -> None:
+def test_keyless_tables_are_a_bag_union(merge_on: Merge) -> None:
     schema = "CREATE TABLE t (k TEXT, n INT);"
-    got = run_merge(tmp_path, schema, [[("a", 1), ("a", 1)], [("a", 1)]], {})
+    got = merge_on(schema, [[("a", 1), ("a", 1)], [("a", 1)]], {})
     assert got == [("a", 1)] * 3
 
 

@@ -146,6 +146,34 @@ def derived_schema(schema: str, suffix: str) -> str:
     return name
 
 
+def _stage_base(schema: str) -> str:
+    """The common start of the stage names of builds of ``schema`` (at most 44 bytes, so a
+    stage name fits PostgreSQL's 63)."""
+    if len(schema.encode()) <= 41:
+        return f"{schema}__p"
+    digest = hashlib.blake2b(schema.encode(), digest_size=4).hexdigest()
+    return f"{schema[:32]}_{digest}__p"
+
+
+def stage_schema(schema: str, task: int, attempt: int) -> str:
+    """The schema one attempt of one Spark task of a build of ``schema`` writes
+    (:mod:`framework.replay.pg_build`).
+
+    >>> stage_schema("balances__shadow", 3, 0)
+    'balances__shadow__p00003a0'
+    """
+    return f"{_stage_base(schema)}{task:05d}a{attempt}"
+
+
+def stage_schemas(raw: Any, schema: str) -> list[str]:
+    """The stage schemas of builds of ``schema`` in the database of ``raw``."""
+    pattern = _stage_base(schema).replace("_", "\\_") + "%"
+    rows = raw.execute(
+        "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s ORDER BY 1", (pattern,)
+    )
+    return [str(r[0]) for r in rows]
+
+
 def lock_key(schema: str) -> int:
     """The advisory-lock key of a schema (a signed 64-bit integer)."""
     digest = hashlib.blake2b(f"eventlane:{schema}".encode(), digest_size=8).digest()

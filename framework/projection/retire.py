@@ -9,7 +9,8 @@ siblings (the read model, its positions and its dead letters), ``<name>.rebuild.
 ``<name>.log``, ``<name>.pause``/``.pause-acks`` and ``<name>.breaker.json``; and, given the
 URL of a PostgreSQL database (``readmodels``: ``project remove --readmodels URL`` or
 ``$EVENTLANE_READMODELS``), the read model's schema there with its rebuild's schemas
-(``<schema>``, ``<schema>__rebuild``, ``__shadow``, ``__old``: :mod:`.postgres`). With
+(``<schema>``, ``<schema>__rebuild``, ``__shadow``, ``__old``, ``__verify``, and the stage
+schemas a killed Spark build left: :mod:`.postgres`). With
 ``dry_run`` it only reports what it would remove. Nothing else is touched: the events stay
 in their topics.
 """
@@ -32,6 +33,7 @@ from framework.projection.postgres import (
     is_postgres_url,
     schema_exists,
     schema_name,
+    stage_schemas,
 )
 from framework.projection.readmodel import ReadModelView, readmodel_path
 from framework.projection.status import projection_status
@@ -128,6 +130,8 @@ def retire_projector(
 
 def _schemas(url: str, name: str) -> list[str]:
     live = schema_name(name)
-    names = [live] + [derived_schema(live, s) for s in ("rebuild", "shadow", "old")]
+    builds = [derived_schema(live, s) for s in ("rebuild", "shadow")]
+    names = [live, *builds] + [derived_schema(live, s) for s in ("old", "verify")]
     with connect_admin(url) as raw:
-        return [s for s in names if schema_exists(raw, s)]
+        stages = [stage for build in builds for stage in stage_schemas(raw, build)]
+        return [s for s in names if schema_exists(raw, s)] + stages

@@ -20,12 +20,12 @@ started again, and the swap's own commit flushes the log up to it.
 
 A Spark rebuild (:mod:`.spark`) builds the same schema from *stage* schemas: each task
 replays its partition (or key group) into its own ``<schema>__p<task>a<attempt>``
-(:func:`stage_schema`, an ordinary build schema written by the same handlers), and the
-driver merges them inside the server (:func:`~framework.replay.merge.merge_schemas`, the
-projector's ``merge_rules``) into the freshly made schema, then finalizes it as above. A
-build of a schema replaces any earlier build of it, as the local engine does: its stages
-(those of a build killed before it could drop them included) are dropped when it starts
-and when it ends (:func:`drop_stages`).
+(:func:`~framework.projection.postgres.stage_schema`, an ordinary build schema written by
+the same handlers), and the driver merges them inside the server
+(:func:`~framework.replay.merge.merge_schemas`, the projector's ``merge_rules``) into the
+freshly made schema, then finalizes it as above. A build of a schema replaces any earlier
+build of it, as the local engine does: its stages (those of a build killed before it could
+drop them included) are dropped when it starts and when it ends (:func:`drop_stages`).
 
 Comparisons (``--verify``): :func:`schema_checksums` reads every table of a schema with the
 checksums of :mod:`.checksum` (the same multiset hash; values as psycopg returns them), and
@@ -35,7 +35,6 @@ checksums of :mod:`.checksum` (the same multiset hash; values as psycopg returns
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -43,7 +42,13 @@ from typing import Any, NamedTuple
 from framework.app import App
 from framework.log import TopicPartition
 from framework.projection import Projector, apply_migrations
-from framework.projection.postgres import PgReadModel, connect_admin, drop_schema
+from framework.projection.postgres import (
+    PgReadModel,
+    connect_admin,
+    drop_schema,
+    stage_schema,
+    stage_schemas,
+)
 from framework.replay.build import DeadLetterReport
 from framework.replay.checksum import DEAD_LETTERS, FRAMEWORK_COLUMNS, TableChecksum, table_sum
 
@@ -88,34 +93,10 @@ def open_schema_build(target: PgTarget, app: App, name: str) -> tuple[Projector,
     return cls(), readmodel
 
 
-def _stage_base(schema: str) -> str:
-    """The common start of a build schema's stage names (at most 44 bytes, so a stage name
-    fits PostgreSQL's 63)."""
-    if len(schema.encode()) <= 41:
-        return f"{schema}__p"
-    digest = hashlib.blake2b(schema.encode(), digest_size=4).hexdigest()
-    return f"{schema[:32]}_{digest}__p"
-
-
-def stage_schema(schema: str, task: int, attempt: int) -> str:
-    """The schema a Spark task's attempt of a build of ``schema`` writes.
-
-    >>> stage_schema("balances__shadow", 3, 0)
-    'balances__shadow__p00003a0'
-    """
-    return f"{_stage_base(schema)}{task:05d}a{attempt}"
-
-
 def drop_stages(url: str, schema: str) -> list[str]:
     """Drop every stage schema of builds of ``schema``; return their names."""
-    pattern = _stage_base(schema).replace("_", "\\_") + "%"
     with connect_admin(url) as raw:
-        names = [
-            str(r[0])
-            for r in raw.execute(
-                "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s ORDER BY 1", (pattern,)
-            )
-        ]
+        names = stage_schemas(raw, schema)
     for name in names:
         drop_schema(url, name)
     return names

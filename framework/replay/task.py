@@ -17,7 +17,7 @@ would. Two successful attempts (speculation) rename identical content over each 
 
 A read model in PostgreSQL (``target``, a :class:`~framework.replay.pg_build.PgTarget`):
 the partial is the stage schema ``<schema>__p<index>a<attempt>``
-(:func:`~framework.replay.pg_build.stage_schema`) of the target's database, made afresh by
+(:func:`~framework.projection.postgres.stage_schema`) of the target's database, made afresh by
 each attempt; the result names the schema (the driver merges the one of the attempt that
 Spark reports). The progress file is kept in the work directory as above.
 """
@@ -33,8 +33,9 @@ from framework.app import App
 from framework.log import Log
 from framework.observability import get_logger
 from framework.projection import BatchApplier
+from framework.projection.postgres import stage_schema
 from framework.replay.build import BuildCounts, KeyGroup, app_codec, open_build, replay_ranges
-from framework.replay.pg_build import PgTarget, open_schema_build, stage_schema
+from framework.replay.pg_build import PgTarget, open_schema_build
 from framework.replay.ranges import OffsetRange, open_store
 
 __all__ = ["TaskResult", "TaskSpec", "make_tasks", "run_task"]

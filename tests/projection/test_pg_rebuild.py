@@ -178,6 +178,9 @@ def test_project_remove_drops_the_schema(
     workers.term(proc)
     rebuild(runtime, "balances", engine="local")  # leaves balances__rebuild beside it
     live = schema_name("balances")
+    stage = f"{live}__rebuild__p00002a1"  # a stage of a Spark build killed before it dropped it
+    with psycopg.connect(os.environ[READMODELS_ENV], autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{stage}"')
     cli = CliRunner()
     dry = cli.invoke(main, ["--data", str(data), "project", "remove", "balances", "--dry-run"])
     assert dry.exit_code == 0, dry.output
@@ -186,6 +189,7 @@ def test_project_remove_drops_the_schema(
     assert done.exit_code == 0, done.output
     assert schema_oid(live) is None
     assert schema_oid(f"{live}__rebuild") is None
+    assert schema_oid(stage) is None
     assert orjson.loads(done.stdout)["dead_letters"] == 0
 
 

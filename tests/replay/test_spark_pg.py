@@ -49,6 +49,7 @@ from tests.projection.projection_kit import (  # noqa: F401 (data, engine, runti
     wait_caught_up,
     workers,
 )
+from tests.replay import flaky_bank
 
 pytestmark = [pytest.mark.spark, pytest.mark.parametrize("engine", ["postgresql"], indirect=True)]
 
@@ -105,6 +106,22 @@ def test_spark_into_a_schema_equals_local_and_the_fold(
     again = rebuild(runtime, "balances", engine="spark", spark=spark)
     assert balances_of(again.schema or "") == fold.balances
     assert schemas() == [f"{live}__rebuild"]
+
+
+def test_a_task_whose_python_worker_died_is_retried_into_a_fresh_stage(
+    engine: str, data: Path, spark: Any
+) -> None:
+    """The first attempt of accounts/1's task dies mid-task (its stage ``...__p00001a0``
+    half written, its session gone); the retry writes ``...__p00001a1`` from scratch and
+    only that one is merged; both are dropped at the end."""
+    with flaky_bank.app.open(data) as rt:
+        Deposits(rt).deposits(600)
+        result = rebuild(rt, "flaky_balances", engine="spark", spark=spark)
+    assert result.retried_tasks >= 1
+    assert balances_of(result.schema or "") == fold_accounts(data).balances
+    markers = rows_of(result.schema or "", 'SELECT topic, partition, "offset" FROM applied')
+    assert len(markers) == len(set(markers)) and set(markers) == fold_accounts(data).events
+    assert schemas() == ["flaky_balances__rebuild"]
 
 
 def test_swap_under_live_workers_has_no_gap_and_no_duplicate(

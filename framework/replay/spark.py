@@ -164,7 +164,8 @@ def build_spark(
         while thread.is_alive():
             thread.join(0.5)
             done = sum(1 for _ in work.glob("part-?????.sqlite"))
-            progress.update(done, read_progress(work))  # (stages: records only)
+            done += sum(1 for _ in work.glob("part-?????.done"))  # stage schemas
+            progress.update(done, read_progress(work))
         if failure:
             raise ReplayError(
                 f"the Spark rebuild of {projection!r} failed: {_short(failure[0])}"

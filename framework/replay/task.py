@@ -9,6 +9,7 @@ Files in the work directory (shared storage on a cluster)::
 
     part-<index>.a<attempt>.sqlite    being written by one attempt (never merged)
     part-<index>.sqlite               a finished partial, renamed into place atomically
+    part-<index>.done                 a finished stage schema (a PostgreSQL target)
     progress/<index>                  records read so far by the running attempt (decimal)
 
 A failed or killed attempt leaves at most its own ``.a<attempt>`` file; the retry writes a
@@ -153,6 +154,8 @@ def run_task(
         readmodel.close()
     if stage is None:
         os.replace(tmp, final)
+    else:
+        final.with_suffix(".done").touch()  # the driver's progress counts these
     get_logger("eventlane.replay").debug(
         "rebuild task done",
         topic=spec.range.topic,

@@ -8,7 +8,9 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: demo test test-deps kafka-jars spark-kafka-jars lint soak clean screenshots
 
 # eventlane itself, then the sample app (a distribution of its own: example_apps/pyproject.toml).
+# OpenSSL's headers (Debian's libssl-dev) first: setup.py's framework.codec._seal links libcrypto.
 $(STAMP): pyproject.toml setup.py example_apps/pyproject.toml
+	@test -f /usr/include/openssl/evp.h || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev >/dev/null)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark,bench]'

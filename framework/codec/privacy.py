@@ -48,7 +48,7 @@ import base64
 import binascii
 import os
 from binascii import unhexlify
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from time import monotonic
 from typing import TYPE_CHECKING, Any
@@ -93,6 +93,18 @@ def _aead() -> type[AESGCM]:
     return AESGCM
 
 
+def _load_seal() -> Any:
+    """``framework.codec._seal.Opener`` (``None``: the extension is not built)."""
+    try:
+        from framework.codec import _seal  # type: ignore[attr-defined]  # noqa: PLC0415
+    except ImportError:  # built without a C compiler or OpenSSL's headers: Python alone
+        return None
+    return _seal.Opener
+
+
+_Opener = _load_seal()
+
+
 @cache
 def _invalid_tag() -> type[Exception]:
     from cryptography.exceptions import InvalidTag  # noqa: PLC0415
@@ -134,6 +146,15 @@ class FieldCipher:
         self._plans: dict[type, _Plan] = {}
         self._aeads: dict[bytes, Any] = {}  # key bytes -> AESGCM (its set-up costs ~µs)
         self._opened: dict[tuple[str, int], Any] = {}  # (subject, version) -> AESGCM
+        # the same keys in C (framework/codec/_seal.c), when it is built: see open4
+        self._native = None if _Opener is None else _Opener()
+        self.open4: Callable[[dict[str, Any], str, str, frozenset[str]], bool] | None = (
+            None if self._native is None else self._native.open4
+        )
+        """``open4(data, event_id, aggregate_id, topics)``: :meth:`open` of an ``enc4``
+        object whose key is opened and fresh here, in one C call; ``True`` when opened,
+        ``False`` when it changed nothing (then call :meth:`open`, which opens it or raises
+        the error). ``None`` without the C extension. The codec calls it first."""
         self._cache_seconds = float(getattr(keys, "refresh_seconds", 0.0)) / 2
         self._fresh_until = 0.0  # monotonic time until which _opened needs no check
         self._last: tuple[object, object, Any] = _NO_KEY  # (subject, version, AESGCM)
@@ -357,13 +378,19 @@ class FieldCipher:
                 self._opened.clear()
                 self._last = _NO_KEY
                 self._changes = changes
+                if self._native is not None:
+                    self._native.clear()
             self._fresh_until = now + self._cache_seconds
+            if self._native is not None:
+                self._native.fresh_until = self._fresh_until
         aead = self._opened.get((subject, version))
         if aead is None:
             key = self.keys.get(subject, version)
             if key is None:
                 return None
             aead = self._opened[(subject, version)] = self._aead_for(key)
+            if self._native is not None:
+                self._native.add(subject, version, key)
         return aead
 
     def _open_values(

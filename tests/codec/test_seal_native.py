@@ -1,0 +1,233 @@
+"""``framework/codec/_seal.c`` (one C call opening an ``enc4`` cipher object) against
+:meth:`FieldCipher.open`, the Python path it must equal.
+
+The model: ``cryptography``'s AES-GCM and the associated data as docs/privacy.md and
+privacy.py document them build each cipher object, from generated subjects, ids, topics,
+field names, values and nonces; then a generated change is made to it (a flipped bit,
+upper-case or odd-length or non-hex text, a wrong scheme, key version, topic, aggregate or
+key, a plain text that is not a JSON object, an unknown key version, ...). Two
+:class:`FieldCipher` objects over one real :class:`LogKeyStore` open it: one with the C
+call first (falling back to :meth:`FieldCipher.open` when it declines, as the codec does),
+one with the Python path alone. The outcomes (the opened data, the fields left sealed, or
+the error's text and coordinates) must be equal, and an unchanged object must be opened by
+the C call itself, not by the fallback.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from framework.codec import Envelope, EventCodec, EventRegistry, privacy
+from framework.codec.keystore import LogKeyStore
+from framework.codec.privacy import CIPHER_MARK, FieldCipher, Sealed
+from framework.errors import SerializationError
+from framework.log.embedded.store import LogStore
+from tests.codec.test_codec_privacy import Address, Customer, Registered
+
+TOPIC = "members"
+CHANGES = (
+    "none",
+    "flip",  # one bit of the nonce, cipher text or tag
+    "upper",  # upper-case hex (unhexlify reads it)
+    "odd",
+    "not hex",
+    "not ascii",
+    "short",  # fewer bytes than a nonce and a tag
+    "scheme",
+    "version type",
+    "subject type",
+    "topic",  # bound to a topic the reader does not record the class in
+    "items",  # 5 or 7 items
+    "aggregate",  # sealed for another aggregate
+    "unknown version",  # a key version the store never had: the fields are erased
+    "wrong key",
+    "list",  # the plain text is a JSON array
+    "not json",
+)
+
+names = st.lists(
+    st.text(
+        st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)),
+        min_size=1,
+        max_size=6,
+    ),
+    min_size=1,
+    max_size=3,
+    unique=True,
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+texts = st.text(max_size=16)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogKeyStore]:
+    """A real key store; opened keys stay fresh for 10 minutes, so the C call is used."""
+    with LogStore(tmp_path_factory.mktemp("keys")) as log:
+        yield LogKeyStore(log, refresh_ms=600_000)
+
+
+def test_the_extension_is_built() -> None:
+    assert privacy._Opener is not None, "framework.codec._seal is not built"
+
+
+def outcome(
+    cipher: FieldCipher, data: dict[str, Any], case: dict[str, Any], native: bool
+) -> tuple[Any, ...]:
+    """What opening ``data`` gives: ("opened", data, erased, by C) or ("error", ...)."""
+    by_c = False
+    try:
+        if native:
+            assert cipher.open4 is not None
+            by_c = cipher.open4(data, case["event_id"], case["aggregate_id"], case["topics"])
+        erased = (
+            ()
+            if by_c
+            else cipher.open(
+                data, case["event_id"], "t", 1, 7, case["aggregate_id"], case["topics"]
+            )
+        )
+    except SerializationError as exc:
+        return ("error", str(exc), exc.topic, exc.partition, exc.offset)
+    shown = {k: ("sealed", v.subject) if isinstance(v, Sealed) else v for k, v in data.items()}
+    return ("opened", shown, erased, by_c)
+
+
+def sealed_object(case: dict[str, Any], version: int, key: bytes, change: str) -> list[Any]:
+    subject, fields = case["subject"], "\0".join(case["names"])
+    aad_parts = [case["topic"], case["aggregate_id"], subject, case["event_id"], fields]
+    if change == "aggregate":
+        aad_parts[1] += "x"
+    aad = "\0".join(["enc4", *aad_parts]).encode()
+    plain = orjson.dumps(case["values"])
+    if change == "list":
+        plain = orjson.dumps(list(case["values"].values()))
+    elif change == "not json":
+        plain = b"{not json"
+    if change == "wrong key":
+        key = bytes(b ^ 1 for b in key)
+    blob = case["nonce"] + AESGCM(key).encrypt(case["nonce"], plain, aad)
+    if change == "flip":
+        i = case["at"] % len(blob)
+        blob = blob[:i] + bytes([blob[i] ^ (1 << case["at"] % 8)]) + blob[i + 1 :]
+    elif change == "short":
+        blob = blob[: case["at"] % 28]
+    text = blob.hex()
+    if change == "upper":
+        text = text.upper()
+    elif change == "odd":
+        text = text[:-1]
+    elif change == "not hex":
+        text = text[:4] + "g" + text[5:]
+    elif change == "not ascii":
+        text = text[:4] + "é" + text[5:]
+    sealed: list[Any] = ["enc4", subject, version, fields, case["topic"], text]
+    if change == "scheme":
+        sealed[0] = "enc3" if case["at"] % 2 else "enc5"
+    elif change == "version type":
+        sealed[2] = [True, float(version), str(version)][case["at"] % 3]
+    elif change == "subject type":
+        sealed[1] = 5
+    elif change == "topic":
+        sealed[4] = "elsewhere"
+    elif change == "items":
+        sealed = sealed[:5] if case["at"] % 2 else [*sealed, 0]
+    elif change == "unknown version":
+        sealed[2] = version + 1_000
+    return sealed
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    subject=st.text(min_size=1, max_size=8),
+    event_id=texts,
+    aggregate_id=texts,
+    names=names,
+    data=st.data(),
+    nonce=st.binary(min_size=12, max_size=12),
+    reader_topics=st.sampled_from([frozenset(), frozenset({TOPIC}), frozenset({TOPIC, "b"})]),
+    change=st.sampled_from(CHANGES),
+    at=st.integers(0, 10_000),
+)
+def test_open4_equals_the_python_path(
+    keys: LogKeyStore,
+    subject: str,
+    event_id: str,
+    aggregate_id: str,
+    names: list[str],
+    data: st.DataObject,
+    nonce: bytes,
+    reader_topics: frozenset[str],
+    change: str,
+    at: int,
+) -> None:
+    values = {n: data.draw(json_values) for n in names}
+    case = {
+        "subject": subject,
+        "event_id": event_id,
+        "aggregate_id": aggregate_id,
+        "names": names,
+        "values": values,
+        "nonce": nonce,
+        "topic": TOPIC,
+        "topics": reader_topics,
+        "at": at,
+    }
+    version, key = keys.current(subject)
+    native, python = FieldCipher(keys), FieldCipher(keys)
+    # the first object of a subject opens its key (the Python path); the next ones are C's
+    valid = {"plan": "x", CIPHER_MARK: sealed_object(case, version, key, "none")}
+    for _ in range(2):
+        first = outcome(native, copy.deepcopy(valid), case, native=True)
+        assert first[:3] == outcome(python, copy.deepcopy(valid), case, native=False)[:3]
+    assert first[3], "an object the C call should open went to the Python path"
+
+    changed = {"plan": "x", CIPHER_MARK: sealed_object(case, version, key, change)}
+    got = outcome(native, copy.deepcopy(changed), case, native=True)
+    want = outcome(python, copy.deepcopy(changed), case, native=False)
+    assert got[:3] == want[:3]
+    if change in ("none", "upper"):
+        assert got[0] == "opened" and got[3], got
+
+
+def test_the_codec_decodes_through_the_c_call(tmp_path: Path) -> None:
+    """EventCodec.decode opens a sealed event by the C call once its key is open (the Python
+    path made to fail shows it is not used), and gives what the Python path gives."""
+    registry = EventRegistry()
+    registry.register(Registered)
+    registry.register_aggregate(Customer)
+    with LogStore(tmp_path) as log:
+        keys = LogKeyStore(log, refresh_ms=600_000)
+        codec = EventCodec(registry, keys=keys)
+        records = [
+            codec.encode(
+                Envelope(Registered(f"Ada {i}", Address("a", str(i)), "gold"), "c-1", i + 1)
+            )
+            for i in range(5)
+        ]
+        first = codec.decode(*records[0])
+        cipher = codec._cipher
+        assert cipher is not None
+
+        def refuse(*args: object) -> tuple[str, ...]:
+            raise AssertionError("the Python path opened an event the C call should open")
+
+        python_open, cipher.open = cipher.open, refuse  # type: ignore[method-assign]
+        fast = [codec.decode(*r) for r in records]
+        cipher.open, cipher.open4 = python_open, None  # type: ignore[method-assign]
+        assert fast == [codec.decode(*r) for r in records]
+        assert fast[0] == first and fast[3].event == Registered("Ada 3", Address("a", "3"), "gold")

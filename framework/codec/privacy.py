@@ -23,6 +23,13 @@ the subject is forgotten, placeholders: :meth:`FieldCipher.erase`); subject ids,
 versions, field names and topics stay in clear. An array rather than an object, the names
 as one string and hex rather than base64, because this is parsed for every event read.
 
+Reading ``enc4`` has a C twin, ``framework/codec/_seal.c`` (optional: built when OpenSSL's
+headers are there), which :class:`~framework.codec.event_codec.EventCodec` calls first
+(:attr:`FieldCipher.open4`): for an object whose key this cipher has opened and whose cache
+is fresh, it does what :meth:`FieldCipher.open` does in one call, with an OpenSSL context per
+key; for anything else it changes nothing, and :meth:`FieldCipher.open`, the reference,
+decides (so every error and every forgotten key is the Python path's).
+
 Older forms still decode: ``enc3`` (the same array without the topic, associated data
 ``enc3 \0 subject \0 event id \0 names``), ``enc2`` (the same content as an object,
 ``{"$eventlane": "enc2", "s": ..., "k": ..., "f": [names], "c": ...}``, the plain text a

@@ -345,6 +345,9 @@ open4(Opener *self, PyObject *const *args, Py_ssize_t nargs)
             aad_room += size + 1;
         }
     }
+    if (aad_room > INT_MAX) {
+        Py_RETURN_FALSE; /* more than EVP_DecryptUpdate takes at once */
+    }
     need = aad_room + blob_length;
     if (need > STACK_BYTES) {
         buf = PyMem_Malloc((size_t)need);

@@ -223,6 +223,36 @@ def test_compacted_gaps_are_read_through(js: JetStreamLog) -> None:
     assert js._reader.sequential.served - served0 >= 10
 
 
+def test_a_lost_consumer_is_not_waited_for(cluster: LocalCluster, js: JetStreamLog) -> None:
+    """The reader's consumer is gone (deleted behind its back: no deliveries, no
+    heartbeats; nats-py would recreate it after two missed 5 s heartbeats): a read of
+    records that exist falls back to direct gets at once, and a later read starts anew."""
+    js.create_topic("lost", 1)
+    fill(js, "lost", [b"l%d" % i for i in range(2000)])
+    out, cursor = js.read("lost", 0, 0, max_bytes=20_000)
+    while len(out) < 2000:
+        got, cursor = js.read("lost", 0, len(out), max_bytes=20_000, cursor=cursor)
+        out.extend(got)
+    reader = reader_of(cursor)
+    assert reader is not None and reader.consumer is not None
+    stream = mapping.stream_name(js.namespace, "lost", 0)
+    with JetStreamLog.from_url(cluster.url, namespace=js.namespace) as other:
+        other.run(other.js.delete_consumer(stream, reader.consumer))
+        fill(other, "lost", [b"l%d" % i for i in range(2000, 5000)])
+    t0 = time.monotonic()
+    got, cursor = js.read("lost", 0, 2000, max_bytes=20_000, cursor=cursor)
+    assert time.monotonic() - t0 < 5.0  # not the 10 s nats-py takes to notice
+    assert reader_of(cursor) is None and got and got[0].offset == 2000
+    out.extend(got)
+    time.sleep(sequential.BACKOFF_S)
+    served = js._reader.sequential.served
+    while len(out) < 5000:
+        got, cursor = js.read("lost", 0, len(out), max_bytes=20_000, cursor=cursor)
+        out.extend(got)
+    assert view(out) == [(i, None, b"l%d" % i) for i in range(5000)]
+    assert reader_of(cursor) is not None and js._reader.sequential.served > served
+
+
 @pytest.fixture
 def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     c = LocalCluster.create(tmp_path / "nats", nodes=3)
@@ -277,3 +307,4 @@ def test_kill_9_of_the_consumers_server_loses_and_duplicates_nothing(
         thread.join(timeout=60)
         writer.close()
         assert view(out) == [(i, None, v) for i, v in enumerate(model + more)]
+        assert reader_of(cursor) is not reader  # stalled or recreated by nats-py: dropped

@@ -67,6 +67,10 @@ MAX_RECORDS = 10_000
 MAX_BYTES = 8 << 20
 """Bytes of values (and keys) a reader buffers before it stops its consumer."""
 
+RECORD_OVERHEAD = 128
+"""Bytes a record is counted for beyond its value when a read's ``max_bytes`` is filled
+from the buffer: about its stored subject and headers, as a direct get counts them."""
+
 WAIT_S = 0.2
 """How long a read waits for a reader to deliver what the marks say exists."""
 
@@ -232,7 +236,7 @@ class OrderedReader:
             buffer = self.buffer
             if buffer:
                 first = buffer[0].offset
-                if not compacted and first != offset:
+                if first != offset and (first < offset or not compacted):
                     return None  # records removed below it: the direct path decides
                 end = self._end(upto)
                 if first >= end:
@@ -267,16 +271,15 @@ class OrderedReader:
         return hwm if upto is None else min(hwm, upto)
 
     def _pop(self, end: int, max_bytes: int) -> list[Record]:
-        """Buffered records below ``end``, about ``max_bytes`` of values (at least one)."""
+        """Buffered records below ``end``, about ``max_bytes`` (at least one)."""
         buffer = self.buffer
         out: list[Record] = []
         size = 0
         while buffer and buffer[0].offset < end and (not out or size < max_bytes):
             r = buffer.popleft()
-            n = len(r.value or b"") + len(r.key or b"")
-            size += n
+            size += len(r.value or b"") + RECORD_OVERHEAD
             out.append(r)
-        self.bytes = max(0, self.bytes - size)
+        self.bytes = max(0, self.bytes - size + RECORD_OVERHEAD * len(out))
         if (
             self.paused
             and not self.dead

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from framework.log import Record
+from framework.consumer.free import Consumer
+from framework.log import Record, TopicPartition
 from framework.log.jetstream import mapping, sequential
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
 from framework.log.jetstream.sequential import Position
-from framework.log.types import Cursor
+from framework.log.types import SEQUENTIAL, Cursor
 
 
 @pytest.fixture
@@ -99,6 +100,27 @@ def test_reads_through_the_reader_equal_the_model(js: JetStreamLog) -> None:
     del cursor
     gc.collect()
     assert wait_for(lambda: consumers(js, "seq") == 0)
+
+
+def test_a_first_read_marked_sequential_starts_a_reader_for_a_backlog(js: JetStreamLog) -> None:
+    """The free consumer's first read passes SEQUENTIAL: a backlog of MIN_BACKLOG records
+    or more is read through a reader from that read on; a shorter one directly."""
+    js.create_topic("first", 2)
+    fill(js, "first", [b"s%d" % i for i in range(1500)])
+    js.append("first", 1, [(None, b"x", (), None)] * 10)
+    got, cursor = js.read("first", 0, 0, max_bytes=2000, cursor=SEQUENTIAL)
+    assert reader_of(cursor) is not None and [r.offset for r in got] == list(range(len(got)))
+    got, small = js.read("first", 1, 0, cursor=SEQUENTIAL)
+    assert reader_of(small) is None and len(got) == 10
+    consumer = Consumer(js, auto_offset_reset="earliest", max_poll_records=5000)
+    consumer.assign([TopicPartition("first", 0)])
+    served = js._reader.sequential.served
+    out: list[Record] = []
+    while len(out) < 1500:
+        out.extend(consumer.poll(5.0))
+    assert view(out) == [(i, None, b"s%d" % i) for i in range(1500)]
+    assert js._reader.sequential.served > served
+    consumer.close()
 
 
 def test_records_delivered_above_the_hwm_seen_wait_for_it(

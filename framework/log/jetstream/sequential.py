@@ -11,8 +11,10 @@ before, and the reader, if any, is dropped.
 
 :class:`Position` is this engine's :data:`~framework.log.types.Cursor`: the stream, the
 offset the next read should ask for, and the reader (if one runs). A reader is started only
-for a read that continues where the cursor's last read stopped *short of the end* (a
-backlog: a one-off read or a caught-up tail costs no consumer).
+for a read that continues where the cursor's last read stopped *short of the end*, or for
+a first read passed :data:`~framework.log.types.SEQUENTIAL` (the free consumer's, so the
+group member's) with :data:`MIN_BACKLOG` records ahead: a one-off read or a caught-up tail
+costs no consumer.
 
 Invariants (everything below runs on the bridge's loop, except :meth:`Position.drop`):
 
@@ -60,12 +62,17 @@ from framework.log.jetstream.connection import Connection
 from framework.log.jetstream.mapping import record_of
 from framework.log.jetstream.topics import Topics
 from framework.log.record import Record
+from framework.log.types import SEQUENTIAL
 
 MAX_RECORDS = 10_000
 """Records a reader buffers before it stops its consumer (about two reads' worth)."""
 
 MAX_BYTES = 8 << 20
 """Bytes of values (and keys) a reader buffers before it stops its consumer."""
+
+MIN_BACKLOG = 1_000
+"""Records a first read marked :data:`~framework.log.types.SEQUENTIAL` must find ahead of
+it to start a reader at once (fewer: direct gets, and a reader once a read stops short)."""
 
 RECORD_OVERHEAD = 128
 """Bytes a record is counted for beyond its value when a read's ``max_bytes`` is filled
@@ -178,6 +185,7 @@ class OrderedReader:
         self.arrived.set()
 
     def _pause(self) -> None:
+        self.owner.pauses += 1
         self.paused = True
         self._token = None
         asyncio.get_running_loop().create_task(self._unsubscribe())
@@ -324,7 +332,9 @@ class Sequential:
         self.topics = topics
         self.readers: set[OrderedReader] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.served = 0  # reads a reader answered (tests and benchmarks look)
+        # what tests and benchmarks look at: reads a reader answered, reads answered by
+        # direct gets, times a reader stopped its consumer at the buffer's bound
+        self.served = self.direct = self.pauses = 0
 
     async def read(
         self,
@@ -348,6 +358,11 @@ class Sequential:
             pos.more = False
         if pos is None:
             pos = Position(stream, offset)
+            if cursor is SEQUENTIAL:  # a consumer's first read: a backlog gets a reader
+                known = self.topics.marks.get(stream)
+                if known is None or known[1] <= offset:
+                    await self.topics.state(topic, partition)
+                pos.more = self._end(stream, upto) - offset >= MIN_BACKLOG
         pos.next = offset
         reader = pos.reader
         if reader is not None and (reader.dead or reader.created != created):
@@ -367,6 +382,7 @@ class Sequential:
                     pos.next = got[-1].offset + 1
                 return got, pos
         records: list[Record] = await direct(offset)
+        self.direct += 1
         if records:
             if reader is not None:  # it could not answer what exists: stalled or behind
                 pos.drop()

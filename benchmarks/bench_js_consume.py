@@ -8,7 +8,9 @@ drains all ``--records`` records (100-byte values) once:
 
 * ``member``      a ``GroupConsumer`` (``JetStreamCoordination``, a fresh group each round,
                   auto-commit, ``max_poll_records`` 2,000) polling until it holds them all;
-                  timed from its first record (the join is ``bench_js_groups.py``'s). Its
+                  timed from its first fetch (its partitions are paused as assigned, so
+                  the join, ``bench_js_groups.py``'s figure, is not timed and no read
+                  starts before the clock). Its
                   fetcher's first read of a partition is a direct get, the next ones come
                   from the ordered consumer its cursor carries (``sequential.py``): the
                   bench prints how many reads each answered
@@ -240,17 +242,22 @@ def readers(
             auto_offset_reset="earliest",
             enable_auto_commit=True,
             max_poll_records=2000,
+            on_assigned=lambda parts: consumer.pause(*parts),
         )
         try:
-            first = consumer.poll(30.0)  # the join and the first fetch, not timed
-            count = len(first)
+            deadline = time.monotonic() + 30
+            while len(consumer.assignment()) < PARTITIONS:  # the join, not timed: the
+                assert time.monotonic() < deadline  # partitions are paused as assigned,
+                consumer.poll(0.2)  # so no read starts before the timed drain
+            consumer.resume(*consumer.assignment())
+            count = 0
 
             def drain() -> None:
                 nonlocal count
                 while count < total:
                     count += len(consumer.poll(1.0))
 
-            out = timed(total - len(first), drain)
+            out = timed(total, drain)
             seq = log._reader.sequential
             out |= {"served": seq.served, "direct": seq.direct, "pauses": seq.pauses}
         finally:

@@ -191,7 +191,7 @@ class Consumer:
                 tp.partition,
                 pos,
                 max_bytes=self.fetch_max_bytes,
-                cursor=self._cursors[tp] or SEQUENTIAL,
+                cursor=SEQUENTIAL if self._cursors[tp] is None else self._cursors[tp],
             )
         except OffsetOutOfRangeError as err:
             pos = self._reset(tp, err)

@@ -30,9 +30,10 @@ Invariants (everything below runs on the bridge's loop, except :meth:`Position.d
   A non-compacted partition's first record must be the one asked (else the direct path
   decides: records removed by retention are an offset out of range); a compacted
   partition's gaps are accepted, as the direct path accepts them.
-* A read never waits on the buffer longer than :data:`WAIT_S` while the marks say records
-  exist beyond it (a consumer whose server died is recreated only after two missed 5 s
-  heartbeats): it then drops the reader and reads directly.
+* A read waits on the buffer while the marks say records exist beyond it only as long as
+  the reader delivers: :data:`WAIT_S` from the read's start or the reader's last delivery,
+  :data:`MAX_WAIT_S` at most (a consumer whose server died is recreated by nats-py only
+  after two missed 5 s heartbeats); it then drops the reader and reads directly.
 * Bounded: a reader buffering :data:`MAX_RECORDS` records or :data:`MAX_BYTES` of values
   deletes its consumer (a member that stops polling stops the push) and starts a new one
   at the next offset once reads took the buffer below half.
@@ -79,7 +80,11 @@ RECORD_OVERHEAD = 128
 from the buffer: about its stored subject and headers, as a direct get counts them."""
 
 WAIT_S = 0.2
-"""How long a read waits for a reader to deliver what the marks say exists."""
+"""How long a read waits for a reader to deliver what the marks say exists, from the
+read's start or the reader's last delivery (a loaded machine delays a healthy one)."""
+
+MAX_WAIT_S = 1.0
+"""The longest a read waits for a reader that keeps delivering below the asked offset."""
 
 BACKOFF_S = 1.0
 """After a reader was dropped as stalled (or could not start), reads of that cursor are
@@ -111,6 +116,7 @@ class OrderedReader:
         self.covered = 0  # the offset after the last record delivered (its stream sequence)
         self.dead = False
         self.paused = False
+        self.last = 0.0  # time.monotonic() of the last delivery
         self.arrived = asyncio.Event()
         self.sub: Any = None
         self.consumer: str | None = None
@@ -179,6 +185,7 @@ class OrderedReader:
             record_of(self.topic, self.partition, seq - 1, msg.subject, data, hdrs, stamp)
         )
         self.covered = seq
+        self.last = time.monotonic()
         self.bytes += len(data)
         if len(self.buffer) >= MAX_RECORDS or self.bytes >= MAX_BYTES:
             self._pause()
@@ -234,8 +241,7 @@ class OrderedReader:
         self, offset: int, max_bytes: int, upto: int | None, compacted: bool
     ) -> list[Record] | None:
         """Records from ``offset`` (the cursor's next), or ``None``: read directly."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT_S
+        start = time.monotonic()
         topics = self.owner.topics
         refreshed = False
         while True:
@@ -265,7 +271,8 @@ class OrderedReader:
             hwm = self._end(None)
             if hwm <= max(offset, self.covered):
                 return [] if hwm >= offset else None  # caught up (or out of range)
-            left = deadline - loop.time()
+            due = min(start + MAX_WAIT_S, max(start, self.last) + WAIT_S)
+            left = due - time.monotonic()
             if left <= 0:
                 return None  # stalled: drop it (a failover) and read directly
             self.arrived.clear()

@@ -8,7 +8,12 @@ drains all ``--records`` records (100-byte values) once:
 
 * ``member``      a ``GroupConsumer`` (``JetStreamCoordination``, a fresh group each round,
                   auto-commit, ``max_poll_records`` 2,000) polling until it holds them all;
-                  timed from its first record (the join is ``bench_js_groups.py``'s)
+                  timed from its first fetch (its partitions are paused as assigned, so
+                  the join, ``bench_js_groups.py``'s figure, is not timed and no read
+                  starts before the clock). Its
+                  fetcher's first read of a partition is a direct get, the next ones come
+                  from the ordered consumer its cursor carries (``sequential.py``): the
+                  bench prints how many reads each answered
 * ``free``        eventlane's free ``Consumer`` assigned the 4 partitions (no group)
 * raw nats-py, each on its own connection and event loop thread, every partition at once:
 
@@ -237,17 +242,24 @@ def readers(
             auto_offset_reset="earliest",
             enable_auto_commit=True,
             max_poll_records=2000,
+            on_assigned=lambda parts: consumer.pause(*parts),
         )
         try:
-            first = consumer.poll(30.0)  # the join and the first fetch, not timed
-            count = len(first)
+            deadline = time.monotonic() + 30
+            while len(consumer.assignment()) < PARTITIONS:  # the join, not timed: the
+                assert time.monotonic() < deadline  # partitions are paused as assigned,
+                consumer.poll(0.2)  # so no read starts before the timed drain
+            consumer.resume(*consumer.assignment())
+            count = 0
 
             def drain() -> None:
                 nonlocal count
                 while count < total:
                     count += len(consumer.poll(1.0))
 
-            out = timed(total - len(first), drain)
+            out = timed(total, drain)
+            seq = log._reader.sequential
+            out |= {"served": seq.served, "direct": seq.direct, "pauses": seq.pauses}
         finally:
             consumer.close()
             coordination.close()
@@ -343,6 +355,9 @@ def main() -> None:
     for name in (*raws, *mine):
         bench.add(f"{name}: CPU of this process", "us/rec", f"{name}.cpu_us")
         bench.add(f"{name}: CPU of the 3 servers", "us/rec", f"{name}.server_cpu_us")
+    bench.add("member: reads answered by its ordered consumers", "reads", "member.served")
+    bench.add("member: reads answered by direct gets", "reads", "member.direct")
+    bench.add("member: consumers stopped at the buffer's bound", "times", "member.pauses")
     bench.add("member / fastest raw, per round", "x", ratio, target=Target(">=", 0.8))
     bench.add("free consumer / fastest raw, per round", "x", free_ratio)
     bench.add(

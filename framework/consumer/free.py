@@ -21,7 +21,7 @@ from typing import NamedTuple
 from framework.errors import ConfigError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from framework.log.port import Log
 from framework.log.record import Record, TopicPartition
-from framework.log.types import Cursor
+from framework.log.types import SEQUENTIAL, Cursor
 from framework.observability import get_logger
 
 log = get_logger("eventlane.consumer")
@@ -191,12 +191,12 @@ class Consumer:
                 tp.partition,
                 pos,
                 max_bytes=self.fetch_max_bytes,
-                cursor=self._cursors[tp],
+                cursor=SEQUENTIAL if self._cursors[tp] is None else self._cursors[tp],
             )
         except OffsetOutOfRangeError as err:
             pos = self._reset(tp, err)
             records, cursor = self.log.read(
-                tp.topic, tp.partition, pos, max_bytes=self.fetch_max_bytes
+                tp.topic, tp.partition, pos, max_bytes=self.fetch_max_bytes, cursor=SEQUENTIAL
             )
         self._cursors[tp] = cursor
         if records:

@@ -28,6 +28,7 @@ __all__ = [
     "Progress",
     "RecordTuple",
     "RetentionReport",
+    "SEQUENTIAL",
     "TopicDescription",
     "wall_clock_ms",
 ]
@@ -57,7 +58,14 @@ Cursor = NewType("Cursor", object)
 """Where a sequential reader left off, so that the next ``read`` skips the lookup.
 
 Opaque: an engine's own value behind the port's type. Callers only pass back what ``read``
-returned for the same partition; an engine ignores a cursor that is not its own."""
+returned for the same partition, or :data:`SEQUENTIAL`; an engine ignores a cursor that is
+not its own."""
+
+SEQUENTIAL = Cursor(object())
+"""The cursor of a first read by a reader that will read on from where each read ends
+(a consumer's fetcher after an assignment or a seek): an engine may read ahead for it
+(JetStream starts an ordered consumer when a backlog is there); to the others it is no
+cursor."""
 
 
 class Expect(NamedTuple):

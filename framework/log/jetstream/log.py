@@ -369,6 +369,7 @@ class JetStreamLog:
 
     async def _close_connection(self) -> None:
         await self._wakeups.pay_now()  # the last append's wake: flushed by the client's close
+        await self._reader.sequential.close()  # (their consumers deleted)
         await self._conn.nc.close()
 
     def __enter__(self) -> JetStreamLog:

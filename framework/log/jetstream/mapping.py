@@ -20,11 +20,12 @@ import base64
 import functools
 import hashlib
 import re
+from datetime import datetime
 
 import orjson
 
 from framework.errors import InvalidTopicError
-from framework.log.record import Header
+from framework.log.record import Header, Record, TimestampType
 
 MAX_INLINE_KEY = 192
 H_TS, H_TT, H_NULL, H_HDRS, H_KEY = "El-Ts", "El-Tt", "El-Null", "El-H", "El-Key"
@@ -124,3 +125,42 @@ def decode_headers(raw: str | None) -> tuple[Header, ...]:
     return tuple(
         (str(name), None if v is None else _unb64(v)) for name, v in orjson.loads(_unb64(raw))
     )
+
+
+def record_of(
+    topic: str,
+    partition: int,
+    offset: int,
+    subject: str,
+    data: bytes,
+    hdrs: dict[str, str],
+    stamp_ns: int | None = None,
+) -> Record:
+    """The record a stored message is. Its timestamp: ``El-Ts``, else the server's
+    (``stamp_ns``, a delivered message's, or a direct get's ``Nats-Time-Stamp``)."""
+    token = subject.rsplit(".", 1)[-1]
+    if H_TS in hdrs:
+        ts = int(hdrs[H_TS])
+    elif stamp_ns is not None:
+        ts = stamp_ns // 1_000_000
+    else:
+        ts = server_time(hdrs.get("Nats-Time-Stamp"))
+    return Record(
+        topic,
+        partition,
+        offset,
+        ts,
+        TimestampType.LOG_APPEND_TIME if hdrs.get(H_TT) else TimestampType.CREATE_TIME,
+        key_from_token(token, hdrs),
+        None if hdrs.get(H_NULL) else data,
+        decode_headers(hdrs.get(H_HDRS)),
+    )
+
+
+def server_time(stamp: str | None) -> int:
+    """Milliseconds of the server's ``Nats-Time-Stamp`` (RFC 3339, UTC); 0 if none."""
+    if not stamp:
+        return 0
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    base = datetime.fromisoformat(head + "+00:00")
+    return int(base.timestamp() * 1000) + int((frac + "000")[:3])

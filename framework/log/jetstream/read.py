@@ -7,7 +7,9 @@ falling back to the leader itself (:meth:`Reader.leader_next`): a record an appe
 process acknowledged is always readable by it next. Per-key reads are subject-filtered
 (``next_by_subj``) below the key's last sequence as the leader knows it; there is no index
 of our own. Offsets above the HWM a stale node reports are asked again before they are
-refused as out of range (a committed offset another process saw at the leader).
+refused as out of range (a committed offset another process saw at the leader). A read
+that continues a backlog where its cursor's last read stopped is answered from an ordered
+push consumer instead (:mod:`.sequential`).
 
 Invariants: nothing here writes; every coroutine runs on the bridge's loop and bounds its
 waits (:data:`DIRECT_TRIES` timeouts, then the leader under the retry rule).
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from datetime import datetime
+from collections.abc import Coroutine
 from typing import Any
 
 import nats.errors
@@ -29,8 +31,10 @@ from framework.log.jetstream import errors as e
 from framework.log.jetstream import mapping as m
 from framework.log.jetstream.bridge import Bridge
 from framework.log.jetstream.connection import Connection
+from framework.log.jetstream.mapping import record_of
+from framework.log.jetstream.sequential import Sequential
 from framework.log.jetstream.topics import Topics
-from framework.log.record import Record, TimestampType
+from framework.log.record import Record
 from framework.log.types import Cursor
 
 READ_BATCH_RECORDS = 10_000
@@ -40,33 +44,6 @@ atomic-publish limit, used here before) cost a round trip per 1,000 records."""
 
 DIRECT_TRIES = 3
 """Direct gets that time out (a replica cut off or frozen) before a read asks the leader."""
-
-
-def record_of(
-    topic: str, partition: int, offset: int, subject: str, data: bytes, hdrs: dict[str, str]
-) -> Record:
-    """The record a stored message is (:mod:`.mapping`)."""
-    token = subject.rsplit(".", 1)[-1]
-    ts = int(hdrs[m.H_TS]) if m.H_TS in hdrs else server_time(hdrs.get("Nats-Time-Stamp"))
-    return Record(
-        topic,
-        partition,
-        offset,
-        ts,
-        TimestampType.LOG_APPEND_TIME if hdrs.get(m.H_TT) else TimestampType.CREATE_TIME,
-        m.key_from_token(token, hdrs),
-        None if hdrs.get(m.H_NULL) else data,
-        m.decode_headers(hdrs.get(m.H_HDRS)),
-    )
-
-
-def server_time(stamp: str | None) -> int:
-    """Milliseconds of the server's ``Nats-Time-Stamp`` (RFC 3339, UTC); 0 if none."""
-    if not stamp:
-        return 0
-    head, _, frac = stamp.rstrip("Z").partition(".")
-    base = datetime.fromisoformat(head + "+00:00")
-    return int(base.timestamp() * 1000) + int((frac + "000")[:3])
 
 
 def _integer(value: object) -> bool:
@@ -93,6 +70,7 @@ class Reader:
         self.bridge = bridge  # None: the asyncio face (the sync methods are not used)
         self.topics = topics
         self.namespace = conn.namespace
+        self.sequential = Sequential(conn, topics)
 
     @property
     def _bridge(self) -> Bridge:
@@ -112,9 +90,17 @@ class Reader:
         """Records from ``offset`` below ``min(HWM, upto)``, about ``max_bytes`` at most (at
         least one record if any is there)."""
         check_read(topic, partition, offset, upto)
-        compacted = self.topics.check_partition(topic, partition).config.compact
-        coro = self.records(topic, partition, offset, max_bytes, upto, compacted)
-        return self._bridge.run(coro), None
+        meta = self.topics.check_partition(topic, partition)
+        compacted = meta.config.compact
+
+        def direct(at: int) -> Coroutine[Any, Any, list[Record]]:
+            return self.records(topic, partition, at, max_bytes, upto, compacted)
+
+        coro = self.sequential.read(
+            topic, partition, offset, max_bytes, upto, compacted, meta.created, cursor, direct
+        )
+        records, position = self._bridge.run(coro)
+        return records, Cursor(position)
 
     async def read_async(
         self,

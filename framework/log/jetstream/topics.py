@@ -67,6 +67,7 @@ class Meta(NamedTuple):
     partitions: int
     config: TopicConfig
     checked: float
+    created: int | None = None  # the registry's created_ms: a recreated topic differs
 
 
 def _exists(meta: Meta, partition: object) -> bool:
@@ -258,7 +259,12 @@ class Topics:
             self.meta.pop(name, None)
             raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)
         body = orjson.loads(raw)
-        meta = Meta(int(body["partitions"]), TopicConfig.from_mapping(body["config"]), now)
+        meta = Meta(
+            int(body["partitions"]),
+            TopicConfig.from_mapping(body["config"]),
+            now,
+            body.get("created_ms"),
+        )
         self.meta[name] = meta
         return meta
 

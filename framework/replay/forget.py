@@ -55,12 +55,14 @@ from framework.observability import get_logger
 from framework.projection.breaker import breaker_path, load_tripped, save_tripped
 from framework.projection.dead_letters import dlq_topic
 from framework.projection.postgres import (
-    PgReadModel,
-    schema_tables,
-    scrub_files,
-    tables_holding,
+    connect_admin,
+    derived_schema,
+    drop_schema,
+    erase_dropped,
+    schema_exists,
+    schema_name,
 )
-from framework.projection.store import open_store, readmodel_url
+from framework.projection.store import readmodel_url
 from framework.replay.handoff import SCRUBBED_ERROR, rebuild_and_swap
 from framework.replay.progress import NO_PROGRESS, Progress
 
@@ -194,15 +196,21 @@ def forget(
     scrubbed: list[str] = []
     failed: list[str] = []
     local = runtime.log.local
+    databases: dict[str, list[str]] = {}  # PostgreSQL URL -> its projections' schemas
     for name in personal_projectors(runtime):
-        if readmodel_url(runtime, name) is not None:
-            _scrub_postgres(runtime, name, plain, scrubbed, failed)
-            continue
-        live = local.readmodel(runtime.names.local(name))
-        if not live.exists():
+        url = readmodel_url(runtime, name)
+        stem = runtime.names.local(name)
+        if url is None:
+            where = f"read model {local.readmodel(stem)}"
+            exists = local.readmodel(stem).exists()
+        else:
+            databases.setdefault(url, []).append(schema_name(stem))
+            where = f"read model {name!r} in PostgreSQL (schema {schema_name(stem)})"
+            exists = _schema_exists(url, schema_name(stem), where, failed)
+        if not exists:
             continue  # nothing applied yet: its workers will do everything, side effects too
         if not rebuild_readmodels:
-            failed.append(f"read model {live}: not rebuilt (--no-rebuild)")
+            failed.append(f"{where}: not rebuilt (--no-rebuild)")
             continue
         try:
             rebuild_and_swap(
@@ -215,12 +223,14 @@ def forget(
                 pause_timeout=swap_timeout,
             )
         except FrameworkError as exc:
-            failed.append(f"read model {live}: not rebuilt: {exc}")
+            failed.append(f"{where}: not rebuilt: {exc}")
             continue
         rebuilt.append(name)
     for name in personal_projectors(runtime):
         _scrub_dlq(runtime.log, runtime.names.group(name), carries, scrubbed)
     _scrub_files(local.readmodels(), plain, found, scrubbed, failed)
+    for url, schemas in databases.items():
+        _scrub_postgres(url, schemas, scrubbed, failed)
     unreadable = _count(found) if scan else {}
     report = ForgetReport(
         subjects_,
@@ -283,32 +293,47 @@ Coordinates = set[tuple[str, int, int]]
 Streams = set[tuple[str, bytes]]
 
 
-def _scrub_postgres(
-    runtime: Runtime, name: str, plain: list[str], scrubbed: list[str], failed: list[str]
-) -> None:
-    """A read model in PostgreSQL is not rebuilt (rebuilds into a schema are not built yet):
-    its live rows must hold none of the subjects' plain text (the app's ``on_forget`` hooks
-    delete or blank them), then its files are scrubbed
-    (:func:`~framework.projection.postgres.scrub_files`). Rows that still hold it are
-    reported, never called done."""
-    readmodel = open_store(runtime, name)
-    assert isinstance(readmodel, PgReadModel)
+def _schema_exists(url: str, schema: str, where: str, failed: list[str]) -> bool:
     try:
-        holding = tables_holding(readmodel, plain)
-        if holding:
-            failed.append(
-                f"read model {name!r} in PostgreSQL (schema {readmodel.schema}): tables"
-                f" {', '.join(holding)} still hold the subjects' plain text (not rebuilt:"
-                " rebuilds on PostgreSQL are not built yet; delete those rows in an"
-                " on_forget hook)"
-            )
-            return
-        scrub_files(readmodel, schema_tables(readmodel))
-        scrubbed.append(f"PostgreSQL schema {readmodel.schema} (VACUUM FULL, WAL retired)")
+        with connect_admin(url) as raw:
+            return schema_exists(raw, schema)
     except FrameworkError as exc:
-        failed.append(f"read model {name!r} in PostgreSQL: {exc}")
-    finally:
-        readmodel.close()
+        failed.append(f"{where}: {exc}")
+        return False
+
+
+def _scrub_postgres(url: str, schemas: list[str], scrubbed: list[str], failed: list[str]) -> None:
+    """The rebuild schemas beside the live ones in one PostgreSQL database, then its WAL.
+
+    A ``<schema>__rebuild`` (a rebuild's output) and a ``<schema>__old`` (a swap's leftover)
+    are dropped; a ``<schema>__shadow`` is reported (a hand-off may be building it now). The
+    swapped-out live schemas were dropped by the swaps; their rows are left only in the
+    write-ahead log, which :func:`~framework.projection.postgres.erase_dropped` erases."""
+    names = ", ".join(schemas)
+    try:
+        for schema in schemas:
+            for suffix in ("rebuild", "old"):
+                derived = derived_schema(schema, suffix)
+                if drop_schema(url, derived):
+                    scrubbed.append(f"PostgreSQL schema {derived}: dropped (a rebuild output)")
+            shadow = derived_schema(schema, "shadow")
+            with connect_admin(url) as raw:
+                if schema_exists(raw, shadow):
+                    failed.append(
+                        f"PostgreSQL schema {shadow}: a hand-off's shadow read model (left by"
+                        " an interrupted rebuild, or one running now) may hold the subjects'"
+                        " data: drop it while no rebuild runs, then run forget again"
+                    )
+    except FrameworkError as exc:
+        failed.append(f"PostgreSQL database of schemas {names}: {exc}")
+        return
+    problems = erase_dropped(url)
+    for problem in problems:
+        failed.append(f"PostgreSQL database of schemas {names}: {problem}")
+    if not problems:
+        scrubbed.append(
+            f"PostgreSQL database of schemas {names}: the WAL that held the dropped rows retired"
+        )
 
 
 def _find(

@@ -332,7 +332,8 @@ def _scrub_postgres(url: str, schemas: list[str], scrubbed: list[str], failed: l
         failed.append(f"PostgreSQL database of schemas {names}: {problem}")
     if not problems:
         scrubbed.append(
-            f"PostgreSQL database of schemas {names}: the WAL that held the dropped rows retired"
+            f"PostgreSQL database of schemas {names}: the statistics catalogs rewritten and the"
+            " WAL that held the dropped rows retired"
         )
 
 

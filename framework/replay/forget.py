@@ -26,7 +26,12 @@
    worker logs under ``readmodels/`` lose the subjects' plain text, and rebuild outputs
    (``NAME.rebuild.sqlite``) and partial Spark parts (``.NAME*.parts-*``) are deleted; a
    hand-off's ``NAME.shadow.sqlite`` is reported as not scrubbed (another process may be
-   building it), so the run fails until it is gone.
+   building it), so the run fails until it is gone;
+8. per PostgreSQL database holding such read models (the same steps 6 and 7 for schemas:
+   the rebuild swaps ``<schema>__shadow`` in, ``<schema>__rebuild``/``__old`` are dropped,
+   a ``<schema>__shadow`` is reported): the copies the dropped tables left are erased
+   (:func:`~framework.projection.postgres.erase_dropped`: the statistics catalogs
+   rewritten, the WAL retired), or what may still hold them is reported.
 
 :class:`ForgetReport` lists every place scrubbed and every place that could not be
 (``not_scrubbed``; the CLI then exits 1 and the journal stays). Forgetting is idempotent:

@@ -422,11 +422,28 @@ def schema_exists(raw: Any, schema: str) -> bool:
 
 def drop_schema(url: str, schema: str) -> bool:
     """Drop ``schema`` and everything in it, under its writer lock (a writer of it finishes
-    its transaction first); return whether it existed."""
-    with connect_admin(url) as raw, raw.transaction():
-        raw.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema),))
-        existed = schema_exists(raw, schema)
-        raw.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    its transaction first); return whether it existed.
+
+    A session that keeps one of its tables locked (a reader's open transaction) for
+    ``lock_timeout`` refuses it: :class:`~framework.errors.ProjectionError` (as a writer
+    lock held too long), nothing dropped; a lost connection:
+    :class:`ReadModelUnavailableError` (whether it was dropped is unknown)."""
+    psycopg = _psycopg()
+    try:
+        with connect_admin(url) as raw, raw.transaction():
+            raw.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema),))
+            existed = schema_exists(raw, schema)
+            raw.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    except psycopg.errors.LockNotAvailable as exc:
+        raise ProjectionError(
+            f"schema {schema} not dropped: another session kept it locked for"
+            f" {BUSY_TIMEOUT_S:g} s (a reader's open transaction?); try again once it ends"
+        ) from exc
+    except psycopg.Error as exc:
+        raise ReadModelUnavailableError(
+            f"dropping schema {schema}: the database connection failed ({exc}); whether it"
+            " was dropped is unknown"
+        ) from exc
     return existed
 
 

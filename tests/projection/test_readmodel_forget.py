@@ -291,3 +291,40 @@ def test_forget_says_when_recycled_wal_segments_may_keep_the_subject(
         ERASED,
         ERASED,
     )
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
+def test_a_reader_holding_the_swapped_out_schema_is_reported_then_the_next_run_finishes(
+    engine: str, data: Path, searched: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A console's open transaction on the live table keeps the swapped-out schema from
+    being dropped (its lock): forget says so (exit 1, never a crash, never "done"); once the
+    reader is gone, the next run (the journal's subjects) drops it and nothing is left."""
+    monkeypatch.setattr("framework.projection.postgres.BUSY_TIMEOUT_S", 1.0)
+    case = Case.draw(1)
+    subject = next(f"m-{i}" for i in range(case.joined) if f"m-{i}" not in case.poison)
+    with app.open(data) as runtime:
+        for i in range(case.joined):
+            case.join(runtime, i)
+        worker = Worker(runtime, "roster", poll_timeout=0.2)
+        try:
+            while worker.run_once():
+                pass
+        finally:
+            worker.close()
+        reader = psycopg.connect(os.environ[READMODELS_ENV])  # a transaction left open
+        try:
+            reader.execute(f'SELECT count(*) FROM "{schema_name("roster")}".roster').fetchone()
+            report = forget(runtime, subject)
+        finally:
+            reader.close()
+        assert report.rebuilt == ("roster",)
+        assert [line for line in report.not_scrubbed if "roster__old" in line], report
+        assert files_holding(searched, person(int(subject[2:]))[0])  # still in the old one
+        again = forget(runtime, [])
+    assert again.ok, again.not_scrubbed
+    assert table(data, "roster", "SELECT id, name, email FROM roster") == case.roster(
+        case.joined, (subject,)
+    )
+    for needle in person(int(subject[2:])):
+        assert files_holding(searched, needle) == [], needle

@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import psycopg
@@ -35,7 +36,10 @@ import pytest
 from click.testing import CliRunner
 from projection_kit import Workers, connect, view, wait_caught_up
 
-from framework import Runtime, forget, rebuild
+from example_apps.invoicing.app import app as invoicing
+from example_apps.invoicing.domain import Customer, Order
+from example_apps.invoicing.events import Address, CustomerMoved, CustomerRegistered, OrderLine
+from framework import App, EventContext, Projector, Runtime, forget, handles, rebuild
 from framework.cli import main
 from framework.domain.privacy import ERASED
 from framework.projection import Worker
@@ -328,3 +332,102 @@ def test_a_reader_holding_the_swapped_out_schema_is_reported_then_the_next_run_f
     )
     for needle in person(int(subject[2:])):
         assert files_holding(searched, needle) == [], needle
+
+
+class Directory(Projector):
+    """Customers' names and cities (personal), through the portable table API."""
+
+    name = "directory"
+    topics = (Customer,)
+
+    def setup(self, db: Any) -> None:
+        db.execute("CREATE TABLE directory (customer_id TEXT PRIMARY KEY, name TEXT, city TEXT)")
+
+    @handles
+    def registered(self, e: CustomerRegistered, ctx: EventContext) -> None:
+        ctx.table("directory").upsert(
+            {"customer_id": ctx.aggregate_id, "name": e.name, "city": e.address.city},
+            key=["customer_id"],
+        )
+
+    @handles
+    def moved(self, e: CustomerMoved, ctx: EventContext) -> None:
+        ctx.table("directory").update(
+            {"customer_id": ctx.aggregate_id}, set={"city": e.address.city}
+        )
+
+
+shop = App(
+    "invoicing",
+    aggregates=invoicing.aggregates,
+    projectors=[*invoicing.projectors.values(), Directory],
+    registry=invoicing.registry,
+    partitions=3,
+    on_forget=invoicing.on_forget,
+)
+
+
+def customer(i: int) -> tuple[str, str, str]:
+    """Name, street and city of customer ``i`` as registered (moved: every third)."""
+    return f"Ada Quixotic-{i:02d} Lovelace", f"{i:02d} Zanzibar Crescent", "Oslo"
+
+
+def rows_of(data: Path, models: dict[str, tuple[str, ...]]) -> dict[str, list[tuple[Any, ...]]]:
+    out = {}
+    for name, tables in models.items():
+        with connect(data, name) as conn:
+            for t in tables:
+                out[t] = sorted(tuple(r) for r in conn.execute(f"SELECT * FROM {t}"))
+    return out
+
+
+@BOTH
+def test_forgetting_an_invoicing_customer_leaves_no_byte_of_them_and_the_others_intact(
+    engine: str, data: Path, searched: list[Path]
+) -> None:
+    """The acceptance line of issue 34 on the invoicing app: after forget of a customer no
+    file (on PostgreSQL: the cluster's) holds their name or streets; the directory equals
+    the model of what was written, and every other read model is unchanged."""
+    customers, gone = 6, 3
+    with shop.open(data) as rt:
+        for i in range(customers):
+            name, street, city = customer(i)
+            c = Customer(f"cust-{i:04d}")
+            c.register(name, Address(street, city, "NO"))
+            if i % 3 == 0:
+                c.move(Address(f"{i:02d} Moved Lane", "Graz", "AT"))
+            rt.save(c)
+            order = Order(f"order-{i:04d}")
+            order.place(c.id, [OrderLine("sku-001", 2, 500)], Address(street, city, "NO"))
+            order.confirm()
+            rt.save(order)
+        order_ = ["invoicing_policy", *(n for n in shop.projectors if n != "invoicing_policy")]
+        for name in order_:
+            Worker(rt, name, session_timeout_ms=3000).run(
+                until=lambda n=name: rt.status(n)["lag"] == 0
+            )
+        others = {  # read model: its tables (no personal data)
+            "invoices": ("invoices",),
+            "customer_balances": ("customer_balances", "invoice_owners"),
+            "orders_by_status": ("orders", "order_lines"),
+        }
+        before = rows_of(data, others)
+        assert len(before["invoices"]) == customers and len(before["orders"]) == customers
+        needles = (customer(gone)[0], customer(gone)[1])
+        for needle in needles:  # positive control
+            assert files_holding(searched, needle), needle
+        report = forget(rt, f"cust-{gone:04d}")
+        assert report.ok, report.not_scrubbed
+        assert "directory" in report.rebuilt
+    for needle in needles:
+        assert files_holding(searched, needle) == [], needle
+    assert files_holding(searched, customer(gone + 1)[0])  # control: the others are found
+    expected = {
+        f"cust-{i:04d}": (
+            ERASED if i == gone else customer(i)[0],
+            "" if i == gone else "Graz" if i % 3 == 0 else customer(i)[2],
+        )
+        for i in range(customers)
+    }
+    assert table(data, "directory", "SELECT customer_id, name, city FROM directory") == expected
+    assert rows_of(data, others) == before

@@ -232,7 +232,12 @@ def test_forget_rebuilds_the_read_model_under_a_live_worker_and_no_file_keeps_th
     for mid in forgotten:  # positive control: the plain text is there before
         if mid not in case.poison:
             for needle in person(int(mid[2:])):
-                assert files_holding(searched, needle), needle
+                found = files_holding(searched, needle)
+                assert found, needle
+                if engine == "postgresql":  # the table's file (base/) and the WAL
+                    assert {"base", "pg_wal"} <= {Path(f).parent.parent.name for f in found} | {
+                        Path(f).parent.name for f in found
+                    }, found
 
     done = CliRunner().invoke(
         main, ["--data", str(data), "forget", APP, *forgotten, "--json"], catch_exceptions=False

@@ -28,8 +28,9 @@
    hand-off's ``NAME.shadow.sqlite`` is reported as not scrubbed (another process may be
    building it), so the run fails until it is gone;
 8. per PostgreSQL database holding such read models (the same steps 6 and 7 for schemas:
-   the rebuild swaps ``<schema>__shadow`` in, ``<schema>__rebuild``/``__old`` are dropped,
-   a ``<schema>__shadow`` is reported): the copies the dropped tables left are erased
+   the rebuild swaps ``<schema>__shadow`` in, ``<schema>__rebuild`` with its Spark stages,
+   ``__verify`` and ``__old`` are dropped, a ``<schema>__shadow`` is reported): the
+   copies the dropped tables left are erased
    (:func:`~framework.projection.postgres.erase_dropped`: the statistics catalogs
    rewritten, the WAL retired), or what may still hold them is reported.
 
@@ -66,9 +67,11 @@ from framework.projection.postgres import (
     erase_dropped,
     schema_exists,
     schema_name,
+    stage_schemas,
 )
 from framework.projection.store import readmodel_url
 from framework.replay.handoff import SCRUBBED_ERROR, rebuild_and_swap
+from framework.replay.pg_build import drop_stages
 from framework.replay.progress import NO_PROGRESS, Progress
 
 if TYPE_CHECKING:
@@ -310,25 +313,31 @@ def _schema_exists(url: str, schema: str, where: str, failed: list[str]) -> bool
 def _scrub_postgres(url: str, schemas: list[str], scrubbed: list[str], failed: list[str]) -> None:
     """The rebuild schemas beside the live ones in one PostgreSQL database, then its WAL.
 
-    A ``<schema>__rebuild`` (a rebuild's output) and a ``<schema>__old`` (a swap's leftover)
-    are dropped; a ``<schema>__shadow`` is reported (a hand-off may be building it now). The
-    swapped-out live schemas were dropped by the swaps; their rows are left only in the
-    write-ahead log, which :func:`~framework.projection.postgres.erase_dropped` erases."""
+    A ``<schema>__rebuild`` (a rebuild's output), the stage schemas of a Spark build of it
+    (a killed task's), a ``<schema>__verify`` (``--verify``'s scratch build) and a
+    ``<schema>__old`` (a swap's leftover) are dropped; a ``<schema>__shadow`` and the stages
+    of its Spark build are reported (a hand-off may be building them now). The swapped-out
+    live schemas were dropped by the swaps; what is left of their rows (statistics, WAL)
+    :func:`~framework.projection.postgres.erase_dropped` erases."""
     names = ", ".join(schemas)
     try:
         for schema in schemas:
-            for suffix in ("rebuild", "old"):
+            for suffix in ("rebuild", "verify", "old"):
                 derived = derived_schema(schema, suffix)
                 if drop_schema(url, derived):
                     scrubbed.append(f"PostgreSQL schema {derived}: dropped (a rebuild output)")
+            for stage in drop_stages(url, derived_schema(schema, "rebuild")):
+                scrubbed.append(f"PostgreSQL schema {stage}: dropped (a Spark task's stage)")
             shadow = derived_schema(schema, "shadow")
             with connect_admin(url) as raw:
-                if schema_exists(raw, shadow):
-                    failed.append(
-                        f"PostgreSQL schema {shadow}: a hand-off's shadow read model (left by"
-                        " an interrupted rebuild, or one running now) may hold the subjects'"
-                        " data: drop it while no rebuild runs, then run forget again"
-                    )
+                building = [shadow] if schema_exists(raw, shadow) else []
+                building += stage_schemas(raw, shadow)
+            for name in building:
+                failed.append(
+                    f"PostgreSQL schema {name}: a hand-off's shadow read model or its stage"
+                    " (left by an interrupted rebuild, or one running now) may hold the"
+                    " subjects' data: drop it while no rebuild runs, then run forget again"
+                )
     except FrameworkError as exc:
         failed.append(f"PostgreSQL database of schemas {names}: {exc}")
         return

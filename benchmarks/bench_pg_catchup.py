@@ -117,7 +117,15 @@ def catch_up(runtime: Any, readmodel: Any, batch: int, server_pid: int | None) -
     srv = (server_cpu(server_pid) - srv0) if server_pid else 0.0
     consumer.close()
     readmodel.close()
-    return {"rate": done / wall, "wall": wall, "client": cpu / wall, "server": srv / wall}
+    figures = {"rate": done / wall, "wall": wall, "client": cpu / wall, "server": srv / wall}
+    print(
+        f"  {type(readmodel).__name__}: {done} events in {wall:.1f} s, {figures['rate']:,.0f}"
+        f" ev/s, this process {100 * figures['client']:.0f} %, server"
+        f" {100 * figures['server']:.0f} % of wall, load {psutil.getloadavg()[0]:.1f}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return figures
 
 
 def main() -> None:

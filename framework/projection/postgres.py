@@ -45,7 +45,7 @@ import functools
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -422,11 +422,28 @@ def schema_exists(raw: Any, schema: str) -> bool:
 
 def drop_schema(url: str, schema: str) -> bool:
     """Drop ``schema`` and everything in it, under its writer lock (a writer of it finishes
-    its transaction first); return whether it existed."""
-    with connect_admin(url) as raw, raw.transaction():
-        raw.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema),))
-        existed = schema_exists(raw, schema)
-        raw.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    its transaction first); return whether it existed.
+
+    A session that keeps one of its tables locked (a reader's open transaction) for
+    ``lock_timeout`` refuses it: :class:`~framework.errors.ProjectionError` (as a writer
+    lock held too long), nothing dropped; a lost connection:
+    :class:`ReadModelUnavailableError` (whether it was dropped is unknown)."""
+    psycopg = _psycopg()
+    try:
+        with connect_admin(url) as raw, raw.transaction():
+            raw.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema),))
+            existed = schema_exists(raw, schema)
+            raw.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    except psycopg.errors.LockNotAvailable as exc:
+        raise ProjectionError(
+            f"schema {schema} not dropped: another session kept it locked for"
+            f" {BUSY_TIMEOUT_S:g} s (a reader's open transaction?); try again once it ends"
+        ) from exc
+    except psycopg.Error as exc:
+        raise ReadModelUnavailableError(
+            f"dropping schema {schema}: the database connection failed ({exc}); whether it"
+            " was dropped is unknown"
+        ) from exc
     return existed
 
 
@@ -494,59 +511,66 @@ def check_schemas(url: str, hwm: Callable[[str, int], int | None]) -> list[Schem
 
 
 # ---------------------------------------------------------------------------- erasure
-def scrub_files(readmodel: PgReadModel, tables: Iterable[str]) -> None:
-    """After rows were deleted (committed): remove their bytes from the database's files.
+_SEGMENT = "^[0-9A-F]{24}$"
+_STATISTICS = ("pg_catalog.pg_statistic", "pg_catalog.pg_statistic_ext_data")
 
-    ``DELETE`` only marks a row dead; its bytes stay in the table's file until the space is
-    reused, and in the write-ahead log. This rewrites each table (``VACUUM FULL``: a new
-    file for the table and its indexes, the old ones unlinked at the next checkpoint), then
-    switches to a new WAL segment and checkpoints, twice, so the segments that held the rows
-    are retired. Measured on PostgreSQL 15 (tests/projection/test_pg_erasure.py): after it,
-    a byte search of the data directory finds none of the deleted plain text, provided the
-    server runs with ``wal_recycle = off`` (otherwise a retired segment is renamed for
-    reuse and keeps its old bytes until overwritten) and nothing else holds old WAL (an
-    archive, a replication slot, ``wal_keep_size``). Needs a role allowed to
-    ``CHECKPOINT`` and ``pg_switch_wal()`` (a superuser, or ``pg_checkpoint`` plus that
-    grant). Standbys and backups are beyond its reach: they hold their own copies.
+
+def erase_dropped(url: str) -> list[str]:
+    """After schemas that held erased data were dropped (committed): remove what is left of
+    their rows in the database's files, and say what may still hold it (empty: nothing).
+
+    A dropped table's files are truncated at commit and unlinked at the next checkpoint;
+    two other places keep copies of its values:
+
+    * the planner's statistics (``pg_statistic``: most common values and histogram bounds
+      that ``ANALYZE``, autovacuum's included, copied from the table). Dropping the table
+      deletes its statistics rows, but a deleted row keeps its bytes in the catalog's file
+      until the file is rewritten: so ``VACUUM FULL`` both statistics catalogs (a new file;
+      the old one is unlinked at the checkpoint);
+    * the write-ahead log: this switches to a new WAL segment and checkpoints, twice, so
+      every segment up to the one current at the start is removed; then it checks that
+      none of those is left in ``pg_wal`` (``wal_keep_size``, a replication slot or an
+      archiver behind keeps them) and that the server runs with ``wal_recycle = off``
+      (otherwise a removed segment is renamed for reuse and keeps its old bytes until it is
+      overwritten, under a future name no check can tell).
+
+    Needs a superuser (``VACUUM FULL`` of a catalog, ``CHECKPOINT``, ``pg_switch_wal()``,
+    ``pg_ls_waldir()``); a refusal is reported, never taken as done. Standbys, archives and
+    backups hold their own copies, beyond its reach.
     """
-    for table in tables:
-        readmodel.raw.execute(f'VACUUM FULL "{table}"')
-    for _ in range(2):
-        readmodel.raw.execute("SELECT pg_switch_wal()")
-        readmodel.raw.execute("CHECKPOINT")
-
-
-def tables_holding(readmodel: PgReadModel, plain: Sequence[str]) -> list[str]:
-    """The tables of the read model's schema with a live row whose text columns contain one
-    of ``plain`` (the forgotten subjects' plain text)."""
-    if not plain:
-        return []
-    patterns = [
-        "%" + p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in plain
-    ]
-    columns = readmodel.raw.execute(
-        "SELECT table_name, column_name FROM information_schema.columns WHERE"
-        " table_schema = %s AND data_type IN ('text', 'character varying', 'character',"
-        " 'json', 'jsonb')",
-        (readmodel.schema,),
-    ).fetchall()
-    holding: list[str] = []
-    for table, column in columns:
-        if table in holding:
-            continue
-        found = readmodel.raw.execute(
-            f'SELECT 1 FROM "{table}" WHERE "{column}"::text LIKE ANY(%s) LIMIT 1', (patterns,)
-        ).fetchone()
-        if found is not None:
-            holding.append(str(table))
-    return holding
-
-
-def schema_tables(readmodel: PgReadModel) -> list[str]:
-    rows = readmodel.raw.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (readmodel.schema,)
-    )
-    return [str(r[0]) for r in rows]
+    psycopg = _psycopg()
+    problems: list[str] = []
+    try:
+        with connect_admin(url) as raw:
+            for catalog in _STATISTICS:
+                raw.execute(f"VACUUM FULL {catalog}")
+            first = str(raw.execute("SELECT pg_walfile_name(pg_current_wal_lsn())").fetchone()[0])
+            for _ in range(2):
+                raw.execute("SELECT pg_switch_wal()")
+                raw.execute("CHECKPOINT")
+            if str(raw.execute("SHOW wal_recycle").fetchone()[0]) != "off":
+                problems.append(
+                    "the server runs with wal_recycle = on: the WAL segments that held the"
+                    " rows are renamed for reuse and keep their bytes until overwritten; set"
+                    " wal_recycle = off (ALTER SYSTEM, then SELECT pg_reload_conf()) and run"
+                    " forget again"
+                )
+            kept = raw.execute(
+                "SELECT count(*), min(name) FROM pg_ls_waldir() WHERE name ~ %s AND name <= %s",
+                (_SEGMENT, first),
+            ).fetchone()
+            if int(kept[0]):
+                problems.append(
+                    f"{kept[0]} WAL segment(s) from {kept[1]} that may hold the rows are still"
+                    " kept in pg_wal (wal_keep_size, a replication slot or an archiver behind"
+                    " keeps them): run forget again once they are released"
+                )
+    except (psycopg.Error, ReadModelUnavailableError) as exc:
+        problems.append(
+            f"cannot erase the dropped rows' copies ({exc}): forget needs a superuser role"
+            " (VACUUM FULL of pg_statistic, CHECKPOINT, pg_switch_wal(), pg_ls_waldir())"
+        )
+    return problems
 
 
 # ---------------------------------------------------------------------------- migrations

@@ -26,7 +26,13 @@
    worker logs under ``readmodels/`` lose the subjects' plain text, and rebuild outputs
    (``NAME.rebuild.sqlite``) and partial Spark parts (``.NAME*.parts-*``) are deleted; a
    hand-off's ``NAME.shadow.sqlite`` is reported as not scrubbed (another process may be
-   building it), so the run fails until it is gone.
+   building it), so the run fails until it is gone;
+8. per PostgreSQL database holding such read models (the same steps 6 and 7 for schemas:
+   the rebuild swaps ``<schema>__shadow`` in, ``<schema>__rebuild`` with its Spark stages,
+   ``__verify`` and ``__old`` are dropped, a ``<schema>__shadow`` is reported): the
+   copies the dropped tables left are erased
+   (:func:`~framework.projection.postgres.erase_dropped`: the statistics catalogs
+   rewritten, the WAL retired), or what may still hold them is reported.
 
 :class:`ForgetReport` lists every place scrubbed and every place that could not be
 (``not_scrubbed``; the CLI then exits 1 and the journal stays). Forgetting is idempotent:
@@ -55,13 +61,17 @@ from framework.observability import get_logger
 from framework.projection.breaker import breaker_path, load_tripped, save_tripped
 from framework.projection.dead_letters import dlq_topic
 from framework.projection.postgres import (
-    PgReadModel,
-    schema_tables,
-    scrub_files,
-    tables_holding,
+    connect_admin,
+    derived_schema,
+    drop_schema,
+    erase_dropped,
+    schema_exists,
+    schema_name,
+    stage_schemas,
 )
-from framework.projection.store import open_store, readmodel_url
+from framework.projection.store import readmodel_url
 from framework.replay.handoff import SCRUBBED_ERROR, rebuild_and_swap
+from framework.replay.pg_build import drop_stages
 from framework.replay.progress import NO_PROGRESS, Progress
 
 if TYPE_CHECKING:
@@ -194,15 +204,21 @@ def forget(
     scrubbed: list[str] = []
     failed: list[str] = []
     local = runtime.log.local
+    databases: dict[str, list[str]] = {}  # PostgreSQL URL -> its projections' schemas
     for name in personal_projectors(runtime):
-        if readmodel_url(runtime, name) is not None:
-            _scrub_postgres(runtime, name, plain, scrubbed, failed)
-            continue
-        live = local.readmodel(runtime.names.local(name))
-        if not live.exists():
+        url = readmodel_url(runtime, name)
+        stem = runtime.names.local(name)
+        if url is None:
+            where = f"read model {local.readmodel(stem)}"
+            exists = local.readmodel(stem).exists()
+        else:
+            databases.setdefault(url, []).append(schema_name(stem))
+            where = f"read model {name!r} in PostgreSQL (schema {schema_name(stem)})"
+            exists = _schema_exists(url, schema_name(stem), where, failed)
+        if not exists:
             continue  # nothing applied yet: its workers will do everything, side effects too
         if not rebuild_readmodels:
-            failed.append(f"read model {live}: not rebuilt (--no-rebuild)")
+            failed.append(f"{where}: not rebuilt (--no-rebuild)")
             continue
         try:
             rebuild_and_swap(
@@ -215,12 +231,14 @@ def forget(
                 pause_timeout=swap_timeout,
             )
         except FrameworkError as exc:
-            failed.append(f"read model {live}: not rebuilt: {exc}")
+            failed.append(f"{where}: not rebuilt: {exc}")
             continue
         rebuilt.append(name)
     for name in personal_projectors(runtime):
         _scrub_dlq(runtime.log, runtime.names.group(name), carries, scrubbed)
     _scrub_files(local.readmodels(), plain, found, scrubbed, failed)
+    for url, schemas in databases.items():
+        _scrub_postgres(url, schemas, scrubbed, failed)
     unreadable = _count(found) if scan else {}
     report = ForgetReport(
         subjects_,
@@ -283,32 +301,54 @@ Coordinates = set[tuple[str, int, int]]
 Streams = set[tuple[str, bytes]]
 
 
-def _scrub_postgres(
-    runtime: Runtime, name: str, plain: list[str], scrubbed: list[str], failed: list[str]
-) -> None:
-    """A read model in PostgreSQL is not rebuilt (rebuilds into a schema are not built yet):
-    its live rows must hold none of the subjects' plain text (the app's ``on_forget`` hooks
-    delete or blank them), then its files are scrubbed
-    (:func:`~framework.projection.postgres.scrub_files`). Rows that still hold it are
-    reported, never called done."""
-    readmodel = open_store(runtime, name)
-    assert isinstance(readmodel, PgReadModel)
+def _schema_exists(url: str, schema: str, where: str, failed: list[str]) -> bool:
     try:
-        holding = tables_holding(readmodel, plain)
-        if holding:
-            failed.append(
-                f"read model {name!r} in PostgreSQL (schema {readmodel.schema}): tables"
-                f" {', '.join(holding)} still hold the subjects' plain text (not rebuilt:"
-                " rebuilds on PostgreSQL are not built yet; delete those rows in an"
-                " on_forget hook)"
-            )
-            return
-        scrub_files(readmodel, schema_tables(readmodel))
-        scrubbed.append(f"PostgreSQL schema {readmodel.schema} (VACUUM FULL, WAL retired)")
+        with connect_admin(url) as raw:
+            return schema_exists(raw, schema)
     except FrameworkError as exc:
-        failed.append(f"read model {name!r} in PostgreSQL: {exc}")
-    finally:
-        readmodel.close()
+        failed.append(f"{where}: {exc}")
+        return False
+
+
+def _scrub_postgres(url: str, schemas: list[str], scrubbed: list[str], failed: list[str]) -> None:
+    """The rebuild schemas beside the live ones in one PostgreSQL database, then its WAL.
+
+    A ``<schema>__rebuild`` (a rebuild's output), the stage schemas of a Spark build of it
+    (a killed task's), a ``<schema>__verify`` (``--verify``'s scratch build) and a
+    ``<schema>__old`` (a swap's leftover) are dropped; a ``<schema>__shadow`` and the stages
+    of its Spark build are reported (a hand-off may be building them now). The swapped-out
+    live schemas were dropped by the swaps; what is left of their rows (statistics, WAL)
+    :func:`~framework.projection.postgres.erase_dropped` erases."""
+    names = ", ".join(schemas)
+    try:
+        for schema in schemas:
+            for suffix in ("rebuild", "verify", "old"):
+                derived = derived_schema(schema, suffix)
+                if drop_schema(url, derived):
+                    scrubbed.append(f"PostgreSQL schema {derived}: dropped (a rebuild output)")
+            for stage in drop_stages(url, derived_schema(schema, "rebuild")):
+                scrubbed.append(f"PostgreSQL schema {stage}: dropped (a Spark task's stage)")
+            shadow = derived_schema(schema, "shadow")
+            with connect_admin(url) as raw:
+                building = [shadow] if schema_exists(raw, shadow) else []
+                building += stage_schemas(raw, shadow)
+            for name in building:
+                failed.append(
+                    f"PostgreSQL schema {name}: a hand-off's shadow read model or its stage"
+                    " (left by an interrupted rebuild, or one running now) may hold the"
+                    " subjects' data: drop it while no rebuild runs, then run forget again"
+                )
+    except FrameworkError as exc:
+        failed.append(f"PostgreSQL database of schemas {names}: {exc}")
+        return
+    problems = erase_dropped(url)
+    for problem in problems:
+        failed.append(f"PostgreSQL database of schemas {names}: {problem}")
+    if not problems:
+        scrubbed.append(
+            f"PostgreSQL database of schemas {names}: the statistics catalogs rewritten and the"
+            " WAL that held the dropped rows retired"
+        )
 
 
 def _find(

@@ -55,14 +55,21 @@ import attrs
 
 from framework.app import Runtime
 from framework.consumer.admin import describe_group, group_exists
-from framework.errors import ConfigError, FrameworkError, ReplayError
+from framework.errors import FrameworkError, ReplayError
 from framework.log import Log, TopicPartition
 from framework.log.files import fsync_dir
 from framework.log.local import LocalDir
 from framework.observability import get_logger
 from framework.projection import BatchApplier, ReadModel, ReadModelView
 from framework.projection.pause import PauseControl
-from framework.projection.postgres import PgReadModel, derived_schema, drop_schema, schema_name
+from framework.projection.postgres import (
+    FrameworkConnection,
+    PgReadModel,
+    connect_admin,
+    derived_schema,
+    drop_schema,
+    schema_name,
+)
 from framework.projection.store import readmodel_url
 from framework.replay.build import (
     BuildCounts,
@@ -251,11 +258,6 @@ def rebuild_and_swap(
     """
     url = readmodel_url(runtime, projection)
     if url is not None:
-        if upto_live:
-            raise ConfigError(
-                f"projection {projection!r} has its read model in PostgreSQL: forget's"
-                " rebuild of a schema is not built yet; nothing was done"
-            )
         return swap_schema(
             runtime,
             projection,
@@ -265,6 +267,8 @@ def rebuild_and_swap(
             catch_up_rounds=catch_up_rounds,
             progress=progress,
             before_swap=before_swap,
+            upto_live=upto_live,
+            scrub_error=scrub_error,
             **rebuild_options,
         )
     local, stem = runtime.log.local, runtime.names.local(projection)
@@ -273,7 +277,9 @@ def rebuild_and_swap(
     control = PauseControl(local, stem)
     topics = runtime.topics_of(projection)
     if upto_live:
-        rebuild_options["end"] = _live_vector(runtime.log, live, topics)
+        rebuild_options["end"] = _live_vector(
+            runtime.log, _live_positions(live, True) or {}, topics
+        )
     result = rebuild(
         runtime, projection, engine=engine, output=shadow, progress=progress, **rebuild_options
     )
@@ -354,17 +360,30 @@ def swap_schema(
     catch_up_rounds: int,
     progress: Progress,
     before_swap: Callable[[RebuildResult], None] | None,
+    upto_live: bool = False,
+    scrub_error: Callable[[bytes | None], bool] | None = None,
     **rebuild_options: Any,
 ) -> HandoffResult:
     """The hand-off of a read model in PostgreSQL (see the module docstring's PostgreSQL
     section): build ``<schema>__shadow``, catch it up, then, holding the live schema's
     writer lock, catch it up to the high-water marks, give it the live generations and
-    owner, and rename it to the live name in the same transaction."""
+    owner, and rename it to the live name in the same transaction. ``upto_live`` and
+    ``scrub_error`` as in :func:`rebuild_and_swap` (the live positions of the final
+    catch-up and the dead letters carried over are read under the lock)."""
     local, stem = runtime.log.local, runtime.names.local(projection)
     live, path = schema_name(stem), local.readmodel(stem)
     shadow, old = derived_schema(live, "shadow"), derived_schema(live, "old")
     topics = runtime.topics_of(projection)
     target = PgTarget(url, shadow, path)
+
+    def upto() -> dict[TopicPartition, int] | None:
+        if not upto_live:
+            return None
+        with connect_admin(url) as raw:
+            return schema_positions(raw, live)
+
+    if upto_live:
+        rebuild_options["end"] = _live_vector(runtime.log, upto() or {}, topics)
     result = rebuild(
         runtime, projection, engine=engine, output=target, progress=progress, **rebuild_options
     )
@@ -380,7 +399,7 @@ def swap_schema(
         applier = BatchApplier(projector, runtime.codec, building, replaying=True)
         caught_up = 0
         for _ in range(catch_up_rounds):
-            n = catch_up(runtime.log, applier, topics)
+            n = catch_up(runtime.log, applier, topics, upto())
             caught_up += n
             if n < catch_up_records:
                 break
@@ -388,11 +407,15 @@ def swap_schema(
         holder = PgReadModel(url, live, path)
         t_pause = time.monotonic()
         with holder.transaction():  # the live writer lock: no worker transaction runs now
-            final = catch_up(runtime.log, applier, topics)
+            raw = holder.raw
+            final = catch_up(
+                runtime.log, applier, topics, schema_positions(raw, live) if upto_live else None
+            )
             applier.close()
             building.close()
             building = None
-            raw = holder.raw
+            if upto_live:
+                carry_schema_dead_letters(raw, live, shadow, scrub_error)
             raw.execute(
                 f'UPDATE "{shadow}"._eventlane_positions s SET generation = l.generation'
                 f' FROM "{live}"._eventlane_positions l'
@@ -448,10 +471,11 @@ def _live_positions(live: Path, wanted: bool) -> dict[TopicPartition, int] | Non
         return view.positions()
 
 
-def _live_vector(log_: Log, live: Path, topics: tuple[str, ...]) -> dict[TopicPartition, int]:
-    """The live file's positions as a full end vector (a partition it never saw: its
+def _live_vector(
+    log_: Log, positions: Mapping[TopicPartition, int], topics: tuple[str, ...]
+) -> dict[TopicPartition, int]:
+    """The live model's ``positions`` as a full end vector (a partition it never saw: its
     low-water mark, i.e. nothing)."""
-    positions = _live_positions(live, True) or {}
     vector = {}
     for topic in sorted(set(topics)):
         if not log_.topic_exists(topic):
@@ -471,17 +495,13 @@ def carry_dead_letters(
     """Replace the shadow's dead letters by the live file's history (see
     :func:`rebuild_and_swap`, ``upto_live``); ReplayError if the rebuild dead-lettered an
     event the live model had applied."""
-    columns = (
-        "id, topic, partition, offset, key, value, headers, event_type, error, attempts,"
-        " status, created_ms, published"
-    )
     with ReadModelView(live) as view:
         conn = view.conn
         rows = (
             []
             if conn is None
             else conn.execute(
-                f"SELECT {columns} FROM _eventlane_dead_letters ORDER BY id"
+                f"SELECT {_LETTER_COLUMNS} FROM _eventlane_dead_letters ORDER BY id"
             ).fetchall()
         )
     failed = {
@@ -490,6 +510,63 @@ def carry_dead_letters(
             "SELECT topic, partition, offset, status FROM _eventlane_dead_letters"
         )
     }
+    carried = _carried_letters(rows, failed, scrub_error)
+    shadow.execute("BEGIN IMMEDIATE")
+    shadow.execute("DELETE FROM _eventlane_dead_letters")
+    shadow.executemany(
+        f"INSERT INTO _eventlane_dead_letters ({_LETTER_COLUMNS}) VALUES"
+        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        carried,
+    )
+    shadow.execute("COMMIT")
+
+
+def carry_schema_dead_letters(
+    raw: Any,
+    live: str,
+    shadow: str,
+    scrub_error: Callable[[bytes | None], bool] | None,
+) -> None:
+    """:func:`carry_dead_letters` between two schemas, inside ``raw``'s transaction (the
+    swap's, under the live writer lock); the shadow's id sequence continues after the
+    carried ids."""
+    conn = FrameworkConnection(raw)
+    rows = conn.execute(
+        f'SELECT {_LETTER_COLUMNS} FROM "{live}"._eventlane_dead_letters ORDER BY id'
+    ).fetchall()
+    failed = {
+        (t, int(p), int(o)): status
+        for t, p, o, status in conn.execute(
+            f'SELECT topic, partition, offset, status FROM "{shadow}"._eventlane_dead_letters'
+        )
+    }
+    carried = _carried_letters([tuple(r) for r in rows], failed, scrub_error)
+    table = f'"{shadow}"._eventlane_dead_letters'
+    conn.execute(f"DELETE FROM {table}")
+    conn.executemany(
+        f"INSERT INTO {table} ({_LETTER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        carried,
+    )
+    raw.execute(
+        "SELECT setval(pg_get_serial_sequence(%s, 'id'),"
+        f" coalesce((SELECT max(id) FROM {table}), 0) + 1, false)",
+        (table,),
+    )
+
+
+_LETTER_COLUMNS = (
+    "id, topic, partition, offset, key, value, headers, event_type, error, attempts,"
+    " status, created_ms, published"
+)
+
+
+def _carried_letters(
+    rows: list[Any],
+    failed: Mapping[tuple[str, int, int], str],
+    scrub_error: Callable[[bytes | None], bool] | None,
+) -> list[list[Any]]:
+    """The live model's dead-letter ``rows`` (:data:`_LETTER_COLUMNS`) as the shadow keeps
+    them, given the letters the rebuild wrote (``failed``: coordinates to status)."""
     known = {(r[1], r[2], r[3]) for r in rows}
     lost = sorted(c for c in failed if c not in known)
     if lost:
@@ -510,11 +587,4 @@ def carry_dead_letters(
         if (row[1], row[2], row[3]) not in failed and row[10] in ("dead", "parked"):
             row[10] = "retried"  # the rebuild applied it
         carried.append(row)
-    shadow.execute("BEGIN IMMEDIATE")
-    shadow.execute("DELETE FROM _eventlane_dead_letters")
-    shadow.executemany(
-        f"INSERT INTO _eventlane_dead_letters ({columns}) VALUES"
-        " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        carried,
-    )
-    shadow.execute("COMMIT")
+    return carried

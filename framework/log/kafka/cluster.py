@@ -70,8 +70,12 @@ def java_binary() -> str:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: a random UUID in URL-safe base64 without padding (22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: a random UUID in URL-safe base64 without padding (22 chars),
+    never starting with ``-`` (the storage tool would take it for an option; Kafka's own
+    ``Uuid.randomUuid`` draws again for the same reason)."""
+    while (cid := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))[0] == "-":
+        pass
+    return cid
 
 
 @attrs.define

@@ -2,7 +2,8 @@
  * framework.log._native: the log's hot loops in C.
  *
  * Optional speedups; every function here has a pure-Python reference that the tests prove
- * identical (framework/log/partitioner.py for the hash, framework/log/embedded/batch.py for the codec):
+ * identical (framework/log/partitioner.py for the hash, framework/log/embedded/batch.py for the codec,
+ * framework/log/kafka/records.py for take_messages):
  *
  *   murmur2(data) -> int                      Kafka's Utils.murmur2, a signed 32-bit int
  *   partition_for_key(key, n) -> int          (murmur2(key) & 0x7fffffff) % n
@@ -13,6 +14,8 @@
  *   index_keys(buf, start, end, base_offset, last, key_id) -> int    (the cleaner's pass 1)
  *   keep_flags(buf, start, end, base_offset, last, key_id, horizon) -> (bytes, int | None)
  *                                                               (the cleaner's pass 2)
+ *   take_messages(msgs, topic, partition, nxt, stop, size, max_bytes, kinds, out,
+ *                 record_cls) -> (int, int, int)    (KafkaLog's read of consumed messages)
  *
  * The record layout (all integers big-endian) is documented in framework/log/embedded/batch.py:
  *
@@ -1306,6 +1309,247 @@ error:
 #undef BAD
 
 /* ------------------------------------------------------------------------------------- */
+/* take_messages: KafkaLog's read of what a Kafka consumer handed back                     */
+/* ------------------------------------------------------------------------------------- */
+
+/* Call a method descriptor of the messages' type on message m (a new reference). */
+static inline PyObject *
+call_on(PyObject *descr, PyObject *m)
+{
+    return PyObject_Vectorcall(descr, &m, 1, NULL);
+}
+
+/* take_messages(msgs, topic, partition, nxt, stop, size, max_bytes, kinds, out, record_cls, /)
+ *     -> (i, size, nxt)
+ *
+ * framework.log.kafka.records._py_take_messages in one pass over a list of confluent-kafka
+ * messages: from the first, skip those below offset nxt (fetched for an earlier assignment),
+ * append a record_cls(topic, partition, offset, timestamp, kinds[tstype], key, value,
+ * tuple(headers) or ()) to out for each while its offset is below stop (stop < 0: none) and
+ * size (the value bytes out holds) is below max_bytes (the first of an empty out always), and
+ * stop at the first message with an error (an event). Returns the index of the first message
+ * not used, the new size and the offset after the last record taken. The messages' methods
+ * are called through their type's descriptors (no attribute lookup per message); records
+ * without headers are untracked from the cyclic GC, as decode_records' are. */
+static PyObject *
+native_take_messages(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *msgs, *topic, *partition, *kinds, *out, *record_cls;
+    PyObject *d_error = NULL, *d_offset = NULL, *d_timestamp = NULL, *d_key = NULL;
+    PyObject *d_value = NULL, *d_headers = NULL, *empty = NULL;
+    PyObject *off_obj = NULL, *value = NULL, *stamp = NULL, *key = NULL, *headers = NULL;
+    PyTypeObject *msg_type;
+    long long nxt, stop, size, max_bytes;
+    Py_ssize_t i = 0, n, nkinds;
+    int direct, untrack_ok;
+    (void)module;
+
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "take_messages takes 10 arguments, got %zd", nargs);
+        return NULL;
+    }
+    msgs = args[0];
+    topic = args[1];
+    partition = args[2];
+    kinds = args[7];
+    out = args[8];
+    record_cls = args[9];
+    if (!PyList_Check(msgs) || !PyList_Check(out) || !PyTuple_Check(kinds)) {
+        PyErr_SetString(PyExc_TypeError, "take_messages wants msgs and out lists, kinds a tuple");
+        return NULL;
+    }
+    nxt = PyLong_AsLongLong(args[3]);
+    stop = PyLong_AsLongLong(args[4]);
+    size = PyLong_AsLongLong(args[5]);
+    max_bytes = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    n = PyList_GET_SIZE(msgs);
+    if (n == 0) {
+        return Py_BuildValue("(nLL)", (Py_ssize_t)0, size, nxt);
+    }
+    nkinds = PyTuple_GET_SIZE(kinds);
+    direct = direct_alloc_ok(record_cls, 8);
+    untrack_ok = PyUnicode_CheckExact(topic) && PyLong_CheckExact(partition);
+    msg_type = Py_TYPE(PyList_GET_ITEM(msgs, 0));
+    if ((d_error = PyObject_GetAttrString((PyObject *)msg_type, "error")) == NULL ||
+        (d_offset = PyObject_GetAttrString((PyObject *)msg_type, "offset")) == NULL ||
+        (d_timestamp = PyObject_GetAttrString((PyObject *)msg_type, "timestamp")) == NULL ||
+        (d_key = PyObject_GetAttrString((PyObject *)msg_type, "key")) == NULL ||
+        (d_value = PyObject_GetAttrString((PyObject *)msg_type, "value")) == NULL ||
+        (d_headers = PyObject_GetAttrString((PyObject *)msg_type, "headers")) == NULL ||
+        (empty = PyTuple_New(0)) == NULL) {
+        goto error;
+    }
+    for (i = 0; i < n && i < PyList_GET_SIZE(msgs); i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i), *err, *h, *kind, *rec;
+        long long off;
+        Py_ssize_t vlen;
+        int is_event;
+
+        if (Py_TYPE(m) != msg_type) {
+            PyErr_Format(PyExc_TypeError, "take_messages: message %zd is a %s, not a %s", i,
+                         Py_TYPE(m)->tp_name, msg_type->tp_name);
+            goto error;
+        }
+        Py_INCREF(m); /* held across the calls below */
+        if ((err = call_on(d_error, m)) == NULL) {
+            Py_DECREF(m);
+            goto error;
+        }
+        is_event = err != Py_None;
+        Py_DECREF(err);
+        if (is_event) {
+            Py_DECREF(m);
+            break;
+        }
+        if ((off_obj = call_on(d_offset, m)) == NULL) {
+            Py_DECREF(m);
+            goto error;
+        }
+        if (off_obj == Py_None) { /* as m.offset() or 0 */
+            Py_SETREF(off_obj, PyLong_FromLong(0));
+            if (off_obj == NULL) {
+                Py_DECREF(m);
+                goto error;
+            }
+        }
+        off = PyLong_AsLongLong(off_obj);
+        if (off == -1 && PyErr_Occurred()) {
+            Py_DECREF(m);
+            goto error;
+        }
+        if (off < nxt) { /* fetched for an earlier assignment of the partition: dropped */
+            Py_CLEAR(off_obj);
+            Py_DECREF(m);
+            continue;
+        }
+        if ((stop >= 0 && off >= stop) || (size >= max_bytes && PyList_GET_SIZE(out) > 0)) {
+            Py_CLEAR(off_obj);
+            Py_DECREF(m);
+            break;
+        }
+        if ((value = call_on(d_value, m)) == NULL || (stamp = call_on(d_timestamp, m)) == NULL ||
+            (key = call_on(d_key, m)) == NULL || (h = call_on(d_headers, m)) == NULL) {
+            Py_DECREF(m);
+            goto error;
+        }
+        Py_DECREF(m);
+        if (h == Py_None || (PyList_Check(h) && PyList_GET_SIZE(h) == 0)) {
+            Py_DECREF(h);
+            headers = empty;
+            Py_INCREF(headers);
+        }
+        else {
+            headers = PySequence_Tuple(h);
+            Py_DECREF(h);
+            if (headers == NULL) {
+                goto error;
+            }
+        }
+        if (value == Py_None) {
+            vlen = 0;
+        }
+        else if ((vlen = PyObject_Length(value)) < 0) {
+            goto error;
+        }
+        if (!PyTuple_Check(stamp) || PyTuple_GET_SIZE(stamp) != 2 ||
+            !PyLong_Check(PyTuple_GET_ITEM(stamp, 0))) {
+            PyErr_SetString(PyExc_TypeError, "take_messages: a timestamp is not (type, ms)");
+            goto error;
+        }
+        {
+            Py_ssize_t t = PyLong_AsSsize_t(PyTuple_GET_ITEM(stamp, 0));
+            if (t < 0 || t >= nkinds) {
+                if (!PyErr_Occurred()) {
+                    PyErr_Format(PyExc_ValueError, "take_messages: timestamp type %zd", t);
+                }
+                goto error;
+            }
+            kind = PyTuple_GET_ITEM(kinds, t);
+        }
+        if (direct) {
+            PyTypeObject *tp = (PyTypeObject *)record_cls;
+            rec = tp == &PyTuple_Type ? PyTuple_New(8) : tp->tp_alloc(tp, 8);
+            if (rec == NULL) {
+                goto error;
+            }
+            Py_INCREF(topic);
+            Py_INCREF(partition);
+            Py_INCREF(kind);
+            PyTuple_SET_ITEM(rec, 0, topic);
+            PyTuple_SET_ITEM(rec, 1, partition);
+            PyTuple_SET_ITEM(rec, 2, off_obj);
+            PyTuple_SET_ITEM(rec, 3, Py_NewRef(PyTuple_GET_ITEM(stamp, 1)));
+            PyTuple_SET_ITEM(rec, 4, kind);
+            PyTuple_SET_ITEM(rec, 5, key);
+            PyTuple_SET_ITEM(rec, 6, value);
+            PyTuple_SET_ITEM(rec, 7, headers);
+            /* atoms only (str, int, bytes, None; kinds' items: ints or int enum members,
+             * which no record can be reachable from): never part of a cycle */
+            if (untrack_ok && headers == empty &&
+                PyLong_CheckExact(PyTuple_GET_ITEM(rec, 3)) &&
+                (key == Py_None || PyBytes_CheckExact(key)) &&
+                (value == Py_None || PyBytes_CheckExact(value))) {
+                PyObject_GC_UnTrack(rec);
+            }
+            off_obj = key = value = headers = NULL;
+        }
+        else {
+            PyObject *argv[8];
+            argv[0] = topic;
+            argv[1] = partition;
+            argv[2] = off_obj;
+            argv[3] = PyTuple_GET_ITEM(stamp, 1);
+            argv[4] = kind;
+            argv[5] = key;
+            argv[6] = value;
+            argv[7] = headers;
+            rec = PyObject_Vectorcall(record_cls, argv, 8, NULL);
+            Py_CLEAR(off_obj);
+            Py_CLEAR(key);
+            Py_CLEAR(value);
+            Py_CLEAR(headers);
+            if (rec == NULL) {
+                goto error;
+            }
+        }
+        Py_CLEAR(stamp);
+        if (PyList_Append(out, rec) < 0) {
+            Py_DECREF(rec);
+            goto error;
+        }
+        Py_DECREF(rec);
+        size += vlen;
+        nxt = off + 1;
+    }
+    Py_DECREF(d_error);
+    Py_DECREF(d_offset);
+    Py_DECREF(d_timestamp);
+    Py_DECREF(d_key);
+    Py_DECREF(d_value);
+    Py_DECREF(d_headers);
+    Py_DECREF(empty);
+    return Py_BuildValue("(nLL)", i, size, nxt);
+
+error:
+    Py_XDECREF(off_obj);
+    Py_XDECREF(value);
+    Py_XDECREF(stamp);
+    Py_XDECREF(key);
+    Py_XDECREF(headers);
+    Py_XDECREF(d_error);
+    Py_XDECREF(d_offset);
+    Py_XDECREF(d_timestamp);
+    Py_XDECREF(d_key);
+    Py_XDECREF(d_value);
+    Py_XDECREF(d_headers);
+    Py_XDECREF(empty);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------- */
 /* Module                                                                                  */
 /* ------------------------------------------------------------------------------------- */
 
@@ -1339,6 +1583,12 @@ static PyMethodDef native_methods[] = {
      "keep_flags(buf, start, end, base_offset, last, key_id, horizon, /)\n--\n\n"
      "One byte per record of buf[start:end]: 1 if compaction keeps it (keyed, last offset\n"
      "of its key, not a tombstone below horizon); and the largest kept timestamp delta."},
+    {"take_messages", (PyCFunction)(void (*)(void))native_take_messages, METH_FASTCALL,
+     "take_messages(msgs, topic, partition, nxt, stop, size, max_bytes, kinds, out,\n"
+     "              record_cls, /)\n--\n\n"
+     "KafkaLog's read of consumed messages into records appended to out: offsets below\n"
+     "nxt skipped, below stop (< 0: none), while size < max_bytes, up to the first event;\n"
+     "returns (index of the first message not used, size, next offset)."},
     {NULL, NULL, 0, NULL},
 };
 

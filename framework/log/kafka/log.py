@@ -53,11 +53,9 @@ import hashlib
 import logging
 import threading
 import time
-from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from itertools import accumulate
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -95,7 +93,7 @@ from framework.log.kafka import order
 from framework.log.kafka.keyed import KeyIndex
 from framework.log.kafka.mapping import append_error, kafka_configs, topic_config
 from framework.log.kafka.producers import ProducerPool
-from framework.log.kafka.records import batches, kafka_records
+from framework.log.kafka.records import batches, take_messages
 from framework.log.local import LocalDir, default_data_dir
 from framework.log.record import Record
 from framework.log.remote import WakeSequence, parse_log_url
@@ -120,7 +118,6 @@ WAKE_TOPIC = "__eventlane_wake"
 """The namespace's topic that :meth:`KafkaLog.wake` writes to (not listed as a topic)."""
 _OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 """A fetch from outside the marks (librdkafka's name for it with auto.offset.reset=error)."""
-_error, _offset = Message.error, Message.offset
 _NOT_LEADERS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 META_REFRESH_S = 5.0
 """Age after which a topic's cached partition count and config are read again (in the
@@ -851,43 +848,26 @@ class KafkaLog:
                 msgs = ahead or rd.consumer.consume(num_messages=want, timeout=0.2)
                 ahead = []
                 at_end = not msgs
-                # the read's hot path: each step below is one C-level pass over the batch
-                errors = list(map(_error, msgs))  # KafkaError compares only to KafkaError
-                clean = len(msgs)
-                if any(errors):  # an event: take what comes before it, then see to it
-                    clean = next(i for i, e in enumerate(errors) if e is not None)
-                data = msgs[:clean] if clean < len(msgs) else msgs
-                offs = cast("list[int]", list(map(_offset, data)))  # data: never None
-                lo = bisect_left(offs, nxt)  # librdkafka may hand back what was fetched
-                hi = len(offs) if stop is None else bisect_left(offs, stop, lo)  # for an
-                took = hi - lo  # earlier assignment of this partition: dropped
-                if took and out and size >= max_bytes:
-                    took = 0
-                elif took and size + sum(map(len, data[lo:hi])) >= max_bytes:
-                    # each record is taken while those before it hold less than max_bytes
-                    # (the first of a read always)
-                    before = list(accumulate(map(len, data[lo:hi]), initial=size))
-                    took = max(bisect_left(before, max_bytes, 0, took), 0 if out else 1)
-                if took:
-                    taken = data[lo : lo + took]
-                    out += kafka_records(topic, partition, taken, offs[lo : lo + took])
-                    size += sum(map(len, taken))
-                    nxt = offs[lo + took - 1] + 1
-                if lo + took < len(data):
-                    # fetched ahead of what this call returns (past ``stop`` or max_bytes):
-                    # the next read from ``nxt`` starts with them
-                    rd.ahead = msgs[lo + took :]
-                    rd.reading = (topic, partition, nxt)
-                    return out, _cursor(nxt)
-                if clean < len(msgs):
-                    m, err = msgs[clean], cast(KafkaError, errors[clean])
+                # the read's hot path: one pass over the batch, in C (records.take_messages)
+                i, size, nxt = take_messages(
+                    msgs, topic, partition, nxt, -1 if stop is None else stop, size, max_bytes, out
+                )
+                if i < len(msgs):
+                    m = msgs[i]
+                    err = m.error()
+                    if err is None:
+                        # fetched ahead of what this call returns (past ``stop`` or
+                        # max_bytes): the next read from ``nxt`` starts with them
+                        rd.ahead = msgs[i:]
+                        rd.reading = (topic, partition, nxt)
+                        return out, _cursor(nxt)
                     code = err.code()
                     if code == KafkaError._PARTITION_EOF:
                         if m.partition() == partition and m.topic() == kname:
-                            rd.ahead = msgs[clean + 1 :]
+                            rd.ahead = msgs[i + 1 :]
                             at_end, eof_at = True, m.offset() or 0
                         else:  # another partition's end, from an earlier assignment
-                            ahead = msgs[clean + 1 :]
+                            ahead = msgs[i + 1 :]
                     elif code in _OUT_OF_RANGE:
                         rd.reading = None  # the consumer stopped: assign again
                         raise self._out_of_range(topic, partition, nxt)

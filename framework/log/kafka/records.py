@@ -8,13 +8,14 @@ the same operation needs).
 Invariants: :func:`batches` splits an append into Kafka record batches that each fit
 ``limit`` bytes (the topic's ``max.message.bytes`` and ``segment.bytes``) by the same size
 estimate whatever the split, and refuses (nothing sent) a record that fits no batch or an
-atomic append that fits no single batch. :func:`kafka_records` builds every
-:class:`~framework.log.record.Record` read from Kafka (:func:`kafka_record`: one).
+atomic append that fits no single batch. :func:`take_messages` builds the records of
+:class:`~framework.log.kafka.log.KafkaLog`'s reads, :func:`kafka_record` the group
+consumer's, the same :class:`~framework.log.record.Record` for the same message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 
 from confluent_kafka import Message
@@ -93,27 +94,74 @@ def batches(
 
 def kafka_record(topic: str, partition: int, m: Message, offset: int) -> Record:
     """A consumed message (no error) at ``offset`` as eventlane's :class:`Record`."""
-    return kafka_records(topic, partition, (m,), (offset,))[0]
+    t = m.timestamp()
+    h = m.headers()
+    return _new(
+        Record,
+        (topic, partition, offset, t[1], _KINDS[t[0]], m.key(), m.value(), tuple(h) if h else ()),
+    )
 
 
-def kafka_records(
-    topic: str, partition: int, msgs: Sequence[Message], offsets: Sequence[int]
-) -> list[Record]:
-    """Consumed messages (no errors) and their offsets as eventlane's records: one
-    comprehension, the read's per-record cost (no Python statement per record)."""
-    return [
-        _new(
-            Record,
-            (
-                topic,
-                partition,
-                at,
-                (t := m.timestamp())[1],
-                _KINDS[t[0]],
-                m.key(),
-                m.value(),
-                tuple(h) if (h := m.headers()) else (),
-            ),
-        )
-        for m, at in zip(msgs, offsets)  # noqa: B905 (equal lengths by construction; strict costs)
-    ]
+def _py_take_messages(
+    msgs: list[Message],
+    topic: str,
+    partition: int,
+    nxt: int,
+    stop: int,
+    size: int,
+    max_bytes: int,
+    kinds: tuple[int, ...],
+    out: list[Record],
+    record_cls: type[Record] = Record,
+) -> tuple[int, int, int]:
+    """The reference of :func:`take_messages` (used without the C extension)."""
+    del kinds, record_cls  # the C version's; kafka_record knows them
+    for i, m in enumerate(msgs):
+        if m.error() is not None:
+            return i, size, nxt
+        offset = m.offset() or 0
+        if offset < nxt:
+            continue  # fetched for an earlier assignment of this partition
+        if 0 <= stop <= offset or (out and size >= max_bytes):
+            return i, size, nxt
+        out.append(kafka_record(topic, partition, m, offset))
+        size += len(m)
+        nxt = offset + 1
+    return len(msgs), size, nxt
+
+
+TakeFn = Callable[
+    [list[Message], str, int, int, int, int, int, tuple[int, ...], list[Record], type[Record]],
+    tuple[int, int, int],
+]
+
+try:  # pragma: no cover - exercised by whichever implementation is present
+    from framework.log import _native  # type: ignore[attr-defined]
+
+    _take: TakeFn = _native.take_messages
+except ImportError:  # pragma: no cover
+    _take = _py_take_messages
+
+
+def take_messages(
+    msgs: list[Message],
+    topic: str,
+    partition: int,
+    nxt: int,
+    stop: int,
+    size: int,
+    max_bytes: int,
+    out: list[Record],
+) -> tuple[int, int, int]:
+    """A read's step over consumed messages ``msgs``, in one pass: skip those below offset
+    ``nxt`` (fetched for an earlier assignment), then append each message's record to
+    ``out`` while its offset is below ``stop`` (negative: no bound) and ``size`` (the value
+    bytes ``out`` holds) is below ``max_bytes`` (the first record of an empty ``out``
+    always), stopping at the first message with an error (an event). Returns the index of
+    the first message not used (an event, or a record left for the next read), the new
+    ``size`` and the offset after the last record taken.
+
+    In C (``framework.log._native.take_messages``: no Python step per message, records
+    without headers untracked from the cyclic GC) when the extension is built; the same
+    as :func:`_py_take_messages` either way (``tests/kafka_engine/test_kafka_take.py``)."""
+    return _take(msgs, topic, partition, nxt, stop, size, max_bytes, _KINDS, out, Record)

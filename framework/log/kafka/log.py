@@ -599,15 +599,25 @@ class KafkaLog:
         for attempt in (1, 2):
             try:
                 for key, value, headers, ts in records:
-                    produce(
-                        kname,
-                        value,
-                        key,
-                        partition=partition,
-                        on_delivery=done,
-                        timestamp=now if ts is None or append_time else ts,
-                        headers=list(headers) if headers else None,
-                    )
+                    if headers:
+                        produce(
+                            kname,
+                            value,
+                            key,
+                            partition=partition,
+                            on_delivery=done,
+                            timestamp=now if ts is None or append_time else ts,
+                            headers=list(headers),
+                        )
+                    else:  # no headers argument at all: -0.3 us a record (bench_kafka_engine)
+                        produce(
+                            kname,
+                            value,
+                            key,
+                            partition=partition,
+                            on_delivery=done,
+                            timestamp=now if ts is None or append_time else ts,
+                        )
                 break
             except (BufferError, KafkaException) as exc:
                 # nothing has left: the batch waits for the flush below
@@ -643,7 +653,7 @@ class KafkaLog:
         if append_time:  # the broker's clock
             stamps = [m.timestamp()[1] for m in delivered]
         else:  # the broker keeps a create time as sent
-            stamps = [now if ts is None else ts for *_, ts in records]
+            stamps = [now if ts is None else ts for _, _, _, ts in records]  # no list per *_
         return delivered[0].offset() or 0, delivered[-1].offset() or 0, stamps
 
     # ------------------------------------------------------------------ reads

@@ -60,7 +60,8 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKaf
         pytest.skip(f"no Kafka cluster here: {exc}")
     directory = tmp_path_factory.mktemp("kafka")
     started = time.monotonic()
-    # the kit stamps records in 2023: hourly retention checks leave them alone
+    # the kit stamps records in 2023: hourly retention checks (the first one as a broker
+    # starts, before any record: test_kafka_retention_check.py) leave them alone
     up = eventlane("kafka", "up", "--dir", str(directory), "--retention-check-ms", "3600000")
     cluster = LocalKafkaCluster.load(directory) if (directory / "cluster.json").exists() else None
     try:

@@ -49,14 +49,17 @@ class WakeSequence:
     """The wake-up count of one log object (module docstring)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._seq = 0
+        self._waiting = 0  # threads in wait(), counted under the lock
 
     def bump(self) -> None:
-        """Count a wake-up and wake every waiter."""
+        """Count a wake-up and wake every waiter (an append's step: no notify when none
+        waits)."""
         with self._cond:
             self._seq += 1
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
 
     def current(self) -> int:
         with self._cond:
@@ -65,4 +68,8 @@ class WakeSequence:
     def wait(self, seen: int, timeout: float) -> None:
         """Sleep until the count is no longer ``seen`` (or ``timeout`` seconds)."""
         with self._cond:
-            self._cond.wait_for(lambda: self._seq != seen, timeout)
+            self._waiting += 1
+            try:
+                self._cond.wait_for(lambda: self._seq != seen, timeout)
+            finally:
+                self._waiting -= 1

@@ -18,6 +18,7 @@ state broke (a fatal error) is never handed out again.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -36,28 +37,42 @@ class ProducerPool:
         self._free: list[Producer] = [Producer(config)]
         self._all: list[Producer] = list(self._free)
         self._broken: set[int] = set()  # id() of producers not to lend again
+        self._waiting = 0  # callers in acquire()'s wait, counted under the lock
 
     def acquire(self) -> Producer:
-        """A producer no other append holds (a new one while fewer than ``size`` exist)."""
+        """A producer no other append holds (a new one while fewer than ``size`` exist).
+
+        A free one is taken without the lock (``list.pop`` is atomic); a caller that must
+        wait counts itself before it looks again under the lock, and :meth:`release` puts
+        the producer back before it reads that count, so no wake-up is lost."""
+        with contextlib.suppress(IndexError):
+            return self._free.pop()
         with self._cond:
-            while True:
-                if self._free:
-                    return self._free.pop()
-                if len(self._all) < self._size:
-                    producer = Producer(self._config)
-                    self._all.append(producer)
-                    return producer
-                self._cond.wait()
+            self._waiting += 1
+            try:
+                while True:
+                    if self._free:
+                        return self._free.pop()
+                    if len(self._all) < self._size:
+                        producer = Producer(self._config)
+                        self._all.append(producer)
+                        return producer
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
 
     def release(self, producer: Producer) -> None:
         """Give ``producer`` back (dropped if it broke while held)."""
-        with self._cond:
-            if id(producer) in self._broken:
+        if id(producer) in self._broken:  # only its holder (this caller) marks it
+            with self._cond:
                 self._broken.discard(id(producer))
                 self._all.remove(producer)
-            else:
-                self._free.append(producer)
-            self._cond.notify()
+                self._cond.notify()  # a waiter may make a new one
+            return
+        self._free.append(producer)
+        if self._waiting:
+            with self._cond:
+                self._cond.notify()
 
     def broke(self, producer: Producer) -> None:
         """``producer`` hit a fatal error: its holder's release drops it (a new one is made

@@ -16,7 +16,10 @@ Kafka has neither per-key reads nor conditional appends; a :class:`KeyIndex` giv
 
 Costs (docs/scale-out.md): a first read of a partition's keys reads the whole partition
 (every process, after every start); the index holds every visible offset of every key it
-has seen in memory. Thread-safe: one lock per index (the scans share one consumer).
+has seen in memory. Thread-safe: one lock per partition's index (its catch-up reads and
+verdicts), so callers on different partitions catch up at once (each read on a scan
+reader of its own: :meth:`~framework.log.kafka.log.KafkaLog._scan_read`); the map of
+partitions has a lock of its own, held for no read.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class _Partition:
     judged once, in order; ``rejected`` and ``offsets`` hold the verdicts."""
 
     def __init__(self, start: int) -> None:
+        self.lock = threading.Lock()  # held while this partition is caught up or judged
         self.verdicts = order.Verdicts(start)
         self.next = start
         self.offsets: dict[bytes, list[int]] = {}
@@ -88,7 +92,7 @@ class KeyIndex:
         self._read_raw = read_raw
         self._marks = marks
         self._append = append
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # the maps below only: never held while reading
         self._parts: dict[tuple[str, int], _Partition] = {}
         self._writing: dict[tuple[str, int], threading.Lock] = {}
 
@@ -109,6 +113,7 @@ class KeyIndex:
             part = self._parts.get((topic, partition))
             if part is None:
                 part = self._parts[(topic, partition)] = _Partition(lwm)
+        with part.lock:
             part.next = max(part.next, lwm)  # records deleted below what was read: skipped
             deadline = time.monotonic() + self.timeout
             while part.next < end:
@@ -146,8 +151,9 @@ class KeyIndex:
         """The records at ``offsets`` if the index read them lately (else ``None``)."""
         with self._lock:
             part = self._parts.get((topic, partition))
-            if part is None or not offsets:
-                return None
+        if part is None or not offsets:
+            return None
+        with part.lock:
             found = [part.recent.get(o) for o in offsets]
         return None if None in found else found  # type: ignore[return-value]
 
@@ -179,7 +185,7 @@ class KeyIndex:
             # what others appended before ours is read; ours is judged from what was sent
             # (the same bytes the partition holds at the offsets the broker acknowledged)
             part, _ = self._caught_up(topic, partition, result.base_offset)
-            with self._lock:
+            with part.lock:
                 if part.next == result.base_offset:
                     for i, (key, _value, headers, _ts) in enumerate(stamped):
                         part.judge(result.base_offset + i, key, headers)

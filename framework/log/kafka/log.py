@@ -53,7 +53,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -141,6 +141,44 @@ class _Reader:
         self.ahead: list[Message] = []  # fetched past where the last read stopped
 
 
+class _Readers:
+    """Up to ``size`` readers made by ``make`` when first needed, lent one read at a time:
+    the key index's catch-up reads of different partitions run at once. A read is lent,
+    first choice, the reader whose last read stopped where it starts (it keeps its place
+    and what it fetched ahead), else one that last read that partition, else any."""
+
+    def __init__(self, make: Callable[[], Consumer], size: int) -> None:
+        self._make = make
+        self._size = size
+        self._cond = threading.Condition(threading.Lock())
+        self._free: list[_Reader] = []
+        self.all: list[_Reader] = []
+
+    def acquire(self, topic: str, partition: int, offset: int) -> _Reader:
+        with self._cond:
+            while True:
+                if self._free:
+                    best = max(
+                        self._free,
+                        key=lambda rd: (
+                            rd.reading == (topic, partition, offset),
+                            rd.reading is not None and rd.reading[:2] == (topic, partition),
+                        ),
+                    )
+                    self._free.remove(best)
+                    return best
+                if len(self.all) < self._size:
+                    made = _Reader(self._make())
+                    self.all.append(made)
+                    return made
+                self._cond.wait()
+
+    def release(self, rd: _Reader) -> None:
+        with self._cond:
+            self._free.append(rd)
+            self._cond.notify()
+
+
 class _Meta(NamedTuple):
     partitions: int
     config: TopicConfig
@@ -181,7 +219,8 @@ class KafkaLog:
         appends_in_flight: int = 8,
     ) -> None:
         """``appends_in_flight``: how many appends of concurrent callers may be in flight at
-        once, each on a producer of its own (:mod:`.producers`; 1: one after another)."""
+        once, each on a producer of its own (:mod:`.producers`; 1: one after another), and
+        how many key-index reads may run at once, each on a consumer of its own."""
         if appends_in_flight < 1:
             raise ConfigError(f"appends_in_flight must be at least 1, got {appends_in_flight}")
         if namespace and not namespace.replace("-", "").replace("_", "").isalnum():
@@ -230,15 +269,12 @@ class KafkaLog:
         }
         self._main = _Reader(Consumer({**self._consumer_config, "enable.partition.eof": True}))
         self._marks = Consumer({**self._consumer_config, "client.id": "eventlane-marks"})
-        self._scan = _Reader(
-            Consumer(
-                {
-                    **self._consumer_config,
-                    "client.id": "eventlane-keys",
-                    "enable.partition.eof": True,
-                }
-            )
-        )
+        scan_config = {
+            **self._consumer_config,
+            "client.id": "eventlane-keys",
+            "enable.partition.eof": True,
+        }
+        self._scans = _Readers(lambda: Consumer(scan_config), appends_in_flight)
         self._keys = KeyIndex(self._scan_read, self._watermarks, self._append_atomic, self.timeout)
         self._meta: dict[str, _Meta] = {}
         self._meta_lock = threading.Lock()
@@ -791,8 +827,14 @@ class KafkaLog:
         return self._keys.key_head(topic, partition, key)
 
     def _scan_read(self, topic: str, partition: int, offset: int, upto: int) -> list[Record]:
-        """The key index's read: its own consumer, so loads and reads keep their place."""
-        return self._read_raw(self._scan, topic, partition, offset, upto=upto)[0]
+        """The key index's read: consumers of its own, so loads and reads keep their
+        place; concurrent callers' reads on different consumers (:class:`_Readers`, as
+        many as appends may be in flight)."""
+        rd = self._scans.acquire(topic, partition, offset)
+        try:
+            return self._read_raw(rd, topic, partition, offset, upto=upto)[0]
+        finally:
+            self._scans.release(rd)
 
     def visible(self, records: list[Record]) -> list[Record]:
         """``records`` (of any partitions, each partition's in offset order) without those
@@ -1033,7 +1075,8 @@ class KafkaLog:
         if self._waker.flush(2.0) == 0:
             self._waker.close()
         self._main.consumer.close()
-        self._scan.consumer.close()
+        for rd in self._scans.all:
+            rd.consumer.close()
         self._marks.close()
 
     def __enter__(self) -> KafkaLog:

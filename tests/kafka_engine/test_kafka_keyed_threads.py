@@ -1,8 +1,9 @@
 """Conditional appends and key reads of concurrent callers on one :class:`KafkaLog`: the
-key index catches partitions up at once (a lock per partition, scan readers of their own)
-and still gives every caller the same verdicts.
+key index catches partitions up at once (a lock per partition, scan readers of their own),
+appends to different keys of a partition at once (a lock per key written), and still gives
+every caller the same verdicts.
 
-Seeded: 8 threads, two per key, four keys on four partitions; each thread 8 times reads its
+Seeded: 8 threads, two per key, four keys on two partitions; each thread 8 times reads its
 key's head and appends with that expectation, retrying on ``ConcurrencyError``, while
 reading another key. The model is what the callers were told: every acknowledged append,
 by key. Read back through this log and through a fresh one (a new index, as another
@@ -19,7 +20,7 @@ from framework.log.kafka.cluster import LocalKafkaCluster
 from framework.log.kafka.log import KafkaLog
 from framework.log.types import Expect
 
-KEYS, PER_KEY, APPENDS = 4, 2, 8
+KEYS, PER_KEY, APPENDS, PARTITIONS = 4, 2, 8, 2
 
 
 def test_concurrent_conditional_appends_on_several_partitions(
@@ -29,19 +30,19 @@ def test_concurrent_conditional_appends_on_several_partitions(
     failures: list[BaseException] = []
     lock = threading.Lock()
     with KafkaLog(kafka_cluster.bootstrap, namespace=namespace) as log:
-        log.create_topic("agg", KEYS)
+        log.create_topic("agg", PARTITIONS)
 
         def caller(n: int) -> None:
             k = n % KEYS
-            key, rng = b"key%d" % k, random.Random(3500 + n)
+            key, rng, p = b"key%d" % k, random.Random(3500 + n), n % PARTITIONS
             try:
                 for i in range(APPENDS):
                     value = b"%d-%d" % (n, i)
                     while True:
-                        head = log.key_head("agg", k, key)
+                        head = log.key_head("agg", p, key)
                         try:
                             result = log.append(
-                                "agg", k, [(key, value, (), None)], expect=Expect(key, head)
+                                "agg", p, [(key, value, (), None)], expect=Expect(key, head)
                             )
                             break
                         except ConcurrencyError:
@@ -49,7 +50,7 @@ def test_concurrent_conditional_appends_on_several_partitions(
                     with lock:
                         acked[key].append((result.base_offset, value))
                     other = rng.randrange(KEYS)
-                    log.read_key("agg", other, b"key%d" % other)
+                    log.read_key("agg", other % PARTITIONS, b"key%d" % other)
             except BaseException as exc:
                 failures.append(exc)
 
@@ -65,6 +66,6 @@ def test_concurrent_conditional_appends_on_several_partitions(
                     key = b"key%d" % k
                     want = sorted(acked[key])
                     assert len(want) == PER_KEY * APPENDS
-                    got = reader.read_key("agg", k, key)
+                    got = reader.read_key("agg", k % PARTITIONS, key)
                     assert [(r.offset, r.value) for r in got] == want
-                    assert reader.key_head("agg", k, key) == want[-1][0]
+                    assert reader.key_head("agg", k % PARTITIONS, key) == want[-1][0]

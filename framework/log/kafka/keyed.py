@@ -17,7 +17,8 @@ Kafka has neither per-key reads nor conditional appends; a :class:`KeyIndex` giv
 Costs (docs/scale-out.md): a first read of a partition's keys reads the whole partition
 (every process, after every start); the index holds every visible offset of every key it
 has seen in memory. Thread-safe: one lock per partition's index (its catch-up reads and
-verdicts), so callers on different partitions catch up at once (each read on a scan
+verdicts) and one per key being written (conditional appends touching different keys
+run at once), so callers on different partitions catch up at once (each read on a scan
 reader of its own: :meth:`~framework.log.kafka.log.KafkaLog._scan_read`); the map of
 partitions has a lock of its own, held for no read.
 """
@@ -25,9 +26,11 @@ partitions has a lock of its own, held for no read.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from framework.errors import ConcurrencyError, LogUnavailableError
 from framework.log.kafka import order
@@ -94,7 +97,36 @@ class KeyIndex:
         self._append = append
         self._lock = threading.Lock()  # the maps below only: never held while reading
         self._parts: dict[tuple[str, int], _Partition] = {}
-        self._writing: dict[tuple[str, int], threading.Lock] = {}
+        # this process's conditional appends touching a key, one at a time: [lock, users]
+        self._writing: dict[tuple[str, int, bytes], list[Any]] = {}
+
+    @contextlib.contextmanager
+    def _writing_keys(self, topic: str, partition: int, keys: list[bytes]) -> Iterator[None]:
+        """Hold the locks of this process's conditional appends to ``keys`` (sorted: taken
+        in one order by every caller), each dropped when no caller uses it (a lock per key
+        being written, not one for every key ever written).
+
+        Appends that touch different keys of a partition run at once: each is judged by
+        the rule in log order, whichever caller's catch-up reads it (:meth:`append`); those
+        touching a key (its expectation's or a record's) are checked one after another, so
+        no caller of this process writes a record the rule must reject because of another
+        caller of this process."""
+        names = [(topic, partition, key) for key in keys]
+        with self._lock:
+            entries = [self._writing.setdefault(name, [threading.Lock(), 0]) for name in names]
+            for entry in entries:
+                entry[1] += 1
+        try:
+            with contextlib.ExitStack() as held:
+                for entry in entries:
+                    held.enter_context(entry[0])
+                yield
+        finally:
+            with self._lock:
+                for name, entry in zip(names, entries, strict=True):
+                    entry[1] -= 1
+                    if not entry[1]:
+                        del self._writing[name]
 
     def forget(self, topic: str) -> None:
         """Drop the index of a deleted topic."""
@@ -171,9 +203,8 @@ class KeyIndex:
     ) -> AppendResult:
         """A conditional append (module docstring): checked here against the caught-up
         index, written with the rule's headers, then judged by the rule."""
-        with self._lock:
-            writing = self._writing.setdefault((topic, partition), threading.Lock())
-        with writing:  # this process's conditional appends to a partition, one at a time
+        keys = {expect.key, *(r[0] for r in records if r[0] is not None)}
+        with self._writing_keys(topic, partition, sorted(keys)):
             part, lwm = self._caught_up(topic, partition)
             head = part.verdicts.heads.get(expect.key)
             if head is not None and head < lwm:

@@ -87,7 +87,7 @@ from framework.errors import (
     OutcomeUnknownError,
 )
 from framework.log.kafka.log import KafkaLog
-from framework.log.kafka.records import kafka_record
+from framework.log.kafka.records import take_messages
 from framework.log.record import Record, TopicPartition
 from framework.observability import get_logger
 
@@ -142,6 +142,62 @@ def _positive_ms(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigError(f"{name} must be a positive integer (milliseconds), got {value!r}")
     return value
+
+
+def member_records(
+    messages: list[Message],
+    prefix: str,
+    owned: set[TopicPartition],
+    paused: set[TopicPartition],
+    positions: dict[TopicPartition, int],
+    on_event: Callable[[Message, KafkaError], None],
+) -> list[Record]:
+    """The records a member's poll returns from ``messages`` (what ``consume`` handed back),
+    advancing ``positions``: a message of a partition not owned or paused (fetched before a
+    revoke or pause) or below the partition's position (fetched before a seek backwards) is
+    dropped; an event (a message with an error) goes to ``on_event`` (which may raise), in
+    its place among the records.
+
+    ``consume`` hands back runs of one partition's messages; each run is taken in one
+    :func:`~framework.log.kafka.records.take_messages` pass (in C when the extension is built),
+    so the only Python step per message is finding where its run ends."""
+    out: list[Record] = []
+    i, n = 0, len(messages)
+    while i < n:
+        m = messages[i]
+        err = m.error()
+        if err is not None:
+            on_event(m, err)
+            i += 1
+            continue
+        ktopic, partition = m.topic(), m.partition()
+        j = i + 1
+        while j < n:
+            x = messages[j]
+            if x.partition() != partition or x.topic() != ktopic:
+                break
+            j += 1
+        tp = TopicPartition((ktopic or "")[len(prefix) :], partition or 0)
+        if tp not in owned or tp in paused:
+            # fetched before a revoke or pause: read again from the position; its events
+            # are still reported
+            for x in messages[i:j]:
+                if (e := x.error()) is not None:
+                    on_event(x, e)
+            i = j
+            continue
+        run = messages[i:j] if i or j < n else messages
+        before = positions.get(tp, -1)
+        used, _, nxt = take_messages(run, tp.topic, tp.partition, before, -1, 0, _NO_BOUND, out)
+        if nxt != before:
+            positions[tp] = nxt
+        i += used  # an event inside the run: handled at the top of the loop
+    return out
+
+
+_NO_BOUND = 1 << 62
+"""``max_bytes`` for :func:`take_messages` that a poll never reaches (a poll is bounded by
+``max_poll_records``, which ``consume`` already applied)."""
 
 
 class KafkaGroupConsumer(GroupConsumer):
@@ -459,22 +515,11 @@ class KafkaGroupConsumer(GroupConsumer):
                 return records
 
     def _records(self, messages: list[Message]) -> list[Record]:
-        out: list[Record] = []
-        for m in messages:
-            err = m.error()
-            if err is not None:
-                self._message_error(m, err)
-                continue
-            tp = TopicPartition((m.topic() or "")[len(self._prefix) :], m.partition() or 0)
-            offset = m.offset() or 0
-            if tp not in self._owned or tp in self._paused:
-                continue  # fetched before a revoke or pause: read again from the position
-            if offset < self._positions.get(tp, -1):
-                continue  # fetched before a seek backwards took effect
-            out.append(kafka_record(tp.topic, tp.partition, m, offset))
-            self._positions[tp] = offset + 1
+        out = member_records(
+            messages, self._prefix, self._owned, self._paused, self._positions, self._message_error
+        )
         # conditional appends the log-order rule rejects are never delivered (the
-        # positions above still move past them)
+        # positions still move past them)
         return self._kafka.visible(out)
 
     def _message_error(self, m: Message, err: KafkaError) -> None:

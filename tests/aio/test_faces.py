@@ -283,12 +283,15 @@ def test_async_runtime_on_jetstream_awaits_the_asyncio_face(
     """On JetStream, ``app.open_async`` performs the command path's log calls (appends,
     per-key reads, key heads: conflicts and policy checks included) on the log's asyncio
     face on the caller's loop: the sync log under the runtime (whose calls cross its bridge
-    from a thread) serves none of them. The outcomes are the sync face's."""
+    from a thread) serves none of them, nor a load's check for a snapshot topic (an
+    aggregate with ``snapshot_every``). The outcomes are the sync face's."""
+    from store_domain import SnapCounter  # noqa: PLC0415
+
     from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
 
     log = JetStreamLog.from_url(nats_url, namespace="t" + uuid.uuid4().hex[:12])
     sync_calls: list[str] = []
-    for name in ("append", "read", "read_key", "key_head"):
+    for name in ("append", "read", "read_key", "key_head", "topic_exists"):
         real = getattr(log, name)
 
         def counted(*args: Any, _name: str = name, _real: Any = real, **kwargs: Any) -> Any:
@@ -297,8 +300,12 @@ def test_async_runtime_on_jetstream_awaits_the_asyncio_face(
 
         monkeypatch.setattr(log, name, counted)
 
-    async def main() -> tuple[Counter, Account, list[Any]]:
+    async def main() -> tuple[Counter, Account, list[Any], Counter]:
         async with APP.open_async(log) as rt:
+            await rt.execute(SnapCounter, "snap", inc(1), create=True)
+            for _ in range(3):  # below snapshot_every: no snapshot written
+                await rt.execute(SnapCounter, "snap", inc(1))
+            snap = await rt.load(SnapCounter, "snap")
             await rt.execute(Counter, "hot", inc(0), create=True)
             await asyncio.gather(*(rt.execute(Counter, "hot", inc(1)) for _ in range(12)))
             issued = await asyncio.gather(
@@ -314,14 +321,15 @@ def test_async_runtime_on_jetstream_awaits_the_asyncio_face(
             with pytest.raises(ConcurrencyError):
                 await rt.save(stale)
             hot = await rt.load(Counter, "hot")
-            return hot, await rt.load(Account, "a-1"), issued
+            return hot, await rt.load(Account, "a-1"), issued, snap
 
     try:
         before = len(sync_calls)
-        hot, account, issued = asyncio.run(main())
+        hot, account, issued, snap = asyncio.run(main())
     finally:
         log.close()
     assert (hot.version, hot.value) == (13, 12)
+    assert (snap.version, snap.value) == (4, 4)
     assert account.balance == 1 and account.version == 2
     assert sorted(len(w) for w in issued) == [0, 0, 0, 1]
     assert sync_calls[before:] == [], f"the sync log served {sync_calls[before:]}"

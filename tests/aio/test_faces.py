@@ -12,6 +12,7 @@ from concurrent callers leave version N and value N, never a lost update.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import threading
 import time
@@ -333,6 +334,64 @@ def test_async_runtime_on_jetstream_awaits_the_asyncio_face(
     assert account.balance == 1 and account.version == 2
     assert sorted(len(w) for w in issued) == [0, 0, 0, 1]
     assert sync_calls[before:] == [], f"the sync log served {sync_calls[before:]}"
+
+
+def test_async_runtime_on_jetstream_never_blocks_its_loop_on_the_sync_log(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands on aggregates with personal fields (the invoicing sample's orders: a key
+    per customer in the log's key topic) on JetStream's asyncio face: no call of the sync
+    log, whose every call waits for a round trip through its bridge, is made on the event
+    loop's thread (it would stall every task of the loop; the key store's catch-up did, on
+    each command after its refresh interval). The orders are stored, and load decrypted."""
+    from example_apps.invoicing import app as invoicing  # noqa: PLC0415
+    from example_apps.invoicing.domain import Order  # noqa: PLC0415
+    from example_apps.invoicing.events import Address, OrderLine  # noqa: PLC0415
+    from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+
+    log = JetStreamLog.from_url(nats_url, namespace="t" + uuid.uuid4().hex[:12])
+    on_loop: list[str] = []
+    loop_thread: list[int] = []
+    for name in dir(JetStreamLog):
+        real = getattr(log, name)
+        if name.startswith("_") or not inspect.ismethod(real):
+            continue
+
+        def watched(*args: Any, _name: str = name, _real: Any = real, **kwargs: Any) -> Any:
+            if threading.get_ident() in loop_thread:
+                on_loop.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(log, name, watched)
+    line, home = OrderLine("sku-1", 1, 100), Address("1 Main St", "Oslo", "NO")
+
+    def place(customer: str) -> Callable[[Order], None]:
+        return lambda order: order.place(customer, [line], home)
+
+    async def main() -> list[Order]:
+        async with invoicing.open_async(log) as rt:
+            loop_thread.append(threading.get_ident())
+            for round_ in range(3):  # a new customer's key, then the key store's catch-ups
+                await asyncio.gather(
+                    *(
+                        rt.execute(Order, f"o-{round_}-{i}", place(f"c-{i % 3}"), create=True)
+                        for i in range(6)
+                    )
+                )
+                await asyncio.sleep(0.1)  # past the key store's refresh interval
+            await rt.execute(Order, "o-0-0", lambda order: order.confirm())
+            loaded = [await rt.load(Order, f"o-{r}-{i}") for r in range(3) for i in range(6)]
+            loop_thread.clear()  # (the runtime closes in its pool)
+            return loaded
+
+    try:
+        orders = asyncio.run(main())
+    finally:
+        log.close()
+    assert [(o.customer_id, o.version) for o in orders] == [
+        (f"c-{i % 3}", 2 if (r, i) == (0, 0) else 1) for r in range(3) for i in range(6)
+    ]
+    assert on_loop == [], f"the sync log was called on the event loop's thread: {on_loop}"
 
 
 def test_async_policy_on_jetstream_issues_on_the_asyncio_face(

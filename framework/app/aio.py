@@ -14,10 +14,10 @@ encode, check versions, retry, settle unknown outcomes) and causal waits the one
   never on the loop (a topic's partition count, answered from memory, is read in place),
   so concurrent ``await runtime.execute(...)`` on one partition append from concurrent
   threads and share fsyncs (the engine's group commit);
-* encoding an event with personal fields runs on the loop while the key store answers from
-  memory, in the pool when it must read or write the log; a :class:`~.aio_keys.KeyTail`
-  keeps the store caught up from the loop (:mod:`.aio_keys`); decoding such events (a
-  load) runs in the pool;
+* encoding an event with personal fields runs on the loop when its subject's key is in
+  memory, in the pool when the key store must read or write a record for it; a
+  :class:`~.aio_keys.KeyTail` keeps the store caught up from the loop (:mod:`.aio_keys`);
+  decoding such events (a load) and encrypted snapshots runs in the pool;
 * other blocking work (a snapshot write, a read model's look) runs in the pool; waits poll
   the read model without holding a thread. The command itself (sync: it decides on the
   aggregate, it does no I/O) runs on the loop.

@@ -128,11 +128,12 @@ class EventCodec:
         return None if self._cipher is None else self._cipher.keys
 
     def seals_from_memory(self, envelopes: Iterable[Envelope[Any]]) -> bool:
-        """Whether encoding ``envelopes`` asks the key store nothing it must read or write
-        the log for (no key store, no personal field, or the subjects' keys in memory: see
-        :meth:`KeyStore.knows <framework.codec.keystore.KeyStore.knows>`). When not, the
-        encoding is blocking work (a :class:`~framework.codec.keystore.LogKeyStore` catches
-        up with its topic, writes a new subject's key) that an event loop hands to a thread."""
+        """Whether encoding ``envelopes`` asks the key store for no record of its own (no
+        key store, no personal field, or the subjects' keys in memory: see
+        :meth:`KeyStore.holds <framework.codec.keystore.KeyStore.holds>`). When it does
+        (a subject's first key: a read, a conditional write), the encoding is blocking work
+        that an event loop hands to a thread; the store's periodic catch-up is not counted
+        (an async runtime keeps it caught up from its loop: :mod:`framework.app.aio_keys`)."""
         cipher = self._cipher
         if cipher is None:
             return True

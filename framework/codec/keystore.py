@@ -108,9 +108,10 @@ class KeyStore(Protocol):
         drop them when it moves."""
         ...
 
-    def knows(self, subject: str) -> bool:
-        """Whether :meth:`current` answers ``subject`` now from memory, with no I/O (a
-        caller on an event loop makes the call in place then, else in a thread)."""
+    def holds(self, subject: str) -> bool:
+        """Whether ``subject``'s newest key is in memory: :meth:`current` then reads or
+        writes no record of its own (at most the store's periodic catch-up). An event
+        loop makes the call in place then, else in a thread."""
         ...
 
 
@@ -123,7 +124,7 @@ class MemoryKeyStore:
         self._lock = threading.Lock()
         self._forgotten = 0
 
-    def knows(self, subject: str) -> bool:
+    def holds(self, subject: str) -> bool:
         return True  # (in memory)
 
     def current(self, subject: str) -> tuple[int, bytes]:
@@ -437,12 +438,14 @@ class LogKeyStore:
         self._catch_up()
         return self._changes
 
-    def knows(self, subject: str) -> bool:
-        """Caught up within the catch-up interval, and the subject's ring in memory."""
-        if monotonic() - self._checked >= self._stale_s:
-            return False
+    def holds(self, subject: str) -> bool:
         known = self._known.get(subject)
         return known is not None and known.ring is not None
+
+    @property
+    def due(self) -> bool:
+        """Whether the next read of a key catches up with the topic first."""
+        return monotonic() - self._checked >= self._stale_s
 
     @property
     def partitions(self) -> int:

@@ -63,7 +63,7 @@ class ScannedKeyStore:
     def changes(self) -> int:
         return 0
 
-    def knows(self, subject: str) -> bool:
+    def holds(self, subject: str) -> bool:
         return True  # (a snapshot in memory)
 
     def current(self, subject: str) -> tuple[int, bytes]:

@@ -148,18 +148,18 @@ def test_marks_read_by_the_caller_count_as_a_catch_up_only_when_they_show_nothin
         writer = LogKeyStore(log_, refresh_ms=0)
         version, _ = writer.current("s0")
         reader = LogKeyStore(log_, refresh_ms=40)
-        assert reader.current("s0")[0] == version and reader.knows("s0")
+        assert reader.current("s0")[0] == version and reader.holds("s0") and not reader.due
         time.sleep(0.03)  # past the catch-up interval (half of refresh_ms)
-        assert not reader.knows("s0")
+        assert reader.due
         asked = time.monotonic()
         hwms = [log_.offsets(TOPIC, p).hwm for p in range(reader.partitions)]
-        assert reader.caught_up(hwms, asked) and reader.knows("s0")
+        assert reader.caught_up(hwms, asked) and not reader.due
         assert not reader.caught_up([*hwms, 0], asked)  # not the store's partitions
         assert writer.forget("s0")
         time.sleep(0.03)
         asked = time.monotonic()
         hwms = [log_.offsets(TOPIC, p).hwm for p in range(reader.partitions)]
         assert not reader.caught_up(hwms, asked)
-        assert not reader.knows("s0")
+        assert reader.due and reader.holds("s0")  # (not caught up yet)
         reader.catch_up()
-        assert not reader.knows("s0") and reader.get("s0", version) is None
+        assert not reader.holds("s0") and reader.get("s0", version) is None

@@ -9,8 +9,10 @@ runtime.execute(...)`` on ``app.open_async``) and ``POST /sync/{id}`` (``def``, 
 FastAPI in its thread pool: the sync ``Runtime.execute``). Each request places a new order
 (a conditional, durable append). Rounds alternate (sync, async, sync, ...) so a noisy
 minute hurts both; each round sends ``--requests`` requests from ``--clients`` concurrent
-httpx clients. Prints per kind the median commands/s and p99 latency of the rounds, and the
-ratios async/sync (throughput: above 1 is faster; p99: below 1 is better).
+clients (keep-alive HTTP/1.1 connections, see :class:`Connection`). Prints per kind the
+median commands/s, p99 latency and server CPU a command (``/proc``: a figure the machine's
+load moves less than wall time) of the rounds, and the ratios async/sync (throughput and
+commands per CPU second: above 1 is faster; p99: below 1 is better).
 
 ``--jetstream``: the same on a real local 3-node JetStream cluster (started by this script on
 loopback, stopped by PID) instead of the embedded log: the async endpoints await the log's
@@ -117,9 +119,23 @@ class Connection:
         self.writer.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def round_(
-    url: str, kind: str, requests: int, clients: int, tag: str, *, use_httpx: bool = False
-) -> tuple[float, float]:
+    url: str,
+    kind: str,
+    requests: int,
+    clients: int,
+    tag: str,
+    *,
+    use_httpx: bool = False,
+    server_cpu: Callable[[], float] = lambda: 0.0,
+) -> tuple[float, float, float]:
+    """Commands/s, p99 latency (s) and the server's CPU seconds per command of one round."""
     latencies: list[float] = []
     todo = iter(range(requests))
     if use_httpx:
@@ -134,7 +150,9 @@ async def round_(
 
             await post(f"/{kind}/{tag}-{kind}-warm")
             posts = [post] * clients
+            cpu = server_cpu()
             elapsed = await _clients(posts, kind, tag, todo, latencies)
+            cpu = server_cpu() - cpu
     else:
         port = int(url.rpartition(":")[2])
         conns = [await Connection.open(port) for _ in range(clients)]
@@ -142,12 +160,14 @@ async def round_(
             for conn in conns:  # connected and warm before the clock starts
                 status, body = await conn.post(f"/{kind}/{tag}-{kind}-warm-{id(conn)}")
                 assert status == 200, body
+            cpu = server_cpu()
             elapsed = await _clients([c.post for c in conns], kind, tag, todo, latencies)
+            cpu = server_cpu() - cpu
         finally:
             for conn in conns:
                 conn.close()
     latencies.sort()
-    return requests / elapsed, latencies[int(0.99 * (len(latencies) - 1))]
+    return requests / elapsed, latencies[int(0.99 * (len(latencies) - 1))], cpu / requests
 
 
 async def _clients(
@@ -215,7 +235,7 @@ def main() -> None:
                     time.sleep(0.1)
                 if time.monotonic() > deadline:
                     raise SystemExit("the server did not start")
-            figures: dict[str, list[tuple[float, float]]] = {"sync": [], "async": []}
+            figures: dict[str, list[tuple[float, float, float]]] = {"sync": [], "async": []}
             for r in range(args.runs):
                 for kind in ("sync", "async") if r % 2 == 0 else ("async", "sync"):
                     figures[kind].append(
@@ -227,6 +247,7 @@ def main() -> None:
                                 args.clients,
                                 f"r{r}",
                                 use_httpx=args.httpx,
+                                server_cpu=lambda: cpu_seconds(server.pid),
                             )
                         )
                     )
@@ -239,18 +260,21 @@ def main() -> None:
         kind: (
             statistics.median(f[0] for f in rounds),
             statistics.median(f[1] for f in rounds),
+            statistics.median(f[2] for f in rounds),
         )
         for kind, rounds in figures.items()
     }
     for kind, rounds in figures.items():
         rates = ", ".join(f"{f[0]:,.0f}" for f in rounds)
         print(
-            f"{kind:>5} endpoints: {med[kind][0]:,.0f} commands/s, p99 {med[kind][1] * 1000:.1f} ms"
+            f"{kind:>5} endpoints: {med[kind][0]:,.0f} commands/s, p99 {med[kind][1] * 1000:.1f} ms,"
+            f" server CPU {med[kind][2] * 1000:.2f} ms a command"
             f" (median of {args.runs} rounds of {args.requests}, {args.clients} clients: {rates})"
         )
     print(
         f"ratio async/sync: throughput {med['async'][0] / med['sync'][0]:.2f}x,"
-        f" p99 {med['async'][1] / med['sync'][1]:.2f}x"
+        f" p99 {med['async'][1] / med['sync'][1]:.2f}x,"
+        f" commands per server CPU second {med['sync'][2] / med['async'][2]:.2f}x"
     )
 
 

@@ -119,6 +119,10 @@ class Connection:
         self.writer.close()
 
 
+ANSWER_S = 60.0
+"""A request unanswered this long stops the run, naming it (one hung once: docs/performance.md)."""
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -182,7 +186,12 @@ async def _clients(
     async def client(post: Callable[[str], Awaitable[tuple[int, bytes]]]) -> None:
         for i in todo:
             t0 = time.perf_counter()
-            status, body = await post(f"/{kind}/{tag}-{kind}-{i}")
+            path = f"/{kind}/{tag}-{kind}-{i}"
+            try:
+                async with asyncio.timeout(ANSWER_S):
+                    status, body = await post(path)
+            except TimeoutError:
+                raise SystemExit(f"no answer to POST {path} in {ANSWER_S:.0f} s") from None
             latencies.append(time.perf_counter() - t0)
             assert status == 200, body
 
@@ -253,7 +262,11 @@ def main() -> None:
                     )
         finally:
             os.kill(server.pid, signal.SIGTERM)
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a request in flight holds uvicorn's shutdown
+                server.kill()
+                server.wait()
             if cluster is not None:
                 cluster.stop()
     med = {

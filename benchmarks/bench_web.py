@@ -9,8 +9,10 @@ runtime.execute(...)`` on ``app.open_async``) and ``POST /sync/{id}`` (``def``, 
 FastAPI in its thread pool: the sync ``Runtime.execute``). Each request places a new order
 (a conditional, durable append). Rounds alternate (sync, async, sync, ...) so a noisy
 minute hurts both; each round sends ``--requests`` requests from ``--clients`` concurrent
-httpx clients. Prints per kind the median commands/s and p99 latency of the rounds, and the
-ratios async/sync (throughput: above 1 is faster; p99: below 1 is better).
+clients (keep-alive HTTP/1.1 connections, see :class:`Connection`). Prints per kind the
+median commands/s, p99 latency and server CPU a command (``/proc``: a figure the machine's
+load moves less than wall time) of the rounds, and the ratios async/sync (throughput and
+commands per CPU second: above 1 is faster; p99: below 1 is better).
 
 ``--jetstream``: the same on a real local 3-node JetStream cluster (started by this script on
 loopback, stopped by PID) instead of the embedded log: the async endpoints await the log's
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,27 +75,129 @@ def serve(port: int, data: str) -> None:
     uvicorn.run(api, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=75)
 
 
-async def round_(url: str, kind: str, requests: int, clients: int, tag: str) -> tuple[float, float]:
-    import httpx  # noqa: PLC0415
+class Connection:
+    """One keep-alive HTTP/1.1 connection of a client, framed by h11 (the protocol library
+    under httpx and uvicorn) on asyncio streams: a load generator that costs tens of
+    microseconds a request, where httpx's pool costs milliseconds (measured: ~7 ms of the
+    client's CPU a request with 64 clients, which capped both kinds of endpoint at ~100
+    commands/s on JetStream whatever the server did)."""
 
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import h11  # noqa: PLC0415
+
+        self.reader, self.writer, self.h11 = reader, writer, h11.Connection(h11.CLIENT)
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def post(self, path: str) -> tuple[int, bytes]:
+        import h11  # noqa: PLC0415
+
+        conn = self.h11
+        headers = [("Host", "127.0.0.1"), ("Content-Length", "0")]
+        self.writer.write(
+            conn.send(h11.Request(method="POST", target=path, headers=headers))
+            + conn.send(h11.EndOfMessage())
+        )
+        status, body = 0, b""
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await self.reader.read(1 << 16))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                conn.start_next_cycle()
+                return status, body
+            elif isinstance(event, h11.ConnectionClosed):
+                raise ConnectionError("the server closed the connection")
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+ANSWER_S = 60.0
+"""A request unanswered this long stops the run, naming it (one hung once: docs/performance.md)."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def round_(
+    url: str,
+    kind: str,
+    requests: int,
+    clients: int,
+    tag: str,
+    *,
+    use_httpx: bool = False,
+    server_cpu: Callable[[], float] = lambda: 0.0,
+) -> tuple[float, float, float]:
+    """Commands/s, p99 latency (s) and the server's CPU seconds per command of one round."""
     latencies: list[float] = []
-    limits = httpx.Limits(max_connections=clients, keepalive_expiry=30)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-        await http.post(f"/{kind}/{tag}-{kind}-warm")
-        todo = iter(range(requests))
+    todo = iter(range(requests))
+    if use_httpx:
+        import httpx  # noqa: PLC0415
 
-        async def client() -> None:
-            for i in todo:
-                t0 = time.perf_counter()
-                answer = await http.post(f"/{kind}/{tag}-{kind}-{i}")
-                latencies.append(time.perf_counter() - t0)
-                assert answer.status_code == 200, answer.text
+        limits = httpx.Limits(max_connections=clients, keepalive_expiry=30)
+        async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(clients)))
-        elapsed = time.perf_counter() - t0
+            async def post(path: str) -> tuple[int, bytes]:
+                answer = await http.post(path)
+                return answer.status_code, answer.content
+
+            await post(f"/{kind}/{tag}-{kind}-warm")
+            posts = [post] * clients
+            cpu = server_cpu()
+            elapsed = await _clients(posts, kind, tag, todo, latencies)
+            cpu = server_cpu() - cpu
+    else:
+        port = int(url.rpartition(":")[2])
+        conns = [await Connection.open(port) for _ in range(clients)]
+        try:
+            for conn in conns:  # connected and warm before the clock starts
+                status, body = await conn.post(f"/{kind}/{tag}-{kind}-warm-{id(conn)}")
+                assert status == 200, body
+            cpu = server_cpu()
+            elapsed = await _clients([c.post for c in conns], kind, tag, todo, latencies)
+            cpu = server_cpu() - cpu
+        finally:
+            for conn in conns:
+                conn.close()
     latencies.sort()
-    return requests / elapsed, latencies[int(0.99 * (len(latencies) - 1))]
+    return requests / elapsed, latencies[int(0.99 * (len(latencies) - 1))], cpu / requests
+
+
+async def _clients(
+    posts: list[Callable[[str], Awaitable[tuple[int, bytes]]]],
+    kind: str,
+    tag: str,
+    todo: Iterator[int],
+    latencies: list[float],
+) -> float:
+    """Run one client per ``posts`` until ``todo`` is empty; the seconds it took."""
+
+    async def client(post: Callable[[str], Awaitable[tuple[int, bytes]]]) -> None:
+        for i in todo:
+            t0 = time.perf_counter()
+            path = f"/{kind}/{tag}-{kind}-{i}"
+            try:
+                async with asyncio.timeout(ANSWER_S):
+                    status, body = await post(path)
+            except TimeoutError:
+                raise SystemExit(f"no answer to POST {path} in {ANSWER_S:.0f} s") from None
+            latencies.append(time.perf_counter() - t0)
+            assert status == 200, body
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(post) for post in posts))
+    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -102,6 +207,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument(
         "--jetstream", action="store_true", help="on a local 3-node JetStream cluster"
+    )
+    parser.add_argument(
+        "--httpx",
+        action="store_true",
+        help="clients on httpx (as before: its CPU bounds the figure) instead of h11",
     )
     parser.add_argument("--serve", nargs=2, metavar=("PORT", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -134,33 +244,50 @@ def main() -> None:
                     time.sleep(0.1)
                 if time.monotonic() > deadline:
                     raise SystemExit("the server did not start")
-            figures: dict[str, list[tuple[float, float]]] = {"sync": [], "async": []}
+            figures: dict[str, list[tuple[float, float, float]]] = {"sync": [], "async": []}
             for r in range(args.runs):
                 for kind in ("sync", "async") if r % 2 == 0 else ("async", "sync"):
                     figures[kind].append(
-                        asyncio.run(round_(url, kind, args.requests, args.clients, f"r{r}"))
+                        asyncio.run(
+                            round_(
+                                url,
+                                kind,
+                                args.requests,
+                                args.clients,
+                                f"r{r}",
+                                use_httpx=args.httpx,
+                                server_cpu=lambda: cpu_seconds(server.pid),
+                            )
+                        )
                     )
         finally:
             os.kill(server.pid, signal.SIGTERM)
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a request in flight holds uvicorn's shutdown
+                server.kill()
+                server.wait()
             if cluster is not None:
                 cluster.stop()
     med = {
         kind: (
             statistics.median(f[0] for f in rounds),
             statistics.median(f[1] for f in rounds),
+            statistics.median(f[2] for f in rounds),
         )
         for kind, rounds in figures.items()
     }
     for kind, rounds in figures.items():
         rates = ", ".join(f"{f[0]:,.0f}" for f in rounds)
         print(
-            f"{kind:>5} endpoints: {med[kind][0]:,.0f} commands/s, p99 {med[kind][1] * 1000:.1f} ms"
+            f"{kind:>5} endpoints: {med[kind][0]:,.0f} commands/s, p99 {med[kind][1] * 1000:.1f} ms,"
+            f" server CPU {med[kind][2] * 1000:.2f} ms a command"
             f" (median of {args.runs} rounds of {args.requests}, {args.clients} clients: {rates})"
         )
     print(
         f"ratio async/sync: throughput {med['async'][0] / med['sync'][0]:.2f}x,"
-        f" p99 {med['async'][1] / med['sync'][1]:.2f}x"
+        f" p99 {med['async'][1] / med['sync'][1]:.2f}x,"
+        f" commands per server CPU second {med['sync'][2] / med['async'][2]:.2f}x"
     )
 
 

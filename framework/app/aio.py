@@ -14,6 +14,10 @@ encode, check versions, retry, settle unknown outcomes) and causal waits the one
   never on the loop (a topic's partition count, answered from memory, is read in place),
   so concurrent ``await runtime.execute(...)`` on one partition append from concurrent
   threads and share fsyncs (the engine's group commit);
+* encoding an event with personal fields runs on the loop when its subject's key is in
+  memory, in the pool when the key store must read or write a record for it; a
+  :class:`~.aio_keys.KeyTail` keeps the store caught up from the loop (:mod:`.aio_keys`);
+  decoding such events (a load) and encrypted snapshots runs in the pool;
 * other blocking work (a snapshot write, a read model's look) runs in the pool; waits poll
   the read model without holding a thread. The command itself (sync: it decides on the
   aggregate, it does no I/O) runs on the loop.
@@ -38,6 +42,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from framework import _plans
+from framework.app.aio_keys import KeyTail
 from framework.app.causal import Reach, as_position, causal_plan
 from framework.codec import Envelope
 from framework.consumer import Consumer, GroupConsumer
@@ -73,6 +78,8 @@ class AsyncRuntime:
         """The log's asyncio face (``None``: the engine has none; every call in the pool)."""
         self._steps: Any = None
         """How a plan's steps run (:class:`AsyncSteps`), set once open."""
+        self._keys: KeyTail | None = None
+        """Keeps the key store caught up from the loop (:mod:`.aio_keys`), where wanted."""
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> AsyncRuntime:
@@ -95,11 +102,17 @@ class AsyncRuntime:
                 raise
             self._runtime, self._face = runtime, face
             self._steps = AsyncSteps(runtime.log, face, self._offload)
+            if KeyTail.wanted(runtime.keys, face):
+                self._keys = KeyTail(runtime.keys, face, self._offload)
+                self._keys.start()
 
     async def close(self) -> None:
         runtime, self._runtime = self._runtime, None
         face, self._face = self._face, None
+        keys, self._keys = self._keys, None
         try:
+            if keys is not None:
+                await keys.stop()
             if face is not None:
                 await face.close()
         finally:
@@ -136,6 +149,8 @@ class AsyncRuntime:
         pool)."""
         if isinstance(step, Reach):
             return await self._reach(step.path, step.offsets, step.deadline)
+        if self._keys is not None:
+            self._keys.touch()
         return await self._steps(step)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

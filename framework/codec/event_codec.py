@@ -17,7 +17,7 @@ raises :class:`~framework.errors.UnknownEventTypeError`; a failing upcaster
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
@@ -126,6 +126,18 @@ class EventCodec:
     def keys(self) -> KeyStore | None:
         """The key store personal fields are encrypted with (``None``: not configured)."""
         return None if self._cipher is None else self._cipher.keys
+
+    def seals_from_memory(self, envelopes: Iterable[Envelope[Any]]) -> bool:
+        """Whether encoding ``envelopes`` asks the key store for no record of its own (no
+        key store, no personal field, or the subjects' keys in memory: see
+        :meth:`KeyStore.holds <framework.codec.keystore.KeyStore.holds>`). When it does
+        (a subject's first key: a read, a conditional write), the encoding is blocking work
+        that an event loop hands to a thread; the store's periodic catch-up is not counted
+        (an async runtime keeps it caught up from its loop: :mod:`framework.app.aio_keys`)."""
+        cipher = self._cipher
+        if cipher is None:
+            return True
+        return all(cipher.seals_from_memory(env.event, env.aggregate_id) for env in envelopes)
 
     def plain_values(self, value: bytes | None) -> tuple[str, ...]:
         """The personal plain text in a stored record's value (error paths only: see

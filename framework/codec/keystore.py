@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from time import monotonic
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -108,6 +108,12 @@ class KeyStore(Protocol):
         drop them when it moves."""
         ...
 
+    def holds(self, subject: str) -> bool:
+        """Whether ``subject``'s newest key is in memory: :meth:`current` then reads or
+        writes no record of its own (at most the store's periodic catch-up). An event
+        loop makes the call in place then, else in a thread."""
+        ...
+
 
 class MemoryKeyStore:
     """A :class:`KeyStore` in a dict: for tests and tools that need no durability."""
@@ -117,6 +123,9 @@ class MemoryKeyStore:
         self._destroyed: dict[str, Keyring] = {}  # the last ring of each forgotten subject
         self._lock = threading.Lock()
         self._forgotten = 0
+
+    def holds(self, subject: str) -> bool:
+        return True  # (in memory)
 
     def current(self, subject: str) -> tuple[int, bytes]:
         with self._lock:
@@ -200,7 +209,10 @@ class LogKeyStore:
       write): a reader caching opened keys (:class:`FieldCipher`, for at most the other half
       of ``refresh_ms``) drops them then, so it never holds a key of a subject this store no
       longer watches, and a subject forgotten by another process stops decrypting here
-      within ``refresh_ms``.
+      within ``refresh_ms``;
+    * :meth:`caught_up` lets a caller that read the topic's high-water marks itself (an
+      event loop, on the log's asyncio face) count as a catch-up when they show nothing
+      new: the store is then as fresh as a catch-up begun when the marks were asked.
     """
 
     def __init__(
@@ -248,10 +260,13 @@ class LogKeyStore:
 
     # -- reading ---------------------------------------------------------------------------
     def _catch_up(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._checked < self._stale_s:
+        called = time.monotonic()
+        if not force and called - self._checked < self._stale_s:
             return
         with self._lock:
+            if not force and self._checked >= called:
+                return  # caught up by another thread since this call: as fresh as asked
+            now = time.monotonic()  # (what is read below is at least as new as this)
             if not self._partitions:
                 if not self.log.topic_exists(self.topic):
                     self._checked = now
@@ -422,6 +437,42 @@ class LogKeyStore:
     def changes(self) -> int:
         self._catch_up()
         return self._changes
+
+    def holds(self, subject: str) -> bool:
+        known = self._known.get(subject)
+        return known is not None and known.ring is not None
+
+    @property
+    def due(self) -> bool:
+        """Whether the next read of a key catches up with the topic first."""
+        return monotonic() - self._checked >= self._stale_s
+
+    @property
+    def partitions(self) -> int:
+        """The key topic's partitions as known here (0: the topic not seen yet)."""
+        return self._partitions
+
+    def caught_up(self, hwms: Sequence[int], asked: float) -> bool:
+        """Count as a catch-up the key topic's high-water marks ``hwms`` (one a partition),
+        read by the caller from the log, asked at monotonic time ``asked``: ``True`` when
+        they hold nothing this store has not read (it is then as fresh as a catch-up begun
+        at ``asked``); ``False`` when they do, or the store is busy (a catch-up, a write
+        in another thread), and the caller catches up another way."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if len(hwms) != self._partitions or any(
+                hwm > position for hwm, position in zip(hwms, self._positions, strict=True)
+            ):
+                return False
+            self._checked = max(self._checked, asked)
+            return True
+        finally:
+            self._lock.release()
+
+    def catch_up(self) -> None:
+        """Catch up with the key topic now (blocking: for a thread)."""
+        self._catch_up(force=True)
 
     def get(self, subject: str, version: int) -> bytes | None:
         if monotonic() - self._checked >= self._stale_s:

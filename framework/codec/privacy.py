@@ -181,6 +181,15 @@ class FieldCipher:
             found = self._plans[cls] = _Plan(personal_fields(cls), subject_field(cls))
         return found
 
+    def seals_from_memory(self, event: object, aggregate_id: str) -> bool:
+        """Whether :meth:`seal` of ``event`` asks the key store for no record of its own
+        (no personal field, or its subject's key in memory: see ``KeyStore.holds``)."""
+        plan = self.plan(type(event))
+        if not plan.fields:
+            return True
+        subject = aggregate_id if plan.subject is None else getattr(event, plan.subject, None)
+        return isinstance(subject, str) and self.keys.holds(subject)
+
     def subject_of(self, cls: type, data: Mapping[str, Any], aggregate_id: str) -> str:
         name = self.plan(cls).subject
         if name is None:

@@ -68,6 +68,11 @@ class SnapshotCodec:
             configure(self._detailed)
         self._state_classes: dict[type[Aggregate], type] = {}
 
+    @property
+    def keys(self) -> KeyStore | None:
+        """The key store snapshot states are encrypted with (``None``: not configured)."""
+        return None if self._cipher is None else self._cipher.keys
+
     def _state_class(self, aggregate_cls: type[Aggregate]) -> type:
         state_cls = self._state_classes.get(aggregate_cls)
         if state_cls is None:

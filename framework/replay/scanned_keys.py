@@ -63,6 +63,9 @@ class ScannedKeyStore:
     def changes(self) -> int:
         return 0
 
+    def holds(self, subject: str) -> bool:
+        return True  # (a snapshot in memory)
+
     def current(self, subject: str) -> tuple[int, bytes]:
         raise ReplayError(f"a replay does not create keys (subject {subject!r})")
 

@@ -42,10 +42,10 @@ from framework.errors import (
 )
 from framework.log import KeyedLog, MaintainedLog, Record, RecordMetadata
 from framework.log.port import keyed_log, maintained_log
-from framework.log.types import AppendResult, Expect, KeyIndexReport
+from framework.log.types import AppendResult, Expect, KeyIndexReport, RecordTuple
 from framework.metrics import M
 from framework.observability import get_logger
-from framework.store.steps import LogCall, Step, drive
+from framework.store.steps import Call, LogCall, Step, drive
 from framework.store.stream import StreamRead, Streams, stored_version
 from framework.store.stream_cache import DEFAULT_EVENTS, StreamCache
 
@@ -161,8 +161,11 @@ class EventStore:
                     topic=topic,
                 )
         generation = self.codec.registry.generation
-        encoded = [self.codec.encode(env) for env in envelopes]
-        records = [(r.key, r.value, tuple(r.headers), None) for r in encoded]
+        if self.codec.seals_from_memory(envelopes):
+            records = self._records(envelopes)
+        else:  # the key store will read or write the log: a call that an event loop's
+            # driver hands to a thread (a thread's driver makes it in place)
+            records = yield Call(self._records, (envelopes,))
         key = aggregate_id.encode()
         partition = yield from self.streams.partition_plan(topic, aggregate_id)
         if expected_version == 0:
@@ -195,6 +198,11 @@ class EventStore:
         return [
             RecordMetadata(topic, partition, base + i, ts) for i, ts in enumerate(result.timestamps)
         ]
+
+    def _records(self, envelopes: Sequence[Envelope[Any]]) -> list[RecordTuple]:
+        """``envelopes`` encoded, as the records of an append."""
+        encode = self.codec.encode
+        return [(r.key, r.value, tuple(r.headers), None) for r in map(encode, envelopes)]
 
     def _forget(self, topic: str, aggregate_id: str) -> None:
         """Drop the cached stream: the log may hold more than it (a conflict, an append of

@@ -41,6 +41,7 @@ state is the cache, which locks itself.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple, TypeVar
 
@@ -233,7 +234,7 @@ class Streams:
                 self.log, "read_key", (topic, partition, key), {"after": after_offset}
             )
             try:
-                read = self._decode_stream(
+                read = yield from self._decoded(
                     topic, partition, records, after_version, upto_version, after_offset
                 )
                 if whole and upto_version is None and read.envelopes:
@@ -293,7 +294,7 @@ class Streams:
                 self.log, "read_key", (topic, partition, key), {"after": last}
             )
             try:
-                tail = self._decode_stream(
+                tail = yield from self._decoded(
                     topic, partition, records, len(entry.envelopes), None, last
                 )
             except _StreamMismatchError:
@@ -310,6 +311,24 @@ class Streams:
                 )
         cache.drop(topic, aggregate_id)
         return None
+
+    def _decoded(
+        self,
+        topic: str,
+        partition: int,
+        records: list[Record],
+        after_version: int,
+        upto_version: int | None,
+        after_offset: int | None,
+    ) -> Generator[Step, Any, StreamRead]:
+        """:meth:`_decode_stream`; with a key store, as a :class:`Call` (opening personal
+        fields may read the key topic: blocking work that an event loop's driver hands to
+        a thread)."""
+        args = (topic, partition, records, after_version, upto_version, after_offset)
+        if records and self.codec.keys is not None:
+            read: StreamRead = yield Call(self._decode_stream, args)
+            return read
+        return self._decode_stream(*args)
 
     def _decode_stream(
         self,
@@ -553,16 +572,19 @@ class Streams:
         if record.value is None:  # removed (forget's tombstone): none, and not unusable
             return None, None, False
         where = {"topic": topic, "partition": partition, "offset": record.offset}
+        decode = functools.partial(
+            snapshots.decode,
+            cls,
+            record.key,
+            record.value,
+            record.headers,  # type: ignore[arg-type]
+            topic=topic,
+            partition=partition,
+            offset=record.offset,
+        )
         try:
-            snap = snapshots.decode(
-                cls,
-                record.key,
-                record.value,
-                record.headers,  # type: ignore[arg-type]
-                topic=topic,
-                partition=partition,
-                offset=record.offset,
-            )
+            # with a key store, opening the state may read the key topic (as in _decoded)
+            snap: Snapshot = (yield Call(decode)) if snapshots.keys is not None else decode()
         except StaleSnapshotError:
             log.info("stale snapshot ignored", aggregate_id=aggregate_id, **where)
             return None, None, True

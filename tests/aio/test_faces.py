@@ -12,6 +12,7 @@ from concurrent callers leave version N and value N, never a lost update.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import threading
 import time
@@ -283,12 +284,15 @@ def test_async_runtime_on_jetstream_awaits_the_asyncio_face(
     """On JetStream, ``app.open_async`` performs the command path's log calls (appends,
     per-key reads, key heads: conflicts and policy checks included) on the log's asyncio
     face on the caller's loop: the sync log under the runtime (whose calls cross its bridge
-    from a thread) serves none of them. The outcomes are the sync face's."""
+    from a thread) serves none of them, nor a load's check for a snapshot topic (an
+    aggregate with ``snapshot_every``). The outcomes are the sync face's."""
+    from store_domain import SnapCounter  # noqa: PLC0415
+
     from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
 
     log = JetStreamLog.from_url(nats_url, namespace="t" + uuid.uuid4().hex[:12])
     sync_calls: list[str] = []
-    for name in ("append", "read", "read_key", "key_head"):
+    for name in ("append", "read", "read_key", "key_head", "topic_exists"):
         real = getattr(log, name)
 
         def counted(*args: Any, _name: str = name, _real: Any = real, **kwargs: Any) -> Any:
@@ -297,8 +301,12 @@ def test_async_runtime_on_jetstream_awaits_the_asyncio_face(
 
         monkeypatch.setattr(log, name, counted)
 
-    async def main() -> tuple[Counter, Account, list[Any]]:
+    async def main() -> tuple[Counter, Account, list[Any], Counter]:
         async with APP.open_async(log) as rt:
+            await rt.execute(SnapCounter, "snap", inc(1), create=True)
+            for _ in range(3):  # below snapshot_every: no snapshot written
+                await rt.execute(SnapCounter, "snap", inc(1))
+            snap = await rt.load(SnapCounter, "snap")
             await rt.execute(Counter, "hot", inc(0), create=True)
             await asyncio.gather(*(rt.execute(Counter, "hot", inc(1)) for _ in range(12)))
             issued = await asyncio.gather(
@@ -314,17 +322,79 @@ def test_async_runtime_on_jetstream_awaits_the_asyncio_face(
             with pytest.raises(ConcurrencyError):
                 await rt.save(stale)
             hot = await rt.load(Counter, "hot")
-            return hot, await rt.load(Account, "a-1"), issued
+            return hot, await rt.load(Account, "a-1"), issued, snap
 
     try:
         before = len(sync_calls)
-        hot, account, issued = asyncio.run(main())
+        hot, account, issued, snap = asyncio.run(main())
     finally:
         log.close()
     assert (hot.version, hot.value) == (13, 12)
+    assert (snap.version, snap.value) == (4, 4)
     assert account.balance == 1 and account.version == 2
     assert sorted(len(w) for w in issued) == [0, 0, 0, 1]
     assert sync_calls[before:] == [], f"the sync log served {sync_calls[before:]}"
+
+
+def test_async_runtime_on_jetstream_never_blocks_its_loop_on_the_sync_log(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands on aggregates with personal fields (the invoicing sample's orders: a key
+    per customer in the log's key topic) on JetStream's asyncio face: no call of the sync
+    log, whose every call waits for a round trip through its bridge, is made on the event
+    loop's thread (it stalls every task of the loop), but for the key store's catch-up when
+    the runtime's key tail is behind (a saturated machine: see framework/app/aio_keys.py).
+    Before, a new customer's key was looked up and written there. The orders are stored,
+    and load decrypted."""
+    from example_apps.invoicing import app as invoicing  # noqa: PLC0415
+    from example_apps.invoicing.domain import Order  # noqa: PLC0415
+    from example_apps.invoicing.events import Address, OrderLine  # noqa: PLC0415
+    from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+
+    log = JetStreamLog.from_url(nats_url, namespace="t" + uuid.uuid4().hex[:12])
+    on_loop: list[str] = []
+    loop_thread: list[int] = []
+    for name in dir(JetStreamLog):
+        real = getattr(log, name)
+        if name.startswith("_") or not inspect.ismethod(real):
+            continue
+
+        def watched(*args: Any, _name: str = name, _real: Any = real, **kwargs: Any) -> Any:
+            catch_up = _name in ("offsets", "read") and str(args[0]).endswith(".keys")
+            if threading.get_ident() in loop_thread and not catch_up:
+                on_loop.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(log, name, watched)
+    line, home = OrderLine("sku-1", 1, 100), Address("1 Main St", "Oslo", "NO")
+
+    def place(customer: str) -> Callable[[Order], None]:
+        return lambda order: order.place(customer, [line], home)
+
+    async def main() -> list[Order]:
+        async with invoicing.open_async(log) as rt:
+            loop_thread.append(threading.get_ident())
+            for round_ in range(3):  # a new customer's key, then the key store's catch-ups
+                await asyncio.gather(
+                    *(
+                        rt.execute(Order, f"o-{round_}-{i}", place(f"c-{i % 3}"), create=True)
+                        for i in range(6)
+                    )
+                )
+                await asyncio.sleep(0.1)  # past the key store's refresh interval
+            await rt.execute(Order, "o-0-0", lambda order: order.confirm())
+            loaded = [await rt.load(Order, f"o-{r}-{i}") for r in range(3) for i in range(6)]
+            loop_thread.clear()  # (the runtime closes in its pool)
+            return loaded
+
+    try:
+        orders = asyncio.run(main())
+    finally:
+        log.close()
+    assert [(o.customer_id, o.version) for o in orders] == [
+        (f"c-{i % 3}", 2 if (r, i) == (0, 0) else 1) for r in range(3) for i in range(6)
+    ]
+    assert on_loop == [], f"the sync log was called on the event loop's thread: {on_loop}"
 
 
 def test_async_policy_on_jetstream_issues_on_the_asyncio_face(

@@ -7,8 +7,11 @@ before."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +97,69 @@ def test_the_key_store_model_holds_when_partitions_are_read_whole(
     monkeypatch.setattr(LogKeyStore, "_load", load)
     key_store_model.test_two_bounded_key_stores_agree_with_a_model(tmp_path)
     assert loads == {"0": 2}  # once per store
+
+
+def test_callers_that_find_the_store_stale_together_share_one_catch_up(tmp_path: Path) -> None:
+    """Threads (a web app's pool, an async runtime's) that all find the cache older than
+    the refresh interval while one of them is catching up wait for that catch-up rather
+    than each reading the key topic's marks again in turn (it was one round trip per
+    caller, in series behind the lock). What a caller gets is still as fresh as the rule
+    asks: a key another store writes before the callers ask is the one they answer."""
+    with LogStore(tmp_path) as log_:
+        writer = LogKeyStore(log_, refresh_ms=0)
+        writer.current("s0")
+        store = LogKeyStore(log_, refresh_ms=20)
+        assert store.current("s0") == writer.current("s0")
+        marks = 0
+        offsets = log_.offsets
+
+        def slow_offsets(topic: str, partition: int) -> Any:
+            nonlocal marks
+            if topic == TOPIC:
+                marks += 1
+                time.sleep(0.05)  # a round trip of a networked log under load
+            return offsets(topic, partition)
+
+        log_.offsets = slow_offsets  # type: ignore[method-assign]
+        callers = 8
+        for _ in range(3):
+            time.sleep(0.03)  # past the refresh interval
+            rotated = writer.rotate("s0")  # before any caller asks: each must see it
+            before, start = marks, threading.Barrier(callers)
+
+            def ask() -> tuple[int, bytes]:
+                start.wait()
+                return store.current("s0")
+
+            with ThreadPoolExecutor(callers) as pool:
+                answers = list(pool.map(lambda _: ask(), range(callers)))
+            assert {version for version, _ in answers} == {rotated}
+            assert marks - before <= 2, f"{marks - before} catch-ups for {callers} callers"
+
+
+def test_marks_read_by_the_caller_count_as_a_catch_up_only_when_they_show_nothing_new(
+    tmp_path: Path,
+) -> None:
+    """An async runtime reads the key topic's marks on its loop and hands them to the store
+    (``caught_up``): marks at the store's position make it fresh as of when they were
+    asked; marks past it (another store forgot a subject) do not, and the forgotten key is
+    refused once the store catches up, as the refresh rule says."""
+    with LogStore(tmp_path) as log_:
+        writer = LogKeyStore(log_, refresh_ms=0)
+        version, _ = writer.current("s0")
+        reader = LogKeyStore(log_, refresh_ms=40)
+        assert reader.current("s0")[0] == version and reader.holds("s0") and not reader.due
+        time.sleep(0.03)  # past the catch-up interval (half of refresh_ms)
+        assert reader.due
+        asked = time.monotonic()
+        hwms = [log_.offsets(TOPIC, p).hwm for p in range(reader.partitions)]
+        assert reader.caught_up(hwms, asked) and not reader.due
+        assert not reader.caught_up([*hwms, 0], asked)  # not the store's partitions
+        assert writer.forget("s0")
+        time.sleep(0.03)
+        asked = time.monotonic()
+        hwms = [log_.offsets(TOPIC, p).hwm for p in range(reader.partitions)]
+        assert not reader.caught_up(hwms, asked)
+        assert reader.due and reader.holds("s0")  # (not caught up yet)
+        reader.catch_up()
+        assert not reader.holds("s0") and reader.get("s0", version) is None

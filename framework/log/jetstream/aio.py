@@ -173,6 +173,10 @@ class AsyncJetStreamLog:
         lwm, hwm, _ = await self._call(state, topic=topic, partition=partition)
         return PartitionOffsets(lwm, hwm, hwm)
 
+    async def topic_exists(self, name: str) -> bool:
+        """Whether the topic is registered now (a load's check for a snapshot topic)."""
+        return await self._call(self._topics.exists_async(name), topic=name)
+
     async def partition_count(self, name: str) -> int:
         return (await self._call(self._topics.get_async(name), topic=name)).partitions
 

@@ -201,9 +201,13 @@ class Topics:
         return sorted(self._bridge.run(self.conn.retry(keys, what="list topics")))
 
     def exists(self, name: str) -> bool:
+        return self._bridge.run(self.exists_async(name), topic=name)
+
+    async def exists_async(self, name: str) -> bool:
+        """Whether the registry holds ``name`` now (read afresh, never from the cache)."""
         validate_topic_name(name)
         try:
-            self.get(name, fresh=True)
+            await self.fetch(name, fresh=True)
         except UnknownTopicError:
             return False
         return True

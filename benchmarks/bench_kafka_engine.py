@@ -120,25 +120,19 @@ def main() -> None:
     bench = bench_from_args(__file__, args)
     quiet_logs()
     n1, nbatch, nread = (100, 10, 2000) if args.quick else (300, 30, 20_000)
-    with scratch_dir(args.tmp, "kafka-engine") as tmp:
-        if args.cluster:
-            cluster = LocalKafkaCluster.load(args.cluster)
-        else:
-            cluster = LocalKafkaCluster.create(tmp / "kafka", 3)
-            cluster.start()
+    with (
+        scratch_dir(args.tmp, "kafka-engine") as tmp,
+        LocalKafkaCluster.running(args.cluster, tmp) as cluster,
+    ):
+        kl = KafkaLog(cluster.bootstrap, namespace=f"bench{uuid.uuid4().hex[:6]}")
+        raw = Raw(cluster.bootstrap)
+        emb = LogStore(tmp / "embedded")
         try:
-            kl = KafkaLog(cluster.bootstrap, namespace=f"bench{uuid.uuid4().hex[:6]}")
-            raw = Raw(cluster.bootstrap)
-            emb = LogStore(tmp / "embedded")
-            try:
-                bench.rounds(build(kl, raw, emb, n1, nbatch, nread), warmup=True)
-            finally:
-                raw.close()
-                kl.close()
-                emb.close()
+            bench.rounds(build(kl, raw, emb, n1, nbatch, nread), warmup=True)
         finally:
-            if not args.cluster:
-                cluster.stop()
+            raw.close()
+            kl.close()
+            emb.close()
     for name in OPS:
         bench.series[f"{name}.ratio"] = [
             s / b

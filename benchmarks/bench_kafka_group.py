@@ -102,40 +102,34 @@ def main() -> None:
     bench = bench_from_args(__file__, args)
     quiet_logs()
     count = args.records or (8_000 if args.quick else 80_000)
-    with scratch_dir(args.tmp, "kafka-group") as tmp:
-        if args.cluster:
-            cluster = LocalKafkaCluster.load(args.cluster)
-        else:
-            cluster = LocalKafkaCluster.create(tmp / "kafka", 3)
-            cluster.start()
-        try:
-            with KafkaLog(cluster.bootstrap, namespace=f"bench{uuid.uuid4().hex[:6]}") as kl:
-                kl.create_topic("g", PARTITIONS)
-                batch: list[RecordTuple] = [(None, VALUE, (), None)] * 500
-                for i in range(count // 500):
-                    kl.append("g", i % PARTITIONS, batch)
-                full = f"{kl.namespace}.g"
-                flip = [False]
+    with (
+        scratch_dir(args.tmp, "kafka-group") as tmp,
+        LocalKafkaCluster.running(args.cluster, tmp) as cluster,
+        KafkaLog(cluster.bootstrap, namespace=f"bench{uuid.uuid4().hex[:6]}") as kl,
+    ):
+        kl.create_topic("g", PARTITIONS)
+        batch: list[RecordTuple] = [(None, VALUE, (), None)] * 500
+        for i in range(count // 500):
+            kl.append("g", i % PARTITIONS, batch)
+        full = f"{kl.namespace}.g"
+        flip = [False]
 
-                def measure() -> dict[str, float]:
-                    sides = {
-                        "raw": lambda: raw_side(cluster.bootstrap, full, count),
-                        "evl": lambda: eventlane_side(kl, "g", count),
-                    }
-                    order = ["evl", "raw"] if flip[0] else ["raw", "evl"]
-                    flip[0] = not flip[0]
-                    out: dict[str, float] = {}
-                    for name in order:
-                        rate, cpu = sides[name]()
-                        out[name], out[f"{name}.cpu"] = rate, cpu
-                    out["ratio"] = out["evl"] / out["raw"]
-                    out["cpu.ratio"] = out["raw.cpu"] / out["evl.cpu"]
-                    return out
+        def measure() -> dict[str, float]:
+            sides = {
+                "raw": lambda: raw_side(cluster.bootstrap, full, count),
+                "evl": lambda: eventlane_side(kl, "g", count),
+            }
+            order = ["evl", "raw"] if flip[0] else ["raw", "evl"]
+            flip[0] = not flip[0]
+            out: dict[str, float] = {}
+            for name in order:
+                rate, cpu = sides[name]()
+                out[name], out[f"{name}.cpu"] = rate, cpu
+            out["ratio"] = out["evl"] / out["raw"]
+            out["cpu.ratio"] = out["raw.cpu"] / out["evl.cpu"]
+            return out
 
-                bench.rounds({"group": measure}, warmup=True)
-        finally:
-            if not args.cluster:
-                cluster.stop()
+        bench.rounds({"group": measure}, warmup=True)
     bench.add(
         "group member, eventlane GroupConsumer", "records/s", "group.evl", baseline="group.raw"
     )

@@ -67,60 +67,54 @@ def main() -> None:
     jars = sorted(str(j) for j in JARS.glob("*.jar"))
     if not jars:
         raise SystemExit(f"no jars in {JARS}: run `make spark-kafka-jars`")
-    with scratch_dir(args.tmp, "kafka-spark") as tmp:
-        if args.cluster:
-            cluster = LocalKafkaCluster.load(args.cluster)
-        else:
-            cluster = LocalKafkaCluster.create(tmp / "kafka", 3)
-            cluster.start()
-        try:
-            namespace = f"bench{uuid.uuid4().hex[:6]}"
-            with KafkaLog(cluster.bootstrap, namespace=namespace) as log:
-                log.create_topic("events", PARTITIONS)
-            kname = f"{namespace}.events"
-            fill(cluster.bootstrap, kname, count)
-            spark = spark_session(
-                "local[2]",
-                {"spark.jars": ",".join(jars), "spark.driver.memory": "1g"},
-                app_name="bench-kafka-spark",
+    with (
+        scratch_dir(args.tmp, "kafka-spark") as tmp,
+        LocalKafkaCluster.running(args.cluster, tmp) as cluster,
+    ):
+        namespace = f"bench{uuid.uuid4().hex[:6]}"
+        with KafkaLog(cluster.bootstrap, namespace=namespace) as log:
+            log.create_topic("events", PARTITIONS)
+        kname = f"{namespace}.events"
+        fill(cluster.bootstrap, kname, count)
+        spark = spark_session(
+            "local[2]",
+            {"spark.jars": ",".join(jars), "spark.driver.memory": "1g"},
+            app_name="bench-kafka-spark",
+        )
+        url = f"{cluster.url}?namespace={namespace}"
+
+        def ours() -> Any:
+            return spark.read.format("eventlane").option("log", url).option(
+                "topic", "events"
+            ).load()  # fmt: skip
+
+        def theirs() -> Any:
+            return (
+                spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", cluster.bootstrap)
+                .option("subscribe", kname)
+                .option("startingOffsets", "earliest")
+                .option("endingOffsets", "latest")
+                .load()
             )
-            url = f"{cluster.url}?namespace={namespace}"
 
-            def ours() -> Any:
-                return spark.read.format("eventlane").option("log", url).option(
-                    "topic", "events"
-                ).load()  # fmt: skip
+        answers: dict[str, set[tuple[int, int, int]]] = {"ours": set(), "theirs": set()}
 
-            def theirs() -> Any:
-                return (
-                    spark.read.format("kafka")
-                    .option("kafka.bootstrap.servers", cluster.bootstrap)
-                    .option("subscribe", kname)
-                    .option("startingOffsets", "earliest")
-                    .option("endingOffsets", "latest")
-                    .load()
-                )
+        def timed(name: str, frame: Any) -> float:
+            t0 = time.perf_counter()
+            answers[name].add(job(frame()))
+            return count / (time.perf_counter() - t0)
 
-            answers: dict[str, set[tuple[int, int, int]]] = {"ours": set(), "theirs": set()}
-
-            def timed(name: str, frame: Any) -> float:
-                t0 = time.perf_counter()
-                answers[name].add(job(frame()))
-                return count / (time.perf_counter() - t0)
-
-            try:
-                bench.rounds(
-                    {
-                        "ours": lambda: timed("ours", ours),
-                        "theirs": lambda: timed("theirs", theirs),
-                    },
-                    warmup=True,
-                )
-            finally:
-                spark.stop()
+        try:
+            bench.rounds(
+                {
+                    "ours": lambda: timed("ours", ours),
+                    "theirs": lambda: timed("theirs", theirs),
+                },
+                warmup=True,
+            )
         finally:
-            if not args.cluster:
-                cluster.stop()
+            spark.stop()
     assert answers["ours"] == answers["theirs"] and len(answers["ours"]) == 1, answers
     assert next(iter(answers["ours"]))[0] == count
     bench.series["ratio"] = [

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,24 @@ class LocalKafkaCluster:
         return cls(
             Path(directory), new_cluster_id(), members, host, kafka_lib(lib), retention_check_ms
         )
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(
+        cls, reuse: str | Path | None, scratch: Path, nodes: int = 3
+    ) -> Iterator[LocalKafkaCluster]:
+        """The cluster ``eventlane kafka up --dir REUSE`` started (left running), or else a
+        new one of ``nodes`` brokers under ``scratch/kafka``, started here and stopped when
+        the block ends (benchmarks' ``--cluster DIR``)."""
+        if reuse:
+            yield cls.load(reuse)
+            return
+        cluster = cls.create(scratch / "kafka", nodes)
+        cluster.start()
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
 
     @classmethod
     def load(cls, directory: str | Path, *, lib: str | Path | None = None) -> LocalKafkaCluster:

@@ -379,3 +379,29 @@ def wait_caught_up(
             if time.monotonic() - t0 > timeout:
                 raise AssertionError(f"not caught up after {timeout}s: {pos} vs {ends}")
             time.sleep(0.05)
+
+
+def expect_model(data: Path) -> None:
+    """The balances read model equals a fold of the log, every event applied exactly once
+    (the markers table)."""
+    fold = fold_accounts(data)
+    assert read_balances(data) == fold.balances
+    markers = read_markers(data)
+    assert len(markers) == len(set(markers))  # nothing applied twice
+    assert set(markers) == fold.events  # nothing skipped
+
+
+def expect_workers_carry_on_after_swap(
+    producer: Producer, data: Path, procs: list[subprocess.Popen[bytes]], workers: Workers
+) -> None:
+    """After a swap of ``balances`` under live workers: 300 more events are applied by the
+    same worker processes on the new read model, which equals the fold, with no dead
+    letters and each worker saying it reopened the read model."""
+    producer.deposits(300)
+    wait_caught_up(data, "balances", timeout=120)
+    for proc in procs:
+        assert proc.poll() is None, workers.output()
+    expect_model(data)
+    with view(data, "balances") as v:
+        assert v.dead_letter_counts() == {}
+    assert "read model reopened after a hand-off" in workers.output()

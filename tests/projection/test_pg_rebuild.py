@@ -23,10 +23,9 @@ from projection_kit import (
     APP,
     Producer,
     Workers,
+    expect_model,
+    expect_workers_carry_on_after_swap,
     fold_accounts,
-    read_balances,
-    read_markers,
-    view,
     wait_caught_up,
 )
 
@@ -71,14 +70,6 @@ def records_of(runtime: Runtime, topic: str) -> list[Record]:
     return out
 
 
-def expect_model(data: Path) -> None:
-    fold = fold_accounts(data)
-    assert read_balances(data) == fold.balances
-    markers = read_markers(data)
-    assert len(markers) == len(set(markers))  # nothing applied twice
-    assert set(markers) == fold.events  # nothing skipped
-
-
 @PG
 def test_swap_under_live_workers_has_no_gap_and_no_duplicate(
     engine: str, runtime: Runtime, data: Path, workers: Workers
@@ -101,14 +92,7 @@ def test_swap_under_live_workers_has_no_gap_and_no_duplicate(
     assert handoff.rebuild.schema == f"{live}__shadow"
     assert schema_oid(live) not in (None, before)  # the shadow is live now
     assert schema_oid(f"{live}__shadow") is None and schema_oid(f"{live}__old") is None
-    producer.deposits(300)  # applied by the workers on the new schema
-    wait_caught_up(data, "balances", timeout=120)
-    for proc in procs:
-        assert proc.poll() is None, workers.output()
-    expect_model(data)
-    with view(data, "balances") as v:
-        assert v.dead_letter_counts() == {}
-    assert "read model reopened after a hand-off" in workers.output()
+    expect_workers_carry_on_after_swap(producer, data, procs, workers)
 
 
 @PG

@@ -41,12 +41,10 @@ from tests.projection.projection_kit import (  # noqa: F401 (data, engine, runti
     Workers,
     data,
     engine,
+    expect_model,
+    expect_workers_carry_on_after_swap,
     fold_accounts,
-    read_balances,
-    read_markers,
     runtime,
-    view,
-    wait_caught_up,
     workers,
 )
 from tests.replay import flaky_bank
@@ -71,14 +69,6 @@ def rows_of(schema: str, sql: str) -> list[tuple[Any, ...]]:
 
 def balances_of(schema: str) -> dict[str, tuple[int, int]]:
     return {r[0]: (int(r[1]), int(r[2])) for r in rows_of(schema, "SELECT * FROM balances")}
-
-
-def expect_model(data: Path) -> None:
-    fold = fold_accounts(data)
-    assert read_balances(data) == fold.balances
-    markers = read_markers(data)
-    assert len(markers) == len(set(markers))  # nothing applied twice
-    assert set(markers) == fold.events  # nothing skipped
 
 
 def test_spark_into_a_schema_equals_local_and_the_fold(
@@ -143,14 +133,7 @@ def test_swap_under_live_workers_has_no_gap_and_no_duplicate(
     assert verified == [[True, True]]
     assert handoff.rebuild.engine == "spark" and handoff.rebuild.schema == f"{live}__shadow"
     assert schemas() == [live]  # shadow, old, stages and scratch: gone
-    producer.deposits(300)  # applied by the workers on the new schema
-    wait_caught_up(data, "balances", timeout=120)
-    for proc in procs:
-        assert proc.poll() is None, workers.output()
-    expect_model(data)
-    with view(data, "balances") as v:
-        assert v.dead_letter_counts() == {}
-    assert "read model reopened after a hand-off" in workers.output()
+    expect_workers_carry_on_after_swap(producer, data, procs, workers)
 
 
 def test_as_of_rebuilds_the_past_read_model(

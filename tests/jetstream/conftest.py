@@ -8,6 +8,9 @@ PID when the session ends, whatever happened. Each test works in its own namespa
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +36,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     try:
         yield c
     finally:
+        c.stop()
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A 3-node cluster of the test's own, for tests that kill, stop or partition nodes;
+    every node is resumed (SIGCONT) before the cluster is stopped, so none is left stopped."""
+    c = LocalCluster.create(tmp_path / "nats", nodes=3)
+    c.start()
+    try:
+        yield c
+    finally:
+        for node in c.nodes:
+            if node.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(node.pid, signal.SIGCONT)
         c.stop()
 
 

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,16 +24,6 @@ from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
 
 PROCS = Path(__file__).parent / "procs.py"
-
-
-@pytest.fixture
-def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster.create(tmp_path / "nats", nodes=3)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 class Producer:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,16 +38,6 @@ from js_group_kit import (
     members_fixture,  # noqa: F401 (the `members` fixture)
     union,
 )
-
-
-@pytest.fixture
-def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster.create(tmp_path / "nats", nodes=3)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def _kv_leader(js: JetStreamLog, coordination: JetStreamCoordination) -> str:

@@ -15,27 +15,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from framework.errors import FrameworkError, LogError, OutcomeUnknownError
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
-
-
-@pytest.fixture
-def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster.create(tmp_path / "nats", nodes=3)
-    c.start()
-    try:
-        yield c
-    finally:
-        for node in c.nodes:  # never leave a node stopped
-            if node.pid:
-                os.kill(node.pid, signal.SIGCONT)
-        c.stop()
 
 
 def _freeze(cluster: LocalCluster, names: list[str]) -> None:

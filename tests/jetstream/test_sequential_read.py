@@ -15,7 +15,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -273,16 +272,6 @@ def test_a_lost_consumer_is_not_waited_for(cluster: LocalCluster, js: JetStreamL
         out.extend(got)
     assert view(out) == [(i, None, b"l%d" % i) for i in range(5000)]
     assert reader_of(cursor) is not None and js._reader.sequential.served > served
-
-
-@pytest.fixture
-def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster.create(tmp_path / "nats", nodes=3)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def test_kill_9_of_the_consumers_server_loses_and_duplicates_nothing(

@@ -133,6 +133,10 @@ class Case:
         if mid in self.plans:
             runtime.execute(Member, mid, lambda m: m.change_plan("gold"))
 
+    def kept_member(self) -> str:
+        """The first member who joined before the forget and is not dead-lettered."""
+        return next(f"m-{i}" for i in range(self.joined) if f"m-{i}" not in self.poison)
+
     def roster(self, upto: int, forgotten: tuple[str, ...]) -> dict[str, tuple[str, str]]:
         """The roster as the test wrote it: every member but the poison ones; a forgotten
         member's values are the placeholders."""
@@ -191,8 +195,9 @@ def dead_letters(data: Path) -> dict[str, tuple[str, str]]:
     return {bytes(k).decode(): (s, e) for k, s, e in rows}
 
 
-def project_plans(runtime: Runtime) -> None:
-    worker = Worker(runtime, "plans", poll_timeout=0.2)
+def project(runtime: Runtime, name: str) -> None:
+    """Apply everything in the log to projection ``name`` (one worker in this process)."""
+    worker = Worker(runtime, name, poll_timeout=0.2)
     try:
         while worker.run_once():
             pass
@@ -214,7 +219,7 @@ def test_forget_rebuilds_the_read_model_under_a_live_worker_and_no_file_keeps_th
     with app.open(data) as runtime:
         for i in range(case.joined):
             case.join(runtime, i)
-        project_plans(runtime)
+        project(runtime, "plans")
     proc = workers.start("roster", app=APP)
     workers.wait_joined(proc, "roster")
     wait_caught_up(data, "roster", topic="members")
@@ -292,13 +297,8 @@ def test_forget_says_when_recycled_wal_segments_may_keep_the_subject(
     with app.open(data) as runtime:
         for i in range(case.joined):
             case.join(runtime, i)
-        worker = Worker(runtime, "roster", poll_timeout=0.2)
-        try:
-            while worker.run_once():
-                pass
-        finally:
-            worker.close()
-        subject = next(f"m-{i}" for i in range(case.joined) if f"m-{i}" not in case.poison)
+        project(runtime, "roster")
+        subject = case.kept_member()
         report = forget(runtime, subject)
     assert report.rebuilt == ("roster",)
     assert [line for line in report.not_scrubbed if "wal_recycle" in line], report
@@ -317,16 +317,11 @@ def test_a_reader_holding_the_swapped_out_schema_is_reported_then_the_next_run_f
     reader is gone, the next run (the journal's subjects) drops it and nothing is left."""
     monkeypatch.setattr("framework.projection.postgres.BUSY_TIMEOUT_S", 1.0)
     case = Case.draw(1)
-    subject = next(f"m-{i}" for i in range(case.joined) if f"m-{i}" not in case.poison)
+    subject = case.kept_member()
     with app.open(data) as runtime:
         for i in range(case.joined):
             case.join(runtime, i)
-        worker = Worker(runtime, "roster", poll_timeout=0.2)
-        try:
-            while worker.run_once():
-                pass
-        finally:
-            worker.close()
+        project(runtime, "roster")
         reader = psycopg.connect(os.environ[READMODELS_ENV])  # a transaction left open
         try:
             reader.execute(f'SELECT count(*) FROM "{schema_name("roster")}".roster').fetchone()

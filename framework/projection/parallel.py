@@ -110,9 +110,10 @@ PROBE_EVENTS = 32
 PROBE_S = 0.02
 """A probe runs whole keys on the polling thread until this many events or seconds."""
 WAIT_SHARE = 0.5
-"""The share of a probe's wall time spent off the CPU above which threads are used (time
-spent runnable, waiting for a CPU another process holds, is not waiting: a computing handler
-on a loaded machine stays on the polling thread)."""
+"""The share of a probe's wall time spent off the CPU above which threads are used. Time
+spent runnable, waiting for a CPU another process holds, counts on neither side: a computing
+handler on a loaded machine stays on the polling thread, and a waiting one still goes to the
+threads when each wake-up queues for a CPU longer than it slept."""
 
 
 def _queued_s() -> float:
@@ -310,8 +311,10 @@ class ParallelApplier(BatchApplier):
             events_run += len(events)
             if time.perf_counter() - wall0 >= PROBE_S:
                 break
-        wall = time.perf_counter() - wall0
-        waited = wall - (time.thread_time() - cpu0) - (_queued_s() - queued0)
+        # time runnable but off the CPU (another process held it) is neither waiting nor
+        # computing: it is left out of both sides of the share
+        wall = time.perf_counter() - wall0 - (_queued_s() - queued0)
+        waited = wall - (time.thread_time() - cpu0)
         threaded = wall > 0 and waited / wall >= WAIT_SHARE
         if threaded != self.threaded or not self._probed:
             self._probed = True

@@ -319,7 +319,7 @@ class KafkaLog:
             err = exc.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 if exist_ok:
-                    return self.describe_topic(name)
+                    return self._describe_when_visible(name)
                 raise TopicExistsError(f"topic {name!r} already exists", topic=name) from None
             if err.code() in (KafkaError.INVALID_CONFIG, KafkaError.INVALID_PARTITIONS):
                 raise ConfigError(f"Kafka refused topic {name!r}: {err.str()}") from None
@@ -330,6 +330,23 @@ class KafkaLog:
         self._described_config(name, cfg)
         self._cache_meta(name, _Meta(partitions, cfg, time.monotonic()))
         return self._describe(name, partitions, cfg)
+
+    def _describe_when_visible(self, name: str) -> TopicDescription:
+        """Describe a topic the controller says exists: another client may have just created
+        it, and the broker answering metadata may not know it yet (a new topic reaches each
+        broker's metadata cache a moment after the controller accepts it)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return self.describe_topic(name)
+            except UnknownTopicError:
+                if time.monotonic() >= deadline:
+                    raise LogUnavailableError(
+                        f"Kafka says topic {name!r} exists, but its metadata did not show it"
+                        f" within {self.timeout:g} s",
+                        topic=name,
+                    ) from None
+                time.sleep(0.05)
 
     def _wait_leaders(self, name: str, partitions: int) -> None:
         """Wait until metadata shows a leader for each partition of a new topic."""

@@ -68,6 +68,7 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKaf
         assert up.returncode == 0, f"eventlane kafka up failed: {up.stderr[-3000:]}"
         assert cluster is not None
         assert up.stdout.strip() == cluster.url  # stdout: the URL only
+        _group_call_answers_at_once(cluster)
         sys.stderr.write(f"\n3 Kafka brokers up in {time.monotonic() - started:.1f}s\n")
         yield cluster
     finally:
@@ -75,6 +76,17 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKaf
             down = eventlane("kafka", "down", "--dir", str(directory))
             assert down.returncode == 0, down.stderr[-3000:]
             assert not [n.node_id for n in cluster.nodes if n.pid and alive(n.pid)]
+
+
+def _group_call_answers_at_once(cluster: LocalKafkaCluster) -> None:
+    """``kafka up`` returns once a group coordinator answers: a group call made right after
+    it must not meet "Coordinator load in progress" (a benchmark started 2 s after ``up``
+    died of it; before the fix this call timed out after 3 s)."""
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - after importorskip
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    found = admin.describe_consumer_groups(["fresh"], request_timeout=5)["fresh"].result()
+    assert found.group_id == "fresh"
 
 
 @pytest.fixture

@@ -274,6 +274,7 @@ class LocalKafkaCluster:
                 if not node.pid:
                     self.start_node(node.node_id, wait=False)
             self.wait_ready(timeout=timeout)
+            self.wait_group_coordinator(timeout=timeout)
         except BaseException:
             self.stop()
             raise
@@ -331,6 +332,31 @@ class LocalKafkaCluster:
                     f"Kafka cluster not ready after {timeout}s; see {self.directory}/b*.log"
                 )
             time.sleep(0.25)
+
+    def wait_group_coordinator(self, *, timeout: float = 120.0) -> None:
+        """Block until a group coordinator answers for a group: the first FindCoordinator
+        makes the brokers create ``__consumer_offsets`` and load its partitions, and until
+        then every group call fails with "Coordinator load in progress" (a client started
+        right after ``kafka up`` died of it)."""
+        from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - the kafka extra
+
+        probe: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _PROBE}
+        admin = AdminClient(probe)
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < deadline:
+            try:
+                admin.describe_consumer_groups(["__eventlane_probe"], request_timeout=5)[
+                    "__eventlane_probe"
+                ].result()
+                return
+            except Exception as exc:  # load in progress, not available: ask again
+                last = exc
+                time.sleep(0.25)
+        raise ConfigError(
+            f"Kafka's group coordinator did not answer within {timeout}s ({last});"
+            f" see {self.directory}/b*.log"
+        )
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one node (by its PID) and wait for it to exit."""

@@ -312,7 +312,296 @@ done:
     return out;
 }
 
+/* ---- Fetch from stored batches: the embedded format to Kafka's, no Python object per record.
+ *
+ * The embedded batch (framework/log/embedded/batch.py, docs/file-format.md), big-endian:
+ * header 43 bytes (base_offset int64 @0, attributes int16 @17 (bit 3: LogAppendTime),
+ * base_timestamp int64 @23, record_count int32 @39), then records of
+ * length int32 | offset_delta int32 | timestamp_delta int64 | key_length int32 | key
+ * | value_length int32 | value | header_count int32 | (name_length int32 | name
+ * | value_length int32 | value)*  (-1: null). */
+
+#define STORED_HEADER 43
+#define KAFKA_HEADER 61
+
+static inline int64_t
+be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static inline int32_t
+be32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     (uint32_t)p[3]);
+}
+
+static inline void
+put_be64(char *p, int64_t n)
+{
+    uint64_t v = (uint64_t)n;
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (char)(v & 0xFF);
+        v >>= 8;
+    }
+}
+
+static inline void
+put_be32(char *p, int32_t n)
+{
+    uint32_t v = (uint32_t)n;
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+}
+
+static inline int
+varint_size(int64_t n)
+{
+    uint64_t v = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+    int size = 1;
+    while (v > 0x7F) {
+        v >>= 7;
+        size++;
+    }
+    return size;
+}
+
+/* Writes a zig-zag varint at b->data + b->len; the caller reserved the room. */
+static inline void
+put_varint_unchecked(Buf *b, int64_t n)
+{
+    uint64_t v = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+    while (v > 0x7F) {
+        b->data[b->len++] = (char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    b->data[b->len++] = (char)v;
+}
+
+/* The Kafka batch being written: its header is at `at` and filled in when it is closed. */
+typedef struct {
+    Py_ssize_t at; /* -1: none open */
+    int64_t base_offset, base_ts, max_ts, last_offset;
+    int32_t count;
+    int ts_type;
+} Open;
+
+static void
+close_batch(Buf *out, Open *o)
+{
+    char *h = out->data + o->at;
+    put_be64(h, o->base_offset);
+    put_be32(h + 8, (int32_t)(out->len - o->at - 12));
+    put_be32(h + 12, 0);    /* partition leader epoch: one broker, never re-elected */
+    h[16] = 2;              /* magic */
+    put_be32(h + 17, 0);    /* the CRC: the caller computes it (records.py) */
+    h[21] = 0;              /* attributes int16: timestamp type in bit 3 */
+    h[22] = o->ts_type ? 0x08 : 0;
+    put_be32(h + 23, (int32_t)(o->last_offset - o->base_offset));
+    put_be64(h + 27, o->base_ts);
+    put_be64(h + 35, o->max_ts);
+    put_be64(h + 43, -1); /* producer id */
+    h[51] = (char)0xFF;   /* producer epoch -1 */
+    h[52] = (char)0xFF;
+    put_be32(h + 53, -1); /* base sequence */
+    put_be32(h + 57, o->count);
+    o->at = -1;
+}
+
+/* The bounds of one length-prefixed (int32, -1: null) field at *p, within [*p, end). */
+static int
+stored_field(const unsigned char **p, const unsigned char *end, int32_t *len, int nullable)
+{
+    if (end - *p < 4)
+        return -1;
+    *len = be32(*p);
+    *p += 4;
+    if (*len == -1 && nullable)
+        return 0;
+    if (*len < 0 || *len > end - *p)
+        return -1;
+    *p += *len;
+    return 0;
+}
+
+static PyObject *
+kafka_batches(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *batches;
+    long long start, stop;
+    if (!PyArg_ParseTuple(args, "OLL", &batches, &start, &stop))
+        return NULL;
+    PyObject *fast = PySequence_Fast(batches, "batches must be a sequence");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n_batches = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    Buf out = {NULL, 0, 0};
+    Open o = {-1, 0, 0, 0, 0, 0, 0};
+    PyObject *heads = PyList_New(0), *result = NULL;
+    long long records = 0;
+    if (heads == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n_batches; i++) {
+        PyObject *item = items[i];
+        Py_buffer view;
+        Py_ssize_t bstart, bend;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            PyErr_Format(PyExc_TypeError, "batch %zd is not a (buf, start, end) StoredBatch", i);
+            goto done;
+        }
+        bstart = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 1));
+        bend = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 2));
+        if (PyErr_Occurred())
+            goto done;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 0), &view, PyBUF_SIMPLE) < 0)
+            goto done;
+        if (bstart < 0 || bend > view.len || bend - bstart < STORED_HEADER) {
+            PyBuffer_Release(&view);
+            PyErr_Format(PyExc_ValueError, "batch %zd: [%zd, %zd) is not a batch in its buffer", i,
+                         bstart, bend);
+            goto done;
+        }
+        const unsigned char *b = (const unsigned char *)view.buf + bstart;
+        const unsigned char *end = (const unsigned char *)view.buf + bend;
+        int64_t base_offset = be64(b), base_ts = be64(b + 23);
+        int ts_type = (b[18] & 0x08) ? 1 : 0;
+        const unsigned char *p = b + STORED_HEADER;
+        const char *bad = NULL;
+        while (p < end) {
+            if (end - p < 24) {
+                bad = "record header runs past the batch end";
+                break;
+            }
+            int32_t length = be32(p);
+            if (length < 24 || length > end - p - 4) {
+                bad = "record length runs past the batch end or is too small";
+                break;
+            }
+            const unsigned char *rec_end = p + 4 + length;
+            int64_t offset = base_offset + be32(p + 4);
+            int64_t ts = base_ts + be64(p + 8);
+            const unsigned char *q = p + 16, *key, *value;
+            int32_t klen, vlen, hcount;
+            key = q + 4;
+            if (stored_field(&q, rec_end, &klen, 1) < 0) {
+                bad = "bad key length";
+                break;
+            }
+            value = q + 4;
+            if (stored_field(&q, rec_end, &vlen, 1) < 0) {
+                bad = "bad value length";
+                break;
+            }
+            if (rec_end - q < 4 || (hcount = be32(q)) < 0 || hcount > length) {
+                bad = "bad header count";
+                break;
+            }
+            q += 4;
+            const unsigned char *headers = q;
+            /* Kafka's record size: every field but the length varint in front */
+            int64_t size = 1 + varint_size(klen) + (klen > 0 ? klen : 0) + varint_size(vlen) +
+                           (vlen > 0 ? vlen : 0) + varint_size(hcount);
+            for (int32_t h = 0; h < hcount; h++) {
+                int32_t nlen, hlen;
+                if (stored_field(&q, rec_end, &nlen, 0) < 0 ||
+                    stored_field(&q, rec_end, &hlen, 1) < 0) {
+                    bad = "bad header";
+                    break;
+                }
+                size += varint_size(nlen) + nlen + varint_size(hlen) + (hlen > 0 ? hlen : 0);
+            }
+            if (bad == NULL && q != rec_end)
+                bad = "record length does not match its fields";
+            if (bad != NULL)
+                break;
+            p = rec_end;
+            if (offset < start || offset >= stop)
+                continue;
+            if (o.at >= 0 && (ts_type != o.ts_type || (ts_type == 1 && ts != o.base_ts)))
+                close_batch(&out, &o); /* LogAppendTime: one timestamp a batch */
+            if (o.at < 0) {
+                if (buf_reserve(&out, KAFKA_HEADER) < 0)
+                    break;
+                o.at = out.len;
+                out.len += KAFKA_HEADER;
+                o.base_offset = offset;
+                o.base_ts = o.max_ts = ts;
+                o.count = 0;
+                o.ts_type = ts_type;
+                PyObject *at = PyLong_FromSsize_t(o.at);
+                int failed = at == NULL || PyList_Append(heads, at) < 0;
+                Py_XDECREF(at);
+                if (failed)
+                    break;
+            }
+            size += varint_size(ts - o.base_ts) + varint_size(offset - o.base_offset);
+            if (buf_reserve(&out, size + 10) < 0)
+                break;
+            put_varint_unchecked(&out, size);
+            out.data[out.len++] = 0; /* record attributes */
+            put_varint_unchecked(&out, ts - o.base_ts);
+            put_varint_unchecked(&out, offset - o.base_offset);
+            put_varint_unchecked(&out, klen);
+            if (klen > 0) {
+                memcpy(out.data + out.len, key, (size_t)klen);
+                out.len += klen;
+            }
+            put_varint_unchecked(&out, vlen);
+            if (vlen > 0) {
+                memcpy(out.data + out.len, value, (size_t)vlen);
+                out.len += vlen;
+            }
+            put_varint_unchecked(&out, hcount);
+            for (const unsigned char *r = headers; r < rec_end;) {
+                int32_t len = be32(r); /* name, then value (-1: null) */
+                r += 4;
+                put_varint_unchecked(&out, len);
+                if (len > 0) {
+                    memcpy(out.data + out.len, r, (size_t)len);
+                    out.len += len;
+                    r += len;
+                }
+            }
+            if (ts > o.max_ts)
+                o.max_ts = ts;
+            o.last_offset = offset;
+            o.count++;
+            records++;
+        }
+        PyBuffer_Release(&view);
+        if (PyErr_Occurred())
+            goto done;
+        if (bad != NULL) {
+            PyErr_Format(PyExc_ValueError, "malformed record in the batch at offset %lld: %s",
+                         (long long)base_offset, bad);
+            goto done;
+        }
+    }
+    if (o.at >= 0)
+        close_batch(&out, &o);
+    PyObject *blob = PyByteArray_FromStringAndSize(out.data ? out.data : "", out.len);
+    if (blob != NULL) {
+        result = Py_BuildValue("(NOL)", blob, heads, records);
+    }
+done:
+    Py_XDECREF(heads);
+    PyMem_Free(out.data);
+    Py_DECREF(fast);
+    return result;
+}
+
 static PyMethodDef wire_methods[] = {
+    {"kafka_batches", kafka_batches, METH_VARARGS,
+     "kafka_batches(batches, start, stop) -> (bytearray, header_positions, records): the "
+     "records of stored batches (StoredBatch: buf, start, end) in [start, stop) as Kafka record "
+     "batches v2, their CRCs left 0 for the caller."},
     {"records_payload", records_payload, METH_VARARGS,
      "records_payload(records, base_offset, base_timestamp) -> (bytes, max_timestamp): the "
      "records section of a Kafka record batch v2."},

@@ -3,8 +3,8 @@
 One broker, node id 0, leader of every partition, with itself as the only replica and the
 whole in-sync set. Records cross the wire as Kafka record batches (magic 2); the log stores
 them in its own batch format, so a produce decodes the client's batches into records and a
-fetch encodes the log's records into batches (offsets, timestamps, keys, values and headers
-kept; compaction gaps kept as gaps between record offsets).
+fetch transcodes the stored batches into Kafka's (offsets, timestamps, keys, values and
+headers kept; compaction gaps kept as gaps between record offsets).
 
 Idempotent producers (the default of kafka-python 3 and of Java clients since Kafka 3.0):
 ``InitProducerId`` hands out producer ids, and per (producer id, partition) the broker keeps

@@ -2,7 +2,9 @@
 
 The listener speaks Kafka's on-the-wire batch format; the embedded log stores its own (see
 docs/file-format.md: fixed-width fields, a CRC that also covers the base offset). Fetch
-therefore re-frames what it reads, and Produce parses what clients send. kafka-python's
+therefore re-frames what it reads (:func:`encode_stored`: the stored batches, in C, without
+a Python object per record; :func:`encode_batch`: records, when the engine is another or the
+extension is not built), and Produce parses what clients send. kafka-python's
 generic builder and reader spend tens of microseconds per record in pure Python; the two
 functions here do the common case (magic 2, no transactions; compressed batches are
 decompressed with kafka-python's codecs, then parsed the same way) and leave everything
@@ -43,6 +45,7 @@ from typing import NamedTuple
 import crc32c
 
 from framework.log import Record
+from framework.log.types import StoredBatch
 
 __all__ = [
     "BatchFormatError",
@@ -51,6 +54,7 @@ __all__ = [
     "LogTuple",
     "UnsupportedCompressionError",
     "encode_batch",
+    "encode_stored",
     "has_compressed",
     "parse_batches",
 ]
@@ -154,6 +158,41 @@ def _load_wire() -> Callable[[Sequence[Record], int, int], tuple[bytes, int]]:
 
 
 _payload = _load_wire()
+
+
+def _load_stored() -> (
+    Callable[[Sequence[StoredBatch], int, int], tuple[bytearray, list[int], int]] | None
+):
+    try:
+        from framework.kafka import _wire  # type: ignore[attr-defined]  # noqa: PLC0415
+    except ImportError:  # without the C extension, fetch reads records (encode_batch)
+        return None
+    convert: Callable[[Sequence[StoredBatch], int, int], tuple[bytearray, list[int], int]]
+    convert = _wire.kafka_batches
+    return convert
+
+
+_kafka_batches = _load_stored()
+FROM_STORED = _kafka_batches is not None
+"""Whether :func:`encode_stored` is available (the C extension ``_wire`` is built)."""
+_LENGTH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
+
+
+def encode_stored(batches: Sequence[StoredBatch], start: int, stop: int) -> tuple[bytearray, int]:
+    """Kafka batches holding the records of the log's stored ``batches`` whose offsets are
+    in ``[start, stop)``, and how many there are, without a Python object per record: the
+    bytes :func:`encode_batch` gives for the same records (one batch, or one per run of
+    equal timestamps with LogAppendTime; a new batch where the timestamp type changes).
+    Only with the C extension (:data:`FROM_STORED`). ``ValueError``: a malformed record."""
+    assert _kafka_batches is not None, "encode_stored needs framework.kafka._wire"
+    blob, heads, count = _kafka_batches(batches, start, stop)
+    with memoryview(blob) as view:
+        for at in heads:
+            (length,) = _LENGTH.unpack_from(blob, at + 8)
+            crc = crc32c.crc32c(view[at + _ATTRIBUTES_AT : at + 12 + length])
+            _CRC.pack_into(blob, at + 17, crc)
+    return blob, count
 
 
 def _encode(records: Sequence[Record]) -> bytes:

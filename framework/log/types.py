@@ -29,6 +29,7 @@ __all__ = [
     "RecordTuple",
     "RetentionReport",
     "SEQUENTIAL",
+    "StoredBatch",
     "TopicDescription",
     "wall_clock_ms",
 ]
@@ -79,6 +80,17 @@ class Expect(NamedTuple):
 
     key: bytes
     last_offset: int | None
+
+
+class StoredBatch(NamedTuple):
+    """One batch as the embedded engine stores it (docs/file-format.md), CRC-checked, in
+    ``buf[start:end]``; a raw read (:meth:`LogStore.read_batches`) returns these, each
+    holding at least one record in ``[offset, upto)`` of the read (the first and last may
+    hold records outside it: a reader skips those, as Kafka's clients do)."""
+
+    buf: bytes
+    start: int
+    end: int
 
 
 class PartitionOffsets(NamedTuple):

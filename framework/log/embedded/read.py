@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from framework._pauses import PAUSE
 from framework.errors import CorruptRecordError, OffsetOutOfRangeError, UnknownTopicError
@@ -40,7 +40,7 @@ from framework.log.embedded.segment import (
 )
 from framework.log.embedded.state import PartitionState, Snapshot
 from framework.log.record import Record
-from framework.log.types import Cursor
+from framework.log.types import Cursor, StoredBatch
 from framework.observability import Logger, get_logger
 
 log = get_logger("eventlane.log")
@@ -158,6 +158,31 @@ class _ReadPath:
         batches were read. The returned cursor makes the next sequential read cheap.
         Raises :class:`OffsetOutOfRangeError` below the low-water mark or past the LEO.
         """
+        records, at = self._read(offset, max_bytes, cursor, upto, in_flight, raw=False)
+        return records, at
+
+    def read_batches(
+        self, offset: int, *, max_bytes: int = MAX_BATCH_BYTES, upto: int | None = None
+    ) -> list[StoredBatch]:
+        """:meth:`read` without building records: the stored batches holding the records
+        :meth:`read` would return, as stored (each CRC-checked, its framing checked as
+        :meth:`read` checks it), in offset order. A batch is left out when none of its
+        records falls in ``[offset, upto or HWM)``; the first and last returned may hold
+        records outside it (the reader skips those). Only a batch cut by that range has
+        its records decoded (to know whether it holds one inside)."""
+        batches, _ = self._read(offset, max_bytes, None, upto, False, raw=True)
+        return batches
+
+    def _read(
+        self,
+        offset: int,
+        max_bytes: int,
+        cursor: Cursor | None,
+        upto: int | None,
+        in_flight: bool,
+        *,
+        raw: bool,
+    ) -> tuple[list[Any], Cursor | None]:
         if self.state.deleted:
             raise self._deleted_error()
         self.last_used = next_use()
@@ -177,6 +202,7 @@ class _ReadPath:
                             snap,
                             upto,
                             limit,
+                            raw,
                         )
                         return records, None if at is None else Cursor(at)
                     except (FileNotFoundError, _LayoutChangedError):
@@ -207,7 +233,9 @@ class _ReadPath:
         snap: Snapshot,
         upto: int | None,
         limit: int,
-    ) -> tuple[list[Record], SegmentCursor | None]:
+        raw: bool = False,
+    ) -> tuple[list[Any], SegmentCursor | None]:
+        """:meth:`read`'s records (``raw``: :meth:`read_batches`' batches) under ``snap``."""
         if offset < snap.lwm or offset > snap.leo:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range [{snap.lwm}, {snap.leo}]",
@@ -248,7 +276,7 @@ class _ReadPath:
                 expect = base
         nxt_base = self._next_segment(base)
         limit = (1 << 62) if nxt_base is None else nxt_base
-        out: list[Record] = []
+        out: list[Any] = []  # Records, or StoredBatches when ``raw``
         used = 0
         topic, partition = self.topic, self.partition
         skipped: CorruptRecordError | None = None  # a damaged batch stepped over, unconfirmed
@@ -365,7 +393,11 @@ class _ReadPath:
                 if h.base_offset >= end_offset:
                     done = True
                     break
-                if after > offset:
+                if after > offset and raw and offset <= h.base_offset and after <= end_offset:
+                    if h.record_count:  # wholly inside the range: no record is decoded
+                        out.append(StoredBatch(buf, rel, rel + h.size))
+                    offset = after
+                elif after > offset:
                     try:
                         records = decode_records(
                             buf,
@@ -393,7 +425,10 @@ class _ReadPath:
                         ) from None
                     if after > end_offset:  # ``upto`` falls inside this batch
                         records = [r for r in records if r.offset < end_offset]
-                    out.extend(records)
+                    if not raw:
+                        out.extend(records)
+                    elif records:
+                        out.append(StoredBatch(buf, rel, rel + h.size))
                     offset = after
                 rel += h.size
                 if out:  # batches skipped before the first record do not count

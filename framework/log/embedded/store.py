@@ -67,6 +67,7 @@ from framework.log.types import (
     Progress,
     RecordTuple,
     RetentionReport,
+    StoredBatch,
     wall_clock_ms,
 )
 from framework.log.types import PartitionOffsets as PartitionOffsets  # noqa: PLC0414 (re-exported)
@@ -471,6 +472,35 @@ class LogStore:
                 partition=partition,
             )
         return self._read(topic, partition, offset, max_bytes, cursor, upto, in_flight=False)
+
+    def read_batches(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = 1 << 20,
+        upto: int | None = None,
+    ) -> list[StoredBatch]:
+        """:meth:`read` without building records: the stored batches that hold what it
+        would return, CRC-checked (see :meth:`.read._ReadPath.read_batches`; the format
+        is docs/file-format.md's). Not in the port: for the Kafka listener, which re-frames
+        them for the wire without a Python object per record."""
+        for name, value in (("offset", offset), ("max_bytes", max_bytes)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(
+                    f"{name} must be an integer, got {value!r}", topic=topic, partition=partition
+                )
+        if upto is not None and (not isinstance(upto, int) or isinstance(upto, bool)):
+            raise ConfigError(
+                f"upto must be an integer or None, got {upto!r}", topic=topic, partition=partition
+            )
+        part = self.partition(topic, partition)
+        try:
+            return part.read_batches(offset, max_bytes=max_bytes, upto=upto)
+        except UnknownTopicError:
+            self._forget(topic, partition, part)
+            raise
 
     def read_written(
         self,

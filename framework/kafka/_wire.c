@@ -430,6 +430,21 @@ stored_field(const unsigned char **p, const unsigned char *end, int32_t *len, in
     return 0;
 }
 
+/* buf_reserve for a Buf whose bytes are those of the bytearray `ba` (the result is built in
+ * place: no copy at the end). */
+static int
+ba_reserve(Buf *b, PyObject *ba, Py_ssize_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap * 2 > b->len + extra ? b->cap * 2 : b->len + extra;
+    if (PyByteArray_Resize(ba, cap) < 0)
+        return -1;
+    b->data = PyByteArray_AS_STRING(ba);
+    b->cap = cap;
+    return 0;
+}
+
 static PyObject *
 kafka_batches(PyObject *Py_UNUSED(self), PyObject *args)
 {
@@ -444,10 +459,27 @@ kafka_batches(PyObject *Py_UNUSED(self), PyObject *args)
     PyObject **items = PySequence_Fast_ITEMS(fast);
     Buf out = {NULL, 0, 0};
     Open o = {-1, 0, 0, 0, 0, 0, 0};
-    PyObject *heads = PyList_New(0), *result = NULL;
+    PyObject *heads = PyList_New(0), *result = NULL, *blob = NULL;
     long long records = 0;
     if (heads == NULL)
         goto done;
+    /* Kafka's framing is mostly smaller than the stored one: start with the stored size */
+    Py_ssize_t estimate = 64;
+    for (Py_ssize_t i = 0; i < n_batches; i++) {
+        PyObject *item = items[i];
+        if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 3) {
+            Py_ssize_t a = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 1));
+            Py_ssize_t z = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 2));
+            if (PyErr_Occurred())
+                goto done;
+            if (z > a)
+                estimate += z - a;
+        }
+    }
+    if ((blob = PyByteArray_FromStringAndSize(NULL, estimate)) == NULL)
+        goto done;
+    out.data = PyByteArray_AS_STRING(blob);
+    out.cap = estimate;
     for (Py_ssize_t i = 0; i < n_batches; i++) {
         PyObject *item = items[i];
         Py_buffer view;
@@ -527,7 +559,7 @@ kafka_batches(PyObject *Py_UNUSED(self), PyObject *args)
             if (o.at >= 0 && (ts_type != o.ts_type || (ts_type == 1 && ts != o.base_ts)))
                 close_batch(&out, &o); /* LogAppendTime: one timestamp a batch */
             if (o.at < 0) {
-                if (buf_reserve(&out, KAFKA_HEADER) < 0)
+                if (ba_reserve(&out, blob, KAFKA_HEADER) < 0)
                     break;
                 o.at = out.len;
                 out.len += KAFKA_HEADER;
@@ -542,7 +574,7 @@ kafka_batches(PyObject *Py_UNUSED(self), PyObject *args)
                     break;
             }
             size += varint_size(ts - o.base_ts) + varint_size(offset - o.base_offset);
-            if (buf_reserve(&out, size + 10) < 0)
+            if (ba_reserve(&out, blob, size + 10) < 0)
                 break;
             put_varint_unchecked(&out, size);
             out.data[out.len++] = 0; /* record attributes */
@@ -586,13 +618,11 @@ kafka_batches(PyObject *Py_UNUSED(self), PyObject *args)
     }
     if (o.at >= 0)
         close_batch(&out, &o);
-    PyObject *blob = PyByteArray_FromStringAndSize(out.data ? out.data : "", out.len);
-    if (blob != NULL) {
-        result = Py_BuildValue("(NOL)", blob, heads, records);
-    }
+    if (PyByteArray_Resize(blob, out.len) == 0)
+        result = Py_BuildValue("(OOL)", blob, heads, records);
 done:
+    Py_XDECREF(blob);
     Py_XDECREF(heads);
-    PyMem_Free(out.data);
     Py_DECREF(fast);
     return result;
 }

@@ -363,7 +363,7 @@ class KafkaServer:
         response.API_VERSION = version
         response.with_header(correlation_id=correlation_id)
         try:
-            out: bytes = response.encode(header=True, framed=True)
+            out: bytes | bytearray = response.encode(header=True, framed=True)
         except Exception as exc:
             self.bad.warning(
                 "response not encodable", api_key=api_key, version=version, error=_one_line(exc)
@@ -373,10 +373,10 @@ class KafkaServer:
             response.with_header(correlation_id=correlation_id)
             out = response.encode(header=True, framed=True)
             code = errno(Errors.UnknownError)
-        return bytes(out), api_key, code
+        return out, api_key, code
 
 
-_Answer = tuple[bytes | None, int, int]
+_Answer = tuple[bytes | bytearray | None, int, int]
 """What one request gets: the response frame (``None``: nothing is sent, acks=0), and for
 the metrics its API key and first error code (0 when metrics are off). A plain tuple: it is
 built for every request, metrics or not."""

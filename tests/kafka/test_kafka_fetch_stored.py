@@ -80,7 +80,7 @@ def check_fetch(store: LogStore, offset: int, upto: int, max_bytes: int) -> int:
 
 
 @settings(
-    max_examples=40,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -50,7 +50,7 @@ from framework.domain import Aggregate
 from framework.log import Log, Record, RecordMetadata, TopicPartition
 from framework.log.position import Position, Written
 from framework.projection.store import Location, open_view
-from framework.store.steps import AsyncSteps
+from framework.store.steps import AsyncSteps, Freshen
 from framework.tracing import command_span
 
 A = TypeVar("A", bound=Aggregate)
@@ -151,6 +151,8 @@ class AsyncRuntime:
             return await self._reach(step.path, step.offsets, step.deadline)
         if self._keys is not None:
             self._keys.touch()
+            if isinstance(step, Freshen):
+                return await self._keys.freshen()
         return await self._steps(step)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

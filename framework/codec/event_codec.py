@@ -139,6 +139,16 @@ class EventCodec:
             return True
         return all(cipher.seals_from_memory(env.event, env.aggregate_id) for env in envelopes)
 
+    def due_keys(self, envelopes: Iterable[Envelope[Any]]) -> KeyStore | None:
+        """The key store when encoding ``envelopes`` asks it for a key (a personal field)
+        and it is due for its periodic catch-up (its ``due``); else ``None``."""
+        cipher = self._cipher
+        if cipher is None or not getattr(cipher.keys, "due", False):
+            return None
+        if any(cipher.plan(type(env.event)).fields for env in envelopes):
+            return cipher.keys
+        return None
+
     def plain_values(self, value: bytes | None) -> tuple[str, ...]:
         """The personal plain text in a stored record's value (error paths only: see
         :meth:`FieldCipher.plain_values`); ``()`` without a key store."""

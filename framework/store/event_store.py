@@ -45,7 +45,7 @@ from framework.log.port import keyed_log, maintained_log
 from framework.log.types import AppendResult, Expect, KeyIndexReport, RecordTuple
 from framework.metrics import M
 from framework.observability import get_logger
-from framework.store.steps import Call, LogCall, Step, drive
+from framework.store.steps import Call, Freshen, LogCall, Step, drive
 from framework.store.stream import StreamRead, Streams, stored_version
 from framework.store.stream_cache import DEFAULT_EVENTS, StreamCache
 
@@ -162,6 +162,9 @@ class EventStore:
                 )
         generation = self.codec.registry.generation
         if self.codec.seals_from_memory(envelopes):
+            keys = self.codec.due_keys(envelopes)
+            if keys is not None:  # its periodic catch-up first (see Freshen)
+                yield Freshen(keys)
             records = self._records(envelopes)
         else:  # the key store will read or write the log: a call that an event loop's
             # driver hands to a thread (a thread's driver makes it in place)

@@ -58,7 +58,16 @@ class Pause(NamedTuple):
     seconds: float
 
 
-Step = Call | LogCall | Pause
+class Freshen(NamedTuple):
+    """The key store ``keys`` is due for its periodic catch-up and the plan is about to
+    encode from memory: a thread's driver does nothing (the encoding catches up in place);
+    an async runtime catches the store up without blocking its loop
+    (:meth:`~framework.app.aio_keys.KeyTail.freshen`) where it keeps a tail."""
+
+    keys: Any
+
+
+Step = Call | LogCall | Pause | Freshen
 
 
 def perform(step: Step) -> Any:
@@ -67,6 +76,8 @@ def perform(step: Step) -> Any:
         return getattr(step.log, step.method)(*step.args, **step.kwargs)
     if isinstance(step, Pause):
         time.sleep(step.seconds)
+        return None
+    if isinstance(step, Freshen):
         return None
     return step.fn(*step.args)
 
@@ -112,4 +123,6 @@ class AsyncSteps:
         elif isinstance(step, Pause):
             await asyncio.sleep(step.seconds)
             return None
+        elif isinstance(step, Freshen):
+            return None  # (as on a thread; an async runtime with a key tail handles it)
         return await self.offload(functools.partial(perform, step))

@@ -174,8 +174,10 @@ class AsyncJetStreamLog:
         return PartitionOffsets(lwm, hwm, hwm)
 
     async def topic_exists(self, name: str) -> bool:
-        """Whether the topic is registered now (a load's check for a snapshot topic)."""
-        return await self._call(self._topics.exists_async(name), topic=name)
+        """Whether the topic is registered, as of at most ``META_TTL_S`` ago (a load's
+        check for a snapshot topic, made per command: an answer either way is cached that
+        long; a snapshot topic created meanwhile is used by loads a little later)."""
+        return await self._call(self._topics.exists_async(name, fresh=False), topic=name)
 
     async def partition_count(self, name: str) -> int:
         return (await self._call(self._topics.get_async(name), topic=name)).partitions

@@ -87,7 +87,9 @@ class Topics:
         self.clock = clock
         self.namespace = conn.namespace
         self.meta: dict[str, Meta] = {}
+        self.absent: dict[str, float] = {}  # topic -> monotonic time the registry lacked it
         self.marks: dict[str, tuple[int, int]] = {}  # stream -> (lwm, hwm) last seen
+        self._refreshing: dict[str, asyncio.Task[Meta]] = {}  # (on the loop only)
 
     @property
     def _bridge(self) -> Bridge:
@@ -203,11 +205,20 @@ class Topics:
     def exists(self, name: str) -> bool:
         return self._bridge.run(self.exists_async(name), topic=name)
 
-    async def exists_async(self, name: str) -> bool:
-        """Whether the registry holds ``name`` now (read afresh, never from the cache)."""
+    async def exists_async(self, name: str, *, fresh: bool = True) -> bool:
+        """Whether the registry holds ``name`` now (``fresh``: read afresh, never from the
+        cache); with ``fresh`` false, as of at most :data:`META_TTL_S` ago (an answer
+        either way is cached that long: a load's check for a snapshot topic, where a topic
+        created meanwhile only costs a longer read)."""
         validate_topic_name(name)
+        if not fresh:
+            if self.cached(name) is not None:
+                return True
+            absent = self.absent.get(name)
+            if absent is not None and time.monotonic() - absent < META_TTL_S:
+                return False
         try:
-            await self.fetch(name, fresh=True)
+            await (self.fetch(name, fresh=True) if fresh else self.get_async(name))
         except UnknownTopicError:
             return False
         return True
@@ -224,12 +235,25 @@ class Topics:
         meta = None if fresh else self.cached(name)
         if meta is not None:
             return meta
-        return self._bridge.run(self.fetch(name, fresh=fresh), topic=name)
+        return self._bridge.run(self.get_async(name, fresh=fresh), topic=name)
 
     async def get_async(self, name: str, *, fresh: bool = False) -> Meta:
-        """:meth:`get` on the caller's loop."""
-        meta = None if fresh else self.cached(name)
-        return meta if meta is not None else await self.fetch(name, fresh=fresh)
+        """:meth:`get` on the caller's loop. Callers that find the cache stale together
+        share one registry read (begun by the first of them, at most :data:`META_TTL_S`
+        before any of them came: as fresh as the cache promises); a fresh read is each
+        caller's own."""
+        if fresh:
+            return await self.fetch(name, fresh=True)
+        meta = self.cached(name)
+        if meta is not None:
+            return meta
+        refresh = self._refreshing.get(name)
+        if refresh is None:
+            refresh = asyncio.get_running_loop().create_task(self.fetch(name))
+            self._refreshing[name] = refresh
+            refresh.add_done_callback(lambda _t: self._refreshing.pop(name, None))
+        # shielded: a caller cancelled while it waits does not cancel the others' read
+        return await asyncio.shield(refresh)
 
     async def fetch(self, name: str, *, fresh: bool = False) -> Meta:
         """A topic's metadata from the registry; with ``fresh`` false and metadata cached,
@@ -261,7 +285,9 @@ class Topics:
             raw = await self.conn.retry(get, what="read topic metadata")
         if not raw:
             self.meta.pop(name, None)
+            self.absent[name] = now
             raise UnknownTopicError(f"topic {name!r} does not exist", topic=name)
+        self.absent.pop(name, None)
         body = orjson.loads(raw)
         meta = Meta(
             int(body["partitions"]),

@@ -38,6 +38,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def dump_tasks() -> None:
+    """Print every asyncio task of the running loop with its stack to stderr (SIGUSR1 in the
+    server: what a request that never finishes awaits)."""
+    tasks = asyncio.all_tasks()
+    print(f"--- {len(tasks)} asyncio tasks ---", file=sys.stderr)
+    for task in tasks:
+        print(task, file=sys.stderr)
+        task.print_stack(limit=30, file=sys.stderr)
+    sys.stderr.flush()
+
+
 def serve(port: int, data: str) -> None:
     """The server process: both kinds of endpoint on one runtime."""
     from contextlib import asynccontextmanager  # noqa: PLC0415
@@ -56,6 +67,7 @@ def serve(port: int, data: str) -> None:
 
     @asynccontextmanager
     async def lifespan(api: FastAPI):  # type: ignore[no-untyped-def]
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump_tasks)
         async with app.open_async(data) as runtime:
             api.state.runtime = runtime
             yield
@@ -72,7 +84,14 @@ def serve(port: int, data: str) -> None:
         order = api.state.runtime.sync.execute(Order, order_id, place, create=True)
         return {"position": order.stored_position.token}
 
-    uvicorn.run(api, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=75)
+    uvicorn.run(
+        api,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        timeout_keep_alive=75,
+        timeout_graceful_shutdown=5,  # (a request that never ends does not hold the exit)
+    )
 
 
 class Connection:
@@ -123,6 +142,17 @@ ANSWER_S = 60.0
 """A request unanswered this long stops the run, naming it (one hung once: docs/performance.md)."""
 
 
+def dump_server(pid: int) -> None:
+    """A request went unanswered: the server's threads (py-spy, when installed) and its
+    asyncio tasks (SIGUSR1, :func:`dump_tasks`) to stderr."""
+    print(f"no answer: dumping server {pid}", file=sys.stderr)
+    spy = Path(sys.executable).with_name("py-spy")
+    if spy.exists():
+        subprocess.run([str(spy), "dump", "--pid", str(pid)], timeout=60, check=False)
+    os.kill(pid, signal.SIGUSR1)
+    time.sleep(2)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -138,6 +168,7 @@ async def round_(
     *,
     use_httpx: bool = False,
     server_cpu: Callable[[], float] = lambda: 0.0,
+    on_hang: Callable[[], None] = lambda: None,
 ) -> tuple[float, float, float]:
     """Commands/s, p99 latency (s) and the server's CPU seconds per command of one round."""
     latencies: list[float] = []
@@ -155,7 +186,7 @@ async def round_(
             await post(f"/{kind}/{tag}-{kind}-warm")
             posts = [post] * clients
             cpu = server_cpu()
-            elapsed = await _clients(posts, kind, tag, todo, latencies)
+            elapsed = await _clients(posts, kind, tag, todo, latencies, on_hang)
             cpu = server_cpu() - cpu
     else:
         port = int(url.rpartition(":")[2])
@@ -165,7 +196,7 @@ async def round_(
                 status, body = await conn.post(f"/{kind}/{tag}-{kind}-warm-{id(conn)}")
                 assert status == 200, body
             cpu = server_cpu()
-            elapsed = await _clients([c.post for c in conns], kind, tag, todo, latencies)
+            elapsed = await _clients([c.post for c in conns], kind, tag, todo, latencies, on_hang)
             cpu = server_cpu() - cpu
         finally:
             for conn in conns:
@@ -180,6 +211,7 @@ async def _clients(
     tag: str,
     todo: Iterator[int],
     latencies: list[float],
+    on_hang: Callable[[], None],
 ) -> float:
     """Run one client per ``posts`` until ``todo`` is empty; the seconds it took."""
 
@@ -191,6 +223,7 @@ async def _clients(
                 async with asyncio.timeout(ANSWER_S):
                     status, body = await post(path)
             except TimeoutError:
+                on_hang()
                 raise SystemExit(f"no answer to POST {path} in {ANSWER_S:.0f} s") from None
             latencies.append(time.perf_counter() - t0)
             assert status == 200, body
@@ -257,6 +290,7 @@ def main() -> None:
                                 f"r{r}",
                                 use_httpx=args.httpx,
                                 server_cpu=lambda: cpu_seconds(server.pid),
+                                on_hang=lambda: dump_server(server.pid),
                             )
                         )
                     )

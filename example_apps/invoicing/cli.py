@@ -31,6 +31,11 @@ from framework.replay import compare, file_checksums
 
 APP_SPEC = "example_apps.invoicing:app"
 
+GRACE_S = 3.0
+"""On SIGTERM the HTTP server stops accepting and lets requests in flight finish for at most
+this long, then cancels them and exits (uvicorn waits for them forever by default: a request
+that never ends kept a server alive after SIGTERM)."""
+
 
 @click.group()
 def invoicing() -> None:
@@ -116,7 +121,12 @@ def serve_http(host: str, port: int, projectors: bool) -> None:
         # keep-alive longer than clients' pools keep idle connections (httpx: 5 s), so a
         # client never sends a request on a connection the server is closing
         uvicorn.run(
-            create_app(data), host=host, port=port, log_level="warning", timeout_keep_alive=75
+            create_app(data),
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_keep_alive=75,
+            timeout_graceful_shutdown=GRACE_S,
         )
     finally:
         if runners:

@@ -226,6 +226,48 @@ def test_concurrent_order_flows_read_their_writes_and_are_stored_once(
         assert batches[key] == 1, f"acknowledged command {key} stored {batches[key]} times"
 
 
+def test_sigterm_stops_the_server_within_its_grace_while_a_request_waits(tmp_path: Path) -> None:
+    """SIGTERM while a request waits (a read-your-writes wait that the read model never
+    reaches: ``WAIT_S``): the server cancels it after its graceful-shutdown timeout
+    (``GRACE_S``) and exits, rather than waiting for every request in flight to end (a
+    request that never ends kept a server alive after SIGTERM: docs/performance.md)."""
+    from example_apps.invoicing.cli import GRACE_S  # noqa: PLC0415
+    from example_apps.invoicing.web import WAIT_S  # noqa: PLC0415
+
+    data = tmp_path / "data"
+    with app.open(data) as rt:
+        open_readmodel(rt, "orders_by_status", migrate=True).close()
+    server = Server(data, tmp_path / "server.log")
+    server.start()
+    assert server.proc is not None
+    proc = server.proc
+
+    async def main() -> tuple[object, float]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+            waiting = asyncio.create_task(
+                http.get("/orders/o1", params={"after": "p1~orders~0~999999"})
+            )
+            await asyncio.sleep(1.0)  # the request is in flight, waiting
+            assert not waiting.done(), waiting.result()
+            sent = time.monotonic()
+            os.kill(proc.pid, signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 60)
+            exited = time.monotonic() - sent
+            answer: object
+            try:
+                answer = (await waiting).status_code
+            except httpx.TransportError as exc:
+                answer = type(exc).__name__
+            return answer, exited
+
+    try:
+        answer, exited = asyncio.run(main())
+    finally:
+        server.stop(signal.SIGKILL)
+    assert answer != 504, f"the server waited for the request to end ({exited:.1f} s)"
+    assert exited < WAIT_S, f"exited {exited:.1f} s after SIGTERM (grace {GRACE_S} s)"
+
+
 def test_kill_9_of_the_server_under_load_loses_no_acknowledged_command(service: Server) -> None:
     """Clients keep placing and confirming orders while the server is killed with SIGKILL;
     every acknowledged command is in the log once, an unanswered one at most once."""

@@ -168,8 +168,15 @@ def test_save_is_conditional_and_returns_its_records(face: Face) -> None:
 
 
 def test_concurrent_commands_on_one_aggregate_lose_no_update(face: Face) -> None:
+    """24 commands race on one aggregate. Both faces retry a lost race on the one command
+    plan, with the same jittered back-off (``conflict_pause``). A command loses a race only
+    to another one's write, and 23 others write once each, so 24 attempts suffice but for an
+    unknown outcome or a slow loser's stale reload; the default 20 ran out twice on a
+    loaded 2-core machine (ConcurrencyError, no update lost): ``attempts=48``."""
     face.call("execute", Counter, "hot", inc(0), create=True)
-    results = face.concurrently("execute", [((Counter, "hot", inc(1)), {}) for _ in range(24)])
+    results = face.concurrently(
+        "execute", [((Counter, "hot", inc(1)), {"attempts": 48}) for _ in range(24)]
+    )
     assert not [r for r in results if isinstance(r, Exception)]
     counter = face.call("load", Counter, "hot")
     assert (counter.version, counter.value) == (25, 24)

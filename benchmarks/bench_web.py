@@ -14,6 +14,13 @@ median commands/s, p99 latency and server CPU a command (``/proc``: a figure the
 load moves less than wall time) of the rounds, and the ratios async/sync (throughput and
 commands per CPU second: above 1 is faster; p99: below 1 is better).
 
+Two bare endpoints (``POST /bare-sync/{id}``, ``POST /bare-async/{id}``: return at once, no
+command) alternate with them: their server CPU a request is uvicorn's and FastAPI's own (the
+floor), and the last line gives the ratio per CPU second with that floor taken out.
+uvicorn uses httptools and uvloop when installed (the sample's ``web`` extra). A request
+unanswered for ``ANSWER_S`` stops the run after dumping the server's threads (py-spy, if
+installed beside this Python) and its asyncio tasks (``SIGUSR1``) to stderr.
+
 ``--jetstream``: the same on a real local 3-node JetStream cluster (started by this script on
 loopback, stopped by PID) instead of the embedded log: the async endpoints await the log's
 asyncio face on uvicorn's loop, the sync ones cross the sync log's bridge from the pool.
@@ -84,6 +91,14 @@ def serve(port: int, data: str) -> None:
         order = api.state.runtime.sync.execute(Order, order_id, place, create=True)
         return {"position": order.stored_position.token}
 
+    @api.post("/bare-async/{order_id}")
+    async def bare_async(order_id: str) -> dict[str, str]:
+        return {"position": order_id}
+
+    @api.post("/bare-sync/{order_id}")
+    def bare_sync(order_id: str) -> dict[str, str]:
+        return {"position": order_id}
+
     uvicorn.run(
         api,
         host="127.0.0.1",
@@ -137,6 +152,10 @@ class Connection:
     def close(self) -> None:
         self.writer.close()
 
+
+KINDS = ("sync", "async", "bare-sync", "bare-async")
+"""The endpoints of a run, alternating in order: the two kinds measured, and the two bare
+ones (return at once, no command: uvicorn's and FastAPI's own CPU a request, the floor)."""
 
 ANSWER_S = 60.0
 """A request unanswered this long stops the run, naming it (one hung once: docs/performance.md)."""
@@ -277,9 +296,9 @@ def main() -> None:
                     time.sleep(0.1)
                 if time.monotonic() > deadline:
                     raise SystemExit("the server did not start")
-            figures: dict[str, list[tuple[float, float, float]]] = {"sync": [], "async": []}
+            figures: dict[str, list[tuple[float, float, float]]] = {k: [] for k in KINDS}
             for r in range(args.runs):
-                for kind in ("sync", "async") if r % 2 == 0 else ("async", "sync"):
+                for kind in KINDS if r % 2 == 0 else KINDS[::-1]:
                     figures[kind].append(
                         asyncio.run(
                             round_(
@@ -322,6 +341,14 @@ def main() -> None:
         f"ratio async/sync: throughput {med['async'][0] / med['sync'][0]:.2f}x,"
         f" p99 {med['async'][1] / med['sync'][1]:.2f}x,"
         f" commands per server CPU second {med['sync'][2] / med['async'][2]:.2f}x"
+    )
+    floor = {kind: med[f"bare-{kind}"][2] for kind in ("sync", "async")}
+    print(
+        f"HTTP floor (bare endpoints, server CPU a request): sync {floor['sync'] * 1000:.2f} ms,"
+        f" async {floor['async'] * 1000:.2f} ms; the command path's own CPU, sync / async:"
+        f" {(med['sync'][2] - floor['sync']) * 1000:.2f} / {(med['async'][2] - floor['async']) * 1000:.2f} ms,"
+        f" ratio per CPU second with the floor out"
+        f" {(med['sync'][2] - floor['sync']) / max(med['async'][2] - floor['async'], 1e-9):.2f}x"
     )
 
 

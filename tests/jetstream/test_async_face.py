@@ -144,3 +144,41 @@ def test_an_async_append_whose_ack_is_lost_is_sent_again_and_stored_once(
     with JetStreamLog.from_url(cluster.url, namespace=namespace) as js:
         assert js.offsets("lost", 0).hwm == 10
         assert [r.value for r in js.read_key("lost", 0, b"k")] == [b"0", b"1"]
+
+
+def test_tasks_that_find_topic_metadata_stale_share_one_registry_read(
+    cluster: LocalCluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64 tasks that find a topic's cached metadata stale together make one registry read
+    between them (each made its own: ~2 reads a command on a 64-client web server), and a
+    topic's existence (a load's snapshot-topic check) is answered from that cache, either
+    way. The answers are the registry's."""
+    from framework.log.jetstream import topics  # noqa: PLC0415
+
+    with JetStreamLog.from_url(cluster.url, namespace=namespace) as js:
+        js.create_topic("orders", 3)
+
+    async def go() -> tuple[list[int], list[bool], int, int]:
+        async with AsyncJetStreamLog.from_url(cluster.url, namespace=namespace) as log:
+            conn = log._conn
+            reads: list[str] = []
+            real = conn.kv.get
+
+            async def counted(key: str, *args: Any, **kwargs: Any) -> Any:
+                reads.append(key)
+                return await real(key, *args, **kwargs)
+
+            monkeypatch.setattr(conn.kv, "get", counted)
+            counts = await asyncio.gather(*(log.partition_count("orders") for _ in range(64)))
+            exists = await asyncio.gather(
+                *(log.topic_exists(name) for name in ["orders", "nope"] * 32)
+            )
+            stale = len(reads)
+            monkeypatch.setattr(topics, "META_TTL_S", 0.0)  # every call finds it stale now
+            await asyncio.gather(*(log.partition_count("orders") for _ in range(64)))
+            return counts, exists, stale, len(reads) - stale
+
+    counts, exists, first, again = asyncio.run(go())
+    assert counts == [3] * 64 and exists == [True, False] * 32
+    assert first == 2, f"{first} registry reads for 64 + 64 calls (one a topic expected)"
+    assert again == 1, f"{again} registry reads for 64 tasks that found the cache stale"

@@ -82,7 +82,7 @@ class KeyTail:
         on the face and the records, if any are new, in a thread. An error of the log is
         left to the encoding, which finds the store still due and catches up itself."""
         task = self._fresh
-        if task is None:
+        if task is None or task.done():  # (done: its callback has not run yet)
             task = self._fresh = asyncio.get_running_loop().create_task(self._catch_up())
             task.add_done_callback(self._freshened)
         await asyncio.shield(task)  # a caller cancelled does not cancel the others' catch-up

@@ -248,12 +248,16 @@ class Topics:
         if meta is not None:
             return meta
         refresh = self._refreshing.get(name)
-        if refresh is None:
+        if refresh is None or refresh.done():  # (done: its callback has not run yet)
             refresh = asyncio.get_running_loop().create_task(self.fetch(name))
             self._refreshing[name] = refresh
-            refresh.add_done_callback(lambda _t: self._refreshing.pop(name, None))
+            refresh.add_done_callback(functools.partial(self._refreshed, name))
         # shielded: a caller cancelled while it waits does not cancel the others' read
         return await asyncio.shield(refresh)
+
+    def _refreshed(self, name: str, task: asyncio.Task[Meta]) -> None:
+        if self._refreshing.get(name) is task:
+            del self._refreshing[name]
 
     async def fetch(self, name: str, *, fresh: bool = False) -> Meta:
         """A topic's metadata from the registry; with ``fresh`` false and metadata cached,

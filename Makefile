@@ -8,9 +8,11 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: demo test test-deps kafka-jars spark-kafka-jars lint soak clean screenshots
 
 # eventlane itself, then the sample app (a distribution of its own: example_apps/pyproject.toml).
-# OpenSSL's headers (Debian's libssl-dev) first: setup.py's framework.codec._seal links libcrypto.
+# OpenSSL's and libsodium's headers (Debian's libssl-dev, libsodium-dev) first: setup.py's
+# framework.codec._seal links libcrypto, and libsodium for its AES-256-GCM when present.
 $(STAMP): pyproject.toml setup.py example_apps/pyproject.toml
 	@test -f /usr/include/openssl/evp.h || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev >/dev/null)
+	@test -f /usr/include/sodium.h || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libsodium-dev >/dev/null)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark,bench]'
@@ -32,6 +34,7 @@ lint: $(STAMP)
 # partition tests' simulated hosts), postgresql (initdb/pg_ctl: the PostgreSQL read-model
 # tests start a temporary cluster). Nothing is downloaded at test run time.
 test-deps:
+	@test -f /usr/include/sodium.h || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libsodium-dev >/dev/null)
 	@command -v ip >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null)
 	@command -v mvn >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null)
 	@$(MAKE) --no-print-directory kafka-jars

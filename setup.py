@@ -5,10 +5,27 @@ Everything else about the package lives in ``pyproject.toml``. The extension is 
 when no C compiler is available the build goes on without it and the pure-Python
 implementations in ``framework.log.partitioner``, ``framework.log.embedded.batch``,
 ``framework.kafka.records`` and ``framework.codec.privacy`` are used (``_seal`` also needs
-OpenSSL's headers: Debian's libssl-dev, which ``make`` installs).
+OpenSSL's headers: Debian's libssl-dev, which ``make`` installs; with libsodium's headers,
+Debian's libsodium-dev, which ``make`` installs too, it opens AES-256-GCM through libsodium).
 """
 
+import shutil
+import subprocess
+from pathlib import Path
+
 from setuptools import Extension, setup
+
+
+def _sodium() -> bool:
+    """Whether libsodium's headers are here (pkg-config, or Debian's include path)."""
+    if shutil.which("pkg-config"):
+        found = subprocess.run(["pkg-config", "--exists", "libsodium"], check=False)
+        if found.returncode == 0:
+            return True
+    return Path("/usr/include/sodium.h").exists()
+
+
+SODIUM = _sodium()
 
 setup(
     ext_modules=[
@@ -28,7 +45,8 @@ setup(
             "framework.codec._seal",
             ["framework/codec/_seal.c"],
             optional=True,
-            libraries=["crypto"],
+            libraries=["crypto", "sodium"] if SODIUM else ["crypto"],
+            define_macros=[("HAVE_SODIUM", "1")] if SODIUM else [],
             extra_compile_args=["-O3"],
         ),
     ]

@@ -10,10 +10,17 @@
  * success is decided here (tests/codec/test_seal_native.py: the two paths agree over
  * generated keys, nonces, associated data and plain texts, tampered texts included).
  *
- *   Opener()                   the keys opened so far, for one FieldCipher:
- *     .add(subject, version, key)  AES-GCM with a 128, 192 or 256-bit key: one OpenSSL EVP
- *                                  context, its key schedule set once and reused for every
- *                                  decryption (`cryptography` builds a context per call)
+ *   SODIUM                     True when built with libsodium (HAVE_SODIUM, setup.py) and
+ *                              this CPU has its AES-256-GCM (AES-NI and PCLMULQDQ)
+ *   Opener(engine=None)        the keys opened so far, for one FieldCipher; ``engine``:
+ *                              "sodium", "openssl", or None (sodium when SODIUM)
+ *     .engine                      the engine chosen
+ *     .add(subject, version, key)  AES-GCM with a 128, 192 or 256-bit key, its key schedule
+ *                                  set once and reused for every decryption (`cryptography`
+ *                                  builds a context per call): a 256-bit key under "sodium"
+ *                                  is libsodium's precomputed state
+ *                                  (crypto_aead_aes256gcm_beforenm, then _decrypt_afternm:
+ *                                  one call, no EVP layer), any other an OpenSSL EVP context
  *     .clear()                     forget every key (the store's keys changed)
  *     .fresh_until                 monotonic time (time.monotonic's clock) until which the
  *                                  keys added need no check against the store; 0 at first
@@ -33,11 +40,15 @@
 #include <Python.h>
 #include <structmember.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#ifdef HAVE_SODIUM
+#include <sodium.h>
+#endif
 
 #define NONCE 12
 #define TAG 16
@@ -45,6 +56,7 @@
 
 static PyObject *mark;  /* "$eventlane" */
 static PyObject *loads; /* orjson.loads */
+static int sodium_ok;   /* libsodium's AES-256-GCM is built and this CPU runs it */
 
 /* ------------------------------------------------------------------------------------- */
 /* Key                                                                                     */
@@ -52,51 +64,21 @@ static PyObject *loads; /* orjson.loads */
 
 typedef struct {
     PyObject_HEAD
-    EVP_CIPHER_CTX *ctx;
+    EVP_CIPHER_CTX *ctx; /* OpenSSL's context, or NULL when state is set */
+    void *state;         /* libsodium's crypto_aead_aes256gcm_state (16-byte aligned), or NULL */
 } Key;
 
 static void
 key_dealloc(Key *self)
 {
     EVP_CIPHER_CTX_free(self->ctx);
+#ifdef HAVE_SODIUM
+    if (self->state != NULL) {
+        sodium_memzero(self->state, sizeof(crypto_aead_aes256gcm_state));
+    }
+#endif
+    free(self->state);
     Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *
-key_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
-{
-    Py_buffer raw;
-    const EVP_CIPHER *cipher;
-    Key *self;
-    static char *names[] = {"key", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*:Key", names, &raw)) {
-        return NULL;
-    }
-    switch (raw.len) {
-    case 16: cipher = EVP_aes_128_gcm(); break;
-    case 24: cipher = EVP_aes_192_gcm(); break;
-    case 32: cipher = EVP_aes_256_gcm(); break;
-    default:
-        PyBuffer_Release(&raw);
-        PyErr_SetString(PyExc_ValueError, "AES-GCM key must be 128, 192, or 256 bits.");
-        return NULL;
-    }
-    self = (Key *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        PyBuffer_Release(&raw);
-        return NULL;
-    }
-    self->ctx = EVP_CIPHER_CTX_new();
-    if (self->ctx == NULL ||
-        EVP_DecryptInit_ex(self->ctx, cipher, NULL, (const unsigned char *)raw.buf, NULL) != 1) {
-        PyBuffer_Release(&raw);
-        Py_DECREF(self);
-        ERR_clear_error();
-        PyErr_SetString(PyExc_MemoryError, "cannot set up an OpenSSL AES-GCM context");
-        return NULL;
-    }
-    PyBuffer_Release(&raw);
-    return (PyObject *)self;
 }
 
 static PyTypeObject KeyType = {
@@ -105,9 +87,84 @@ static PyTypeObject KeyType = {
     .tp_basicsize = sizeof(Key),
     .tp_dealloc = (destructor)key_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Key(key: bytes): an AES-GCM key whose OpenSSL context is reused.",
-    .tp_new = key_new,
+    .tp_doc = "An AES-GCM key whose OpenSSL context or libsodium state is reused.",
 };
+
+/* A new Key for ``raw`` (16, 24 or 32 bytes): libsodium's state when ``sodium`` and the key
+ * is 32 bytes, else an OpenSSL context. NULL with an exception on failure. */
+static Key *
+key_create(const unsigned char *raw, Py_ssize_t len, int sodium)
+{
+    const EVP_CIPHER *cipher;
+    Key *self;
+    switch (len) {
+    case 16: cipher = EVP_aes_128_gcm(); break;
+    case 24: cipher = EVP_aes_192_gcm(); break;
+    case 32: cipher = EVP_aes_256_gcm(); break;
+    default:
+        PyErr_SetString(PyExc_ValueError, "AES-GCM key must be 128, 192, or 256 bits.");
+        return NULL;
+    }
+    self = PyObject_New(Key, &KeyType);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->ctx = NULL;
+    self->state = NULL;
+#ifdef HAVE_SODIUM
+    if (sodium && len == 32) {
+        if (posix_memalign(&self->state, 16, sizeof(crypto_aead_aes256gcm_state)) != 0) {
+            self->state = NULL;
+            Py_DECREF(self);
+            return (Key *)PyErr_NoMemory();
+        }
+        crypto_aead_aes256gcm_beforenm((crypto_aead_aes256gcm_state *)self->state, raw);
+        return self;
+    }
+#else
+    (void)sodium;
+#endif
+    self->ctx = EVP_CIPHER_CTX_new();
+    if (self->ctx == NULL || EVP_DecryptInit_ex(self->ctx, cipher, NULL, raw, NULL) != 1) {
+        Py_DECREF(self);
+        ERR_clear_error();
+        PyErr_SetString(PyExc_MemoryError, "cannot set up an OpenSSL AES-GCM context");
+        return NULL;
+    }
+    return self;
+}
+
+/* Decrypt and authenticate ``blob`` (nonce, cipher text, tag; at least NONCE + TAG bytes)
+ * under ``aad`` into ``out`` (room for the cipher text): 0, or -1 when the tag fails (no
+ * exception set). */
+static int
+key_open(Key *key, const unsigned char *blob, Py_ssize_t blob_length, const unsigned char *aad,
+         Py_ssize_t aad_length, unsigned char *out)
+{
+    int n = 0, tail = 0;
+    Py_ssize_t text_length = blob_length - NONCE - TAG;
+#ifdef HAVE_SODIUM
+    if (key->state != NULL) {
+        unsigned long long m = 0;
+        return crypto_aead_aes256gcm_decrypt_afternm(
+                   out, &m, NULL, blob + NONCE, (unsigned long long)(blob_length - NONCE), aad,
+                   (unsigned long long)aad_length, blob,
+                   (const crypto_aead_aes256gcm_state *)key->state) == 0
+                   ? 0
+                   : -1;
+    }
+#endif
+    if (EVP_DecryptInit_ex(key->ctx, NULL, NULL, NULL, blob) != 1 ||
+        EVP_DecryptUpdate(key->ctx, NULL, &n, aad, (int)aad_length) != 1 ||
+        EVP_DecryptUpdate(key->ctx, out, &n, blob + NONCE, (int)text_length) != 1 ||
+        EVP_CIPHER_CTX_ctrl(key->ctx, EVP_CTRL_GCM_SET_TAG, TAG,
+                            (void *)(blob + blob_length - TAG)) != 1 ||
+        EVP_DecryptFinal_ex(key->ctx, out + n, &tail) != 1) {
+        ERR_clear_error(); /* a tag that fails: the Python path says so */
+        return -1;
+    }
+    return 0;
+}
 
 /* ------------------------------------------------------------------------------------- */
 /* open4                                                                                   */
@@ -157,6 +214,7 @@ typedef struct {
     PyObject *last_version;
     Key *last_key;
     double fresh_until;
+    int sodium; /* new 256-bit keys get libsodium's state */
 } Opener;
 
 static void
@@ -179,16 +237,27 @@ static PyObject *
 opener_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     Opener *self;
-    if (!PyArg_ParseTuple(args, ":Opener") || (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0)) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "Opener() takes no arguments");
-        }
+    const char *engine = NULL;
+    int sodium;
+    static char *names[] = {"engine", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|z:Opener", names, &engine)) {
+        return NULL;
+    }
+    if (engine == NULL) {
+        sodium = sodium_ok;
+    } else if (strcmp(engine, "openssl") == 0) {
+        sodium = 0;
+    } else if (strcmp(engine, "sodium") == 0 && sodium_ok) {
+        sodium = 1;
+    } else {
+        PyErr_Format(PyExc_ValueError, "engine %s is not available here", engine);
         return NULL;
     }
     self = (Opener *)type->tp_alloc(type, 0);
     if (self == NULL) {
         return NULL;
     }
+    self->sodium = sodium;
     self->keys = PyDict_New();
     if (self->keys == NULL) {
         Py_DECREF(self);
@@ -198,15 +267,24 @@ opener_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 }
 
 static PyObject *
+opener_engine(Opener *self, void *unused)
+{
+    return PyUnicode_FromString(self->sodium ? "sodium" : "openssl");
+}
+
+static PyObject *
 opener_add(Opener *self, PyObject *args)
 {
-    PyObject *subject, *version, *raw, *key, *pair;
+    PyObject *subject, *version, *pair;
+    Py_buffer raw;
+    Key *key;
     int failed;
-    if (!PyArg_ParseTuple(args, "O!O!O:add", &PyUnicode_Type, &subject, &PyLong_Type, &version,
+    if (!PyArg_ParseTuple(args, "O!O!y*:add", &PyUnicode_Type, &subject, &PyLong_Type, &version,
                           &raw)) {
         return NULL;
     }
-    key = PyObject_CallOneArg((PyObject *)&KeyType, raw);
+    key = key_create((const unsigned char *)raw.buf, raw.len, self->sodium);
+    PyBuffer_Release(&raw);
     if (key == NULL) {
         return NULL;
     }
@@ -215,7 +293,7 @@ opener_add(Opener *self, PyObject *args)
         Py_DECREF(key);
         return NULL;
     }
-    failed = PyDict_SetItem(self->keys, pair, key);
+    failed = PyDict_SetItem(self->keys, pair, (PyObject *)key);
     Py_DECREF(pair);
     Py_DECREF(key);
     if (failed) {
@@ -277,7 +355,6 @@ open4(Opener *self, PyObject *const *args, Py_ssize_t nargs)
     Key *key;
     unsigned char stack[STACK_BYTES], *buf = stack, *aad, *blob;
     Py_ssize_t text_length, blob_length, aad_length = 0, aad_room, need;
-    int n = 0, tail = 0;
 
     struct timespec now;
 
@@ -376,15 +453,9 @@ open4(Opener *self, PyObject *const *args, Py_ssize_t nargs)
         result = NULL;
         goto done;
     }
-    if (EVP_DecryptInit_ex(key->ctx, NULL, NULL, NULL, blob) != 1 ||
-        EVP_DecryptUpdate(key->ctx, NULL, &n, aad, (int)aad_length) != 1 ||
-        EVP_DecryptUpdate(key->ctx, (unsigned char *)PyBytes_AS_STRING(plain), &n,
-                          blob + NONCE, (int)(blob_length - NONCE - TAG)) != 1 ||
-        EVP_CIPHER_CTX_ctrl(key->ctx, EVP_CTRL_GCM_SET_TAG, TAG,
-                            blob + blob_length - TAG) != 1 ||
-        EVP_DecryptFinal_ex(key->ctx, (unsigned char *)PyBytes_AS_STRING(plain) + n, &tail) != 1) {
-        ERR_clear_error(); /* a tag that fails: the Python path says so */
-        goto done;
+    if (key_open(key, blob, blob_length, aad, aad_length,
+                 (unsigned char *)PyBytes_AS_STRING(plain)) < 0) {
+        goto done; /* a tag that fails: the Python path says so */
     }
     values = PyObject_CallOneArg(loads, plain);
     if (values == NULL) {
@@ -428,16 +499,22 @@ static PyMemberDef opener_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyGetSetDef opener_getset[] = {
+    {"engine", (getter)opener_engine, NULL, "the engine new keys get: sodium or openssl", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject OpenerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "framework.codec._seal.Opener",
     .tp_basicsize = sizeof(Opener),
     .tp_dealloc = (destructor)opener_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Opener(): the AES-GCM keys one FieldCipher has opened, and open4.",
+    .tp_doc = "Opener(engine=None): the AES-GCM keys one FieldCipher has opened, and open4.",
     .tp_new = opener_new,
     .tp_methods = opener_methods,
     .tp_members = opener_members,
+    .tp_getset = opener_getset,
 };
 
 static PyMethodDef seal_methods[] = {
@@ -465,6 +542,9 @@ PyInit__seal(void)
     for (c = 0; c < 6; c++) {
         hex_digit['a' + c] = hex_digit['A' + c] = (unsigned char)(10 + c);
     }
+#ifdef HAVE_SODIUM
+    sodium_ok = sodium_init() >= 0 && crypto_aead_aes256gcm_is_available();
+#endif
     if (PyType_Ready(&KeyType) < 0 || PyType_Ready(&OpenerType) < 0) {
         return NULL;
     }
@@ -480,6 +560,10 @@ PyInit__seal(void)
     }
     module = PyModule_Create(&seal_module);
     if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObject(module, "SODIUM", PyBool_FromLong(sodium_ok)) < 0) {
+        Py_DECREF(module);
         return NULL;
     }
     Py_INCREF(&OpenerType);

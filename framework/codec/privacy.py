@@ -26,9 +26,11 @@ as one string and hex rather than base64, because this is parsed for every event
 Reading ``enc4`` has a C twin, ``framework/codec/_seal.c`` (optional: built when OpenSSL's
 headers are there), which :class:`~framework.codec.event_codec.EventCodec` calls first
 (:attr:`FieldCipher.open4`): for an object whose key this cipher has opened and whose cache
-is fresh, it does what :meth:`FieldCipher.open` does in one call, with an OpenSSL context per
-key; for anything else it changes nothing, and :meth:`FieldCipher.open`, the reference,
-decides (so every error and every forgotten key is the Python path's).
+is fresh, it does what :meth:`FieldCipher.open` does in one call, with libsodium's
+precomputed AES-256-GCM state per key (when built with libsodium's headers and the CPU has
+AES-NI) or else an OpenSSL context per key; for anything else it changes nothing, and
+:meth:`FieldCipher.open`, the reference, decides (so every error and every forgotten key is
+the Python path's).
 
 Older forms still decode: ``enc3`` (the same array without the topic, associated data
 ``enc3 \0 subject \0 event id \0 names``), ``enc2`` (the same content as an object,

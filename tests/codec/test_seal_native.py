@@ -8,7 +8,8 @@ upper-case or odd-length or non-hex text, a wrong scheme, key version, topic, ag
 key, a plain text that is not a JSON object, an unknown key version, ...). Two
 :class:`FieldCipher` objects over one real :class:`LogKeyStore` open it: one with the C
 call first (falling back to :meth:`FieldCipher.open` when it declines, as the codec does),
-one with the Python path alone. The outcomes (the opened data, the fields left sealed, or
+one with the Python path alone; the C call runs with each engine it has (libsodium's
+precomputed AES-256-GCM state, an OpenSSL EVP context). The outcomes (the opened data, the fields left sealed, or
 the error's text and coordinates) must be equal, and an unchanged object must be opened by
 the C call itself, not by the fallback.
 """
@@ -16,6 +17,7 @@ the C call itself, not by the fallback.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.codec import Envelope, EventCodec, EventRegistry, privacy
+from framework.codec import Envelope, EventCodec, EventRegistry, _seal, privacy  # type: ignore[attr-defined]
 from framework.codec.keystore import LogKeyStore
 from framework.codec.privacy import CIPHER_MARK, FieldCipher, Sealed
 from framework.errors import SerializationError
@@ -83,8 +85,30 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogKeyStore]:
         yield LogKeyStore(log, refresh_ms=600_000)
 
 
+ENGINES = ("sodium", "openssl") if _seal.SODIUM else ("openssl",)
+
+
 def test_the_extension_is_built() -> None:
     assert privacy._Opener is not None, "framework.codec._seal is not built"
+
+
+def test_libsodium_opens_where_the_cpu_has_aes_gcm() -> None:
+    """make installs libsodium-dev; only a CPU without AES-NI/PCLMULQDQ leaves OpenSSL."""
+    flags = Path("/proc/cpuinfo").read_text().split()
+    if "aes" in flags and "pclmulqdq" in flags:
+        assert _seal.SODIUM, "framework.codec._seal is built without libsodium"
+    assert _seal.Opener().engine == ("sodium" if _seal.SODIUM else "openssl")
+    assert _seal.Opener(engine="openssl").engine == "openssl"
+
+
+def cipher_with(keys: LogKeyStore, engine: str) -> FieldCipher:
+    """A FieldCipher whose C call opens with ``engine``."""
+    saved = privacy._Opener
+    privacy._Opener = functools.partial(_seal.Opener, engine=engine)
+    try:
+        return FieldCipher(keys)
+    finally:
+        privacy._Opener = saved
 
 
 def outcome(
@@ -153,6 +177,7 @@ def sealed_object(case: dict[str, Any], version: int, key: bytes, change: str) -
     return sealed
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @settings(max_examples=200, deadline=None)
 @given(
     subject=SUBJECTS,
@@ -167,6 +192,7 @@ def sealed_object(case: dict[str, Any], version: int, key: bytes, change: str) -
 )
 def test_open4_equals_the_python_path(
     keys: LogKeyStore,
+    engine: str,
     subject: str,
     event_id: str,
     aggregate_id: str,
@@ -190,7 +216,8 @@ def test_open4_equals_the_python_path(
         "at": at,
     }
     version, key = keys.current(subject)
-    native, python = FieldCipher(keys), FieldCipher(keys)
+    native, python = cipher_with(keys, engine), FieldCipher(keys)
+    assert native._native.engine == engine
     # the first object of a subject opens its key (the Python path); the next ones are C's
     valid = {"plan": "x", CIPHER_MARK: sealed_object(case, version, key, "none")}
     for _ in range(2):

@@ -1,0 +1,130 @@
+"""What a sealed event costs to open, counted in instructions (load-independent; issue 36
+item 5).
+
+    python benchmarks/instructions_seal.py [--figure open decode] [--repeat 3]
+
+valgrind's callgrind counts the user-space instructions a process executes, the same at any
+load. Each figure runs in a fresh process under callgrind twice, with ``small`` and
+``large`` operations; instructions per operation = the difference / (large - small): the
+start-up, the records' encoding and a first pass that opens every key (the same in both
+runs) cancel out. Events are ``bench_privacy.py``'s (``name`` and ``city`` personal,
+``plan`` in clear), 10 per subject, 100 subjects, keys in a real :class:`LogKeyStore` whose
+cache stays fresh, so the C call is used when it is built. Configurations:
+
+* ``plain``: the same events with no personal field (``decode`` only: the baseline);
+* ``sodium``: ``framework/codec/_seal.c`` with libsodium's precomputed AES-256-GCM state
+  (``crypto_aead_aes256gcm_decrypt_afternm``);
+* ``openssl``: the same C call through an OpenSSL EVP context per key;
+* ``python``: no C call (``FieldCipher.open`` with ``cryptography``'s AES-GCM).
+
+Figures: ``open`` (``FieldCipher.open4``, or ``open`` for ``python``, of one event's
+already parsed data) and ``decode`` (``EventCodec.decode(..., lazy=True)`` of a stored
+record, what a projector worker does per event). Needs ``valgrind`` (Debian package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VALGRIND = ("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null")
+SMALL, LARGE = 200, 1000
+CONFIGS = {
+    "open": ("sodium", "openssl", "python"),
+    "decode": ("plain", "sodium", "openssl", "python"),
+}
+CHILD = r"""
+import functools, sys, tempfile
+from pathlib import Path
+import orjson
+sys.path.insert(0, "benchmarks")
+figure, config, n, total = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+from framework.codec import Envelope, EventCodec, EventRegistry, privacy
+if config == "python":
+    privacy._Opener = None
+elif config != "plain":
+    from framework.codec import _seal
+    privacy._Opener = functools.partial(_seal.Opener, engine=config)
+from framework.codec.keystore import LogKeyStore
+from framework.log.embedded.store import LogStore
+import bench_privacy as b
+cls, agg = (b.PlainJoined, b.PlainMember) if config == "plain" else (b.SealedJoined, b.SealedMember)
+registry = EventRegistry()
+registry.register(cls)
+registry.register_aggregate(agg)
+log = LogStore(Path(tempfile.mkdtemp()))
+codec = EventCodec(registry, keys=LogKeyStore(log, refresh_ms=600_000))
+records = [
+    codec.encode(Envelope(cls(f"Name {i}", "Oslo", "basic"), f"m{i // 10:05d}", i % 10 + 1))
+    for i in range(total)
+]
+for r in records:  # every key opened, the readers built
+    codec.decode(*r, lazy=True)
+if figure == "decode":
+    decode = codec.decode
+    for r in records[:n]:
+        decode(*r, lazy=True)
+else:
+    docs = [orjson.loads(r[1]) for r in records]
+    cipher, none = codec._cipher, frozenset()
+    if config == "python":
+        for d in docs[:n]:
+            cipher.open(d["data"], d["event_id"], None, None, None, d["aggregate_id"], none)
+    else:
+        open4 = cipher.open4
+        for d in docs[:n]:
+            assert open4(d["data"], d["event_id"], d["aggregate_id"], none)
+log.close()
+"""
+
+
+def instructions(figure: str, config: str, n: int) -> int:
+    """User-space instructions of one child process doing ``n`` operations."""
+    done = subprocess.run(
+        [*VALGRIND, sys.executable, "-c", CHILD, figure, config, str(n), str(LARGE)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)},
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"no instruction count from valgrind: {done.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def per_operation(figure: str, config: str) -> float:
+    counts = [instructions(figure, config, n) for n in (LARGE, SMALL)]
+    return (counts[0] - counts[1]) / (LARGE - SMALL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--figure", nargs="+", choices=sorted(CONFIGS), default=["open", "decode"])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    for figure in args.figure:
+        per: dict[str, list[float]] = {config: [] for config in CONFIGS[figure]}
+        for _ in range(args.repeat):
+            for config, counts in per.items():
+                counts.append(per_operation(figure, config))
+        base = statistics.median(per[CONFIGS[figure][0]])
+        for config, counts in per.items():
+            mid = statistics.median(counts)
+            print(
+                f"{figure} {config}: {mid:,.0f} instructions an event"
+                f" ({mid / base:.3f}x of {CONFIGS[figure][0]}, +{mid - base:,.0f};"
+                f" range {min(counts):,.0f}-{max(counts):,.0f}, {args.repeat} runs)",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

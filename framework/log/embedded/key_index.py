@@ -431,11 +431,20 @@ class KeyIndex:
     def _meta_and_count(
         self,
     ) -> tuple[int, tuple[int, int], tuple[int, int], bytes | None, int | None]:
-        """``next_offset``, (rows, checksum) as stated in meta and as counted, the anchor."""
-        meta = dict(self._db.execute("SELECT name, value FROM meta").fetchall())
-        count, total = self._db.execute(
-            "SELECT count(*), coalesce(sum(offset + seq), 0) FROM entries"
-        ).fetchone()
+        """``next_offset``, (rows, checksum) as stated in meta and as counted, the anchor:
+        read in one transaction (one snapshot), or another process's commit between the two
+        reads made a consistent index look damaged (a caller's transaction is that one)."""
+        own = not self._db.in_transaction
+        if own:
+            self._db.execute("BEGIN")
+        try:
+            meta = dict(self._db.execute("SELECT name, value FROM meta").fetchall())
+            count, total = self._db.execute(
+                "SELECT count(*), coalesce(sum(offset + seq), 0) FROM entries"
+            ).fetchone()
+        finally:
+            if own:
+                self._db.execute("COMMIT")
         return (
             int(meta.get("next_offset", 0)),
             (int(meta.get("rows", 0)), int(meta.get("checksum", 0))),

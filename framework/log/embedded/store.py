@@ -455,22 +455,7 @@ class LogStore:
         cursor: Cursor | None = None,
         upto: int | None = None,
     ) -> tuple[list[Record], Cursor | None]:
-        if not isinstance(offset, int) or isinstance(offset, bool):
-            raise ConfigError(
-                f"offset must be an integer, got {offset!r}", topic=topic, partition=partition
-            )
-        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
-            raise ConfigError(
-                f"max_bytes must be an integer, got {max_bytes!r}",
-                topic=topic,
-                partition=partition,
-            )
-        if upto is not None and (not isinstance(upto, int) or isinstance(upto, bool)):
-            raise ConfigError(
-                f"upto must be an integer or None, got {upto!r}",
-                topic=topic,
-                partition=partition,
-            )
+        _check_read_args(topic, partition, offset, max_bytes, upto)
         return self._read(topic, partition, offset, max_bytes, cursor, upto, in_flight=False)
 
     def read_batches(
@@ -486,15 +471,7 @@ class LogStore:
         would return, CRC-checked (see :meth:`.read._ReadPath.read_batches`; the format
         is docs/file-format.md's). Not in the port: for the Kafka listener, which re-frames
         them for the wire without a Python object per record."""
-        for name, value in (("offset", offset), ("max_bytes", max_bytes)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ConfigError(
-                    f"{name} must be an integer, got {value!r}", topic=topic, partition=partition
-                )
-        if upto is not None and (not isinstance(upto, int) or isinstance(upto, bool)):
-            raise ConfigError(
-                f"upto must be an integer or None, got {upto!r}", topic=topic, partition=partition
-            )
+        _check_read_args(topic, partition, offset, max_bytes, upto)
         part = self.partition(topic, partition)
         try:
             return part.read_batches(offset, max_bytes=max_bytes, upto=upto)
@@ -737,3 +714,18 @@ class LogStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_read_args(
+    topic: str, partition: int, offset: object, max_bytes: object, upto: object
+) -> None:
+    """A read's ``offset`` and ``max_bytes`` are integers, ``upto`` one or ``None`` (a
+    :class:`ConfigError` naming the argument, the topic and the partition otherwise)."""
+    for name, value in (("offset", offset), ("max_bytes", max_bytes), ("upto", upto)):
+        if name == "upto" and value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            kind = "an integer or None" if name == "upto" else "an integer"
+            raise ConfigError(
+                f"{name} must be {kind}, got {value!r}", topic=topic, partition=partition
+            )

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka.record.memory_records import MemoryRecords
+from test_kafka_records import read_back  # kafka-python's reader, CRCs checked
 
 from framework.errors import CorruptRecordError
 from framework.kafka.records import FROM_STORED, encode_batch, encode_stored
@@ -45,17 +45,6 @@ probes = st.lists(
     min_size=1,
     max_size=8,
 )
-
-
-def read_back(raw: bytes) -> list[tuple[object, ...]]:
-    """kafka-python's reader over the answer: (offset, timestamp, type, key, value, headers)."""
-    batches = MemoryRecords(raw)
-    out = []
-    while (batch := batches.next_batch()) is not None:
-        assert batch.validate_crc()
-        for r in batch:
-            out.append((r.offset, r.timestamp, r.timestamp_type, r.key, r.value, list(r.headers)))
-    return out
 
 
 def as_read(records: list[Record]) -> list[tuple[object, ...]]:

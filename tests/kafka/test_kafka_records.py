@@ -32,6 +32,8 @@ def records(n: int, base: int = 1_000, ts_type: int = 0) -> list[Record]:
 
 
 def read_back(raw: bytes) -> list[tuple[object, ...]]:
+    """kafka-python's reader over encoded batches, CRCs checked: (offset, timestamp, type,
+    key, value, headers) per record (also test_kafka_fetch_stored's independent decoder)."""
     batches = MemoryRecords(raw)
     out = []
     while (batch := batches.next_batch()) is not None:

@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-VALGRIND = ("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null")
+from _callgrind import ROOT, count_child
+
 SIZES = {"append": (1000, 6000), "command": (100, 600), "apply": (1000, 3000)}
 """Per figure, the small and the large count of operations."""
 CHILD = r"""
@@ -101,18 +99,7 @@ with app.open(data / "log") as rt:
 
 def instructions(figure: str, config: str, n: int, given: str) -> int:
     """User-space instructions of one child process doing ``n`` operations."""
-    done = subprocess.run(
-        [*VALGRIND, sys.executable, "-c", CHILD, figure, config, str(n), given],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)},
-    )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if found is None:
-        raise SystemExit(f"no instruction count from valgrind: {done.stderr[-500:]}")
-    return int(found.group(1))
+    return count_child(CHILD, figure, config, str(n), given)
 
 
 def orders(count: int) -> str:

@@ -25,15 +25,10 @@ record, what a projector worker does per event). Needs ``valgrind`` (Debian pack
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-VALGRIND = ("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null")
+from _callgrind import count_child
+
 SMALL, LARGE = 200, 1000
 CONFIGS = {
     "open": ("sodium", "openssl", "python"),
@@ -86,18 +81,7 @@ log.close()
 
 def instructions(figure: str, config: str, n: int) -> int:
     """User-space instructions of one child process doing ``n`` operations."""
-    done = subprocess.run(
-        [*VALGRIND, sys.executable, "-c", CHILD, figure, config, str(n), str(LARGE)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)},
-    )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if found is None:
-        raise SystemExit(f"no instruction count from valgrind: {done.stderr[-500:]}")
-    return int(found.group(1))
+    return count_child(CHILD, figure, config, str(n), str(LARGE))
 
 
 def per_operation(figure: str, config: str) -> float:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -28,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-VALGRIND = ("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null")
+from _callgrind import ROOT, VALGRIND, collected
+
 WORKER = r"""
 import os, sys, time
 from pathlib import Path
@@ -77,10 +76,9 @@ def instructions(root: Path, processes: int, commands: int) -> int:
         total = 0
         for p in procs:
             _, err = p.communicate(timeout=3600)
-            found = re.search(r"Collected : (\d+)", err)
-            if p.returncode or found is None:
+            if p.returncode:
                 raise SystemExit(f"no instruction count from valgrind: {err[-500:]}")
-            total += int(found.group(1))
+            total += collected(err)
         return total
     finally:
         for p in procs:  # stopped by PID if anything above failed

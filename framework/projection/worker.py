@@ -35,7 +35,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -198,7 +198,10 @@ class Worker:
             )
 
     def _revoked(self, partitions: list[TopicPartition]) -> None:
-        self._commit_group(partitions)
+        # Every owned partition, not only the ones given up (still owned while this runs):
+        # one commit marks the worker all committed, so a kept partition whose last records
+        # were applied within the interval would, idle, never be committed at all.
+        self._commit_group()
 
     def _lost(self, partitions: list[TopicPartition]) -> None:
         self._log.warning(
@@ -206,10 +209,11 @@ class Worker:
             partitions=[f"{tp.topic}-{tp.partition}" for tp in partitions],
         )
 
-    def _commit_group(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+    def _commit_group(self) -> None:
+        """Commit the stored positions of every owned partition (one fenced batch); the
+        worker is then all committed, so this is never done for only some of them."""
         positions = self.readmodel.positions()
-        owned = self.consumer.assignment() if partitions is None else set(partitions)
-        offsets = {tp: positions[tp] for tp in owned if tp in positions}
+        offsets = {tp: positions[tp] for tp in self.consumer.assignment() if tp in positions}
         self._next_group_commit = time.monotonic() + self.group_commit_interval_s
         self._uncommitted = False
         if not offsets:

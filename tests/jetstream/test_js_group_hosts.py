@@ -33,7 +33,7 @@ from framework.log import Log, TopicPartition
 from framework.log.jetstream.cluster import LocalCluster
 from framework.log.jetstream.log import JetStreamLog
 from framework.log.local import LocalDir
-from framework.projection import Runner
+from framework.projection import Runner, Worker
 
 APP = "example_apps.invoicing:app"
 ROOT = Path(__file__).resolve().parents[2]
@@ -305,3 +305,81 @@ def test_a_policy_back_on_a_host_with_older_positions_never_commits_backwards(
     finally:
         runner.stop()
     assert commits() == reached == hwms()
+
+
+def test_a_revoke_commits_the_partitions_the_policy_keeps(
+    runtime: Runtime, url: str, tmp_path: Path
+) -> None:
+    """A revoke must not leave the kept partitions' applied positions uncommitted.
+
+    Seen twice under the full suite's load (the kill -9 test above): a member applied its
+    last records, then gave up other partitions to a member that (re)joined before its
+    group-commit interval came round; the revoke committed only the partitions it gave up
+    and marked the worker "all committed", so, idle, it never committed the ones it kept:
+    it owned them for minutes with the group's offsets where it had been assigned them.
+
+    Here the interval is a minute and this worker is driven in this process, so the window
+    (records applied, not yet committed, then a revoke) is certain; the joining member is a
+    worker process on a second host."""
+    worker = Worker(
+        runtime,
+        "invoicing_policy",
+        session_timeout_ms=3000,
+        poll_timeout=0.1,
+        group_commit_interval_s=60.0,
+    )
+    log = runtime.log
+    tps = [TopicPartition("orders", p) for p in range(log.partition_count("orders"))]
+    offsets = coordination_for(log).offsets
+    commands = list(Workload(orders=20, seed=7).commands())
+
+    def commits() -> dict[TopicPartition, int | None]:
+        got = {tp: offsets.committed("invoicing_policy", tp) for tp in tps}
+        return {tp: None if e is None else e.offset for tp, e in got.items()}
+
+    def hwms() -> dict[TopicPartition, int]:
+        return {tp: log.offsets(tp.topic, tp.partition).hwm for tp in tps}
+
+    def turn(until: Any, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not until():
+            assert time.monotonic() < deadline, f"{what}: commits {commits()} hwms {hwms()}"
+            worker.run_once()
+
+    def execute(chunk: list[Any]) -> None:
+        for c in chunk:
+            runtime.execute(c.cls, c.aggregate_id, c.action, create=c.create)
+
+    other: Runner | None = None
+    try:
+        turn(lambda: len(worker.consumer.assignment()) == len(tps), "the worker owns all")
+        execute(commands[:5])  # the first batch commits at once; the interval starts
+        turn(lambda: any(commits().values()), "a first commit")
+        execute(commands[5:])  # applied within the interval: not committed yet
+        turn(lambda: worker.readmodel.positions() == hwms(), "the worker applied all")
+        assert commits() != hwms()  # the window is open: applied, not committed
+        host_b = _host(tmp_path, "host-b")
+        other = Runner(
+            APP,
+            "invoicing_policy",
+            host_b,
+            session_timeout_ms=3000,
+            env=_env(url),
+            log_path=host_b / "workers.log",
+        )
+        other.start()
+        turn(lambda: len(worker.consumer.assignment()) < len(tps), "a revoke", timeout=90)
+        kept = sorted(worker.consumer.assignment())
+        assert kept
+        # far inside the minute's interval: what committed it can only be the revoke
+        turn(
+            lambda: all(commits()[tp] == hwms()[tp] for tp in kept),
+            f"the kept partitions {[tp.partition for tp in kept]} committed",
+            timeout=10,
+        )
+        assert other.supervise_once() == []
+    finally:
+        worker.stopping.set()
+        worker.close()
+        if other is not None:
+            other.stop()

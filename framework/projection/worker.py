@@ -3,7 +3,9 @@
 The loop: :meth:`Worker.poll` → :meth:`Worker.apply` (the records in one read-model
 transaction, with their positions, see :mod:`.applier`) → wake read-your-writes waiters →
 now and then commit the group offsets (for lag tools; the read model's positions are the
-truth) → publish new dead letters to ``<group>.dlq``.
+truth) → publish new dead letters to ``<group>.dlq``. Invariant: an owned partition whose
+stored position is not the group's commit (as this worker knows it) is committed within
+``group_commit_interval_s``, busy or idle; a revoke commits every owned partition.
 
 On assignment a partition is *claimed* in the read model with the member's group generation
 and the consumer seeks to the stored position (the partition's low-water mark the first
@@ -127,7 +129,10 @@ class Worker:
         """Batches the read model refused because a newer generation owns a partition."""
         self._log = log.bind(projector=name, group=self.group, pid=os.getpid())
         self._next_group_commit = 0.0
-        self._uncommitted = False
+        self._group_commits: dict[TopicPartition, int] = {}
+        """The group's committed offset per partition as this worker knows it (its own
+        commits, or read when assigned): an idle worker commits while a stored position
+        differs from it, so no flag can claim "all committed" for a position never sent."""
         self._published = -1
         self._pause = PauseControl(runtime.log.local, runtime.names.local(name))
         self._readmodel_inode = _inode(self.readmodel.path)
@@ -170,6 +175,10 @@ class Worker:
             # positions (another host applied further); the file catches up to it, so a
             # later commit from this file can never move the group backwards.
             floor = self.consumer.committed(tp) if self._positions_in_group else None
+            if floor is None:
+                self._group_commits.pop(tp, None)  # unknown: the next interval commits
+            else:
+                self._group_commits[tp] = floor
             try:
                 position = self.readmodel.claim(
                     tp,
@@ -209,20 +218,26 @@ class Worker:
             partitions=[f"{tp.topic}-{tp.partition}" for tp in partitions],
         )
 
-    def _commit_group(self) -> None:
-        """Commit the stored positions of every owned partition (one fenced batch); the
-        worker is then all committed, so this is never done for only some of them."""
+    def _owned_positions(self) -> dict[TopicPartition, int]:
         positions = self.readmodel.positions()
-        offsets = {tp: positions[tp] for tp in self.consumer.assignment() if tp in positions}
+        return {tp: positions[tp] for tp in self.consumer.assignment() if tp in positions}
+
+    def _commit_group(self) -> None:
+        """Commit the stored positions of every owned partition (one fenced batch)."""
+        offsets = self._owned_positions()
         self._next_group_commit = time.monotonic() + self.group_commit_interval_s
-        self._uncommitted = False
         if not offsets:
             return
         try:
             self.consumer.commit(offsets)
-        except CommitFailedError as exc:
-            self._uncommitted = True  # the next interval commits what is still owned
+        except CommitFailedError as exc:  # the next interval commits what is still owned
             self._log.info("group commit refused (partition moved)", error=str(exc))
+            return
+        self._group_commits.update(offsets)
+
+    def _group_behind(self) -> bool:
+        """Whether an owned partition's stored position is not the group's commit."""
+        return any(self._group_commits.get(tp) != o for tp, o in self._owned_positions().items())
 
     # ------------------------------------------------------------------ the loop
     def poll(self) -> Polled:
@@ -236,8 +251,11 @@ class Worker:
         if not records:
             # Idle: commit what the last batches applied, so group tools (``groups
             # describe``) show the same lag as ``project status`` within the interval.
-            if self._uncommitted and time.monotonic() >= self._next_group_commit:
-                self._commit_group()
+            if time.monotonic() >= self._next_group_commit:
+                if self._group_behind():
+                    self._commit_group()
+                else:
+                    self._next_group_commit = time.monotonic() + self.group_commit_interval_s
             return BatchResult(0, 0, 0)
         started = time.perf_counter()
         try:
@@ -267,7 +285,6 @@ class Worker:
                 result.dead_lettered,
                 time.perf_counter() - started,
             )
-        self._uncommitted = True
         notify_applied(self.runtime.log)
         if time.monotonic() >= self._next_group_commit:
             self._commit_group()

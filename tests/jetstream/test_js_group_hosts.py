@@ -353,8 +353,8 @@ def test_a_revoke_commits_the_partitions_the_policy_keeps(
     other: Runner | None = None
     try:
         turn(lambda: len(worker.consumer.assignment()) == len(tps), "the worker owns all")
-        execute(commands[:5])  # the first batch commits at once; the interval starts
-        turn(lambda: any(commits().values()), "a first commit")
+        execute(commands[:5])  # a first commit (claimed positions or a batch) starts the interval
+        turn(lambda: None not in commits().values(), "a first commit")
         execute(commands[5:])  # applied within the interval: not committed yet
         turn(lambda: worker.readmodel.positions() == hwms(), "the worker applied all")
         assert commits() != hwms()  # the window is open: applied, not committed
@@ -383,3 +383,89 @@ def test_a_revoke_commits_the_partitions_the_policy_keeps(
         worker.close()
         if other is not None:
             other.stop()
+
+
+_POLICY_WORKER = """
+import sys
+from pathlib import Path
+from example_apps.invoicing import app
+from framework.log.jetstream.log import JetStreamLog
+from framework.log.local import LocalDir
+from framework.projection import Worker
+url, namespace, host = sys.argv[1:]
+local = LocalDir.at(Path(host))
+with JetStreamLog.from_url(url, namespace=namespace, local=local) as js, app.open(js) as rt:
+    Worker(rt, "invoicing_policy", session_timeout_ms=2000, group_commit_interval_s=60.0).run()
+"""
+
+
+def _positions(host: Path) -> dict[TopicPartition, int]:
+    path = host / "readmodels" / "invoicing_policy.sqlite"
+    if not path.exists():
+        return {}
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT topic, partition, next_offset FROM _eventlane_positions")
+        return {TopicPartition(t, p): o for t, p, o in rows}
+
+
+def test_a_restarted_policy_commits_what_its_killed_predecessor_applied(
+    runtime: Runtime, cluster: LocalCluster, namespace: str, url: str, tmp_path: Path
+) -> None:
+    """A worker killed after applying records it had not committed yet (its interval a
+    minute here), restarted on the same host: it resumes from its file's positions, ahead of
+    the group's commits, and with nothing new to apply must still commit them (else the
+    group shows that lag, idle, for ever: the same stall as above)."""
+    log = runtime.log
+    host = _host(tmp_path, "host-a")
+    tps = [TopicPartition("orders", p) for p in range(log.partition_count("orders"))]
+    offsets = coordination_for(log).offsets
+    commands = list(Workload(orders=20, seed=11).commands())
+
+    def commits() -> dict[TopicPartition, int | None]:
+        got = {tp: offsets.committed("invoicing_policy", tp) for tp in tps}
+        return {tp: None if e is None else e.offset for tp, e in got.items()}
+
+    def hwms() -> dict[TopicPartition, int]:
+        return {tp: log.offsets(tp.topic, tp.partition).hwm for tp in tps}
+
+    def wait(until: Any, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not until():
+            assert time.monotonic() < deadline, f"{what}: commits {commits()} hwms {hwms()}"
+            time.sleep(0.1)
+
+    def execute(chunk: list[Any]) -> None:
+        for c in chunk:
+            runtime.execute(c.cls, c.aggregate_id, c.action, create=c.create)
+
+    first = subprocess.Popen(
+        [sys.executable, "-c", _POLICY_WORKER, cluster.url, namespace, str(host)],
+        env=_env(url),
+        stderr=(host / "first.log").open("w"),
+    )
+    runner: Runner | None = None
+    try:
+        execute(commands[:5])
+        wait(lambda: None not in commits().values(), "a first commit")  # the interval starts
+        execute(commands[5:])
+        wait(lambda: _positions(host) == hwms(), "the first worker applied all")
+        assert commits() != hwms()  # applied, not committed: then kill -9
+        first.kill()
+        first.wait(10)
+        runner = Runner(
+            APP,
+            "invoicing_policy",
+            host,
+            session_timeout_ms=2000,
+            env=_env(url),
+            log_path=host / "workers.log",
+        )
+        runner.start()
+        wait(lambda: commits() == hwms(), "the restarted worker committed", timeout=45)
+        assert runner.supervise_once() == []
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(10)
+        if runner is not None:
+            runner.stop()

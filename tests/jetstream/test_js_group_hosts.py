@@ -9,6 +9,7 @@ projection whose read model is a SQLite file refuses to start a worker on a seco
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import sqlite3
@@ -109,8 +110,8 @@ def _stacks(pid: int) -> str:
     stalled member names what it waits on (a policy stalled once under the full suite's
     load, owning its partitions for two minutes without a commit, and did not again in 23
     runs alone)."""
-    spy = Path(sys.executable).with_name("py-spy")
-    if not spy.exists():
+    spy = _py_spy()
+    if spy is None:
         return "(py-spy not installed)"
     try:
         done = subprocess.run(
@@ -123,6 +124,21 @@ def _stacks(pid: int) -> str:
     except (subprocess.TimeoutExpired, OSError) as exc:
         return f"(py-spy gave no stacks: {exc})"
     return (done.stdout + done.stderr)[-6000:]
+
+
+def _py_spy() -> Path | None:
+    """py-spy's binary, found through its package's files: not next to ``sys.executable``
+    in a virtual environment layered over another (a worktree's over main's)."""
+    try:
+        dist = importlib.metadata.distribution("py-spy")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in dist.files or ():
+        if file.name == "py-spy":
+            path = Path(str(dist.locate_file(file))).resolve()
+            if path.exists():
+                return path
+    return None
 
 
 def _host(tmp_path: Path, name: str) -> Path:

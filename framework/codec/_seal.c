@@ -32,8 +32,17 @@
  * ``topics`` (an empty frozenset: any), builds the associated data
  * "enc4\0topic\0aggregate id\0subject\0event id\0fields" (UTF-8), decodes the hex text
  * (12-byte nonce, cipher text, 16-byte tag), decrypts and authenticates it, parses the plain
- * text with orjson.loads and, when that is a dict, deletes data["$eventlane"] and updates data
- * with it. The GIL is held throughout: a context is never used by two threads at once.
+ * text and, when that is a dict, deletes data["$eventlane"] and updates data with it. The
+ * plain text is parsed here when it is exactly what FieldCipher.seal writes with orjson.dumps
+ * for the names in ``fields``: the names in their stored order, no whitespace, each value a
+ * string without escapes or control characters, an integer of at most 18 digits, true,
+ * false or null (the values go into data directly, without an intermediate dict: the
+ * usual personal fields); any other text, valid or not, goes to orjson.loads as before.
+ * Those forms read the same in orjson.loads by construction (its own output, nothing to
+ * choose), and tests/codec/test_seal_native.py holds the two equal over hand-written texts.
+ * The last bound topic found in the reader's topics and the last field-name text's names are
+ * remembered (``.simple`` counts the objects parsed here). The GIL is held throughout: a
+ * context is never used by two threads at once.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -187,33 +196,18 @@ unhex(const unsigned char *text, Py_ssize_t n, unsigned char *out)
     return (bad & 0xf0) ? -1 : 0;
 }
 
-/* Append the UTF-8 of str ``s`` to the associated data being built: 0, or -1 when s has no
- * UTF-8 form (lone surrogates) or the buffer is too small. */
-static int
-put(unsigned char *aad, Py_ssize_t *at, Py_ssize_t room, PyObject *s)
-{
-    Py_ssize_t n;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(s, &n);
-    if (utf8 == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
-    if (*at + n + 1 > room) {
-        return -1;
-    }
-    memcpy(aad + *at, utf8, (size_t)n);
-    *at += n;
-    aad[(*at)++] = 0;
-    return 0;
-}
-
 typedef struct {
     PyObject_HEAD
     PyObject *keys;         /* dict: (subject, version) -> Key */
     PyObject *last_subject; /* the last key used, or NULL */
     PyObject *last_version;
     Key *last_key;
+    PyObject *last_topics; /* the reader's topics and a bound topic found in them, or NULL */
+    PyObject *last_bound;
+    PyObject *last_fields; /* the last field-name text and its names, or NULL */
+    PyObject *last_names;  /* tuple of str, or None when a name is not plain JSON text */
     double fresh_until;
+    Py_ssize_t simple;  /* objects whose values were parsed here, not by orjson.loads */
     int sodium; /* new 256-bit keys get libsodium's state */
 } Opener;
 
@@ -226,9 +220,19 @@ opener_forget_last(Opener *self)
 }
 
 static void
-opener_dealloc(Opener *self)
+opener_forget_all(Opener *self)
 {
     opener_forget_last(self);
+    Py_CLEAR(self->last_topics);
+    Py_CLEAR(self->last_bound);
+    Py_CLEAR(self->last_fields);
+    Py_CLEAR(self->last_names);
+}
+
+static void
+opener_dealloc(Opener *self)
+{
+    opener_forget_all(self);
     Py_XDECREF(self->keys);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -305,7 +309,7 @@ opener_add(Opener *self, PyObject *args)
 static PyObject *
 opener_clear(Opener *self, PyObject *unused)
 {
-    opener_forget_last(self);
+    opener_forget_all(self);
     PyDict_Clear(self->keys);
     Py_RETURN_NONE;
 }
@@ -345,16 +349,230 @@ find_key(Opener *self, PyObject *subject, PyObject *version)
     return (Key *)found;
 }
 
+/* Whether str objects ``a`` and ``b`` (exact str) hold the same text. */
+static int
+same_text(PyObject *a, PyObject *b)
+{
+    if (a == b) {
+        return 1;
+    }
+    return PyUnicode_GET_LENGTH(a) == PyUnicode_GET_LENGTH(b) &&
+           PyUnicode_KIND(a) == PyUnicode_KIND(b) &&
+           memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b),
+                  (size_t)(PyUnicode_GET_LENGTH(a) * PyUnicode_KIND(a))) == 0;
+}
+
+/* Whether ``bound`` is in the frozenset ``topics``: the last pair found is remembered (a
+ * frozenset never changes). 1, or 0 (no exception). */
+static int
+topic_in(Opener *self, PyObject *topics, PyObject *bound)
+{
+    int in;
+    if (self->last_topics == topics && same_text(self->last_bound, bound)) {
+        return 1;
+    }
+    in = PySet_Contains(topics, bound);
+    if (in != 1) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_INCREF(topics);
+    Py_INCREF(bound);
+    Py_XSETREF(self->last_topics, topics);
+    Py_XSETREF(self->last_bound, bound);
+    return 1;
+}
+
+/* The names in the field-name text ``fields`` (joined by NUL), as a tuple, borrowed; None
+ * when a name is not JSON text as written (a '"', '\\' or control character: orjson escapes
+ * it) or there are more than MAX_NAMES; NULL with an exception on failure. The last text's
+ * names are remembered. */
+#define MAX_NAMES 32
+static PyObject *
+names_of(Opener *self, PyObject *fields)
+{
+    PyObject *nul, *list, *names;
+    Py_ssize_t i, j, n;
+    if (self->last_fields != NULL && same_text(self->last_fields, fields)) {
+        return self->last_names;
+    }
+    nul = PyUnicode_FromStringAndSize("\0", 1);
+    if (nul == NULL) {
+        return NULL;
+    }
+    list = PyUnicode_Split(fields, nul, -1);
+    Py_DECREF(nul);
+    if (list == NULL) {
+        return NULL;
+    }
+    n = PyList_GET_SIZE(list);
+    names = PyList_AsTuple(list);
+    Py_DECREF(list);
+    if (names == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < n && n <= MAX_NAMES; i++) {
+        Py_ssize_t size;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(names, i), &size);
+        if (utf8 == NULL) {
+            PyErr_Clear();
+            break;
+        }
+        for (j = 0; j < size; j++) {
+            unsigned char c = (unsigned char)utf8[j];
+            if (c < 0x20 || c == '"' || c == '\\') {
+                break;
+            }
+        }
+        if (j < size) {
+            break;
+        }
+    }
+    if (i < n || n > MAX_NAMES) {
+        Py_DECREF(names);
+        names = Py_None;
+        Py_INCREF(names);
+    }
+    Py_INCREF(fields);
+    Py_XSETREF(self->last_fields, fields);
+    Py_XSETREF(self->last_names, names);
+    return names;
+}
+
+/* One JSON value at p[*at] of the forms orjson.dumps writes and orjson.loads reads back
+ * unchanged without any choice: a string without escapes or control characters, an integer
+ * of at most 18 digits (not -0), true, false, null. A new reference, advancing *at; NULL
+ * without an exception for anything else (orjson.loads decides it). */
+static PyObject *
+simple_value(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at)
+{
+    Py_ssize_t i = *at, start;
+    unsigned char c;
+    if (i >= n) {
+        return NULL;
+    }
+    c = p[i];
+    if (c == '"') {
+        PyObject *s;
+        unsigned char any = 0;
+        start = ++i;
+        while (i < n && p[i] != '"') {
+            if (p[i] < 0x20 || p[i] == '\\') {
+                return NULL;
+            }
+            any |= p[i];
+            i++;
+        }
+        if (i >= n) {
+            return NULL;
+        }
+        if (any < 0x80) { /* ASCII: the text as it is */
+            s = PyUnicode_New(i - start, 127);
+            if (s == NULL) {
+                return NULL;
+            }
+            memcpy(PyUnicode_1BYTE_DATA(s), p + start, (size_t)(i - start));
+            *at = i + 1;
+            return s;
+        }
+        s = PyUnicode_DecodeUTF8((const char *)p + start, i - start, NULL);
+        if (s == NULL) {
+            PyErr_Clear(); /* not UTF-8: orjson.loads says so */
+            return NULL;
+        }
+        *at = i + 1;
+        return s;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        long long v = 0;
+        int negative = c == '-';
+        if (negative) {
+            i++;
+        }
+        start = i;
+        while (i < n && p[i] >= '0' && p[i] <= '9' && i - start < 18) {
+            v = v * 10 + (p[i] - '0');
+            i++;
+        }
+        if (i == start || (p[start] == '0' && (i - start > 1 || negative)) ||
+            (i < n && (p[i] == '.' || p[i] == 'e' || p[i] == 'E' || (p[i] >= '0' && p[i] <= '9')))) {
+            return NULL; /* a float, a leading zero, -0, or too long: orjson.loads decides */
+        }
+        *at = i;
+        return PyLong_FromLongLong(negative ? -v : v);
+    }
+    if (n - i >= 4 && memcmp(p + i, "true", 4) == 0) {
+        *at = i + 4;
+        Py_RETURN_TRUE;
+    }
+    if (n - i >= 5 && memcmp(p + i, "false", 5) == 0) {
+        *at = i + 5;
+        Py_RETURN_FALSE;
+    }
+    if (n - i >= 4 && memcmp(p + i, "null", 4) == 0) {
+        *at = i + 4;
+        Py_RETURN_NONE;
+    }
+    return NULL;
+}
+
+/* The values of plain text ``p`` into ``values`` (one per name, new references) when it is
+ * exactly what FieldCipher.seal writes for these names: orjson's compact object of the
+ * names in their stored order, each value of simple_value's forms. 1 when parsed; 0 (no
+ * exception, nothing kept) for any other text, which orjson.loads then decides; -1 with an
+ * exception (no memory). */
+static int
+simple_values(const unsigned char *p, Py_ssize_t n, PyObject *names, PyObject **values)
+{
+    Py_ssize_t at = 0, i, count = PyTuple_GET_SIZE(names);
+    for (i = 0; i < count; i++) {
+        Py_ssize_t size;
+        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(names, i), &size);
+        if (name == NULL) {
+            PyErr_Clear(); /* names_of checked it: not reached */
+            break;
+        }
+        if (at + size + 3 > n || p[at] != (i == 0 ? '{' : ',') ||
+            p[at + 1] != '"' || memcmp(p + at + 2, name, (size_t)size) != 0 ||
+            p[at + 2 + size] != '"' || at + size + 4 > n || p[at + 3 + size] != ':') {
+            break;
+        }
+        at += size + 4;
+        values[i] = simple_value(p, n, &at);
+        if (values[i] == NULL) {
+            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                while (i-- > 0) {
+                    Py_DECREF(values[i]);
+                }
+                return -1;
+            }
+            PyErr_Clear();
+            break;
+        }
+    }
+    if (i == count && count > 0 && at == n - 1 && p[at] == '}') {
+        return 1;
+    }
+    while (i-- > 0) {
+        Py_DECREF(values[i]);
+    }
+    return 0;
+}
+
 static PyObject *
 open4(Opener *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *data, *event_id, *aggregate_id, *topics;
-    PyObject *sealed, *subject, *version, *fields, *bound, *text, *plain = NULL, *values = NULL;
+    PyObject *sealed, *subject, *version, *fields, *bound, *text, *names;
+    PyObject *plain = NULL, *values = NULL, *parsed[MAX_NAMES];
     PyObject *result = Py_False;
     PyObject **item;
     Key *key;
-    unsigned char stack[STACK_BYTES], *buf = stack, *aad, *blob;
-    Py_ssize_t text_length, blob_length, aad_length = 0, aad_room, need;
+    unsigned char stack[STACK_BYTES], *buf = stack, *aad, *blob, *out;
+    const char *part[5];
+    Py_ssize_t part_length[5];
+    Py_ssize_t text_length, blob_length, plain_length, aad_length, need, i;
+    int simple;
 
     struct timespec now;
 
@@ -391,12 +609,8 @@ open4(Opener *self, PyObject *const *args, Py_ssize_t nargs)
         !PyUnicode_CheckExact(text) || !PyUnicode_IS_ASCII(text)) {
         Py_RETURN_FALSE;
     }
-    if (PySet_GET_SIZE(topics) > 0) {
-        int in = PySet_Contains(topics, bound);
-        if (in != 1) {
-            PyErr_Clear();
-            Py_RETURN_FALSE;
-        }
+    if (PySet_GET_SIZE(topics) > 0 && !topic_in(self, topics, bound)) {
+        Py_RETURN_FALSE;
     }
     key = find_key(self, subject, version);
     if (key == NULL) {
@@ -407,25 +621,25 @@ open4(Opener *self, PyObject *const *args, Py_ssize_t nargs)
     if (text_length % 2 != 0 || blob_length < NONCE + TAG || blob_length - NONCE > INT_MAX) {
         Py_RETURN_FALSE; /* refused by unhexlify, or a tag that cannot authenticate */
     }
+    plain_length = blob_length - NONCE - TAG;
 
-    /* one buffer: the associated data, then the decoded blob */
-    aad_room = 5 + 1;
+    /* one buffer: the associated data, the decoded blob, the plain text */
     {
         PyObject *parts[5] = {bound, aggregate_id, subject, event_id, fields};
-        int i;
+        aad_length = 5 + 4; /* "enc4" and five NULs but the last */
         for (i = 0; i < 5; i++) {
-            Py_ssize_t size;
-            if (PyUnicode_AsUTF8AndSize(parts[i], &size) == NULL) {
-                PyErr_Clear();
+            part[i] = PyUnicode_AsUTF8AndSize(parts[i], &part_length[i]);
+            if (part[i] == NULL) {
+                PyErr_Clear(); /* lone surrogates: the Python path says so */
                 Py_RETURN_FALSE;
             }
-            aad_room += size + 1;
+            aad_length += part_length[i];
         }
     }
-    if (aad_room > INT_MAX) {
+    if (aad_length > INT_MAX) {
         Py_RETURN_FALSE; /* more than EVP_DecryptUpdate takes at once */
     }
-    need = aad_room + blob_length;
+    need = aad_length + blob_length + plain_length;
     if (need > STACK_BYTES) {
         buf = PyMem_Malloc((size_t)need);
         if (buf == NULL) {
@@ -434,28 +648,61 @@ open4(Opener *self, PyObject *const *args, Py_ssize_t nargs)
     }
     aad = buf;
     memcpy(aad, "enc4", 5); /* with its NUL */
-    aad_length = 5;
-    if (put(aad, &aad_length, aad_room, bound) < 0 ||
-        put(aad, &aad_length, aad_room, aggregate_id) < 0 ||
-        put(aad, &aad_length, aad_room, subject) < 0 ||
-        put(aad, &aad_length, aad_room, event_id) < 0 ||
-        put(aad, &aad_length, aad_room, fields) < 0) {
-        goto done;
+    {
+        unsigned char *at = aad + 5;
+        for (i = 0; i < 5; i++) {
+            memcpy(at, part[i], (size_t)part_length[i]);
+            at += part_length[i];
+            if (i < 4) {
+                *at++ = 0;
+            }
+        }
     }
-    aad_length -= 1; /* no NUL after the field names */
-    blob = buf + aad_room;
+    blob = buf + aad_length;
+    out = blob + blob_length;
     if (unhex(PyUnicode_1BYTE_DATA(text), blob_length, blob) < 0) {
         goto done;
     }
+    if (key_open(key, blob, blob_length, aad, aad_length, out) < 0) {
+        goto done; /* a tag that fails: the Python path says so */
+    }
 
-    plain = PyBytes_FromStringAndSize(NULL, blob_length - NONCE - TAG);
-    if (plain == NULL) {
+    /* the values: parsed here when the plain text is what seal writes, else orjson.loads */
+    names = names_of(self, fields);
+    if (names == NULL) {
         result = NULL;
         goto done;
     }
-    if (key_open(key, blob, blob_length, aad, aad_length,
-                 (unsigned char *)PyBytes_AS_STRING(plain)) < 0) {
-        goto done; /* a tag that fails: the Python path says so */
+    Py_INCREF(names); /* kept while a dict's keys may run code */
+    simple = names == Py_None ? 0 : simple_values(out, plain_length, names, parsed);
+    if (simple < 0) {
+        Py_DECREF(names);
+        result = NULL;
+        goto done;
+    }
+    if (simple) {
+        Py_ssize_t count = PyTuple_GET_SIZE(names);
+        if (PyDict_DelItem(data, mark) < 0) {
+            result = NULL;
+        }
+        for (i = 0; i < count; i++) {
+            if (result != NULL && PyDict_SetItem(data, PyTuple_GET_ITEM(names, i), parsed[i]) < 0) {
+                result = NULL;
+            }
+            Py_DECREF(parsed[i]);
+        }
+        if (result != NULL) {
+            self->simple++;
+            result = Py_True;
+        }
+        Py_DECREF(names);
+        goto done;
+    }
+    Py_DECREF(names);
+    plain = PyBytes_FromStringAndSize((const char *)out, plain_length);
+    if (plain == NULL) {
+        result = NULL;
+        goto done;
     }
     values = PyObject_CallOneArg(loads, plain);
     if (values == NULL) {
@@ -494,6 +741,8 @@ static PyMethodDef opener_methods[] = {
 static PyMemberDef opener_members[] = {
     {"fresh_until", T_DOUBLE, offsetof(Opener, fresh_until), 0,
      "monotonic time until which the keys added need no check against the store"},
+    {"simple", T_PYSSIZET, offsetof(Opener, simple), READONLY,
+     "objects opened whose values were parsed here (the rest by orjson.loads)"},
     {"keys", T_OBJECT, offsetof(Opener, keys), READONLY,
      "the keys added: (subject, version) -> Key"},
     {NULL, 0, 0, 0, NULL},

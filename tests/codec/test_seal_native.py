@@ -224,6 +224,10 @@ def test_open4_equals_the_python_path(
         first = outcome(native, copy.deepcopy(valid), case, native=True)
         assert first[:3] == outcome(python, copy.deepcopy(valid), case, native=False)[:3]
     assert first[3], "an object the C call should open went to the Python path"
+    if simple(values):  # what seal writes, parsed by the C call itself, not orjson.loads
+        before = native._native.simple
+        outcome(native, copy.deepcopy(valid), case, native=True)
+        assert native._native.simple == before + 1, "the C call left simple values to orjson"
 
     changed = {"plan": "x", CIPHER_MARK: sealed_object(case, version, key, change)}
     got = outcome(native, copy.deepcopy(changed), case, native=True)
@@ -231,6 +235,82 @@ def test_open4_equals_the_python_path(
     assert got[:3] == want[:3]
     if change in ("none", "upper"):
         assert got[0] == "opened" and got[3], got
+
+
+def simple(values: dict[str, Any]) -> bool:
+    """Whether the C call parses these values itself (the rest go to ``orjson.loads``):
+    names and strings orjson writes without an escape, integers of at most 18 digits,
+    booleans and null, 32 names at most."""
+
+    def plain(v: object) -> bool:
+        if v is None or type(v) is bool:
+            return True
+        if type(v) is int:
+            return abs(v) < 10**18
+        return type(v) is str and b"\\" not in orjson.dumps(v)
+
+    return len(values) <= 32 and all(plain(k) and plain(v) for k, v in values.items())
+
+
+TOKENS = (  # JSON values written by hand: forms orjson.dumps never writes, and edge cases
+    *(b"0", b"-0", b"-1", b"01", b"-01", b"1.0", b"1e2", b"2E3", b"-", b"1-", b"+1", b"0x1"),
+    *(b"123456789012345678", b"-123456789012345678", b"1234567890123456789"),
+    *(b"9223372036854775808", b"12345678901234567890123", b"18446744073709551616"),
+    *(b'"\\u0041"', b'"a\\"b"', b'"\x01"', b'"\x1f"', b'"\x7f"', b'"\xc3\xa9"', b'"\xff"'),
+    *(b'"\xed\xa0\x80"', b'"\xf0\x9f\x98\x80"', b'"\xc3"', b'"', b'""', b'"a'),
+    *(b"true", b"false", b"null", b"tru", b"nul", b"True", b"[]", b"{}", b"[1,{}]"),
+)
+
+
+def hand_written(names: list[str], tokens: list[bytes], form: int) -> bytes:
+    """A plain text of ``names`` with raw value ``tokens``, in one of several layouts."""
+    pairs = [orjson.dumps(n) + b":" + t for n, t in zip(names, tokens, strict=True)]
+    if form == 1:  # reordered
+        pairs.reverse()
+    elif form == 2:  # an extra name
+        pairs.append(b'"extra":1')
+    elif form == 3:  # a name missing
+        pairs = pairs[1:]
+    elif form == 4:  # a name twice
+        pairs.append(pairs[0][: pairs[0].index(b":") + 1] + b"7")
+    text = b"{" + b",".join(pairs) + b"}"
+    if form == 5:
+        text = text.replace(b":", b" : ")
+    elif form == 6:
+        text += b" "
+    elif form == 7:
+        text = text[:-1]
+    elif form == 8:
+        text += b"x"
+    return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    names=names,
+    data=st.data(),
+    form=st.integers(0, 8),
+    nonce=st.binary(min_size=12, max_size=12),
+)
+def test_open4_reads_plain_texts_as_orjson_does(
+    keys: LogKeyStore, names: list[str], data: st.DataObject, form: int, nonce: bytes
+) -> None:
+    """Authentic plain texts that seal never writes (hand-written values, whitespace,
+    reordered, extra, missing or repeated names, cut or trailing bytes, invalid UTF-8):
+    the C call's own parse of the values gives what orjson.loads and the Python path give,
+    or leaves the object to them."""
+    tokens = [data.draw(st.sampled_from(TOKENS)) for _ in names]
+    case = {"subject": "m-1", "event_id": "e", "aggregate_id": "a", "topics": frozenset()}
+    version, key = keys.current("m-1")
+    fields = "\0".join(names)
+    aad = "\0".join(["enc4", TOPIC, "a", "m-1", "e", fields]).encode()
+    plain = hand_written(names, tokens, form)
+    text = (nonce + AESGCM(key).encrypt(nonce, plain, aad)).hex()
+    sealed = {"plan": "x", CIPHER_MARK: ["enc4", "m-1", version, fields, TOPIC, text]}
+    native, python = cipher_with(keys, _seal.Opener().engine), FieldCipher(keys)
+    outcome(native, copy.deepcopy(sealed), case, native=True)  # opens the key
+    got = outcome(native, copy.deepcopy(sealed), case, native=True)
+    assert got[:3] == outcome(python, copy.deepcopy(sealed), case, native=False)[:3]
 
 
 def test_the_codec_decodes_through_the_c_call(tmp_path: Path) -> None:

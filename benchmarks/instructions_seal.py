@@ -2,12 +2,15 @@
 item 5).
 
     python benchmarks/instructions_seal.py [--figure open decode] [--repeat 3]
+        [--small 200] [--large 1000] [--records 1000]
 
 valgrind's callgrind counts the user-space instructions a process executes, the same at any
 load. Each figure runs in a fresh process under callgrind twice, with ``small`` and
 ``large`` operations; instructions per operation = the difference / (large - small): the
 start-up, the records' encoding and a first pass that opens every key (the same in both
-runs) cancel out. Events are ``bench_privacy.py``'s (``name`` and ``city`` personal,
+runs) cancel out. ``--records`` events are encoded and operated on in turn (cycling when
+there are more operations): ``--records 2000 --small 2000 --large 12000`` differences 10,000
+decodes, which GC passes and time-dependent work disturb less than the default 800. Events are ``bench_privacy.py``'s (``name`` and ``city`` personal,
 ``plan`` in clear), 10 per subject, 100 subjects, keys in a real :class:`LogKeyStore` whose
 cache stays fresh, so the C call is used when it is built. Configurations:
 
@@ -63,42 +66,45 @@ for r in records:  # every key opened, the readers built
     codec.decode(*r, lazy=True)
 if figure == "decode":
     decode = codec.decode
-    for r in records[:n]:
-        decode(*r, lazy=True)
+    for i in range(n):
+        decode(*records[i % total], lazy=True)
 else:
-    docs = [orjson.loads(r[1]) for r in records]
+    docs = [orjson.loads(records[i % total][1]) for i in range(n)]
     cipher, none = codec._cipher, frozenset()
     if config == "python":
-        for d in docs[:n]:
+        for d in docs:
             cipher.open(d["data"], d["event_id"], None, None, None, d["aggregate_id"], none)
     else:
         open4 = cipher.open4
-        for d in docs[:n]:
+        for d in docs:
             assert open4(d["data"], d["event_id"], d["aggregate_id"], none)
 log.close()
 """
 
 
-def instructions(figure: str, config: str, n: int) -> int:
+def instructions(figure: str, config: str, n: int, records: int) -> int:
     """User-space instructions of one child process doing ``n`` operations."""
-    return count_child(CHILD, figure, config, str(n), str(LARGE))
+    return count_child(CHILD, figure, config, str(n), str(records))
 
 
-def per_operation(figure: str, config: str) -> float:
-    counts = [instructions(figure, config, n) for n in (LARGE, SMALL)]
-    return (counts[0] - counts[1]) / (LARGE - SMALL)
+def per_operation(figure: str, config: str, small: int, large: int, records: int) -> float:
+    counts = [instructions(figure, config, n, records) for n in (large, small)]
+    return (counts[0] - counts[1]) / (large - small)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--figure", nargs="+", choices=sorted(CONFIGS), default=["open", "decode"])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--small", type=int, default=SMALL)
+    parser.add_argument("--large", type=int, default=LARGE)
+    parser.add_argument("--records", type=int, default=LARGE)
     args = parser.parse_args()
     for figure in args.figure:
         per: dict[str, list[float]] = {config: [] for config in CONFIGS[figure]}
         for _ in range(args.repeat):
             for config, counts in per.items():
-                counts.append(per_operation(figure, config))
+                counts.append(per_operation(figure, config, args.small, args.large, args.records))
         base = statistics.median(per[CONFIGS[figure][0]])
         for config, counts in per.items():
             mid = statistics.median(counts)

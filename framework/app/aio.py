@@ -10,17 +10,18 @@ encode, check versions, retry, settle unknown outcomes) and causal waits the one
   heads) are awaited on the log's asyncio face where the engine has one (JetStream:
   :class:`~framework.log.jetstream.aio.AsyncJetStreamLog`, opened on this loop beside the
   sync log: no thread, no bridge); the calls a face lacks run in the pool on the sync log;
-* the embedded log has no face: its blocking file work runs in the runtime's thread pool,
-  never on the loop (a topic's partition count, answered from memory, is read in place),
-  so concurrent ``await runtime.execute(...)`` on one partition append from concurrent
-  threads and share fsyncs (the engine's group commit);
+* the embedded log has no face: a command's whole plan (load, decide, encode, append,
+  retries) runs in ONE hop to the runtime's thread pool (:meth:`_drive`), driven there by the
+  sync face's driver (:func:`framework.store.steps.drive`), never on the loop; a hop per
+  step cost three pool round trips a command. Concurrent ``await runtime.execute(...)`` on
+  one partition append from concurrent threads and share fsyncs (the engine's group commit);
 * encoding an event with personal fields runs on the loop when its subject's key is in
   memory, in the pool when the key store must read or write a record for it; a
   :class:`~.aio_keys.KeyTail` keeps the store caught up from the loop (:mod:`.aio_keys`);
   decoding such events (a load) and encrypted snapshots runs in the pool;
 * other blocking work (a snapshot write, a read model's look) runs in the pool; waits poll
   the read model without holding a thread. The command itself (sync: it decides on the
-  aggregate, it does no I/O) runs on the loop.
+  aggregate, it does no I/O) runs on the loop with a face, in the pool without one.
 
 Thread-safety and cancellation: an :class:`AsyncRuntime` belongs to one event loop. A
 command whose awaiting task is cancelled while its append is in flight may still be stored
@@ -50,6 +51,7 @@ from framework.domain import Aggregate
 from framework.log import Log, Record, RecordMetadata, TopicPartition
 from framework.log.position import Position, Written
 from framework.projection.store import Location, open_view
+from framework.store import steps as _steps
 from framework.store.steps import AsyncSteps, Freshen
 from framework.tracing import command_span
 
@@ -155,6 +157,13 @@ class AsyncRuntime:
                 return await self._keys.freshen()
         return await self._steps(step)
 
+    async def _drive(self, plan: Any) -> Any:
+        """Drive a command's plan: step by step on the loop where the log has an asyncio face
+        (or a key tail to freshen), else the whole plan in one pool hop (module docstring)."""
+        if self._face is None and self._keys is None:
+            return await self._offload(functools.partial(_steps.drive, plan))
+        return await _plans.drive_async(plan, self._perform)
+
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call of your own in the runtime's pool (e.g. a read-model query)."""
         return await self._offload(functools.partial(fn, *args, **kwargs))
@@ -165,9 +174,7 @@ class AsyncRuntime:
         rt = self.sync
         cls = rt.declared(type(aggregate))
         with command_span("save", cls.__name__, rt.names.aggregate_topic(cls)):
-            result: Written = await _plans.drive_async(
-                rt.repository.save_plan(aggregate, **envelope), self._perform
-            )
+            result: Written = await self._drive(rt.repository.save_plan(aggregate, **envelope))
         return result
 
     async def execute(
@@ -196,7 +203,7 @@ class AsyncRuntime:
         )
         aggregate: A | None
         with command_span("execute", cls.__name__, rt.names.aggregate_topic(cls)):
-            aggregate, _ = await _plans.drive_async(plan, self._perform)
+            aggregate, _ = await self._drive(plan)
         assert aggregate is not None
         return aggregate
 
@@ -222,7 +229,7 @@ class AsyncRuntime:
         )
         written: Written
         with command_span("issue", cls.__name__, rt.names.aggregate_topic(cls)):
-            _, written = await _plans.drive_async(plan, self._perform)
+            _, written = await self._drive(plan)
         return written
 
     async def load(
@@ -235,7 +242,7 @@ class AsyncRuntime:
     ) -> A:
         """See :meth:`Runtime.load` (``as_of`` included)."""
         plan = self.sync.load_plan(cls, aggregate_id, version, as_of=as_of)
-        aggregate: A = await _plans.drive_async(plan, self._perform)
+        aggregate: A = await self._drive(plan)
         return aggregate
 
     async def forget(self, subjects: str | Iterable[str], **options: Any) -> Any:

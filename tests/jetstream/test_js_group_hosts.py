@@ -323,6 +323,27 @@ def test_a_policy_back_on_a_host_with_older_positions_never_commits_backwards(
     assert commits() == reached == hwms()
 
 
+class _PolicyGroup:
+    """The invoicing policy's group on ``orders`` as the tests below read it: the group's
+    commits and the partitions' HWMs, per partition; ``execute`` runs workload commands."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime, self.log = runtime, runtime.log
+        self.tps = [TopicPartition("orders", p) for p in range(self.log.partition_count("orders"))]
+        self._offsets = coordination_for(self.log).offsets
+
+    def commits(self) -> dict[TopicPartition, int | None]:
+        got = {tp: self._offsets.committed("invoicing_policy", tp) for tp in self.tps}
+        return {tp: None if e is None else e.offset for tp, e in got.items()}
+
+    def hwms(self) -> dict[TopicPartition, int]:
+        return {tp: self.log.offsets(tp.topic, tp.partition).hwm for tp in self.tps}
+
+    def execute(self, chunk: list[Any]) -> None:
+        for c in chunk:
+            self.runtime.execute(c.cls, c.aggregate_id, c.action, create=c.create)
+
+
 def test_a_revoke_commits_the_partitions_the_policy_keeps(
     runtime: Runtime, url: str, tmp_path: Path
 ) -> None:
@@ -344,27 +365,15 @@ def test_a_revoke_commits_the_partitions_the_policy_keeps(
         poll_timeout=0.1,
         group_commit_interval_s=60.0,
     )
-    log = runtime.log
-    tps = [TopicPartition("orders", p) for p in range(log.partition_count("orders"))]
-    offsets = coordination_for(log).offsets
+    group = _PolicyGroup(runtime)
+    tps, commits, hwms, execute = group.tps, group.commits, group.hwms, group.execute
     commands = list(Workload(orders=20, seed=7).commands())
-
-    def commits() -> dict[TopicPartition, int | None]:
-        got = {tp: offsets.committed("invoicing_policy", tp) for tp in tps}
-        return {tp: None if e is None else e.offset for tp, e in got.items()}
-
-    def hwms() -> dict[TopicPartition, int]:
-        return {tp: log.offsets(tp.topic, tp.partition).hwm for tp in tps}
 
     def turn(until: Any, what: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while not until():
             assert time.monotonic() < deadline, f"{what}: commits {commits()} hwms {hwms()}"
             worker.run_once()
-
-    def execute(chunk: list[Any]) -> None:
-        for c in chunk:
-            runtime.execute(c.cls, c.aggregate_id, c.action, create=c.create)
 
     other: Runner | None = None
     try:
@@ -431,28 +440,16 @@ def test_a_restarted_policy_commits_what_its_killed_predecessor_applied(
     minute here), restarted on the same host: it resumes from its file's positions, ahead of
     the group's commits, and with nothing new to apply must still commit them (else the
     group shows that lag, idle, for ever: the same stall as above)."""
-    log = runtime.log
     host = _host(tmp_path, "host-a")
-    tps = [TopicPartition("orders", p) for p in range(log.partition_count("orders"))]
-    offsets = coordination_for(log).offsets
+    group = _PolicyGroup(runtime)
+    commits, hwms, execute = group.commits, group.hwms, group.execute
     commands = list(Workload(orders=20, seed=11).commands())
-
-    def commits() -> dict[TopicPartition, int | None]:
-        got = {tp: offsets.committed("invoicing_policy", tp) for tp in tps}
-        return {tp: None if e is None else e.offset for tp, e in got.items()}
-
-    def hwms() -> dict[TopicPartition, int]:
-        return {tp: log.offsets(tp.topic, tp.partition).hwm for tp in tps}
 
     def wait(until: Any, what: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while not until():
             assert time.monotonic() < deadline, f"{what}: commits {commits()} hwms {hwms()}"
             time.sleep(0.1)
-
-    def execute(chunk: list[Any]) -> None:
-        for c in chunk:
-            runtime.execute(c.cls, c.aggregate_id, c.action, create=c.create)
 
     first = subprocess.Popen(
         [sys.executable, "-c", _POLICY_WORKER, cluster.url, namespace, str(host)],

@@ -222,9 +222,11 @@ class Worker:
         positions = self.readmodel.positions()
         return {tp: positions[tp] for tp in self.consumer.assignment() if tp in positions}
 
-    def _commit_group(self) -> None:
-        """Commit the stored positions of every owned partition (one fenced batch)."""
-        offsets = self._owned_positions()
+    def _commit_group(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit the stored positions of every owned partition (one fenced batch;
+        ``offsets``: those positions, already read by the caller)."""
+        if offsets is None:
+            offsets = self._owned_positions()
         self._next_group_commit = time.monotonic() + self.group_commit_interval_s
         if not offsets:
             return
@@ -234,10 +236,6 @@ class Worker:
             self._log.info("group commit refused (partition moved)", error=str(exc))
             return
         self._group_commits.update(offsets)
-
-    def _group_behind(self) -> bool:
-        """Whether an owned partition's stored position is not the group's commit."""
-        return any(self._group_commits.get(tp) != o for tp, o in self._owned_positions().items())
 
     # ------------------------------------------------------------------ the loop
     def poll(self) -> Polled:
@@ -252,8 +250,10 @@ class Worker:
             # Idle: commit what the last batches applied, so group tools (``groups
             # describe``) show the same lag as ``project status`` within the interval.
             if time.monotonic() >= self._next_group_commit:
-                if self._group_behind():
-                    self._commit_group()
+                # commit only while a stored position is not the group's commit (one read)
+                offsets = self._owned_positions()
+                if any(self._group_commits.get(tp) != o for tp, o in offsets.items()):
+                    self._commit_group(offsets)
                 else:
                     self._next_group_commit = time.monotonic() + self.group_commit_interval_s
             return BatchResult(0, 0, 0)

@@ -334,27 +334,33 @@ class LocalKafkaCluster:
             time.sleep(0.25)
 
     def wait_group_coordinator(self, *, timeout: float = 120.0) -> None:
-        """Block until a group coordinator answers for a group: the first FindCoordinator
-        makes the brokers create ``__consumer_offsets`` and load its partitions, and until
-        then every group call fails with "Coordinator load in progress" (a client started
-        right after ``kafka up`` died of it)."""
+        """Block until every group coordinator answers: the first FindCoordinator makes the
+        brokers create ``__consumer_offsets`` and load its partitions, and until a group's
+        partition is loaded by its leader every call for that group fails ("Coordinator load
+        in progress", "not coordinator": a client started right after ``kafka up`` died of
+        the first, a test's group call of the second while one probe group answered). One
+        probe group per partition of ``__consumer_offsets``, asked in one call."""
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - the kafka extra
 
         probe: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _PROBE}
         admin = AdminClient(probe)
         deadline = time.monotonic() + timeout
+        groups = ["__eventlane_probe"]
         last: object = None
         while time.monotonic() < deadline:
             try:
-                admin.describe_consumer_groups(["__eventlane_probe"], request_timeout=5)[
-                    "__eventlane_probe"
-                ].result()
-                return
+                for future in admin.describe_consumer_groups(groups, request_timeout=5).values():
+                    future.result()
+                if len(groups) > 1:
+                    return
+                offsets = admin.list_topics(OFFSETS_TOPIC, timeout=5).topics[OFFSETS_TOPIC]
+                groups = probe_groups(len(offsets.partitions))  # now: all of them
+                continue
             except Exception as exc:  # load in progress, not available: ask again
                 last = exc
                 time.sleep(0.25)
         raise ConfigError(
-            f"Kafka's group coordinator did not answer within {timeout}s ({last});"
+            f"Kafka's group coordinators did not answer within {timeout}s ({last});"
             f" see {self.directory}/b*.log"
         )
 
@@ -385,6 +391,32 @@ class LocalKafkaCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def group_partition(group: str, partitions: int) -> int:
+    """The partition of ``__consumer_offsets`` (so the coordinator) of ``group``: Kafka's
+    ``abs(groupId.hashCode()) % partitions``, Java's string hash over UTF-16 code units."""
+    data = group.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h -= 1 << 32
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def probe_groups(partitions: int) -> list[str]:
+    """One group id for each partition of ``__consumer_offsets`` (``partitions`` of them)."""
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < partitions:
+        name = f"__eventlane_probe_{n}"
+        found.setdefault(group_partition(name, partitions), name)
+        n += 1
+    return [found[p] for p in range(partitions)]
 
 
 _PROBE = logging.getLogger("eventlane.log.librdkafka")

@@ -119,6 +119,24 @@ WAKE_TOPIC = "__eventlane_wake"
 _OUT_OF_RANGE = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 """A fetch from outside the marks (librdkafka's name for it with auto.offset.reset=error)."""
 _NOT_LEADERS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+_NO_LEADER_YET = {
+    *_NOT_LEADERS,
+    KafkaError._NOENT,  # librdkafka's admin: "Failed to query partition leaders"
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
+
+
+def _leaderless(err: KafkaError) -> bool:
+    """Whether an admin call failed because no leader answered yet (asking again may help)."""
+    return bool(err.retriable()) or err.code() in _NO_LEADER_YET
+
+
+ADMIN_TRY_S = 5.0
+"""How long one try of an admin call that is asked again (DeleteRecords) may wait."""
 META_REFRESH_S = 5.0
 """Age after which a topic's cached partition count and config are read again (in the
 background: :meth:`KafkaLog._topic_meta`)."""
@@ -993,11 +1011,31 @@ class KafkaLog:
         if before_offset <= lwm:
             return lwm
         tp = Kp(self._kname(topic), partition, before_offset)
-        try:
-            deleted = self._admin.delete_records([tp], request_timeout=self.timeout)[tp].result()
-        except KafkaException as exc:
-            raise self._unavailable(exc.args[0], topic) from None
-        return int(deleted.low_watermark)
+        deadline = time.monotonic() + self.timeout
+        while True:  # the mark only moves forward: asking again is safe
+            try:
+                # short tries: a request sent to a dead leader waits out its whole timeout
+                wait = max(0.5, min(ADMIN_TRY_S, deadline - time.monotonic()))
+                future = self._admin.delete_records([tp], request_timeout=wait)[tp]
+                return int(future.result().low_watermark)
+            except KafkaException as exc:
+                err = exc.args[0]
+                # a leader the admin client cannot find yet (a broker that has not learned a
+                # new topic's leaders, an election after a broker died) is asked for again;
+                # CI saw "Failed to query partition leaders: No leaders found" right after
+                # a migration's first appends
+                if not _leaderless(err) or time.monotonic() > deadline:
+                    timed_out = err.code() in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
+                    kind = OutcomeUnknownError if timed_out else LogUnavailableError
+                    raise kind(
+                        f"Kafka did not confirm deleting records below {before_offset}"
+                        f" ({err.str()}){'; read the low-water mark' if timed_out else ''}",
+                        topic=topic,
+                        partition=partition,
+                        offset=before_offset,
+                    ) from None
+                self._admin.list_topics(self._kname(topic), timeout=self.timeout)
+                time.sleep(0.1)
 
     # ------------------------------------------------------------------ waiting
     def _bump(self) -> None:

@@ -63,6 +63,9 @@ def kill_cycles(
         workers.kill9(proc)
         busy_kills += lagging
     final = workers.start(session_timeout_ms=SESSION_MS)
+    # a member first: a SIGTERM that lands while Python still starts kills it (-15); a full
+    # suite under load saw the read model caught up by its killed predecessor before then
+    workers.wait_joined(final)
     wait_caught_up(data, "balances", timeout=300)
     assert workers.term(final) == 0
     return {"cycles": cycles, "busy_kills": busy_kills, "events": producer.count}

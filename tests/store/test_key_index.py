@@ -372,6 +372,44 @@ def test_held_rows_count_for_another_process_and_reach_the_file_on_close(
         assert verify_all(app) == []
 
 
+def test_an_appender_of_new_keys_holds_its_rows_back_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An appender that writes a new key each time (a web service placing orders: its key
+    cache never answers) holds its rows back like one that reuses keys (before, it wrote
+    each append's rows in a transaction of their own); another process still counts them,
+    and the runtime's own reads and checks see them."""
+    monkeypatch.setattr(key_index, "FLUSH_AFTER_S", 60.0)
+    data = tmp_path / "data"
+    with make_app(data, partitions=1) as app:
+        for i in range(6):
+            app.execute(Counter, f"n{i}", lambda c: c.increment(), create=True)
+        hwm = app.log.offsets(TOPIC, 0).hwm
+        assert hwm == 6 and file_next_offset(data) < hwm - 1  # held back after the first
+        assert [app.load(Counter, f"n{i}").version for i in range(6)] == [1] * 6
+        stale = app.load(Counter, "n3")
+        app.execute(Counter, "n3", lambda c: c.increment())
+        stale.increment()
+        with pytest.raises(ConcurrencyError):
+            app.save(stale)
+        child = spawn("execute", data=str(data), partitions=1, aggregate="n4", count=2, writer="w")
+        try:
+            assert read_line(child) == "R"
+            send(child, "go")
+            done = read_line(child).split()
+            assert done[:2] == ["D", "2"], stderr_of(child)  # it counted ours
+            child.wait(timeout=60)
+        finally:
+            close(child)
+        assert app.load(Counter, "n4").version == 3
+        assert app.load(Counter, "n3").version == 2
+        app.execute(Counter, "n9", lambda c: c.increment(), create=True)
+        hwm = app.log.offsets(TOPIC, 0).hwm
+    assert file_next_offset(data) == hwm
+    with make_app(data, partitions=1) as app:
+        assert verify_all(app) == []
+
+
 def test_held_rows_reach_the_file_soon_after_the_appender_goes_quiet(tmp_path: Path) -> None:
     """No append follows, the runtime stays open: the flusher thread writes the held rows
     (FLUSH_AFTER_S after the first), so other processes' loads need not scan the log's tail."""

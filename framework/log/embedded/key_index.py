@@ -673,8 +673,9 @@ class KeyIndex:
                     self._quiet = True
                     return cast("tuple[int, int] | None", cached)
         with self._trying() as held:  # no other writer until the answer is read
-            if self._end() != leo or not held:  # another appender, or nothing known yet
-                self._quiet = False
+            # quiet as in the cached answer above (only the key is new to the cache): an
+            # appender of ever new keys (a web service creating orders) holds rows back too
+            self._quiet = held and self._end() == leo
             if held:
                 self.sync_to(leo)
                 # a key not in the cache has no held rows: the file has its last entry

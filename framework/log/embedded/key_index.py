@@ -665,7 +665,7 @@ class KeyIndex:
         """``(seq, offset)`` of ``key``'s last record, from an index covering exactly the
         offsets below ``leo``. Call under the partition's append lock."""
         with self._lock:  # a key seen before, nothing appended by others since: no query
-            if self._end() == leo:
+            if self._end() == leo and key in self._heads:
                 self._revalidate()
                 cached = self._heads.get(key, _UNKNOWN)
                 if self._end() == leo and cached is not _UNKNOWN:

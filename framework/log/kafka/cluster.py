@@ -339,23 +339,27 @@ class LocalKafkaCluster:
         partition is loaded by its leader every call for that group fails ("Coordinator load
         in progress", "not coordinator": a client started right after ``kafka up`` died of
         the first, a test's group call of the second while one probe group answered). One
-        probe group per partition of ``__consumer_offsets``, asked in one call."""
+        probe group per partition of ``__consumer_offsets``, asked one after the other."""
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - the kafka extra
 
         probe: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _PROBE}
         admin = AdminClient(probe)
         deadline = time.monotonic() + timeout
-        groups = ["__eventlane_probe"]
+        todo, done = ["__eventlane_probe"], False
         last: object = None
         while time.monotonic() < deadline:
-            try:
-                for future in admin.describe_consumer_groups(groups, request_timeout=5).values():
-                    future.result()
-                if len(groups) > 1:
-                    return
-                offsets = admin.list_topics(OFFSETS_TOPIC, timeout=5).topics[OFFSETS_TOPIC]
-                groups = probe_groups(len(offsets.partitions))  # now: all of them
-                continue
+            try:  # one group a call: librdkafka 2.x aborted (an assertion in its
+                # coordinator fan-out, rd_kafka_enq_once) on one call naming 50 groups
+                admin.describe_consumer_groups(todo[:1], request_timeout=5)[todo[0]].result()
+                todo.pop(0)
+                if not todo:
+                    if done:
+                        return
+                    meta = admin.list_topics(OFFSETS_TOPIC, timeout=5).topics[OFFSETS_TOPIC]
+                    count = len(meta.partitions)
+                    todo, done = (
+                        (probe_groups(count), True) if count else (["__eventlane_probe"], False)
+                    )
             except Exception as exc:  # load in progress, not available: ask again
                 last = exc
                 time.sleep(0.25)

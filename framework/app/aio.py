@@ -162,7 +162,7 @@ class AsyncRuntime:
         (or a key tail to freshen), else the whole plan in one pool hop (module docstring)."""
         if self._face is None and self._keys is None:
             return await self._offload(functools.partial(_steps.drive, plan))
-        return await _plans.drive_async(plan, self._perform)
+        return await _plans.drive_async(plan, self._perform, self._steps.answer)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call of your own in the runtime's pool (e.g. a read-model query)."""

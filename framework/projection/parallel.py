@@ -512,7 +512,7 @@ class ParallelApplier(BatchApplier):
             app.declared(cls), aggregate_id, command, caused_by=caused_by, create=create
         )
         with command_span("issue", cls.__name__, app.names.aggregate_topic(cls)):
-            _, written = await _plans.drive_async(plan, self._steps)
+            _, written = await _plans.drive_async(plan, self._steps, self._steps.answer)
         return written
 
     # ------------------------------------------------------------------ commits

@@ -107,6 +107,22 @@ class AsyncSteps:
         self.log = log
         self.face = face
         self.offload = offload
+        self._answers: Callable[[str, tuple[Any, ...]], Any] | None = getattr(face, "answer", None)
+
+    def answer(self, step: Step) -> Any:
+        """``step``'s answer from memory, with no I/O and no await, where the face gives one
+        for its call (its ``answer(method, args)``: a topic's cached partition count or
+        existence), else :data:`framework._plans.ASK` (``await self(step)``). The third
+        argument of :func:`framework._plans.drive_async`."""
+        answers = self._answers
+        if (
+            answers is not None
+            and type(step) is LogCall
+            and step.log is self.log
+            and not step.kwargs
+        ):
+            return answers(step.method, step.args)
+        return _plans.ASK
 
     async def __call__(self, step: Step) -> Any:
         if isinstance(step, LogCall):

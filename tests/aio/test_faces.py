@@ -404,6 +404,56 @@ def test_async_runtime_on_jetstream_never_blocks_its_loop_on_the_sync_log(
     assert on_loop == [], f"the sync log was called on the event loop's thread: {on_loop}"
 
 
+def test_async_runtime_on_jetstream_answers_cached_metadata_without_awaiting(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command's steps that the JetStream face answers from memory (a topic's cached
+    partition count, asked twice a command, and a load's cached check for a snapshot
+    topic) are taken by the async runtime's driver without awaiting the face's coroutine
+    (issue 30: three of a command's five log steps, each a chain of coroutine frames on
+    the loop). The answers are the face's own: commands on new and existing aggregates of
+    both partitions and a snapshotting aggregate give the sync face's outcomes."""
+    from store_domain import SnapCounter  # noqa: PLC0415
+
+    from framework.log.jetstream.aio import AsyncJetStreamLog  # noqa: PLC0415
+    from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+    from framework.log.partitioner import partition_for_key  # noqa: PLC0415
+
+    awaited: list[str] = []
+    for name in ("partition_count", "topic_exists"):
+        real = getattr(AsyncJetStreamLog, name)
+
+        async def counted(self: Any, *args: Any, _name: str = name, _real: Any = real) -> Any:
+            awaited.append(_name)
+            return await _real(self, *args)
+
+        monkeypatch.setattr(AsyncJetStreamLog, name, counted)
+    log = JetStreamLog.from_url(nats_url, namespace="t" + uuid.uuid4().hex[:12])
+
+    async def main() -> tuple[list[Counter], Counter, int]:
+        async with APP.open_async(log) as rt:
+            await rt.execute(Counter, "warm", inc(1), create=True)  # (fills the caches)
+            await rt.execute(SnapCounter, "snap", inc(1), create=True)
+            before = len(awaited)
+            await asyncio.gather(
+                *(rt.execute(Counter, f"c-{i}", inc(i), create=True) for i in range(8))
+            )
+            for i in range(8):
+                await rt.execute(Counter, f"c-{i}", inc(1))
+            await rt.execute(SnapCounter, "snap", inc(2))
+            counters = [await rt.load(Counter, f"c-{i}") for i in range(8)]
+            return counters, await rt.load(SnapCounter, "snap"), before
+
+    try:
+        counters, snap, before = asyncio.run(main())
+    finally:
+        log.close()
+    assert [(c.version, c.value) for c in counters] == [(2, i + 1) for i in range(8)]
+    assert (snap.version, snap.value) == (2, 3)
+    assert {partition_for_key(c.id.encode(), 2) for c in counters} == {0, 1}
+    assert awaited[before:] == [], f"awaited on the face: {awaited[before:]}"
+
+
 def test_async_policy_on_jetstream_issues_on_the_asyncio_face(
     nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

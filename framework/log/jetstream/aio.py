@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import nats.errors
 
+from framework import _plans
 from framework.errors import FrameworkError
 from framework.log.config import TopicConfig
 from framework.log.jetstream import errors as e
@@ -178,6 +179,20 @@ class AsyncJetStreamLog:
         check for a snapshot topic, made per command: an answer either way is cached that
         long; a snapshot topic created meanwhile is used by loads a little later)."""
         return await self._call(self._topics.exists_async(name, fresh=False), topic=name)
+
+    def answer(self, method: str, args: tuple[Any, ...]) -> Any:
+        """What ``await getattr(self, method)(*args)`` answers now, where that is in memory
+        (no I/O, no await: a topic's cached partition count, a cached :meth:`topic_exists`);
+        else :data:`framework._plans.ASK`. The command path asks these three times a
+        command; its async driver takes the answer without awaiting the call
+        (:meth:`framework.store.steps.AsyncSteps.answer`)."""
+        if method == "partition_count" and len(args) == 1:
+            meta = self._topics.cached(args[0])
+            return _plans.ASK if meta is None else meta.partitions
+        if method == "topic_exists" and len(args) == 1:
+            known = self._topics.known_exists(args[0])
+            return _plans.ASK if known is None else known
+        return _plans.ASK
 
     async def partition_count(self, name: str) -> int:
         return (await self._call(self._topics.get_async(name), topic=name)).partitions

@@ -212,16 +212,25 @@ class Topics:
         created meanwhile only costs a longer read)."""
         validate_topic_name(name)
         if not fresh:
-            if self.cached(name) is not None:
-                return True
-            absent = self.absent.get(name)
-            if absent is not None and time.monotonic() - absent < META_TTL_S:
-                return False
+            known = self.known_exists(name)
+            if known is not None:
+                return known
         try:
             await (self.fetch(name, fresh=True) if fresh else self.get_async(name))
         except UnknownTopicError:
             return False
         return True
+
+    def known_exists(self, name: str) -> bool | None:
+        """Whether ``name`` is registered as cached within :data:`META_TTL_S` (either way;
+        no I/O): ``None`` when not known. Only names that passed the registry's checks are
+        cached."""
+        if self.cached(name) is not None:
+            return True
+        absent = self.absent.get(name) if isinstance(name, str) else None
+        if absent is not None and time.monotonic() - absent < META_TTL_S:
+            return False
+        return None
 
     def cached(self, name: str) -> Meta | None:
         """A topic's metadata if cached within :data:`META_TTL_S` (no I/O)."""

@@ -240,7 +240,14 @@ def test_compacted_gaps_are_read_through(js: JetStreamLog) -> None:
             break
         out.extend(records)
         offset = records[-1].offset + 1
-    assert view(out) == want
+    got = view(out)
+    # a key's last record never missing (that would be a lost record), told apart from
+    # superseded ones read (compaction not yet applied where the read was answered): a full
+    # suite saw 861 records more than the last ones once
+    missing = sorted(set(want) - set(got))
+    assert not missing, f"{len(missing)} last records not read, e.g. {missing[:5]}"
+    superseded = sorted(set(got) - set(want))
+    assert got == want, f"{len(superseded)} superseded records read, e.g. {superseded[:5]}"
     assert js._reader.sequential.served - served0 >= 10
 
 

@@ -345,21 +345,20 @@ class LocalKafkaCluster:
         probe: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _PROBE}
         admin = AdminClient(probe)
         deadline = time.monotonic() + timeout
-        todo, done = ["__eventlane_probe"], False
+        pending: list[str] = []  # empty: __consumer_offsets is not there yet
         last: object = None
         while time.monotonic() < deadline:
             try:  # one group a call: librdkafka 2.x aborted (an assertion in its
                 # coordinator fan-out, rd_kafka_enq_once) on one call naming 50 groups
-                admin.describe_consumer_groups(todo[:1], request_timeout=5)[todo[0]].result()
-                todo.pop(0)
-                if not todo:
-                    if done:
+                group = pending[0] if pending else "__eventlane_probe"
+                admin.describe_consumer_groups([group], request_timeout=5)[group].result()
+                if pending:
+                    pending.pop(0)
+                    if not pending:
                         return
+                else:  # the first answer created the topic: now one group per partition
                     meta = admin.list_topics(OFFSETS_TOPIC, timeout=5).topics[OFFSETS_TOPIC]
-                    count = len(meta.partitions)
-                    todo, done = (
-                        (probe_groups(count), True) if count else (["__eventlane_probe"], False)
-                    )
+                    pending = probe_groups(len(meta.partitions))
             except Exception as exc:  # load in progress, not available: ask again
                 last = exc
                 time.sleep(0.25)

@@ -49,6 +49,7 @@ Invariants and how they hold:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
@@ -1034,7 +1035,8 @@ class KafkaLog:
                         partition=partition,
                         offset=before_offset,
                     ) from None
-                self._admin.list_topics(self._kname(topic), timeout=self.timeout)
+                with contextlib.suppress(KafkaException):  # a refresh; the next try decides
+                    self._admin.list_topics(self._kname(topic), timeout=ADMIN_TRY_S)
                 time.sleep(0.1)
 
     # ------------------------------------------------------------------ waiting

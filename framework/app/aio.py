@@ -7,14 +7,18 @@ encode, check versions, retry, settle unknown outcomes) and causal waits the one
 (:mod:`framework._plans`). What differs is only who performs the I/O (:meth:`_perform`):
 
 * the log's calls (:class:`~framework.store.steps.LogCall`: appends, per-key reads, key
-  heads) are awaited on the log's asyncio face where the engine has one (JetStream:
-  :class:`~framework.log.jetstream.aio.AsyncJetStreamLog`, opened on this loop beside the
-  sync log: no thread, no bridge); the calls a face lacks run in the pool on the sync log;
-* the embedded log has no face: a command's whole plan (load, decide, encode, append,
-  retries) runs in ONE hop to the runtime's thread pool (:meth:`_drive`), driven there by the
-  sync face's driver (:func:`framework.store.steps.drive`), never on the loop; a hop per
-  step cost three pool round trips a command. Concurrent ``await runtime.execute(...)`` on
-  one partition append from concurrent threads and share fsyncs (the engine's group commit);
+  heads) are awaited on the log's asyncio face (its ``async_face()``), opened on this loop
+  beside the sync log; the calls a face lacks run in the pool on the sync log. JetStream's
+  (:class:`~framework.log.jetstream.aio.AsyncJetStreamLog`) talks to the servers on this
+  loop: no thread, no bridge. The embedded log's
+  (:class:`~framework.log.embedded.aio.AsyncLogStore`) keeps every file off the loop: a
+  partition's conditional appends queue on the loop and go to a thread together, written as
+  one group under one fsync, every awaiter woken by one call back (group commit at a
+  future's cost a command: a whole plan in a pool thread cost a hand-off and its wake-ups
+  per command, more CPU than the sync face); reads go to a thread in batches the same way;
+* an engine without a face runs a command's whole plan in ONE hop to the pool
+  (:meth:`_drive`), driven there by the sync face's driver
+  (:func:`framework.store.steps.drive`);
 * encoding an event with personal fields runs on the loop when its subject's key is in
   memory, in the pool when the key store must read or write a record for it; a
   :class:`~.aio_keys.KeyTail` keeps the store caught up from the loop (:mod:`.aio_keys`);
@@ -25,7 +29,7 @@ encode, check versions, retry, settle unknown outcomes) and causal waits the one
 
 Thread-safety and cancellation: an :class:`AsyncRuntime` belongs to one event loop. A
 command whose awaiting task is cancelled while its append is in flight may still be stored
-(an append in a pool thread runs to its end; one on the asyncio face may reach the server);
+(an append in a thread runs to its end; one on JetStream's face may reach the server);
 the caller just does not learn which, as with any request whose answer is lost: read the
 aggregate (or wait for its position) before deciding again.
 """
@@ -77,7 +81,7 @@ class AsyncRuntime:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="eventlane-aio")
         self._runtime: Any = None
         self._face: Any = None
-        """The log's asyncio face (``None``: the engine has none; every call in the pool)."""
+        """The log's asyncio face (``None``: the engine has none; a plan in one pool hop)."""
         self._steps: Any = None
         """How a plan's steps run (:class:`AsyncSteps`), set once open."""
         self._keys: KeyTail | None = None

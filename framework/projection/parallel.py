@@ -51,11 +51,11 @@ names the partition, so the worker stops fetching it until a worker with newer c
 runs its keys as asyncio tasks instead of threads: one event loop per worker, on a thread
 of its own, at most ``concurrency`` keys at once (a semaphore), each key's events in order
 in its task. The applying thread commits as with threads. ``await ctx.issue_async(...)``
-issues a command without blocking the loop: on an engine with an asyncio face (JetStream)
-the command path's log calls are awaited on that face, opened on the worker's loop (no
-thread, no bridge); on the embedded log (no face: its appends are file writes and fsyncs)
-the whole command runs in one thread, one hop per command, so concurrent issues share
-fsyncs. There is no probe: awaiting is waiting.
+issues a command without blocking the loop: the command path's log calls are awaited on
+the log's asyncio face, opened on the worker's loop (JetStream: no thread, no bridge; the
+embedded log: file work in threads, a partition's concurrent issues written as one group
+under one fsync, :mod:`framework.log.embedded.aio`); on an engine without a face the whole
+command runs in one thread, one hop per command. There is no probe: awaiting is waiting.
 
 Parking (``park_after_dead_letter``) holds per key: a key parked before the batch, or whose
 event is dead-lettered in it, parks its later events; ``handler_attempts`` retries a failed
@@ -483,8 +483,8 @@ class ParallelApplier(BatchApplier):
     # ------------------------------------------------------------------ the asyncio face
     def _open_face(self) -> Any:
         """The log's asyncio face opened on the worker's loop, or ``None`` where the engine
-        has none (the embedded log: ``ctx.issue_async`` then runs the whole command in one
-        thread, one hop per command rather than one per log call)."""
+        has none (``ctx.issue_async`` then runs the whole command in one thread, one hop per
+        command rather than one per log call)."""
         make_face = getattr(getattr(self.app, "log", None), "async_face", None)
         if make_face is None or self._loop is None:
             return None

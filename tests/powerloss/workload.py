@@ -19,13 +19,15 @@ every acknowledgement exactly among the file-system operations. Kinds (``k``):
 The steps cover: producer group commit (concurrent ``send``), ``send_batch``, appends of
 threads queueing for one partition's lock (in flight until one fsync after the lock covers
 them), segment rolls,
-compaction of a keyed topic, retention, event-store saves (key-index updates, SQLite), a
+compaction of a keyed topic, retention, event-store saves (key-index updates, SQLite), saves
+of concurrent asyncio tasks (the asyncio face's grouped appends, one fsync a group), a
 projector worker's read-model commits (SQLite WAL) and its consumer group's offset commits.
 ``SIZE`` scales the number of records.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import sys
@@ -101,6 +103,18 @@ class Acks:
 
     def __call__(self, kind: str, **fields: Any) -> None:
         os.write(self.fd, orjson.dumps({"k": kind, **fields}) + b"\n")
+
+    def saved(self, account: Account, md: Any, amount: int) -> None:
+        """An event-store save of one deposit returned."""
+        self(
+            "agg",
+            id=account.id,
+            version=account.version,
+            t=ACCOUNTS,
+            p=md.partition,
+            o=md.offset,
+            amount=amount,
+        )
 
     def states(self) -> None:
         """Record every ``state`` file whose bytes changed since the last call."""
@@ -184,6 +198,11 @@ def run(data: Path, acks_path: Path, size: int, seed: int) -> None:
         thread.join()
     ack.states()
 
+    # event-store saves of concurrent asyncio tasks: the embedded log's asyncio face writes a
+    # partition's waiting conditional appends as one group under one fsync, in a thread
+    asyncio.run(_async_saves(log, ack, size, rng))
+    ack.states()
+
     runtime = app.open(log)
     worker = Worker(
         runtime,
@@ -205,15 +224,7 @@ def run(data: Path, acks_path: Path, size: int, seed: int) -> None:
                 account.deposit(amount)
                 ack("aggtry", id=ident, version=account.version, amount=amount)
                 [md] = runtime.save(account)
-                ack(
-                    "agg",
-                    id=ident,
-                    version=account.version,
-                    t=ACCOUNTS,
-                    p=md.partition,
-                    o=md.offset,
-                    amount=amount,
-                )
+                ack.saved(account, md, amount)
             ack.states()
             for _ in range(5):
                 worker.apply(worker.poll())
@@ -239,6 +250,22 @@ def run(data: Path, acks_path: Path, size: int, seed: int) -> None:
         worker.close()
         runtime.close()
         log.close()
+
+
+async def _async_saves(log: LogStore, ack: Acks, size: int, rng: random.Random) -> None:
+    async with app.open_async(log) as runtime:
+
+        async def saves(task: int) -> None:
+            ident = f"acc-async-{task}"
+            account = Account(ident)  # loaded once: the tasks' saves meet in the lanes
+            for _ in range(size):
+                amount = rng.randrange(1, 100)
+                account.deposit(amount)
+                ack("aggtry", id=ident, version=account.version, amount=amount)
+                [md] = await runtime.save(account)
+                ack.saved(account, md, amount)
+
+        await asyncio.gather(*(saves(task) for task in range(4)))
 
 
 def main(argv: list[str]) -> int:

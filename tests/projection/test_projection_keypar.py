@@ -117,9 +117,9 @@ def test_kill9_during_per_key_parallel_processing(data: Path, workers: Workers, 
     with keyapp.app.open(data) as runtime:
         for _ in range(8):
             before = sum(positions(data, "folder").values()) if ticks else 0
-            if keys * ticks - before < 200:  # keep a backlog: every kill lands mid-work
-                produce(runtime, keys, 8, first=ticks + 1)
-                ticks += 8
+            if keys * ticks - before < 600:  # keep a backlog: every kill lands mid-work
+                produce(runtime, keys, 16, first=ticks + 1)
+                ticks += 16
             proc = workers.start(
                 "folder",
                 app=APP,

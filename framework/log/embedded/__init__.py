@@ -17,5 +17,6 @@ Modules, bottom up (each states its invariants on top):
 * :mod:`.retention` and :mod:`.cleaner`: deleting old segments, compaction;
 * :mod:`.keys`, :mod:`.key_index`, :mod:`.key_check`: per-key state (the keyed role);
 * :mod:`.store`: topics of partitions in the data directory, the port's roles;
+* :mod:`.aio`: the asyncio face (file work in threads, a partition's appends in groups);
 * :mod:`.dump`: reading one segment file (``eventlane dump``).
 """

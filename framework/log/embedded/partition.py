@@ -107,6 +107,7 @@ from framework._pauses import PAUSE
 from framework.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    OutcomeUnknownError,
     PartitionReadOnlyError,
     ReadOnlyDataError,
     RecordTooLargeError,
@@ -166,6 +167,10 @@ CONTENDED_MS = 200
 """An appender that found the append lock taken this recently makes the holder fsync after
 letting go of it (group commit across threads and processes); else it fsyncs holding it."""
 _IOV_MAX = 512  # buffers per pwritev call (Linux allows 1024)
+
+
+GroupedAppend = tuple[Sequence[RecordTuple], Precondition | None, AppendHook | None]
+"""One append of :meth:`Partition.append_group`: records, precondition, hook."""
 
 
 class SegmentInfo(NamedTuple):
@@ -627,6 +632,77 @@ class Partition(_ReadPath):
         combine: bool,
     ) -> _Append:
         """:meth:`append`'s work; the request, its result in ``pending``."""
+        request = self._request(records, precondition, on_appended, atomic)
+        if not (combine and atomic):
+            try:
+                with self.locked() as snap:
+                    self._write_locked(snap, [request], raise_errors=True)
+            except Exception:
+                self._settle(request)
+                raise
+        else:
+            self._write_combined([request])
+            if request.error is not None:
+                self._settle(request)
+                raise request.error
+        assert request.pending is not None
+        self._await_durable(request.end, request.epoch)
+        self.notifier.bump()  # the HWM moved (here, or under the lock): wake readers
+        return request
+
+    def append_group(
+        self,
+        appends: Sequence[tuple[Sequence[RecordTuple], Precondition | None, AppendHook | None]],
+    ) -> list[AppendResult | Exception]:
+        """Several atomic appends of one caller, ``(records, precondition, on_appended)``
+        each, written as :meth:`append` with ``atomic=True, combine=True`` writes one, and
+        each one's outcome (its offsets, or the exception :meth:`append` would raise) once
+        every written one is durable: the groups are written under one hold of the lock
+        and made durable by one fsync (an asyncio face hands a partition's waiting appends
+        over together: :mod:`framework.log.embedded.aio`)."""
+        outcomes: list[AppendResult | Exception | None] = [None] * len(appends)
+        requests: list[tuple[int, _Append]] = []
+        for i, (records, precondition, on_appended) in enumerate(appends):
+            try:
+                requests.append((i, self._request(records, precondition, on_appended, True)))
+            except Exception as exc:
+                outcomes[i] = exc
+        started = perf_counter() if M.on else 0.0
+        if requests:
+            self._write_combined([r for _, r in requests])
+        written = [r for _, r in requests if r.error is None]
+        for request in sorted(written, key=lambda r: -r.end):  # the furthest first: one fsync
+            try:
+                self._await_durable(request.end, request.epoch)
+            except Exception as exc:  # a failed fsync: thrown away, not acknowledged
+                request.error = exc
+        for i, request in requests:
+            if request.error is None:
+                outcomes[i] = request.result()
+                continue
+            if request.refused:
+                self._settle(request)
+            error = request.error
+            outcomes[i] = error if isinstance(error, Exception) else RuntimeError(str(error))
+        if written:
+            self.notifier.bump()  # the HWM moved: wake readers
+        if M.on:
+            seconds = perf_counter() - started
+            counts = self._tally or self._new_tally()
+            for request in written:
+                if request.error is None:
+                    add_append(counts, request.count, request.nbytes, seconds)
+        assert all(o is not None for o in outcomes)
+        return outcomes  # type: ignore[return-value]
+
+    def _request(
+        self,
+        records: Sequence[RecordTuple],
+        precondition: Precondition | None,
+        on_appended: AppendHook | None,
+        atomic: bool,
+    ) -> _Append:
+        """An append's request, its records checked and framed (not yet written)."""
         if not records:
             raise InvalidRecordError(
                 "nothing to append", topic=self.topic, partition=self.partition
@@ -640,31 +716,40 @@ class Partition(_ReadPath):
                 topic=self.topic,
                 partition=self.partition,
             )
-        request = _Append(batches, len(records), precondition, on_appended)
-        if not (combine and atomic):
-            try:
-                with self.locked() as snap:
-                    self._write_locked(snap, [request], raise_errors=True)
-            except Exception:
-                self._settle(request)
-                raise
-        else:
-            request.keys = frozenset(r[0] for r in records if r[0] is not None)
-            with self._combine_lock:
-                self._waiting.append(request)
+        return _Append(batches, len(records), precondition, on_appended)
+
+    def _write_combined(self, requests: list[_Append]) -> None:
+        """Write ``requests`` (atomic, of one caller) in groups with this process's other
+        waiting appends (``combine=True``: :meth:`append`), under one hold of the lock;
+        each one's ``pending`` or ``error`` set, none yet durable."""
+        for request in requests:
+            request.keys = frozenset(r[0] for b in request.batches for r in b if r[0] is not None)
+        with self._combine_lock:
+            self._waiting.extend(requests)
+        try:
             with self.locked() as first:
                 snap = first
-                while request.pending is None and request.error is None:
+                while any(r.pending is None and r.error is None for r in requests):
                     self._write_locked(snap, self._next_group(), raise_errors=False)
-                    if request.pending is None and request.error is None:
-                        snap = self._sync_locked()  # ours waits for the next group
-            if request.error is not None:
-                self._settle(request)
-                raise request.error
-        assert request.pending is not None
-        self._await_durable(request.end, request.epoch)
-        self.notifier.bump()  # the HWM moved (here, or under the lock): wake readers
-        return request
+                    if any(r.pending is None and r.error is None for r in requests):
+                        snap = self._sync_locked()  # the rest wait for the next group
+        except Exception as exc:
+            # the lock (or the state under it) failed us: ours still waiting were not written;
+            # one another holder took and has not settled yet may be (outcome unknown)
+            with self._combine_lock:
+                waiting = {id(r) for r in self._waiting}
+                self._waiting = [r for r in self._waiting if r not in requests]
+            for request in requests:
+                if request.pending is None and request.error is None:
+                    request.error = exc if id(request) in waiting else self._unknown_error(exc)
+
+    def _unknown_error(self, exc: Exception) -> OutcomeUnknownError:
+        return OutcomeUnknownError(
+            f"this append was handed to another thread's write, then {exc}: it may have been"
+            " written; read the key before deciding again",
+            topic=self.topic,
+            partition=self.partition,
+        )
 
     def _next_group(self) -> list[_Append]:
         """The waiting appends with pairwise disjoint keys, oldest first."""

@@ -48,7 +48,7 @@ from framework.log.config import (
     new_topic_config,
     warn_partitions_increased,
 )
-from framework.log.embedded.partition import Partition
+from framework.log.embedded.partition import GroupedAppend, Partition
 from framework.log.embedded.retention import apply_retention
 from framework.log.embedded.state import Notifier, PartitionState
 from framework.log.files import fsync_dir, write_atomic
@@ -75,6 +75,7 @@ from framework.log.types import TopicDescription as TopicDescription  # noqa: PL
 from framework.observability import get_logger
 
 if TYPE_CHECKING:  # imported on first use: a command that only lists topics needs neither
+    from framework.log.embedded.aio import AsyncLogStore
     from framework.log.embedded.cleaner import LogCleaner
     from framework.log.embedded.keys import KeyIndexes
 
@@ -120,6 +121,25 @@ class _TopicMeta(NamedTuple):
     stamp: tuple[int, int, int]
     """``(inode, mtime_ns, size)`` of the ``topic.json`` read: every change is a rename of a
     new file, so a change within the file system's timestamp granularity is still seen."""
+
+
+_NOT_YET = AssertionError("no outcome")
+
+
+def _short_record(
+    records: Sequence[RecordTuple], exc: IndexError, topic: str, partition: int
+) -> Exception:
+    """The error of an append whose ``IndexError`` may come from a record shorter than 4
+    fields (checked only on failure), else ``exc`` itself."""
+    bad = next((i for i, r in enumerate(records) if len(r) != 4), None)
+    if bad is None or isinstance(exc, FrameworkError):
+        return exc
+    return InvalidRecordError(
+        f"record {bad} is not a 4-tuple (key: bytes|None, value: bytes|None, headers, "
+        f"timestamp: int|None): {records[bad]!r:.200}",
+        topic=topic,
+        partition=partition,
+    )
 
 
 class LogStore:
@@ -419,15 +439,46 @@ class LogStore:
             self._forget(topic, partition, part)
             raise
         except IndexError as exc:  # a record shorter than 4 fields (checked only on failure)
-            bad = next((i for i, r in enumerate(records) if len(r) != 4), None)
-            if bad is None or isinstance(exc, FrameworkError):
-                raise
-            raise InvalidRecordError(
-                f"record {bad} is not a 4-tuple (key: bytes|None, value: bytes|None, headers, "
-                f"timestamp: int|None): {records[bad]!r:.200}",
-                topic=topic,
-                partition=partition,
-            ) from None
+            raise _short_record(records, exc, topic, partition) from None
+
+    def append_group(
+        self, topic: str, partition: int, appends: Sequence[tuple[Sequence[RecordTuple], Expect]]
+    ) -> list[AppendResult | Exception]:
+        """Several conditional appends to one partition, ``(records, expect)`` each, written
+        as ``append(..., expect=expect, atomic=True)`` writes one and sharing one fsync
+        (:meth:`Partition.append_group`); each one's offsets, or the exception that
+        ``append`` would raise. The asyncio face's writer (:mod:`.aio`) hands over a
+        partition's waiting appends with it."""
+        part = self.partition(topic, partition)
+        grouped: list[GroupedAppend] = []
+        outcomes: list[AppendResult | Exception] = []
+        where: list[int] = []
+        for i, (records, expect) in enumerate(appends):
+            try:
+                check, indexed = self.keys.conditional(topic, partition, expect, records)
+            except Exception as exc:
+                outcomes.append(exc)
+                continue
+            outcomes.append(_NOT_YET)
+            where.append(i)
+            grouped.append((records, check, indexed))
+        for i, outcome in zip(where, part.append_group(grouped), strict=True):
+            if isinstance(outcome, UnknownTopicError):
+                self._forget(topic, partition, part)
+            outcomes[i] = (
+                _short_record(appends[i][0], outcome, topic, partition)
+                if isinstance(outcome, IndexError)
+                else outcome
+            )
+        return outcomes
+
+    def async_face(self) -> AsyncLogStore:
+        """This log's asyncio face, unopened (``await face.open()`` on the caller's loop):
+        reads and appends handed to threads in batches, a partition's waiting conditional
+        appends written together under one fsync (:mod:`.aio`)."""
+        from framework.log.embedded.aio import AsyncLogStore  # noqa: PLC0415 (asyncio only here)
+
+        return AsyncLogStore(self)
 
     def read_key(
         self, topic: str, partition: int, key: bytes, *, after: int | None = None
@@ -539,6 +590,10 @@ class LogStore:
                 del self._partitions[(topic, partition)]
                 part.close()
         self._meta.pop(topic, None)
+
+    def is_open(self, topic: str, partition: int) -> bool:
+        """Whether this object has the partition open (its marks then read from memory)."""
+        return (topic, partition) in self._partitions
 
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         snap = self.partition(topic, partition).offsets()

@@ -220,7 +220,7 @@ def test_async_awaits_on_one_partition_share_fsyncs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Group commit from the loop: 64 concurrent saves of new aggregates in one partition
-    take fewer fsyncs than saves (the asyncio face writes a partition's waiting appends together)."""
+    take fewer fsyncs than saves (the face writes a partition's waiting appends together)."""
     syncs = [0]
     real = os.fdatasync
 

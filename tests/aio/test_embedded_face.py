@@ -328,3 +328,65 @@ def test_a_cancelled_awaiter_leaves_the_others_answered(store_dir: Path) -> None
         if i != 3:
             assert values[outcome.base_offset] == b"c-%d" % i
     assert values.count(b"c-3") <= 1 and len(values) in (7, 8)
+
+
+def test_async_commands_on_the_embedded_log_make_no_file_call_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands on orders (a personal field: a key per customer in the key topic) through
+    ``app.open_async`` on the embedded log: the log's calls made on the loop's thread are
+    only those answered from memory (a fresh cached partition count, an open partition's
+    marks), and the key store's catch-up when the runtime's key tail is behind (as on
+    JetStream: framework/app/aio_keys.py); every append, key read and topic check runs in
+    a thread. The orders are stored and load decrypted."""
+    from example_apps.invoicing import app as invoicing  # noqa: PLC0415
+    from example_apps.invoicing.domain import Order  # noqa: PLC0415
+    from example_apps.invoicing.events import Address, OrderLine  # noqa: PLC0415
+
+    in_memory = {"cached_partition_count", "is_open", "offsets"}
+    on_loop: list[str] = []
+    loop_thread: list[int] = []
+    inside = threading.local()
+    for name in dir(LogStore):
+        real = getattr(LogStore, name)
+        if name.startswith("_") or not callable(real) or name in ("async_face",):
+            continue
+
+        def watched(self: Any, *args: Any, _name: str = name, _real: Any = real, **kw: Any) -> Any:
+            catch_up = _name == "read" and str(args[0]).endswith("keys")
+            if threading.get_ident() not in loop_thread or getattr(inside, "call", None):
+                return _real(self, *args, **kw)  # (a call made by another one: not counted)
+            if _name not in in_memory and not catch_up:
+                on_loop.append(_name)
+            inside.call = _name
+            try:
+                return _real(self, *args, **kw)
+            finally:
+                inside.call = None
+
+        monkeypatch.setattr(LogStore, name, watched)
+    line, home = OrderLine("sku-1", 1, 100), Address("1 Main St", "Oslo", "NO")
+
+    def place(customer: str) -> Callable[[Order], None]:
+        return lambda order: order.place(customer, [line], home)
+
+    async def main() -> list[Order]:
+        async with invoicing.open_async(tmp_path / "data") as rt:
+            loop_thread.append(threading.get_ident())
+            for round_ in range(3):
+                await asyncio.gather(
+                    *(
+                        rt.execute(Order, f"o-{round_}-{i}", place(f"c-{i % 3}"), create=True)
+                        for i in range(6)
+                    )
+                )
+                await asyncio.sleep(0.6)  # past the metadata cache's and key store's freshness
+            await rt.execute(Order, "o-0-0", lambda order: order.confirm())
+            loaded = [await rt.load(Order, f"o-{r}-{i}") for r in range(3) for i in range(6)]
+            loop_thread.clear()
+            return loaded
+
+    loaded = asyncio.run(main())
+    assert not on_loop, f"log calls on the loop's thread: {sorted(set(on_loop))}"
+    assert [o.customer_id for o in loaded] == [f"c-{i % 3}" for _ in range(3) for i in range(6)]
+    assert loaded[0].status == "confirmed" and loaded[0].shipping_address == home

@@ -12,13 +12,15 @@ here touches a file on the loop:
   woken by one call back onto the loop. Appends that arrive meanwhile form the next batch:
   concurrent awaits on one partition share one fsync (group commit), and a command costs
   the loop a future, not a thread hand-off of its own;
-* **reads** (``read_key``, a snapshot topic's ``topic_exists``) queue in one read lane the
-  same way, a batch of them in one thread hand-off;
-* what is answered from memory is answered without an await (:meth:`AsyncLogStore.answer`:
-  a topic's partition count from the store's metadata cache; whether a topic exists, from
-  this face's answers of the last :data:`EXISTS_TTL_S`) and the high-water marks
-  (``offsets``: the partition's memory-mapped state) are read in place; every other call
-  of the port runs on the sync log in a thread (the runtime's pool).
+* **reads** (``read_key``, a snapshot topic's ``topic_exists``, a topic's metadata) queue
+  in one read lane the same way, a batch of them in one thread hand-off;
+* what is in memory is answered without an await (:meth:`AsyncLogStore.answer`: a topic's
+  partition count while the store's metadata cache is fresh; whether a topic exists, from
+  this face's answers of the last :data:`EXISTS_TTL_S`), and an open partition's marks
+  (``offsets``: its memory-mapped state) are read in place; every other call of the port
+  runs on the sync log in a thread (the runtime's pool). One read lane means one slow read
+  (a key index catching up with a long tail) delays the reads queued behind it, not the
+  appends.
 
 Invariants: each queued call is performed exactly once, by one batch; a batch's outcomes
 are given to their awaiters in the order queued; at most one batch of a lane is in flight
@@ -52,6 +54,7 @@ class Store(KeyedLog, Protocol):
     this module does not import it)."""
 
     def is_open(self, topic: str, partition: int) -> bool: ...
+    def cached_partition_count(self, name: str) -> int | None: ...
     def append_group(
         self, topic: str, partition: int, appends: Sequence[tuple[Sequence[RecordTuple], Expect]]
     ) -> list[AppendResult | Exception]: ...
@@ -173,8 +176,9 @@ class AsyncLogStore:
         """What ``await getattr(self, method)(*args)`` answers now from memory (a topic's
         partition count, from the store's cache; a :meth:`topic_exists` answered within
         :data:`EXISTS_TTL_S`), else :data:`framework._plans.ASK`."""
-        if method == "partition_count" and len(args) == 1:  # (memory; a stat twice a second)
-            return self.store.partition_count(args[0])
+        if method == "partition_count" and len(args) == 1:
+            count = self.store.cached_partition_count(args[0])
+            return _plans.ASK if count is None else count
         if method == "topic_exists" and len(args) == 1:
             known = self._exists.get(args[0])
             if known is not None and time.monotonic() - known[1] < EXISTS_TTL_S:
@@ -193,6 +197,11 @@ class AsyncLogStore:
         return store.offsets(topic, partition)
 
     # ------------------------------------------------------------------ in threads
+    async def partition_count(self, name: str) -> int:
+        """The topic's metadata read afresh (a ``stat``, its file when it changed)."""
+        count: int = await self._read(functools.partial(self.store.partition_count, name))
+        return count
+
     async def topic_exists(self, name: str) -> bool:
         exists: bool = await self._read(functools.partial(self.store.topic_exists, name))
         self._exists[name] = (exists, time.monotonic())

@@ -269,6 +269,14 @@ class LogStore:
     def partition_count(self, name: str) -> int:
         return self._topic_meta(name).partitions
 
+    def cached_partition_count(self, name: str) -> int | None:
+        """The topic's partition count if this object checked its metadata within the last
+        half second (no file read), else ``None``."""
+        meta = self._meta.get(name)
+        if meta is None or time.monotonic() - meta.checked >= _META_TTL_S:
+            return None
+        return meta.partitions
+
     def topic_config(self, name: str) -> TopicConfig:
         return self._topic_meta(name).config
 

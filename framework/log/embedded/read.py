@@ -261,6 +261,9 @@ class _ReadPath:
         else:
             base = self._segment_for(offset)
             if offset < base:  # below the first segment, yet not below the low-water mark
+                # ... that ``snap`` had: files listed after retention deleted them belong to
+                # a later layout (read again: then below the new mark, out of range)
+                self._check_layout(snap)
                 raise corrupt(
                     f"offsets [{offset}, {base}) are missing: no segment holds them",
                     log_path(self.dir, base),

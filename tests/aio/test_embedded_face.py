@@ -22,7 +22,7 @@ import sys
 import tempfile
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,14 @@ async def _appender(
             continue
         outcomes.acked[value] = (key, expected, result.base_offset)
         believed[key] = result.base_offset
+
+
+def _create(
+    face: Any, partition: int, key: bytes, value: bytes | None = None
+) -> Coroutine[Any, Any, Any]:
+    """The conditional append of ``key``'s first record (its value: the key, or ``value``)."""
+    record = (key, key if value is None else value, (), None)
+    return face.append(TOPIC, partition, [record], expect=Expect(key, None), atomic=True)
 
 
 @pytest.fixture
@@ -232,16 +240,7 @@ def test_concurrent_awaits_on_a_partition_share_fsyncs_off_the_loop(
             async with store.async_face() as face:
                 loop_thread = threading.get_ident()
                 results = await asyncio.gather(
-                    *(
-                        face.append(
-                            TOPIC,
-                            0,
-                            [(b"n-%d" % i, b"v", (), None)],
-                            expect=Expect(b"n-%d" % i, None),
-                            atomic=True,
-                        )
-                        for i in range(64)
-                    )
+                    *(_create(face, 0, b"n-%d" % i, b"v") for i in range(64))
                 )
                 return loop_thread, [r.base_offset for r in results]
 
@@ -272,16 +271,7 @@ def test_a_failed_fsync_fails_every_append_of_its_group(
             async with store.async_face() as face:
                 monkeypatch.setattr(os, "fdatasync", failing)
                 outcomes = await asyncio.gather(
-                    *(
-                        face.append(
-                            TOPIC,
-                            0,
-                            [(b"g-%d" % i, b"g-%d" % i, (), None)],
-                            expect=Expect(b"g-%d" % i, None),
-                            atomic=True,
-                        )
-                        for i in range(16)
-                    ),
+                    *(_create(face, 0, b"g-%d" % i) for i in range(16)),
                     return_exceptions=True,
                 )
                 monkeypatch.setattr(os, "fdatasync", real)
@@ -302,18 +292,7 @@ def test_a_cancelled_awaiter_leaves_the_others_answered(store_dir: Path) -> None
     async def main() -> tuple[list[Any], LogStore]:
         store = LogStore(store_dir)
         async with store.async_face() as face:
-            tasks = [
-                asyncio.ensure_future(
-                    face.append(
-                        TOPIC,
-                        1,
-                        [(b"c-%d" % i, b"c-%d" % i, (), None)],
-                        expect=Expect(b"c-%d" % i, None),
-                        atomic=True,
-                    )
-                )
-                for i in range(8)
-            ]
+            tasks = [asyncio.ensure_future(_create(face, 1, b"c-%d" % i)) for i in range(8)]
             await asyncio.sleep(0)
             tasks[3].cancel()
             done = await asyncio.gather(*tasks, return_exceptions=True)

@@ -107,12 +107,8 @@ class _Lane:
     def _settle(self, queued: list[Queued], done: asyncio.Future[Any]) -> None:
         self._busy = False
         self._face.in_flight.discard(done)
-        if done.cancelled():
-            outcomes: list[Any] = [asyncio.CancelledError()] * len(queued)
-        elif done.exception() is not None:
-            outcomes = [done.exception()] * len(queued)
-        else:
-            outcomes = done.result()
+        failed = asyncio.CancelledError() if done.cancelled() else done.exception()
+        outcomes: list[Any] = [failed] * len(queued) if failed is not None else done.result()
         for (_, future), outcome in zip(queued, outcomes, strict=True):
             if future.done():  # its awaiter was cancelled
                 continue
@@ -227,10 +223,12 @@ class AsyncLogStore:
         """The port's append: a conditional atomic one in its partition's next batch (module
         docstring), any other in a thread of its own."""
         if expect is None or not atomic:
-            call = functools.partial(self.store.append, topic, partition, records, atomic=atomic)
-            if expect is not None:
-                call = functools.partial(call, expect=expect)
-            result: AppendResult = await self.loop.run_in_executor(self.pool, call)
+            result: AppendResult = await self.loop.run_in_executor(
+                self.pool,
+                functools.partial(
+                    self.store.append, topic, partition, records, expect=expect, atomic=atomic
+                ),
+            )
             return result
         lane = self._appends.get((topic, partition))
         if lane is None:

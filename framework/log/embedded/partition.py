@@ -217,7 +217,7 @@ class _Append:
         """Bytes of its batches, once written."""
         self.refused = False
         """Its precondition refused it (``end``/``epoch``: the log it was checked against)."""
-        self.error: BaseException | None = None
+        self.error: Exception | None = None
 
     def result(self) -> AppendResult:
         assert self.pending is not None
@@ -682,8 +682,7 @@ class Partition(_ReadPath):
                 continue
             if request.refused:
                 self._settle(request)
-            error = request.error
-            outcomes[i] = error if isinstance(error, Exception) else RuntimeError(str(error))
+            outcomes[i] = request.error
         if written:
             self.notifier.bump()  # the HWM moved: wake readers
         if M.on:

@@ -650,10 +650,7 @@ class Partition(_ReadPath):
         self.notifier.bump()  # the HWM moved (here, or under the lock): wake readers
         return request
 
-    def append_group(
-        self,
-        appends: Sequence[tuple[Sequence[RecordTuple], Precondition | None, AppendHook | None]],
-    ) -> list[AppendResult | Exception]:
+    def append_group(self, appends: Sequence[GroupedAppend]) -> list[AppendResult | Exception]:
         """Several atomic appends of one caller, ``(records, precondition, on_appended)``
         each, written as :meth:`append` with ``atomic=True, combine=True`` writes one, and
         each one's outcome (its offsets, or the exception :meth:`append` would raise) once

@@ -93,7 +93,7 @@ def test_kill9_mid_batch_postgresql(
     engine: str, data: Path, workers: Workers, producer: Producer
 ) -> None:
     """The same on a PostgreSQL read model, fewer cycles (the soak runs both engines)."""
-    figures = kill_cycles(data, workers, producer, 5, scale=0.1, polls=(50, 100, 200))
+    figures = kill_cycles(data, workers, producer, 5, scale=0.2, polls=(50, 100, 200))
     check_read_model(data, producer.count)
     assert figures["busy_kills"] >= 4
 

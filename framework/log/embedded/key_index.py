@@ -271,6 +271,9 @@ class KeyIndex:
         self._held: list[tuple[bytes, int, int]] = []
         self._held_end = 0
         self._quiet = False  # the last version check found no other appender since ours
+        self.shared = False
+        """Rows are never held back: this process writes other processes' appends (the
+        relay, :mod:`.relay`), whose next reads must find them in the file."""
         self._depth = 0  # nesting of _writing()
         self._epoch = 0  # the partition epoch this index was last checked against
         # data_version when this object last gave up waiting for the lock file (*Busy lock*)
@@ -870,7 +873,13 @@ class KeyIndex:
         last append, the rows are held back in memory (module docstring) and written with
         later ones, up to :data:`DEFER_OFFSETS` offsets at a time."""
         with self._lock:
-            if pairs and self._quiet and self.mode == "stream" and self._end() == first_offset:
+            if (
+                pairs
+                and self._quiet
+                and not self.shared
+                and self.mode == "stream"
+                and self._end() == first_offset
+            ):
                 self._revalidate()
                 if self._end() == first_offset and self._epoch == self._current_epoch():
                     return self._hold(self._guard(self._number, pairs), next_offset)
@@ -880,6 +889,12 @@ class KeyIndex:
             return self._guard(
                 self._write, self._guard(self._number, pairs), first_offset, next_offset
             )
+
+    def share(self, shared: bool) -> None:
+        """:attr:`shared` set; the rows held back written first when it becomes true."""
+        if shared and self._held:
+            self.flush_held()
+        self.shared = shared
 
     def _hold(self, rows: list[tuple[bytes, int, int]], next_offset: int) -> bool:
         """Hold ``rows`` back (hold ``_lock``, the index ending where they begin)."""

@@ -123,6 +123,17 @@ class KeyIndexes:
         # (topic, partition, key) -> offset of a head this object checked or appended,
         # least recently used first (at most CHECKED_HEADS: _remember)
         self._checked: OrderedDict[tuple[str, int, bytes], int] = OrderedDict()
+        self.shared = False
+        """This process relays other processes' appends: its indexes hold no rows back."""
+
+    def share(self, shared: bool) -> None:
+        """Write every appended row at once (``shared``: this process relays others'
+        appends, whose readers look in the file), or hold rows back again."""
+        with self._lock:
+            self.shared = shared
+            indexes = list(self._indexes.values())
+        for idx in indexes:
+            idx.share(shared)
 
     def mode_of(self, topic: str) -> Mode:
         return "latest" if self.log.topic_config(topic).compact else "stream"
@@ -137,6 +148,7 @@ class KeyIndexes:
                 if idx is None:
                     path = index_path(self.root, topic, partition)
                     idx = KeyIndex(self.log, topic, partition, path, mode=mode)
+                    idx.shared = self.shared
                     self._indexes[(topic, partition)] = idx
         return idx
 

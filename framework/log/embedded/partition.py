@@ -261,6 +261,9 @@ class Partition(_ReadPath):
         except FileNotFoundError:
             raise self._deleted_error() from None
         self._append_lock = FileLock(directory / "lock")
+        self.on_met: Callable[[], None] | None = None
+        """Called when an append finds another process holding the append lock (the
+        store's relay counts these: :mod:`.relay`)."""
         self._sync_lock = FileLock(directory / "sync.lock")
         self._maintenance = FileLock(directory / "cleaner.lock")
         self._log = log.bind(topic=topic, partition=partition)
@@ -359,6 +362,8 @@ class Partition(_ReadPath):
         lock = self._append_lock
         if not lock.acquire(blocking=False):
             self.state.mark_contended()  # the holder shares its fsync with us (group commit)
+            if not lock.held and self.on_met is not None:  # not a thread of ours: a process
+                self.on_met()
             lock.acquire()
         try:
             self.last_used = next_use()

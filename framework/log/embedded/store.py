@@ -78,6 +78,7 @@ if TYPE_CHECKING:  # imported on first use: a command that only lists topics nee
     from framework.log.embedded.aio import AsyncLogStore
     from framework.log.embedded.cleaner import LogCleaner
     from framework.log.embedded.keys import KeyIndexes
+    from framework.log.embedded.relay import Relay
 
 log = get_logger("eventlane.log")
 
@@ -152,6 +153,8 @@ class LogStore:
         self.clock = clock
         self.notifier = Notifier(self.path / ".notify")
         self._keys: KeyIndexes | None = None
+        self._relay: Relay | None = None
+        self._relay_allowed = True
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._meta: dict[str, _TopicMeta] = {}
         self._lock = threading.Lock()
@@ -397,6 +400,7 @@ class LogStore:
                     self.notifier,
                     self.clock,
                 )
+                part.on_met = self._met
                 self._partitions[(topic, partition)] = part
         return part
 
@@ -433,6 +437,12 @@ class LogStore:
             if expect is not None:
                 if precondition is not None:
                     raise ConfigError("pass expect= or precondition=, not both", topic=topic)
+                relay = self.relay
+                if atomic and relay is not None:  # other processes write: :mod:`.relay`
+                    (outcome,) = relay.append_group(topic, partition, [(records, expect)])
+                    if isinstance(outcome, Exception):
+                        raise outcome
+                    return outcome
                 check, indexed = self.keys.conditional(topic, partition, expect, records)
                 # conditional appends of other keys waiting on this partition share one fsync
                 return part.append(
@@ -453,10 +463,44 @@ class LogStore:
         self, topic: str, partition: int, appends: Sequence[tuple[Sequence[RecordTuple], Expect]]
     ) -> list[AppendResult | Exception]:
         """Several conditional appends to one partition, ``(records, expect)`` each, written
-        as ``append(..., expect=expect, atomic=True)`` writes one and sharing one fsync
-        (:meth:`Partition.append_group`); each one's offsets, or the exception that
-        ``append`` would raise. The asyncio face's writer (:mod:`.aio`) hands over a
+        as ``append(..., expect=expect, atomic=True)`` writes one: by the data directory's
+        relay while other processes write too (:mod:`.relay`), else directly
+        (:meth:`append_group_direct`). The asyncio face's writer (:mod:`.aio`) hands over a
         partition's waiting appends with it."""
+        relay = self.relay
+        if relay is not None:
+            return relay.append_group(topic, partition, appends)
+        return self.append_group_direct(topic, partition, appends)
+
+    @property
+    def relay(self) -> Relay | None:
+        """The data directory's relay as this process sees it (:mod:`.relay`); ``None``
+        where it is never used (``EVENTLANE_RELAY=off``, a store with its own clock)."""
+        relay = self._relay
+        if relay is None and self._relay_allowed:
+            from framework.log.embedded import relay as relay_module  # noqa: PLC0415
+
+            with self._lock:
+                if self._relay is None and not self._closed:
+                    if relay_module.enabled() and self.clock is wall_clock_ms:
+                        self._relay = relay_module.Relay(self.path, self.append_group_direct)
+                    else:
+                        self._relay_allowed = False
+                relay = self._relay
+        return relay
+
+    def _met(self) -> None:
+        """A partition's append found another process holding its lock."""
+        relay = self.relay
+        if relay is not None:
+            relay.met()
+
+    def append_group_direct(
+        self, topic: str, partition: int, appends: Sequence[tuple[Sequence[RecordTuple], Expect]]
+    ) -> list[AppendResult | Exception]:
+        """:meth:`append_group` written by this process, sharing one fsync
+        (:meth:`Partition.append_group`); each one's offsets, or the exception that
+        ``append`` would raise."""
         part = self.partition(topic, partition)
         grouped: list[GroupedAppend] = []
         outcomes: list[AppendResult | Exception] = []
@@ -707,6 +751,7 @@ class LogStore:
                 self.clock,
                 skip_lost_offsets=True,
             )
+            part.on_met = self._met
             self._partitions[(topic, partition)] = part
         snap = part.offsets()
         return PartitionOffsets(snap.lwm, snap.hwm, snap.leo)
@@ -759,6 +804,8 @@ class LogStore:
     def close(self) -> None:
         if self._closed:
             return
+        if self._relay is not None:  # first: its thread writes through this store
+            self._relay.close()
         self._closed = True
         self._meta_lock.close()
         if self._cleaner is not None:

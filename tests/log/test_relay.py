@@ -1,0 +1,301 @@
+"""The relay (framework/log/embedded/relay.py): once three processes make conditional appends
+on one data directory, one relay process writes them all.
+
+Real processes on a real data directory, checked against a model of the conditional
+append's rule: every record carries the expectation it was appended under (a header), so
+the oracle replays the rule over the whole partition in log order (each stored record's
+expectation is its key's previous record); every acknowledged append is stored once at the
+offsets it was told; nothing refused is stored; an append of unknown outcome is stored at
+most once. The relay is also killed (``kill -9``) and stopped (SIGSTOP) under load: its
+clients append directly with the same expectation, so the same rule must hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from framework.errors import ConcurrencyError, PartitionReadOnlyError
+from framework.log import LogStore
+from framework.log.embedded import relay
+from framework.log.embedded.relay_server import IDLE_S
+from framework.log.types import AppendResult
+
+TOPIC = "relayed"
+ROOT = Path(__file__).resolve().parents[2]
+
+_CHILD = textwrap.dedent(
+    """
+    import json, os, random, sys, time
+    from framework.errors import ConcurrencyError, OutcomeUnknownError
+    from framework.errors import ConcurrencyError, PartitionReadOnlyError
+from framework.log import LogStore
+    from framework.log.types import Expect
+    from framework.observability import configure_logging
+
+    configure_logging("error")
+    data, tag, count, seconds, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(
+        sys.argv[4]), int(sys.argv[5])
+    rng = random.Random(seed)
+    keys = [b"k%d" % i for i in range(6)]
+    known = {}
+    with LogStore(data) as log:
+        log.offsets("relayed", 0)
+        print(json.dumps({"ready": os.getpid()}), flush=True)
+        while not os.path.exists(os.path.join(data, "go")):
+            time.sleep(0.005)
+        deadline = time.monotonic() + seconds
+        i = 0
+        while i < count or time.monotonic() < deadline:
+            if i >= count and seconds == 0:
+                break
+            key = rng.choice(keys)
+            if rng.random() < 0.75:
+                exp = log.key_head("relayed", 0, key)  # fresh (another may still win)
+            else:
+                exp = rng.choice([None, known.get(key), rng.randrange(0, 50)])
+            value = b"%s:%d" % (tag.encode(), i)
+            record = (key, value, (("exp", b"-" if exp is None else b"%d" % exp),), None)
+            try:
+                result = log.append("relayed", 0, [record], expect=Expect(key, exp), atomic=True)
+            except ConcurrencyError as exc:
+                line = {"i": i, "refused": True, "key": key.decode(), "exp": exp,
+                        "expected": exc.expected, "actual": exc.actual, "topic": exc.topic}
+            except OutcomeUnknownError:
+                line = {"i": i, "unknown": True}
+            else:
+                known[key] = result.base_offset
+                line = {"i": i, "offset": result.base_offset}
+            print(json.dumps(line), flush=True)
+            i += 1
+        relay = log.relay
+        print(json.dumps({"relayed": relay.relayed if relay is not None else 0}), flush=True)
+    """
+)
+
+
+def _start(data: Path, tag: str, count: int, seconds: float, seed: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(data), tag, str(count), str(seconds), str(seed)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def _run(data: Path, procs: list[subprocess.Popen[str]], during: object = None) -> dict[str, list]:
+    for proc in procs:
+        assert proc.stdout is not None
+        assert "ready" in json.loads(proc.stdout.readline())
+    (data / "go").touch()
+    if callable(during):
+        during()
+    lines: dict[str, list] = {}
+    for n, proc in enumerate(procs):
+        out, _ = proc.communicate(timeout=180)
+        assert proc.returncode == 0, f"writer {n} exited with {proc.returncode}"
+        lines[f"w{n}"] = [json.loads(line) for line in out.splitlines()]
+    return lines
+
+
+def _check(data: Path, lines: dict[str, list]) -> dict[str, int]:
+    """The oracle: the conditional rule replayed over the partition, and every writer's
+    outcomes against what it holds. Returns counts of each kind of outcome."""
+    stored: dict[bytes, int] = {}
+    last: dict[bytes, int] = {}
+    of_key: dict[str, set[int]] = {}
+    with LogStore(data) as log:
+        offset, end = 0, log.offsets(TOPIC, 0).hwm
+        while offset < end:
+            records, _ = log.read(TOPIC, 0, offset)
+            for r in records:
+                assert r.offset == offset, f"offset {offset} missing"
+                exp = dict(r.headers)["exp"]
+                wanted = None if exp == b"-" else int(exp)
+                assert wanted == last.get(r.key), (
+                    f"offset {r.offset}: {r.value!r} stored under expectation {wanted},"
+                    f" but key {r.key!r}'s previous record was at {last.get(r.key)}"
+                )
+                assert r.value not in stored, f"{r.value!r} stored twice"
+                stored[r.value] = r.offset
+                last[r.key] = r.offset
+                of_key.setdefault(r.key.decode(), set()).add(r.offset)
+                offset += 1
+    counts = {"ok": 0, "refused": 0, "unknown": 0, "relayed": 0}
+    for tag, outcomes in lines.items():
+        counts["relayed"] += outcomes[-1]["relayed"]
+        for line in outcomes[:-1]:
+            value = b"%s:%d" % (tag.encode(), line["i"])
+            if "offset" in line:
+                counts["ok"] += 1
+                assert stored.get(value) == line["offset"], f"{value!r} acknowledged, not there"
+            elif "refused" in line:
+                counts["refused"] += 1
+                assert value not in stored, f"{value!r} refused, yet stored"
+                # refused by the rule: the key's last record (one of its records, or none)
+                # was not the one expected
+                assert line["topic"] == TOPIC and line["expected"] == line["exp"], line
+                assert line["actual"] != line["exp"], f"{value!r} refused as expected: {line}"
+                assert line["actual"] is None or line["actual"] in of_key[line["key"]], line
+            else:
+                counts["unknown"] += 1
+    return counts
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    with LogStore(tmp_path / "data") as log:
+        log.create_topic(TOPIC, partitions=1)
+    return tmp_path / "data"
+
+
+def _relay_pid(data: Path, timeout: float = 10.0) -> int:
+    """The pid of the relay serving ``data`` (it logs ``relay <pid> serving``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log_file = data / relay.LOG_NAME
+        if log_file.exists():
+            serving = [ln for ln in log_file.read_text().splitlines() if " serving " in ln]
+            for line in reversed(serving):
+                pid = int(line.split(" relay ")[1].split()[0])
+                if Path(f"/proc/{pid}").exists():
+                    return pid
+        time.sleep(0.02)
+    raise AssertionError("no relay process serves the data directory")
+
+
+def test_conditional_appends_of_four_processes_through_the_relay_follow_the_rule(
+    data: Path,
+) -> None:
+    procs = [_start(data, f"w{n}", 150, 0, seed=n) for n in range(4)]
+    counts = _check(data, _run(data, procs))
+    assert counts["ok"] > 50 and counts["refused"] > 20, counts
+    assert counts["unknown"] == 0, counts  # the relay lived: every outcome known
+    assert counts["relayed"] >= 300, f"the relay wrote only {counts['relayed']} of 600"
+
+
+def test_two_processes_append_directly(data: Path) -> None:
+    """Two writers take the lock in turn (faster than a relay for two): no relay starts."""
+    procs = [_start(data, f"w{n}", 100, 0, seed=10 + n) for n in range(2)]
+    counts = _check(data, _run(data, procs))
+    assert counts["relayed"] == 0 and counts["unknown"] == 0, counts
+    assert not (data / relay.LOG_NAME).exists()
+
+
+def test_relay_killed_and_stopped_under_load_leaves_the_rule_intact(data: Path) -> None:
+    """kill -9 of the relay twice and a SIGSTOP longer than a client waits: its clients
+    append directly with the same expectation (unknown when refused), and a new relay
+    starts; the oracle holds over everything."""
+    procs = [_start(data, f"w{n}", 0, 16.0, seed=20 + n) for n in range(4)]
+    faults: list[str] = []
+
+    def during() -> None:
+        for _ in range(2):
+            time.sleep(1.5)
+            pid = _relay_pid(data)
+            os.kill(pid, signal.SIGKILL)
+            faults.append(f"killed {pid}")
+        time.sleep(1.5)
+        pid = _relay_pid(data)
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(relay.ANSWER_S + 1.5)
+        os.kill(pid, signal.SIGCONT)
+        faults.append(f"stopped {pid}")
+
+    counts = _check(data, _run(data, procs, during))
+    assert len(faults) == 3, faults
+    assert counts["relayed"] > 100, counts  # served before, between and after the kills
+    assert counts["ok"] > 200, counts
+
+
+def test_an_append_the_relay_wrote_and_never_answered_is_unknown_not_refused(
+    data: Path,
+) -> None:
+    """The relay stops itself right after writing and publishing its first batch (before
+    the fsync and the answer, holding the append lock). Its clients give up waiting and
+    append directly with the same expectation once it is killed: the relay's record (in
+    flight) refuses theirs, and they must report the outcome as unknown, never refused:
+    that record is stored (the next appender's fsync makes it durable)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVENTLANE_PAUSES": "stop:append.hooks"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "framework.log.embedded.relay_server", str(data)], env=env
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (data / relay.SOCKET_NAME).exists():
+            assert time.monotonic() < deadline and server.poll() is None, "no relay"
+            time.sleep(0.01)
+        procs = [_start(data, f"w{n}", 12, 0, seed=50 + n) for n in range(3)]
+
+        def during() -> None:
+            while _state(server.pid) != "T":
+                assert time.monotonic() < deadline, "the relay never stopped"
+                time.sleep(0.01)
+            time.sleep(relay.ANSWER_S + 2)  # its clients gave up waiting meanwhile
+            server.kill()
+
+        counts = _check(data, _run(data, procs, during))
+    finally:
+        server.kill()
+        server.wait()
+    assert counts["unknown"] >= 1, counts
+    assert counts["ok"] >= 12, counts  # the rest were written directly (or by a new relay)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
+def test_relay_exits_when_fewer_than_three_use_it_and_when_its_directory_goes(
+    data: Path, tmp_path: Path
+) -> None:
+    procs = [_start(data, f"w{n}", 40, 0, seed=30 + n) for n in range(3)]
+    _run(data, procs)
+    pid = _relay_pid(data)
+    deadline = time.monotonic() + IDLE_S + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the relay outlived its clients"
+    assert not (data / relay.SOCKET_NAME).exists()
+
+    # a relay whose data directory is deleted exits too (tests delete theirs)
+    procs = [_start(data, f"x{n}", 0, 2.0, seed=40 + n) for n in range(3)]
+    lines = _run(data, procs)
+    assert sum(out[-1]["relayed"] for out in lines.values()) > 0
+    pid = _relay_pid(data)
+    moved = tmp_path / "gone"
+    data.rename(moved)
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the relay outlived its data directory"
+
+
+def _alive(pid: int) -> bool:
+    return _state(pid) not in {"Z", "gone"}
+
+
+def test_the_wire_carries_errors_with_their_fields() -> None:
+    error = ConcurrencyError(
+        "k changed", expected=3, actual=7, unit="last offset", topic="t", partition=2
+    )
+    back = relay.outcome(relay.answer(error))
+    assert isinstance(back, ConcurrencyError)
+    assert (back.expected, back.actual, back.topic, back.partition) == (3, 7, "t", 2)
+    assert str(back) == str(error) and back.retriable
+    gone = relay.outcome(relay.answer(PartitionReadOnlyError("fsync failed", topic="t")))
+    assert isinstance(gone, PartitionReadOnlyError) and gone.topic == "t"
+    assert relay.outcome(relay.answer(AppendResult(4, 5, [1, 2]))) == AppendResult(4, 5, [1, 2])
+    odd = relay.outcome(relay.answer(KeyError("x")))
+    assert odd.__class__.__name__ == "OutcomeUnknownError"

@@ -299,3 +299,42 @@ def test_the_wire_carries_errors_with_their_fields() -> None:
     assert relay.outcome(relay.answer(AppendResult(4, 5, [1, 2]))) == AppendResult(4, 5, [1, 2])
     odd = relay.outcome(relay.answer(KeyError("x")))
     assert odd.__class__.__name__ == "OutcomeUnknownError"
+
+
+_STORES = textwrap.dedent(
+    """
+    import os, sys
+    from framework.log import LogStore
+    from framework.log.types import Expect
+
+    def append(log, value):
+        head = log.key_head("relayed", 0, b"k")
+        log.append("relayed", 0, [(b"k", value, (), None)], expect=Expect(b"k", head), atomic=True)
+
+    a, b = LogStore(sys.argv[1]), LogStore(sys.argv[1])
+    for n, log in enumerate((a, b, a)):
+        append(log, b"%d" % n)
+    pid = os.fork()
+    if pid == 0:  # the child inherits a's relay: it must register on its own
+        append(a, b"child")
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    a.close()
+    b.close()
+    """
+)
+
+
+def test_several_stores_of_one_process_and_a_forked_child_append(data: Path) -> None:
+    """Each store registers as a writer (the second store of a process once waited forever
+    for the first one's registration lock)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _STORES, str(data)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0
+    with LogStore(data) as log:
+        records, _ = log.read(TOPIC, 0, 0)
+    assert [r.value for r in records] == [b"0", b"1", b"2", b"child"]

@@ -624,6 +624,11 @@ class Partition(_ReadPath):
         add_append(self._tally or self._new_tally(), request.count, request.nbytes, seconds)
         return request.result()
 
+    def count_appended(self, records: int, nbytes: int, seconds: float) -> None:
+        """Count an append another process wrote for this one (the relay: :mod:`.relay`)
+        in this process's metrics, as if written here."""
+        add_append(self._tally or self._new_tally(), records, nbytes, seconds)
+
     def _new_tally(self) -> Tally:
         self._tally = tally(self.topic)
         return self._tally

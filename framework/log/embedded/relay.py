@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import marshal
 import os
 import select
@@ -73,6 +74,7 @@ LOCK_NAME = "relay.lock"
 SOCKET_NAME = "relay.sock"
 LOG_NAME = "relay.log"
 WRITERS = "relay.writers"
+_SERIALS = itertools.count()
 ANSWER_S = 5.0
 """How long a client waits for the relay's answer before appending directly itself."""
 SUSPECT_S = 10.0
@@ -120,6 +122,7 @@ class Relay:
         self._conns: set[socket.socket] = set()
         self._registered = False
         self._writer_fd = -1
+        self._writer_name = ""
         self.relayed = 0
         """Appends the relay answered for this process (a count, for tests and metrics)."""
 
@@ -129,20 +132,25 @@ class Relay:
         live process said so before (module docstring)."""
         self._registered = True
         folder = self._root / WRITERS
+        name = f"{os.getpid()}.{next(_SERIALS)}.lock"  # a process may open several stores
         try:
             folder.mkdir(exist_ok=True)
-            fd = os.open(folder / f"{os.getpid()}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:  # a read-only data directory: no relay
             return
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        self._writer_fd = fd
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return
+        self._writer_fd, self._writer_name = fd, name
         self._count_writers(time.monotonic())
 
     def _count_writers(self, now: float) -> None:
         """Start the relay if :data:`WRITERS_MIN` live processes registered (this one too)."""
         if self._writer_fd < 0:
             return
-        others = _other_writers(self._root / WRITERS, f"{os.getpid()}.lock")
+        others = _other_writers(self._root / WRITERS, os.getpid())
         if others + 1 >= WRITERS_MIN:
             self._start(now)
 
@@ -314,17 +322,18 @@ class Relay:
             os.close(dir_fd)
         if self._writer_fd >= 0:
             with contextlib.suppress(OSError):
-                os.unlink(self._root / WRITERS / f"{os.getpid()}.lock")
+                os.unlink(self._root / WRITERS / self._writer_name)
             os.close(self._writer_fd)
             self._writer_fd = -1
 
 
-def _other_writers(folder: Path, mine: str) -> int:
-    """Live processes registered in ``folder`` besides ``mine`` (a file whose lock is free
-    is a dead process's: removed)."""
-    alive = 0
+def _other_writers(folder: Path, pid: int) -> int:
+    """Live processes other than ``pid`` registered in ``folder`` (a file whose lock is
+    free is a dead process's, or a closed store's: removed)."""
+    alive: set[str] = set()
     for name in os.listdir(folder):
-        if name == mine:
+        owner = name.split(".", 1)[0]
+        if owner == str(pid) or owner in alive:
             continue
         try:
             fd = os.open(folder / name, os.O_RDONLY)
@@ -333,13 +342,13 @@ def _other_writers(folder: Path, mine: str) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            alive += 1
+            alive.add(owner)
         else:
             with contextlib.suppress(OSError):
                 os.unlink(folder / name)
         finally:
             os.close(fd)
-    return alive
+    return len(alive)
 
 
 def spawn(root: Path) -> subprocess.Popen[bytes] | None:

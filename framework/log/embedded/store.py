@@ -5,6 +5,7 @@ Data directory layout (default ``./eventlane-data``, or ``$EVENTLANE_DATA``)::
     <data>/.notify                      wake-up word shared by all processes (:mod:`.state`)
     <data>/topics/<topic>/topic.json    {"name", "partitions", "config": {...}, "created_ms"}
     <data>/topics/<topic>/<partition>/  one directory per partition (:mod:`.partition`)
+    <data>/relay.*                      the relay of conditional appends (:mod:`.relay`)
 
 Any number of processes may open the same data directory at once: appends to a partition
 are serialized by its file lock, and readers see them as soon as they are durable.
@@ -72,6 +73,7 @@ from framework.log.types import (
 )
 from framework.log.types import PartitionOffsets as PartitionOffsets  # noqa: PLC0414 (re-exported)
 from framework.log.types import TopicDescription as TopicDescription  # noqa: PLC0414 (re-exported)
+from framework.metrics import M
 from framework.observability import get_logger
 
 if TYPE_CHECKING:  # imported on first use: a command that only lists topics needs neither
@@ -439,7 +441,7 @@ class LogStore:
                     raise ConfigError("pass expect= or precondition=, not both", topic=topic)
                 relay = self.relay
                 if atomic and relay is not None:  # other processes write: :mod:`.relay`
-                    (outcome,) = relay.append_group(topic, partition, [(records, expect)])
+                    (outcome,) = self._relayed(relay, part, [(records, expect)])
                     if isinstance(outcome, Exception):
                         raise outcome
                     return outcome
@@ -469,8 +471,27 @@ class LogStore:
         partition's waiting appends with it."""
         relay = self.relay
         if relay is not None:
-            return relay.append_group(topic, partition, appends)
+            return self._relayed(relay, self.partition(topic, partition), appends)
         return self.append_group_direct(topic, partition, appends)
+
+    def _relayed(
+        self,
+        relay: Relay,
+        part: Partition,
+        appends: Sequence[tuple[Sequence[RecordTuple], Expect]],
+    ) -> list[AppendResult | Exception]:
+        """``appends`` through the relay (or directly, where it cannot), counted in this
+        process's metrics as the appends it writes itself are."""
+        if not M.on:
+            return relay.append_group(part.topic, part.partition, appends)
+        started = time.perf_counter()
+        outcomes = relay.append_group(part.topic, part.partition, appends)
+        seconds = time.perf_counter() - started
+        for (records, _), outcome in zip(appends, outcomes, strict=True):
+            if isinstance(outcome, AppendResult):
+                nbytes = sum(len(r[0] or b"") + len(r[1] or b"") for r in records)
+                part.count_appended(len(records), nbytes, seconds)
+        return outcomes
 
     @property
     def relay(self) -> Relay | None:

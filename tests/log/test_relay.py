@@ -36,8 +36,7 @@ _CHILD = textwrap.dedent(
     """
     import json, os, random, sys, time
     from framework.errors import ConcurrencyError, OutcomeUnknownError
-    from framework.errors import ConcurrencyError, PartitionReadOnlyError
-from framework.log import LogStore
+    from framework.log import LogStore
     from framework.log.types import Expect
     from framework.observability import configure_logging
 

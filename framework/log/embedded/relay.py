@@ -93,6 +93,8 @@ Outcome = AppendResult | Exception
 Item = tuple[Sequence[RecordTuple], Expect]
 Direct = Callable[[str, int, Sequence[Item]], list[Outcome]]
 """The store's own (unrelayed) conditional group append: a client's fallback."""
+Relayed = Callable[[str, int, Sequence[Item], list[Outcome], float], None]
+"""Told what the relay wrote for this process (its metrics count it)."""
 
 
 def enabled() -> bool:
@@ -107,9 +109,10 @@ class _NotSentError(Exception):
 class Relay:
     """A data directory's relay as one client process sees it (module docstring)."""
 
-    def __init__(self, root: Path, direct: Direct) -> None:
+    def __init__(self, root: Path, direct: Direct, relayed: Relayed) -> None:
         self._root = root
         self._direct = direct
+        self._count = relayed
         self._pid = os.getpid()
         self._mutex = threading.Lock()
         self._local = threading.local()
@@ -167,6 +170,7 @@ class Relay:
             frame = request(topic, partition, items)
         except ValueError:  # a record marshal cannot carry (a bytearray value, say)
             return self._direct(topic, partition, items)
+        started = time.perf_counter()
         try:
             answer = self._ask(frame)
         except _NotSentError:
@@ -180,6 +184,7 @@ class Relay:
         if len(outcomes) != len(items):
             return self._orphaned(topic, partition, items, ValueError("an answer of another size"))
         self.relayed += len(outcomes)
+        self._count(topic, partition, items, outcomes, time.perf_counter() - started)
         return outcomes
 
     def _relayed(self) -> bool:

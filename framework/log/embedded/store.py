@@ -480,18 +480,26 @@ class LogStore:
         part: Partition,
         appends: Sequence[tuple[Sequence[RecordTuple], Expect]],
     ) -> list[AppendResult | Exception]:
-        """``appends`` through the relay (or directly, where it cannot), counted in this
-        process's metrics as the appends it writes itself are."""
+        """``appends`` through the relay (or directly, where it cannot)."""
+        return relay.append_group(part.topic, part.partition, appends)
+
+    def _count_relayed(
+        self,
+        topic: str,
+        partition: int,
+        appends: Sequence[tuple[Sequence[RecordTuple], Expect]],
+        outcomes: Sequence[AppendResult | Exception],
+        seconds: float,
+    ) -> None:
+        """Count what the relay wrote for this process in its metrics, as the appends it
+        writes itself are counted (by the partition)."""
         if not M.on:
-            return relay.append_group(part.topic, part.partition, appends)
-        started = time.perf_counter()
-        outcomes = relay.append_group(part.topic, part.partition, appends)
-        seconds = time.perf_counter() - started
+            return
+        part = self.partition(topic, partition)
         for (records, _), outcome in zip(appends, outcomes, strict=True):
             if isinstance(outcome, AppendResult):
                 nbytes = sum(len(r[0] or b"") + len(r[1] or b"") for r in records)
                 part.count_appended(len(records), nbytes, seconds)
-        return outcomes
 
     @property
     def relay(self) -> Relay | None:
@@ -504,7 +512,9 @@ class LogStore:
             with self._lock:
                 if self._relay is None and not self._closed:
                     if relay_module.enabled() and self.clock is wall_clock_ms:
-                        self._relay = relay_module.Relay(self.path, self.append_group_direct)
+                        self._relay = relay_module.Relay(
+                            self.path, self.append_group_direct, self._count_relayed
+                        )
                     else:
                         self._relay_allowed = False
                 relay = self._relay

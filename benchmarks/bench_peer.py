@@ -43,7 +43,9 @@ time goes (no table). ``--cpu`` prints the CPU time a command costs eventlane: o
 of the workers, from ``getrusage``, with their voluntary context switches and the rate),
 min and median of ``--runs`` runs (no table). ``--scaling 2,4,8`` measures only issue 36's
 bar: 1, 2, 4 and 8 writer processes on one partition (all spawned alike, interleaved per
-round), cmd/s against 1 process (>= 1.5x with 8, never below 1.0x) and CPU per command.
+round), cmd/s against 1 process (>= 1.5x with 8, never below 1.0x) and CPU per command
+(the workers' and, from three writers on, the relay process's they started:
+framework/log/embedded/relay.py).
 """
 
 from __future__ import annotations
@@ -311,6 +313,22 @@ def in_processes(
     return max(end for end, _, _ in ends) - t0
 
 
+def relay_cpu(data: Path) -> float:
+    """CPU seconds (user + system, its start included) of the relay process that served
+    ``data`` (framework/log/embedded/relay.py), if one did; it is still running now."""
+    report = data / "relay.log"
+    if not report.exists():
+        return 0.0
+    cpu = 0.0
+    for line in report.read_text().splitlines():
+        if " serving " in line:
+            pid = line.split(" relay ")[1].split()[0]
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                cpu += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu
+
+
 # ------------------------------------------------------------------------------ measures
 def profile(root: Path, accounts: int, commands: int) -> None:
     ids = [f"acc-{i}" for i in range(accounts)]
@@ -378,7 +396,8 @@ def scaling(args: Any, root: Path, accounts: int, commands: int) -> None:
             el_app(data).close()  # topics created once, before the processes race
             usage: list[tuple[float, int]] = []
             seconds = in_processes(data, ids, commands, usage, processes=n)
-            return {"rate": total / seconds, "cpu_us": sum(u[0] for u in usage) / total * 1e6}
+            cpu = sum(u[0] for u in usage) + relay_cpu(data)
+            return {"rate": total / seconds, "cpu_us": cpu / total * 1e6}
 
         return run
 

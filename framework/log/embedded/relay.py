@@ -82,7 +82,7 @@ SUSPECT_S = 10.0
 WRITERS_MIN = 3
 """Processes making conditional appends on a data directory from which the relay serves
 them (two alone write faster directly, each taking the lock in turn: docs/performance.md)."""
-LOOK_S = 1.0
+LOOK_S = 0.1
 """How often a store that has no relay connection looks for one (a connect attempt)."""
 SPAWN_EVERY_S = 5.0
 """A store starts the relay at most this often."""

@@ -10,21 +10,25 @@ its lock and one fsync, checked against one key index (:mod:`.relay_server`).
 
 ::
 
-    <data>/relay.lock     flock()ed by the relay process for as long as it serves
-    <data>/relay.sock     its Unix socket (the data directory's permissions guard it)
-    <data>/relay.log      what the relay process reports (warnings and errors)
+    <data>/relay.lock               flock()ed by the relay process for as long as it serves
+    <data>/relay.sock               its Unix socket (the data directory's permissions guard it)
+    <data>/relay.log                what the relay process reports (warnings and errors)
+    <data>/relay.writers/<pid>.<n>.lock   one per store making conditional appends, flock()ed
 
 This module is the clients' side (:class:`Relay`, one per
 :class:`~framework.log.embedded.store.LogStore`) and the wire both sides speak.
 
-* **When**: a process alone appends directly, as ever. A store whose appends found another
-  process holding a partition's append lock :data:`MEET` times within a second starts the
-  relay (``python -m framework.log.embedded.relay_server <data>``, in its own session; at
-  most one serves: ``relay.lock``) and, like every process that finds it running, appends
-  through it from then on. The relay exits once fewer than two processes used it for
-  :data:`~framework.log.embedded.relay_server.IDLE_S` seconds (the last one appends
-  directly again), when the data directory is gone, or on SIGTERM. ``EVENTLANE_RELAY=off``
-  (or a store with its own clock) never uses it.
+* **When**: one or two processes append directly, as ever (two take turns at the lock
+  faster than through a relay). A store registers at its first conditional append; one
+  that counts :data:`WRITERS_MIN` live registered processes (itself included) starts the
+  relay (``python -m framework.log.embedded.relay_server <data>``, in its own session): it
+  takes ``relay.lock`` first and hands it to the child, so one starts at a time. Every
+  store without a connection looks for the relay every :data:`LOOK_S` (and at once when an
+  append found another process at a partition's lock), and appends through it while
+  connected. The relay exits once fewer than :data:`WRITERS_MIN` processes used it for
+  :data:`~framework.log.embedded.relay_server.IDLE_S` seconds (the rest append directly
+  again), when the data directory is gone, or on SIGTERM. ``EVENTLANE_RELAY=off`` (or a
+  store with its own clock) never uses it.
 * **Wire**: a request is a 4-byte length and a ``marshal``-ed list of conditional appends
   ``(topic, partition, records, key, last_offset)``; the answer, one outcome each: the
   offsets and timestamps, or the error the append raised there (its class and fields). A
@@ -118,6 +122,7 @@ class Relay:
         self._local = threading.local()
         self._dir_fd = -1
         self._look_at = 0.0
+        self._suspect_until = 0.0
         self._counted_at = 0.0
         self._spawned_at = -SPAWN_EVERY_S
         self._child: subprocess.Popen[bytes] | None = None
@@ -195,6 +200,8 @@ class Relay:
             return False
         if not self._registered:
             self._register()
+        if time.monotonic() < self._suspect_until:
+            return False  # it did not answer lately: maybe stopped (module docstring)
         conn: socket.socket | None = getattr(self._local, "conn", None)
         if conn is not None:
             if _open(conn):
@@ -240,9 +247,8 @@ class Relay:
             return marshal.loads(recv_exactly(conn, size))
         except (OSError, EOFError, ValueError, TypeError) as exc:
             self._drop(conn)
-            self._look_at = time.monotonic() + (
-                SUSPECT_S if isinstance(exc, TimeoutError) else LOOK_S
-            )
+            if isinstance(exc, TimeoutError):
+                self._suspect_until = time.monotonic() + SUSPECT_S
             if isinstance(exc, OSError):
                 raise
             raise OSError(errno.EPROTO, str(exc)) from exc

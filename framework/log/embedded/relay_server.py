@@ -13,7 +13,8 @@ Invariants: an answer says what the append did (offsets once durable, or the err
 raised); a request is answered at most once and only after it was read whole; a request
 read is answered unless the relay dies (its clients then settle it: :mod:`.relay`). It
 exits (unlinking its socket first, so no new client connects, then answering what it read)
-once fewer than two client processes sent a request in :data:`IDLE_S` seconds, when the data
+once fewer than three client processes (:data:`~.relay.WRITERS_MIN`) sent a request in
+:data:`IDLE_S` seconds, when the data
 directory is gone or replaced, or on SIGTERM/SIGINT.
 """
 
@@ -49,7 +50,8 @@ from framework.observability import get_logger
 log = get_logger("eventlane.log")
 
 IDLE_S = 5.0
-"""The relay exits once fewer than two processes sent it a request for this long."""
+"""The relay exits once fewer than :data:`~.relay.WRITERS_MIN` processes sent it a request
+for this long."""
 _PEERCRED = struct.Struct("3i")
 _TICK_S = 0.5
 
@@ -89,7 +91,7 @@ class RelayServer:
                 if now - checked >= _TICK_S:
                     checked = now
                     if now - started >= IDLE_S and self._idle(now):
-                        log.info("fewer than two processes use the relay: exiting")
+                        log.info("fewer than three processes use the relay: exiting")
                         break
                     if _identity(self.root) != self._identity:
                         log.warning("the data directory is gone: the relay exits")
@@ -258,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s relay %(process)d %(message)s")
     root = Path(args[0])
+    os.environ["EVENTLANE_RELAY"] = "off"  # the relay itself writes directly
     if lock_fd < 0:
         lock_fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:

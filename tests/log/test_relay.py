@@ -47,7 +47,9 @@ _CHILD = textwrap.dedent(
     keys = [b"k%d" % i for i in range(6)]
     known = {}
     with LogStore(data) as log:
-        log.offsets("relayed", 0)
+        warm = b"warm-" + tag.encode()  # registers this writer before the start
+        record = (warm, tag.encode() + b":warm", (("exp", b"-"),), None)
+        log.append("relayed", 0, [record], expect=Expect(warm, None), atomic=True)
         print(json.dumps({"ready": os.getpid()}), flush=True)
         while not os.path.exists(os.path.join(data, "go")):
             time.sleep(0.005)
@@ -94,6 +96,11 @@ def _run(data: Path, procs: list[subprocess.Popen[str]], during: object = None) 
     for proc in procs:
         assert proc.stdout is not None
         assert "ready" in json.loads(proc.stdout.readline())
+    if len(procs) >= relay.WRITERS_MIN:  # the third writer started it: let it come up
+        deadline = time.monotonic() + 30
+        while not (data / relay.SOCKET_NAME).exists():
+            assert time.monotonic() < deadline, "no relay started for three writers"
+            time.sleep(0.01)
     (data / "go").touch()
     if callable(during):
         during()
@@ -218,12 +225,13 @@ def test_relay_killed_and_stopped_under_load_leaves_the_rule_intact(data: Path) 
 def test_an_append_the_relay_wrote_and_never_answered_is_unknown_not_refused(
     data: Path,
 ) -> None:
-    """The relay stops itself right after writing and publishing its first batch (before
-    the fsync and the answer, holding the append lock). Its clients give up waiting and
+    """The relay stops itself right after writing and publishing a batch (its fourth: the
+    writers' first appends come before), before the fsync and the answer, holding the
+    append lock. Its clients give up waiting and
     append directly with the same expectation once it is killed: the relay's record (in
     flight) refuses theirs, and they must report the outcome as unknown, never refused:
     that record is stored (the next appender's fsync makes it durable)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVENTLANE_PAUSES": "stop:append.hooks"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVENTLANE_PAUSES": "stop:append.hooks#4"}
     server = subprocess.Popen(
         [sys.executable, "-m", "framework.log.embedded.relay_server", str(data)], env=env
     )

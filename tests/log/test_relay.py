@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -93,6 +94,8 @@ def _start(data: Path, tag: str, count: int, seconds: float, seed: int) -> subpr
 
 
 def _run(data: Path, procs: list[subprocess.Popen[str]], during: object = None) -> dict[str, list]:
+    """Start the writers together, run ``during`` meanwhile, and collect their outcome lines
+    (read as they come: a writer blocked on a full pipe would append nothing)."""
     for proc in procs:
         assert proc.stdout is not None
         assert "ready" in json.loads(proc.stdout.readline())
@@ -101,14 +104,21 @@ def _run(data: Path, procs: list[subprocess.Popen[str]], during: object = None) 
         while not (data / relay.SOCKET_NAME).exists():
             assert time.monotonic() < deadline, "no relay started for three writers"
             time.sleep(0.01)
+    outputs: list[list[str]] = [[] for _ in procs]
+    readers = [
+        threading.Thread(target=lambda p=proc, out=out: out.extend(p.stdout or ()))
+        for proc, out in zip(procs, outputs, strict=True)
+    ]
+    for reader in readers:
+        reader.start()
     (data / "go").touch()
     if callable(during):
         during()
     lines: dict[str, list] = {}
-    for n, proc in enumerate(procs):
-        out, _ = proc.communicate(timeout=180)
-        assert proc.returncode == 0, f"writer {n} exited with {proc.returncode}"
-        lines[f"w{n}"] = [json.loads(line) for line in out.splitlines()]
+    for n, (proc, reader) in enumerate(zip(procs, readers, strict=True)):
+        assert proc.wait(timeout=180) == 0, f"writer {n} exited with {proc.returncode}"
+        reader.join(timeout=30)
+        lines[f"w{n}"] = [json.loads(line) for line in outputs[n]]
     return lines
 
 
@@ -196,20 +206,27 @@ def test_two_processes_append_directly(data: Path) -> None:
     assert not (data / relay.LOG_NAME).exists()
 
 
-def test_relay_killed_and_stopped_under_load_leaves_the_rule_intact(data: Path) -> None:
-    """kill -9 of the relay twice and a SIGSTOP longer than a client waits: its clients
-    append directly with the same expectation (unknown when refused), and a new relay
-    starts; the oracle holds over everything."""
-    procs = [_start(data, f"w{n}", 0, 16.0, seed=20 + n) for n in range(4)]
+@pytest.mark.parametrize(
+    ("writers", "kills", "seconds"),
+    [(4, 2, 16.0), pytest.param(8, 20, 90.0, marks=pytest.mark.soak, id="soak")],
+)
+def test_relay_killed_and_stopped_under_load_leaves_the_rule_intact(
+    data: Path, writers: int, kills: int, seconds: float
+) -> None:
+    """kill -9 of the relay (``kills`` times) and a SIGSTOP longer than a client waits: its
+    clients append directly with the same expectation (unknown when refused), and a new
+    relay starts; the oracle holds over everything."""
+    procs = [_start(data, f"w{n}", 0, seconds, seed=20 + n) for n in range(writers)]
     faults: list[str] = []
+    between = (seconds - relay.ANSWER_S - 5) / (kills + 1)
 
     def during() -> None:
-        for _ in range(2):
-            time.sleep(1.5)
+        for _ in range(kills):
+            time.sleep(between)
             pid = _relay_pid(data)
             os.kill(pid, signal.SIGKILL)
             faults.append(f"killed {pid}")
-        time.sleep(1.5)
+        time.sleep(between)
         pid = _relay_pid(data)
         os.kill(pid, signal.SIGSTOP)
         time.sleep(relay.ANSWER_S + 1.5)
@@ -217,7 +234,8 @@ def test_relay_killed_and_stopped_under_load_leaves_the_rule_intact(data: Path) 
         faults.append(f"stopped {pid}")
 
     counts = _check(data, _run(data, procs, during))
-    assert len(faults) == 3, faults
+    print(f"relay faults {faults}: outcomes {counts}", file=sys.stderr)
+    assert len(faults) == kills + 1, faults
     assert counts["relayed"] > 100, counts  # served before, between and after the kills
     assert counts["ok"] > 200, counts
 

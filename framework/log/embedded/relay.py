@@ -88,8 +88,8 @@ WRITERS_MIN = 3
 them (two alone write faster directly, each taking the lock in turn: docs/performance.md)."""
 LOOK_S = 0.1
 """How often a store that has no relay connection looks for one (a connect attempt)."""
-SPAWN_EVERY_S = 5.0
-"""A store starts the relay at most this often."""
+SPAWN_EVERY_S = 0.5
+"""A store tries to start the relay at most this often (``relay.lock`` lets one start)."""
 MAX_FRAME = 64 << 20
 LEN = struct.Struct(">I")
 
@@ -206,9 +206,7 @@ class Relay:
         if conn is not None:
             if _open(conn):
                 return True
-            self._drop(conn)  # the relay exited (or died): look again later
-            self._look_at = time.monotonic() + LOOK_S
-            return False
+            self._drop(conn)  # the relay exited (or died): look again now
         now = time.monotonic()
         if now < self._look_at:
             return False
@@ -249,6 +247,7 @@ class Relay:
             self._drop(conn)
             if isinstance(exc, TimeoutError):
                 self._suspect_until = time.monotonic() + SUSPECT_S
+
             if isinstance(exc, OSError):
                 raise
             raise OSError(errno.EPROTO, str(exc)) from exc
@@ -273,6 +272,7 @@ class Relay:
         ]
 
     def _drop(self, conn: socket.socket) -> None:
+        self._look_at = self._counted_at = 0.0
         if getattr(self._local, "conn", None) is conn:
             self._local.conn = None
         with self._mutex:

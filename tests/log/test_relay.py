@@ -363,3 +363,16 @@ def test_several_stores_of_one_process_and_a_forked_child_append(data: Path) -> 
     with LogStore(data) as log:
         records, _ = log.read(TOPIC, 0, 0)
     assert [r.value for r in records] == [b"0", b"1", b"2", b"child"]
+
+
+def test_a_data_directory_past_the_socket_path_limit_is_served(tmp_path: Path) -> None:
+    """A Unix socket's path holds at most 107 bytes: a deeper data directory is reached
+    through a descriptor of it (``/proc/self/fd/N/relay.sock``), on both sides."""
+    data = tmp_path / ("x" * 120) / "data"
+    data.parent.mkdir()
+    with LogStore(data) as log:
+        log.create_topic(TOPIC, partitions=1)
+    assert len(str(data / relay.SOCKET_NAME).encode()) > 107
+    procs = [_start(data, f"w{n}", 60, 0, seed=60 + n) for n in range(3)]
+    counts = _check(data, _run(data, procs))
+    assert counts["relayed"] >= 60 and counts["unknown"] == 0, counts

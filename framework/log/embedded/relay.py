@@ -135,9 +135,9 @@ class Relay:
         """Appends the relay answered for this process (a count, for tests and metrics)."""
 
     def _register(self) -> None:
-        """At this process's first conditional append: say so in ``<data>/relay/writers``
-        (a file per process, ``flock()``ed while it lives) and start the relay if another
-        live process said so before (module docstring)."""
+        """At this store's first conditional append: say so in ``<data>/relay.writers/``
+        (a file per store, ``flock()``ed while it is open) and start the relay if that makes
+        :data:`WRITERS_MIN` live processes (module docstring)."""
         self._registered = True
         folder = self._root / WRITERS
         name = f"{os.getpid()}.{next(_SERIALS)}.lock"  # a process may open several stores
@@ -247,7 +247,6 @@ class Relay:
             self._drop(conn)
             if isinstance(exc, TimeoutError):
                 self._suspect_until = time.monotonic() + SUSPECT_S
-
             if isinstance(exc, OSError):
                 raise
             raise OSError(errno.EPROTO, str(exc)) from exc

@@ -890,12 +890,6 @@ class KeyIndex:
                 self._write, self._guard(self._number, pairs), first_offset, next_offset
             )
 
-    def share(self, shared: bool) -> None:
-        """:attr:`shared` set; the rows held back written first when it becomes true."""
-        if shared and self._held:
-            self.flush_held()
-        self.shared = shared
-
     def _hold(self, rows: list[tuple[bytes, int, int]], next_offset: int) -> bool:
         """Hold ``rows`` back (hold ``_lock``, the index ending where they begin)."""
         if not self._held:

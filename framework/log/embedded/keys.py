@@ -124,16 +124,8 @@ class KeyIndexes:
         # least recently used first (at most CHECKED_HEADS: _remember)
         self._checked: OrderedDict[tuple[str, int, bytes], int] = OrderedDict()
         self.shared = False
-        """This process relays other processes' appends: its indexes hold no rows back."""
-
-    def share(self, shared: bool) -> None:
-        """Write every appended row at once (``shared``: this process relays others'
-        appends, whose readers look in the file), or hold rows back again."""
-        with self._lock:
-            self.shared = shared
-            indexes = list(self._indexes.values())
-        for idx in indexes:
-            idx.share(shared)
+        """This process relays other processes' appends (set by the relay before it opens
+        an index): its indexes write every row at once, never holding any back."""
 
     def mode_of(self, topic: str) -> Mode:
         return "latest" if self.log.topic_config(topic).compact else "stream"

@@ -291,15 +291,9 @@ class Relay:
             self._child = spawn(self._root)
 
     def _socket_path(self) -> str:
-        path = str(self._root / SOCKET_NAME)
-        if len(path.encode()) < 100:
-            return path
-        # a Unix socket's path holds at most 107 bytes: reach the directory through a
-        # descriptor of it instead
         with self._mutex:
-            if self._dir_fd < 0:
-                self._dir_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY)
-            return f"/proc/self/fd/{self._dir_fd}/{SOCKET_NAME}"
+            address, self._dir_fd = socket_address(self._root, self._dir_fd)
+            return address
 
     def _after_fork(self) -> None:
         """In a forked child: never touch the parent's connections."""
@@ -335,6 +329,18 @@ class Relay:
                 os.unlink(self._root / WRITERS / self._writer_name)
             os.close(self._writer_fd)
             self._writer_fd = -1
+
+
+def socket_address(root: Path, dir_fd: int = -1) -> tuple[str, int]:
+    """The address of ``root``'s relay socket, and the descriptor of ``root`` it uses (a
+    Unix socket's path holds at most 107 bytes: a deeper directory is reached through a
+    descriptor of it, opened once: ``dir_fd`` if already open, else ``-1`` when unused)."""
+    path = str(root / SOCKET_NAME)
+    if len(path.encode()) < 100:
+        return path, dir_fd
+    if dir_fd < 0:
+        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    return f"/proc/self/fd/{dir_fd}/{SOCKET_NAME}", dir_fd
 
 
 def _other_writers(folder: Path, pid: int) -> int:

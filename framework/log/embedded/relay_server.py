@@ -42,6 +42,7 @@ from framework.log.embedded.relay import (
     WRITERS_MIN,
     Item,
     answer,
+    socket_address,
 )
 from framework.log.embedded.store import LogStore
 from framework.log.types import Expect
@@ -62,7 +63,7 @@ class RelayServer:
     def __init__(self, root: Path, listener: socket.socket) -> None:
         self.root = root
         self.store = LogStore(root)
-        self.store.keys.share(True)  # its clients read the rows from the file
+        self.store.keys.shared = True  # its clients read the rows from the file
         self._listener = listener
         self._sel = selectors.DefaultSelector()
         self._buffers: dict[socket.socket, bytearray] = {}
@@ -233,9 +234,7 @@ def _identity(root: Path) -> tuple[int, int] | None:
 
 
 def _listen(root: Path) -> socket.socket:
-    path = str(root / SOCKET_NAME)
-    if len(path.encode()) >= 100:  # too long for a Unix socket: through a descriptor
-        path = f"/proc/self/fd/{os.open(root, os.O_RDONLY | os.O_DIRECTORY)}/{SOCKET_NAME}"
+    path, _ = socket_address(root)  # its directory's descriptor lives as long as we do
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a dead relay's: we hold the lock now
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -441,7 +441,7 @@ class LogStore:
                     raise ConfigError("pass expect= or precondition=, not both", topic=topic)
                 relay = self.relay
                 if atomic and relay is not None:  # other processes write: :mod:`.relay`
-                    (outcome,) = self._relayed(relay, part, [(records, expect)])
+                    (outcome,) = relay.append_group(topic, partition, [(records, expect)])
                     if isinstance(outcome, Exception):
                         raise outcome
                     return outcome
@@ -471,17 +471,8 @@ class LogStore:
         partition's waiting appends with it."""
         relay = self.relay
         if relay is not None:
-            return self._relayed(relay, self.partition(topic, partition), appends)
+            return relay.append_group(topic, partition, appends)
         return self.append_group_direct(topic, partition, appends)
-
-    def _relayed(
-        self,
-        relay: Relay,
-        part: Partition,
-        appends: Sequence[tuple[Sequence[RecordTuple], Expect]],
-    ) -> list[AppendResult | Exception]:
-        """``appends`` through the relay (or directly, where it cannot)."""
-        return relay.append_group(part.topic, part.partition, appends)
 
     def _count_relayed(
         self,
@@ -835,7 +826,7 @@ class LogStore:
     def close(self) -> None:
         if self._closed:
             return
-        if self._relay is not None:  # first: its thread writes through this store
+        if self._relay is not None:  # its connections and registration (the relay serves on)
             self._relay.close()
         self._closed = True
         self._meta_lock.close()

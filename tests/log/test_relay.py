@@ -376,3 +376,61 @@ def test_a_data_directory_past_the_socket_path_limit_is_served(tmp_path: Path) -
     procs = [_start(data, f"w{n}", 60, 0, seed=60 + n) for n in range(3)]
     counts = _check(data, _run(data, procs))
     assert counts["relayed"] >= 60 and counts["unknown"] == 0, counts
+
+
+def test_frames_larger_than_a_read_and_several_in_one_read_are_each_answered(
+    data: Path,
+) -> None:
+    """The relay reads into one buffer of ``_READ_BYTES``: a request longer than that is
+    put together over several reads, and requests that arrive in one read are each
+    answered, in order (a peer speaking the wire itself, as a client does)."""
+    from framework.errors import RecordTooLargeError  # noqa: PLC0415
+    from framework.log.embedded.relay_server import _READ_BYTES  # noqa: PLC0415
+    from framework.log.types import Expect  # noqa: PLC0415
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "framework.log.embedded.relay_server", str(data)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (data / relay.SOCKET_NAME).exists():
+            assert time.monotonic() < deadline and server.poll() is None, "the relay never served"
+            time.sleep(0.02)
+        import socket  # noqa: PLC0415
+
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(30)
+        conn.connect(str(data / relay.SOCKET_NAME))
+
+        def ask(*frames: bytes) -> list[object]:
+            conn.sendall(b"".join(frames))
+            answers = []
+            for _ in frames:
+                (size,) = relay.LEN.unpack(relay.recv_exactly(conn, relay.LEN.size))
+                body = relay.recv_exactly(conn, size)
+                answers.append(relay.outcome(relay.marshal.loads(body)[0]))
+            return answers
+
+        half = _READ_BYTES // 2 + 1  # three records: more than one read, more than a batch
+        big = [(b"big", bytes([n]) * half, (), None) for n in range(3)]
+        frame = relay.request(TOPIC, 0, [(big, Expect(b"big", None))])
+        assert len(frame) > _READ_BYTES + relay.LEN.size
+        (too_large,) = ask(frame)
+        assert isinstance(too_large, RecordTooLargeError), too_large
+        small = [
+            relay.request(TOPIC, 0, [([(b"k", b"%d" % n, (), None)], Expect(b"k", last))])
+            for n, last in enumerate([None, 0, 0])  # the third's expectation is stale
+        ]
+        first, second, stale = ask(*small)
+        assert isinstance(first, AppendResult) and first.base_offset == 0
+        assert isinstance(second, AppendResult) and second.base_offset == 1
+        assert isinstance(stale, ConcurrencyError) and stale.actual == 1
+        conn.close()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    with LogStore(data) as log:
+        records, _ = log.read(TOPIC, 0, 0)
+    assert [r.value for r in records] == [b"0", b"1"]

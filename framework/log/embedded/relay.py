@@ -91,6 +91,7 @@ LOOK_S = 0.1
 SPAWN_EVERY_S = 0.5
 """A store tries to start the relay at most this often (``relay.lock`` lets one start)."""
 MAX_FRAME = 64 << 20
+_ANSWER_READ = 1 << 16
 LEN = struct.Struct(">I")
 
 Outcome = AppendResult | Exception
@@ -239,10 +240,7 @@ class Relay:
             self._drop(conn)
             raise _NotSentError from exc
         try:
-            (size,) = LEN.unpack(recv_exactly(conn, LEN.size))
-            if size > MAX_FRAME:
-                raise ValueError(f"an answer of {size} bytes")
-            return marshal.loads(recv_exactly(conn, size))
+            return marshal.loads(_answer_body(conn))
         except (OSError, EOFError, ValueError, TypeError) as exc:
             self._drop(conn)
             if isinstance(exc, TimeoutError):
@@ -458,6 +456,20 @@ def outcome(wire: Any) -> Outcome:
         topic=fields.get("topic") if isinstance(fields.get("topic"), str) else None,
         partition=fields.get("partition") if isinstance(fields.get("partition"), int) else None,
     )
+
+
+def _answer_body(conn: socket.socket) -> bytes:
+    """An answer's body: usually one read (a connection carries one request at a time, so
+    nothing follows the answer)."""
+    data = conn.recv(_ANSWER_READ)
+    if len(data) < LEN.size:
+        data += recv_exactly(conn, LEN.size - len(data))
+    (size,) = LEN.unpack_from(data)
+    if size > MAX_FRAME:
+        raise ValueError(f"an answer of {size} bytes")
+    if len(data) < LEN.size + size:
+        data += recv_exactly(conn, LEN.size + size - len(data))
+    return data[LEN.size :]
 
 
 def recv_exactly(conn: socket.socket, size: int) -> bytes:

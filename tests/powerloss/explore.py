@@ -50,6 +50,8 @@ class Figures:
     acks: int = 0
     fsyncs: int = 0
     crash_points: int = 0
+    relayed_points: int = 0
+    """Crash points chosen at the relay process's barriers (:func:`_relayed`)."""
     states: int = 0
     failures: list[Failure] = field(default_factory=list)
     record_s: float = 0.0
@@ -58,7 +60,8 @@ class Figures:
     def summary(self) -> str:
         return (
             f"{self.ops} traced ops ({self.fsyncs} fsyncs, {self.acks} acknowledgements), "
-            f"{self.crash_points} crash points, {self.states} crash states checked, "
+            f"{self.crash_points} crash points ({self.relayed_points} at the relay's"
+            f" barriers), {self.states} crash states checked, "
             f"{len(self.failures)} failing; record {self.record_s:.1f} s, "
             f"explore {self.explore_s:.1f} s"
         )
@@ -147,6 +150,10 @@ def explore(
         # a third of the points inside compaction and retention passes, at any call
         maintenance = _maintenance_windows(ops)
         chosen = set(rng.sample(maintenance, min(crash_points // 3, len(maintenance))))
+        # a quarter at the barriers of another process (the relay writing this one's saves)
+        relayed = [p for p in points if p not in chosen and _relayed(ops, p)]
+        chosen.update(rng.sample(relayed, min(crash_points // 4, len(relayed))))
+        fig.relayed_points = len(chosen & set(relayed))
         rest = [p for p in points if p not in chosen]
         chosen.update(rng.sample(rest, min(crash_points - 1 - len(chosen), len(rest))))
         chosen.add(len(ops))
@@ -177,6 +184,17 @@ def explore(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return fig
+
+
+def _relayed(ops: list[trace.Op], point: int) -> bool:
+    """Whether the crash point is at a barrier of a process the workload started (the
+    relay's fsync, or just after it) or at a save it answered."""
+    near = [ops[i] for i in (point - 1, point) if 0 <= i < len(ops)]
+    return any(
+        (op.kind == "fsync" and op.fd >= trace.PER_PROCESS)
+        or (op.kind == "ack" and "acc-relayed" in op.text)
+        for op in near
+    )
 
 
 def _maintenance_windows(ops: list[trace.Op]) -> list[int]:

@@ -37,6 +37,7 @@ def test_power_loss_states_keep_every_acknowledgement(recording: Recording) -> N
     also covers ext4's stronger behaviour (``--journaling`` in the soak script)."""
     fig = explore(seed=7, crash_points=24, states_per_point=2, recording=recording)
     assert fig.states >= 40 and fig.acks > 20
+    assert fig.relayed_points >= 4, _report(fig)  # the relay's groups, in another process
     assert not fig.failures, _report(fig)
 
 

@@ -26,7 +26,7 @@ TRACED = (
     "open,openat,creat,write,pwrite64,writev,pwritev,pwritev2,lseek,ftruncate,truncate,"
     "fsync,fdatasync,sync,syncfs,sync_file_range,msync,rename,renameat,renameat2,unlink,"
     "unlinkat,mkdir,mkdirat,rmdir,link,linkat,symlink,symlinkat,fallocate,copy_file_range,"
-    "sendfile,splice,dup,dup2,dup3,close"
+    "sendfile,splice,dup,dup2,dup3,close,bind,clone,clone3,fork,vfork"
 )
 
 
@@ -118,7 +118,11 @@ def _string(arg: str) -> bytes:
     return _unescape(arg)
 
 
-def _fd(arg: str) -> tuple[int, str]:
+PER_PROCESS = 1 << 20
+"""Descriptors of the n-th process are ``n * PER_PROCESS + fd`` in :class:`Op`."""
+
+
+def _fd_of(arg: str) -> tuple[int, str]:
     m = _FD.match(arg)
     if m is None:
         raise ValueError(f"expected a file descriptor, got {arg[:80]!r}")
@@ -131,18 +135,19 @@ def _at(dirfd_arg: str, path_arg: str) -> str:
     path = _string(path_arg).decode(errors="surrogateescape")
     if path.startswith("/"):
         return path
-    _, base = _fd(dirfd_arg)
+    _, base = _fd_of(dirfd_arg)
     return str(Path(base) / path)
 
 
-def _joined(lines: list[str]) -> list[tuple[str, str, str]]:
-    """(name, args, result) per completed call, unfinished/resumed pairs joined."""
+def _joined(lines: list[str]) -> list[tuple[str, str, str, str]]:
+    """(thread id, name, args, result) per completed call, unfinished/resumed pairs
+    joined."""
     pending: dict[str, tuple[str, str]] = {}
     calls = []
     for line in lines:
         m = _LINE.match(line)
         if m:
-            calls.append((m.group(2), m.group(3), m.group(4)))
+            calls.append((m.group(1), m.group(2), m.group(3), m.group(4)))
             continue
         m = _UNFINISHED.match(line)
         if m:
@@ -151,10 +156,31 @@ def _joined(lines: list[str]) -> list[tuple[str, str, str]]:
         m = _RESUMED.match(line)
         if m:
             name, head = pending.pop(m.group(1))
-            calls.append((name, head + m.group(3), m.group(4)))
+            calls.append((m.group(1), name, head + m.group(3), m.group(4)))
             continue
         # signals, exits, "???" and the like carry no file-system effect
     return calls
+
+
+def _processes(calls: list[tuple[str, str, str, str]]) -> dict[str, int]:
+    """Each thread id's process as a small number (0: the workload's own process; then
+    the processes it started, such as the relay, in order of appearance). A child's calls
+    may be printed before its parent's ``clone`` returns, hence this pass first."""
+    parents: dict[str, tuple[str, bool]] = {}
+    for tid, name, args, result in calls:
+        if name in ("clone", "clone3", "fork", "vfork") and not result.startswith(("-1", "?")):
+            parents[result.split()[0]] = (tid, "CLONE_THREAD" in args)
+    numbers: dict[str, int] = {}
+    found: dict[str, int] = {}
+    for tid, *_ in calls:
+        leader = tid
+        while leader in parents and parents[leader][1]:
+            leader = parents[leader][0]
+        found[tid] = numbers.setdefault(leader, len(numbers))
+    return found
+
+
+_SUN_PATH = re.compile(r'sun_path=("[^"]*")')
 
 
 def parse(trace_path: Path, data: Path, acks: Path) -> list[Op]:
@@ -167,10 +193,22 @@ def parse(trace_path: Path, data: Path, acks: Path) -> list[Op]:
         return path == root or path.startswith(root + "/")
 
     text = trace_path.read_text(errors="surrogateescape")
-    for name, args, result in _joined(text.splitlines()):
+    calls = _joined(text.splitlines())
+    process_of = _processes(calls)
+    process = 0
+
+    def _fd(arg: str) -> tuple[int, str]:
+        # descriptors are per process: another process's are numbered apart (a process
+        # started by the workload, the relay, begins with none of this model's files)
+        fd, path = _fd_of(arg)
+        return (fd if process == 0 or fd < 0 else process * PER_PROCESS + fd), path
+
+    for tid, name, args, result in calls:
         if result.startswith(("-1 ", "?")):
             continue
         a = _split(args)
+        process = process_of[tid]
+
         if name in ("write", "pwrite64", "writev", "pwritev", "pwritev2"):
             fd, path = _fd(a[0])
             if path == ack_path:
@@ -239,6 +277,15 @@ def parse(trace_path: Path, data: Path, acks: Path) -> list[Op]:
                 ops.append(Op("mkdir", path=path))
         elif name in ("sync", "syncfs"):
             ops.append(Op("fsync", path="*"))
+        elif name in ("clone", "clone3", "fork", "vfork"):
+            continue  # read by _processes
+        elif name == "bind":
+            m = _SUN_PATH.search(args)
+            path = _string(m.group(1)).decode(errors="surrogateescape") if m else ""
+            if mine(path):  # a Unix socket's file (the relay's): an empty file to the model
+                fd, _ = _fd(a[0])
+                ops.append(Op("open", path=path, fd=fd, flags="O_CREAT"))
+                ops.append(Op("close", fd=fd))
         elif name in ("dup", "dup2", "dup3"):
             fd, path = _fd(a[0])
             if fd in tracked:

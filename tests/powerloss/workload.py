@@ -20,7 +20,8 @@ The steps cover: producer group commit (concurrent ``send``), ``send_batch``, ap
 threads queueing for one partition's lock (in flight until one fsync after the lock covers
 them), segment rolls,
 compaction of a keyed topic, retention, event-store saves (key-index updates, SQLite), saves
-of concurrent asyncio tasks (the asyncio face's grouped appends, one fsync a group), a
+of concurrent asyncio tasks (the asyncio face's grouped appends, one fsync a group), saves
+of threads through a relay process (its groups, written and fsynced by that process), a
 projector worker's read-model commits (SQLite WAL) and its consumer group's offset commits.
 ``SIZE`` scales the number of records.
 """
@@ -30,8 +31,10 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -203,6 +206,11 @@ def run(data: Path, acks_path: Path, size: int, seed: int) -> None:
     asyncio.run(_async_saves(log, ack, size, rng))
     ack.states()
 
+    # event-store saves through the relay (framework/log/embedded/relay.py): another process
+    # writes this one's conditional appends, several threads' together under one fsync
+    _relayed_saves(data, log, ack, size, rng)
+    ack.states()
+
     runtime = app.open(log)
     worker = Worker(
         runtime,
@@ -250,6 +258,46 @@ def run(data: Path, acks_path: Path, size: int, seed: int) -> None:
         worker.close()
         runtime.close()
         log.close()
+
+
+def _relayed_saves(data: Path, log: LogStore, ack: Acks, size: int, rng: random.Random) -> None:
+    """Saves of three threads (each its own connection) through a relay process started
+    here (traced too: ``strace -f``), which is then stopped; the saves after it are direct."""
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "framework.log.embedded.relay_server", str(data)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not (data / "relay.sock").exists():
+        if relay.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the relay did not start")
+        time.sleep(0.01)
+    runtime = app.open(log)
+    amounts = [[rng.randrange(1, 100) for _ in range(size * 2)] for _ in range(3)]
+
+    def saves(task: int) -> None:
+        ident = f"acc-relayed-{task}"
+        for amount in amounts[task]:
+            try:
+                account = runtime.load(Account, ident)
+            except AggregateNotFoundError:
+                account = Account(ident)
+            account.deposit(amount)
+            ack("aggtry", id=ident, version=account.version, amount=amount)
+            [md] = runtime.save(account)
+            ack.saved(account, md, amount)
+
+    threads = [threading.Thread(target=saves, args=(task,)) for task in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    relayed = log.relay.relayed if log.relay is not None else 0
+    relay.terminate()
+    relay.wait(60)
+    if relayed < size:
+        raise RuntimeError(f"the relay wrote {relayed} of {size * 6} saves")
 
 
 async def _async_saves(log: LogStore, ack: Acks, size: int, rng: random.Random) -> None:

@@ -9,12 +9,12 @@ request or of several connections, run side by side).
 A partition's records must be exactly one batch (Kafka's rule since Produce v3, which the
 listener's oldest version is): none or several are INVALID_RECORD, so a partition's answer
 is about one batch, stored whole or not at all.
-An uncompressed batch's records reach an embedded log without a Python object each: they are
+A batch's records (decompressed) reach an embedded log without a Python object each: they are
 checked in C (``_wire.records_scan``) and kept as the request's bytes
 (:class:`~framework.kafka.records.KafkaRecords`), which ``LogStore.append_framed`` transcodes
 into its stored batches in one C pass per batch (``_wire.records_stored``), byte for byte what
-appending the parsed tuples writes; anything else (compressed batches, non-ASCII header names,
-a record the log refuses, another engine) goes through the tuples.
+appending the parsed tuples writes; anything else (non-ASCII header names, a record the log
+refuses, an open key index, another engine) goes through the tuples.
 The table is in memory: after a restart a producer's first batch starts its state again.
 Transactional producers and batches are refused.
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -178,13 +179,13 @@ def _produced_batches(
     refuses the partition's request: never half-applied. Records that decompress past the
     bound: MESSAGE_TOO_LARGE (Kafka's RecordTooLargeException for a batch over its limit);
     no room under the memory cap in time: REQUEST_TIMED_OUT (retriable, nothing written).
-    ``framed``: plain batches' records kept as the request's bytes where they can be
+    ``framed``: batches' records kept as bytes (decompressed) where they can be
     (:class:`~framework.kafka.records.KafkaRecords`, for ``append_framed``).
     """
     try:
         if charge is None:
             return parse_batches(raw, framed=framed)
-        return parse_batches(raw, charge)
+        return parse_batches(raw, charge, framed=framed)
     except _MemoryBusyError as exc:
         raise _RefusedError(errno(Errors.RequestTimedOutError), str(exc)) from None
     except DecompressedTooLargeError as exc:
@@ -339,9 +340,10 @@ class ProduceApis(BrokerState):
         caller once appended) and bounded by ``max_decompressed_bytes`` (the request size
         limit: what an uncompressed request could hold)."""
         budget = self.budget
+        # records the engine appends from their bytes (append_framed) stay bytes
+        framed = hasattr(self.log, "append_framed")
         if budget is None or not has_compressed(raw):
-            # records the engine appends from their bytes (append_framed) stay bytes
-            return _produced_batches(raw, framed=hasattr(self.log, "append_framed"))
+            return _produced_batches(raw, framed=framed)
         loop = asyncio.get_running_loop()
         limit, wait_s = self.max_decompressed_bytes, self.memory_wait_s
 
@@ -360,7 +362,9 @@ class ProduceApis(BrokerState):
                 ) from None
             charged[0] += size
 
-        return await asyncio.to_thread(_produced_batches, raw, charge)
+        return await asyncio.to_thread(
+            functools.partial(_produced_batches, raw, charge, framed=framed)
+        )
 
     async def _produce_charged(
         self, topic: str, partition: int, raw: bytes, charged: list[int]

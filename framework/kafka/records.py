@@ -546,9 +546,10 @@ def parse_batches(
     for a codec that is not Kafka's; ``charge`` is called with the memory a compressed
     batch's records take (its decompressed bytes, chunk by chunk, then
     :data:`RECORD_OVERHEAD` per record) before it is taken, and may refuse by raising.
-    ``framed`` (with the C extension: :data:`FRAMED`): an uncompressed batch's records
+    ``framed`` (with the C extension: :data:`FRAMED`): a batch's records (decompressed)
     are checked in C and kept as :class:`KafkaRecords` (``KafkaBatch.framed``) rather than
-    parsed into tuples, where they are ones it can transcode (else parsed as without it)."""
+    parsed into tuples, where they are ones it can transcode (else parsed as without it);
+    a compressed batch is charged for its records' tuples either way."""
     batches = []
     pos, end = 0, len(raw)
     while pos < end:
@@ -587,22 +588,19 @@ def parse_batches(
                     raise BatchFormatError(f"record count {count}", fallback=False)
                 charge(count * RECORD_OVERHEAD)
                 buf: bytes = body if _parse is not _parse_py else bytes(body)  # type: ignore[assignment]
-                records = _parse(buf, 0, len(body), count, base_ts)
-            elif (
-                framed
-                and FRAMED
-                and _WIRE.records_scan(raw, pos + _HEADER_SIZE, stop, count, base_ts)
-            ):
-                kept = KafkaRecords(raw, pos + _HEADER_SIZE, stop, count, base_ts)
-                batches.append(KafkaBatch(producer_id, producer_epoch, base_sequence, [], kept))
-                pos = stop
-                continue
+                at, end_at = 0, len(body)
             else:
-                records = _parse(raw, pos + _HEADER_SIZE, stop, count, base_ts)
+                buf, at, end_at = raw, pos + _HEADER_SIZE, stop
+            kept = None
+            if framed and FRAMED and _WIRE.records_scan(buf, at, end_at, count, base_ts):
+                kept = KafkaRecords(buf, at, end_at, count, base_ts)
+                records = []
+            else:
+                records = _parse(buf, at, end_at, count, base_ts)
         except (UnsupportedCompressionError, DecompressedTooLargeError):
             raise
         except Exception as exc:  # BatchFormatError included; a codec's own errors
             raise BatchFormatError(f"malformed records: {exc}", fallback=False) from None
-        batches.append(KafkaBatch(producer_id, producer_epoch, base_sequence, records))
+        batches.append(KafkaBatch(producer_id, producer_epoch, base_sequence, records, kept))
         pos = stop
     return batches

@@ -4,7 +4,8 @@ a tuple per record) against the record path it replaces (``parse_batches`` +
 ``LogStore.append``) as the model.
 
 For generated batches (kafka-python's builder as the independent encoder: keys, null keys
-and values, headers with null values and non-ASCII names, negative and far timestamps),
+and values, headers with null values and non-ASCII names, negative and far timestamps;
+uncompressed, gzip and zstd),
 topics (CreateTime and LogAppendTime, compacted, small ``max_record_bytes``) and batch
 limits (the log cutting one producer batch into several stored ones), both paths leave the
 same bytes in every file of the partition, give the same offsets and timestamps (or the same
@@ -44,11 +45,13 @@ timestamps = st.one_of(
 records = st.tuples(keys, values, headers, timestamps)
 
 
-def build(recs: list[tuple[bytes | None, bytes | None, list, int]], pid: int = -1) -> bytes:
-    """A producer's batch, as kafka-python's producer frames it."""
+def build(
+    recs: list[tuple[bytes | None, bytes | None, list, int]], pid: int = -1, codec: int = 0
+) -> bytes:
+    """A producer's batch, as kafka-python's producer frames it (``codec``: compressed)."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
-        compression_type=0,
+        compression_type=codec,
         is_transactional=False,
         producer_id=pid,
         producer_epoch=0 if pid >= 0 else -1,
@@ -89,6 +92,7 @@ def same_files(
     max_record: int = 1_048_588,
     max_batch: int = 1 << 20,
     pid: int = -1,
+    codec: int = 0,
 ) -> None:
     """Each batch produced both ways, into two data directories: the same files, outcomes
     and records."""
@@ -109,8 +113,15 @@ def same_files(
         try:
             model.create_topic("t", 1, config)
             framed.create_topic("t", 1, config)
-            for recs in batches:
-                raw = build(recs, pid)
+            for produced in batches:
+                recs = produced
+                if codec:  # compressible: kafka-python sends a batch plain where it would grow
+                    recs = [
+                        (k, None if v is None else v + bytes(64), h, ts) for k, v, h, ts in recs
+                    ]
+                raw = build(recs, pid, codec)
+                # the attributes' compression bits (nothing to compress: null values only)
+                assert raw[22] & 0x07 == codec or all(r[1] is None for r in recs)
                 (want,) = parse_batches(raw)
                 (got,) = parse_batches(raw, framed=True)
                 assert got[:3] == want[:3] and got.record_count == len(recs)
@@ -141,6 +152,7 @@ def same_files(
     max_record=st.sampled_from([1_048_588, 200]),
     max_batch=st.sampled_from([1 << 20, 400, 60]),
     pid=st.sampled_from([-1, 7]),
+    codec=st.sampled_from([0, 0, 1, 4]),  # none, gzip, zstd: decompressed, then transcoded
 )
 def test_framed_produce_stores_what_the_record_path_stores(
     batches: list[list[tuple[bytes | None, bytes | None, list, int]]],
@@ -149,8 +161,9 @@ def test_framed_produce_stores_what_the_record_path_stores(
     max_record: int,
     max_batch: int,
     pid: int,
+    codec: int,
 ) -> None:
-    same_files(batches, log_append_time, compact, max_record, max_batch, pid)
+    same_files(batches, log_append_time, compact, max_record, max_batch, pid, codec)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

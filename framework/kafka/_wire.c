@@ -890,7 +890,10 @@ records_stored(PyObject *Py_UNUSED(self), PyObject *args)
     scan_range(&raw, start, stop, count, &c);
     long long first = 0, max_ts = 0, previous = 0;
     for (c.record = 0; c.record < count; c.record++) {
-        if (scan_one(&c, base_ts, &s) != 0) /* the first pass accepted it */
+        int rc = scan_one(&c, base_ts, &s); /* the first pass accepted it: 0 */
+        if (rc > 0)
+            PyErr_Format(PyExc_ValueError, "record %zd is not for the stored path", c.record);
+        if (rc != 0)
             goto done;
         long long ts = (log_append_time || s.ts < 0) ? now : s.ts;
         if (c.record == 0)

@@ -26,9 +26,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from framework.kafka import records as records_module
 from framework.kafka.records import FRAMED, BatchFormatError, KafkaBatch, parse_batches
 from framework.log import LogStore
 from framework.log.embedded import partition as partition_module
+from framework.log.embedded.batch import encode_batch
 
 T0 = 1_764_000_000_000
 NOW = 1_765_000_000_000
@@ -242,3 +244,31 @@ def test_a_record_longer_than_its_fields_is_refused() -> None:
     with pytest.raises(BatchFormatError) as framed:
         parse_batches(bytes(raw), framed=True)
     assert str(framed.value) == str(model.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.binary(max_size=200),
+    start=st.integers(-2, 210),
+    stop=st.integers(-2, 210),
+    count=st.integers(-1, 40),
+)
+def test_the_c_functions_take_any_bytes(data: bytes, start: int, stop: int, count: int) -> None:
+    """Arbitrary bytes and ranges: scanned as not transcodable, cut as ``None`` and framed
+    as a ``ValueError`` unless ``records_parse`` reads them too (then all three agree)."""
+    wire = records_module._WIRE
+    try:
+        parsed = wire.records_parse(data, start, stop, count, T0)
+    except ValueError:
+        parsed = None
+    scanned = wire.records_scan(data, start, stop, count, T0)
+    assert not scanned or parsed is not None
+    cut = wire.records_cut(data, start, stop, count, T0, 28, 1 << 20, 1 << 20, False)
+    assert (cut is not None) == scanned
+    if not scanned or not count:
+        with pytest.raises(ValueError):
+            wire.records_stored(data, start, stop, count, T0, 0, False, NOW)
+        return
+    blob, stamps = wire.records_stored(data, start, stop, count, T0, 5, False, NOW)
+    assert blob[43:] == encode_batch(5, parsed, timestamps=stamps)[43:]
+    assert stamps == [NOW if r[3] is None else r[3] for r in parsed]

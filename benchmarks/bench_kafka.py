@@ -12,7 +12,17 @@ eventlane's own producer and consumer on the same machine, in the same run.
                    set up for throughput (:data:`CONSUMER_CONFIG`: 8 MiB partition fetches,
                    a deep prefetch queue, ``consume(10_000)`` batches)
 
-With ``--apache-kafka`` each round also runs the two confluent-kafka figures against a
+* ``kcat_produce`` / ``kcat_consume``: the same records through ``kcat`` (librdkafka driven
+                   from C, the library confluent-kafka wraps: a few hundred ns of client CPU
+                   a record, against the Python client's 1-4 us), so that the rate measures
+                   the server rather than the client: ``kcat -P -l FILE`` (acks=all,
+                   linger.ms=5, keys split at a tab; the values are 100 printable bytes,
+                   since kcat reads lines) into a fresh topic, then ``kcat -C -o beginning
+                   -c N -e`` of it with :data:`CONSUMER_CONFIG`'s fetch and queue settings,
+                   printing one byte a record (counted: every record must arrive). Skipped
+                   (with a note) where ``kcat`` is not installed.
+
+With ``--apache-kafka`` each round also runs the confluent-kafka and kcat figures against a
 one-node Apache Kafka broker (KRaft, ``eventlane kafka up --nodes 1``'s set-up, the jars
 under ``tools/kafka/lib``) started by the benchmark: the same client, the same records,
 the same settings, so the listener/Kafka ratio compares two servers that one client uses.
@@ -23,7 +33,8 @@ listener process's CPU times) and the client's own ceiling (``client_ceiling``: 
 second of the benchmark process's CPU, librdkafka's threads included): what the client could
 do with a core to itself and a listener that cost nothing. On a 2-core machine the two
 processes share the cores, so the rate is bounded by roughly ``1 / (listener_us +
-client_us)``.
+client_us)``. For kcat, ``client_us`` is the kcat process's own CPU per record (its
+``rusage``).
 
     .venv/bin/python benchmarks/bench_kafka.py [--quick] [--runs 5] [--json] [--apache-kafka]
 """
@@ -31,6 +42,8 @@ client_us)``.
 from __future__ import annotations
 
 import os
+import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,6 +82,31 @@ CONSUMER_CONFIG: dict[str, object] = {
 }
 """The consumer's settings for throughput, the same against the listener and Apache Kafka;
 records are taken with ``consume(num_messages=10_000)``, not one ``poll()`` each."""
+
+KCAT = shutil.which("kcat")
+"""librdkafka's command-line client (``kcat``, formerly kafkacat), if installed."""
+
+KCAT_PRODUCER = ("linger.ms=5", "acks=all", "queue.buffering.max.messages=1000000")
+"""kcat's producer settings: the confluent-kafka producer's (``-X``)."""
+KCAT_CONSUMER = tuple(
+    f"{k}={v}" for k, v in CONSUMER_CONFIG.items() if k.startswith(("fetch.", "max.", "queued."))
+)
+"""kcat's consumer settings: :data:`CONSUMER_CONFIG`'s fetch sizes and prefetch queue."""
+
+
+def kcat(args: Sequence[str], stdout: int | None = None) -> tuple[bytes, float]:
+    """Run kcat with ``args``; its standard output (``stdout=subprocess.PIPE``) and the CPU
+    seconds it used (user + system, from the reaped child's ``rusage``). Raises on failure."""
+    assert KCAT is not None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        [KCAT, *args], stdout=stdout, stderr=subprocess.PIPE, timeout=300, check=False
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"kcat {' '.join(args)}: exit {done.returncode}: {done.stderr!r}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return done.stdout or b"", cpu
 
 
 def free_port() -> int:
@@ -224,14 +262,71 @@ def figures(bench: Bench, root: Path, count: int, apache: bool) -> None:
         assert cluster is not None
         return ck_consume(cluster.bootstrap, topics["ak"], psutil.Process(cluster.nodes[0].pid))
 
+    lines = root / "kcat-records.txt"
+    kcat_value = (b"v" * len(VALUE)).decode()
+    lines.write_text("".join(f"{k.decode()}\t{kcat_value}\n" for k in keys))
+
+    def kcat_produce(server: str, topic: str, process: psutil.Process) -> Mapping[str, float]:
+        before = cpu_s(process)
+        t0 = time.perf_counter()
+        _, client = kcat(
+            ["-P", "-b", server, "-t", topic, "-p", "0", "-K", "\t", "-q"]
+            + [a for x in KCAT_PRODUCER for a in ("-X", x)]
+            + ["-l", str(lines)]
+        )
+        rate = count / (time.perf_counter() - t0)
+        return {**costs(rate, count, before, process), "client_us": client / count * 1e6}
+
+    def kcat_consume(server: str, topic: str, process: psutil.Process) -> Mapping[str, float]:
+        before = cpu_s(process)
+        t0 = time.perf_counter()
+        out, client = kcat(
+            ["-C", "-b", server, "-t", topic, "-p", "0", "-o", "beginning", "-c", str(count)]
+            + ["-e", "-q", "-f", "."]
+            + [a for x in KCAT_CONSUMER for a in ("-X", x)],
+            stdout=subprocess.PIPE,
+        )
+        rate = len(out) / (time.perf_counter() - t0)
+        assert len(out) == count, (len(out), count)  # every produced record read back
+        return {**costs(rate, count, before, process), "client_us": client / count * 1e6}
+
+    def listener_kcat_produce() -> Mapping[str, float]:
+        topic = f"kc-{next(rounds)}"
+        store.create_topic(topic, 1)
+        topics["kc"] = topic
+        return kcat_produce(bootstrap, topic, listener)
+
+    def listener_kcat_consume() -> Mapping[str, float]:
+        return kcat_consume(bootstrap, topics["kc"], listener)
+
+    def apache_kcat_produce() -> Mapping[str, float]:
+        assert cluster is not None
+        topic = f"akc-{next(rounds)}"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for done in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+            done.result(60)
+        topics["akc"] = topic
+        return kcat_produce(cluster.bootstrap, topic, psutil.Process(cluster.nodes[0].pid))
+
+    def apache_kcat_consume() -> Mapping[str, float]:
+        assert cluster is not None
+        broker = psutil.Process(cluster.nodes[0].pid)
+        return kcat_consume(cluster.bootstrap, topics["akc"], broker)
+
     steps: dict[str, Measure] = {
         "own_produce": own_produce,
         "kafka_produce": kafka_produce,
         "own_consume": own_consume,
         "kafka_consume": kafka_consume,
     }
+    if KCAT is not None:
+        steps.update(kcat_produce=listener_kcat_produce, kcat_consume=listener_kcat_consume)
     if cluster is not None:
         steps.update(apache_produce=apache_produce, apache_consume=apache_consume)
+        if KCAT is not None:
+            steps.update(
+                apache_kcat_produce=apache_kcat_produce, apache_kcat_consume=apache_kcat_consume
+            )
     try:
         bench.rounds(steps, warmup=False)
     finally:
@@ -268,6 +363,16 @@ def figures(bench: Bench, root: Path, count: int, apache: bool) -> None:
         baseline="own_consume",
     )
     bench.add("  the listener's CPU per record", "us", "kafka_consume.server_us")
+    if KCAT is not None:
+        for op, base, verb in (
+            ("produce", "own_produce", "produce (acks=all)"),
+            ("consume", "own_consume", "consume"),
+        ):
+            bench.add(f"kcat {verb} via serve --kafka", "rec/s", f"kcat_{op}.rate", baseline=base)
+            bench.add(f"  the listener's CPU per record (kcat {op})", "us", f"kcat_{op}.server_us")
+            bench.add(f"  kcat's own CPU per record ({op})", "us", f"kcat_{op}.client_us")
+    else:
+        bench.notes.append("kcat is not installed: its figures are left out")
     if cluster is None:
         return
     for op, verb in (("produce", "produce (acks=all)"), ("consume", "consume")):
@@ -281,6 +386,18 @@ def figures(bench: Bench, root: Path, count: int, apache: bool) -> None:
             baseline=f"apache_{op}.rate",
         )
         bench.add(f"  the broker's CPU per record ({op})", "us", f"apache_{op}.server_us")
+    if KCAT is None:
+        return
+    for op, verb in (("produce", "produce (acks=all)"), ("consume", "consume")):
+        bench.add(f"kcat {verb} from Apache Kafka (1 node)", "rec/s", f"apache_kcat_{op}.rate")
+        bench.add(
+            f"  the listener's kcat {op} rate / Apache Kafka's",
+            "rec/s",
+            f"kcat_{op}.rate",
+            baseline=f"apache_kcat_{op}.rate",
+        )
+        bench.add(f"  the broker's CPU per record (kcat {op})", "us", f"apache_kcat_{op}.server_us")
+        bench.add(f"  kcat's own CPU per record ({op}, Kafka)", "us", f"apache_kcat_{op}.client_us")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

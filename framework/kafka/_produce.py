@@ -9,6 +9,12 @@ request or of several connections, run side by side).
 A partition's records must be exactly one batch (Kafka's rule since Produce v3, which the
 listener's oldest version is): none or several are INVALID_RECORD, so a partition's answer
 is about one batch, stored whole or not at all.
+A batch's records (decompressed) reach an embedded log without a Python object each: they are
+checked in C (``_wire.records_scan``) and kept as the request's bytes
+(:class:`~framework.kafka.records.KafkaRecords`), which ``LogStore.append_framed`` transcodes
+into its stored batches in one C pass per batch (``_wire.records_stored``), byte for byte what
+appending the parsed tuples writes; anything else (non-ASCII header names, a record the log
+refuses, an open key index, another engine) goes through the tuples.
 The table is in memory: after a restart a producer's first batch starts its state again.
 Transactional producers and batches are refused.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -104,7 +111,7 @@ class ProducerStateTable:
         state = self._states.get(key)
         if state is None or state.epoch != batch.producer_epoch:
             state = self._states[key] = _ProducerState(batch.producer_epoch)
-        seq, last = batch.base_sequence, batch.base_sequence + len(batch.records) - 1
+        seq, last = batch.base_sequence, batch.base_sequence + batch.record_count - 1
         retried = [off for f, lst, off in state.recent if f == seq and lst == last]
         if retried:
             return retried[0], None
@@ -117,7 +124,7 @@ class ProducerStateTable:
         state = self._states.get((batch.producer_id, topic, partition))
         if batch.producer_id < 0 or state is None:
             return
-        count = len(batch.records)
+        count = batch.record_count
         state.recent.append((batch.base_sequence, batch.base_sequence + count - 1, base_offset))
         state.next_seq = (batch.base_sequence + count) & 0x7FFFFFFF
 
@@ -163,16 +170,22 @@ class _MemoryBusyError(DecompressedTooLargeError):
     """Decompressed records found no room under the in-flight memory cap in time."""
 
 
-def _produced_batches(raw: bytes, charge: Charge | None = None) -> list[KafkaBatch]:
+def _produced_batches(
+    raw: bytes, charge: Charge | None = None, *, framed: bool = False
+) -> list[KafkaBatch]:
     """A Produce request's batches: plain ones parsed here (fast), compressed ones
     decompressed in charged chunks (gzip, snappy, lz4, zstd) and parsed the same way;
     transactional and control batches refused, and any batch that does not decode whole
     refuses the partition's request: never half-applied. Records that decompress past the
     bound: MESSAGE_TOO_LARGE (Kafka's RecordTooLargeException for a batch over its limit);
     no room under the memory cap in time: REQUEST_TIMED_OUT (retriable, nothing written).
+    ``framed``: batches' records kept as bytes (decompressed) where they can be
+    (:class:`~framework.kafka.records.KafkaRecords`, for ``append_framed``).
     """
     try:
-        return parse_batches(raw) if charge is None else parse_batches(raw, charge)
+        if charge is None:
+            return parse_batches(raw, framed=framed)
+        return parse_batches(raw, charge, framed=framed)
     except _MemoryBusyError as exc:
         raise _RefusedError(errno(Errors.RequestTimedOutError), str(exc)) from None
     except DecompressedTooLargeError as exc:
@@ -327,8 +340,10 @@ class ProduceApis(BrokerState):
         caller once appended) and bounded by ``max_decompressed_bytes`` (the request size
         limit: what an uncompressed request could hold)."""
         budget = self.budget
+        # records the engine appends from their bytes (append_framed) stay bytes
+        framed = hasattr(self.log, "append_framed")
         if budget is None or not has_compressed(raw):
-            return _produced_batches(raw)
+            return _produced_batches(raw, framed=framed)
         loop = asyncio.get_running_loop()
         limit, wait_s = self.max_decompressed_bytes, self.memory_wait_s
 
@@ -347,7 +362,9 @@ class ProduceApis(BrokerState):
                 ) from None
             charged[0] += size
 
-        return await asyncio.to_thread(_produced_batches, raw, charge)
+        return await asyncio.to_thread(
+            functools.partial(_produced_batches, raw, charge, framed=framed)
+        )
 
     async def _produce_charged(
         self, topic: str, partition: int, raw: bytes, charged: list[int]
@@ -371,10 +388,10 @@ class ProduceApis(BrokerState):
                 first_base = stored
             elif gap is not None:
                 return errno(Errors.OutOfOrderSequenceNumberError), -1, -1, -1, gap
-            elif batch.records:
+            elif batch.record_count:
                 try:
                     result, marks = await asyncio.to_thread(
-                        self._append_and_marks, topic, partition, batch.records
+                        self._append_and_marks, topic, partition, batch
                     )
                 except Exception as exc:
                     return error_for(exc), -1, -1, -1, str(exc)
@@ -390,10 +407,17 @@ class ProduceApis(BrokerState):
         return errno(Errors.NoError), first_base, append_time if timestamp_type else -1, lwm, None
 
     def _append_and_marks(
-        self, topic: str, partition: int, records: list[Any]
+        self, topic: str, partition: int, batch: KafkaBatch
     ) -> tuple[Any, tuple[int, bool] | Exception]:
-        """The append and what its answer reports, in one worker-thread hop."""
-        result = self.log.append(topic, partition, records)
+        """The append and what its answer reports, in one worker-thread hop. Records kept
+        as bytes (``batch.framed``) are transcoded into the log's batches without a tuple
+        each (``append_framed``), unless it hands them back (a record it refuses: the
+        tuples' append then raises its error)."""
+        result = None
+        if batch.framed is not None:
+            result = self.log.append_framed(topic, partition, batch.framed)  # type: ignore[attr-defined]
+        if result is None:
+            result = self.log.append(topic, partition, batch.log_records())
         return result, self._marks(topic, partition)
 
     def _marks(self, topic: str, partition: int) -> tuple[int, bool] | Exception:

@@ -627,6 +627,338 @@ done:
     return result;
 }
 
+/* ---- Produce into stored batches: Kafka's records to the embedded format, no Python object
+ * per record.
+ *
+ * records_scan(raw, start, stop, count, base_timestamp) -> bool
+ *     Whether the `count` records in raw[start:stop] are ones records_stored can transcode:
+ *     framed exactly as records_parse accepts them, header names ASCII (records_parse's
+ *     UTF-8 decoding then cannot fail and a name's length in characters is its length in
+ *     bytes), no timestamp past int64. False for anything else: the caller parses them
+ *     with records_parse, which accepts them or names what is wrong.
+ * records_cut(raw, start, stop, count, base_timestamp, overhead, max_batch, max_record,
+ *             keyed) -> list of (start, stop, count) | None
+ *     The records cut into pieces as Partition._split cuts them (a record's estimated size
+ *     is overhead + key + value + 8 + 4 x name + value a header; greedy pieces of at most
+ *     max_batch estimated bytes, at least one record each), or None where Partition._split
+ *     would refuse one (estimated over max_record, a null key when `keyed`) or the records
+ *     are not records_scan's.
+ * records_stored(raw, start, stop, count, base_timestamp, base_offset, log_append_time, now)
+ *     -> (bytearray, timestamps)
+ *     One stored batch (docs/file-format.md) of the records, its CRC left 0 for the caller,
+ *     the bytes framework.log.embedded.batch.encode_batch gives for records_parse's tuples
+ *     with the log's timestamps: `now` where the topic is LogAppendTime or the record's
+ *     timestamp is negative, else the record's own; `timestamps` is that list (one int
+ *     object shared by equal neighbours). */
+
+typedef struct {
+    int64_t ts;                 /* base_timestamp + delta (checked) */
+    const unsigned char *key;   /* NULL: null key */
+    int64_t klen;
+    const unsigned char *value; /* NULL: null value */
+    int64_t vlen;
+    int64_t nheaders;
+    const unsigned char *headers; /* the first header's name length varint */
+    int64_t header_bytes;         /* the headers in the stored format */
+    int64_t header_estimate;      /* Partition._headers_size */
+} Scanned;
+
+/* A length-prefixed field: *at (NULL for length -1) and *n. */
+static int
+scan_field(Cursor *c, const unsigned char **at, int64_t *n)
+{
+    if (get_varint(c, n) < 0)
+        return -1;
+    if (*n == -1) {
+        *at = NULL;
+        return 0;
+    }
+    if (*n < 0 || *n > c->end - c->p) {
+        PyErr_Format(PyExc_ValueError, "record %zd has a field past its batch", c->record);
+        return -1;
+    }
+    *at = c->p;
+    c->p += *n;
+    return 0;
+}
+
+/* One record as parse_one reads it: 0, -1 (ValueError: malformed) or 1 (not for the stored
+ * path: a non-ASCII header name or a timestamp past int64). */
+static int
+scan_one(Cursor *c, long long base_ts, Scanned *s)
+{
+    int64_t length, ts_delta, offset_delta;
+    if (get_varint(c, &length) < 0)
+        return -1;
+    if (length < 1 || length > c->end - c->p) {
+        PyErr_Format(PyExc_ValueError, "record %zd has length %lld past its batch", c->record,
+                     (long long)length);
+        return -1;
+    }
+    const unsigned char *stop = c->p + length;
+    const unsigned char *batch_end = c->end;
+    int rc = -1;
+    c->end = stop;
+    c->p++;
+    if (get_varint(c, &ts_delta) < 0 || get_varint(c, &offset_delta) < 0)
+        goto done;
+    if (scan_field(c, &s->key, &s->klen) < 0 || scan_field(c, &s->value, &s->vlen) < 0)
+        goto done;
+    if (get_varint(c, &s->nheaders) < 0)
+        goto done;
+    if (s->nheaders < 0 || s->nheaders > length) {
+        PyErr_Format(PyExc_ValueError, "record %zd claims %lld headers", c->record,
+                     (long long)s->nheaders);
+        goto done;
+    }
+    s->headers = c->p;
+    s->header_bytes = s->header_estimate = 0;
+    int simple = 1;
+    for (int64_t h = 0; h < s->nheaders; h++) {
+        const unsigned char *name, *hvalue;
+        int64_t nlen, hvlen;
+        if (scan_field(c, &name, &nlen) < 0)
+            goto done;
+        if (name == NULL) {
+            PyErr_Format(PyExc_ValueError, "record %zd has a header without a name", c->record);
+            goto done;
+        }
+        for (int64_t i = 0; i < nlen; i++)
+            if (name[i] & 0x80)
+                simple = 0;
+        if (scan_field(c, &hvalue, &hvlen) < 0)
+            goto done;
+        int64_t vbytes = hvalue == NULL ? 0 : hvlen;
+        s->header_bytes += 8 + nlen + vbytes;
+        s->header_estimate += 8 + nlen * 4 + vbytes;
+    }
+    if (c->p != stop) {
+        PyErr_Format(PyExc_ValueError, "record %zd: its length disagrees with its fields",
+                     c->record);
+        goto done;
+    }
+    long long ts;
+    if (__builtin_add_overflow(base_ts, (long long)ts_delta, &ts))
+        simple = 0;
+    s->ts = ts;
+    rc = simple ? 0 : 1;
+done:
+    c->end = batch_end;
+    return rc;
+}
+
+static int
+scan_range(Py_buffer *raw, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t count, Cursor *c)
+{
+    if (start < 0 || stop > raw->len || start > stop || count < 0 || count > stop - start)
+        return -1;
+    c->p = (const unsigned char *)raw->buf + start;
+    c->end = (const unsigned char *)raw->buf + stop;
+    c->record = 0;
+    return 0;
+}
+
+static PyObject *
+records_scan(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer raw;
+    Py_ssize_t start, stop, count;
+    long long base_ts;
+    if (!PyArg_ParseTuple(args, "y*nnnL", &raw, &start, &stop, &count, &base_ts))
+        return NULL;
+    Cursor c;
+    int ok = scan_range(&raw, start, stop, count, &c) == 0;
+    Scanned s;
+    for (; ok && c.record < count; c.record++) {
+        int rc = scan_one(&c, base_ts, &s);
+        if (rc < 0)
+            PyErr_Clear(); /* malformed: records_parse says how */
+        ok = rc == 0;
+    }
+    ok = ok && c.p == c.end;
+    PyBuffer_Release(&raw);
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *
+records_cut(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer raw;
+    Py_ssize_t start, stop, count, overhead, max_batch, max_record;
+    long long base_ts;
+    int keyed;
+    if (!PyArg_ParseTuple(args, "y*nnnLnnnp", &raw, &start, &stop, &count, &base_ts, &overhead,
+                          &max_batch, &max_record, &keyed))
+        return NULL;
+    PyObject *pieces = NULL;
+    Cursor c;
+    if (scan_range(&raw, start, stop, count, &c) < 0)
+        goto refuse;
+    if ((pieces = PyList_New(0)) == NULL)
+        goto done;
+    const unsigned char *base = (const unsigned char *)raw.buf;
+    const unsigned char *piece_at = c.p;
+    Py_ssize_t piece_n = 0;
+    int64_t acc = 0;
+    Scanned s;
+    for (; c.record < count; c.record++) {
+        const unsigned char *at = c.p;
+        int rc = scan_one(&c, base_ts, &s);
+        if (rc < 0)
+            PyErr_Clear();
+        if (rc != 0)
+            goto refuse;
+        int64_t size = overhead + (s.key ? s.klen : 0) + (s.value ? s.vlen : 0) +
+                       (s.nheaders ? s.header_estimate : 0);
+        if (size > max_record || (keyed && s.key == NULL))
+            goto refuse;
+        if (piece_n > 0 && acc + size > max_batch) {
+            PyObject *piece = Py_BuildValue("(nnn)", (Py_ssize_t)(piece_at - base),
+                                            (Py_ssize_t)(at - base), piece_n);
+            if (piece == NULL || PyList_Append(pieces, piece) < 0) {
+                Py_XDECREF(piece);
+                Py_CLEAR(pieces);
+                goto done;
+            }
+            Py_DECREF(piece);
+            piece_at = at;
+            piece_n = 0;
+            acc = 0;
+        }
+        acc += size;
+        piece_n++;
+    }
+    if (c.p != c.end)
+        goto refuse;
+    if (piece_n > 0) {
+        PyObject *piece = Py_BuildValue("(nnn)", (Py_ssize_t)(piece_at - base),
+                                        (Py_ssize_t)(c.p - base), piece_n);
+        if (piece == NULL || PyList_Append(pieces, piece) < 0) {
+            Py_XDECREF(piece);
+            Py_CLEAR(pieces);
+            goto done;
+        }
+        Py_DECREF(piece);
+    }
+    goto done;
+refuse:
+    Py_XDECREF(pieces);
+    pieces = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&raw);
+    return pieces;
+}
+
+static PyObject *
+records_stored(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer raw;
+    Py_ssize_t start, stop, count;
+    long long base_ts, base_offset, now;
+    int log_append_time;
+    if (!PyArg_ParseTuple(args, "y*nnnLLpL", &raw, &start, &stop, &count, &base_ts,
+                          &base_offset, &log_append_time, &now))
+        return NULL;
+    PyObject *blob = NULL, *stamps = NULL, *result = NULL, *last = NULL;
+    Cursor c;
+    if (scan_range(&raw, start, stop, count, &c) < 0 || count < 1 || count > INT32_MAX ||
+        now < 0) {
+        PyErr_SetString(PyExc_ValueError, "records range outside the buffer");
+        goto done;
+    }
+    /* first pass: the batch's size (records_cut checked the records; checked again here) */
+    Scanned s;
+    int64_t size = STORED_HEADER;
+    for (; c.record < count; c.record++) {
+        int rc = scan_one(&c, base_ts, &s);
+        if (rc > 0)
+            PyErr_Format(PyExc_ValueError, "record %zd is not for the stored path", c.record);
+        if (rc != 0)
+            goto done;
+        size += 4 + 4 + 8 + 4 + (s.key ? s.klen : 0) + 4 + (s.value ? s.vlen : 0) + 4 +
+                s.header_bytes;
+    }
+    if (c.p != c.end || size - 12 > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "records disagree with the batch length");
+        goto done;
+    }
+    if ((blob = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)size)) == NULL ||
+        (stamps = PyList_New(count)) == NULL)
+        goto done;
+    char *out = PyByteArray_AS_STRING(blob);
+    char *w = out + STORED_HEADER;
+    scan_range(&raw, start, stop, count, &c);
+    long long first = 0, max_ts = 0, previous = 0;
+    for (c.record = 0; c.record < count; c.record++) {
+        int rc = scan_one(&c, base_ts, &s); /* the first pass accepted it: 0 */
+        if (rc > 0)
+            PyErr_Format(PyExc_ValueError, "record %zd is not for the stored path", c.record);
+        if (rc != 0)
+            goto done;
+        long long ts = (log_append_time || s.ts < 0) ? now : s.ts;
+        if (c.record == 0)
+            first = max_ts = ts;
+        if (ts > max_ts)
+            max_ts = ts;
+        if (last == NULL || ts != previous) {
+            Py_XDECREF(last);
+            if ((last = PyLong_FromLongLong(ts)) == NULL)
+                goto done;
+            previous = ts;
+        }
+        PyList_SET_ITEM(stamps, c.record, Py_NewRef(last));
+        int64_t klen = s.key ? s.klen : 0, vlen = s.value ? s.vlen : 0;
+        put_be32(w, (int32_t)(4 + 8 + 4 + klen + 4 + vlen + 4 + s.header_bytes));
+        put_be32(w + 4, (int32_t)c.record);
+        put_be64(w + 8, ts - first);
+        put_be32(w + 16, s.key ? (int32_t)klen : -1);
+        w += 20;
+        if (klen)
+            memcpy(w, s.key, (size_t)klen);
+        w += klen;
+        put_be32(w, s.value ? (int32_t)vlen : -1);
+        if (vlen)
+            memcpy(w + 4, s.value, (size_t)vlen);
+        w += 4 + vlen;
+        put_be32(w, (int32_t)s.nheaders);
+        w += 4;
+        Cursor hc = {s.headers, c.p, c.record};
+        for (int64_t h = 0; h < s.nheaders; h++) {
+            const unsigned char *at;
+            int64_t n;
+            for (int part = 0; part < 2; part++) {
+                if (scan_field(&hc, &at, &n) < 0)
+                    goto done;
+                put_be32(w, at ? (int32_t)n : -1);
+                if (at && n)
+                    memcpy(w + 4, at, (size_t)n);
+                w += 4 + (at ? n : 0);
+            }
+        }
+    }
+    if (w != out + size) {
+        PyErr_SetString(PyExc_SystemError, "records_stored: size mismatch");
+        goto done;
+    }
+    put_be64(out, base_offset);
+    put_be32(out + 8, (int32_t)(size - 12));
+    out[12] = 2;
+    memset(out + 13, 0, 4);
+    out[17] = 0;
+    out[18] = log_append_time ? 0x08 : 0;
+    put_be32(out + 19, (int32_t)(count - 1));
+    put_be64(out + 23, first);
+    put_be64(out + 31, max_ts);
+    put_be32(out + 39, (int32_t)count);
+    result = PyTuple_Pack(2, blob, stamps);
+done:
+    Py_XDECREF(last);
+    Py_XDECREF(blob);
+    Py_XDECREF(stamps);
+    PyBuffer_Release(&raw);
+    return result;
+}
+
 static PyMethodDef wire_methods[] = {
     {"kafka_batches", kafka_batches, METH_VARARGS,
      "kafka_batches(batches, start, stop) -> (bytearray, header_positions, records): the "
@@ -638,6 +970,15 @@ static PyMethodDef wire_methods[] = {
     {"records_parse", records_parse, METH_VARARGS,
      "records_parse(raw, start, stop, count, base_timestamp) -> list of (key, value, headers, "
      "timestamp): the records section of a Kafka record batch v2, as the log appends them."},
+    {"records_scan", records_scan, METH_VARARGS,
+     "records_scan(raw, start, stop, count, base_timestamp) -> bool: whether records_stored "
+     "can transcode the records (else records_parse them)."},
+    {"records_cut", records_cut, METH_VARARGS,
+     "records_cut(raw, start, stop, count, base_timestamp, overhead, max_batch, max_record, "
+     "keyed) -> list of (start, stop, count) | None: the records cut as the log cuts a batch."},
+    {"records_stored", records_stored, METH_VARARGS,
+     "records_stored(raw, start, stop, count, base_timestamp, base_offset, log_append_time, "
+     "now) -> (bytearray, timestamps): one stored batch of the records, its CRC left 0."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,9 +4,11 @@ The listener speaks Kafka's on-the-wire batch format; the embedded log stores it
 docs/file-format.md: fixed-width fields, a CRC that also covers the base offset). Fetch
 therefore re-frames what it reads (:func:`encode_stored`: the stored batches, in C, without
 a Python object per record; :func:`encode_batch`: records, when the engine is another or the
-extension is not built), and Produce parses what clients send. kafka-python's
-generic builder and reader spend tens of microseconds per record in pure Python; the two
-functions here do the common case (magic 2, no transactions; compressed batches are
+extension is not built), and Produce parses what clients send (:func:`parse_batches`;
+with ``framed=True`` a plain batch's records stay bytes, :class:`KafkaRecords`, which the
+embedded log transcodes into its own batches in C without a Python object per record).
+kafka-python's generic builder and reader spend tens of microseconds per record in pure
+Python; the two functions here do the common case (magic 2, no transactions; compressed batches are
 decompressed with kafka-python's codecs, then parsed the same way) and leave everything
 else to kafka-python. The records of a Fetch are framed by the optional C extension
 ``framework.kafka._wire`` (``_payload_py`` is the same loop in Python, used without it).
@@ -40,12 +42,12 @@ import io
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import crc32c
 
 from framework.log import Record
-from framework.log.types import StoredBatch
+from framework.log.types import FramedBatch, FramedRecords, StoredBatch
 
 __all__ = [
     "BatchFormatError",
@@ -64,12 +66,13 @@ DECOMPRESS_CHUNK = 1 << 20
 RECORD_OVERHEAD = 160
 """Bytes charged per parsed record for its Python objects (a tuple, its bytes objects)."""
 
+LogTuple = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int | None]
+"""A record as :meth:`framework.log.Log.append` takes it: key, value, headers, timestamp."""
+
 Charge = Callable[[int], None]
 """Called with each amount of memory a compressed batch's records are about to take; raises
 (:class:`DecompressedTooLargeError`, or the caller's own error) to refuse the request."""
 
-LogTuple = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int | None]
-"""A record as :meth:`framework.log.Log.append` takes it: key, value, headers, timestamp."""
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _HEADER_SIZE = _HEADER.size  # 61
@@ -224,12 +227,87 @@ def _encode(records: Sequence[Record]) -> bytes:
 
 class KafkaBatch(NamedTuple):
     """One produced batch: its producer identity and its records as the log appends them
-    (``(key, value, headers, timestamp)``; a negative timestamp becomes ``None``)."""
+    (``(key, value, headers, timestamp)``; a negative timestamp becomes ``None``), or,
+    parsed with ``framed=True`` (:func:`parse_batches`), as :class:`KafkaRecords` in
+    ``framed`` (``records`` then empty)."""
 
     producer_id: int
     producer_epoch: int
     base_sequence: int
     records: list[LogTuple]
+    framed: KafkaRecords | None = None
+
+    @property
+    def record_count(self) -> int:
+        """How many records the batch holds."""
+        return len(self.records) if self.framed is None else len(self.framed)
+
+    def log_records(self) -> list[LogTuple]:
+        """The records as tuples (parsed from :attr:`framed` if need be)."""
+        return self.records if self.framed is None else self.framed.records()
+
+
+class KafkaRecords(FramedRecords):
+    """The records of an uncompressed produced batch, kept as the request's bytes, which the
+    embedded engine appends without a tuple per record (:meth:`LogStore.append_framed`:
+    ``_wire.records_cut`` cuts them as the log cuts record tuples, ``_wire.records_stored``
+    transcodes each piece into a stored batch in one C pass). Only records that
+    ``_wire.records_scan`` accepted (:func:`parse_batches`), so that :meth:`records` gives
+    the tuples :func:`parse_batches` would have given."""
+
+    __slots__ = ("base_timestamp", "count", "raw", "start", "stop")
+
+    def __init__(self, raw: bytes, start: int, stop: int, count: int, base_timestamp: int):
+        self.raw, self.start, self.stop, self.count = raw, start, stop, count
+        self.base_timestamp = base_timestamp
+
+    def __len__(self) -> int:
+        return self.count
+
+    def cut(
+        self, overhead: int, max_batch_bytes: int, max_record_bytes: int, keyed: bool
+    ) -> list[FramedBatch] | None:
+        assert _WIRE is not None
+        raw, base_ts = self.raw, self.base_timestamp
+        args = (raw, self.start, self.stop, self.count, base_ts)
+        pieces = _WIRE.records_cut(*args, overhead, max_batch_bytes, max_record_bytes, keyed)
+        if pieces is None:
+            return None
+        return [_KafkaPiece(raw, start, stop, n, base_ts) for start, stop, n in pieces]
+
+    def records(self) -> list[LogTuple]:
+        return _parse(self.raw, self.start, self.stop, self.count, self.base_timestamp)
+
+
+class _KafkaPiece(FramedBatch):
+    """Consecutive records of a :class:`KafkaRecords`, framed as one stored batch."""
+
+    __slots__ = ("base_timestamp", "count", "raw", "start", "stop")
+
+    def __init__(self, raw: bytes, start: int, stop: int, count: int, base_timestamp: int):
+        self.raw, self.start, self.stop, self.count = raw, start, stop, count
+        self.base_timestamp = base_timestamp
+
+    def __len__(self) -> int:
+        return self.count
+
+    def frame(self, base_offset: int, timestamp_type: int, now: int) -> tuple[bytes, list[int]]:
+        assert _WIRE is not None
+        blob, stamps = _WIRE.records_stored(
+            self.raw,
+            self.start,
+            self.stop,
+            self.count,
+            self.base_timestamp,
+            base_offset,
+            timestamp_type == 1,
+            now,
+        )
+        # the stored format's CRC: bytes [17, end), then [0, 13) (docs/file-format.md)
+        with memoryview(blob) as view:
+            crc = crc32c.crc32c(view[:13], crc32c.crc32c(view[17:]))
+        _CRC.pack_into(blob, 13, crc)
+        return blob, stamps
 
 
 class BatchFormatError(ValueError):
@@ -301,6 +379,19 @@ def _load_parse() -> Callable[[bytes, int, int, int, int], list[LogTuple]]:
 
 
 _parse = _load_parse()
+
+
+def _load_module() -> Any:
+    try:
+        from framework.kafka import _wire  # type: ignore[attr-defined]  # noqa: PLC0415
+    except ImportError:  # without the C extension, produced records are parsed into tuples
+        return None
+    return _wire
+
+
+_WIRE = _load_module()
+FRAMED = _WIRE is not None
+"""Whether :func:`parse_batches` can keep records as :class:`KafkaRecords` (``framed``)."""
 
 
 class UnsupportedCompressionError(BatchFormatError):
@@ -441,7 +532,9 @@ def has_compressed(raw: bytes) -> bool:
     return False
 
 
-def parse_batches(raw: bytes, charge: Charge = _no_charge) -> list[KafkaBatch]:
+def parse_batches(
+    raw: bytes, charge: Charge = _no_charge, *, framed: bool = False
+) -> list[KafkaBatch]:
     """The batches of a Produce request's record set.
 
     Compressed batches are decompressed and parsed like plain ones, so a record count or a
@@ -452,7 +545,11 @@ def parse_batches(raw: bytes, charge: Charge = _no_charge) -> list[KafkaBatch]:
     batch: ``fallback`` false, the request is corrupt), :class:`UnsupportedCompressionError`
     for a codec that is not Kafka's; ``charge`` is called with the memory a compressed
     batch's records take (its decompressed bytes, chunk by chunk, then
-    :data:`RECORD_OVERHEAD` per record) before it is taken, and may refuse by raising."""
+    :data:`RECORD_OVERHEAD` per record) before it is taken, and may refuse by raising.
+    ``framed`` (with the C extension: :data:`FRAMED`): a batch's records (decompressed)
+    are checked in C and kept as :class:`KafkaRecords` (``KafkaBatch.framed``) rather than
+    parsed into tuples, where they are ones it can transcode (else parsed as without it);
+    a compressed batch is charged for its records' tuples either way."""
     batches = []
     pos, end = 0, len(raw)
     while pos < end:
@@ -491,13 +588,19 @@ def parse_batches(raw: bytes, charge: Charge = _no_charge) -> list[KafkaBatch]:
                     raise BatchFormatError(f"record count {count}", fallback=False)
                 charge(count * RECORD_OVERHEAD)
                 buf: bytes = body if _parse is not _parse_py else bytes(body)  # type: ignore[assignment]
-                records = _parse(buf, 0, len(body), count, base_ts)
+                at, end_at = 0, len(body)
             else:
-                records = _parse(raw, pos + _HEADER_SIZE, stop, count, base_ts)
+                buf, at, end_at = raw, pos + _HEADER_SIZE, stop
+            kept = None
+            if framed and FRAMED and _WIRE.records_scan(buf, at, end_at, count, base_ts):
+                kept = KafkaRecords(buf, at, end_at, count, base_ts)
+                records = []
+            else:
+                records = _parse(buf, at, end_at, count, base_ts)
         except (UnsupportedCompressionError, DecompressedTooLargeError):
             raise
         except Exception as exc:  # BatchFormatError included; a codec's own errors
             raise BatchFormatError(f"malformed records: {exc}", fallback=False) from None
-        batches.append(KafkaBatch(producer_id, producer_epoch, base_sequence, records))
+        batches.append(KafkaBatch(producer_id, producer_epoch, base_sequence, records, kept))
         pos = stop
     return batches

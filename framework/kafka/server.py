@@ -39,6 +39,7 @@ Invariants of the connection loop:
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import struct
 import sys
@@ -404,6 +405,41 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}".replace("\n", " ")[:500]
 
 
+_M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
+_M_MMAP_THRESHOLD = -3
+HEAP_BLOCK_BYTES = 32 << 20
+"""Blocks up to this size come from malloc's heap in the listener's process, not from a fresh
+mmap each (glibc's largest such threshold on 64-bit)."""
+HEAP_KEPT_BYTES = 64 << 20
+"""How much freed memory malloc keeps for reuse in the listener's process before it returns
+any to the OS."""
+
+
+def keep_freed_memory(
+    block_bytes: int = HEAP_BLOCK_BYTES, kept_bytes: int = HEAP_KEPT_BYTES
+) -> bool:
+    """Make glibc's malloc serve blocks up to ``block_bytes`` from its heap and keep up to
+    ``kept_bytes`` of freed memory for reuse (process-wide, so only :func:`serve`, which owns
+    its process, calls it). A produce request's megabyte of records is copied into several
+    fresh buffers on its way in (asyncio's stream buffer, the frame, kafka-python's field,
+    the stored batch): by default glibc returns freed megabytes to the OS (or maps them
+    afresh) and faults their pages in again, ~0.25 ms a MiB (2,000-35,000 page faults per
+    2M records produced by kcat in 1 MB batches; under 600 with this). ``False`` (nothing
+    changed) where the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL(None)
+        if not hasattr(libc, "gnu_get_libc_version"):
+            return False
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, block_bytes)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, kept_bytes)
+    )
+
+
 def serve(
     log_: Log,
     host: str = "127.0.0.1",
@@ -414,7 +450,9 @@ def serve(
     ready: Callable[[KafkaServer], None] | None = None,
     limits: Limits | None = None,
 ) -> None:
-    """Run a :class:`KafkaServer` until interrupted (the CLI's ``eventlane serve --kafka``)."""
+    """Run a :class:`KafkaServer` until interrupted (the CLI's ``eventlane serve --kafka``),
+    in a process it owns: freed buffers are kept for reuse (:func:`keep_freed_memory`)."""
+    keep_freed_memory()
 
     async def main() -> None:
         server = KafkaServer(

@@ -7,6 +7,7 @@ they live apart from any implementation. This module imports only :mod:`.record`
 
 from __future__ import annotations
 
+import abc
 import time
 from collections.abc import Callable
 from typing import NamedTuple, NewType, Protocol
@@ -21,6 +22,8 @@ __all__ = [
     "CompactionReport",
     "Cursor",
     "Expect",
+    "FramedBatch",
+    "FramedRecords",
     "KeyIndexReport",
     "PartitionDescription",
     "PartitionOffsets",
@@ -91,6 +94,50 @@ class StoredBatch(NamedTuple):
     buf: bytes
     start: int
     end: int
+
+
+class FramedBatch(abc.ABC):
+    """Records in another format that frame themselves as one batch of the embedded engine
+    (docs/file-format.md) without a Python object per record: what
+    :meth:`FramedRecords.cut` gives. ``len()``: how many records."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def frame(self, base_offset: int, timestamp_type: int, now: int) -> tuple[bytes, list[int]]:
+        """The batch at ``base_offset`` and its records' timestamps: the bytes
+        ``encode_batch(base_offset, records, timestamp_type=timestamp_type,
+        timestamps=stamps)`` gives for these records, where ``stamps`` is ``now`` for a
+        record without a timestamp or with ``timestamp_type`` 1 (LogAppendTime), else the
+        record's own. ``ValueError`` if the records cannot be framed."""
+
+
+class FramedRecords(abc.ABC):
+    """Records in another format (a Kafka producer's batch) that the embedded engine can
+    append without a tuple per record (:meth:`LogStore.append_framed`). ``len()``: how
+    many records."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def cut(
+        self, overhead: int, max_batch_bytes: int, max_record_bytes: int, keyed: bool
+    ) -> list[FramedBatch] | None:
+        """The records in batches as the log cuts a records append (each record's size
+        estimated as ``overhead`` + key + value + the headers' bound; greedy batches of at
+        most ``max_batch_bytes``, at least one record each), or ``None`` where the log would
+        refuse a record (one over ``max_record_bytes``, or a null key where ``keyed``):
+        the caller then appends :meth:`records`, which the log refuses with its error."""
+
+    @abc.abstractmethod
+    def records(self) -> list[RecordTuple]:
+        """The same records as tuples, for an engine (or a case) without :meth:`cut`."""
 
 
 class PartitionOffsets(NamedTuple):

@@ -155,7 +155,7 @@ from framework.log.types import (  # re-exported: older imports name them here
     AppendHook as AppendHook,  # noqa: PLC0414
 )
 from framework.log.types import AppendResult as AppendResult  # noqa: PLC0414 (re-exported)
-from framework.log.types import Clock, wall_clock_ms
+from framework.log.types import Clock, FramedBatch, FramedRecords, wall_clock_ms
 from framework.log.types import Precondition as Precondition  # noqa: PLC0414 (re-exported)
 from framework.log.types import RecordTuple as RecordTuple  # noqa: PLC0414 (re-exported)
 from framework.metrics import M, Tally, add_append, fsynced, tally
@@ -198,7 +198,7 @@ class _Append:
 
     def __init__(
         self,
-        batches: list[Sequence[RecordTuple]],
+        batches: list[Sequence[RecordTuple]] | list[FramedBatch],
         count: int,
         precondition: Precondition | None,
         on_appended: AppendHook | None,
@@ -624,6 +624,28 @@ class Partition(_ReadPath):
         add_append(self._tally or self._new_tally(), request.count, request.nbytes, seconds)
         return request.result()
 
+    def append_framed(self, records: FramedRecords) -> AppendResult | None:
+        """:meth:`append` (not atomic, no precondition, no hook) of records that frame
+        themselves (a Kafka producer's batch, transcoded in one C pass: no tuple per
+        record), cut into the same batches as the same records' tuples would be and
+        written the same way; ``None`` (nothing written) where :meth:`append` would refuse
+        a record (:meth:`FramedRecords.cut`): append ``records.records()`` for its error."""
+        cfg = self.config
+        batches = records.cut(RECORD_OVERHEAD, MAX_BATCH_BYTES, cfg.max_record_bytes, cfg.compact)
+        if batches is None:
+            return None
+        if not batches:
+            raise InvalidRecordError(
+                "nothing to append", topic=self.topic, partition=self.partition
+            )
+        self._check_writable("append")
+        started = perf_counter() if M.on else 0.0
+        request = self._write_alone(_Append(batches, len(records), None, None))
+        if M.on:
+            seconds = perf_counter() - started
+            add_append(self._tally or self._new_tally(), request.count, request.nbytes, seconds)
+        return request.result()
+
     def count_appended(self, records: int, nbytes: int, seconds: float) -> None:
         """Count an append another process wrote for this one (the relay: :mod:`.relay`)
         in this process's metrics, as if written here."""
@@ -644,17 +666,24 @@ class Partition(_ReadPath):
         """:meth:`append`'s work; the request, its result in ``pending``."""
         request = self._request(records, precondition, on_appended, atomic)
         if not (combine and atomic):
-            try:
-                with self.locked() as snap:
-                    self._write_locked(snap, [request], raise_errors=True)
-            except Exception:
-                self._settle(request)
-                raise
-        else:
-            self._write_combined([request])
-            if request.error is not None:
-                self._settle(request)
-                raise request.error
+            return self._write_alone(request)
+        self._write_combined([request])
+        if request.error is not None:
+            self._settle(request)
+            raise request.error
+        assert request.pending is not None
+        self._await_durable(request.end, request.epoch)
+        self.notifier.bump()  # the HWM moved (here, or under the lock): wake readers
+        return request
+
+    def _write_alone(self, request: _Append) -> _Append:
+        """Write ``request`` by itself under the lock and wait until it is durable."""
+        try:
+            with self.locked() as snap:
+                self._write_locked(snap, [request], raise_errors=True)
+        except Exception:
+            self._settle(request)
+            raise
         assert request.pending is not None
         self._await_durable(request.end, request.epoch)
         self.notifier.bump()  # the HWM moved (here, or under the lock): wake readers
@@ -729,7 +758,13 @@ class Partition(_ReadPath):
         waiting appends (``combine=True``: :meth:`append`), under one hold of the lock;
         each one's ``pending`` or ``error`` set, none yet durable."""
         for request in requests:
-            request.keys = frozenset(r[0] for b in request.batches for r in b if r[0] is not None)
+            request.keys = frozenset(
+                r[0]
+                for b in request.batches
+                if not isinstance(b, FramedBatch)  # (never: append_framed does not combine)
+                for r in b
+                if r[0] is not None
+            )
         with self._combine_lock:
             self._waiting.extend(requests)
         try:
@@ -808,11 +843,17 @@ class Partition(_ReadPath):
                 timestamps: list[int] = []
                 base = leo
                 for chunk in request.batches:
-                    # resolved timestamps as a column of ints: no tuple per record (a tracked
-                    # object each, which the cyclic GC would walk)
-                    stamps = [now if (ts_type or r[3] is None) else r[3] for r in chunk]
+                    if not isinstance(chunk, FramedBatch):  # (append_framed's: no tuples)
+                        # resolved timestamps as a column of ints: no tuple per record (a
+                        # tracked object each, which the cyclic GC would walk)
+                        stamps = [now if (ts_type or r[3] is None) else r[3] for r in chunk]
                     try:
-                        raw = encode_batch(leo, chunk, timestamp_type=ts_type, timestamps=stamps)
+                        if isinstance(chunk, FramedBatch):
+                            raw, stamps = chunk.frame(leo, ts_type, now)
+                        else:
+                            raw = encode_batch(
+                                leo, chunk, timestamp_type=ts_type, timestamps=stamps
+                            )
                     except (TypeError, ValueError, OverflowError, struct.error) as exc:
                         error = InvalidRecordError(
                             f"cannot encode record: {exc}",

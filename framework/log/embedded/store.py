@@ -63,6 +63,7 @@ from framework.log.types import (
     CompactionReport,
     Cursor,
     Expect,
+    FramedRecords,
     KeyIndexReport,
     PartitionDescription,
     Progress,
@@ -460,6 +461,24 @@ class LogStore:
             raise
         except IndexError as exc:  # a record shorter than 4 fields (checked only on failure)
             raise _short_record(records, exc, topic, partition) from None
+
+    def append_framed(
+        self, topic: str, partition: int, records: FramedRecords
+    ) -> AppendResult | None:
+        """:meth:`append` of records that frame themselves as stored batches without a
+        tuple per record (the Kafka listener's produced batches: :mod:`framework.kafka.records`).
+        Not in the port. ``None`` (nothing written) where the caller must append
+        ``records.records()`` instead: a record the log refuses (its error comes from that
+        append), or a key index open on the partition (its hook indexes record tuples)."""
+        keys = self._keys
+        if keys is not None and keys.indexing_hook(topic, partition, ()) is not None:
+            return None
+        part = self.partition(topic, partition)
+        try:
+            return part.append_framed(records)
+        except UnknownTopicError:
+            self._forget(topic, partition, part)
+            raise
 
     def append_group(
         self, topic: str, partition: int, appends: Sequence[tuple[Sequence[RecordTuple], Expect]]

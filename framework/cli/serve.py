@@ -73,6 +73,9 @@ def serve(
 ) -> None:
     """Serve the Kafka protocol for the data directory until interrupted."""
     from framework.kafka import serve as run  # noqa: PLC0415  (an optional extra)
+    from framework.kafka.server import keep_freed_memory  # noqa: PLC0415
+
+    keep_freed_memory()  # this process is the listener's: its request buffers are reused
 
     host, port = _host_port(listen, "--kafka")
     if advertised is not None:

@@ -419,13 +419,14 @@ def keep_freed_memory(
     block_bytes: int = HEAP_BLOCK_BYTES, kept_bytes: int = HEAP_KEPT_BYTES
 ) -> bool:
     """Make glibc's malloc serve blocks up to ``block_bytes`` from its heap and keep up to
-    ``kept_bytes`` of freed memory for reuse (process-wide, so only :func:`serve`, which owns
-    its process, calls it). A produce request's megabyte of records is copied into several
-    fresh buffers on its way in (asyncio's stream buffer, the frame, kafka-python's field,
-    the stored batch): by default glibc returns freed megabytes to the OS (or maps them
-    afresh) and faults their pages in again, ~0.25 ms a MiB (2,000-35,000 page faults per
-    2M records produced by kcat in 1 MB batches; under 600 with this). ``False`` (nothing
-    changed) where the C library is not glibc."""
+    ``kept_bytes`` of freed memory for reuse. Process-wide: only the CLI's ``eventlane serve
+    --kafka``, which owns its process, calls it (an application running :func:`serve` in
+    its own process decides for itself). A produce request's megabyte of records is copied
+    into several fresh buffers on its way in (asyncio's stream buffer, the frame,
+    kafka-python's field, the stored batch): by default glibc returns freed megabytes to the
+    OS (or maps them afresh) and faults their pages in again, ~0.25 ms a MiB (2,000-35,000
+    page faults per 2M records produced by kcat in 1 MB batches; under 600 with this).
+    ``False`` (nothing changed) where the C library is not glibc."""
     try:
         libc = ctypes.CDLL(None)
         if not hasattr(libc, "gnu_get_libc_version"):
@@ -450,9 +451,7 @@ def serve(
     ready: Callable[[KafkaServer], None] | None = None,
     limits: Limits | None = None,
 ) -> None:
-    """Run a :class:`KafkaServer` until interrupted (the CLI's ``eventlane serve --kafka``),
-    in a process it owns: freed buffers are kept for reuse (:func:`keep_freed_memory`)."""
-    keep_freed_memory()
+    """Run a :class:`KafkaServer` until interrupted (the CLI's ``eventlane serve --kafka``)."""
 
     async def main() -> None:
         server = KafkaServer(

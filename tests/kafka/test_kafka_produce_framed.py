@@ -296,7 +296,7 @@ print(int(kept), resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 @pytest.mark.parametrize("mode", ["keep", "default"])
 def test_the_listener_process_reuses_freed_megabytes(mode: str) -> None:
-    """``serve`` keeps freed buffers for reuse (``keep_freed_memory``): 50 requests' worth
+    """``eventlane serve --kafka`` keeps freed buffers for reuse (``keep_freed_memory``): 50 requests' worth
     of fresh megabytes then cost almost no page faults (glibc's default returns the freed
     megabytes to the OS and faults 256 pages in again for each)."""
     out = subprocess.run(

@@ -281,3 +281,62 @@ def test_damaged_index_is_rebuilt_by_recovery(
             want = next((o for o in sorted(stamps) if stamps[o] >= target), None)
             assert store.offset_for_time(TOPIC, 0, target) == want
         assert store.verify() == []
+
+
+# ------------------------------------------------------------------ power loss in a group
+
+
+def _torn_group(tmp_path: Path, state: str) -> tuple[Path, list[Batch]]:
+    """A partition whose last two batches were written by one write and never fsynced when
+    the power went: the first one's sector never reached the disk (zeros), the second one's
+    did (intact). ``state``: ``lost`` (the mapped state never reached the disk either),
+    ``before`` (it did, from before the group: the HWM below both) or ``after`` (from after
+    the group's fsync: both acknowledged, so the zeros are a lying disk's)."""
+    data = tmp_path / "torn"
+    with LogStore(data, clock=lambda: T0) as store:
+        store.create_topic(TOPIC, 1, {"segment_bytes": 1 << 20})
+        for n in range(4):
+            store.append(TOPIC, 0, [(KEY % n, b"v" * 40, (), None)])
+        before = (data / "topics" / TOPIC / "0" / "state").read_bytes()
+        for n in range(4, 6):
+            store.append(TOPIC, 0, [(KEY % n, b"w" * 40, (), None)])
+    (path,) = _segment_files(data)
+    batches = _batches(path)
+    raw = bytearray(path.read_bytes())
+    torn = batches[4]
+    raw[torn.position : torn.position + 43] = bytes(43)  # its header: a never-written sector
+    path.write_bytes(bytes(raw))
+    state_file = data / "topics" / TOPIC / "0" / "state"
+    if state == "lost":
+        state_file.unlink()
+        return data, batches
+    if state == "before":
+        state_file.write_bytes(before)
+    _simulate_reboot(data)
+    return data, batches
+
+
+@pytest.mark.parametrize("state", ["lost", "before"])
+def test_a_group_torn_by_power_loss_is_cut_at_its_hole(tmp_path: Path, state: str) -> None:
+    """A power loss may keep a later sector of an unsynced write and lose an earlier one:
+    zeros where a batch header should be, an intact batch after them. Nothing from the hole
+    on was acknowledged (an fsync covers everything written before it), so recovery cuts the
+    log there instead of keeping a hole that every read of the partition would fail at."""
+    data, batches = _torn_group(tmp_path, state)
+    with LogStore(data, clock=lambda: T0) as store:
+        assert store.offsets(TOPIC, 0).leo == 4
+        assert [r.key for r in _all_records(store)] == [KEY % n for n in range(4)]
+        store.append(TOPIC, 0, [(b"next", b"x", (), None)])  # offset 4 is given out again
+        assert [r.key for r in _all_records(store)][-1] == b"next"
+    assert batches[4].path.stat().st_size > batches[4].position
+
+
+def test_zeros_in_acknowledged_data_are_not_cut(tmp_path: Path) -> None:
+    """The same hole below the state's HWM is acknowledged data that the disk lost: kept,
+    and reading it raises, as for any damage to durable data."""
+    data, batches = _torn_group(tmp_path, "after")
+    size = batches[-1].path.stat().st_size
+    with LogStore(data, clock=lambda: T0) as store, pytest.raises(CorruptRecordError):
+        store.offsets(TOPIC, 0)
+        _all_records(store)
+    assert batches[-1].path.stat().st_size == size

@@ -12,9 +12,14 @@ or the active segment is shorter than the state says). Steps, in order:
    written durably before retention unlinks anything) are deleted.
 3. **Scan.** Segments from the recovery point on (and any whose indexes fail cheap checks)
    are scanned batch by batch: CRC, framing, offset order; their indexes are rebuilt. Only the
-   end of the last segment may be a torn tail (a writer died mid-append), and only if it
-   holds no acknowledged offset and nothing intact follows it: it is truncated. Anything
-   else is damage to durable data and raises :class:`~framework.errors.CorruptRecordError`.
+   end of the last segment may be a torn tail, and only if it holds no acknowledged offset
+   (per the state, when there is one): it is truncated from its first damaged batch on if
+   nothing intact follows it (a writer died mid-append: it leaves a prefix of its write), or
+   if that batch's header reads as zeros (a power loss kept a later sector of a write that
+   was never fsynced and lost this one: what follows was written by the same unsynced
+   writes, so it was never acknowledged either; a flushed sector never reads back as zeros
+   on a disk that honours flushes). Anything else is damage to durable data and raises
+   :class:`~framework.errors.CorruptRecordError`.
 
 Swap journal format (``cleaner-journal``, JSON, written with fsync + rename before the first
 rename of a swap, removed after the last)::
@@ -44,6 +49,7 @@ from framework.log.embedded.segment import (
     Segment,
     intact_batch_after,
     list_segment_bases,
+    never_written,
 )
 from framework.log.embedded.state import BOOT, Snapshot
 from framework.log.files import fsync_dir, read_int_file, write_atomic
@@ -224,13 +230,19 @@ def recover(
                     # next intact batch (indexed, so reads past the damage start there).
                     damaged = valid if err.position is None else err.position
                     resume = intact_batch_after(fd, damaged, size, expect_after)
-                    if last and resume is None and max(expect_after + 1, base) >= durable:
+                    unacknowledged = max(expect_after + 1, base) >= durable
+                    if (
+                        last
+                        and unacknowledged
+                        and (resume is None or never_written(fd, damaged, size))
+                    ):
                         logger.warning(
                             "truncating torn tail found by recovery",
                             file=str(segment.log),
                             position=valid,
                             bytes=size - valid,
                             reason=err.message,
+                            intact_after=resume,
                         )
                         os.ftruncate(fd, valid)
                         os.fsync(fd)

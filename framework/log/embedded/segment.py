@@ -257,6 +257,15 @@ def intact_batch_after(fd: int, start: int, end: int, expect_after: int) -> int 
     return None
 
 
+def never_written(fd: int, position: int, end: int) -> bool:
+    """Whether the batch header at ``position`` reads as zeros: a sector that never reached
+    the disk (a power loss kept later sectors of an unsynced write and lost this one), not
+    a flipped bit. A header cut short by ``end`` is not: that is a torn tail already."""
+    if end - position < HEADER_SIZE:
+        return False
+    return not any(os.pread(fd, HEADER_SIZE, position))
+
+
 def indexes_look_sane(directory: Path, base: int) -> bool:
     """Whether a segment's ``.index`` and ``.timeindex`` pass cheap structural checks.
 

@@ -16,6 +16,7 @@ the C call itself, not by the fallback.
 
 from __future__ import annotations
 
+import binascii
 import copy
 import functools
 from collections.abc import Iterator
@@ -311,6 +312,92 @@ def test_open4_reads_plain_texts_as_orjson_does(
     outcome(native, copy.deepcopy(sealed), case, native=True)  # opens the key
     got = outcome(native, copy.deepcopy(sealed), case, native=True)
     assert got[:3] == outcome(python, copy.deepcopy(sealed), case, native=False)[:3]
+
+
+def test_unhex_reads_each_ascii_character_as_unhexlify_does() -> None:
+    """Every ASCII character at every place of a text of two sixteen-character blocks and
+    a tail, in both cases of the digits around it: open4's hex decoding agrees with
+    binascii.unhexlify on each."""
+    for base in ("0123456789abcdef" * 2 + "a0", "FEDCBA9876543210" * 2 + "F9"):
+        for at in range(len(base)):
+            for code in range(128):
+                text = base[:at] + chr(code) + base[at + 1 :]
+                assert _seal.unhex(text) == unhexlify_or_none(text), text
+
+
+# the hex alphabet's edges and neighbours (unhexlify reads 0-9, a-f, A-F and nothing else)
+HEX_EDGES = "/09:@AFG`afg \x00\x7f"
+
+
+def unhexlify_or_none(text: str) -> bytes | None:
+    try:
+        return binascii.unhexlify(text)
+    except (binascii.Error, ValueError):
+        return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    blob=st.binary(max_size=80),
+    upper=st.lists(st.booleans(), min_size=1, max_size=64),
+    replace=st.lists(
+        st.tuples(
+            st.integers(0, 10_000),
+            st.sampled_from(HEX_EDGES) | st.characters(max_codepoint=127),
+        )
+    ),
+)
+def test_unhex_equals_unhexlify(
+    blob: bytes, upper: list[bool], replace: list[tuple[int, str]]
+) -> None:
+    """open4's hex decoding (sixteen characters at a time, the rest one pair at a time)
+    against binascii.unhexlify over every ASCII character at any place, either case, every
+    length around the blocks' edges."""
+    text = "".join(c.upper() if upper[i % len(upper)] else c for i, c in enumerate(blob.hex()))
+    for at, char in replace:
+        if text:
+            text = text[: at % len(text)] + char + text[at % len(text) + 1 :]
+    assert _seal.unhex(text) == unhexlify_or_none(text), text
+    if not replace:
+        assert _seal.unhex(text) == blob
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(0, 70),
+    nonce=st.binary(min_size=12, max_size=12),
+    upper=st.lists(st.booleans(), min_size=1, max_size=64),
+    replace=st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.sampled_from(HEX_EDGES))),
+)
+def test_open4_reads_hex_as_unhexlify_does(
+    keys: LogKeyStore,
+    size: int,
+    nonce: bytes,
+    upper: list[bool],
+    replace: tuple[int, str] | None,
+) -> None:
+    """The C call's hex decoding (sixteen characters at a time, then one byte at a time for
+    the rest) against unhexlify's, through the Python path: blobs of every length around the
+    blocks' edges, each character's case chosen, and one character anywhere replaced by a
+    neighbour of the alphabet. An object the C call declines is the Python path's, so only
+    an opened object may differ: it must not."""
+    case = {"subject": "m-1", "event_id": "e", "aggregate_id": "a", "topics": frozenset()}
+    version, key = keys.current("m-1")
+    aad = "\0".join(["enc4", TOPIC, "a", "m-1", "e", "n"]).encode()
+    plain = orjson.dumps({"n": "x" * size})
+    written = (nonce + AESGCM(key).encrypt(nonce, plain, aad)).hex()
+    text = "".join(c.upper() if upper[i % len(upper)] else c for i, c in enumerate(written))
+    if replace is not None:
+        at, char = replace[0] % len(text), replace[1]
+        text = text[:at] + char + text[at + 1 :]
+    sealed = {"plan": "x", CIPHER_MARK: ["enc4", "m-1", version, "n", TOPIC, text]}
+    native, python = cipher_with(keys, _seal.Opener().engine), FieldCipher(keys)
+    outcome(native, copy.deepcopy(sealed), case, native=True)  # opens the key
+    got = outcome(native, copy.deepcopy(sealed), case, native=True)
+    want = outcome(python, copy.deepcopy(sealed), case, native=False)
+    assert got[:3] == want[:3]
+    if text.lower() == written:  # the same bytes: the C call opens it
+        assert got[0] == "opened" and got[3], got
 
 
 def test_the_codec_decodes_through_the_c_call(tmp_path: Path) -> None:

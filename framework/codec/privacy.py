@@ -344,6 +344,29 @@ class FieldCipher:
         data.update(values)
         return ()
 
+    def open_key(self, data: dict[str, Any]) -> bool:
+        """Open the key of ``data``'s ``enc4`` cipher object for :attr:`open4` when it is
+        not open (or not fresh) here: ``True`` when it is now, so the codec calls
+        :attr:`open4` again (the first event of each subject, and the first after each
+        refresh, is then opened by the C call too, not decrypted a second way); ``False``
+        for anything else: no C call, not an ``enc4`` array of a str subject and an int
+        version, the key open already, forgotten or unknown, or the store's error, which
+        :meth:`open` raises in its own order. It is the call :meth:`open` makes for the
+        key (:meth:`_opener`), so nothing else changes: every outcome stays the one
+        :attr:`open4` or :meth:`open` gives."""
+        sealed = data.get(CIPHER_MARK)
+        if self._native is None or type(sealed) is not list or len(sealed) != 6:
+            return False
+        scheme, subject, version = sealed[0], sealed[1], sealed[2]
+        if scheme != _EVENT_SCHEME or type(subject) is not str or type(version) is not int:
+            return False
+        if monotonic() < self._fresh_until and (subject, version) in self._opened:
+            return False  # open4 declined with the key open: open decides
+        try:
+            return self._opener(subject, version) is not None
+        except SerializationError:
+            return False  # a key record that is not a key list: open raises it
+
     def _open_object(
         self,
         data: dict[str, Any],

@@ -34,6 +34,7 @@ from framework.codec.keystore import LogKeyStore
 from framework.codec.privacy import CIPHER_MARK, FieldCipher, Sealed
 from framework.errors import SerializationError
 from framework.log.embedded.store import LogStore
+from framework.log.partitioner import partition_for_key
 from tests.codec.test_codec_privacy import Address, Customer, Registered
 
 TOPIC = "members"
@@ -118,9 +119,10 @@ def outcome(
     """What opening ``data`` gives: ("opened", data, erased, by C) or ("error", ...)."""
     by_c = False
     try:
-        if native:
+        if native:  # as the codec calls it: again once open_key has opened a new key
             assert cipher.open4 is not None
-            by_c = cipher.open4(data, case["event_id"], case["aggregate_id"], case["topics"])
+            args = (data, case["event_id"], case["aggregate_id"], case["topics"])
+            by_c = cipher.open4(*args) or (cipher.open_key(data) and cipher.open4(*args))
         erased = (
             ()
             if by_c
@@ -219,12 +221,12 @@ def test_open4_equals_the_python_path(
     version, key = keys.current(subject)
     native, python = cipher_with(keys, engine), FieldCipher(keys)
     assert native._native.engine == engine
-    # the first object of a subject opens its key (the Python path); the next ones are C's
+    # the first object of a subject opens its key (open_key), then the C call opens it
     valid = {"plan": "x", CIPHER_MARK: sealed_object(case, version, key, "none")}
     for _ in range(2):
         first = outcome(native, copy.deepcopy(valid), case, native=True)
         assert first[:3] == outcome(python, copy.deepcopy(valid), case, native=False)[:3]
-    assert first[3], "an object the C call should open went to the Python path"
+        assert first[3], "an object the C call should open went to the Python path"
     if simple(values):  # what seal writes, parsed by the C call itself, not orjson.loads
         before = native._native.simple
         outcome(native, copy.deepcopy(valid), case, native=True)
@@ -400,9 +402,29 @@ def test_open4_reads_hex_as_unhexlify_does(
         assert got[0] == "opened" and got[3], got
 
 
+@pytest.mark.parametrize("topics", [frozenset(), frozenset({"elsewhere"})])
+def test_a_key_record_that_is_not_a_key_list_fails_as_in_the_python_path(
+    keys: LogKeyStore, topics: frozenset[str]
+) -> None:
+    """open_key leaves the store's error to FieldCipher.open, which raises it in its own
+    order: after the topic check (bound elsewhere: that error), else the store's."""
+    keys.current("m-1")  # the key topic exists
+    subject = f"bad-{len(topics)}"
+    key = subject.encode()
+    keys.log.append(keys.topic, partition_for_key(key, keys.partitions), [(key, b"[1]", (), None)])
+    text = (b"\0" * 12 + AESGCM(b"k" * 32).encrypt(b"\0" * 12, b'{"n":1}', b"")).hex()
+    sealed = {"plan": "x", CIPHER_MARK: ["enc4", subject, 1, "n", TOPIC, text]}
+    case = {"event_id": "e", "aggregate_id": "a", "topics": topics}
+    native, python = cipher_with(keys, _seal.Opener().engine), FieldCipher(keys)
+    got = outcome(native, copy.deepcopy(sealed), case, native=True)
+    assert got == outcome(python, copy.deepcopy(sealed), case, native=False)
+    assert got[0] == "error" and ("not a key list" in got[1]) == (not topics), got
+
+
 def test_the_codec_decodes_through_the_c_call(tmp_path: Path) -> None:
-    """EventCodec.decode opens a sealed event by the C call once its key is open (the Python
-    path made to fail shows it is not used), and gives what the Python path gives."""
+    """EventCodec.decode opens a sealed event by the C call, its subject's first event too
+    (FieldCipher.open_key opens the key, then the C call is made again; the Python path
+    made to fail shows it is not used), and gives what the Python path gives."""
     registry = EventRegistry()
     registry.register(Registered)
     registry.register_aggregate(Customer)
@@ -415,15 +437,17 @@ def test_the_codec_decodes_through_the_c_call(tmp_path: Path) -> None:
             )
             for i in range(5)
         ]
-        first = codec.decode(*records[0])
-        cipher = codec._cipher
+        reader = EventCodec(registry, keys=LogKeyStore(log, refresh_ms=600_000))
+        cipher = reader._cipher
         assert cipher is not None
 
         def refuse(*args: object) -> tuple[str, ...]:
             raise AssertionError("the Python path opened an event the C call should open")
 
+        # the subject's key is not open in this reader: its first event opens it (open_key)
         python_open, cipher.open = cipher.open, refuse  # type: ignore[method-assign]
-        fast = [codec.decode(*r) for r in records]
+        fast = [reader.decode(*r) for r in records]
         cipher.open, cipher.open4 = python_open, None  # type: ignore[method-assign]
+        assert fast == [reader.decode(*r) for r in records]
         assert fast == [codec.decode(*r) for r in records]
-        assert fast[0] == first and fast[3].event == Registered("Ada 3", Address("a", "3"), "gold")
+        assert fast[3].event == Registered("Ada 3", Address("a", "3"), "gold")

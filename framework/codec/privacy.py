@@ -30,7 +30,9 @@ is fresh, it does what :meth:`FieldCipher.open` does in one call, with libsodium
 precomputed AES-256-GCM state per key (when built with libsodium's headers and the CPU has
 AES-NI) or else an OpenSSL context per key; for anything else it changes nothing, and
 :meth:`FieldCipher.open`, the reference, decides (so every error and every forgotten key is
-the Python path's).
+the Python path's). A key not open yet (a subject's first event, the first after each
+refresh) is opened by :meth:`FieldCipher.open_key`, the same lookup :meth:`FieldCipher.open`
+makes, and the C call is then made again.
 
 Older forms still decode: ``enc3`` (the same array without the topic, associated data
 ``enc3 \0 subject \0 event id \0 names``), ``enc2`` (the same content as an object,

@@ -352,7 +352,8 @@ class FieldCipher:
         :attr:`open4` again (the first event of each subject, and the first after each
         refresh, is then opened by the C call too, not decrypted a second way); ``False``
         for anything else: no C call, not an ``enc4`` array of a str subject and an int
-        version, the key open already, forgotten or unknown, or the store's error, which
+        version, the key open already, forgotten or unknown, or any error opening it (a key
+        record that is not a key list, a key of the wrong length, a read error), which
         :meth:`open` raises in its own order. It is the call :meth:`open` makes for the
         key (:meth:`_opener`), so nothing else changes: every outcome stays the one
         :attr:`open4` or :meth:`open` gives."""
@@ -366,8 +367,8 @@ class FieldCipher:
             return False  # open4 declined with the key open: open decides
         try:
             return self._opener(subject, version) is not None
-        except SerializationError:
-            return False  # a key record that is not a key list: open raises it
+        except Exception:  # a bad key record or key, a read error: open raises it, in order
+            return False
 
     def _open_object(
         self,

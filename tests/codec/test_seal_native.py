@@ -403,22 +403,27 @@ def test_open4_reads_hex_as_unhexlify_does(
 
 
 @pytest.mark.parametrize("topics", [frozenset(), frozenset({"elsewhere"})])
-def test_a_key_record_that_is_not_a_key_list_fails_as_in_the_python_path(
-    keys: LogKeyStore, topics: frozenset[str]
+@pytest.mark.parametrize(
+    ("record", "error"),
+    [(b"[1]", "not a key list"), (b'{"keys":["AAAAAAAAAAAAAA=="]}', "key must be")],
+)
+def test_a_bad_key_record_fails_as_in_the_python_path(
+    keys: LogKeyStore, topics: frozenset[str], record: bytes, error: str
 ) -> None:
-    """open_key leaves the store's error to FieldCipher.open, which raises it in its own
-    order: after the topic check (bound elsewhere: that error), else the store's."""
+    """open_key leaves the store's errors (a record that is not a key list, a key of 10
+    bytes) to FieldCipher.open, which raises them in its own order: after the topic check
+    (bound elsewhere: that error), else the key's."""
     keys.current("m-1")  # the key topic exists
-    subject = f"bad-{len(topics)}"
+    subject = f"bad-{len(topics)}-{len(record)}"
     key = subject.encode()
-    keys.log.append(keys.topic, partition_for_key(key, keys.partitions), [(key, b"[1]", (), None)])
+    keys.log.append(keys.topic, partition_for_key(key, keys.partitions), [(key, record, (), None)])
     text = (b"\0" * 12 + AESGCM(b"k" * 32).encrypt(b"\0" * 12, b'{"n":1}', b"")).hex()
     sealed = {"plan": "x", CIPHER_MARK: ["enc4", subject, 1, "n", TOPIC, text]}
     case = {"event_id": "e", "aggregate_id": "a", "topics": topics}
     native, python = cipher_with(keys, _seal.Opener().engine), FieldCipher(keys)
     got = outcome(native, copy.deepcopy(sealed), case, native=True)
     assert got == outcome(python, copy.deepcopy(sealed), case, native=False)
-    assert got[0] == "error" and ("not a key list" in got[1]) == (not topics), got
+    assert got[0] == "error" and (error in got[1]) == (not topics), got
 
 
 def test_the_codec_decodes_through_the_c_call(tmp_path: Path) -> None:

@@ -387,7 +387,13 @@ class EventCodec:
         erased: tuple[str, ...] = ()
         if self._cipher is not None and (reader.per_field or CIPHER_MARK in data):
             open4 = self._cipher.open4  # the same in one C call, or False: see its note
-            if open4 is None or not open4(data, event_id, aggregate_id, reader.topics):
+            if open4 is None or not (
+                open4(data, event_id, aggregate_id, reader.topics)
+                or (  # a subject's first event: its key opened, then the C call again
+                    self._cipher.open_key(data)
+                    and open4(data, event_id, aggregate_id, reader.topics)
+                )
+            ):
                 erased = self._cipher.open(
                     data, event_id, topic, partition, offset, aggregate_id, reader.topics
                 )

@@ -30,7 +30,9 @@ is fresh, it does what :meth:`FieldCipher.open` does in one call, with libsodium
 precomputed AES-256-GCM state per key (when built with libsodium's headers and the CPU has
 AES-NI) or else an OpenSSL context per key; for anything else it changes nothing, and
 :meth:`FieldCipher.open`, the reference, decides (so every error and every forgotten key is
-the Python path's).
+the Python path's). A key not open yet (a subject's first event, the first after each
+refresh) is opened by :meth:`FieldCipher.open_key`, the same lookup :meth:`FieldCipher.open`
+makes, and the C call is then made again.
 
 Older forms still decode: ``enc3`` (the same array without the topic, associated data
 ``enc3 \0 subject \0 event id \0 names``), ``enc2`` (the same content as an object,
@@ -343,6 +345,30 @@ class FieldCipher:
         del data[CIPHER_MARK]
         data.update(values)
         return ()
+
+    def open_key(self, data: dict[str, Any]) -> bool:
+        """Open the key of ``data``'s ``enc4`` cipher object for :attr:`open4` when it is
+        not open (or not fresh) here: ``True`` when it is now, so the codec calls
+        :attr:`open4` again (the first event of each subject, and the first after each
+        refresh, is then opened by the C call too, not decrypted a second way); ``False``
+        for anything else: no C call, not an ``enc4`` array of a str subject and an int
+        version, the key open already, forgotten or unknown, or any error opening it (a key
+        record that is not a key list, a key of the wrong length, a read error), which
+        :meth:`open` raises in its own order. It is the call :meth:`open` makes for the
+        key (:meth:`_opener`), so nothing else changes: every outcome stays the one
+        :attr:`open4` or :meth:`open` gives."""
+        sealed = data.get(CIPHER_MARK)
+        if self._native is None or type(sealed) is not list or len(sealed) != 6:
+            return False
+        scheme, subject, version = sealed[0], sealed[1], sealed[2]
+        if scheme != _EVENT_SCHEME or type(subject) is not str or type(version) is not int:
+            return False
+        if monotonic() < self._fresh_until and (subject, version) in self._opened:
+            return False  # open4 declined with the key open: open decides
+        try:
+            return self._opener(subject, version) is not None
+        except Exception:  # a bad key record or key, a read error: open raises it, in order
+            return False
 
     def _open_object(
         self,

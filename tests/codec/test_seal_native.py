@@ -16,6 +16,7 @@ the C call itself, not by the fallback.
 
 from __future__ import annotations
 
+import binascii
 import copy
 import functools
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from framework.codec.keystore import LogKeyStore
 from framework.codec.privacy import CIPHER_MARK, FieldCipher, Sealed
 from framework.errors import SerializationError
 from framework.log.embedded.store import LogStore
+from framework.log.partitioner import partition_for_key
 from tests.codec.test_codec_privacy import Address, Customer, Registered
 
 TOPIC = "members"
@@ -117,9 +119,10 @@ def outcome(
     """What opening ``data`` gives: ("opened", data, erased, by C) or ("error", ...)."""
     by_c = False
     try:
-        if native:
+        if native:  # as the codec calls it: again once open_key has opened a new key
             assert cipher.open4 is not None
-            by_c = cipher.open4(data, case["event_id"], case["aggregate_id"], case["topics"])
+            args = (data, case["event_id"], case["aggregate_id"], case["topics"])
+            by_c = cipher.open4(*args) or (cipher.open_key(data) and cipher.open4(*args))
         erased = (
             ()
             if by_c
@@ -218,12 +221,12 @@ def test_open4_equals_the_python_path(
     version, key = keys.current(subject)
     native, python = cipher_with(keys, engine), FieldCipher(keys)
     assert native._native.engine == engine
-    # the first object of a subject opens its key (the Python path); the next ones are C's
+    # the first object of a subject opens its key (open_key), then the C call opens it
     valid = {"plan": "x", CIPHER_MARK: sealed_object(case, version, key, "none")}
     for _ in range(2):
         first = outcome(native, copy.deepcopy(valid), case, native=True)
         assert first[:3] == outcome(python, copy.deepcopy(valid), case, native=False)[:3]
-    assert first[3], "an object the C call should open went to the Python path"
+        assert first[3], "an object the C call should open went to the Python path"
     if simple(values):  # what seal writes, parsed by the C call itself, not orjson.loads
         before = native._native.simple
         outcome(native, copy.deepcopy(valid), case, native=True)
@@ -313,9 +316,120 @@ def test_open4_reads_plain_texts_as_orjson_does(
     assert got[:3] == outcome(python, copy.deepcopy(sealed), case, native=False)[:3]
 
 
+def test_unhex_reads_each_ascii_character_as_unhexlify_does() -> None:
+    """Every ASCII character at every place of a text of two sixteen-character blocks and
+    a tail, in both cases of the digits around it: open4's hex decoding agrees with
+    binascii.unhexlify on each."""
+    for base in ("0123456789abcdef" * 2 + "a0", "FEDCBA9876543210" * 2 + "F9"):
+        for at in range(len(base)):
+            for code in range(128):
+                text = base[:at] + chr(code) + base[at + 1 :]
+                assert _seal.unhex(text) == unhexlify_or_none(text), text
+
+
+# the hex alphabet's edges and neighbours (unhexlify reads 0-9, a-f, A-F and nothing else)
+HEX_EDGES = "/09:@AFG`afg \x00\x7f"
+
+
+def unhexlify_or_none(text: str) -> bytes | None:
+    try:
+        return binascii.unhexlify(text)
+    except (binascii.Error, ValueError):
+        return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    blob=st.binary(max_size=80),
+    upper=st.lists(st.booleans(), min_size=1, max_size=64),
+    replace=st.lists(
+        st.tuples(
+            st.integers(0, 10_000),
+            st.sampled_from(HEX_EDGES) | st.characters(max_codepoint=127),
+        )
+    ),
+)
+def test_unhex_equals_unhexlify(
+    blob: bytes, upper: list[bool], replace: list[tuple[int, str]]
+) -> None:
+    """open4's hex decoding (sixteen characters at a time, the rest one pair at a time)
+    against binascii.unhexlify over every ASCII character at any place, either case, every
+    length around the blocks' edges."""
+    text = "".join(c.upper() if upper[i % len(upper)] else c for i, c in enumerate(blob.hex()))
+    for at, char in replace:
+        if text:
+            text = text[: at % len(text)] + char + text[at % len(text) + 1 :]
+    assert _seal.unhex(text) == unhexlify_or_none(text), text
+    if not replace:
+        assert _seal.unhex(text) == blob
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(0, 70),
+    nonce=st.binary(min_size=12, max_size=12),
+    upper=st.lists(st.booleans(), min_size=1, max_size=64),
+    replace=st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.sampled_from(HEX_EDGES))),
+)
+def test_open4_reads_hex_as_unhexlify_does(
+    keys: LogKeyStore,
+    size: int,
+    nonce: bytes,
+    upper: list[bool],
+    replace: tuple[int, str] | None,
+) -> None:
+    """The C call's hex decoding (sixteen characters at a time, then one byte at a time for
+    the rest) against unhexlify's, through the Python path: blobs of every length around the
+    blocks' edges, each character's case chosen, and one character anywhere replaced by a
+    neighbour of the alphabet. An object the C call declines is the Python path's, so only
+    an opened object may differ: it must not."""
+    case = {"subject": "m-1", "event_id": "e", "aggregate_id": "a", "topics": frozenset()}
+    version, key = keys.current("m-1")
+    aad = "\0".join(["enc4", TOPIC, "a", "m-1", "e", "n"]).encode()
+    plain = orjson.dumps({"n": "x" * size})
+    written = (nonce + AESGCM(key).encrypt(nonce, plain, aad)).hex()
+    text = "".join(c.upper() if upper[i % len(upper)] else c for i, c in enumerate(written))
+    if replace is not None:
+        at, char = replace[0] % len(text), replace[1]
+        text = text[:at] + char + text[at + 1 :]
+    sealed = {"plan": "x", CIPHER_MARK: ["enc4", "m-1", version, "n", TOPIC, text]}
+    native, python = cipher_with(keys, _seal.Opener().engine), FieldCipher(keys)
+    outcome(native, copy.deepcopy(sealed), case, native=True)  # opens the key
+    got = outcome(native, copy.deepcopy(sealed), case, native=True)
+    want = outcome(python, copy.deepcopy(sealed), case, native=False)
+    assert got[:3] == want[:3]
+    if text.lower() == written:  # the same bytes: the C call opens it
+        assert got[0] == "opened" and got[3], got
+
+
+@pytest.mark.parametrize("topics", [frozenset(), frozenset({"elsewhere"})])
+@pytest.mark.parametrize(
+    ("record", "error"),
+    [(b"[1]", "not a key list"), (b'{"keys":["AAAAAAAAAAAAAA=="]}', "key must be")],
+)
+def test_a_bad_key_record_fails_as_in_the_python_path(
+    keys: LogKeyStore, topics: frozenset[str], record: bytes, error: str
+) -> None:
+    """open_key leaves the store's errors (a record that is not a key list, a key of 10
+    bytes) to FieldCipher.open, which raises them in its own order: after the topic check
+    (bound elsewhere: that error), else the key's."""
+    keys.current("m-1")  # the key topic exists
+    subject = f"bad-{len(topics)}-{len(record)}"
+    key = subject.encode()
+    keys.log.append(keys.topic, partition_for_key(key, keys.partitions), [(key, record, (), None)])
+    text = (b"\0" * 12 + AESGCM(b"k" * 32).encrypt(b"\0" * 12, b'{"n":1}', b"")).hex()
+    sealed = {"plan": "x", CIPHER_MARK: ["enc4", subject, 1, "n", TOPIC, text]}
+    case = {"event_id": "e", "aggregate_id": "a", "topics": topics}
+    native, python = cipher_with(keys, _seal.Opener().engine), FieldCipher(keys)
+    got = outcome(native, copy.deepcopy(sealed), case, native=True)
+    assert got == outcome(python, copy.deepcopy(sealed), case, native=False)
+    assert got[0] == "error" and (error in got[1]) == (not topics), got
+
+
 def test_the_codec_decodes_through_the_c_call(tmp_path: Path) -> None:
-    """EventCodec.decode opens a sealed event by the C call once its key is open (the Python
-    path made to fail shows it is not used), and gives what the Python path gives."""
+    """EventCodec.decode opens a sealed event by the C call, its subject's first event too
+    (FieldCipher.open_key opens the key, then the C call is made again; the Python path
+    made to fail shows it is not used), and gives what the Python path gives."""
     registry = EventRegistry()
     registry.register(Registered)
     registry.register_aggregate(Customer)
@@ -328,15 +442,17 @@ def test_the_codec_decodes_through_the_c_call(tmp_path: Path) -> None:
             )
             for i in range(5)
         ]
-        first = codec.decode(*records[0])
-        cipher = codec._cipher
+        reader = EventCodec(registry, keys=LogKeyStore(log, refresh_ms=600_000))
+        cipher = reader._cipher
         assert cipher is not None
 
         def refuse(*args: object) -> tuple[str, ...]:
             raise AssertionError("the Python path opened an event the C call should open")
 
+        # the subject's key is not open in this reader: its first event opens it (open_key)
         python_open, cipher.open = cipher.open, refuse  # type: ignore[method-assign]
-        fast = [codec.decode(*r) for r in records]
+        fast = [reader.decode(*r) for r in records]
         cipher.open, cipher.open4 = python_open, None  # type: ignore[method-assign]
+        assert fast == [reader.decode(*r) for r in records]
         assert fast == [codec.decode(*r) for r in records]
-        assert fast[0] == first and fast[3].event == Registered("Ada 3", Address("a", "3"), "gold")
+        assert fast[3].event == Registered("Ada 3", Address("a", "3"), "gold")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,6 +75,28 @@ def sqlite_note() -> str | None:
     )
 
 
+def _wal(conn: sqlite3.Connection, path: Path) -> None:
+    """Put the file in WAL mode (kept in the file: usually it is already). SQLite answers
+    ``PRAGMA journal_mode=WAL`` with "database is locked" at once, without its busy
+    timeout, while another process's connection holds the file in certain states (a
+    worker starting while another closes or checkpoints): retried here within
+    :data:`BUSY_TIMEOUT_S`, so a worker does not fail to start on it."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or time.monotonic() > deadline:
+                raise ProjectionError(
+                    f"cannot put the read model in WAL mode: {exc}", path=path
+                ) from exc
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+
 def readmodel_path(data_dir: Path | LocalDir, name: str) -> Path:
     """The read model file of projector ``name`` (see :class:`~framework.log.local.LocalDir`)."""
     local = data_dir if isinstance(data_dir, LocalDir) else LocalDir(Path(data_dir))
@@ -91,7 +114,7 @@ class ReadModel:
         conn = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
         )
-        conn.execute("PRAGMA journal_mode=WAL")
+        _wal(conn, path)
         conn.execute("PRAGMA synchronous=FULL")
         self.conn = conn
         self.db = Database(conn)

@@ -120,11 +120,18 @@ def open_readmodel(runtime: ProjectionHost, name: str, *, migrate: bool = False)
     readmodel = open_store(runtime, name)
     try:
         claim_owner(readmodel, runtime.app.name, name)
+        # "fresh" is read before "pending": another worker starting on the same fresh file
+        # may migrate it and apply events in between, which must leave nothing pending here
+        # rather than pending migrations on a file no longer fresh (a refusal: exit 2)
+        fresh = (
+            migrations is not None
+            and readmodel.is_fresh()
+            and not _any_applied(migrations, readmodel)
+        )
         pending = pending_migrations(migrations, readmodel)
         if not pending:
             return readmodel
         assert migrations is not None
-        fresh = readmodel.is_fresh() and not _any_applied(migrations, readmodel)
         if not (migrate or fresh):
             raise ProjectionError(
                 f"read model {name!r} has pending migrations: {', '.join(pending)};"

@@ -75,7 +75,7 @@ def sqlite_note() -> str | None:
     )
 
 
-def _wal(conn: sqlite3.Connection, path: Path) -> None:
+def _wal(conn: sqlite3.Connection) -> None:
     """Put the file in WAL mode (kept in the file: usually it is already). SQLite answers
     ``PRAGMA journal_mode=WAL`` with "database is locked" at once, without its busy
     timeout, while another process's connection holds the file in certain states (a
@@ -90,9 +90,7 @@ def _wal(conn: sqlite3.Connection, path: Path) -> None:
         except sqlite3.OperationalError as exc:
             busy = "locked" in str(exc) or "busy" in str(exc)
             if not busy or time.monotonic() > deadline:
-                raise ProjectionError(
-                    f"cannot put the read model in WAL mode: {exc}", path=path
-                ) from exc
+                raise  # as without the retries (callers say what it means: a read-only file...)
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
@@ -114,7 +112,7 @@ class ReadModel:
         conn = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
         )
-        _wal(conn, path)
+        _wal(conn)
         conn.execute("PRAGMA synchronous=FULL")
         self.conn = conn
         self.db = Database(conn)

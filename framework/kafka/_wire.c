@@ -170,6 +170,19 @@ typedef struct {
     Py_ssize_t record;
 } Cursor;
 
+/* The records range [start, stop) of raw, holding count records: a cursor at its start, or -1
+ * if the range is outside the buffer. */
+static int
+scan_range(Py_buffer *raw, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t count, Cursor *c)
+{
+    if (start < 0 || stop > raw->len || start > stop || count < 0 || count > stop - start)
+        return -1;
+    c->p = (const unsigned char *)raw->buf + start;
+    c->end = (const unsigned char *)raw->buf + stop;
+    c->record = 0;
+    return 0;
+}
+
 static int
 get_varint(Cursor *c, int64_t *out)
 {
@@ -288,11 +301,11 @@ records_parse(PyObject *Py_UNUSED(self), PyObject *args)
     if (!PyArg_ParseTuple(args, "y*nnnL", &raw, &start, &stop, &count, &base_ts))
         return NULL;
     PyObject *out = NULL;
-    if (start < 0 || stop > raw.len || start > stop || count < 0 || count > stop - start) {
+    Cursor c;
+    if (scan_range(&raw, start, stop, count, &c) < 0) {
         PyErr_SetString(PyExc_ValueError, "records range outside the buffer");
         goto done;
     }
-    Cursor c = {(const unsigned char *)raw.buf + start, (const unsigned char *)raw.buf + stop, 0};
     if ((out = PyList_New(count)) == NULL)
         goto done;
     for (c.record = 0; c.record < count; c.record++) {
@@ -745,17 +758,6 @@ scan_one(Cursor *c, long long base_ts, Scanned *s)
 done:
     c->end = batch_end;
     return rc;
-}
-
-static int
-scan_range(Py_buffer *raw, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t count, Cursor *c)
-{
-    if (start < 0 || stop > raw->len || start > stop || count < 0 || count > stop - start)
-        return -1;
-    c->p = (const unsigned char *)raw->buf + start;
-    c->end = (const unsigned char *)raw->buf + stop;
-    c->record = 0;
-    return 0;
 }
 
 static PyObject *

@@ -247,13 +247,9 @@ class KafkaBatch(NamedTuple):
         return self.records if self.framed is None else self.framed.records()
 
 
-class KafkaRecords(FramedRecords):
-    """The records of an uncompressed produced batch, kept as the request's bytes, which the
-    embedded engine appends without a tuple per record (:meth:`LogStore.append_framed`:
-    ``_wire.records_cut`` cuts them as the log cuts record tuples, ``_wire.records_stored``
-    transcodes each piece into a stored batch in one C pass). Only records that
-    ``_wire.records_scan`` accepted (:func:`parse_batches`), so that :meth:`records` gives
-    the tuples :func:`parse_batches` would have given."""
+class _Span:
+    """``count`` consecutive records of a produced batch's bytes, ``raw[start:stop]``, their
+    timestamps relative to ``base_timestamp``."""
 
     __slots__ = ("base_timestamp", "count", "raw", "start", "stop")
 
@@ -263,6 +259,17 @@ class KafkaRecords(FramedRecords):
 
     def __len__(self) -> int:
         return self.count
+
+
+class KafkaRecords(_Span, FramedRecords):
+    """The records of an uncompressed produced batch, kept as the request's bytes, which the
+    embedded engine appends without a tuple per record (:meth:`LogStore.append_framed`:
+    ``_wire.records_cut`` cuts them as the log cuts record tuples, ``_wire.records_stored``
+    transcodes each piece into a stored batch in one C pass). Only records that
+    ``_wire.records_scan`` accepted (:func:`parse_batches`), so that :meth:`records` gives
+    the tuples :func:`parse_batches` would have given."""
+
+    __slots__ = ()
 
     def cut(
         self, overhead: int, max_batch_bytes: int, max_record_bytes: int, keyed: bool
@@ -279,17 +286,10 @@ class KafkaRecords(FramedRecords):
         return _parse(self.raw, self.start, self.stop, self.count, self.base_timestamp)
 
 
-class _KafkaPiece(FramedBatch):
+class _KafkaPiece(_Span, FramedBatch):
     """Consecutive records of a :class:`KafkaRecords`, framed as one stored batch."""
 
-    __slots__ = ("base_timestamp", "count", "raw", "start", "stop")
-
-    def __init__(self, raw: bytes, start: int, stop: int, count: int, base_timestamp: int):
-        self.raw, self.start, self.stop, self.count = raw, start, stop, count
-        self.base_timestamp = base_timestamp
-
-    def __len__(self) -> int:
-        return self.count
+    __slots__ = ()
 
     def frame(self, base_offset: int, timestamp_type: int, now: int) -> tuple[bytes, list[int]]:
         assert _WIRE is not None

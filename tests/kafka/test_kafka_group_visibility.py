@@ -50,13 +50,15 @@ def describe(data: Path) -> dict[str, Any]:
     return json.loads(cli(data, "groups", "describe", GROUP, "--json").stdout)
 
 
-def wait(predicate: Callable[[], bool], timeout: float, what: str) -> float:
+def wait(
+    predicate: Callable[[], bool], timeout: float, what: str, seen: Callable[[], str] = str
+) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if predicate():
             return time.monotonic() - t0
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; saw {seen()}")
 
 
 class Member(threading.Thread):
@@ -170,10 +172,25 @@ def test_kafka_clients_groups_show_in_groups_list_and_describe(tmp_path: Path) -
         owned = {m.client_id: m.owned for m in members}
 
         def shows_members() -> bool:
+            for m in members:
+                if m.error is not None:
+                    raise AssertionError(f"{m.client_id} failed: {m.error!r}; saw {seen()}")
             doc = describe(listener.data)
             return doc["state"] == "Stable" and len(doc["members"]) == 2
 
-        wait(shows_members, 30, "groups describe to show the two members")
+        def seen() -> str:
+            doc = describe(listener.data)
+            group = {k: doc[k] for k in ("state", "generation")}
+            group["members"] = [m["client_id"] for m in doc["members"]]
+            clients = [(m.client_id, m.is_alive(), m.owned, m.error) for m in members]
+            said = [
+                line
+                for line in listener.stderr.read_text().splitlines()
+                if GROUP in line or "[warning" in line or "[error" in line
+            ]
+            return f"group {group}, clients {clients}, the listener's last warnings {said[-12:]}"
+
+        wait(shows_members, 30, "groups describe to show the two members", seen)
         doc = describe(listener.data)
         by_client = {m["client_id"]: m for m in doc["members"]}
         assert set(by_client) == set(owned)
@@ -230,7 +247,8 @@ def test_kafka_clients_groups_show_in_groups_list_and_describe(tmp_path: Path) -
 
         # restarted, the clients rejoin and show again; a clean stop removes them at once
         listener.start()
-        wait(shows_members, 120, "the members to rejoin the restarted listener")
+        took = wait(shows_members, 120, "the members to rejoin the restarted listener", seen)
+        print(f"members rejoined {took:.1f} s after the listener's restart")
         listener.stop()
         stopped = describe(listener.data)
         assert stopped["members"] == [] and stopped["state"] == "Empty"

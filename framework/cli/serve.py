@@ -39,7 +39,10 @@ def _is_loopback(host: str) -> bool:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    # SIGTERM does what Ctrl-C does: asyncio's runner cancels the listener's main task, which
+    # closes the server and its connections in order (a KeyboardInterrupt raised here would
+    # land in whichever connection's task was running, and be logged there as a crash)
+    signal.raise_signal(signal.SIGINT)
 
 
 @click.command()

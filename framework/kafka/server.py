@@ -180,6 +180,7 @@ class KafkaServer:
         self._handlers: dict[int, Callable[[Any], Awaitable[Any]]] = self.broker.handlers()
         self._budget: _Budget | None = None
         self._connections = 0
+        self._tasks: set[asyncio.Task[None]] = set()
         self.bad = _Limiter(LOG_LINES_PER_S)
 
     async def start(self) -> None:
@@ -189,9 +190,7 @@ class KafkaServer:
         self.broker.max_decompressed_bytes = self.limits.max_request_bytes
         self.broker.memory_wait_s = self.limits.request_timeout_s
         self.broker.max_fetch_wait_s = self.limits.request_timeout_s
-        self._server = await asyncio.start_server(
-            self._connection, self.host, self.port, limit=_CHUNK
-        )
+        self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=_CHUNK)
         sock = self._server.sockets[0].getsockname()
         self.port = sock[1]
         adv_host, _, adv_port = (self._advertised or f"{self.host}:{self.port}").rpartition(":")
@@ -215,6 +214,25 @@ class KafkaServer:
             self._server.close()
             await self._server.wait_closed()
         self.broker.groups.unpublish()
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection's task, held here rather than by asyncio's stream protocol, whose
+        callback (Python 3.11) logs a task cancelled by a clean stop as a crash."""
+        task = asyncio.get_running_loop().create_task(self._connection(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._ended(done, writer))
+
+    def _ended(self, task: asyncio.Task[None], writer: asyncio.StreamWriter) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            writer.close()  # a task cancelled before its first step never reached its finally
+        elif (exc := task.exception()) is not None:
+            log.error(
+                "connection failed",
+                peer=str(writer.get_extra_info("peername")),
+                error=_one_line(exc),
+            )
+            writer.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         address = writer.get_extra_info("peername")

@@ -360,14 +360,22 @@ def test_groups_view_shows_lag_falling_to_zero_while_a_worker_runs(env: SimpleNa
 
     assert wait_for(lambda: (shown_lag() or 0) > 0, timeout=10)
     shot(b, "groups")
+
+    def sampled_lags() -> list[int]:
+        return [lag for _t, lag in env.console.get(f"/api/groups/{PROJECTOR}")["lag_history"]]
+
+    # the chart must have a lag above zero to fall from: the console samples every few
+    # seconds, and a worker started before that sample can catch up between two samples
+    assert wait_for(lambda: max(sampled_lags(), default=0) > 0, timeout=30), sampled_lags()
     runner = Runner(APP, PROJECTOR, env.data, workers=1, session_timeout_ms=2000)
     runner.start()
     try:
         wait_for(lambda: shown_lag() == 0, timeout=90, interval=0.3)
+        # the page reads the lag live; the history has it at its next sample
+        wait_for(lambda: sampled_lags()[-1:] == [0], timeout=30, interval=0.3)
         b.get(env.console.url + f"/groups/{PROJECTOR}")
         wait_for(lambda: b.find_elements(By.CSS_SELECTOR, "#lag-chart canvas"), timeout=10)
-        history = env.console.get(f"/api/groups/{PROJECTOR}")["lag_history"]
-        lags = [lag for _t, lag in history]
+        lags = sampled_lags()
         assert max(lags) > 0 and lags[-1] == 0, lags  # sampled by the console: it fell to 0
         shot(b, "group")
         b.get(env.console.url + f"/projectors/{PROJECTOR}")

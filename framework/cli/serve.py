@@ -7,6 +7,7 @@ directory. See ``docs/kafka-protocol.md``. Runs until SIGINT/SIGTERM.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import signal
 import sys
@@ -38,7 +39,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _interrupt(signum: int, frame: object) -> None:
+def _interrupt(signum: int = signal.SIGTERM, frame: object = None) -> None:
     # SIGTERM does what Ctrl-C does: asyncio's runner cancels the listener's main task, which
     # closes the server and its connections in order (a KeyboardInterrupt raised here would
     # land in whichever connection's task was running, and be logged there as a crash)
@@ -95,6 +96,10 @@ def serve(
     def ready(server: object) -> None:
         click.echo(f"kafka listener on {host}:{getattr(server, 'port', port)}", err=True)
         sys.stderr.flush()
+        # while the loop runs, SIGTERM goes through it: the kernel may hand a signal to any
+        # thread (the loop's executor threads too), and only the loop's wake-up descriptor,
+        # which add_signal_handler sets, wakes a loop waiting in epoll then
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _interrupt)
 
     signal.signal(signal.SIGTERM, _interrupt)
     metrics = ExitStack()

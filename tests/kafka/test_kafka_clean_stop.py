@@ -1,11 +1,15 @@
 """A clean stop of ``eventlane serve --kafka`` (SIGTERM) while clients are connected: the
 process exits 0 and its log carries no traceback and no error line, however many
-connections are open and whatever they are waiting for."""
+connections are open and whatever they are waiting for, and whichever thread the signal
+lands in."""
 
 from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import confluent_kafka
@@ -50,3 +54,44 @@ def test_sigterm_with_connected_clients_stops_without_a_traceback(tmp_path: Path
     said = listener.stderr.read_text()
     bad = [line for line in said.splitlines() if "Traceback" in line or "[error" in line]
     assert not bad, said[-4000:]
+
+
+def test_sigterm_handed_to_another_thread_still_stops_an_idle_listener(tmp_path: Path) -> None:
+    """The kernel may give a process's signal to any of its threads that does not block it;
+    Python's handler then only flags it, and an idle loop waiting in epoll must be woken.
+    Here the main thread blocks SIGTERM, so a sleeping thread started first receives it."""
+    port = free_port()
+    code = (
+        "import signal, threading, time;"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start();"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM]);"
+        "from framework.cli import main; main()"
+    )
+    err = tmp_path / "listener.log"
+    with open(err, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                code,
+                "--data",
+                str(tmp_path / "data"),
+                "serve",
+                "--kafka",
+                f"127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "kafka listener on" not in err.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.05)
+        proc.terminate()
+        assert proc.wait(20) == 0, err.read_text()  # before the fix: never (no timer pending)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert "Traceback" not in err.read_text()

@@ -211,6 +211,11 @@ def _produced_batches(
         ) from None
 
 
+async def _acquire(budget: Any, size: int, wait_s: float) -> None:
+    async with asyncio.timeout(wait_s):
+        await budget.acquire(size)
+
+
 def _decoded(raw: bytes) -> list[KafkaBatch]:
     out = []
     records = MemoryRecords(raw)
@@ -352,9 +357,8 @@ class ProduceApis(BrokerState):
                 raise DecompressedTooLargeError(
                     f"the records decompress to more than {limit} bytes (socket.request.max.bytes)"
                 )
-            acquire = asyncio.wait_for(budget.acquire(size), wait_s)
             try:
-                asyncio.run_coroutine_threadsafe(acquire, loop).result()
+                asyncio.run_coroutine_threadsafe(_acquire(budget, size, wait_s), loop).result()
             except TimeoutError:
                 raise _MemoryBusyError(
                     f"no room for {size} decompressed bytes under the in-flight memory cap"

@@ -278,7 +278,8 @@ class KafkaServer:
         """The next request's bytes and the budget reserved for them (the caller releases)."""
         limits = self.limits
         try:
-            head = await asyncio.wait_for(reader.readexactly(4), limits.idle_timeout_s)
+            async with asyncio.timeout(limits.idle_timeout_s):
+                head = await reader.readexactly(4)
         except TimeoutError:
             log.info("idle connection closed", peer=peer, idle_s=limits.idle_timeout_s)
             raise _CloseError from None
@@ -291,18 +292,23 @@ class KafkaServer:
                 max_request_bytes=limits.max_request_bytes,
             )
             raise _CloseError
-        deadline = time.monotonic() + limits.request_timeout_s
+        # a large request's bytes must all arrive within the timeout from here (its wait for
+        # room included); a small one's within the timeout from when there is room for it
+        deadline = asyncio.get_running_loop().time() + limits.request_timeout_s
         assert self._budget is not None
         try:
-            await asyncio.wait_for(self._budget.acquire(size), limits.request_timeout_s)
+            async with asyncio.timeout(limits.request_timeout_s):
+                await self._budget.acquire(size)
         except TimeoutError:
             self.bad.warning("request dropped: in-flight memory cap", peer=peer, size=size)
             raise _CloseError from None
         try:
             if size <= _CHUNK:
-                payload = await asyncio.wait_for(reader.readexactly(size), limits.request_timeout_s)
+                async with asyncio.timeout(limits.request_timeout_s):
+                    payload = await reader.readexactly(size)
             else:
-                payload = await self._read_large(reader, size, deadline)
+                async with asyncio.timeout_at(deadline):
+                    payload = await self._read_large(reader, size)
         except TimeoutError:
             await self._budget.release(size)
             self.bad.warning(
@@ -318,14 +324,12 @@ class KafkaServer:
         return payload, size
 
     @staticmethod
-    async def _read_large(reader: asyncio.StreamReader, size: int, deadline: float) -> bytes:
+    async def _read_large(reader: asyncio.StreamReader, size: int) -> bytes:
         # chunks, joined once complete: a partial frame holds only the bytes received
         chunks: list[bytes] = []
         remaining = size
         while remaining:
-            chunk = await asyncio.wait_for(
-                reader.read(min(remaining, _CHUNK)), max(deadline - time.monotonic(), 0)
-            )
+            chunk = await reader.read(min(remaining, _CHUNK))
             if not chunk:
                 raise asyncio.IncompleteReadError(b"", remaining)
             chunks.append(chunk)

@@ -150,9 +150,8 @@ class OrderedReader:
             if self._token is token:
                 self._deliver(msg)
 
-        info = await asyncio.wait_for(
-            conn.js.add_consumer(self.stream, config=config), conn.attempt_s
-        )
+        async with asyncio.timeout(conn.attempt_s):
+            info = await conn.js.add_consumer(self.stream, config=config)
         if self._token is not token:  # stopped or paused meanwhile
             with contextlib.suppress(Exception):
                 await conn.js.delete_consumer(self.stream, info.name)
@@ -221,9 +220,8 @@ class OrderedReader:
                 await sub.unsubscribe()
         if name is not None:
             with contextlib.suppress(Exception, TimeoutError):
-                await asyncio.wait_for(
-                    js.delete_consumer(self.stream, name), self.owner.conn.attempt_s
-                )
+                async with asyncio.timeout(self.owner.conn.attempt_s):
+                    await js.delete_consumer(self.stream, name)
 
     async def stop(self) -> None:
         """Delete the consumer and forget the buffer (idempotent)."""

@@ -288,7 +288,8 @@ class Topics:
             # cut off, an election), keep using the cached metadata for a while, so appends
             # to partitions that are up do not wait for the registry (it only ever grows)
             try:
-                raw = await asyncio.wait_for(get(), self.conn.attempt_s)
+                async with asyncio.timeout(self.conn.attempt_s):
+                    raw = await get()
             except (TimeoutError, nats.errors.Error) as exc:
                 if not isinstance(e.translate(exc, topic=name), LogUnavailableError):
                     raise

@@ -210,9 +210,14 @@ class KafkaServer:
             await self._server.serve_forever()
 
     async def close(self) -> None:
+        """Stop accepting, end every connection (whatever it waits for), and publish the
+        groups without members."""
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._server.wait_closed()  # from Python 3.12 on: until connections end
         self.broker.groups.unpublish()
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -5,6 +5,7 @@ lands in."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import struct
@@ -17,6 +18,8 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
+from framework.kafka import KafkaServer
+from framework.log import LogStore
 from tests.kafka.conftest import KafkaProcess, free_port
 
 API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 7, 4) + b"test"
@@ -123,3 +126,38 @@ def test_sigterm_handed_to_another_thread_still_stops_an_idle_listener(tmp_path:
             proc.kill()
             proc.wait(10)
     assert "Traceback" not in err.read_text()
+
+
+def test_an_embedded_server_closes_with_clients_connected(tmp_path: Path) -> None:
+    """``KafkaServer.close()`` in the application's own loop ends its connections, an idle
+    one and one with half a request, instead of waiting for them."""
+
+    async def ended(reader: asyncio.StreamReader) -> bool:
+        try:
+            return await reader.read() == b""  # no answer, end of stream
+        except ConnectionResetError:  # bytes it never read: the kernel resets instead
+            return True
+
+    async def main() -> tuple[bool, bool, float]:
+        with LogStore(tmp_path / "data") as log_:
+            server = KafkaServer(log_, "127.0.0.1", 0)
+            await server.start()
+            idle_r, idle_w = await asyncio.open_connection("127.0.0.1", server.port)
+            idle_w.write(REQUEST)
+            (size,) = struct.unpack(">i", await idle_r.readexactly(4))
+            await idle_r.readexactly(size)
+            half_r, half_w = await asyncio.open_connection("127.0.0.1", server.port)
+            half_w.write(struct.pack(">i", 100) + b"\0" * 10)
+            await half_w.drain()
+            started = time.monotonic()
+            async with asyncio.timeout(10):
+                await server.close()
+                ends = (await ended(idle_r), await ended(half_r))
+            took = time.monotonic() - started
+            idle_w.close()
+            half_w.close()
+            return ends[0], ends[1], took
+
+    idle, half, took = asyncio.run(main())
+    assert idle and half, "both connections end, with no answer"
+    assert took < 5, took

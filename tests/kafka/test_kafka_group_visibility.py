@@ -74,6 +74,7 @@ class Member(threading.Thread):
         self.committed = threading.Event()
         self.stop = threading.Event()
         self.error: BaseException | None = None
+        self.polled = time.monotonic()  # when its last poll returned (a client stuck in it)
 
     def run(self) -> None:
         try:
@@ -95,6 +96,7 @@ class Member(threading.Thread):
         try:
             while not self.stop.is_set():
                 consumer.poll(timeout_ms=200)
+                self.polled = time.monotonic()
                 self.owned = sorted(tp.partition for tp in consumer.assignment())
                 if self.commit_now.is_set():
                     consumer.commit(
@@ -124,6 +126,7 @@ class Member(threading.Thread):
         try:
             while not self.stop.is_set():
                 consumer.poll(0.2)
+                self.polled = time.monotonic()
                 self.owned = sorted(tp.partition for tp in consumer.assignment())
                 if self.commit_now.is_set():
                     consumer.commit(
@@ -182,7 +185,11 @@ def test_kafka_clients_groups_show_in_groups_list_and_describe(tmp_path: Path) -
             doc = describe(listener.data)
             group = {k: doc[k] for k in ("state", "generation")}
             group["members"] = [m["client_id"] for m in doc["members"]]
-            clients = [(m.client_id, m.is_alive(), m.owned, m.error) for m in members]
+            now = time.monotonic()
+            clients = [
+                (m.client_id, m.is_alive(), m.owned, m.error, f"polled {now - m.polled:.1f} s ago")
+                for m in members
+            ]
             said = [
                 line
                 for line in listener.stderr.read_text().splitlines()

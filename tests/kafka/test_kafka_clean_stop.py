@@ -72,7 +72,9 @@ def test_sigterm_with_connected_clients_stops_without_a_traceback(
             s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
             sockets.append(s)
             threading.Thread(target=keep_asking, args=(s, asked), daemon=True).start()
-        while asked[0] < 200:
+        deadline = time.monotonic() + 60
+        while asked[0] < 200:  # the busy connections are being served
+            assert time.monotonic() < deadline, f"{asked[0]} requests answered in 60 s"
             time.sleep(0.01)
         assert listener.proc is not None
         listener.proc.terminate()

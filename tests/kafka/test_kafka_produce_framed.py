@@ -26,13 +26,13 @@ import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from framework.kafka import records as records_module
 from framework.kafka.records import FRAMED, BatchFormatError, KafkaBatch, parse_batches
 from framework.log import LogStore
 from framework.log.embedded import partition as partition_module
 from framework.log.embedded.batch import encode_batch
+from tests.kafka.wire import build
 
 T0 = 1_764_000_000_000
 NOW = 1_765_000_000_000
@@ -52,24 +52,6 @@ timestamps = st.one_of(
     st.just(-1), st.integers(0, 1 << 45), st.integers(T0, T0 + 5_000), st.just(1 << 62)
 )
 records = st.tuples(keys, values, headers, timestamps)
-
-
-def build(
-    recs: list[tuple[bytes | None, bytes | None, list, int]], pid: int = -1, codec: int = 0
-) -> bytes:
-    """A producer's batch, as kafka-python's producer frames it (``codec``: compressed)."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=codec,
-        is_transactional=False,
-        producer_id=pid,
-        producer_epoch=0 if pid >= 0 else -1,
-        base_sequence=0 if pid >= 0 else -1,
-        batch_size=1 << 30,
-    )
-    for i, (key, value, hdrs, ts) in enumerate(recs):
-        builder.append(i, ts, key, value, hdrs)
-    return bytes(builder.build())
 
 
 def outcome(fn: object) -> object:
@@ -128,7 +110,7 @@ def same_files(
                     recs = [
                         (k, None if v is None else v + bytes(64), h, ts) for k, v, h, ts in recs
                     ]
-                raw = build(recs, pid, codec)
+                raw = build(recs, pid=pid, compression=codec, seq=0 if pid >= 0 else -1)
                 # the attributes' compression bits (nothing to compress: null values only)
                 assert raw[22] & 0x07 == codec or all(r[1] is None for r in recs)
                 (want,) = parse_batches(raw)

@@ -9,13 +9,13 @@ import struct
 import crc32c
 import pytest
 from kafka.errors import CorruptRecordError
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from framework.kafka import records as kafka_records
 from framework.kafka._produce import _produced_batches, _RefusedError
 from framework.kafka.records import BatchFormatError, encode_batch, parse_batches
 from framework.log import Record
+from tests.kafka.wire import build
 
 T0 = 1_764_000_000_000
 
@@ -64,27 +64,6 @@ def test_encoded_batches_read_back_through_kafka_python(ts_type: int, framing: s
         for r in recs
     ]
     assert got == want
-
-
-def build(
-    recs: list[tuple[bytes | None, bytes | None, list, int]],
-    *,
-    pid: int = -1,
-    compression: int = 0,
-    seq: int = -1,
-) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=compression,
-        is_transactional=False,
-        producer_id=pid,
-        producer_epoch=0 if pid >= 0 else -1,
-        base_sequence=seq,
-        batch_size=1 << 30,
-    )
-    for i, (key, value, headers, ts) in enumerate(recs):
-        builder.append(i, ts, key, value, headers)
-    return bytes(builder.build())
 
 
 PRODUCED = [

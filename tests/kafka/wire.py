@@ -7,6 +7,8 @@ import socket
 import struct
 from typing import Any
 
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
 
 def recv_frame(sock: socket.socket) -> bytes | None:
     """One response frame's payload, or ``None`` when the listener closed the connection."""
@@ -37,3 +39,26 @@ def raw_call(bootstrap: str, request: Any, response_cls: Any, version: int) -> A
         body = recv_frame(sock)
     assert body is not None, "the listener closed the connection instead of answering"
     return response_cls[version].decode(body, header=True)
+
+
+def build(
+    recs: list[tuple[bytes | None, bytes | None, list, int]],
+    *,
+    pid: int = -1,
+    compression: int = 0,
+    seq: int = -1,
+) -> bytes:
+    """A producer's record batch (magic 2), as kafka-python's producer frames it:
+    ``(key, value, headers, timestamp)`` each; ``compression``: the codec's id."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=seq,
+        batch_size=1 << 30,
+    )
+    for i, (key, value, headers, ts) in enumerate(recs):
+        builder.append(i, ts, key, value, headers)
+    return bytes(builder.build())

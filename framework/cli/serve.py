@@ -39,7 +39,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _interrupt(signum: int = signal.SIGTERM, frame: object = None) -> None:
+def _interrupt(signum: int, frame: object) -> None:
     # SIGTERM does what Ctrl-C does: asyncio's runner cancels the listener's main task, which
     # closes the server and its connections in order (a KeyboardInterrupt raised here would
     # land in whichever connection's task was running, and be logged there as a crash)
@@ -99,7 +99,9 @@ def serve(
         # while the loop runs, SIGTERM goes through it: the kernel may hand a signal to any
         # thread (the loop's executor threads too), and only the loop's wake-up descriptor,
         # which add_signal_handler sets, wakes a loop waiting in epoll then
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _interrupt)
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGTERM, signal.raise_signal, signal.SIGINT
+        )
 
     signal.signal(signal.SIGTERM, _interrupt)
     metrics = ExitStack()

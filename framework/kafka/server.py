@@ -229,15 +229,13 @@ class KafkaServer:
 
     def _ended(self, task: asyncio.Task[None], writer: asyncio.StreamWriter) -> None:
         self._tasks.discard(task)
-        if task.cancelled():
-            writer.close()  # a task cancelled before its first step never reached its finally
-        elif (exc := task.exception()) is not None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
             log.error(
                 "connection failed",
                 peer=str(writer.get_extra_info("peername")),
                 error=_one_line(exc),
             )
-            writer.close()
+        writer.close()  # a task cancelled before its first step never reached its finally
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         address = writer.get_extra_info("peername")

@@ -171,18 +171,29 @@ def figures(bench: Bench, root: Path, count: int, apache: bool) -> None:
     rounds = iter(range(1_000_000))
     topics: dict[str, str] = {}
 
+    def new_topic(name: str, on_apache: bool = False) -> str:
+        """A fresh one-partition topic for this round; ``topics[name]`` names it for the
+        round's consumer."""
+        topic = f"{name}-{next(rounds)}"
+        if on_apache:
+            assert cluster is not None
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            for done in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+                done.result(60)
+        else:
+            store.create_topic(topic, 1)
+        topics[name] = topic
+        return topic
+
     def own_produce() -> float:
-        topic = f"own-{next(rounds)}"
-        store.create_topic(topic, 1)
+        topic = new_topic("own")
         producer = Producer(store)
         t0 = time.perf_counter()
         for start in range(0, count, 10_000):
             producer.send_batch(
                 topic, [ProducerRecord(k, VALUE) for k in keys[start : start + 10_000]], partition=0
             )
-        rate = count / (time.perf_counter() - t0)
-        topics["own"] = topic
-        return rate
+        return count / (time.perf_counter() - t0)
 
     def ck_produce(server: str, topic: str, process: psutil.Process | None) -> Mapping[str, float]:
         acked = [0]
@@ -214,20 +225,12 @@ def figures(bench: Bench, root: Path, count: int, apache: bool) -> None:
         return costs(rate, acked[0], before, process)
 
     def kafka_produce() -> Mapping[str, float]:
-        topic = f"ck-{next(rounds)}"
-        store.create_topic(topic, 1)
-        topics["ck"] = topic
-        return ck_produce(bootstrap, topic, listener)
+        return ck_produce(bootstrap, new_topic("ck"), listener)
 
     def apache_produce() -> Mapping[str, float]:
         assert cluster is not None
-        topic = f"ak-{next(rounds)}"
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        for done in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-            done.result(60)
-        topics["ak"] = topic
-        broker = psutil.Process(cluster.nodes[0].pid)
-        return ck_produce(cluster.bootstrap, topic, broker)
+        topic = new_topic("ak", on_apache=True)
+        return ck_produce(cluster.bootstrap, topic, psutil.Process(cluster.nodes[0].pid))
 
     def own_consume() -> float:
         consumer = Consumer(store, auto_offset_reset="earliest", max_poll_records=500)
@@ -291,21 +294,14 @@ def figures(bench: Bench, root: Path, count: int, apache: bool) -> None:
         return {**costs(rate, count, before, process), "client_us": client / count * 1e6}
 
     def listener_kcat_produce() -> Mapping[str, float]:
-        topic = f"kc-{next(rounds)}"
-        store.create_topic(topic, 1)
-        topics["kc"] = topic
-        return kcat_produce(bootstrap, topic, listener)
+        return kcat_produce(bootstrap, new_topic("kc"), listener)
 
     def listener_kcat_consume() -> Mapping[str, float]:
         return kcat_consume(bootstrap, topics["kc"], listener)
 
     def apache_kcat_produce() -> Mapping[str, float]:
         assert cluster is not None
-        topic = f"akc-{next(rounds)}"
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        for done in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-            done.result(60)
-        topics["akc"] = topic
+        topic = new_topic("akc", on_apache=True)
         return kcat_produce(cluster.bootstrap, topic, psutil.Process(cluster.nodes[0].pid))
 
     def apache_kcat_consume() -> Mapping[str, float]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import signal
 import struct
@@ -21,6 +22,8 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 from framework.log import LogStore
 from framework.log.types import Expect
@@ -279,3 +282,43 @@ def test_processes_share_fsyncs_and_every_acknowledged_record_is_where_it_was_to
         for key, result in results.items():
             for i, offset in enumerate(result["offsets"]):  # type: ignore[arg-type]
                 assert where[offset] == (key.encode(), b"%d" % i)
+
+
+def test_a_version_check_never_counts_in_flight_records_a_failed_fsync_threw_away(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """This process's key index reads A's in-flight record into its cache (a version check
+    made while it is in flight: *Shared tail* in key_index.py); A's fsync fails, throwing
+    it away, and D appends another record at its offset. The log then ends where this
+    process's view of it ends, so only the partition's epoch says the view is stale: the
+    next version check here must not answer from it (it would name D's record as A's key's;
+    the check of the record found there would catch that, and empty the index: not here)."""
+    data = tmp_path / "data"
+    with LogStore(data, clock=lambda: 1_700_000_000_000) as log:  # no relay: all direct
+        log.create_topic(TOPIC, 1)
+        log.append(TOPIC, 0, [(b"k", b"0", (), None)], expect=Expect(b"k", None))
+        held = _SyncLockHeld(data)
+        a = _child(data, "a", 1, expect_none=True, fail_sync=True)
+        d = None
+        try:
+            _in_flight(log, data, a, 2, "A's")
+            _wait_for(lambda: _append_lock_free(data), "A let go of the append lock")
+            lock = os.open(data / "topics" / TOPIC / "0" / "lock", os.O_RDWR)
+            try:  # a version check here, under the append lock, as an appender makes it
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                assert log.keys.index(TOPIC, 0).head_at(b"a", 2) == (1, 1)  # A's, in flight
+            finally:
+                os.close(lock)
+            held.release()
+            assert _result(a) == {"refused": [], "syncs": 1}  # thrown away
+            d = _child(data, "d", 1, expect_none=True)
+            _go(d)
+            assert _result(d) == {"offsets": [1], "syncs": 1}  # D's record at A's offset
+            assert log.offsets(TOPIC, 0).leo == 2
+            with caplog.at_level(logging.WARNING):
+                result = log.append(TOPIC, 0, [(b"a", b"1", (), None)], expect=Expect(b"a", None))
+            assert result.base_offset == 2
+            assert not [r for r in caplog.records if "key index" in r.getMessage()]
+            assert log.key_head(TOPIC, 0, b"a") == 2 and log.key_head(TOPIC, 0, b"d") == 1
+        finally:
+            _stop(a, *([d] if d else []))

@@ -79,7 +79,9 @@ _CHILD = textwrap.dedent(
             print(json.dumps(line), flush=True)
             i += 1
         relay = log.relay
-        print(json.dumps({"relayed": relay.relayed if relay is not None else 0}), flush=True)
+        print(json.dumps({"relayed": relay.relayed if relay is not None else 0,
+                          "looked": relay.looked if relay is not None else 0,
+                          "seconds": time.monotonic() - deadline + seconds}), flush=True)
     """
 )
 
@@ -199,11 +201,18 @@ def test_conditional_appends_of_four_processes_through_the_relay_follow_the_rule
 
 
 def test_two_processes_append_directly(data: Path) -> None:
-    """Two writers take the lock in turn (faster than a relay for two): no relay starts."""
-    procs = [_start(data, f"w{n}", 100, 0, seed=10 + n) for n in range(2)]
-    counts = _check(data, _run(data, procs))
+    """Two writers take the lock in turn (faster than a relay for two): no relay starts, and
+    neither looks for one more often than every ``LOOK_S`` (finding the other at the lock
+    says nothing new while it counted fewer than three writers: a connection attempt per
+    append cost each append ~10 us)."""
+    procs = [_start(data, f"w{n}", 200, 0, seed=10 + n) for n in range(2)]
+    lines = _run(data, procs)
+    counts = _check(data, lines)
     assert counts["relayed"] == 0 and counts["unknown"] == 0, counts
     assert not (data / relay.LOG_NAME).exists()
+    for out in lines.values():
+        looks, seconds = out[-1]["looked"], out[-1]["seconds"]
+        assert looks <= seconds / relay.LOOK_S + 3, f"{looks} looks in {seconds:.2f} s"
 
 
 @pytest.mark.parametrize(

@@ -64,25 +64,38 @@ Invariants:
   incarnation of the partition), ``rows`` and ``checksum`` match the table, and the anchor
   record in the log has the anchor key. A failed check empties the index (it is rebuilt
   on use). :meth:`KeyIndex.verify` compares every row with the log.
-* *Held back*: an appender whose version check found that nobody else appended since its
-  own last append (its cache answered: the log ends where its index ends) keeps the rows of
-  its next appends in memory instead of writing each append's rows in its own transaction,
-  and writes them in one transaction once they span :data:`DEFER_OFFSETS` offsets, when
-  another appender shows up (its next version check catches up first), on ``catch_up``,
-  ``verify`` and ``close``, and from a background thread :data:`FLUSH_AFTER_S` after the
-  first of them was held (the appender went quiet). ``stream`` mode only. The file then lags
-  the log by fewer than :data:`DEFER_OFFSETS` offsets for at most about that long, which
-  every reader already handles (the tail overlay below; this object's own reads overlay the
-  held rows instead); a process that dies holding rows leaves such a lag. Held rows are
-  written only while the partition's epoch is the one they were numbered in, and only where
-  the file still ends where they begin.
+* *Held back*: an appender whose version check found that the log ends where its view of
+  the index ends (its cache answered) keeps the rows of its next appends in memory instead
+  of writing each append's rows in its own transaction, and writes them in one transaction
+  once they span :data:`DEFER_OFFSETS` offsets, on ``catch_up``, ``verify`` and ``close``,
+  and from a background thread :data:`FLUSH_AFTER_S` after the first of them was held (the
+  appender went quiet). ``stream`` mode only. The file then lags the log by fewer than
+  :data:`DEFER_OFFSETS` offsets for at most about that long, which every reader already
+  handles (the tail overlay below; this object's own reads overlay the held rows instead);
+  a process that dies holding rows leaves such a lag. Held rows are written only while the
+  partition's epoch is the one they were numbered in, and only where the file ends, as
+  checked holding the lock file (rows the file already has are left out).
+* *Shared tail*: when other processes appended since this object's view ended (at most
+  :data:`DEFER_OFFSETS` offsets), an appender's version check reads their records from the
+  log under the append lock, numbers them from its cache (a key new to it: from the file,
+  holding the lock file) and holds their rows too, instead of dropping its cache and writing
+  (issue 36: two writer processes each wrote a transaction an append). So every appender
+  holds the rows of the whole unwritten tail, its own and the others', and whichever writes
+  first writes them all; the others then find the file ending inside their view and stop
+  holding what it has (:meth:`KeyIndex._revalidate`), or past it (a quiet appender) and read
+  the records in between into their cache. Every row held anywhere is the log's own
+  numbering, so any of them may write it. (The relay, ``shared``, writes every append.)
 * Each object caches what it learnt under the write lock (``next_offset`` and the last
   ``(seq, offset)`` of keys it looked up or indexed), so an appender's version check and
   index update cost no query for a key seen before (recently: the cache of a process is
   bounded, :data:`CACHED_KEYS`, least recently used keys first out, keys of held rows
-  never). The cache holds only while no other connection committed: SQLite's
-  ``PRAGMA data_version`` changes when one did, and the cache is dropped. Checked at
-  every outermost write-lock acquisition and before a cached answer is used.
+  never). The cache reflects the log below where this object's view ends (``_end``): it is
+  used only while the log ends there and the partition's epoch is the one it was filled in
+  (a failed fsync throws in-flight records away: their offsets are used again). When
+  another connection committed (SQLite's ``PRAGMA data_version`` changes), the file is read
+  again (``next_offset``): ending inside the view, the cache stays; ending before where this
+  object knew it to end (emptied, replaced), the cache is dropped. Checked at every
+  outermost write-lock acquisition and before a cached answer is used.
 * Locks, in the order they are taken (the engine's whole order is in :mod:`.partition`):
   the partition's append lock (held by an appender calling :meth:`KeyIndex.head_at`,
   :meth:`KeyIndex.sync_to` or :meth:`KeyIndex.add_appended`), then this object's ``RLock``,
@@ -271,6 +284,7 @@ class KeyIndex:
         self._held: list[tuple[bytes, int, int]] = []
         self._held_end = 0
         self._quiet = False  # the last version check found no other appender since ours
+        self._tail: tuple[int, Cursor | None] | None = None  # where _absorb's last read ended
         self.shared = False
         """Rows are never held back: this process writes other processes' appends (the
         relay, :mod:`.relay`), whose next reads must find them in the file."""
@@ -505,13 +519,109 @@ class KeyIndex:
         except (sqlite3.Error, AttributeError):  # closed, or not open yet
             return None
 
-    def _revalidate(self) -> None:
-        """Drop the cache if another connection committed since it was filled (hold
-        ``_lock``)."""
+    def _revalidate(self, leo: int | None = None) -> None:
+        """Bring the cache up to date with the file if another connection committed since
+        it was filled (hold ``_lock``; ``leo``: the caller holds the append lock and the log
+        ends there). When the file now ends between where this object knew it to end and
+        where its view ends (another appender wrote rows this object holds too: *Shared
+        tail*), the rows the file has are no longer held and the cache stays; when it ends
+        past the view, below ``leo``, the records in between are read from the log into the
+        cache (:meth:`_advance`); anything else (the file emptied or replaced, or no
+        ``leo``) drops the cache."""
         version = self._data_version()
-        if version is None or version != self._version:
-            self._forget()
-            self._version = version
+        if version is not None and version == self._version:
+            return
+        nxt, end = self._next, self._end()
+        if version is not None and self._version is not None and nxt is not None:
+            try:
+                now = self._next_offset()
+            except _DAMAGE:
+                now = -1
+            if end is not None and nxt <= now <= end:
+                if now > nxt:
+                    self._held = [row for row in self._held if row[2] >= now]
+                    self._next = now
+                self._version = version
+                return
+            if (
+                leo is not None
+                and end is not None
+                and end < now <= min(leo, end + DEFER_OFFSETS)
+                and self._advance(end, now)
+            ):
+                self._held = []
+                self._next = now
+                self._version = version
+                return
+        self._forget()
+        self._version = version
+
+    def _advance(self, start: int, upto: int) -> bool:
+        """Apply the log's records in ``[start, upto)`` to the cached heads (their rows are
+        in the file: nothing is held). ``False``: the log no longer has them."""
+        try:
+            pairs = self.scan(start, upto)
+        except OffsetOutOfRangeError:
+            return False
+        heads = self._heads
+        for key, offset in pairs:
+            cached = heads.get(key, _UNKNOWN)
+            if cached is not _UNKNOWN:
+                heads[key] = (cached[0] + 1 if cached is not None else 1, offset)
+        return True
+
+    def _absorb(self, leo: int) -> None:
+        """Hold the rows of the records others appended since this object's view ended,
+        read from the log, so that the view ends at ``leo`` again without a write to the
+        file (*Shared tail*). Call under the partition's append lock (the log ends at
+        ``leo``) and ``_lock``. A key this object knows nothing of is numbered from the
+        file's rows before its first record here, read holding the lock file; when the lock
+        file is busy, or anything else is unexpected, nothing is absorbed (the caller's
+        version check then takes the usual path)."""
+        self._revalidate(leo)
+        start = self._end()
+        if start is None or not start < leo <= start + DEFER_OFFSETS:
+            return
+        try:
+            pairs = self._scan_tail(start, leo)
+        except OffsetOutOfRangeError:
+            self._tail = None
+            return
+        heads: dict[bytes, tuple[int, int] | None] = {}
+        unknown = {key for key, _ in pairs if key not in self._heads}
+        if unknown:
+            with self._trying() as held:
+                if not held or self._end() != start:
+                    return
+                for key in unknown:  # it has no held rows: the file has them all
+                    heads[key] = self._guard(self._head_entry, key)
+        rows: list[tuple[bytes, int, int]] = []
+        for key, offset in pairs:
+            entry = heads[key] if key in heads else self._heads[key]
+            seq = (entry[0] if entry is not None else 0) + 1
+            heads[key] = (seq, offset)
+            rows.append((key, seq, offset))
+        self._hold(rows, leo)
+
+    def _scan_tail(self, start: int, upto: int) -> list[tuple[bytes, int]]:
+        """:meth:`scan` of ``[start, upto)`` for :meth:`_absorb`, going on from where its
+        last read ended when that is at most :data:`DEFER_OFFSETS` before ``start`` (this
+        process's own append in between is read again and skipped): a read from a cursor
+        needs no lookup in the segment's offset index, which grows as the log does."""
+        at, cursor = start, None
+        if self._tail is not None and start - DEFER_OFFSETS <= self._tail[0] <= start:
+            at, cursor = self._tail
+        pairs: list[tuple[bytes, int]] = []
+        while at < upto:
+            records, cursor = self._read(at, CATCH_UP_BYTES, cursor, upto)
+            if not records:
+                break
+            pairs.extend(
+                (r.key, r.offset) for r in records if r.key is not None and r.offset >= start
+            )
+            at = records[-1].offset + 1
+        self._tail = None if cursor is None else (at, cursor)
+        return pairs
 
     def _forget(self) -> None:
         self._next = None
@@ -667,9 +777,13 @@ class KeyIndex:
     def head_at(self, key: bytes, leo: int) -> tuple[int, int] | None:
         """``(seq, offset)`` of ``key``'s last record, from an index covering exactly the
         offsets below ``leo``. Call under the partition's append lock."""
-        with self._lock:  # a key seen before, nothing appended by others since: no query
-            if self._end() == leo and key in self._heads:
-                self._revalidate()
+        with self._lock:  # a key seen before, the log read up to leo: no query
+            end = self._end()
+            if end is not None and end <= leo and self._epoch == self._current_epoch():
+                if end < leo and not self.shared and self.mode == "stream":
+                    self._absorb(leo)  # others appended since: read from the log, held
+                else:
+                    self._revalidate()
                 cached = self._heads.get(key, _UNKNOWN)
                 if self._end() == leo and cached is not _UNKNOWN:
                     self._heads.move_to_end(key)
@@ -879,10 +993,9 @@ class KeyIndex:
                 and not self.shared
                 and self.mode == "stream"
                 and self._end() == first_offset
-            ):
-                self._revalidate()
-                if self._end() == first_offset and self._epoch == self._current_epoch():
-                    return self._hold(self._guard(self._number, pairs), next_offset)
+                and self._epoch == self._current_epoch()
+            ):  # (the file is looked at again before the rows are written: _flush_at)
+                return self._hold(self._guard(self._number, pairs), next_offset)
         with self._trying() as held:
             if not held:  # busy: the index lags (*Busy lock*); the cache stays as it was
                 return False
@@ -914,15 +1027,17 @@ class KeyIndex:
         another writer indexed their offsets (the write's own check). Hold ``_lock``."""
         if not self._held:
             return
-        rows, base, end = self._held, self._next, self._held_end
-        self._held = []
-        if base is None or self._epoch != epoch:
+        if self._next is None or self._epoch != epoch:
+            self._held = []
             return
-        with self._trying() as held:  # another connection's commit empties the cache, not
-            if held:  # the rows
-                self._guard(self._write, rows, base, end)
-            else:  # busy (*Busy lock*): the rows are dropped, the cache numbered with them
-                self._forget()
+        with self._trying() as held:  # (the file checked first: it may have some of them)
+            if not held:  # busy (*Busy lock*): the rows are dropped, the cache numbered with
+                self._forget()  # them
+                return
+            rows, base, end = self._held, self._next, self._held_end
+            self._held = []
+            if rows and base is not None and not self._guard(self._write, rows, base, end):
+                self._forget()  # the file moved under the lock file: nothing here holds
 
     def flush_held(self) -> None:
         """Write the rows held back now (the :class:`_Flusher`'s call; it holds no lock)."""

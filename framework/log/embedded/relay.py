@@ -125,6 +125,7 @@ class Relay:
         self._look_at = 0.0
         self._suspect_until = 0.0
         self._counted_at = 0.0
+        self._others = 0  # live registered processes besides this one, at the last count
         self._spawned_at = -SPAWN_EVERY_S
         self._child: subprocess.Popen[bytes] | None = None
         self._closed = False
@@ -134,6 +135,8 @@ class Relay:
         self._writer_name = ""
         self.relayed = 0
         """Appends the relay answered for this process (a count, for tests and metrics)."""
+        self.looked = 0
+        """Times this process looked for the relay (connection attempts: for tests)."""
 
     def _register(self) -> None:
         """At this store's first conditional append: say so in ``<data>/relay.writers/``
@@ -159,13 +162,14 @@ class Relay:
         """Start the relay if :data:`WRITERS_MIN` live processes registered (this one too)."""
         if self._writer_fd < 0:
             return
-        others = _other_writers(self._root / WRITERS, os.getpid())
+        others = self._others = _other_writers(self._root / WRITERS, os.getpid())
         if others + 1 >= WRITERS_MIN:
             self._start(now)
 
     def met(self) -> None:
         """An append found another process holding a partition's append lock."""
-        self._look_at = 0.0  # the relay may serve already: look at the next append
+        if self._others + 1 >= WRITERS_MIN:  # the relay may serve already: look at the
+            self._look_at = 0.0  # next append (with fewer, at the next look, as ever)
 
     # ------------------------------------------------------------------ appends
     def append_group(self, topic: str, partition: int, items: Sequence[Item]) -> list[Outcome]:
@@ -220,6 +224,7 @@ class Relay:
         return False
 
     def _connect(self) -> socket.socket | None:
+        self.looked += 1
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.settimeout(ANSWER_S)

@@ -267,6 +267,9 @@ class KeyIndex:
             log_, "read_written", log_.read
         )
         self._epoch_of: Callable[[str, int], int] | None = getattr(log_, "epoch", None)
+        self._end_cursor: Callable[[str, int], tuple[int, Cursor]] | None = getattr(
+            log_, "end_cursor", None
+        )
         self.topic = topic
         self.partition = partition
         self.path = path
@@ -1004,7 +1007,12 @@ class KeyIndex:
             )
 
     def _hold(self, rows: list[tuple[bytes, int, int]], next_offset: int) -> bool:
-        """Hold ``rows`` back (hold ``_lock``, the index ending where they begin)."""
+        """Hold ``rows`` back (hold ``_lock``, the index ending where they begin; under the
+        append lock, the log ending at ``next_offset``: the next :meth:`_absorb` reads from
+        there)."""
+        if self._end_cursor is not None:
+            end, cursor = self._end_cursor(self.topic, self.partition)
+            self._tail = (end, cursor) if end == next_offset else None
         if not self._held:
             _FLUSHER.schedule(self)
         self._held.extend(rows)

@@ -161,6 +161,14 @@ class _ReadPath:
         records, at = self._read(offset, max_bytes, cursor, upto, in_flight, raw=False)
         return records, at
 
+    def end_cursor(self) -> tuple[int, Cursor]:
+        """The log end offset and a cursor there: a read from it starts at the next batch
+        written (meant for the key index, under the append lock, just after an append)."""
+        snap = self.state.read()
+        return snap.leo, Cursor(
+            SegmentCursor(snap.layout, snap.active_base, snap.active_size, snap.leo)
+        )
+
     def read_batches(
         self, offset: int, *, max_bytes: int = MAX_BATCH_BYTES, upto: int | None = None
     ) -> list[StoredBatch]:

@@ -638,6 +638,11 @@ class LogStore:
         them under the append lock so that the next conditional append sees them."""
         return self._read(topic, partition, offset, max_bytes, cursor, upto, in_flight=True)
 
+    def end_cursor(self, topic: str, partition: int) -> tuple[int, Cursor]:
+        """The partition's log end offset and a read cursor there (not in the port: for the
+        key index, which reads others' appends from where its own ended)."""
+        return self.partition(topic, partition).end_cursor()
+
     def _read(
         self,
         topic: str,

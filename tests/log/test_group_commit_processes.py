@@ -322,3 +322,48 @@ def test_a_version_check_never_counts_in_flight_records_a_failed_fsync_threw_awa
             assert log.key_head(TOPIC, 0, b"a") == 2 and log.key_head(TOPIC, 0, b"d") == 1
         finally:
             _stop(a, *([d] if d else []))
+
+
+def _flocks(pid: int) -> dict[int, str]:
+    """The ``flock`` locks of process ``pid`` by inode: ``held`` or ``waiting`` (/proc/locks)."""
+    found = {}
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        waiting = fields[1] == "->"
+        if waiting:
+            del fields[1]
+        if fields[1] == "FLOCK" and int(fields[4]) == pid:
+            found[int(fields[5].rsplit(":", 1)[1])] = "waiting" if waiting else "held"
+    return found
+
+
+def test_a_synced_appender_waiting_to_publish_lets_go_of_sync_lock(tmp_path: Path) -> None:
+    """A's fsync is done but the append lock, which publishing the HWM takes, is held (by
+    this test, as by another appender writing): A waits for it without ``sync.lock``, so the
+    next appender's fsync need not wait for A's publication too (two writer processes took
+    turns at ``sync.lock``, each holding it through the other's write). A's record is not
+    readable until A publishes it, and A is acknowledged once it has."""
+    data = tmp_path / "data"
+    with LogStore(data) as log:
+        log.create_topic(TOPIC, 1)
+    held = _SyncLockHeld(data)
+    a = _child(data, "a", 1, expect_none=True)
+    try:
+        with LogStore(data) as log:
+            _in_flight(log, data, a, 1, "A's")
+            _wait_for(lambda: _append_lock_free(data), "A let go of the append lock")
+            folder = data / "topics" / TOPIC / "0"
+            lock = os.open(folder / "lock", os.O_RDWR)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # as an appender writing holds it
+                held.release()  # A syncs now, then waits to publish
+                waits = (os.stat(folder / "lock").st_ino, "waiting")
+                _wait_for(lambda: waits in _flocks(a.pid).items(), "A waits to publish")
+                assert os.stat(folder / "sync.lock").st_ino not in _flocks(a.pid)
+                assert log.offsets(TOPIC, 0).hwm == 0  # durable, not yet published
+            finally:
+                os.close(lock)
+            assert _result(a) == {"offsets": [0], "syncs": 1}
+            assert log.offsets(TOPIC, 0).hwm == 1
+    finally:
+        _stop(a)

@@ -22,7 +22,10 @@ Invariants:
   hint in the state: ``contended_ms``), an appender writes its batch under ``lock`` (the LEO
   moves, the HWM does not) and lets go of it; then, under ``sync.lock``, the first
   appender not yet covered fsyncs the active segment once for every batch written so far
-  and publishes the HWM (under ``lock`` again). Appenders that wrote meanwhile find the HWM
+  and publishes the HWM (under ``lock`` again: taken while still holding ``sync.lock`` only
+  if it is free at once; else ``sync.lock`` is let go first, so that the appender writing
+  meanwhile can fsync without waiting for this publication, and a later sync may publish
+  past it first). Appenders that wrote meanwhile find the HWM
   past their batch and return without an fsync of their own. Nobody is told an offset
   before the HWM covers it. Records between the HWM and the LEO are *in flight*: readers do
   not see them, the next appender writes after them (and its conditional check counts them:
@@ -44,8 +47,9 @@ in this list; every path that takes two is named:
 2. ``cleaner.lock`` (:meth:`Partition.maintenance_lock`: compaction, retention), then ``lock``
    for the segment swap or the low-water mark;
 3. ``sync.lock`` (:meth:`Partition._await_durable`: one fsync for everything written), then
-   ``lock`` to publish the HWM; never the other way: an appender lets go of ``lock`` before
-   it waits for durability;
+   ``lock`` to publish the HWM, without waiting for it (busy: ``sync.lock`` is let go before
+   waiting for ``lock``); never the other way: an appender lets go of ``lock`` before it
+   waits for durability;
 4. ``lock``, the append lock;
 5. the key index's locks (:mod:`.key_index`: its object's ``RLock``, then the
    ``<p>.keyindex.lock`` flock), taken under ``lock`` by a conditional append's version
@@ -1007,19 +1011,33 @@ class Partition(_ReadPath):
                     fsynced(self.topic, time.perf_counter() - started, 0)
             if PAUSE is not None:  # fault injection: synced, HWM not yet published
                 PAUSE("partition.synced")
-            with self._append_lock.hold(blocking=wait) as held:
-                if not held:
-                    return  # durable now; the next appender's sync publishes it
-                now = self.state.read()
-                if now.layout & 1 or self.state.torn:  # a changer died: recover first
-                    now = self._sync_locked()
-                if now.epoch != epoch:
-                    raise self._lost_error(end)
-                published = target - now.hwm  # else a roll (which fsyncs) covered it
-                if published > 0:
-                    self.state.write(now._replace(hwm=target, synced_size=size))
-                if M.on and published > 0:  # the records this fsync made durable
-                    fsynced(self.topic, None, published)
+            with self._append_lock.hold(blocking=False) as held:
+                if held:  # free: published before the next appender may sync
+                    self._publish(target, size, epoch, end)
+                    return
+        # The append lock is busy (an appender writing): wait for it with sync.lock let go,
+        # so that appender's fsync need not wait for this publication (two processes took
+        # turns at sync.lock, each holding it ~100 us longer for the other's write). The
+        # records are durable already; a later fsync may publish past them first.
+        with self._append_lock.hold(blocking=wait) as held:
+            if held:  # (else durable now; the next appender's sync publishes it)
+                self._publish(target, size, epoch, end)
+
+    def _publish(self, target: int, size: int, epoch: int, end: int) -> None:
+        """Move the HWM to ``target`` (``size`` bytes of the active segment durable) after an
+        fsync made the records below it durable, unless it is there already. Hold the append
+        lock. Raises the lost error when a failed fsync threw in-flight records away since
+        (the epoch moved): they are not acknowledged."""
+        now = self.state.read()
+        if now.layout & 1 or self.state.torn:  # a changer died: recover first
+            now = self._sync_locked()
+        if now.epoch != epoch:
+            raise self._lost_error(end)
+        published = target - now.hwm  # else a roll (which fsyncs) or a later sync covered it
+        if published > 0:
+            self.state.write(now._replace(hwm=target, synced_size=size))
+        if M.on and published > 0:  # the records this fsync made durable
+            fsynced(self.topic, None, published)
 
     def _sync_failed(self, exc: OSError, epoch: int) -> None:
         """An fsync outside the append lock failed: throw every in-flight record away (see

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,17 @@ def _in_flight(log: LogStore, data: Path, proc: subprocess.Popen[str], leo: int,
     _contend(data)
     _go(proc)
     _wait_for(lambda: log.offsets(TOPIC, 0).leo == leo, f"{who} record is in flight")
+
+
+@contextlib.contextmanager
+def _append_lock_held(data: Path) -> Iterator[None]:
+    """The partition's append lock, flock()ed by this process, as an appender holds it."""
+    fd = os.open(data / "topics" / TOPIC / "0" / "lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock
 
 
 class _SyncLockHeld:
@@ -303,12 +315,8 @@ def test_a_version_check_never_counts_in_flight_records_a_failed_fsync_threw_awa
         try:
             _in_flight(log, data, a, 2, "A's")
             _wait_for(lambda: _append_lock_free(data), "A let go of the append lock")
-            lock = os.open(data / "topics" / TOPIC / "0" / "lock", os.O_RDWR)
-            try:  # a version check here, under the append lock, as an appender makes it
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with _append_lock_held(data):  # a version check here, as an appender makes it
                 assert log.keys.index(TOPIC, 0).head_at(b"a", 2) == (1, 1)  # A's, in flight
-            finally:
-                os.close(lock)
             held.release()
             assert _result(a) == {"refused": [], "syncs": 1}  # thrown away
             d = _child(data, "d", 1, expect_none=True)
@@ -353,16 +361,12 @@ def test_a_synced_appender_waiting_to_publish_lets_go_of_sync_lock(tmp_path: Pat
             _in_flight(log, data, a, 1, "A's")
             _wait_for(lambda: _append_lock_free(data), "A let go of the append lock")
             folder = data / "topics" / TOPIC / "0"
-            lock = os.open(folder / "lock", os.O_RDWR)
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # as an appender writing holds it
+            with _append_lock_held(data):  # as an appender writing holds it
                 held.release()  # A syncs now, then waits to publish
                 waits = (os.stat(folder / "lock").st_ino, "waiting")
                 _wait_for(lambda: waits in _flocks(a.pid).items(), "A waits to publish")
                 assert os.stat(folder / "sync.lock").st_ino not in _flocks(a.pid)
                 assert log.offsets(TOPIC, 0).hwm == 0  # durable, not yet published
-            finally:
-                os.close(lock)
             assert _result(a) == {"offsets": [0], "syncs": 1}
             assert log.offsets(TOPIC, 0).hwm == 1
     finally:

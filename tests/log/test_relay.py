@@ -187,7 +187,15 @@ def _relay_pid(data: Path, timeout: float = 10.0) -> int:
                 if Path(f"/proc/{pid}").exists():
                     return pid
         time.sleep(0.02)
-    raise AssertionError("no relay process serves the data directory")
+    raise AssertionError(f"no relay process serves the data directory; {_relay_log(data)}")
+
+
+def _relay_log(data: Path) -> str:
+    """What the relay reported (its last lines), for a failure's message."""
+    log_file = data / relay.LOG_NAME
+    if not log_file.exists():
+        return "no relay.log"
+    return "relay.log ends: " + " | ".join(log_file.read_text().splitlines()[-8:])
 
 
 def test_conditional_appends_of_four_processes_through_the_relay_follow_the_rule(
@@ -300,20 +308,21 @@ def test_relay_exits_when_fewer_than_three_use_it_and_when_its_directory_goes(
     deadline = time.monotonic() + IDLE_S + 10
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(pid), "the relay outlived its clients"
+    assert not _alive(pid), f"the relay outlived its clients ({_state(pid)}); {_relay_log(data)}"
     assert not (data / relay.SOCKET_NAME).exists()
 
     # a relay whose data directory is deleted exits too (tests delete theirs)
     procs = [_start(data, f"x{n}", 0, 2.0, seed=40 + n) for n in range(3)]
     lines = _run(data, procs)
-    assert sum(out[-1]["relayed"] for out in lines.values()) > 0
+    ends = [out[-1] for out in lines.values()]
+    assert sum(end["relayed"] for end in ends) > 0, f"{ends}; {_relay_log(data)}"
     pid = _relay_pid(data)
     moved = tmp_path / "gone"
     data.rename(moved)
     deadline = time.monotonic() + 10
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(pid), "the relay outlived its data directory"
+    assert not _alive(pid), f"the relay outlived its data directory ({_state(pid)})"
 
 
 def _alive(pid: int) -> bool:

@@ -25,6 +25,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,7 @@ KEYS = 5
 CHILD = r"""
 import json, random, sys, time
 from pathlib import Path
+from typing import Any
 from framework.errors import ConcurrencyError
 from framework.log import Expect, LogStore
 data, seed, steps, keys = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -108,7 +110,11 @@ def test_conditional_appends_from_processes_follow_what_they_expected(
     for _, err in ended:  # an index found to contradict the log is emptied and rebuilt:
         assert "key index" not in err, err  # never here (rows numbered from what was seen)
     events = [json.loads(line) for out in outputs for line in out.splitlines()]
+    _check(data, events)
 
+
+def _check(data: Path, events: list[Any]) -> None:
+    """The oracle of the module docstring: the log read back in full."""
     with LogStore(data) as log:
         hwm = log.offsets("t", 0).hwm
         records = []
@@ -135,3 +141,45 @@ def test_conditional_appends_from_processes_follow_what_they_expected(
         reports = log.check_keys(["t"])
         assert all(not report.problems for report in reports), reports
         assert hwm - log.keys.index("t", 0).next_offset() < DEFER_OFFSETS
+
+
+def test_a_writer_killed_while_it_holds_rows_leaves_the_other_correct(tmp_path: Path) -> None:
+    """Two processes appending directly hold the rows of the unwritten tail (theirs and the
+    other's); one is killed (``kill -9``) in the middle of its appends, holding rows that never
+    reach the file. The other goes on over the records the dead one left (acknowledged or
+    not) and must still follow the rule; the file verifies after it closes."""
+    data = tmp_path / "data"
+    with LogStore(data) as log:
+        log.create_topic("t", 1, {"flush_policy": "always"})
+    env = {**os.environ, "EVENTLANE_RELAY": "off"}
+    victim, survivor = (
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(data), str(n), str(steps), str(KEYS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for n, steps in ((40, 100_000), (41, 3 * STEPS))
+    )
+    try:
+        while not all((data / f"ready-{n}").exists() for n in (40, 41)):
+            assert victim.poll() is None and survivor.poll() is None
+            time.sleep(0.005)
+        (data / "go").touch()
+        assert victim.stdout is not None
+        lines = [victim.stdout.readline() for _ in range(STEPS // 2)]
+        victim.kill()  # SIGKILL, in the middle of its appends
+        victim.wait(timeout=30)
+        rest, _ = victim.communicate(timeout=30)
+        out, err = survivor.communicate(timeout=300)
+    finally:
+        for child in (victim, survivor):
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert survivor.returncode == 0, err
+    assert "key index" not in err, err
+    whole = [line for line in [*lines, *rest.splitlines(keepends=True)] if line.endswith("\n")]
+    events = [json.loads(line) for line in [*whole, *out.splitlines()]]
+    _check(data, events)

@@ -563,7 +563,7 @@ class KeyIndex:
         """Apply the log's records in ``[start, upto)`` to the cached heads (their rows are
         in the file: nothing is held). ``False``: the log no longer has them."""
         try:
-            pairs = self.scan(start, upto)
+            pairs = self._scan_tail(start, upto)  # _absorb's read goes on from its end
         except OffsetOutOfRangeError:
             return False
         heads = self._heads
@@ -588,7 +588,6 @@ class KeyIndex:
         try:
             pairs = self._scan_tail(start, leo)
         except OffsetOutOfRangeError:
-            self._tail = None
             return
         heads: dict[bytes, tuple[int, int] | None] = {}
         unknown = {key for key, _ in pairs if key not in self._heads}
@@ -609,21 +608,15 @@ class KeyIndex:
     def _scan_tail(self, start: int, upto: int) -> list[tuple[bytes, int]]:
         """:meth:`scan` of ``[start, upto)`` for :meth:`_absorb`, going on from where its
         last read ended when that is at most :data:`DEFER_OFFSETS` before ``start`` (this
-        process's own append in between is read again and skipped): a read from a cursor
-        needs no lookup in the segment's offset index, which grows as the log does."""
+        process's own append in between is read again and skipped; after an append held
+        here, from its end): a read from a cursor needs no lookup in the segment's offset
+        index, which grows as the log does."""
         at, cursor = start, None
         if self._tail is not None and start - DEFER_OFFSETS <= self._tail[0] <= start:
             at, cursor = self._tail
-        pairs: list[tuple[bytes, int]] = []
-        while at < upto:
-            records, cursor = self._read(at, CATCH_UP_BYTES, cursor, upto)
-            if not records:
-                break
-            pairs.extend(
-                (r.key, r.offset) for r in records if r.key is not None and r.offset >= start
-            )
-            at = records[-1].offset + 1
-        self._tail = None if cursor is None else (at, cursor)
+        self._tail = None  # (kept only when the read below ends well)
+        pairs, ended = self._scan(at, cursor, start, upto)
+        self._tail = ended if ended[1] is not None else None
         return pairs
 
     def _forget(self) -> None:
@@ -850,10 +843,16 @@ class KeyIndex:
     def scan(self, start: int, upto: int, key: bytes | None = None) -> list[tuple[bytes, int]]:
         """``(key, offset)`` of the keyed records in ``[start, upto)`` read from the log
         (optionally only those of ``key``), without touching the index."""
+        return self._scan(start, None, start, upto, key)[0]
+
+    def _scan(
+        self, at: int, cursor: Cursor | None, start: int, upto: int, key: bytes | None = None
+    ) -> tuple[list[tuple[bytes, int]], tuple[int, Cursor | None]]:
+        """:meth:`scan`, reading from ``at`` (at most ``start``) with ``cursor`` (the one a
+        read that ended at ``at`` returned, or ``None``); and where its last read ended."""
         out: list[tuple[bytes, int]] = []
-        cursor: Cursor | None = None
-        while start < upto:
-            records, cursor = self._read(start, CATCH_UP_BYTES, cursor, upto)
+        while at < upto:
+            records, cursor = self._read(at, CATCH_UP_BYTES, cursor, upto)
             if not records:
                 break
             out.extend(
@@ -861,8 +860,8 @@ class KeyIndex:
                 for r in records
                 if r.key is not None and r.offset >= start and (key is None or r.key == key)
             )
-            start = records[-1].offset + 1
-        return out
+            at = records[-1].offset + 1
+        return out, (at, cursor)
 
     def _read(
         self, start: int, max_bytes: int, cursor: Cursor | None, upto: int
@@ -1010,7 +1009,7 @@ class KeyIndex:
         """Hold ``rows`` back (hold ``_lock``, the index ending where they begin; under the
         append lock, the log ending at ``next_offset``: the next :meth:`_absorb` reads from
         there)."""
-        if self._end_cursor is not None:
+        if self._tail is not None and self._end_cursor is not None:  # (others appended lately)
             end, cursor = self._end_cursor(self.topic, self.partition)
             self._tail = (end, cursor) if end == next_offset else None
         if not self._held:

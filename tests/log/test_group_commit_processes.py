@@ -123,6 +123,14 @@ def _wait_for(predicate: object, what: str, timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+def _topic(tmp_path: Path) -> Path:
+    """A data directory holding the tests' topic (one partition)."""
+    data = tmp_path / "data"
+    with LogStore(data) as log:
+        log.create_topic(TOPIC, 1)
+    return data
+
+
 def _contend(data: Path) -> None:
     """Leave the hint an appender leaves when it finds the append lock taken: the next
     appender writes, lets go of the lock and then fsyncs (under sync.lock), as it does while
@@ -179,9 +187,8 @@ class _SyncLockHeld:
 def test_in_flight_records_are_unread_counted_by_conditional_appends_then_durable(
     tmp_path: Path,
 ) -> None:
-    data = tmp_path / "data"
+    data = _topic(tmp_path)
     with LogStore(data) as log:
-        log.create_topic(TOPIC, 1)
         log.append(TOPIC, 0, [(b"other", b"x", (), None)])
     held = _SyncLockHeld(data)
     writer = _child(data, "k", 1, expect_none=True)
@@ -211,9 +218,7 @@ def test_in_flight_records_are_unread_counted_by_conditional_appends_then_durabl
 def test_a_writer_killed_before_its_fsync_leaves_records_the_next_opener_makes_durable(
     tmp_path: Path,
 ) -> None:
-    data = tmp_path / "data"
-    with LogStore(data) as log:
-        log.create_topic(TOPIC, 1)
+    data = _topic(tmp_path)
     held = _SyncLockHeld(data)
     writer = _child(data, "k", 1, expect_none=True)
     try:
@@ -241,9 +246,7 @@ def test_a_failed_fsync_in_one_process_acknowledges_no_in_flight_record_of_anoth
     """A's record is in flight (A is stopped while it waits for sync.lock); B writes after it
     and B's fsync fails (EIO injected): B throws every in-flight record away, and A, let go,
     gets an error instead of an acknowledgement. Nothing of either is ever read."""
-    data = tmp_path / "data"
-    with LogStore(data) as log:
-        log.create_topic(TOPIC, 1)
+    data = _topic(tmp_path)
     held = _SyncLockHeld(data)
     a = _child(data, "a", 1, expect_none=True)
     b = _child(data, "b", 1, expect_none=True, fail_sync=True)
@@ -272,9 +275,7 @@ def test_a_failed_fsync_in_one_process_acknowledges_no_in_flight_record_of_anoth
 def test_processes_share_fsyncs_and_every_acknowledged_record_is_where_it_was_told(
     tmp_path: Path,
 ) -> None:
-    data = tmp_path / "data"
-    with LogStore(data) as log:
-        log.create_topic(TOPIC, 1)
+    data = _topic(tmp_path)
     writers = {f"w{i}": _child(data, f"w{i}", 150) for i in range(6)}
     for proc in writers.values():
         _go(proc)
@@ -351,9 +352,7 @@ def test_a_synced_appender_waiting_to_publish_lets_go_of_sync_lock(tmp_path: Pat
     next appender's fsync need not wait for A's publication too (two writer processes took
     turns at ``sync.lock``, each holding it through the other's write). A's record is not
     readable until A publishes it, and A is acknowledged once it has."""
-    data = tmp_path / "data"
-    with LogStore(data) as log:
-        log.create_topic(TOPIC, 1)
+    data = _topic(tmp_path)
     held = _SyncLockHeld(data)
     a = _child(data, "a", 1, expect_none=True)
     try:

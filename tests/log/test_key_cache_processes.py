@@ -67,6 +67,25 @@ with LogStore(Path(data)) as log:
 """
 
 
+def _topic(tmp_path: Path) -> Path:
+    """A data directory with the topic the children append to (fsync on: records in flight)."""
+    data = tmp_path / "data"
+    with LogStore(data) as log:
+        log.create_topic("t", 1, {"flush_policy": "always"})
+    return data
+
+
+def _child(data: Path, seed: int, steps: int, relay: str) -> subprocess.Popen[str]:
+    """A writer process running ``CHILD`` (``relay``: ``EVENTLANE_RELAY``)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(data), str(seed), str(steps), str(KEYS)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "EVENTLANE_RELAY": relay},
+    )
+
+
 @pytest.mark.parametrize(
     ("processes", "relay", "seed"),
     [(3, "on", 0), (2, "on", 10), (3, "off", 20), (2, "off", 30)],
@@ -78,21 +97,9 @@ def test_conditional_appends_from_processes_follow_what_they_expected(
     """Two processes always append directly (each reads the other's records from the log
     into its cache and its held rows: *Shared tail* in key_index.py); three hand their
     appends to the relay process unless ``EVENTLANE_RELAY=off``."""
-    data = tmp_path / "data"
-    with LogStore(data) as log:
-        log.create_topic("t", 1, {"flush_policy": "always"})
-    env = {**os.environ, "EVENTLANE_RELAY": relay}
+    data = _topic(tmp_path)
     seeds = range(seed, seed + processes)
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(data), str(n), str(STEPS), str(KEYS)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for n in seeds
-    ]
+    children = [_child(data, n, STEPS, relay) for n in seeds]
     try:
         ready = [data / f"ready-{n}" for n in seeds]
         for child in children:  # all open before any appends: their caches interleave
@@ -148,20 +155,8 @@ def test_a_writer_killed_while_it_holds_rows_leaves_the_other_correct(tmp_path: 
     other's); one is killed (``kill -9``) in the middle of its appends, holding rows that never
     reach the file. The other goes on over the records the dead one left (acknowledged or
     not) and must still follow the rule; the file verifies after it closes."""
-    data = tmp_path / "data"
-    with LogStore(data) as log:
-        log.create_topic("t", 1, {"flush_policy": "always"})
-    env = {**os.environ, "EVENTLANE_RELAY": "off"}
-    victim, survivor = (
-        subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(data), str(n), str(steps), str(KEYS)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for n, steps in ((40, 100_000), (41, 3 * STEPS))
-    )
+    data = _topic(tmp_path)
+    victim, survivor = _child(data, 40, 100_000, "off"), _child(data, 41, 3 * STEPS, "off")
     try:
         while not all((data / f"ready-{n}").exists() for n in (40, 41)):
             assert victim.poll() is None and survivor.poll() is None

@@ -177,9 +177,9 @@ def rebuild(
         groups = 1
         if engine == "spark":
             # pyspark is an optional extra: imported only for this engine
-            from framework.replay.session import rebuild_conf, spark_session  # noqa: PLC0415
+            from framework.replay.session import spark_session  # noqa: PLC0415
 
-            session = spark or spark_session(master, rebuild_conf(conf))
+            session = spark or spark_session(master, conf, rebuild=True)
             groups = key_groups or (_default_groups(session, len(ranges)) if per_key else 1)
         progress.start(len(ranges) * groups, offsets)
         progress.phase("replay")

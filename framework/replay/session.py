@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework.errors import ConfigError, ReplayError
+from framework.replay.class_archive import keep_when_written, plan_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,6 +56,7 @@ __all__ = [
     "REBUILD_JVM_OPTIONS",
     "is_local",
     "rebuild_conf",
+    "register_source",
     "spark_session",
     "validate_master",
 ]
@@ -180,6 +182,9 @@ def prepare_local_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(current + extra)
 
 
+WORKER_DAEMON = "framework.replay.worker_daemon"
+"""``spark.python.daemon.module`` of a local rebuild session (:func:`spark_session`)."""
+
 REBUILD_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """Java options of a session a rebuild starts for itself (the CLI's ``eventlane rebuild``).
 
@@ -212,16 +217,24 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     *,
     app_name: str | None = None,
+    rebuild: bool = False,
 ) -> SparkSession:
     """Get or start the process's SparkSession, with the ``eventlane`` data source
-    registered (``spark.read.format("eventlane")``)."""
+    registered (``spark.read.format("eventlane")``).
+
+    ``rebuild=True``: a session for a rebuild, whose records never enter the JVM:
+    :func:`rebuild_conf`'s Java options; in local mode the Python workers forked from
+    :mod:`~framework.replay.worker_daemon` (the replay path imported once; on a cluster an
+    executor's Python may get eventlane only with the tasks) and, when this call starts the
+    JVM, the set-up's class archive (:mod:`~framework.replay.class_archive`); and no data
+    source (registering the first Python data source makes Spark start a Python process
+    that looks for others, ~0.6 s of CPU; the typed frames register it on any session)."""
     # pyspark (an optional extra) is imported only when a session is wanted
+    from pyspark import SparkContext  # noqa: PLC0415
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
-    from framework.replay.datasource import EventlaneDataSource  # noqa: PLC0415
-
     settings = dict(DEFAULT_CONF)
-    settings.update(conf or {})
+    settings.update(rebuild_conf(conf) if rebuild else (conf or {}))
     if master is not None:
         settings["spark.master"] = master
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: its --master rules
@@ -238,6 +251,14 @@ def spark_session(
         settings.setdefault("spark.sql.shuffle.partitions", str(2 * _local_cores(chosen)))
         settings.setdefault("spark.driver.host", "127.0.0.1")
         settings.setdefault("spark.driver.bindAddress", "127.0.0.1")
+    archive = None
+    if rebuild and is_local(chosen):
+        settings.setdefault("spark.python.daemon.module", WORKER_DAEMON)
+        if not submitted and SparkContext._gateway is None:
+            archive = plan_archive(settings)
+    if archive is not None:
+        java = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{archive.java_options} {java}".strip()
     log4j = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
     java = settings.get("spark.driver.extraJavaOptions", "")
     if "log4j2.configurationFile" not in java:
@@ -250,6 +271,17 @@ def spark_session(
     except Exception as exc:  # py4j/JVM failures: one line naming the master
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ReplayError(f"cannot start Spark with master {chosen or '?'!r}: {first}") from exc
+    if archive is not None:
+        keep_when_written(archive)
     spark.sparkContext.setLogLevel("WARN")
-    spark.dataSource.register(EventlaneDataSource)
+    if not rebuild:
+        register_source(spark)
     return spark
+
+
+def register_source(spark: SparkSession) -> None:
+    """Register the ``eventlane`` data source on ``spark`` (again: a no-op but for its
+    ~1 ms). :func:`spark_session` does it, and the typed frames for any session they get."""
+    from framework.replay.datasource import EventlaneDataSource  # noqa: PLC0415
+
+    spark.dataSource.register(EventlaneDataSource)

@@ -47,6 +47,7 @@ from framework.engine import log_locator
 from framework.errors import ConfigError, FrameworkError
 from framework.replay.build import app_codec
 from framework.replay.ranges import open_store
+from framework.replay.session import register_source
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -273,16 +274,25 @@ def event_frame(
     if not names:
         raise ConfigError("event_frame needs at least one topic")
     locator = log_locator(data)
-    reader = spark.read.format("eventlane").option("log", locator).option("topic", names)
-    for key, value in (options or {}).items():
-        reader = reader.option(key, value)
-    raw = reader.load().select("topic", "partition", "offset", "key", "value", "headers")
+    raw = _records(spark, locator, names, options)
     spark_schema = from_arrow_schema(arrow_schema(event_cls))
 
     def decode(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return decode_batches(batches, app, event_cls, locator)
 
     return raw.mapInArrow(decode, spark_schema)
+
+
+def _records(
+    spark: SparkSession, locator: str, topics: str, options: Mapping[str, str] | None
+) -> DataFrame:
+    """The raw records of ``topics`` through the ``eventlane`` data source (registered on
+    ``spark`` here: a session not made by ``spark_session`` may not have it)."""
+    register_source(spark)
+    reader = spark.read.format("eventlane").option("log", locator).option("topic", topics)
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+    return reader.load().select("topic", "partition", "offset", "key", "value", "headers")
 
 
 def event_frames(
@@ -314,10 +324,7 @@ def event_frames(
     if not names:
         raise ConfigError("event_frames needs at least one topic")
     locator = log_locator(data)
-    reader = spark.read.format("eventlane").option("log", locator).option("topic", names)
-    for key, value in (options or {}).items():
-        reader = reader.option(key, value)
-    raw = reader.load().select("topic", "partition", "offset", "key", "value", "headers")
+    raw = _records(spark, locator, names, options)
 
     def decode(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return decode_union(batches, app, classes, locator)

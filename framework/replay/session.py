@@ -280,8 +280,14 @@ def spark_session(
 
 
 def register_source(spark: SparkSession) -> None:
-    """Register the ``eventlane`` data source on ``spark`` (again: a no-op but for its
-    ~1 ms). :func:`spark_session` does it, and the typed frames for any session they get."""
+    """Register the ``eventlane`` data source on ``spark`` unless it has it (registering
+    again would log Spark's "replaced a previously registered data source" warning).
+    :func:`spark_session` does it, and the typed frames for any session they get."""
     from framework.replay.datasource import EventlaneDataSource  # noqa: PLC0415
 
+    jsession = getattr(spark, "_jsparkSession", None)  # none on a Spark Connect session
+    if jsession is not None:
+        manager = jsession.sessionState().dataSourceManager()
+        if manager.dataSourceExists(EventlaneDataSource.name()):
+            return
     spark.dataSource.register(EventlaneDataSource)

@@ -46,10 +46,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from framework.errors import ConfigError, ReplayError
+from framework.observability import get_logger
 from framework.replay.class_archive import keep_when_written, plan_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = get_logger("eventlane.replay")
 
 __all__ = [
     "DEFAULT_CONF",
@@ -231,7 +234,6 @@ def spark_session(
     that looks for others, ~0.6 s of CPU; the typed frames register it on any session)."""
     # pyspark (an optional extra) is imported only when a session is wanted
     from pyspark import SparkContext  # noqa: PLC0415
-    from pyspark.sql import SparkSession  # noqa: PLC0415
 
     settings = dict(DEFAULT_CONF)
     settings.update(rebuild_conf(conf) if rebuild else (conf or {}))
@@ -256,27 +258,51 @@ def spark_session(
         settings.setdefault("spark.python.daemon.module", WORKER_DAEMON)
         if not submitted and SparkContext._gateway is None:
             archive = plan_archive(settings)
-    if archive is not None:
-        java = settings.get("spark.driver.extraJavaOptions", "")
-        settings["spark.driver.extraJavaOptions"] = f"{archive.java_options} {java}".strip()
     log4j = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
     java = settings.get("spark.driver.extraJavaOptions", "")
     if "log4j2.configurationFile" not in java:
-        settings["spark.driver.extraJavaOptions"] = f"{java} {log4j}".strip()
-    builder = SparkSession.builder
-    for key, value in settings.items():
-        builder = builder.config(key, value)
+        settings["spark.driver.extraJavaOptions"] = java = f"{java} {log4j}".strip()
     try:
-        spark = builder.getOrCreate()
+        if archive is not None:
+            try:
+                spark = _get_or_create(
+                    {**settings, _DRIVER_JAVA: f"{archive.java_options} {java}".strip()}
+                )
+            except Exception as exc:  # the archive must never cost the session: once more
+                log.warning(
+                    "Spark did not start with the JVM class archive; starting it without",
+                    archive=str(archive.path),
+                    error=_first_line(exc),
+                )
+                archive = None
+        if archive is None:
+            spark = _get_or_create(settings)
     except Exception as exc:  # py4j/JVM failures: one line naming the master
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ReplayError(f"cannot start Spark with master {chosen or '?'!r}: {first}") from exc
+        raise ReplayError(
+            f"cannot start Spark with master {chosen or '?'!r}: {_first_line(exc)}"
+        ) from exc
     if archive is not None:
         keep_when_written(archive)
     spark.sparkContext.setLogLevel("WARN")
     if not rebuild:
         register_source(spark)
     return spark
+
+
+_DRIVER_JAVA = "spark.driver.extraJavaOptions"
+
+
+def _get_or_create(settings: Mapping[str, str]) -> SparkSession:
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def register_source(spark: SparkSession) -> None:

@@ -89,6 +89,37 @@ def test_the_first_session_writes_the_archive_and_the_next_maps_it(tmp_path: Pat
     assert str(written[0]) not in mapped
 
 
+BROKEN = """
+import logging, sys
+from framework.replay import class_archive
+from framework.replay.session import spark_session
+
+logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+class_archive.Archive.java_options = property(lambda self: "-Xmx1k")
+s = spark_session("local[1]", rebuild=True)
+sys.stderr.write(f"count={s.range(3).count()}\\n")
+"""
+
+
+def test_a_jvm_that_will_not_start_with_the_archive_starts_without(tmp_path: Path) -> None:
+    """The archive can make a start shorter, never make it fail: a JVM that refuses its
+    options (here a heap too small to start) is started again without them."""
+    env = {**os.environ, ENV: str(tmp_path / "classes"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", BROKEN],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "count=3" in done.stderr.splitlines()
+    assert "did not start with the JVM class archive" in done.stderr
+    assert done.stdout == ""
+
+
 def test_off_writes_and_maps_no_archive(tmp_path: Path) -> None:
     out, err = _session("off")
     assert out == ""

@@ -17,7 +17,9 @@ Invariants:
   modification time), Spark's jars (names and sizes), the driver's class-path additions and
   Java options. Another set-up gets its own archive. One the JVM finds unusable anyway
   (damaged, or made by another JDK build) is skipped by the JVM itself, which then loads
-  classes as it always does: the archive can make a start shorter, never make it fail.
+  classes as it always does; a JVM that does not start with the archive's options is
+  started again without them (:func:`~framework.replay.session.spark_session`): the
+  archive can make a start shorter, never make it fail.
 * The JVM's own warnings go to stderr, never stdout (data only); the archive's only at
   error level (writing one warns of each of the hundreds of classes it leaves out).
 * Used only where a new local-mode JVM is started by this process (not under

@@ -15,6 +15,7 @@ mode), next to a lock file::
         checksum     the sum of ``offset + seq`` over the rows  } table on open
         last_key     key of the last indexed record (its *anchor*: checked on open)
         last_offset  offset of that record
+        cleared      how many times the file was emptied (see the cache, below)
 
 Modes:
 
@@ -94,7 +95,12 @@ Invariants:
   (a failed fsync throws in-flight records away: their offsets are used again). When
   another connection committed (SQLite's ``PRAGMA data_version`` changes), the file is read
   again (``next_offset``): ending inside the view, the cache stays; ending before where this
-  object knew it to end (emptied, replaced), the cache is dropped. Checked at every
+  object knew it to end (emptied, replaced), the cache is dropped. So is it when the file
+  was emptied since (meta ``cleared`` moved), wherever it ends now: a rebuild after
+  retention numbers each key's records again from the low-water mark, and its file can end
+  inside the view, or where it ended before, and still be another numbering (seen as
+  misnumbered rows under tests/log/test_lock_pauses.py); held rows are read over the file
+  only while its ``(next_offset, cleared)`` is the one they go on from. Checked at every
   outermost write-lock acquisition and before a cached answer is used.
 * Locks, in the order they are taken (the engine's whole order is in :mod:`.partition`):
   the partition's append lock (held by an appender calling :meth:`KeyIndex.head_at`,
@@ -279,6 +285,7 @@ class KeyIndex:
         self._log = log.bind(topic=topic, partition=partition)
         # The cache of the module docstring, valid while ``data_version`` is ``_version``:
         self._version: int | None = None
+        self._cleared: int | None = None  # the file's meta ``cleared`` at _version
         self._next: int | None = None  # next_offset, when known
         # key -> its last (seq, offset), least recently used first (bounded: _remember)
         self._heads: OrderedDict[bytes, tuple[int, int] | None] = OrderedDict()
@@ -535,29 +542,41 @@ class KeyIndex:
         if version is not None and version == self._version:
             return
         nxt, end = self._next, self._end()
-        if version is not None and self._version is not None and nxt is not None:
+        now, cleared = -1, None
+        if version is not None:
             try:
-                now = self._next_offset()
+                meta = dict(
+                    self._db.execute(
+                        "SELECT name, value FROM meta WHERE name IN ('next_offset', 'cleared')"
+                    )
+                )
+                now, cleared = int(meta.get("next_offset", 0)), int(meta.get("cleared", 0))
             except _DAMAGE:
-                now = -1
-            if end is not None and nxt <= now <= end:
+                pass
+        same = (  # the file this object's view was of, not one emptied and built again
+            version is not None
+            and self._version is not None
+            and cleared is not None
+            and cleared == self._cleared
+            and nxt is not None
+            and end is not None
+        )
+        self._version, self._cleared = version, cleared
+        if same and nxt is not None and end is not None:
+            if nxt <= now <= end:
                 if now > nxt:
                     self._held = [row for row in self._held if row[2] >= now]
                     self._next = now
-                self._version = version
                 return
             if (
                 leo is not None
-                and end is not None
                 and end < now <= min(leo, end + DEFER_OFFSETS)
                 and self._advance(end, now)
             ):
                 self._held = []
                 self._next = now
-                self._version = version
                 return
         self._forget()
-        self._version = version
 
     def _advance(self, start: int, upto: int) -> bool:
         """Apply the log's records in ``[start, upto)`` to the cached heads (their rows are
@@ -700,23 +719,26 @@ class KeyIndex:
         ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
 
-    def _rows(self, key: bytes, after_seq: int) -> tuple[int, list[tuple[int, int]]]:
-        """``next_offset`` and ``(seq, offset)`` of ``key``'s rows with ``seq > after_seq``
-        and of its last row, in order, read by one statement (one read transaction)."""
+    def _rows(self, key: bytes, after_seq: int) -> tuple[int, int, list[tuple[int, int]]]:
+        """``next_offset``, ``cleared`` and ``(seq, offset)`` of ``key``'s rows with ``seq >
+        after_seq`` and of its last row, in order, read by one statement (one read
+        transaction)."""
         rows = self._db.execute(
-            "SELECT NULL, value FROM meta WHERE name='next_offset' UNION ALL "
-            "SELECT seq, offset FROM entries WHERE key=?1 AND "
+            "SELECT NULL, value, name FROM meta WHERE name IN ('next_offset', 'cleared') "
+            "UNION ALL SELECT seq, offset, NULL FROM entries WHERE key=?1 AND "
             "(seq > ?2 OR seq = (SELECT max(seq) FROM entries WHERE key=?1)) ORDER BY 1",
             (key, after_seq),
         ).fetchall()
-        nxt = 0
+        nxt = cleared = 0
         found: list[tuple[int, int]] = []
-        for seq, value in rows:
-            if seq is None:
+        for seq, value, name in rows:
+            if seq is not None:
+                found.append((int(seq), int(value)))
+            elif name == "next_offset":
                 nxt = int(value)
             else:
-                found.append((int(seq), int(value)))
-        return nxt, found
+                cleared = int(value)
+        return nxt, cleared, found
 
     def view(self, key: bytes, after_seq: int = 0, upto_seq: int | None = None) -> View:
         """The offsets of ``key``'s records with ``after_seq < seq <= upto_seq``, complete up
@@ -725,8 +747,12 @@ class KeyIndex:
         while True:
             epoch = self._current_epoch() if self._held else None  # read before the lock
             with self._lock:
-                nxt, found = self._guard(self._rows, key, after_seq)
-                if self._held and nxt == self._next and self._epoch == epoch:
+                nxt, cleared, found = self._guard(self._rows, key, after_seq)
+                if (  # the held rows go on from the file as it is (not one emptied since)
+                    self._held
+                    and (nxt, cleared) == (self._next, self._cleared)
+                    and self._epoch == epoch
+                ):
                     found.extend((seq, offset) for k, seq, offset in self._held if k == key)
                     nxt = self._held_end
             marks = self.log.offsets(self.topic, self.partition)
@@ -1113,10 +1139,18 @@ class KeyIndex:
         """Empty the index (inside the caller's transaction)."""
         self._forget()
         self._db.execute("DELETE FROM entries")
-        self._db.execute("DELETE FROM meta WHERE name NOT IN ('schema', 'mode', 'epoch')")
+        self._db.execute(
+            "DELETE FROM meta WHERE name NOT IN ('schema', 'mode', 'epoch', 'cleared')"
+        )
         self._db.executemany(
             "INSERT INTO meta VALUES (?, ?)", [("next_offset", 0), ("rows", 0), ("checksum", 0)]
         )
+        self._db.execute(  # another numbering may follow (from the LWM): caches must go
+            "INSERT OR REPLACE INTO meta VALUES ('cleared',"
+            " coalesce((SELECT value FROM meta WHERE name = 'cleared'), 0) + 1)"
+        )
+        row = self._db.execute("SELECT value FROM meta WHERE name = 'cleared'").fetchone()
+        self._cleared = int(row[0])  # (a rollback leaves it ahead: the cache is dropped)
 
     def _clear_now(self, reason: str) -> None:
         self._log.warning(

@@ -85,7 +85,12 @@ def archive_dir() -> Path | None:
         return None
     if value:
         return Path(value)
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if not cache:
+        try:
+            cache = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):  # no home directory (a bare service account)
+            return None
     return Path(cache) / "eventlane" / "spark-classes"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.replay.class_archive import ENV, plan_archive
+from framework.replay.class_archive import ENV, archive_dir, plan_archive
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -222,3 +222,15 @@ def test_the_worker_daemon_imports_start_no_thread() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == ["1", "1"]
+
+
+def test_the_archives_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert archive_dir() == tmp_path / "eventlane" / "spark-classes"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert archive_dir() == tmp_path / "home" / ".cache" / "eventlane" / "spark-classes"
+    for off in ("off", "OFF", "0", "false"):
+        monkeypatch.setenv(ENV, off)
+        assert archive_dir() is None and plan_archive({}) is None

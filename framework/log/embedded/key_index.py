@@ -553,14 +553,8 @@ class KeyIndex:
                 now, cleared = int(meta.get("next_offset", 0)), int(meta.get("cleared", 0))
             except _DAMAGE:
                 pass
-        same = (  # the file this object's view was of, not one emptied and built again
-            version is not None
-            and self._version is not None
-            and cleared is not None
-            and cleared == self._cleared
-            and nxt is not None
-            and end is not None
-        )
+        # the file this object's view was of, not one emptied (and built again) since
+        same = self._version is not None and cleared is not None and cleared == self._cleared
         self._version, self._cleared = version, cleared
         if same and nxt is not None and end is not None:
             if nxt <= now <= end:
@@ -1138,19 +1132,16 @@ class KeyIndex:
     def _clear(self) -> None:
         """Empty the index (inside the caller's transaction)."""
         self._forget()
+        row = self._db.execute("SELECT value FROM meta WHERE name='cleared'").fetchone()
+        # another numbering may follow (from the LWM): other objects' caches must go (a
+        # rollback leaves this object's count ahead of the file's: its cache is dropped)
+        self._cleared = (int(row[0]) if row else 0) + 1
         self._db.execute("DELETE FROM entries")
-        self._db.execute(
-            "DELETE FROM meta WHERE name NOT IN ('schema', 'mode', 'epoch', 'cleared')"
-        )
+        self._db.execute("DELETE FROM meta WHERE name NOT IN ('schema', 'mode', 'epoch')")
         self._db.executemany(
-            "INSERT INTO meta VALUES (?, ?)", [("next_offset", 0), ("rows", 0), ("checksum", 0)]
+            "INSERT INTO meta VALUES (?, ?)",
+            [("next_offset", 0), ("rows", 0), ("checksum", 0), ("cleared", self._cleared)],
         )
-        self._db.execute(  # another numbering may follow (from the LWM): caches must go
-            "INSERT OR REPLACE INTO meta VALUES ('cleared',"
-            " coalesce((SELECT value FROM meta WHERE name = 'cleared'), 0) + 1)"
-        )
-        row = self._db.execute("SELECT value FROM meta WHERE name = 'cleared'").fetchone()
-        self._cleared = int(row[0])  # (a rollback leaves it ahead: the cache is dropped)
 
     def _clear_now(self, reason: str) -> None:
         self._log.warning(

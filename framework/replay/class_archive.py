@@ -98,12 +98,12 @@ def plan_archive(settings: Mapping[str, str]) -> Archive | None:
     """The archive a new local driver JVM with ``settings`` uses or writes; None when there
     is none to use (turned off, no ``java`` or Spark found, the directory not writable)."""
     folder = archive_dir()
-    digest = _digest(settings)
+    digest = None if folder is None else _digest(settings)  # (lists Spark's jars)
     if folder is None or digest is None:
         return None
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _remove_stale(folder)
+        _remove_older(folder, "*.tmp", STALE_TMP_S)  # a JVM killed while writing
     except OSError as exc:
         log.debug("no JVM class archive: no usable directory", path=str(folder), error=str(exc))
         return None
@@ -114,7 +114,7 @@ def plan_archive(settings: Mapping[str, str]) -> Archive | None:
         return Archive(path, None)
     if not os.access(folder, os.W_OK):
         return None
-    _remove_unused(folder)
+    _remove_older(folder, "spark-*.jsa", UNUSED_S)  # (a JVM mapping one keeps its pages)
     return Archive(path, path.with_name(f"{path.name}.{os.getpid()}.tmp"))
 
 
@@ -196,17 +196,10 @@ def _spark_jars() -> list[str] | None:
         return None
 
 
-def _remove_unused(folder: Path) -> None:
+def _remove_older(folder: Path, pattern: str, seconds: float) -> None:
+    """Remove the files of ``folder`` matching ``pattern`` not modified for ``seconds``."""
     now = time.time()
-    for old in folder.glob("spark-*.jsa"):
+    for path in folder.glob(pattern):
         with contextlib.suppress(OSError):
-            if now - old.stat().st_mtime > UNUSED_S:
-                old.unlink()  # a JVM that maps it keeps its pages; the next one writes anew
-
-
-def _remove_stale(folder: Path) -> None:
-    now = time.time()
-    for tmp in folder.glob("*.tmp"):
-        with contextlib.suppress(OSError):
-            if now - tmp.stat().st_mtime > STALE_TMP_S:
-                tmp.unlink()
+            if now - path.stat().st_mtime > seconds:
+                path.unlink()

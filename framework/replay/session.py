@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from framework.errors import ConfigError, ReplayError
 from framework.observability import get_logger
-from framework.replay.class_archive import keep_when_written, plan_archive
+from framework.replay.class_archive import Archive, keep_when_written, plan_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -261,22 +261,20 @@ def spark_session(
     log4j = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
     java = settings.get("spark.driver.extraJavaOptions", "")
     if "log4j2.configurationFile" not in java:
-        settings["spark.driver.extraJavaOptions"] = java = f"{java} {log4j}".strip()
+        settings["spark.driver.extraJavaOptions"] = f"{java} {log4j}".strip()
     try:
-        if archive is not None:
-            try:
-                spark = _get_or_create(
-                    {**settings, _DRIVER_JAVA: f"{archive.java_options} {java}".strip()}
-                )
-            except Exception as exc:  # the archive must never cost the session: once more
-                log.warning(
-                    "Spark did not start with the JVM class archive; starting it without",
-                    archive=str(archive.path),
-                    error=_first_line(exc),
-                )
-                archive = None
-        if archive is None:
-            spark = _get_or_create(settings)
+        try:
+            spark = _get_or_create(settings, archive)
+        except Exception as exc:
+            if archive is None:
+                raise
+            log.warning(  # the archive must never cost the session: once more without
+                "Spark did not start with the JVM class archive; starting it without",
+                archive=str(archive.path),
+                error=_first_line(exc),
+            )
+            archive = None
+            spark = _get_or_create(settings, None)
     except Exception as exc:  # py4j/JVM failures: one line naming the master
         raise ReplayError(
             f"cannot start Spark with master {chosen or '?'!r}: {_first_line(exc)}"
@@ -289,14 +287,17 @@ def spark_session(
     return spark
 
 
-_DRIVER_JAVA = "spark.driver.extraJavaOptions"
-
-
-def _get_or_create(settings: Mapping[str, str]) -> SparkSession:
+def _get_or_create(settings: Mapping[str, str], archive: Archive | None) -> SparkSession:
+    """The session of ``settings``; a JVM it starts uses ``archive`` (its options go first:
+    they turn the JVM's log outputs off and on again, the driver's own may add some)."""
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
+    options = dict(settings)
+    if archive is not None:
+        java = options.get("spark.driver.extraJavaOptions", "")
+        options["spark.driver.extraJavaOptions"] = f"{archive.java_options} {java}".strip()
     builder = SparkSession.builder
-    for key, value in settings.items():
+    for key, value in options.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

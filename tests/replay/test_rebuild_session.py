@@ -35,11 +35,12 @@ sys.stderr.write(f"count={count} mapped={','.join(mapped)}\\n")
 """
 
 
-def _session(archives: str) -> tuple[str, str]:
-    """Run one session in a child process; its (stdout, stderr)."""
+def _child(code: str, archives: str, *args: str) -> tuple[str, str]:
+    """Run ``code`` in a child process with ``archives`` as the archives' directory (or
+    ``off``); its (stdout, stderr), once it exited 0."""
     env = {**os.environ, ENV: archives, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD],
+        [sys.executable, "-c", code, *args],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -49,6 +50,11 @@ def _session(archives: str) -> tuple[str, str]:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout, done.stderr
+
+
+def _session(archives: str) -> tuple[str, str]:
+    """One session in a child process (:data:`CHILD`)."""
+    return _child(CHILD, archives)
 
 
 def _report(stderr: str) -> tuple[int, list[str]]:
@@ -104,20 +110,10 @@ sys.stderr.write(f"count={s.range(3).count()}\\n")
 def test_a_jvm_that_will_not_start_with_the_archive_starts_without(tmp_path: Path) -> None:
     """The archive can make a start shorter, never make it fail: a JVM that refuses its
     options (here a heap too small to start) is started again without them."""
-    env = {**os.environ, ENV: str(tmp_path / "classes"), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", BROKEN],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "count=3" in done.stderr.splitlines()
-    assert "did not start with the JVM class archive" in done.stderr
-    assert done.stdout == ""
+    out, err = _child(BROKEN, str(tmp_path / "classes"))
+    assert "count=3" in err.splitlines()
+    assert "did not start with the JVM class archive" in err
+    assert out == ""
 
 
 def test_off_writes_and_maps_no_archive(tmp_path: Path) -> None:
@@ -194,21 +190,11 @@ sys.stderr.write(f"frame={frame.count()} again={again.count()}\\n")
 def test_a_session_without_the_data_source_still_gives_typed_frames(tmp_path: Path) -> None:
     """A rebuild's session skips the data source (its registration starts a Python process
     that looks for others); a typed frame registers it on the session it is given."""
-    env = {**os.environ, ENV: "off", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", FRAME, str(tmp_path / "data")],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(ln for ln in done.stderr.splitlines() if ln.startswith("frame="))
+    _, err = _child(FRAME, "off", str(tmp_path / "data"))
+    line = next(ln for ln in err.splitlines() if ln.startswith("frame="))
     frame, again = (int(part.split("=")[1]) for part in line.split())
     assert 0 < frame == again <= 40  # one a placed order (retention took some)
-    assert "replaced a previously registered" not in done.stderr  # registered once
+    assert "replaced a previously registered" not in err  # registered once
 
 
 def test_the_worker_daemon_imports_start_no_thread() -> None:

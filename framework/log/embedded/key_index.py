@@ -19,10 +19,11 @@ mode), next to a lock file::
 
 Modes:
 
-* ``stream`` (event topics): ``seq`` numbers a key's records 1, 2, 3… in offset order. It
-  *is* the aggregate version, because the event store appends an aggregate's events only
-  when the key's last ``seq`` equals the expected version, under the partition's append
-  lock.
+* ``stream`` (event topics): ``seq`` numbers a key's records 1, 2, 3… in offset order,
+  from where the file was built (a rebuild after retention numbers from the low-water
+  mark). It is the index's own ordinal (a view asks for the rows after a ``seq``), never an
+  aggregate version: the event store reads versions from each record's
+  ``aggregate_version`` header and appends on the stream's last *offset* (``Expect``).
 * ``latest`` (compacted topics such as snapshots): only each key's last record is kept;
   ``seq`` counts the records seen for the key.
 

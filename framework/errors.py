@@ -45,7 +45,8 @@ callers that do not know eventlane::
     │   ├── FencedError                         a newer group generation owns the partition
     │   └── ReadModelUnavailableError         ! a PostgreSQL read model's server unreachable
     └── ReplayError
-        └── MergeConflictError                  rows of one key from several partitions, no rule
+        ├── MergeConflictError                  rows of one key from several partitions, no rule
+        └── NoExecutorsError                  * a Spark job without an executor for too long
 
 Every error says what the caller can do next, in one of three ways (:attr:`FrameworkError.kind`):
 
@@ -427,3 +428,12 @@ class MergeConflictError(ReplayError):
         self.table = table
         self.key = dict(key)
         super().__init__(message, **where)
+
+
+class NoExecutorsError(ReplayError):
+    """A rebuild's Spark job had no executor for ``EVENTLANE_SPARK_EXECUTOR_WAIT`` seconds
+    (:mod:`framework.replay.executors`): it was stopped; nothing of the live read model was
+    written."""
+
+    retriable = True
+    retry_advice = "run the rebuild again once the cluster has a worker with free cores"

@@ -13,6 +13,7 @@ from framework.errors import (
     FrameworkError,
     LogUnavailableError,
     MergeConflictError,
+    NoExecutorsError,
     OutcomeUnknownError,
     RebalanceInProgressError,
     WaitTimeoutError,
@@ -30,6 +31,7 @@ def test_retriable_errors_are_exactly_the_retry_cases() -> None:
         RebalanceInProgressError,
         LogUnavailableError,
         WaitTimeoutError,  # a read model behind a position: waiting again may succeed
+        NoExecutorsError,  # a Spark cluster without a free worker: it may have one later
     }
     conflict = ConcurrencyError("stale", expected=1, actual=2, topic="t")
     assert conflict.retriable and not FrameworkError("x").retriable

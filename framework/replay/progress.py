@@ -19,7 +19,9 @@ class Progress(Protocol):
         """Totals so far (tasks finished, records read), not increments."""
 
     def phase(self, name: str) -> None:
-        """A new phase started: ``replay``, ``merge``, ``catch-up``, ``pause``, ``swap``."""
+        """A new phase started: ``replay``, ``merge``, ``catch-up``, ``pause``, ``swap``, or
+        ``waiting for executors`` (a Spark job on a cluster that has none: back to
+        ``replay`` when one joins)."""
 
 
 class _NoProgress:

@@ -57,10 +57,12 @@ from framework.errors import ReplayError
 from framework.log import Log, TopicPartition
 from framework.observability import get_logger
 from framework.replay.build import BuildCounts, finalize, open_build
+from framework.replay.executors import ExecutorWatch
 from framework.replay.merge import MergeStats, Partial, merge_partials, merge_schemas
 from framework.replay.pg_build import PgTarget, drop_stages, finalize_schema, open_schema_build
 from framework.replay.progress import NO_PROGRESS, Progress
 from framework.replay.ranges import OffsetRange
+from framework.replay.session import is_local
 from framework.replay.task import TaskResult, make_tasks, read_progress, run_task
 
 if TYPE_CHECKING:
@@ -159,6 +161,8 @@ def build_spark(
             except BaseException as exc:
                 failure.append(exc)
 
+        sc = spark.sparkContext
+        watch = None if is_local(sc.master or "local") else ExecutorWatch(sc, projection, progress)
         thread = threading.Thread(target=job, name="eventlane-rebuild-job", daemon=True)
         thread.start()
         while thread.is_alive():
@@ -166,6 +170,8 @@ def build_spark(
             done = sum(1 for _ in work.glob("part-?????.sqlite"))
             done += sum(1 for _ in work.glob("part-?????.done"))  # stage schemas
             progress.update(done, read_progress(work))
+            if watch is not None and thread.is_alive():
+                watch.check()  # raises after too long without one: the job is cancelled below
         if failure:
             raise ReplayError(
                 f"the Spark rebuild of {projection!r} failed: {_short(failure[0])}"

@@ -234,6 +234,23 @@ class CrashingSales(Sales):
             os._exit(17)  # the Python worker dies mid-task, every time
 
 
+SLOW_S = 0.005
+"""``slow_sales`` sleeps this long an event in a Spark task."""
+
+
+class SlowSales(Sales):
+    """``sales``, but each event of a Spark task takes :data:`SLOW_S` longer: a job that
+    runs long enough for a test to lose the cluster's worker under it."""
+
+    name = "slow_sales"
+
+    def fault(self, ctx: EventContext) -> None:
+        from pyspark import TaskContext  # noqa: PLC0415 - only Spark tasks get here
+
+        if TaskContext.get() is not None:
+            time.sleep(SLOW_S)
+
+
 class OrderStatus(Projector):
     name = "order_status"
     topics = ("orders",)
@@ -278,7 +295,7 @@ class NoRule(Projector):
 app = App(
     "replaytest",
     events=[OrderPlaced, OrderShipped, PaymentReceived, CustomerRenamed, Noise],
-    projectors=[Sales, FlakySales, CrashingSales, OrderStatus, NoRule],
+    projectors=[Sales, FlakySales, CrashingSales, SlowSales, OrderStatus, NoRule],
     registry=registry,
     partitions={"orders": 4, "payments": 3, "customers": 2},
 )

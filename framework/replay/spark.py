@@ -270,6 +270,12 @@ def _remove_if_orphaned(folder: Path) -> None:
 
 _WORKER_DIED = "Python worker exited unexpectedly"
 _ATTEMPTS = re.compile(r"failed (\d+) times")
+_NO_MODULE = re.compile(r"\b(ModuleNotFoundError|ImportError)\b")
+_SHIP_IT = (
+    " (in a Spark task: the executors' Python cannot import it; every node needs eventlane and"
+    " the application, e.g. a packed environment shipped with --archives and"
+    " spark.pyspark.python, or one container image; docs/spark.md, section 9)"
+)
 
 
 def _short(exc: BaseException) -> str:
@@ -287,5 +293,8 @@ def _short(exc: BaseException) -> str:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     for line in reversed(lines):
         if "Error" in line or "Exception" in line:
-            return line.strip()[:2000]
+            cause = line.strip()[:2000]
+            if _NO_MODULE.search(cause) and "Python worker" in text:
+                cause += _SHIP_IT
+            return cause
     return (lines[-1] if lines else repr(exc))[:2000]

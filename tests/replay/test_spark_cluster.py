@@ -60,14 +60,15 @@ class Cluster:
     master_log: Path
     properties: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def env(self, **extra: str) -> dict[str, str]:
-        return child_env(
-            SPARK_HOME=str(SPARK_HOME),
-            SPARK_LOCAL_IP="127.0.0.1",
-            PYSPARK_PYTHON=sys.executable,
-            **extra,
-        )
+        spark = {
+            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        return child_env(**{**spark, **extra})
 
     def spawn(self, args: list[str], log: Path, **env: str) -> subprocess.Popen[bytes]:
         with log.open("ab") as sink:
@@ -86,8 +87,9 @@ class Cluster:
     def registered(self) -> int:
         return self.master_log.read_text(errors="replace").count("Registering worker")
 
-    def worker(self) -> subprocess.Popen[bytes]:
-        """A worker with one core; returns once the master registered it."""
+    def worker(self, **env: str) -> subprocess.Popen[bytes]:
+        """A worker with one core (``env``: more of its environment); returns once the
+        master registered it."""
         before = self.registered()
         n = len(self.procs)
         proc = self.spawn(
@@ -109,9 +111,17 @@ class Cluster:
                 str(self.properties),
             ],
             self.root / f"worker-{n}.log",
+            **env,
         )
         _wait("the worker registered", lambda: self.registered() > before, 90, [self.master_log])
+        self.workers.append(proc)
         return proc
+
+    def stop_workers(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                self.kill(proc)
+        self.workers.clear()
 
     @staticmethod
     def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -157,6 +167,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test starts the workers it needs and none is left for the next."""
+    yield
+    if "cluster" in request.fixturenames:
+        request.getfixturevalue("cluster").stop_workers()
 
 
 @pytest.fixture(scope="module")
@@ -250,6 +268,45 @@ def test_a_worker_that_joins_in_time_gets_the_lost_tasks_and_the_result_is_exact
         rebuild(runtime, "sales", engine="local", output=local)
     differ = [d.table for d in compare(file_checksums(out), file_checksums(local)) if not d.equal]
     assert differ == []
+
+
+def test_executors_that_cannot_import_the_application_are_named_as_the_cause(
+    cluster: Cluster, history: GeneratedLog, tmp_path: Path
+) -> None:
+    """A cluster whose Python lacks eventlane (a worker without the project on its
+    ``PYTHONPATH``, and a bare virtual environment as the executors' Python): the
+    error line says what the executors lack and where the docs say how to ship it, not only
+    Spark's ``ModuleNotFoundError``."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    cluster.worker(PYTHONPATH="")
+    out = tmp_path / "sales.sqlite"
+    log = tmp_path / "rebuild.log"
+    proc = cluster.spawn(
+        [
+            sys.executable,
+            "-m",
+            "framework.cli",
+            "--data",
+            str(history.data),
+            "rebuild",
+            APP,
+            "-p",
+            "sales",
+            "--master",
+            cluster.url,
+            "--output",
+            str(out),
+        ],
+        log,
+        PYSPARK_PYTHON=str(bare / "bin" / "python"),  # what the executors run
+    )
+    assert proc.wait(timeout=180) == 1, log.read_text(errors="replace")[-3000:]
+    text = log.read_text(errors="replace")
+    error = next(line for line in text.splitlines() if line.startswith("Error:"))
+    assert "No module named" in error, error
+    assert "the executors' Python cannot import it" in error and "docs/spark.md" in error, error
+    assert not out.exists()
 
 
 def test_the_wait_is_a_positive_number_of_seconds(monkeypatch: pytest.MonkeyPatch) -> None:

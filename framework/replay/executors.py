@@ -72,10 +72,10 @@ class ExecutorWatch:
         self._none_since: float | None = None
         self._warned = False
 
-    def check(self, now: float | None = None) -> None:
+    def check(self) -> None:
         """Count the executors (at most every :data:`CHECK_S`); raises
         :class:`~framework.errors.NoExecutorsError` once there were none for the limit."""
-        now = time.monotonic() if now is None else now
+        now = time.monotonic()
         if now - self._checked_at < CHECK_S:
             return
         self._checked_at = now

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,9 +42,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(what: str, cond: object, timeout: float, logs: list[Path]) -> None:
+def _wait(what: str, cond: Callable[[], bool], timeout: float, logs: list[Path]) -> None:
+    """Poll ``cond`` until true; after ``timeout`` fail with the tails of ``logs``."""
     deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
+    while not cond():
         if time.monotonic() > deadline:
             tails = "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-3000:]}" for p in logs)
             raise AssertionError(f"not within {timeout} s: {what}\n{tails}")

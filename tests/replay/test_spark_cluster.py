@@ -118,6 +118,16 @@ class Cluster:
         self.workers.append(proc)
         return proc
 
+    def rebuild(
+        self, history: GeneratedLog, projection: str, out: Path, **env: str
+    ) -> tuple[subprocess.Popen[bytes], Path]:
+        """``eventlane rebuild`` of ``projection`` into ``out`` on this cluster, in the
+        background; the process and the file its output goes to."""
+        log = out.with_suffix(".log")
+        args = ["--data", str(history.data), "rebuild", APP, "-p", projection]
+        args += ["--master", self.url, "--output", str(out)]
+        return self.spawn([sys.executable, "-m", "framework.cli", *args], log, **env), log
+
     def stop_workers(self) -> None:
         for proc in self.workers:
             if proc.poll() is None:
@@ -183,30 +193,15 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> GeneratedLog:
     return make_history(tmp_path_factory.mktemp("history") / "data")
 
 
-def _rebuild(
+def _lose_the_worker_mid_rebuild(
     cluster: Cluster, history: GeneratedLog, out: Path, wait_s: int
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    """``eventlane rebuild`` of ``slow_sales`` on the cluster, in the background; returns
-    once one of its tasks has read records (its progress file)."""
-    log = out.with_suffix(".log")
-    proc = cluster.spawn(
-        [
-            sys.executable,
-            "-m",
-            "framework.cli",
-            "--data",
-            str(history.data),
-            "rebuild",
-            APP,
-            "-p",
-            "slow_sales",
-            "--master",
-            cluster.url,
-            "--output",
-            str(out),
-        ],
-        log,
-        EVENTLANE_SPARK_EXECUTOR_WAIT=str(wait_s),
+    """Start a worker and ``eventlane rebuild`` of ``slow_sales`` on the cluster (in the
+    background); once one of its tasks has read records (its progress file), kill the
+    worker. The rebuild's process and the file its output goes to."""
+    worker = cluster.worker()
+    proc, log = cluster.rebuild(
+        history, "slow_sales", out, EVENTLANE_SPARK_EXECUTOR_WAIT=str(wait_s)
     )
 
     def replaying() -> bool:
@@ -215,16 +210,15 @@ def _rebuild(
         return any(f.read_text().strip() not in ("", "0") for f in files)
 
     _wait("a task replays", replaying, 120, [log, cluster.master_log])
+    cluster.kill(worker)
     return proc, log
 
 
 def test_a_cluster_that_lost_its_only_worker_is_said_so_and_given_up_on(
     cluster: Cluster, history: GeneratedLog, tmp_path: Path
 ) -> None:
-    worker = cluster.worker()
     out = tmp_path / "sales.sqlite"
-    proc, log = _rebuild(cluster, history, out, wait_s=20)
-    cluster.kill(worker)
+    proc, log = _lose_the_worker_mid_rebuild(cluster, history, out, wait_s=20)
     killed = time.monotonic()
     try:
         code = proc.wait(timeout=120)
@@ -249,10 +243,8 @@ def test_a_cluster_that_lost_its_only_worker_is_said_so_and_given_up_on(
 def test_a_worker_that_joins_in_time_gets_the_lost_tasks_and_the_result_is_exact(
     cluster: Cluster, history: GeneratedLog, tmp_path: Path
 ) -> None:
-    worker = cluster.worker()
     out = tmp_path / "sales.sqlite"
-    proc, log = _rebuild(cluster, history, out, wait_s=300)
-    cluster.kill(worker)
+    proc, log = _lose_the_worker_mid_rebuild(cluster, history, out, wait_s=300)
     _wait(
         "the warning",
         lambda: "the Spark job has no executor" in log.read_text(errors="replace"),
@@ -282,26 +274,8 @@ def test_executors_that_cannot_import_the_application_are_named_as_the_cause(
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     cluster.worker(PYTHONPATH="")
     out = tmp_path / "sales.sqlite"
-    log = tmp_path / "rebuild.log"
-    proc = cluster.spawn(
-        [
-            sys.executable,
-            "-m",
-            "framework.cli",
-            "--data",
-            str(history.data),
-            "rebuild",
-            APP,
-            "-p",
-            "sales",
-            "--master",
-            cluster.url,
-            "--output",
-            str(out),
-        ],
-        log,
-        PYSPARK_PYTHON=str(bare / "bin" / "python"),  # what the executors run
-    )
+    # the executors run the bare environment's Python
+    proc, log = cluster.rebuild(history, "sales", out, PYSPARK_PYTHON=str(bare / "bin" / "python"))
     assert proc.wait(timeout=180) == 1, log.read_text(errors="replace")[-3000:]
     text = log.read_text(errors="replace")
     error = next(line for line in text.splitlines() if line.startswith("Error:"))

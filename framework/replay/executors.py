@@ -79,7 +79,10 @@ class ExecutorWatch:
         if now - self._checked_at < CHECK_S:
             return
         self._checked_at = now
-        executors = len(self._sc.statusTracker().getExecutorInfos()) - 1  # less the driver
+        try:
+            executors = len(self._sc.statusTracker().getExecutorInfos()) - 1  # less the driver
+        except Exception:  # py4j: the JVM going away; the job's own error says why
+            return
         if executors > 0:
             if self._warned:
                 log.info(

@@ -98,8 +98,10 @@ def plan_archive(settings: Mapping[str, str]) -> Archive | None:
     """The archive a new local driver JVM with ``settings`` uses or writes; None when there
     is none to use (turned off, no ``java`` or Spark found, the directory not writable)."""
     folder = archive_dir()
-    digest = None if folder is None else _digest(settings)  # (lists Spark's jars)
-    if folder is None or digest is None:
+    if folder is None:
+        return None
+    digest = _digest(settings)  # (lists Spark's jars: only when archives are on)
+    if digest is None:
         return None
     try:
         folder.mkdir(parents=True, exist_ok=True)

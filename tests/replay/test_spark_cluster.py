@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pyspark
 import pytest
 
 from framework.errors import ConfigError
+from framework.log.processes import free_ports
 from framework.replay.checksum import compare, file_checksums
 from framework.replay.executors import DEFAULT_WAIT_S, WAIT_ENV, wait_limit
 from framework.replay.rebuild import rebuild
@@ -34,12 +34,6 @@ from tests.replay.conftest import APP, ROOT, GeneratedLog, child_env, make_histo
 pytestmark = pytest.mark.spark
 
 SPARK_HOME = Path(pyspark.__file__).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(what: str, cond: Callable[[], bool], timeout: float, logs: list[Path]) -> None:
@@ -151,7 +145,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("standalone")
     properties = root / "spark.properties"
     properties.write_text("spark.master.rest.enabled false\nspark.ui.enabled false\n")
-    port = _free_port()
+    port, ui = free_ports(2)
     cluster = Cluster(f"spark://127.0.0.1:{port}", root, root / "master.log", properties)
     try:
         cluster.spawn(
@@ -163,7 +157,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "--port",
                 str(port),
                 "--webui-port",
-                str(_free_port()),
+                str(ui),
                 "--properties-file",
                 str(properties),
             ],

@@ -1,7 +1,9 @@
 """Group commit for the command side: concurrent saves of one process share an fsync.
 
 Real threads, a real log on disk. ``os.fdatasync`` and the key index's ``add_appended`` are
-wrapped only to *count* the calls (each still runs). Checked: every history read back raw (no store, no index) is exactly
+wrapped only to *count* the calls (each still runs); a sync counts only when its descriptor is a
+file of this test's folder (the patch is process-wide, and a thread an earlier test left behind
+may sync its own files meanwhile). Checked: every history read back raw (no store, no index) is exactly
 versions 1..N, racing writers of one aggregate never fork it, the key index agrees with the
 log, and a group's members keep their own outcomes (one refused, the others written).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +27,24 @@ from framework.log.embedded.key_index import KeyIndex
 THREADS, COMMANDS = 8, 30
 
 
+def _counting_syncs(folder: Path, syncs: list[int]) -> Callable[[int], None]:
+    """``os.fdatasync`` that counts the syncs of files under *folder* and runs every sync."""
+    real = os.fdatasync
+    mine = str(folder.resolve())
+
+    def counted(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(mine):
+            syncs[0] += 1
+        real(fd)
+
+    return counted
+
+
 def test_threads_share_fsyncs_and_never_fork_a_stream(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     syncs = [0]
-    real = os.fdatasync
-
-    def counted(fd: int) -> None:
-        syncs[0] += 1
-        real(fd)
+    counted = _counting_syncs(tmp_path, syncs)
 
     index_writes = [0]
     real_add = KeyIndex.add_appended
@@ -110,12 +122,7 @@ def test_a_group_keeps_each_members_outcome(
                 outcomes[key] = exc
 
         syncs = [0]
-        real = os.fdatasync
-
-        def counted(fd: int) -> None:
-            syncs[0] += 1
-            real(fd)
-
+        counted = _counting_syncs(tmp_path, syncs)
         monkeypatch.setattr(os, "fdatasync", counted)
         threads = [
             threading.Thread(target=append, args=(k, refuse if k == "b" else None))

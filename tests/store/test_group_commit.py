@@ -1,11 +1,12 @@
 """Group commit for the command side: concurrent saves of one process share an fsync.
 
 Real threads, a real log on disk. ``os.fdatasync`` and the key index's ``add_appended`` are
-wrapped only to *count* the calls (each still runs); a sync counts only when its descriptor is a
-file of this test's folder (the patch is process-wide, and a thread an earlier test left behind
-may sync its own files meanwhile). Checked: every history read back raw (no store, no index) is exactly
-versions 1..N, racing writers of one aggregate never fork it, the key index agrees with the
-log, and a group's members keep their own outcomes (one refused, the others written).
+wrapped only to *count* the calls (each still runs); a sync counts only when its descriptor is
+a file of this test's folder (the patch is process-wide, and a thread an earlier test left
+behind may sync its own files meanwhile). Checked: every history read back raw (no store, no
+index) is exactly versions 1..N, racing writers of one aggregate never fork it, the key index
+agrees with the log, and a group's members keep their own outcomes (one refused, the others
+written).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ THREADS, COMMANDS = 8, 30
 def _counting_syncs(folder: Path, syncs: list[int]) -> Callable[[int], None]:
     """``os.fdatasync`` that counts the syncs of files under *folder* and runs every sync."""
     real = os.fdatasync
-    mine = str(folder.resolve())
+    mine = f"{folder.resolve()}{os.sep}"  # not a sibling folder whose name it begins
 
     def counted(fd: int) -> None:
         if os.readlink(f"/proc/self/fd/{fd}").startswith(mine):

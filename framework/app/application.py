@@ -60,6 +60,7 @@ from framework.app.namespace import Namespace
 from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
 from framework.codec.converter import OrjsonConverter
 from framework.codec.keystore import KeyStore, LogKeyStore
+from framework.consumer.coordination import Coordinator, coordination_for
 from framework.domain import Aggregate, Command, DomainEvent
 from framework.domain.privacy import personal_fields
 from framework.engine import open_log
@@ -511,6 +512,21 @@ class Runtime:
             view_of(self, projector),
         )
         return {**doc, "projector": projector}
+
+    def group_coordinator(self, projector: str | None = None) -> Coordinator:
+        """A handle on the consumer group of ``projector`` (``None``: the app's schedulers'
+        group), for a :class:`~framework.projection.Runner` (its ``coordinator``): with it a
+        worker that dies, even by ``kill -9``, has its member leave the group as soon as the
+        runner reaps it, so its partitions move at once instead of after the session
+        timeout. Close it when the runner is done."""
+        if projector is None:
+            from framework.app.schedules import scheduler_group  # noqa: PLC0415 - builds on Runtime
+
+            group = scheduler_group(self)
+        else:
+            self.app.projector(projector)
+            group = self.names.group(projector)
+        return coordination_for(self.log).coordinator(group, wake=self.log.wake)
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:

@@ -40,7 +40,6 @@ from framework.cli.context import data_option, json_option, stderr_console, stdo
 from framework.cli.groups import GROUP
 from framework.cli.metrics import export_metrics, metrics_options
 from framework.cli.render import simple_table
-from framework.consumer.coordination import Coordinator, coordination_for
 from framework.errors import ConfigError, FrameworkError, ProjectionError
 from framework.log.port import keyed_log
 from framework.metrics import MULTIPROC_ENV
@@ -186,7 +185,7 @@ def run_command(
             log_path=log_path,
             readmodel=runtime.readmodel_path(projection),
             env=env,
-            coordinator=group_coordinator(runtime, projection),
+            coordinator=runtime.group_coordinator(projection),
             worker_args=worker_args(dead_letter_unknown, cache_events),
         )
         started = time.monotonic()
@@ -222,14 +221,6 @@ def run_command(
             f"every worker of {projection} died: worker {pid} exited with status {code}"
             f" ({len(runner.crashes)} worker exit(s) with an error; see the worker log)"
         )
-
-
-def group_coordinator(runtime: Runtime, name: str) -> Coordinator:
-    """A handle on projector ``name``'s group, for a runner to hand a dead worker's
-    partitions over at once (close it when the runner is done)."""
-    return coordination_for(runtime.log).coordinator(
-        runtime.names.group(name), wake=runtime.log.wake
-    )
 
 
 def _worker_env() -> dict[str, str]:

@@ -18,11 +18,9 @@ from framework.cli.project import (
     _worker_env,
     app_argument,
     cache_events_option,
-    group_coordinator,
     status_command,
     worker_args,
 )
-from framework.consumer.coordination import coordination_for
 from framework.errors import FrameworkError
 from framework.projection import Runner, open_readmodel
 from framework.projection.supervisor import AppSupervisor
@@ -149,15 +147,13 @@ def run(
                 session_timeout_ms=session_timeout_ms,
                 env=env,
                 readmodel=runtime.readmodel_path(name),
-                coordinator=group_coordinator(runtime, name),
+                coordinator=runtime.group_coordinator(name),
                 worker_args=worker_args(dead_letter_unknown, cache_events),
             )
             for name, n in counts.items()
             if name != SCHEDULER
         }
         if SCHEDULER in counts:
-            from framework.app.schedules import scheduler_group  # noqa: PLC0415
-
             runners[SCHEDULER] = Runner(
                 app_spec,
                 SCHEDULER,
@@ -166,9 +162,7 @@ def run(
                 restart=True,
                 session_timeout_ms=session_timeout_ms,
                 env=env,
-                coordinator=coordination_for(runtime.log).coordinator(
-                    scheduler_group(runtime), wake=runtime.log.wake
-                ),
+                coordinator=runtime.group_coordinator(),
                 argv=(
                     "schedules",
                     "run",

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -30,6 +31,7 @@ from framework.projection import Runner
 from framework.replay import compare, file_checksums
 
 APP_SPEC = "example_apps.invoicing:app"
+SCHEDULER = "scheduler"
 
 GRACE_S = 3.0
 """On SIGTERM the HTTP server stops accepting and lets requests in flight finish for at most
@@ -90,49 +92,58 @@ def serve_http(host: str, port: int, projectors: bool) -> None:
     from example_apps.invoicing.web import create_app  # noqa: PLC0415
 
     data = data_dir()
-    runners: list[Runner] = []
-    if projectors:
-        runners = [
-            Runner(APP_SPEC, name, data, workers=1, restart=True)
-            for name in invoicing_app.projectors
-        ]
-        runners.append(  # the orders' deadlines (eventlane schedules run)
-            Runner(
-                APP_SPEC,
-                "scheduler",
-                data,
-                workers=1,
-                restart=True,
-                argv=("schedules", "run", APP_SPEC),
-            )
-        )
-        for runner in runners:
-            runner.start()
+    with contextlib.ExitStack() as held:
+        runners: list[Runner] = []
         stop = threading.Event()
+        if projectors:
+            # the runners hold their groups (as `eventlane run` does): a worker that dies
+            # has its member leave as soon as it is reaped, its partitions move at once
+            log = open_log(create=True)
+            held.callback(log.close)  # last: after the groups and the runtime on it
+            runtime = held.enter_context(invoicing_app.open(log))
 
-        def supervise() -> None:
-            while not stop.wait(0.5):
-                for runner in runners:
-                    runner.supervise_once()
+            def runner(name: str, **options: Any) -> Runner:
+                group = runtime.group_coordinator(None if name == SCHEDULER else name)
+                held.callback(group.close)
+                return Runner(
+                    APP_SPEC, name, data, workers=1, restart=True, coordinator=group, **options
+                )
 
-        threading.Thread(target=supervise, name="supervise", daemon=True).start()
-    click.echo(f"serving http://{host}:{port} (OpenAPI at /docs) on {data}", err=True)
-    try:
-        # keep-alive longer than clients' pools keep idle connections (httpx: 5 s), so a
-        # client never sends a request on a connection the server is closing
-        uvicorn.run(
-            create_app(data),
-            host=host,
-            port=port,
-            log_level="warning",
-            timeout_keep_alive=75,
-            timeout_graceful_shutdown=GRACE_S,
-        )
-    finally:
-        if runners:
+            runners = [runner(name) for name in invoicing_app.projectors]
+            # the orders' deadlines (eventlane schedules run)
+            runners.append(runner(SCHEDULER, argv=("schedules", "run", APP_SPEC)))
+            for each in runners:
+                each.start()
+
+            def supervise() -> None:
+                while not stop.wait(0.5):
+                    for each in runners:
+                        each.supervise_once()
+
+            threading.Thread(target=supervise, name="supervise", daemon=True).start()
+        click.echo(f"serving http://{host}:{port} (OpenAPI at /docs) on {data}", err=True)
+        # uvicorn re-raises the SIGTERM it shut down on once it has restored this handler:
+        # it ends the command through the `finally` below (the workers stopped, exit 0)
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            # keep-alive longer than clients' pools keep idle connections (httpx: 5 s), so a
+            # client never sends a request on a connection the server is closing
+            uvicorn.run(
+                create_app(data),
+                host=host,
+                port=port,
+                log_level="warning",
+                timeout_keep_alive=75,
+                timeout_graceful_shutdown=GRACE_S,
+            )
+        finally:
             stop.set()
-            for runner in runners:
-                runner.stop()
+            for each in runners:
+                each.stop()
+
+
+def _exit_on_sigterm(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
 
 
 def spark_rebuild(runtime: Runtime, name: str, console: Console) -> dict[str, Any]:

@@ -48,8 +48,9 @@ def free_port() -> int:
 class Server:
     """``eventlane invoicing serve-http`` as a child process on a loopback port."""
 
-    def __init__(self, data: Path, log: Path) -> None:
+    def __init__(self, data: Path, log: Path, *, projectors: bool = False) -> None:
         self.data, self.log = data, log
+        self.projectors = projectors
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -59,7 +60,8 @@ class Server:
 
     def start(self) -> None:
         cmd = [sys.executable, "-m", "framework.cli", "--data", str(self.data), "invoicing"]
-        cmd += ["serve-http", "--port", str(self.port), "--no-projectors"]
+        cmd += ["serve-http", "--port", str(self.port)]
+        cmd += ["--projectors" if self.projectors else "--no-projectors"]
         with self.log.open("ab") as sink:
             self.proc = subprocess.Popen(cmd, stdout=sink, stderr=sink)
         deadline = time.monotonic() + 60
@@ -313,3 +315,53 @@ def test_kill_9_of_the_server_under_load_loses_no_acknowledged_command(service: 
     sent = set(client.acked) | set(client.unknown)
     targets = {aggregate for aggregate, _ in sent}
     assert {k for k in batches if k[0] in targets} <= sent  # the policy's invoices aside
+
+
+def test_serve_http_runs_the_workers_and_hands_a_killed_ones_partitions_over(
+    tmp_path: Path,
+) -> None:
+    """``serve-http`` with its own workers (the default): a worker killed with ``kill -9``
+    has its member leave as soon as the server's runner reaps it (within a supervision tick,
+    not the 10 s session timeout: checked to fail without the runners holding their groups),
+    a replacement takes the partitions, and the service goes on answering read-your-writes
+    queries through it."""
+    data = tmp_path / "data"
+    with app.open(data) as rt:
+        for name in app.projectors:
+            open_readmodel(rt, name, migrate=True).close()
+    server = Server(data, tmp_path / "server.log", projectors=True)
+    server.start()
+    try:
+        with app.open(data) as rt:
+            group = rt.group_coordinator("invoices")
+            try:
+
+                def owners() -> dict[int, set[Any]]:
+                    state = group.current()
+                    return {m.pid: set(m.owned) for m in state.members.values()}
+
+                deadline = time.monotonic() + 120
+                while not (len(owners()) == 1 and all(owners().values())):
+                    assert time.monotonic() < deadline, (owners(), server.log.read_text()[-2000:])
+                    time.sleep(0.05)
+                (victim,) = owners()
+                os.kill(victim, signal.SIGKILL)
+                killed = time.monotonic()
+                while victim in owners():
+                    assert time.monotonic() - killed < 5, "the dead worker's member stayed"
+                    time.sleep(0.02)
+                while not (owners() and all(owners().values())):  # the replacement owns them
+                    assert time.monotonic() - killed < 60, owners()
+                    time.sleep(0.05)
+                assert victim not in owners()
+            finally:
+                group.close()
+
+        async def one_order() -> None:
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+                await order_flow(Client(http), 1)
+
+        asyncio.run(one_order())  # its invoice read through the replacement worker
+    finally:
+        server.stop()
+    assert server.proc is not None and server.proc.returncode == 0, server.log.read_text()[-2000:]

@@ -341,19 +341,19 @@ def test_serve_http_runs_the_workers_and_hands_a_killed_ones_partitions_over(
                     return {m.pid: set(m.owned) for m in state.members.values()}
 
                 deadline = time.monotonic() + 120
-                while not (len(owners()) == 1 and all(owners().values())):
-                    assert time.monotonic() < deadline, (owners(), server.log.read_text()[-2000:])
+                while not (len(now := owners()) == 1 and all(now.values())):
+                    assert time.monotonic() < deadline, (now, server.log.read_text()[-2000:])
                     time.sleep(0.05)
-                (victim,) = owners()
+                (victim,) = now
                 os.kill(victim, signal.SIGKILL)
                 killed = time.monotonic()
                 while victim in owners():
                     assert time.monotonic() - killed < 5, "the dead worker's member stayed"
                     time.sleep(0.02)
-                while not (owners() and all(owners().values())):  # the replacement owns them
-                    assert time.monotonic() - killed < 60, owners()
+                while not ((now := owners()) and all(now.values())):  # the replacement's
+                    assert time.monotonic() - killed < 60, now
                     time.sleep(0.05)
-                assert victim not in owners()
+                assert victim not in now
             finally:
                 group.close()
 

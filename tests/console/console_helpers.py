@@ -28,7 +28,11 @@ from typing import Any
 import orjson
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service
 
 from example_apps.invoicing import app
@@ -246,12 +250,19 @@ def shot(driver: Any, name: str) -> None:
 
 def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> Any:
     """Poll ``predicate`` until truthy; an element replaced meanwhile (a page load, an htmx
-    swap) counts as not yet."""
+    swap) counts as not yet. Chromedriver reports some of those replacements not as a stale
+    element but as an "unknown error" whose inspector message says the node no longer
+    belongs to the document (seen in CI: a page load between finding #page-meta and reading
+    its text); that one counts as not yet too, any other driver error is raised."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             value = predicate()
         except (NoSuchElementException, StaleElementReferenceException):
+            value = None
+        except WebDriverException as e:
+            if "does not belong to the document" not in (e.msg or ""):
+                raise
             value = None
         if value:
             return value

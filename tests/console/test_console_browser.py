@@ -32,6 +32,7 @@ from console_helpers import (
     shot,
     wait_for,
 )
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
@@ -563,3 +564,27 @@ def test_generated_bad_parameters_never_get_a_5xx(env: SimpleNamespace) -> None:
         if status >= 500:
             failures.append((path, status, body[:200]))
     assert not failures, failures
+
+
+def test_wait_for_counts_a_node_gone_from_the_document_as_not_yet() -> None:
+    """Chromedriver's "unknown error" for a node a page load replaced (CI, stop 50) is a
+    retry for wait_for; any other driver error still fails the test at once."""
+    gone = WebDriverException(
+        'unknown error: unhandled inspector error: {"code":-32000,'
+        '"message":"Node with given id does not belong to the document"}'
+    )
+    calls = iter([gone, gone, "ready"])
+
+    def predicate() -> str:
+        value = next(calls)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    assert wait_for(predicate, timeout=5) == "ready"
+
+    def broken() -> str:
+        raise WebDriverException("unknown error: session deleted")
+
+    with pytest.raises(WebDriverException, match="session deleted"):
+        wait_for(broken, timeout=5)

@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 
 # eventlane itself, then the sample app (a distribution of its own: example_apps/pyproject.toml).
 # OpenSSL's and libsodium's headers (Debian's libssl-dev, libsodium-dev) first: setup.py's
-# framework.codec._seal links libcrypto, and libsodium for its AES-256-GCM when present.
+# eventlane.codec._seal links libcrypto, and libsodium for its AES-256-GCM when present.
 $(STAMP): pyproject.toml setup.py example_apps/pyproject.toml
 	@test -f /usr/include/openssl/evp.h || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev >/dev/null)
 	@test -f /usr/include/sodium.h || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libsodium-dev >/dev/null)
@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(BIN)/eventlane demo invoicing --data ./demo-data
 
 lint: $(STAMP)
-	$(BIN)/ruff check framework tests benchmarks example_apps
+	$(BIN)/ruff check eventlane tests benchmarks example_apps
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -1,10 +1,10 @@
-"""Build the optional C speedups (``framework.log._native``, ``framework.kafka._wire``,
-``framework.codec._seal``).
+"""Build the optional C speedups (``eventlane.log._native``, ``eventlane.kafka._wire``,
+``eventlane.codec._seal``).
 
 Everything else about the package lives in ``pyproject.toml``. The extension is optional:
 when no C compiler is available the build goes on without it and the pure-Python
-implementations in ``framework.log.partitioner``, ``framework.log.embedded.batch``,
-``framework.kafka.records`` and ``framework.codec.privacy`` are used (``_seal`` also needs
+implementations in ``eventlane.log.partitioner``, ``eventlane.log.embedded.batch``,
+``eventlane.kafka.records`` and ``eventlane.codec.privacy`` are used (``_seal`` also needs
 OpenSSL's headers: Debian's libssl-dev, which ``make`` installs; with libsodium's headers,
 Debian's libsodium-dev, which ``make`` installs too, it opens AES-256-GCM through libsodium).
 """
@@ -30,20 +30,20 @@ SODIUM = _sodium()
 setup(
     ext_modules=[
         Extension(
-            "framework.log._native",
-            ["framework/log/_native.c"],
+            "eventlane.log._native",
+            ["eventlane/log/_native.c"],
             optional=True,
             extra_compile_args=["-O3"],
         ),
-        Extension(  # the Kafka listener's Fetch framing (framework.kafka.records)
-            "framework.kafka._wire",
-            ["framework/kafka/_wire.c"],
+        Extension(  # the Kafka listener's Fetch framing (eventlane.kafka.records)
+            "eventlane.kafka._wire",
+            ["eventlane/kafka/_wire.c"],
             optional=True,
             extra_compile_args=["-O3"],
         ),
-        Extension(  # opening a sealed event's cipher object (framework.codec.privacy)
-            "framework.codec._seal",
-            ["framework/codec/_seal.c"],
+        Extension(  # opening a sealed event's cipher object (eventlane.codec.privacy)
+            "eventlane.codec._seal",
+            ["eventlane/codec/_seal.c"],
             optional=True,
             libraries=["crypto", "sodium"] if SODIUM else ["crypto"],
             define_macros=[("HAVE_SODIUM", "1")] if SODIUM else [],

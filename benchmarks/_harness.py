@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 import structlog
 
-from framework.log.embedded import batch
+from eventlane.log.embedded import batch
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

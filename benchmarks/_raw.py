@@ -9,7 +9,7 @@ would write them without a framework, so a ratio against them says what the fram
   loop, buffered writes, ``fsync`` per MiB (what a hand-rolled log costs in Python).
 * :func:`write_fsync_per_record`: ``os.write`` + ``os.fsync`` (or ``os.fdatasync``, the
   call the log makes) per record (durable single appends).
-* :func:`read_parse`: read a segment file of :mod:`framework.log.embedded.batch` batches in 1 MiB
+* :func:`read_parse`: read a segment file of :mod:`eventlane.log.embedded.batch` batches in 1 MiB
   chunks, check each batch's CRC32C (optional) and parse every record into an
   ``(offset, key, value)`` tuple in pure Python (what a hand-written reader of this exact
   file format costs).
@@ -27,7 +27,7 @@ import crc32c
 MIB = 1 << 20
 
 _FRAME = struct.Struct(">qIii")  # offset, crc32c(key+value), key length, value length
-_BATCH_HEAD = struct.Struct(">qibIhiqqi")  # framework.log.embedded.batch.HEADER
+_BATCH_HEAD = struct.Struct(">qibIhiqqi")  # eventlane.log.embedded.batch.HEADER
 _BATCH_SIZE = _BATCH_HEAD.size
 _REC_HEAD = struct.Struct(">iiqi")  # length, offset_delta, timestamp_delta, key_length
 _I32 = struct.Struct(">i")
@@ -93,7 +93,7 @@ def read_parse(paths: Sequence[Path], *, verify_crc: bool = True) -> int:
     """Read + (CRC) + parse every record of the segment files; return the record count.
 
     Pure Python, one ``(offset, key, value)`` tuple per record, 1 MiB reads: a plain
-    sequential reader of the log's file format (:mod:`framework.log.embedded.batch`).
+    sequential reader of the log's file format (:mod:`eventlane.log.embedded.batch`).
     """
     head = _BATCH_HEAD.unpack_from
     rec = _REC_HEAD.unpack_from

@@ -44,10 +44,10 @@ from typing import Any, cast
 from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch_dir
 from _raw import prejoined_blocks, write_framed, write_fsync_per_record, write_prejoined
 
-from framework.log.embedded.store import LogStore
-from framework.log.port import Log
-from framework.log.producer import Producer
-from framework.log.record import ProducerRecord
+from eventlane.log.embedded.store import LogStore
+from eventlane.log.port import Log
+from eventlane.log.producer import Producer
+from eventlane.log.record import ProducerRecord
 
 VALUE_SIZE = 100
 

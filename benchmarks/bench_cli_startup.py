@@ -9,7 +9,7 @@ Per round, interleaved, each a fresh interpreter started the way a user starts i
 * ``help``      ``eventlane --help`` (lists every command, built-in or installed by an
                 application's entry point: imports none of them; issue 36).
 
-Before timing, the ``framework`` package the command imports is compiled to bytecode
+Before timing, the ``eventlane`` package the command imports is compiled to bytecode
 (``compileall``), as an installed package is: where ``PYTHONDONTWRITEBYTECODE`` is set (as on
 the machine these figures come from) every start would otherwise compile eventlane's
 modules from source, while click and rich load from the bytecode their installer wrote.
@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     bench = bench_from_args(__file__, args, default_runs=7)
     bench.notes.append(f"eventlane entry point: {EVENTLANE}; every figure is a whole process")
     package = subprocess.run(
-        [sys.executable, "-c", "import framework, os; print(os.path.dirname(framework.__file__))"],
+        [sys.executable, "-c", "import eventlane, os; print(os.path.dirname(eventlane.__file__))"],
         check=True,
         capture_output=True,
         text=True,

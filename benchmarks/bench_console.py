@@ -49,9 +49,9 @@ import orjson
 import psutil
 from _harness import Target, bench_from_args, parser, quiet_logs
 
-from framework.cli.records import record_json
-from framework.consumer import Consumer
-from framework.log import LogStore, TopicPartition
+from eventlane.cli.records import record_json
+from eventlane.consumer import Consumer
+from eventlane.log import LogStore, TopicPartition
 
 TOPIC = "bench-console"
 BULK = 20_000
@@ -117,7 +117,7 @@ def consume_cli(data: Path, offset: int) -> float:
         [
             sys.executable,
             "-c",
-            "from framework.cli import main; main()",
+            "from eventlane.cli import main; main()",
             "consume",
             TOPIC,
             "--data",
@@ -277,7 +277,7 @@ def main() -> None:
         [
             sys.executable,
             "-c",
-            "from framework.cli import main; main()",
+            "from eventlane.cli import main; main()",
             "console",
             "--data",
             str(data),

@@ -39,10 +39,10 @@ from typing import Any
 
 from _harness import bench_from_args, parser, quiet_logs, scratch_dir
 
-from framework.consumer.free import Consumer
-from framework.consumer.group import GroupConsumer
-from framework.log.embedded.store import LogStore
-from framework.log.record import TopicPartition
+from eventlane.consumer.free import Consumer
+from eventlane.consumer.group import GroupConsumer
+from eventlane.log.embedded.store import LogStore
+from eventlane.log.record import TopicPartition
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
@@ -70,8 +70,8 @@ def child(args: dict[str, Any]) -> None:
     store: Any = LogStore(args["data"]) if "log_url" not in args else None
     coordination = None
     if store is None:  # bench_js_groups.py: the log and the group on a JetStream cluster
-        from framework.consumer.jetstream import JetStreamCoordination  # noqa: PLC0415
-        from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+        from eventlane.consumer.jetstream import JetStreamCoordination  # noqa: PLC0415
+        from eventlane.log.jetstream.log import JetStreamLog  # noqa: PLC0415
 
         store = JetStreamLog.from_url(args["log_url"], namespace=args["namespace"])
         coordination = JetStreamCoordination(store)

@@ -41,6 +41,11 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from eventlane.codec import Envelope
+from eventlane.log.partitioner import partition_for_key
+from eventlane.projection import Runner, open_readmodel, readmodel_path
+from eventlane.replay.rebuild import rebuild
+from eventlane.replay.session import spark_session
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import invoice_id_for
 from example_apps.invoicing.events import (
@@ -54,11 +59,6 @@ from example_apps.invoicing.events import (
     PaymentRecorded,
 )
 from example_apps.invoicing.projections import CONFIRM_WITHIN_ENV
-from framework.codec import Envelope
-from framework.log.partitioner import partition_for_key
-from framework.projection import Runner, open_readmodel, readmodel_path
-from framework.replay.rebuild import rebuild
-from framework.replay.session import spark_session
 
 APP = "example_apps.invoicing:app"
 PROJECTORS = ("invoices", "orders_by_status")

@@ -51,12 +51,12 @@ import orjson
 from _harness import Target, bench_from_args, parser, percentile, quiet_logs, scratch_dir
 from nats.js.api import DeliverPolicy
 
-from framework.errors import PreconditionFailedError
-from framework.log.embedded.store import LogStore
-from framework.log.jetstream import mapping
-from framework.log.jetstream.aio import AsyncJetStreamLog
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import Expect, JetStreamLog
+from eventlane.errors import PreconditionFailedError
+from eventlane.log.embedded.store import LogStore
+from eventlane.log.jetstream import mapping
+from eventlane.log.jetstream.aio import AsyncJetStreamLog
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import Expect, JetStreamLog
 
 VALUE = b"v" * 100
 

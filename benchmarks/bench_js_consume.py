@@ -56,15 +56,15 @@ from _harness import Target, bench_from_args, parser, quiet_logs, scratch_dir
 from bench_jetstream import Raw
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from framework.consumer.free import Consumer
-from framework.consumer.group import GroupConsumer
-from framework.consumer.jetstream import JetStreamCoordination
-from framework.log.jetstream import mapping
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.headers import HeaderClient
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.jetstream.read import record_of
-from framework.log.record import Record, TopicPartition
+from eventlane.consumer.free import Consumer
+from eventlane.consumer.group import GroupConsumer
+from eventlane.consumer.jetstream import JetStreamCoordination
+from eventlane.log.jetstream import mapping
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.headers import HeaderClient
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.jetstream.read import record_of
+from eventlane.log.record import Record, TopicPartition
 
 TOPIC = "bench"
 PARTITIONS = 4

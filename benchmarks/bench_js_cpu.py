@@ -17,9 +17,9 @@ import tempfile
 import threading
 import time
 
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.types import Expect
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.types import Expect
 
 
 def main() -> None:

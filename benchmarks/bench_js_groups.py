@@ -34,8 +34,8 @@ from typing import Any
 from _harness import bench_from_args, parser, quiet_logs, scratch_dir
 from bench_groups import PARTITIONS, TOPIC, VALUE, Proc, fill, finish, ready, wait
 
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
 
 
 def fill_cluster(url: str, namespace: str, total: int) -> None:

@@ -59,11 +59,11 @@ from confluent_kafka import Producer as CKProducer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from framework.consumer.free import Consumer
-from framework.log.embedded.store import LogStore
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.producer import Producer, ProducerRecord
-from framework.log.record import TopicPartition
+from eventlane.consumer.free import Consumer
+from eventlane.log.embedded.store import LogStore
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.producer import Producer, ProducerRecord
+from eventlane.log.record import TopicPartition
 
 VALUE = os.urandom(100)
 
@@ -121,7 +121,7 @@ def start_listener(data: Path) -> tuple[subprocess.Popen[bytes], str]:
         [
             sys.executable,
             "-c",
-            "from framework.cli import main; main()",
+            "from eventlane.cli import main; main()",
             "--data",
             str(data),
             "serve",

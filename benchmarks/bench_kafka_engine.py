@@ -43,10 +43,10 @@ from _harness import Target, bench_from_args, parser, quiet_logs, scratch_dir
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as Kp
 
-from framework.log.embedded.store import LogStore
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.types import RecordTuple
+from eventlane.log.embedded.store import LogStore
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.types import RecordTuple
 
 VALUE = b"v" * 100
 OPS = ("append.1", "append.batch", "read")

@@ -26,10 +26,10 @@ from typing import Any
 from _harness import Target, bench_from_args, parser, quiet_logs, scratch_dir
 from confluent_kafka import Consumer
 
-from framework.consumer.group import GroupConsumer
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.types import RecordTuple
+from eventlane.consumer.group import GroupConsumer
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.types import RecordTuple
 
 VALUE = b"v" * 100
 PARTITIONS = 4

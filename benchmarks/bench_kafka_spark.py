@@ -26,9 +26,9 @@ from typing import Any
 from _harness import Target, bench_from_args, parser, quiet_logs, scratch_dir
 from confluent_kafka import Producer
 
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.replay.session import spark_session
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.replay.session import spark_session
 
 JARS = Path(__file__).resolve().parent.parent / "tools" / "spark-kafka" / "lib"
 PARTITIONS = 4

@@ -43,9 +43,9 @@ from typing import Any
 
 from _harness import Bench, Target, bench_from_args, parser, percentile, quiet_logs, scratch_dir
 
-from framework.consumer.free import Consumer
-from framework.log.embedded.store import LogStore
-from framework.log.record import TopicPartition
+from eventlane.consumer.free import Consumer
+from eventlane.log.embedded.store import LogStore
+from eventlane.log.record import TopicPartition
 
 VALUE_SIZE = 100
 WARMUP = 100

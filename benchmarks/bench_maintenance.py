@@ -31,8 +31,8 @@ from typing import Any
 from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch_dir
 from _raw import read_parse
 
-from framework.log.embedded.segment import list_segment_bases, log_path
-from framework.log.embedded.store import LogStore
+from eventlane.log.embedded.segment import list_segment_bases, log_path
+from eventlane.log.embedded.store import LogStore
 
 VALUE_SIZE = 100
 SEGMENT_BYTES = 16 << 20

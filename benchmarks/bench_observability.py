@@ -3,7 +3,7 @@ single-record appends and of a projector applying batches, in six configurations
 
 * ``off`` and ``off-again`` (the baseline twice: their ratio is the run's noise, the
   tolerance every other ratio is read against);
-* ``metrics``: the instruments on (``framework.metrics.enable``);
+* ``metrics``: the instruments on (``eventlane.metrics.enable``);
 * ``otel-api``: the OpenTelemetry API loaded, no SDK (non-recording: no span is started);
 * ``enabled``: both, metrics and tracing enabled with no exporter: **the bar, <= 1.03x**;
 * ``otel-sdk``: the SDK recording every span into an in-memory exporter (reported).
@@ -49,7 +49,7 @@ import json, statistics, sys, tempfile, time
 config = sys.argv[1]
 blocks, commands, appends, events = (int(a) for a in sys.argv[2:6])
 if config in ("metrics", "enabled", "otel-sdk"):
-    import framework.metrics as m
+    import eventlane.metrics as m
     m.enable()
 if config in ("otel-api", "enabled", "otel-sdk"):
     from opentelemetry import trace
@@ -64,11 +64,11 @@ if config == "otel-sdk":
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import Order
 from example_apps.invoicing.events import Address, OrderLine
-from framework.metrics import M, batch_applied
-from framework.projection.applier import BatchApplier
-from framework.projection.readmodel import ReadModel
-from framework.projection.schema import apply_migrations
-from framework.tracing import batch_span
+from eventlane.metrics import M, batch_applied
+from eventlane.projection.applier import BatchApplier
+from eventlane.projection.readmodel import ReadModel
+from eventlane.projection.schema import apply_migrations
+from eventlane.tracing import batch_span
 cpu = time.process_time
 data = __import__("pathlib").Path(tempfile.mkdtemp())
 line, home = OrderLine("s", 1, 100), Address("a", "b", "c")
@@ -133,7 +133,7 @@ with app.open(data / "log") as rt:
             out[f"toggle_{key}"] = [statistics.median(on) / statistics.median(off)]
         # the instruments' own CPU, in a tight loop: what an append (and a command: its
         # append and its fsync) adds, to divide by the operation's CPU without them
-        from framework.metrics import appended, fsynced
+        from eventlane.metrics import appended, fsynced
         reps, pc = 20000, time.perf_counter
         t0 = cpu()
         for _ in range(reps):
@@ -145,7 +145,7 @@ with app.open(data / "log") as rt:
             started = pc()
             fsynced("bench", pc() - started, 1)
         out["instr_fsync_us"] = [(cpu() - t0) / reps * 1e6]
-        from framework.tracing import command_span, inject  # a command's hooks, no SDK
+        from eventlane.tracing import command_span, inject  # a command's hooks, no SDK
         t0 = cpu()
         for _ in range(reps):
             with command_span("execute", "Order", "orders"):

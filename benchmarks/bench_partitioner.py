@@ -22,8 +22,8 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from framework.log import partitioner
-from framework.log.partitioner import (
+from eventlane.log import partitioner
+from eventlane.log.partitioner import (
     murmur2,
     murmur2_py,
     partition_for_key,

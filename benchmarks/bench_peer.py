@@ -45,7 +45,7 @@ min and median of ``--runs`` runs (no table). ``--scaling 2,4,8`` measures only 
 bar: 1, 2, 4 and 8 writer processes on one partition (all spawned alike, interleaved per
 round), cmd/s against 1 process (>= 1.5x with 8, never below 1.0x) and CPU per command
 (the workers' and, from three writers on, the relay process's they started:
-framework/log/embedded/relay.py). Each worker process first runs ``--warm`` commands of
+eventlane/log/embedded/relay.py). Each worker process first runs ``--warm`` commands of
 its own (default 20), and where a relay serves (three writers or more) more until its
 appends go through the relay; the clock starts once every one has: a round measures started
 writers, not their start (Python's specialising interpreter, first calls, connections: with
@@ -81,10 +81,10 @@ for _path in (str(ROOT), str(HERE)):
 
 from _harness import Target, bench_from_args, parser, quiet_logs, scratch_dir  # noqa: E402
 
-from framework.app import App, Runtime  # noqa: E402
-from framework.domain import Aggregate, DomainEvent, applies, event  # noqa: E402
-from framework.errors import AggregateNotFoundError  # noqa: E402
-from framework.log.embedded.relay import WRITERS_MIN  # noqa: E402
+from eventlane.app import App, Runtime  # noqa: E402
+from eventlane.domain import Aggregate, DomainEvent, applies, event  # noqa: E402
+from eventlane.errors import AggregateNotFoundError  # noqa: E402
+from eventlane.log.embedded.relay import WRITERS_MIN  # noqa: E402
 
 THREADS = 8
 PROCESSES = 8
@@ -351,7 +351,7 @@ def in_processes(
 
 def relay_cpu(data: Path) -> float:
     """CPU seconds (user + system, its start included) of the relay process that served
-    ``data`` (framework/log/embedded/relay.py), if one did; it is still running now."""
+    ``data`` (eventlane/log/embedded/relay.py), if one did; it is still running now."""
     report = data / "relay.log"
     if not report.exists():
         return 0.0

@@ -7,7 +7,7 @@ appended to an embedded log, then applied from offset 0 the way a worker catches
 polls of ``--batch`` records (a worker's ``max_poll_records``), each poll one
 ``BatchApplier.apply`` transaction with its positions. Once into a fresh SQLite read-model
 file, once into a fresh schema of a temporary PostgreSQL cluster on loopback
-(``framework.testing.postgres``; fsync off), alternating over ``--runs`` rounds. Reported per
+(``eventlane.testing.postgres``; fsync off), alternating over ``--runs`` rounds. Reported per
 engine: events/s and the CPU split of the catch-up's wall time: this process (decode,
 handlers, framework), the database server's processes (PostgreSQL; zero for SQLite, which
 runs inside this process), and the rest (waiting: round trips, other processes).
@@ -31,19 +31,19 @@ if str(ROOT) not in sys.path:
 
 from benchmarks._harness import bench_from_args, parser, quiet_logs, scratch_dir  # noqa: E402
 from benchmarks.bench_pg_readmodel import postgres  # noqa: E402
+from eventlane.codec import Envelope  # noqa: E402
+from eventlane.consumer.free import Consumer  # noqa: E402
+from eventlane.log import TopicPartition  # noqa: E402
+from eventlane.log.partitioner import partition_for_key  # noqa: E402
+from eventlane.projection import BatchApplier, ReadModel  # noqa: E402
+from eventlane.projection.postgres import PgReadModel  # noqa: E402
+from eventlane.projection.schema import apply_migrations  # noqa: E402
 from example_apps.invoicing import app  # noqa: E402
 from example_apps.invoicing.events import (  # noqa: E402
     InvoiceIssued,
     InvoiceVoided,
     PaymentRecorded,
 )
-from framework.codec import Envelope  # noqa: E402
-from framework.consumer.free import Consumer  # noqa: E402
-from framework.log import TopicPartition  # noqa: E402
-from framework.log.partitioner import partition_for_key  # noqa: E402
-from framework.projection import BatchApplier, ReadModel  # noqa: E402
-from framework.projection.postgres import PgReadModel  # noqa: E402
-from framework.projection.schema import apply_migrations  # noqa: E402
 
 NAME = "customer_balances"
 

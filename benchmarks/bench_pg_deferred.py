@@ -12,7 +12,7 @@ when the handlers' writes reach the server:
   answered from the pending inserts, so a batch's writes go in one pipeline.
 
 Each round runs the three on fresh schemas of one temporary PostgreSQL cluster
-(``framework.testing.postgres``), interleaved; the rows of every run must be equal.
+(``eventlane.testing.postgres``), interleaved; the rows of every run must be equal.
 Reported: events/s, round trips per event, and each variant over ``now`` (paired).
 
     python benchmarks/bench_pg_deferred.py [--quick] [--events N] [--batch N] [--json]
@@ -42,8 +42,8 @@ from benchmarks.bench_pg_readmodel import (  # noqa: E402
     produce,
     rows,
 )
+from eventlane.projection.postgres import lock_key  # noqa: E402
 from example_apps.invoicing import app  # noqa: E402
-from framework.projection.postgres import lock_key  # noqa: E402
 
 MODES = ("now", "flush", "through")
 

@@ -5,11 +5,11 @@ report-only).
 e-mail, personal, each member its own subject) and the ``roster`` projection of
 ``tests/projection/rosterapp.py`` is caught up (one row per member), once into a SQLite
 file, once into a schema of a temporary PostgreSQL cluster on loopback
-(``framework.testing.postgres``; fsync off, ``wal_recycle = off`` as forget asks). Then,
-alternating over ``--runs`` rounds, ``framework.forget`` of one more member on each engine:
+(``eventlane.testing.postgres``; fsync off, ``wal_recycle = off`` as forget asks). Then,
+alternating over ``--runs`` rounds, ``eventlane.forget`` of one more member on each engine:
 its key destroyed, the read model rebuilt from the log without it and swapped in (the
 whole of the scrub: the rebuild replays every row), and on PostgreSQL
-:func:`~framework.projection.postgres.erase_dropped` (``VACUUM FULL`` of the statistics
+:func:`~eventlane.projection.postgres.erase_dropped` (``VACUUM FULL`` of the statistics
 catalogs, two WAL switches and checkpoints), timed on its own as well. Reported: seconds
 per forget on each engine (and their ratio), and the seconds of ``erase_dropped``.
 
@@ -32,11 +32,11 @@ if str(ROOT) not in sys.path:
 
 from benchmarks._harness import bench_from_args, parser, quiet_logs, scratch_dir  # noqa: E402
 from benchmarks.bench_pg_readmodel import postgres  # noqa: E402
-from framework import App, forget  # noqa: E402
-from framework.codec import Envelope  # noqa: E402
-from framework.codec.keystore import LogKeyStore  # noqa: E402
-from framework.log.partitioner import partition_for_key  # noqa: E402
-from framework.projection import Worker  # noqa: E402
+from eventlane import App, forget  # noqa: E402
+from eventlane.codec import Envelope  # noqa: E402
+from eventlane.codec.keystore import LogKeyStore  # noqa: E402
+from eventlane.log.partitioner import partition_for_key  # noqa: E402
+from eventlane.projection import Worker  # noqa: E402
 from tests.projection.rosterapp import Plans, Roster  # noqa: E402
 from tests.replay.erasure_app import Member, MemberJoined  # noqa: E402
 
@@ -84,7 +84,7 @@ def main() -> None:
     quiet_logs()
     bench = bench_from_args(__file__, args)
     erase_seconds: list[float] = []
-    forget_module = importlib.import_module("framework.replay.forget")
+    forget_module = importlib.import_module("eventlane.replay.forget")
     real_erase = forget_module.erase_dropped
 
     def timed_erase(url: str) -> list[str]:

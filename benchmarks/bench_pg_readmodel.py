@@ -7,7 +7,7 @@ batches of ``--batch`` records, in process. Baseline: a hand-written loop doing 
 work with psycopg directly: decode each record with the app's codec, run the same statements
 (insert the owner row, upsert the balance, look the owner up for payments and voids), and
 per batch ``BEGIN``, lock, read and write the partition's position, ``COMMIT``. Both start on
-a fresh schema of one temporary PostgreSQL cluster (``framework.testing.postgres``), rounds
+a fresh schema of one temporary PostgreSQL cluster (``eventlane.testing.postgres``), rounds
 interleaved. Figure of record: subject/baseline (issue 34 asks >= 0.8x). Each run checks that
 both produced the same rows.
 
@@ -39,14 +39,14 @@ from benchmarks._harness import (  # noqa: E402
     quiet_logs,
     scratch_dir,
 )
+from eventlane.consumer.free import Consumer  # noqa: E402
+from eventlane.log import Record, TopicPartition  # noqa: E402
+from eventlane.projection import BatchApplier  # noqa: E402
+from eventlane.projection.postgres import PgReadModel, lock_key  # noqa: E402
+from eventlane.projection.schema import apply_migrations  # noqa: E402
+from eventlane.testing.postgres import PostgresServer  # noqa: E402
 from example_apps.invoicing import app  # noqa: E402
 from example_apps.invoicing.domain import Invoice  # noqa: E402
-from framework.consumer.free import Consumer  # noqa: E402
-from framework.log import Record, TopicPartition  # noqa: E402
-from framework.projection import BatchApplier  # noqa: E402
-from framework.projection.postgres import PgReadModel, lock_key  # noqa: E402
-from framework.projection.schema import apply_migrations  # noqa: E402
-from framework.testing.postgres import PostgresServer  # noqa: E402
 
 NAME = "customer_balances"
 

@@ -27,10 +27,10 @@ from _harness import Bench, bench_from_args, parser, quiet_logs, scratch_dir
 from bench_pg_readmodel import postgres
 from bench_rebuild import APP, PROJECTION, generate
 
-from framework.projection.store import ENV as READMODELS_ENV
-from framework.replay.rebuild import rebuild
-from framework.replay.session import spark_session
-from framework.replay.verify import verify_rebuild
+from eventlane.projection.store import ENV as READMODELS_ENV
+from eventlane.replay.rebuild import rebuild
+from eventlane.replay.session import spark_session
+from eventlane.replay.verify import verify_rebuild
 
 
 def server_cpu(pid: int) -> float:

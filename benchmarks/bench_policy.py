@@ -4,7 +4,7 @@
 
 A history of ``--orders`` orders, each placed and confirmed, is bulk-appended once to a
 template data directory. Each run copies the template (same log, no invoices yet) and runs
-the example app's ``InvoicingPolicy`` in one in-process :class:`~framework.projection.Worker`
+the example app's ``InvoicingPolicy`` in one in-process :class:`~eventlane.projection.Worker`
 until it has handled every order event, issuing one invoice per confirmed order (a durable,
 conditional save each): once with ``concurrency = 1`` (strictly in partition order) and once
 with ``--concurrency``. Prints confirmed orders invoiced per second, the median of the
@@ -32,14 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from eventlane import App, EventContext, handles
+from eventlane.codec import Envelope
+from eventlane.log.partitioner import partition_for_key
+from eventlane.projection import Worker
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import Invoice, invoice_id_for
 from example_apps.invoicing.events import Address, OrderConfirmed, OrderLine, OrderPlaced
 from example_apps.invoicing.projections import InvoicingPolicy
-from framework import App, EventContext, handles
-from framework.codec import Envelope
-from framework.log.partitioner import partition_for_key
-from framework.projection import Worker
 
 
 def build(data: Path, orders: int) -> None:

@@ -11,7 +11,7 @@ sealed run back to back in each round, so a slow moment hits both). The same rou
 also counted per CPU second of this process (``time.process_time``): on a shared machine other
 processes' load inflates wall time at random, but not the CPU time the rebuild itself uses.
 A third app run, ``sealed, Python path``, opens the same sealed log without the C call
-(``framework/codec/_seal.c``): what the extension gains, in the same rounds.
+(``eventlane/codec/_seal.c``): what the extension gains, in the same rounds.
 
     .venv/bin/python benchmarks/bench_privacy.py [--quick] [--runs 5] [--json]
 """
@@ -26,7 +26,7 @@ from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch
 from attrs import frozen
 from sqlite_utils import Migrations
 
-from framework import (
+from eventlane import (
     Aggregate,
     App,
     DomainEvent,
@@ -38,7 +38,7 @@ from framework import (
     personal,
     rebuild,
 )
-from framework.codec import privacy
+from eventlane.codec import privacy
 
 SUBJECTS = 1_000
 

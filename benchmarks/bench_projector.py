@@ -3,7 +3,7 @@ visibility latency, and catch-up from a cold start.
 
 The projector (defined here, imported by the worker processes as ``bench_projector:app``):
 one handler per ``Deposited`` event doing one upsert of the account's balance through
-``ctx.conn``. Workers are real processes (``python -m framework.cli project worker``), each a
+``ctx.conn``. Workers are real processes (``python -m eventlane.cli project worker``), each a
 member of the projector's consumer group; events are 6 partitions of ~250-byte JSON
 envelopes (10,000 accounts). Per round, with a fresh data directory each time:
 
@@ -68,13 +68,13 @@ from _harness import (  # noqa: E402
     scratch_dir,
 )
 
-from framework.app import App, Runtime  # noqa: E402
-from framework.codec import Envelope  # noqa: E402
-from framework.consumer.coordinator import GroupCoordinator  # noqa: E402
-from framework.domain import Aggregate, DomainEvent, applies, event  # noqa: E402
-from framework.log import LogStore, TopicPartition  # noqa: E402
-from framework.log.partitioner import partition_for_key  # noqa: E402
-from framework.projection import (  # noqa: E402
+from eventlane.app import App, Runtime  # noqa: E402
+from eventlane.codec import Envelope  # noqa: E402
+from eventlane.consumer.coordinator import GroupCoordinator  # noqa: E402
+from eventlane.domain import Aggregate, DomainEvent, applies, event  # noqa: E402
+from eventlane.log import LogStore, TopicPartition  # noqa: E402
+from eventlane.log.partitioner import partition_for_key  # noqa: E402
+from eventlane.projection import (  # noqa: E402
     EventContext,
     Projector,
     ReadModelView,
@@ -172,7 +172,7 @@ def spawn_worker(data: Path) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-m",
-            "framework.cli",
+            "eventlane.cli",
             "--data",
             str(data),
             "project",

@@ -24,10 +24,10 @@ from pathlib import Path
 from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch_dir
 from _raw import read_parse
 
-from framework.consumer.free import Consumer
-from framework.log.embedded.segment import list_segment_bases, log_path
-from framework.log.embedded.store import LogStore
-from framework.log.record import TopicPartition
+from eventlane.consumer.free import Consumer
+from eventlane.log.embedded.segment import list_segment_bases, log_path
+from eventlane.log.embedded.store import LogStore
+from eventlane.log.record import TopicPartition
 
 VALUE_SIZE = 100
 TOPIC = "reads"

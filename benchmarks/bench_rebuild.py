@@ -41,13 +41,13 @@ from typing import Any
 import psutil
 from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch_dir
 
+from eventlane.codec import Envelope
+from eventlane.log import LogStore, Producer, ProducerRecord
+from eventlane.replay.checksum import compare, file_checksums
+from eventlane.replay.rebuild import RebuildResult, rebuild
+from eventlane.replay.session import spark_session
 from example_apps.invoicing.app import app as invoicing_app
 from example_apps.invoicing.events import InvoiceIssued, InvoiceVoided, PaymentRecorded
-from framework.codec import Envelope
-from framework.log import LogStore, Producer, ProducerRecord
-from framework.replay.checksum import compare, file_checksums
-from framework.replay.rebuild import RebuildResult, rebuild
-from framework.replay.session import spark_session
 
 APP = invoicing_app
 PROJECTION = "customer_balances"

@@ -9,7 +9,7 @@ round, Spark's fixed cost alone (start a session, run a one-row job, stop) with 
 defaults and as a rebuild starts it (``REBUILD_JVM_OPTIONS``, the class archive, no data
 source registered).
 
-The class archive (``framework.replay.class_archive``) lives in a scratch directory: it is
+The class archive (``eventlane.replay.class_archive``) lives in a scratch directory: it is
 written by a first rebuild session before the rounds (its CPU is printed as a note) and
 mapped by every session after, as on a machine where a rebuild ran before.
 
@@ -35,12 +35,12 @@ from pathlib import Path
 from _harness import Target, bench_from_args, parser, quiet_logs, scratch_dir
 from bench_rebuild import generate
 
-from framework.replay.class_archive import ENV as CLASS_ARCHIVE
+from eventlane.replay.class_archive import ENV as CLASS_ARCHIVE
 
 ROOT = Path(__file__).resolve().parents[1]
-EVENTLANE = [sys.executable, "-m", "framework.cli"]
+EVENTLANE = [sys.executable, "-m", "eventlane.cli"]
 FIXED = """
-from framework.replay.session import spark_session
+from eventlane.replay.session import spark_session
 s = spark_session("local[2]", rebuild={rebuild}); s.range(1).count(); s.stop()
 """
 

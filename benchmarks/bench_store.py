@@ -39,11 +39,11 @@ import orjson
 from _harness import Bench, Target, bench_from_args, parser, quiet_logs, scratch_dir
 from attrs import frozen
 
-from framework.app import App, Runtime
-from framework.codec import Envelope
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.log import LogStore
-from framework.log.types import Cursor
+from eventlane.app import App, Runtime
+from eventlane.codec import Envelope
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.log import LogStore
+from eventlane.log.types import Cursor
 
 TOPIC = "bench-accounts"
 TARGET = "bench-target"

@@ -20,7 +20,7 @@ import time
 
 from attrs import frozen
 
-from framework import Aggregate, App, DomainEvent, applies, event
+from eventlane import Aggregate, App, DomainEvent, applies, event
 
 
 @event("BenchDeposited")

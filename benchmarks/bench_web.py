@@ -279,7 +279,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data, cluster = str(Path(tmp) / "data"), None
         if args.jetstream:
-            from framework.log.jetstream.cluster import LocalCluster  # noqa: PLC0415
+            from eventlane.log.jetstream.cluster import LocalCluster  # noqa: PLC0415
 
             cluster = LocalCluster.create(Path(tmp) / "nats", nodes=3)
             cluster.start()

@@ -13,7 +13,7 @@ for its fsync polls), so each figure is measured ``--repeat`` times, configurati
 alternating, and the median and range are printed. Configurations:
 
 * ``off``: neither metrics nor the OpenTelemetry API loaded (the baseline);
-* ``metrics``: ``framework.metrics.enable()`` (the instruments on);
+* ``metrics``: ``eventlane.metrics.enable()`` (the instruments on);
 * ``enabled``: metrics on and the OpenTelemetry API loaded with no SDK: **the bar,
   <= 1.03x of off**.
 
@@ -44,14 +44,14 @@ import sys, tempfile
 from pathlib import Path
 figure, config, n, given = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if config in ("metrics", "enabled"):
-    import framework.metrics as fm
+    import eventlane.metrics as fm
     fm.enable()
 if config == "enabled":
     from opentelemetry import trace
 data = Path(given or tempfile.mkdtemp())  # apply: the orders written before valgrind
 value = b"v" * 100
 if figure == "append":
-    from framework.log import LogStore
+    from eventlane.log import LogStore
     log = LogStore(data)
     log.create_topic("bench", 1, {"flush_policy": "os"})
     for i in range(n):
@@ -70,11 +70,11 @@ with app.open(data / "log") as rt:
             rt.execute(Order, f"o{i}", place, create=True)
         sys.exit(0)
     import time
-    from framework.metrics import M, batch_applied
-    from framework.projection.applier import BatchApplier
-    from framework.projection.readmodel import ReadModel
-    from framework.projection.schema import apply_migrations
-    from framework.tracing import batch_span
+    from eventlane.metrics import M, batch_applied
+    from eventlane.projection.applier import BatchApplier
+    from eventlane.projection.readmodel import ReadModel
+    from eventlane.projection.schema import apply_migrations
+    from eventlane.tracing import batch_span
     topic = rt.names.topic("orders")
     records = []
     for p in range(rt.log.partition_count(topic)):

@@ -15,7 +15,7 @@ decodes, which GC passes and time-dependent work disturb less than the default 8
 cache stays fresh, so the C call is used when it is built. Configurations:
 
 * ``plain``: the same events with no personal field (``decode`` only: the baseline);
-* ``sodium``: ``framework/codec/_seal.c`` with libsodium's precomputed AES-256-GCM state
+* ``sodium``: ``eventlane/codec/_seal.c`` with libsodium's precomputed AES-256-GCM state
   (``crypto_aead_aes256gcm_decrypt_afternm``);
 * ``openssl``: the same C call through an OpenSSL EVP context per key;
 * ``python``: no C call (``FieldCipher.open`` with ``cryptography``'s AES-GCM).
@@ -43,14 +43,14 @@ from pathlib import Path
 import orjson
 sys.path.insert(0, "benchmarks")
 figure, config, n, total = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-from framework.codec import Envelope, EventCodec, EventRegistry, privacy
+from eventlane.codec import Envelope, EventCodec, EventRegistry, privacy
 if config == "python":
     privacy._Opener = None
 elif config != "plain":
-    from framework.codec import _seal
+    from eventlane.codec import _seal
     privacy._Opener = functools.partial(_seal.Opener, engine=config)
-from framework.codec.keystore import LogKeyStore
-from framework.log.embedded.store import LogStore
+from eventlane.codec.keystore import LogKeyStore
+from eventlane.log.embedded.store import LogStore
 import bench_privacy as b
 cls, agg = (b.PlainJoined, b.PlainMember) if config == "plain" else (b.SealedJoined, b.SealedMember)
 registry = EventRegistry()

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from framework.observability import configure_logging
+from eventlane.observability import configure_logging
 
 PROCS_PATH = Path(__file__).resolve().parent.parent / "tests" / "log" / "procs.py"
 

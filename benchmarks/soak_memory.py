@@ -31,11 +31,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from eventlane.observability import configure_logging
+from eventlane.projection import Runner, open_readmodel, readmodel_path
 from example_apps.invoicing.app import app
 from example_apps.invoicing.demo import APP_SPEC, pay_open_invoices
 from example_apps.invoicing.workload import Workload
-from framework.observability import configure_logging
-from framework.projection import Runner, open_readmodel, readmodel_path
 
 MIB = 1 << 20
 

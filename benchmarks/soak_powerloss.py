@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from framework.observability import configure_logging
+from eventlane.observability import configure_logging
 from tests.powerloss.explore import explore
 
 

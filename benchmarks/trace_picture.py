@@ -33,13 +33,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 ROOT = Path(__file__).resolve().parents[1]
 APP = "example_apps.invoicing:app"
 PROJECTORS = ("invoicing_policy", "orders_by_status", "invoices")
-_CLI = (sys.executable, "-m", "framework.cli")
+_CLI = (sys.executable, "-m", "eventlane.cli")
 COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2")
 
 
 def _cli(data: Path, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "framework.cli", "--data", str(data), *args],
+        [sys.executable, "-m", "eventlane.cli", "--data", str(data), *args],
         check=True,
         capture_output=True,
         text=True,

@@ -2,7 +2,7 @@
 
 The test run is an entry point: it configures eventlane's logging once (warnings and above
 on standard error, ``EVENTLANE_LOG_LEVEL`` to change it), as the ``eventlane`` command does;
-``import framework`` itself configures nothing.
+``import eventlane`` itself configures nothing.
 
 Hypothesis profiles: ``default`` (what the suite runs) and ``soak`` (many more examples and
 longer stateful runs), picked with ``HYPOTHESIS_PROFILE=soak``.
@@ -31,10 +31,10 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
-from framework.log import LogStore
-from framework.observability import configure_logging
-from framework.testing.clock import FakeClock
-from framework.testing.postgres import PostgresServer
+from eventlane.log import LogStore
+from eventlane.observability import configure_logging
+from eventlane.testing.clock import FakeClock
+from eventlane.testing.postgres import PostgresServer
 
 configure_logging()
 

@@ -24,7 +24,7 @@ import click
 import pytest
 import structlog
 
-from framework.cli import main
+from eventlane.cli import main
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
@@ -81,7 +81,7 @@ def commands(
     for name in group.list_commands(ctx):  # the root group imports its subcommands lazily
         command = group.get_command(ctx, name)
         assert command is not None, name
-        if not getattr(command.callback, "__module__", "framework.").startswith("framework."):
+        if not getattr(command.callback, "__module__", "eventlane.").startswith("eventlane."):
             continue  # contributed by an installed application (entry point plugin)
         out.append(((*path, name), command))
         if isinstance(command, click.Group):

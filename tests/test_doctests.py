@@ -8,13 +8,13 @@ import pkgutil
 
 import pytest
 
-import framework
+import eventlane
 
 
 def _modules() -> list[str]:
     names = []
-    for info in pkgutil.walk_packages(framework.__path__, "framework."):
-        if info.name.startswith(("framework.replay", "framework.cli")):
+    for info in pkgutil.walk_packages(eventlane.__path__, "eventlane."):
+        if info.name.startswith(("eventlane.replay", "eventlane.cli")):
             continue  # Spark and CLI modules are covered by their own tests
         if info.name.endswith(".__main__"):
             continue  # entry points run when imported

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import inspect
 
-import framework.errors as errors
-from framework.errors import (
+import eventlane.errors as errors
+from eventlane.errors import (
     CommitFailedError,
     ConcurrencyError,
     DomainError,
@@ -62,11 +62,11 @@ def test_a_write_conflict_is_not_a_domain_error() -> None:
 
 
 def test_every_public_error_lives_in_errors_and_old_paths_still_import() -> None:
-    from framework.projection import FencedError as fenced  # noqa: PLC0415
-    from framework.replay import MergeConflictError as merge  # noqa: PLC0415
+    from eventlane.projection import FencedError as fenced  # noqa: PLC0415
+    from eventlane.replay import MergeConflictError as merge  # noqa: PLC0415
 
     assert fenced is FencedError and merge is MergeConflictError
-    assert FencedError.__module__ == MergeConflictError.__module__ == "framework.errors"
+    assert FencedError.__module__ == MergeConflictError.__module__ == "eventlane.errors"
     err = MergeConflictError("clash", table="t", key={"id": 1}, topic="orders")
     assert (err.table, err.key, err.topic) == ("t", {"id": 1}, "orders")
 
@@ -74,8 +74,8 @@ def test_every_public_error_lives_in_errors_and_old_paths_still_import() -> None
 def test_every_error_is_of_one_kind_and_says_what_to_do() -> None:
     """Retriable, indeterminate or permanent: exactly one, from the class flags; the CLI
     line of a retriable or indeterminate error ends with what to do, a permanent one's not."""
-    from framework.cli import error_message  # noqa: PLC0415
-    from framework.errors import (  # noqa: PLC0415
+    from eventlane.cli import error_message  # noqa: PLC0415
+    from eventlane.errors import (  # noqa: PLC0415
         ErrorKind,
         InvalidRecordError,
         MissingRoleError,

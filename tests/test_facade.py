@@ -1,4 +1,4 @@
-"""The public facade: ``framework.__all__`` is the documented list, ``import framework`` has no
+"""The public facade: ``eventlane.__all__`` is the documented list, ``import eventlane`` has no
 side effects, and a user's mypy sees the types through ``py.typed``."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import framework
+import eventlane
 
 ROOT = Path(__file__).resolve().parents[1]
-ROW = re.compile(r"^\| `([A-Za-z_]+)` \| `(framework[.a-z_]*)` \|", re.M)
+ROW = re.compile(r"^\| `([A-Za-z_]+)` \| `(eventlane[.a-z_]*)` \|", re.M)
 
 
 def documented() -> list[tuple[str, str]]:
@@ -23,30 +23,30 @@ def documented() -> list[tuple[str, str]]:
 
 def test_all_is_the_documented_facade_sorted() -> None:
     names = [name for name, _ in documented()]
-    assert framework.__all__ == names
+    assert eventlane.__all__ == names
     assert names == sorted(names)
     assert len(names) == len(set(names))
 
 
 def test_every_name_resolves_from_the_module_the_docs_name() -> None:
     for name, module in documented():
-        value = getattr(framework, name)
+        value = getattr(eventlane, name)
         assert value is getattr(sys.modules[module], name), name
-    assert set(framework.__all__) <= set(dir(framework))
+    assert set(eventlane.__all__) <= set(dir(eventlane))
     with pytest.raises(AttributeError, match="no attribute 'Aggregat'"):
-        _ = framework.Aggregat  # type: ignore[attr-defined]
+        _ = eventlane.Aggregat  # type: ignore[attr-defined]
 
 
 def test_import_has_no_side_effects() -> None:
     """In a fresh interpreter: no logging configured, no subpackage or heavy library loaded."""
     code = (
-        "import sys, framework\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith('framework.'))\n"
+        "import sys, eventlane\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('eventlane.'))\n"
         "heavy = sorted(m for m in ('structlog', 'pytest', 'sqlite_utils', 'pyspark', 'click')"
         " if m in sys.modules)\n"
         "import structlog\n"
         "print(loaded, heavy, structlog.is_configured())\n"
-        "framework.App\n"
+        "eventlane.App\n"
         "print(structlog.is_configured())\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -57,13 +57,13 @@ def test_import_has_no_side_effects() -> None:
 
 
 def test_package_ships_py_typed() -> None:
-    assert (ROOT / "framework" / "py.typed").is_file()
+    assert (ROOT / "eventlane" / "py.typed").is_file()
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    assert re.search(r'framework = \[[^]]*"py\.typed"', pyproject)
+    assert re.search(r'eventlane = \[[^]]*"py\.typed"', pyproject)
 
 
 USER_APP = """
-from framework import DomainEvent, EventContext, Projector, event, handles
+from eventlane import DomainEvent, EventContext, Projector, event, handles
 from attrs import frozen
 
 

@@ -1,4 +1,4 @@
-"""What installing puts into site-packages: the eventlane wheel holds only ``framework`` (with
+"""What installing puts into site-packages: the eventlane wheel holds only ``eventlane`` (with
 ``py.typed``) and no plugin of the sample app; the sample app is a distribution of its own
 that brings its ``eventlane invoicing`` commands (built here with pip, as a user would)."""
 
@@ -40,30 +40,30 @@ def entry_points(wheel: zipfile.ZipFile) -> str:
 
 
 def test_the_eventlane_wheel_installs_only_framework(tmp_path: Path) -> None:
-    wheel = build_wheel(["pyproject.toml", "setup.py", "README.md", "framework"], tmp_path)
+    wheel = build_wheel(["pyproject.toml", "setup.py", "README.md", "eventlane"], tmp_path)
     tops = {name.split("/")[0] for name in wheel.namelist()}
-    assert tops == {"framework", "eventlane-0.1.0.dist-info"}
+    assert tops == {"eventlane", "eventlane-0.1.0.dist-info"}
     names = set(wheel.namelist())
-    assert "framework/py.typed" in names
-    assert "framework/testing/contracts.py" in names  # the shipped log contract kit
-    assert "framework/projection/system_tables.py" in names  # the framework's own schema
+    assert "eventlane/py.typed" in names
+    assert "eventlane/testing/contracts.py" in names  # the shipped log contract kit
+    assert "eventlane/projection/system_tables.py" in names  # the framework's own schema
     assert {
-        "framework/console/templates/base.html",
-        "framework/console/static/htmx.min.js",
+        "eventlane/console/templates/base.html",
+        "eventlane/console/static/htmx.min.js",
     } <= names
     assert not any(n.startswith(("migrations/", "example_apps/")) for n in names)
     assert entry_points(wheel).split() == [
         "[console_scripts]",
         "eventlane",
         "=",
-        "framework.cli:main",
+        "eventlane.cli:main",
         "[eventlane.engines]",  # the framework's own engine adapters (loaded on demand)
         "kafka",
         "=",
-        "framework.log.kafka.log:open_url",
+        "eventlane.log.kafka.log:open_url",
         "nats",
         "=",
-        "framework.log.jetstream.log:open_url",
+        "eventlane.log.jetstream.log:open_url",
     ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from eventlane import App, EventRegistry
 from example_apps.invoicing.domain import CancelUnconfirmed, Customer, Invoice, Order
 from example_apps.invoicing.projections import (
     CustomerBalances,
@@ -12,7 +13,6 @@ from example_apps.invoicing.projections import (
     OrdersByStatus,
 )
 from example_apps.invoicing.state_topic import CustomerStatePublisher, forget_profile
-from framework import App, EventRegistry
 
 registry = EventRegistry()
 

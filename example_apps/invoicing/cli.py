@@ -21,14 +21,14 @@ import click
 import orjson
 from rich.console import Console
 
+from eventlane import Runtime, rebuild
+from eventlane.cli.plugins import data_dir, data_option, open_log
+from eventlane.projection import Runner
+from eventlane.replay import compare, file_checksums
 from example_apps.invoicing.app import app as invoicing_app
 from example_apps.invoicing.cluster_demo import run_cluster_demo
 from example_apps.invoicing.demo import run_demo
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
-from framework import Runtime, rebuild
-from framework.cli.plugins import data_dir, data_option, open_log
-from framework.projection import Runner
-from framework.replay import compare, file_checksums
 
 APP_SPEC = "example_apps.invoicing:app"
 SCHEDULER = "scheduler"

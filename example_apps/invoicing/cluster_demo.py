@@ -36,6 +36,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from eventlane import Runtime
+from eventlane.consumer.coordination import coordination_for
+from eventlane.log import Log, TopicPartition
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.local import LocalDir
+from eventlane.log.port import KeyedLog
+from eventlane.projection import Runner, open_readmodel
 from example_apps.invoicing.app import app
 from example_apps.invoicing.demo import (
     APP_SPEC,
@@ -53,14 +61,6 @@ from example_apps.invoicing.demo import (
 from example_apps.invoicing.domain import InvoicingError
 from example_apps.invoicing.projections import CONFIRM_WITHIN_ENV
 from example_apps.invoicing.workload import Workload
-from framework import Runtime
-from framework.consumer.coordination import coordination_for
-from framework.log import Log, TopicPartition
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.local import LocalDir
-from framework.log.port import KeyedLog
-from framework.projection import Runner, open_readmodel
 
 NAMESPACE = "invoicing"
 POLICY = "invoicing_policy"
@@ -129,7 +129,7 @@ class _Kafka:
     engine = "Kafka broker"
 
     def __init__(self, where: Path, namespace: str) -> None:
-        from framework.log.kafka.cluster import LocalKafkaCluster  # noqa: PLC0415 (an extra)
+        from eventlane.log.kafka.cluster import LocalKafkaCluster  # noqa: PLC0415 (an extra)
 
         self.namespace = namespace
         self.owned = not (where / "cluster.json").exists()
@@ -146,7 +146,7 @@ class _Kafka:
         self.url = f"{cluster.url}?namespace={namespace}"
 
     def open(self, local: LocalDir) -> KeyedLog:
-        from framework.log.kafka.log import KafkaLog  # noqa: PLC0415 (an extra)
+        from eventlane.log.kafka.log import KafkaLog  # noqa: PLC0415 (an extra)
 
         log = KafkaLog(self.cluster.bootstrap, namespace=self.namespace, local=local)
         return cast(KeyedLog, log)

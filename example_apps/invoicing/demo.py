@@ -28,14 +28,14 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from eventlane import Runtime
+from eventlane.log import Log, TopicPartition
+from eventlane.projection import Runner, open_readmodel, readmodel_path
 from example_apps.invoicing.app import app
 from example_apps.invoicing.domain import DEADLINE_REASON, Invoice, InvoicingError
 from example_apps.invoicing.projections import CONFIRM_WITHIN_ENV
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
 from example_apps.invoicing.workload import Workload, pay, payment_for
-from framework import Runtime
-from framework.log import Log, TopicPartition
-from framework.projection import Runner, open_readmodel, readmodel_path
 
 APP_SPEC = "example_apps.invoicing:app"
 EVENT_TOPICS = ("customers", "orders", "invoices")

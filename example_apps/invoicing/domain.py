@@ -4,7 +4,7 @@ Command methods check invariants and raise :class:`InvoicingError` subclasses; a
 methods change state. An invoice's id is derived from its order's (``invoice_id_for``), so
 "issue the invoice of order X" is naturally idempotent: the invoice either exists or not.
 
-:class:`CancelUnconfirmed` is a command that is data (``framework.domain.commands``): the
+:class:`CancelUnconfirmed` is a command that is data (``eventlane.domain.commands``): the
 deadline the invoicing policy schedules for every placed order. It cancels the order only
 while it is still placed (unconfirmed), so it is a no-op once the order was confirmed or
 cancelled: an order is never both confirmed and cancelled by its deadline, whichever of the
@@ -17,6 +17,8 @@ from typing import ClassVar
 
 from attrs import frozen
 
+from eventlane import Aggregate, DomainError, applies
+from eventlane.domain import Command, command
 from example_apps.invoicing.events import (
     Address,
     CustomerMoved,
@@ -32,8 +34,6 @@ from example_apps.invoicing.events import (
     PaymentRecorded,
     ShippingAddressChanged,
 )
-from framework import Aggregate, DomainError, applies
-from framework.domain import Command, command
 
 DEADLINE_REASON = "not confirmed in time"
 """The reason of an ``OrderCancelled`` written by an order's deadline."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from framework import DomainEvent, event, personal, subject
+from eventlane import DomainEvent, event, personal, subject
 
 
 @frozen

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlite_utils import Migrations
 
-from framework.projection import dialect_of
+from eventlane.projection import dialect_of
 
 
 def _clustered(db: Any) -> str:

@@ -23,6 +23,7 @@ import os
 from datetime import timedelta
 from typing import ClassVar
 
+from eventlane import AggregateNotFoundError, EventContext, Projector, handles
 from example_apps.invoicing import migrations as schema
 from example_apps.invoicing.domain import CancelUnconfirmed, Invoice, invoice_id_for
 from example_apps.invoicing.events import (
@@ -35,7 +36,6 @@ from example_apps.invoicing.events import (
     OrderPlaced,
     PaymentRecorded,
 )
-from framework import AggregateNotFoundError, EventContext, Projector, handles
 
 
 class Invoices(Projector):

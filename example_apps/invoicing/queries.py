@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from framework import Consumer, GroupConsumer, Producer, ProducerRecord, TopicPartition
-from framework.log import Log
+from eventlane import Consumer, GroupConsumer, Producer, ProducerRecord, TopicPartition
+from eventlane.log import Log
 
 QUERIES = "invoicing.queries"
 REPLIES = "invoicing.replies"

@@ -17,10 +17,10 @@ from typing import Any
 
 import orjson
 
+from eventlane import EventContext, Projector, handles
+from eventlane.log.partitioner import partition_for_key
 from example_apps.invoicing.domain import Customer
 from example_apps.invoicing.events import CustomerMoved, CustomerRegistered
-from framework import EventContext, Projector, handles
-from framework.log.partitioner import partition_for_key
 
 STATE_TOPIC = "customers.state"
 

@@ -29,12 +29,9 @@ from fastapi import FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from example_apps.invoicing.app import app as invoicing
-from example_apps.invoicing.domain import Customer, Invoice, Order, invoice_id_for
-from example_apps.invoicing.events import Address, OrderLine
-from framework import DomainError
-from framework.app.aio import AsyncRuntime
-from framework.errors import (
+from eventlane import DomainError
+from eventlane.app.aio import AsyncRuntime
+from eventlane.errors import (
     AggregateNotFoundError,
     ConcurrencyError,
     InvalidPositionError,
@@ -42,7 +39,10 @@ from framework.errors import (
     OutcomeUnknownError,
     WaitTimeoutError,
 )
-from framework.log.position import Position
+from eventlane.log.position import Position
+from example_apps.invoicing.app import app as invoicing
+from example_apps.invoicing.domain import Customer, Invoice, Order, invoice_id_for
+from example_apps.invoicing.events import Address, OrderLine
 
 POSITION_HEADER = "X-Eventlane-Position"
 WAIT_S = 10.0

@@ -15,7 +15,7 @@ from typing import Any
 
 from store_domain import Counter, Incremented, SnapCounter
 
-from framework import App, EventContext, Projector, handles
+from eventlane import App, EventContext, Projector, handles
 
 REMOTE_CALL_S = 0.01
 

@@ -18,8 +18,8 @@ import pytest
 from aio_app import app, echo_id
 from store_domain import Counter
 
-from framework.codec import HEADER_CAUSATION_ID, HEADER_EVENT_ID
-from framework.projection import Runner, open_readmodel
+from eventlane.codec import HEADER_CAUSATION_ID, HEADER_EVENT_ID
+from eventlane.projection import Runner, open_readmodel
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,4 +1,4 @@
-"""The embedded log's asyncio face (framework/log/embedded/aio.py) against a reference model.
+"""The embedded log's asyncio face (eventlane/log/embedded/aio.py) against a reference model.
 
 Conditional appends awaited by many tasks on one loop (and, in one test, made at the same
 time by another process through the sync log) are written in groups, one fsync a group.
@@ -31,9 +31,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from framework.errors import ConcurrencyError, PartitionReadOnlyError
-from framework.log import LogStore
-from framework.log.types import Expect
+from eventlane.errors import ConcurrencyError, PartitionReadOnlyError
+from eventlane.log import LogStore
+from eventlane.log.types import Expect
 
 TOPIC = "t"
 KEYS = [b"k0", b"k1", b"k2", b"k3", b"k4"]
@@ -160,9 +160,9 @@ def test_conditional_appends_of_tasks_match_the_model(schedules: list[Any]) -> N
 _CHILD = textwrap.dedent(
     """
     import json, random, sys
-    from framework.errors import ConcurrencyError
-    from framework.log import LogStore
-    from framework.log.types import Expect
+    from eventlane.errors import ConcurrencyError
+    from eventlane.log import LogStore
+    from eventlane.log.types import Expect
 
     data, seed, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     keys = [b"k0", b"k1", b"k2", b"k3", b"k4"]
@@ -316,7 +316,7 @@ def test_async_commands_on_the_embedded_log_make_no_file_call_on_the_loop(
     ``app.open_async`` on the embedded log: the log's calls made on the loop's thread are
     only those answered from memory (a fresh cached partition count, an open partition's
     marks), and the key store's catch-up when the runtime's key tail is behind (as on
-    JetStream: framework/app/aio_keys.py); every append, key read and topic check runs in
+    JetStream: eventlane/app/aio_keys.py); every append, key read and topic check runs in
     a thread. The orders are stored and load decrypted."""
     from example_apps.invoicing import app as invoicing  # noqa: PLC0415
     from example_apps.invoicing.domain import Order  # noqa: PLC0415

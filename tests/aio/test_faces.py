@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 from store_domain import AGGREGATES, Account, Counter, InsufficientFunds
 
-from framework import App
-from framework.app import Runtime
-from framework.errors import AggregateNotFoundError, ConcurrencyError
-from framework.log.position import Position
+from eventlane import App
+from eventlane.app import Runtime
+from eventlane.errors import AggregateNotFoundError, ConcurrencyError
+from eventlane.log.position import Position
 
 APP = App("faces", aggregates=AGGREGATES, partitions=2)
 
@@ -100,7 +100,7 @@ class Face:
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A 3-node JetStream cluster for the faces on JetStream (loopback, stopped by PID)."""
     pytest.importorskip("nats", reason="the nats extra is not installed")
-    from framework.log.jetstream.cluster import LocalCluster  # noqa: PLC0415
+    from eventlane.log.jetstream.cluster import LocalCluster  # noqa: PLC0415
 
     cluster = LocalCluster.create(tmp_path_factory.mktemp("nats"), nodes=3)
     cluster.start()
@@ -113,7 +113,7 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(params=["sync", "async", "sync-jetstream", "async-jetstream"])
 def face(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Face]:
     if request.param.endswith("jetstream"):
-        from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+        from eventlane.log.jetstream.log import JetStreamLog  # noqa: PLC0415
 
         url = request.getfixturevalue("nats_url")
         log = JetStreamLog.from_url(url, namespace="t" + uuid.uuid4().hex[:12])
@@ -295,7 +295,7 @@ def test_async_runtime_on_jetstream_awaits_the_asyncio_face(
     aggregate with ``snapshot_every``). The outcomes are the sync face's."""
     from store_domain import SnapCounter  # noqa: PLC0415
 
-    from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+    from eventlane.log.jetstream.log import JetStreamLog  # noqa: PLC0415
 
     log = JetStreamLog.from_url(nats_url, namespace="t" + uuid.uuid4().hex[:12])
     sync_calls: list[str] = []
@@ -350,13 +350,13 @@ def test_async_runtime_on_jetstream_never_blocks_its_loop_on_the_sync_log(
     per customer in the log's key topic) on JetStream's asyncio face: no call of the sync
     log, whose every call waits for a round trip through its bridge, is made on the event
     loop's thread (it stalls every task of the loop), but for the key store's catch-up when
-    the runtime's key tail is behind (a saturated machine: see framework/app/aio_keys.py).
+    the runtime's key tail is behind (a saturated machine: see eventlane/app/aio_keys.py).
     Before, a new customer's key was looked up and written there. The orders are stored,
     and load decrypted."""
+    from eventlane.log.jetstream.log import JetStreamLog  # noqa: PLC0415
     from example_apps.invoicing import app as invoicing  # noqa: PLC0415
     from example_apps.invoicing.domain import Order  # noqa: PLC0415
     from example_apps.invoicing.events import Address, OrderLine  # noqa: PLC0415
-    from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
 
     log = JetStreamLog.from_url(nats_url, namespace="t" + uuid.uuid4().hex[:12])
     on_loop: list[str] = []
@@ -415,9 +415,9 @@ def test_async_runtime_on_jetstream_answers_cached_metadata_without_awaiting(
     both partitions and a snapshotting aggregate give the sync face's outcomes."""
     from store_domain import SnapCounter  # noqa: PLC0415
 
-    from framework.log.jetstream.aio import AsyncJetStreamLog  # noqa: PLC0415
-    from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
-    from framework.log.partitioner import partition_for_key  # noqa: PLC0415
+    from eventlane.log.jetstream.aio import AsyncJetStreamLog  # noqa: PLC0415
+    from eventlane.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+    from eventlane.log.partitioner import partition_for_key  # noqa: PLC0415
 
     awaited: list[str] = []
     for name in ("partition_count", "topic_exists"):
@@ -464,9 +464,9 @@ def test_async_policy_on_jetstream_issues_on_the_asyncio_face(
     from aio_app import app  # noqa: PLC0415
     from test_async_policy import header, raw  # noqa: PLC0415
 
-    from framework.codec import HEADER_CAUSATION_ID, HEADER_EVENT_ID  # noqa: PLC0415
-    from framework.engine import open_log  # noqa: PLC0415
-    from framework.projection import Worker, open_readmodel  # noqa: PLC0415
+    from eventlane.codec import HEADER_CAUSATION_ID, HEADER_EVENT_ID  # noqa: PLC0415
+    from eventlane.engine import open_log  # noqa: PLC0415
+    from eventlane.projection import Worker, open_readmodel  # noqa: PLC0415
 
     log = open_log(f"{nats_url}?namespace=t{uuid.uuid4().hex[:12]}", data_dir=tmp_path)
     sync_calls: list[str] = []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from framework.cli import main
+from eventlane.cli import main
 
 Cli = Callable[..., Result]
 

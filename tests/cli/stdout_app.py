@@ -17,9 +17,9 @@ from typing import ClassVar
 from attrs import frozen
 from sqlite_utils import Database
 
-from framework import Aggregate, App, DomainEvent, EventContext, Projector, applies, event
-from framework.domain import personal
-from framework.projection import handles
+from eventlane import Aggregate, App, DomainEvent, EventContext, Projector, applies, event
+from eventlane.domain import personal
+from eventlane.projection import handles
 
 ACCOUNTS = 30
 POISON = "acct-7"
@@ -83,7 +83,7 @@ app = App("stdout", aggregates=[Account], projectors=[Balances], partitions=2)
 
 
 def seed(data: str, url: str | None) -> None:
-    from framework.engine import open_log  # noqa: PLC0415
+    from eventlane.engine import open_log  # noqa: PLC0415
 
     log = open_log(url or data, data_dir=data)
     try:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from cli_helpers import eventlane
 
-from framework.consumer.offsets import OFFSETS_TOPIC, OffsetAndMetadata, OffsetStore
-from framework.errors import ConfigError, InvalidRecordError, InvalidTopicError
-from framework.log import LogStore, Producer, ProducerRecord, TopicPartition
+from eventlane.consumer.offsets import OFFSETS_TOPIC, OffsetAndMetadata, OffsetStore
+from eventlane.errors import ConfigError, InvalidRecordError, InvalidTopicError
+from eventlane.log import LogStore, Producer, ProducerRecord, TopicPartition
 
 HUGE = "1" + "0" * 23  # 1e23 written out: beyond int64
 

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 
 
 def test_demo_runs_twice_on_the_same_data_dir(cli, data_dir: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 
 
 @pytest.fixture

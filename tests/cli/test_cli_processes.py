@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import EVENTLANE, eventlane, popen
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 
 START_S = 60.0  # a child interpreter may start slowly on a loaded 2-core machine
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.log import LogStore
-from framework.log.partitioner import partition_for_key
+from eventlane.log import LogStore
+from eventlane.log.partitioner import partition_for_key
 
 
 def consume(cli, *args: str) -> list[dict]:

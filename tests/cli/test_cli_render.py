@@ -1,11 +1,11 @@
-"""The CLI's pure rendering helpers (tests/test_doctests.py skips framework.cli)."""
+"""The CLI's pure rendering helpers (tests/test_doctests.py skips eventlane.cli)."""
 
 from __future__ import annotations
 
 import doctest
 
-from framework.cli import render
-from framework.cli.render import describe_config_value, human_bytes, human_ms
+from eventlane.cli import render
+from eventlane.cli.render import describe_config_value, human_bytes, human_ms
 
 
 def test_docstring_examples() -> None:

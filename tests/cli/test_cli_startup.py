@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import pytest
 
-from framework.cli import COMMANDS, main
+from eventlane.cli import COMMANDS, main
 
 HEAVY = (
     "pyspark",
@@ -26,11 +26,11 @@ HEAVY = (
     "uvicorn",
     "structlog",
     "cattrs",
-    "framework.app",
-    "framework.consumer",
-    "framework.projection",
-    "framework.replay",
-    "framework.codec",
+    "eventlane.app",
+    "eventlane.consumer",
+    "eventlane.projection",
+    "eventlane.replay",
+    "eventlane.codec",
 )
 """Never imported by ``topics list``: libraries and layers the command does not use."""
 
@@ -40,11 +40,11 @@ TRIMMED = ("attr", "ctypes", "_hashlib", "shutil", "rich._emoji_codes")
 wait), OpenSSL's ``_hashlib`` (the boot hash takes blake2b from ``_blake2``), ``shutil``
 (only create/delete remove trees), rich's emoji table (the consoles print no emoji codes)."""
 
-CLI = "from framework.cli import main; main(prog_name='eventlane')"
+CLI = "from eventlane.cli import main; main(prog_name='eventlane')"
 
 PROBE = """
 import sys
-from framework.cli import main
+from eventlane.cli import main
 try:
     main(["--data", sys.argv[1], "topics", "list", *sys.argv[2:]], prog_name="eventlane")
 except SystemExit as exc:
@@ -70,7 +70,7 @@ def test_topics_list_imports_no_heavy_module(tmp_path: Path, form: list[str]) ->
     assert probe.returncode == 0, probe.stderr
     assert ('"t"' if form else "│ t ") in probe.stdout
     loaded = probe.stdout.split("LOADED", 1)[1].split()
-    assert "framework.cli.topics" in loaded
+    assert "eventlane.cli.topics" in loaded
     assert [m for m in loaded if m.startswith(HEAVY)] == []
     assert [m for m in loaded if m.split(".")[0] in TRIMMED or m in TRIMMED] == []
 
@@ -84,7 +84,7 @@ def test_every_lazy_command_resolves(name: str) -> None:
 
 HELP_PROBE = """
 import sys
-from framework.cli import main
+from eventlane.cli import main
 try:
     main(sys.argv[1:], prog_name="eventlane")
 except SystemExit as exc:

@@ -10,8 +10,8 @@ import pytest
 from cli_helpers import tree
 from click.testing import CliRunner
 
-from framework.cli import main
-from framework.log import LogStore, TopicConfig
+from eventlane.cli import main
+from eventlane.log import LogStore, TopicConfig
 
 PARTITION_KEYS = {"partition", "lwm", "hwm", "leo", "segments", "bytes"}
 

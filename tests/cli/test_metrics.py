@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from eventlane.codec.envelope import HEADER_TYPE, HEADER_VERSION
 from example_apps.invoicing import app
 from example_apps.invoicing.workload import Workload
-from framework.codec.envelope import HEADER_TYPE, HEADER_VERSION
 
 APP = "example_apps.invoicing:app"
 PROJECTOR = "orders_by_status"
@@ -38,7 +38,7 @@ def _free_port() -> int:
 
 def _cli(data: Path, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "framework.cli", "--data", str(data), *args],
+        [sys.executable, "-m", "eventlane.cli", "--data", str(data), *args],
         check=False,
         capture_output=True,
         text=True,
@@ -92,7 +92,7 @@ def test_metrics_of_a_supervised_projection(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "framework.cli",
+            "eventlane.cli",
             "--data",
             str(data),
             "project",
@@ -228,7 +228,7 @@ def test_metrics_port_without_the_extra_says_what_to_install(tmp_path: Path) -> 
     code = (
         "import sys\n"
         "sys.modules['prometheus_client'] = None\n"
-        "from framework.cli import main\n"
+        "from eventlane.cli import main\n"
         f"main(['--data', {str(tmp_path / 'd')!r}, 'project', 'run', {APP!r}, '-p', 'invoices',"
         " '--no-live', '--metrics-port', '0'])\n"
     )
@@ -246,11 +246,11 @@ def test_metrics_port_without_the_extra_says_what_to_install(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("disabled", [True])
 def test_instruments_are_off_until_enabled(disabled: bool) -> None:
-    """``import framework`` and a worker without a metrics endpoint never import
+    """``import eventlane`` and a worker without a metrics endpoint never import
     prometheus_client (the instruments are one attribute test when off)."""
     code = (
         "import sys\n"
-        "import framework.projection.worker, framework.metrics as m\n"
+        "import eventlane.projection.worker, eventlane.metrics as m\n"
         "print(m.M.on, 'prometheus_client' in sys.modules)\n"
     )
     done = subprocess.run(

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from framework.cli import main
-from framework.errors import ConfigError
-from framework.observability import configure_logging, get_logger
+from eventlane.cli import main
+from eventlane.errors import ConfigError
+from eventlane.observability import configure_logging, get_logger
 
 
 def test_level_filters_and_console_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,7 +90,7 @@ def test_structlog_loads_only_when_something_is_logged(tmp_path: Path) -> None:
     data = tmp_path / "data"
     code = (
         "import sys\n"
-        "from framework.cli import main\n"
+        "from eventlane.cli import main\n"
         "try:\n"
         "    main(sys.argv[1:])\n"
         "except SystemExit:\n"
@@ -124,8 +124,8 @@ def test_unconfigured_library_logs_go_to_stderr_and_configure_nothing(tmp_path: 
     root = Path(__file__).resolve().parents[2]
     code = (
         "import logging, sys, structlog\n"
-        "from framework import App\n"
-        "from framework.observability import get_logger\n"
+        "from eventlane import App\n"
+        "from eventlane.observability import get_logger\n"
         "root = logging.getLogger()\n"
         "before = (list(root.handlers), root.level, logging.lastResort)\n"
         f"with App('quiet').open({str(tmp_path)!r}):\n"
@@ -162,7 +162,7 @@ def test_the_host_applications_logging_configuration_governs_eventlane(tmp_path:
         "            'formatter': 'f'}, 'keep': {'()': Keep}},\n"
         "    'formatters': {'f': {'format': 'HOST %(name)s %(levelname)s %(message)s'}},\n"
         "    'loggers': {'eventlane': {'level': 'INFO', 'handlers': ['err', 'keep']}}})\n"
-        "from framework import App\n"
+        "from eventlane import App\n"
         f"with App('host').open({str(tmp_path)!r}) as runtime:\n"
         "    runtime.log.create_topic('orders', 2)\n"
         "[r] = [r for r in Keep.records if r.getMessage().startswith('topic created')]\n"
@@ -191,7 +191,7 @@ def test_cli_log_options_and_worker_environment(data_dir: Path) -> None:
     assert any(e["event"] == "topic created" and e["topic"] == "t2" for e in events)
     assert all(e["level"] in ("info", "warning") for e in events)
     assert result.stdout.startswith("topic t2 created")
-    from framework.observability import logging_env  # noqa: PLC0415 - after the CLI ran
+    from eventlane.observability import logging_env  # noqa: PLC0415 - after the CLI ran
 
     assert logging_env() == {"EVENTLANE_LOG_LEVEL": "info", "EVENTLANE_LOG_FORMAT": "json"}
     result = runner.invoke(main, ["--log-level", "loud", "topics", "list"])
@@ -204,7 +204,7 @@ def test_an_applications_structlog_loggers_follow_the_cli(tmp_path: Path) -> Non
     root = Path(__file__).resolve().parents[2]
     code = (
         "import structlog\n"
-        "from framework.observability import configure_logging, route_structlog\n"
+        "from eventlane.observability import configure_logging, route_structlog\n"
         "configure_logging(level='info', json=True)\n"
         "route_structlog()\n"
         "structlog.get_logger('myapp').info('booked', room=7)\n"

@@ -26,7 +26,7 @@ from pathlib import Path
 import click
 import pytest
 
-from framework.cli import main
+from eventlane.cli import main
 
 BOTH = frozenset({"embedded", "jetstream"})
 EMBEDDED = frozenset({"embedded"})
@@ -322,11 +322,11 @@ def run_scenario(env: Env, tmp: Path) -> None:
 def test_library_modules_log_through_framework_observability() -> None:
     """The root cause of log lines on stdout: a module logging through structlog directly
     gets structlog's default (print to stdout) whenever the process has not configured it.
-    ``framework.observability.get_logger`` is a standard-library logger: it never prints to
+    ``eventlane.observability.get_logger`` is a standard-library logger: it never prints to
     stdout (the host's handlers, or the last resort on stderr)."""
     direct = sorted(
         str(path.relative_to(ROOT))
-        for path in (ROOT / "framework").rglob("*.py")
+        for path in (ROOT / "eventlane").rglob("*.py")
         if path.name != "observability.py"
         and re.search(r"structlog\.(get_logger|wrap_logger|PrintLogger)", path.read_text())
     )
@@ -350,7 +350,7 @@ def test_stdout_is_data_on_the_embedded_log(tmp_path: Path) -> None:
 def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real 3-node JetStream cluster on loopback (as in tests/jetstream), stopped by PID."""
     pytest.importorskip("nats", reason="the nats extra is not installed")
-    from framework.log.jetstream.cluster import LocalCluster  # noqa: PLC0415 - nats extra
+    from eventlane.log.jetstream.cluster import LocalCluster  # noqa: PLC0415 - nats extra
 
     cluster = LocalCluster.create(tmp_path_factory.mktemp("nats"), nodes=3)
     cluster.start()

@@ -11,7 +11,7 @@ CHILD = textwrap.dedent(
     """
     import opentelemetry.trace as trace
     from opentelemetry.sdk.trace import TracerProvider
-    from framework.tracing import tracer
+    from eventlane.tracing import tracer
     calls = []
     real = trace.get_tracer_provider
     trace.get_tracer_provider = lambda: calls.append(1) or real()
@@ -26,7 +26,7 @@ CHILD = textwrap.dedent(
 ENV_CHILD = textwrap.dedent(
     """
     from opentelemetry import trace
-    from framework.tracing import tracer
+    from eventlane.tracing import tracer
     assert tracer() is not None, "the provider the environment names"
     print("ok")
     """

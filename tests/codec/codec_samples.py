@@ -18,8 +18,8 @@ from uuid import UUID
 
 from attrs import frozen
 
-from framework.codec import Envelope, EventRegistry
-from framework.domain import Aggregate, DomainEvent, applies, event
+from eventlane.codec import Envelope, EventRegistry
+from eventlane.domain import Aggregate, DomainEvent, applies, event
 
 
 class Color(enum.Enum):

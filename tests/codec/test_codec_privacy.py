@@ -16,13 +16,13 @@ import pytest
 from attrs import frozen
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from framework.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
-from framework.codec.keystore import LogKeyStore, MemoryKeyStore
-from framework.codec.privacy import CIPHER_MARK
-from framework.domain import Aggregate, DomainEvent, Snapshot, applies, event
-from framework.domain.privacy import ERASED, personal, subject
-from framework.errors import ConfigError, SerializationError, StaleSnapshotError
-from framework.log.embedded.store import LogStore
+from eventlane.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
+from eventlane.codec.keystore import LogKeyStore, MemoryKeyStore
+from eventlane.codec.privacy import CIPHER_MARK
+from eventlane.domain import Aggregate, DomainEvent, Snapshot, applies, event
+from eventlane.domain.privacy import ERASED, personal, subject
+from eventlane.errors import ConfigError, SerializationError, StaleSnapshotError
+from eventlane.log.embedded.store import LogStore
 
 
 @frozen

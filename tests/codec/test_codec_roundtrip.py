@@ -24,8 +24,8 @@ from codec_samples import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from framework.codec import Envelope, EventCodec, EventRegistry
-from framework.domain import DomainEvent, event
+from eventlane.codec import Envelope, EventCodec, EventRegistry
+from eventlane.domain import DomainEvent, event
 
 FAST = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

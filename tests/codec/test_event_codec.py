@@ -24,14 +24,14 @@ from codec_samples import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.codec import (
+from eventlane.codec import (
     EncodedRecord,
     Envelope,
     EventCodec,
     EventRegistry,
     event_type_from_headers,
 )
-from framework.errors import SerializationError, UnknownEventTypeError, UpcastError
+from eventlane.errors import SerializationError, UnknownEventTypeError, UpcastError
 
 CODEC = EventCodec(order_registry())
 WHERE = {"topic": "orders", "partition": 2, "offset": 77}

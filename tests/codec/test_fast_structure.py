@@ -16,7 +16,7 @@ from attrs import field, frozen
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.codec.converter import fast_structure_fn, make_converter
+from eventlane.codec.converter import fast_structure_fn, make_converter
 
 
 @frozen

@@ -9,8 +9,8 @@ import pytest
 from codec_samples import EXPECTED_ORDER as EXPECTED
 from codec_samples import GOLDEN, OrderPlaced, golden, order_registry
 
-from framework import App
-from framework.codec import EventCodec
+from eventlane import App
+from eventlane.codec import EventCodec
 
 
 @pytest.mark.parametrize(

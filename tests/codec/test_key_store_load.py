@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from framework.codec.keystore import LogKeyStore
-from framework.log.embedded.store import LogStore
+from eventlane.codec.keystore import LogKeyStore
+from eventlane.log.embedded.store import LogStore
 from tests.codec import test_key_store_model as key_store_model
 
 SUBJECTS = 300

@@ -1,7 +1,7 @@
 """The log key store against a model: two stores on one log (two processes), each keeping
 at most a few subjects in memory, driven by a seeded random sequence of ``current``,
 ``rotate``, ``forget``, key reads and event decodes through each store's caching
-:class:`~framework.codec.privacy.FieldCipher`. Every answer is compared with a dict of
+:class:`~eventlane.codec.privacy.FieldCipher`. Every answer is compared with a dict of
 subjects (their live key versions, the versions destroyed); memory never holds more
 subjects than the bound, whatever the number of subjects, and a subject forgotten by the
 other store never decrypts from a key left in a cache."""
@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from framework.codec import Envelope, EventCodec, EventRegistry
-from framework.codec.keystore import LogKeyStore
-from framework.log.embedded.store import LogStore
+from eventlane.codec import Envelope, EventCodec, EventRegistry
+from eventlane.codec.keystore import LogKeyStore
+from eventlane.log.embedded.store import LogStore
 from tests.codec.test_codec_privacy import NOWHERE, Registered
 
 CACHE = 6

@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_event_codec import CODEC, WHERE, current_value
 
-from framework.codec import Envelope
-from framework.codec.envelope import LazyEnvelope
-from framework.errors import FrameworkError
+from eventlane.codec import Envelope
+from eventlane.codec.envelope import LazyEnvelope
+from eventlane.errors import FrameworkError
 
 
 def both(value: bytes, key: bytes | None = None) -> tuple[Any, Any]:

@@ -8,9 +8,9 @@ import attrs
 import pytest
 from codec_samples import OrderPlaced, order_placed_v1_to_v2, order_placed_v2_to_v3
 
-from framework.codec import EventRegistry
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.errors import ConfigError, UnknownEventTypeError, UpcastError
+from eventlane.codec import EventRegistry
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.errors import ConfigError, UnknownEventTypeError, UpcastError
 
 
 @event("Shipped", version=4)

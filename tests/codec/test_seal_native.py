@@ -1,4 +1,4 @@
-"""``framework/codec/_seal.c`` (one C call opening an ``enc4`` cipher object) against
+"""``eventlane/codec/_seal.c`` (one C call opening an ``enc4`` cipher object) against
 :meth:`FieldCipher.open`, the Python path it must equal.
 
 The model: ``cryptography``'s AES-GCM and the associated data as docs/privacy.md and
@@ -29,12 +29,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.codec import Envelope, EventCodec, EventRegistry, _seal, privacy  # type: ignore[attr-defined]
-from framework.codec.keystore import LogKeyStore
-from framework.codec.privacy import CIPHER_MARK, FieldCipher, Sealed
-from framework.errors import SerializationError
-from framework.log.embedded.store import LogStore
-from framework.log.partitioner import partition_for_key
+from eventlane.codec import Envelope, EventCodec, EventRegistry, _seal, privacy  # type: ignore[attr-defined]
+from eventlane.codec.keystore import LogKeyStore
+from eventlane.codec.privacy import CIPHER_MARK, FieldCipher, Sealed
+from eventlane.errors import SerializationError
+from eventlane.log.embedded.store import LogStore
+from eventlane.log.partitioner import partition_for_key
 from tests.codec.test_codec_privacy import Address, Customer, Registered
 
 TOPIC = "members"
@@ -91,14 +91,14 @@ ENGINES = ("sodium", "openssl") if _seal.SODIUM else ("openssl",)
 
 
 def test_the_extension_is_built() -> None:
-    assert privacy._Opener is not None, "framework.codec._seal is not built"
+    assert privacy._Opener is not None, "eventlane.codec._seal is not built"
 
 
 def test_libsodium_opens_where_the_cpu_has_aes_gcm() -> None:
     """make installs libsodium-dev; only a CPU without AES-NI/PCLMULQDQ leaves OpenSSL."""
     flags = Path("/proc/cpuinfo").read_text().split()
     if "aes" in flags and "pclmulqdq" in flags:
-        assert _seal.SODIUM, "framework.codec._seal is built without libsodium"
+        assert _seal.SODIUM, "eventlane.codec._seal is built without libsodium"
     assert _seal.Opener().engine == ("sodium" if _seal.SODIUM else "openssl")
     assert _seal.Opener(engine="openssl").engine == "openssl"
 

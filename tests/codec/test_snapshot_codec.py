@@ -9,8 +9,8 @@ import orjson
 import pytest
 from codec_samples import Currency, Money, Tally
 
-from framework.codec import SnapshotCodec
-from framework.errors import SerializationError, StaleSnapshotError
+from eventlane.codec import SnapshotCodec
+from eventlane.errors import SerializationError, StaleSnapshotError
 
 CODEC = SnapshotCodec()
 WHERE = {"topic": "tallies.snapshots", "partition": 1, "offset": 5}

@@ -35,11 +35,11 @@ from selenium.common.exceptions import (
 )
 from selenium.webdriver.chrome.service import Service
 
+from eventlane.consumer.group import GroupConsumer
+from eventlane.log import LogStore
+from eventlane.projection import Runner, open_readmodel
 from example_apps.invoicing import app
 from example_apps.invoicing.workload import Workload
-from framework.consumer.group import GroupConsumer
-from framework.log import LogStore
-from framework.projection import Runner, open_readmodel
 
 APP = "example_apps.invoicing:app"
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +121,7 @@ class Console:
         cmd = [
             sys.executable,
             "-c",
-            "from framework.cli import main; main()",
+            "from eventlane.cli import main; main()",
             "console",
             "--data",
             str(data),

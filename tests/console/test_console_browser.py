@@ -36,12 +36,12 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+from eventlane.log import LogStore, Producer, ProducerRecord
+from eventlane.log.partitioner import partition_for_key
+from eventlane.projection import Runner
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import CancelUnconfirmed
 from example_apps.invoicing.workload import Workload
-from framework.log import LogStore, Producer, ProducerRecord
-from framework.log.partitioner import partition_for_key
-from framework.projection import Runner
 
 XSS = b"<script>window.__xss = 1</script><b class='bold'>bold?</b>"
 
@@ -439,7 +439,7 @@ def test_binds_loopback_by_default(env: SimpleNamespace) -> None:
 def test_warns_before_listening_on_a_non_loopback_address(env: SimpleNamespace) -> None:
     # 203.0.113.1 (TEST-NET-3) is not this machine's: the warning is printed, then binding
     # fails, so nothing ever listens beyond loopback.
-    cli = [sys.executable, "-c", "from framework.cli import main; main()", "console"]
+    cli = [sys.executable, "-c", "from eventlane.cli import main; main()", "console"]
     out = subprocess.run(
         [*cli, "--data", str(env.data), "--host", "203.0.113.1", "--port", "0"],
         check=False,

@@ -13,11 +13,11 @@ import pytest
 import structlog
 from click.testing import CliRunner
 
-import framework.console.data as console_data
-from framework.cli import main
-from framework.console import ConsoleData, Filters, open_log
-from framework.errors import ConfigError, FrameworkError
-from framework.log import LogStore, Producer, ProducerRecord
+import eventlane.console.data as console_data
+from eventlane.cli import main
+from eventlane.console import ConsoleData, Filters, open_log
+from eventlane.errors import ConfigError, FrameworkError
+from eventlane.log import LogStore, Producer, ProducerRecord
 
 T0 = 1_700_000_000_000
 
@@ -181,7 +181,7 @@ def test_the_backend_is_named_as_users_know_it(console: ConsoleData) -> None:
 def test_a_jetstream_backend_is_named_jetstream(tmp_path: Path) -> None:
     """A real standalone nats-server with JetStream (one process, a fraction of a second)."""
     pytest.importorskip("nats", reason="the nats extra is not installed")
-    from framework.log.jetstream.cluster import free_ports, nats_server_binary  # noqa: PLC0415
+    from eventlane.log.jetstream.cluster import free_ports, nats_server_binary  # noqa: PLC0415
 
     (port,) = free_ports(1)
     server = subprocess.Popen(

@@ -26,8 +26,8 @@ from console_helpers import (
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from framework.consumer.group import GroupConsumer
-from framework.log import LogStore
+from eventlane.consumer.group import GroupConsumer
+from eventlane.log import LogStore
 
 AUDIT = "audit"
 

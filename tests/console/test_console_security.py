@@ -35,7 +35,7 @@ from console_helpers import (
 )
 from selenium.webdriver.common.by import By
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 
 AUDIT = "audit"
 EVIL = "evil.example"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from console_helpers import Console, console_process
 
-from framework.console.wake import Waker
-from framework.log import LogStore, Producer, ProducerRecord
+from eventlane.console.wake import Waker
+from eventlane.log import LogStore, Producer, ProducerRecord
 
 TAILS = 600
 SLACK_S = 5.0

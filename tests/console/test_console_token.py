@@ -26,8 +26,8 @@ import structlog
 from click.testing import CliRunner
 from console_helpers import Console, console_process
 
-from framework.cli import main
-from framework.log import LogStore, Producer, ProducerRecord
+from eventlane.cli import main
+from eventlane.log import LogStore, Producer, ProducerRecord
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 
@@ -103,7 +103,7 @@ NAMESPACE_SCRIPT = textwrap.dedent(
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "EVENTLANE_CONSOLE_TOKEN"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from framework.cli import main; main()", "console",
+        [sys.executable, "-c", "from eventlane.cli import main; main()", "console",
          "--data", data, "--host", "0.0.0.0", "--port", str(port)],
         stderr=subprocess.PIPE, text=True, env=env)
 

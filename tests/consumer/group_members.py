@@ -53,11 +53,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.consumer.group import GroupConsumer
-from framework.consumer.offsets import OffsetStore
-from framework.errors import CommitFailedError, ConsumerError
-from framework.log import LogStore, ProducerRecord, TopicPartition
-from framework.observability import configure_logging
+from eventlane.consumer.group import GroupConsumer
+from eventlane.consumer.offsets import OffsetStore
+from eventlane.errors import CommitFailedError, ConsumerError
+from eventlane.log import LogStore, ProducerRecord, TopicPartition
+from eventlane.observability import configure_logging
 
 MEMBERS = Path(__file__).resolve()
 ROOT = MEMBERS.parents[2]
@@ -71,11 +71,11 @@ def _open(args: dict[str, Any]) -> tuple[Any, Any]:
     if "log_url" not in args:
         return LogStore(args["data"]), None
     if args["log_url"].startswith("kafka://"):
-        from framework.log.kafka.log import KafkaLog  # noqa: PLC0415
+        from eventlane.log.kafka.log import KafkaLog  # noqa: PLC0415
 
         return KafkaLog.from_url(f"{args['log_url']}?namespace={args['namespace']}"), None
-    from framework.consumer.jetstream import JetStreamCoordination  # noqa: PLC0415
-    from framework.log.jetstream.log import JetStreamLog  # noqa: PLC0415
+    from eventlane.consumer.jetstream import JetStreamCoordination  # noqa: PLC0415
+    from eventlane.log.jetstream.log import JetStreamLog  # noqa: PLC0415
 
     log = JetStreamLog.from_url(args["log_url"], namespace=args["namespace"])
     return log, JetStreamCoordination(log)
@@ -387,7 +387,7 @@ class OffsetWatch:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        from framework.errors import FrameworkError  # noqa: PLC0415
+        from eventlane.errors import FrameworkError  # noqa: PLC0415
 
         last: dict[int, int] = {}
         while not self._stop.wait(0.05):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.consumer.assignors import (
+from eventlane.consumer.assignors import (
     ASSIGNORS,
     MemberSubscription,
     get_assignor,
@@ -16,8 +16,8 @@ from framework.consumer.assignors import (
     roundrobin_assign,
     sticky_assign,
 )
-from framework.errors import ConfigError
-from framework.log import TopicPartition
+from eventlane.errors import ConfigError
+from eventlane.log import TopicPartition
 
 TOPICS = ["a", "b", "c"]
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from framework.cli import main
-from framework.consumer.admin import delete_group, describe_group, list_groups, reset_offsets
-from framework.consumer.group import GroupConsumer
-from framework.consumer.offsets import OffsetAndMetadata, OffsetStore
-from framework.errors import ConsumerError
-from framework.log import LogStore, TopicPartition
+from eventlane.cli import main
+from eventlane.consumer.admin import delete_group, describe_group, list_groups, reset_offsets
+from eventlane.consumer.group import GroupConsumer
+from eventlane.consumer.offsets import OffsetAndMetadata, OffsetStore
+from eventlane.errors import ConsumerError
+from eventlane.log import LogStore, TopicPartition
 
 T = "payments"
 T0 = 1_700_000_000_000

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from framework.consumer.group import GroupConsumer, RebalanceListener
-from framework.consumer.offsets import OffsetAndMetadata
-from framework.errors import (
+from eventlane.consumer.group import GroupConsumer, RebalanceListener
+from eventlane.consumer.offsets import OffsetAndMetadata
+from eventlane.errors import (
     CommitFailedError,
     ConfigError,
     ConsumerError,
     NoOffsetForPartitionError,
 )
-from framework.log import LogStore, TopicPartition
+from eventlane.log import LogStore, TopicPartition
 
 T = "orders"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from framework.cli import main
+from eventlane.cli import main
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "consumer-groups.md"
 

@@ -59,8 +59,8 @@ from group_members import (
 )
 from test_group_storm import intervals_until
 
-from framework.consumer.offsets import OffsetStore
-from framework.log import LogStore, TopicPartition
+from eventlane.consumer.offsets import OffsetStore
+from eventlane.log import LogStore, TopicPartition
 
 PARTITIONS = 4
 SESSION_MS = 1000

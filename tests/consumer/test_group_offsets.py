@@ -6,13 +6,13 @@ import time
 
 import orjson
 
-from framework.consumer.offsets import (
+from eventlane.consumer.offsets import (
     OFFSETS_TOPIC,
     OffsetAndMetadata,
     OffsetStore,
     partition_for_group,
 )
-from framework.log import LogStore, TopicPartition
+from eventlane.log import LogStore, TopicPartition
 
 TP = TopicPartition("orders", 3)
 

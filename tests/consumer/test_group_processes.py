@@ -30,8 +30,8 @@ from group_members import (
     wait_for,
 )
 
-from framework.consumer.offsets import OffsetStore
-from framework.log import LogStore, TopicPartition
+from eventlane.consumer.offsets import OffsetStore
+from eventlane.log import LogStore, TopicPartition
 
 START_S = 60.0  # a member process may take long to start on a loaded machine
 

@@ -1,6 +1,6 @@
 """The group protocol as a pure state machine (Hypothesis), and commit validation.
 
-The state machine drives :mod:`framework.consumer.membership` the way member processes do
+The state machine drives :mod:`eventlane.consumer.membership` the way member processes do
 (each simulated member keeps the set of partitions it believes it owns and synchronises with
 the state exactly like ``GroupConsumer._sync``), with joins, graceful leaves, evictions,
 static take-overs and topics gaining partitions in any order. It checks that no two members
@@ -15,8 +15,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from framework.consumer.assignors import ASSIGNORS
-from framework.consumer.membership import (
+from eventlane.consumer.assignors import ASSIGNORS
+from eventlane.consumer.membership import (
     GroupState,
     Member,
     add_member,
@@ -29,8 +29,8 @@ from framework.consumer.membership import (
     update_partitions,
     validate_commit,
 )
-from framework.errors import CommitFailedError
-from framework.log import TopicPartition
+from eventlane.errors import CommitFailedError
+from eventlane.log import TopicPartition
 
 
 def make_member(

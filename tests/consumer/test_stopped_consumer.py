@@ -3,7 +3,7 @@ held a partition's append lock, and a producer waited on it for 14 minutes).
 
 A real member process (tests/consumer/group_members.py) of a group on the embedded log is
 stopped with a real ``SIGSTOP`` at a seam (``EVENTLANE_PAUSES="stop:TEXT"``,
-:mod:`framework._pauses`): the first time it takes any file lock of the consumed topic, or
+:mod:`eventlane._pauses`): the first time it takes any file lock of the consumed topic, or
 in the middle of a read. While it stays stopped, a producer process must append to every
 partition of the topic within :data:`APPEND_S` seconds (generous: an append takes
 milliseconds). A consumer takes its group's lock and ``__consumer_offsets``' locks (it is
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from group_members import GROUP, TOPIC, Member, processed, start_member, wait_for
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 
 PARTITIONS = 2
 APPEND_S = 30.0
@@ -30,7 +30,7 @@ APPEND_S = 30.0
 
 PRODUCER = """
 import sys
-from framework.log import LogStore
+from eventlane.log import LogStore
 with LogStore(sys.argv[1]) as log:
     for p in range({partitions}):
         log.append({topic!r}, p, [(None, b"after-stop", (), None)])
@@ -113,15 +113,15 @@ def test_a_stopped_consumer_never_blocks_a_producer(
 
 KEYED_READER = """
 import sys
-from framework.log import LogStore
+from eventlane.log import LogStore
 with LogStore(sys.argv[1]) as log:  # the index lags: read_key catches it up first
     print(log.read_key("t", 0, b"k1")[-1].offset, flush=True)
 """
 
 WRITER = """
 import sys
-from framework.errors import ConcurrencyError
-from framework.log import Expect, LogStore
+from eventlane.errors import ConcurrencyError
+from eventlane.log import Expect, LogStore
 
 def refused(key, last):
     try:

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from attrs import frozen
 
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.errors import DomainError
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.errors import DomainError
 
 
 @event("CartOpened")

@@ -10,8 +10,8 @@ from domain_samples import Cart, CartCheckedOut, CartError, CartOpened, ItemAdde
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.domain import Aggregate, Snapshot, applies
-from framework.errors import (
+from eventlane.domain import Aggregate, Snapshot, applies
+from eventlane.errors import (
     ConfigError,
     DomainError,
     MissingApplyError,

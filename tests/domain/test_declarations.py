@@ -12,8 +12,8 @@ from attrs import frozen
 from domain_samples import CartCheckedOut, CartOpened
 from sqlite_utils import Database, Migrations
 
-from framework import Aggregate, DomainEvent, EventContext, Projector, applies, event, handles
-from framework.errors import ConfigError
+from eventlane import Aggregate, DomainEvent, EventContext, Projector, applies, event, handles
+from eventlane.errors import ConfigError
 
 
 @event("Barked")

@@ -6,8 +6,8 @@ import attrs
 import pytest
 from domain_samples import CartOpened, ItemAdded
 
-from framework.domain import DomainEvent, EventType, event, event_type_of
-from framework.errors import ConfigError
+from eventlane.domain import DomainEvent, EventType, event, event_type_of
+from eventlane.errors import ConfigError
 
 
 def test_declaration_is_read_back() -> None:

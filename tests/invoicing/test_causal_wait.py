@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from eventlane.app import Runtime
+from eventlane.errors import WaitTimeoutError
+from eventlane.log.position import Position
+from eventlane.projection import Runner, open_readmodel
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import Customer, Order, invoice_id_for
 from example_apps.invoicing.events import Address, OrderLine
-from framework.app import Runtime
-from framework.errors import WaitTimeoutError
-from framework.log.position import Position
-from framework.projection import Runner, open_readmodel
 
 APP = "example_apps.invoicing:app"
 HOME = Address("1 Main St", "Springfield", "US")

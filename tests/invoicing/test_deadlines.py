@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from eventlane.app import Runtime
 from example_apps.invoicing.domain import (
     DEADLINE_REASON,
     InvoicingError,
@@ -33,7 +34,6 @@ from example_apps.invoicing.domain import (
 )
 from example_apps.invoicing.events import Address, OrderLine
 from example_apps.invoicing.projections import CONFIRM_WITHIN_ENV, deadline_key
-from framework.app import Runtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_invoicing_e2e import (
@@ -44,7 +44,7 @@ from test_invoicing_e2e import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = "from framework.cli import main; main(prog_name='eventlane')"
+CLI = "from eventlane.cli import main; main(prog_name='eventlane')"
 WITHIN_S = 2.0
 HOME = Address("1 Main St", "Oslo", "NO")
 

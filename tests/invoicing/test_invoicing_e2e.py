@@ -18,13 +18,13 @@ from typing import Any
 import orjson
 import pytest
 
+from eventlane.app import Runtime
+from eventlane.log import Log
+from eventlane.projection import Runner, open_readmodel, readmodel_path
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import Invoice, invoice_id_for
 from example_apps.invoicing.queries import ask_invoice_for, serve_queries
 from example_apps.invoicing.workload import Workload, pay, payment_for
-from framework.app import Runtime
-from framework.log import Log
-from framework.projection import Runner, open_readmodel, readmodel_path
 
 APP = "example_apps.invoicing:app"
 PROJECTORS = ("invoices", "customer_balances", "orders_by_status", "invoicing_policy")

@@ -17,11 +17,11 @@ from pathlib import Path
 import attrs
 import orjson
 
+from eventlane import forget
+from eventlane.domain.privacy import personal_fields
 from example_apps.invoicing.app import app
 from example_apps.invoicing.domain import Customer, Order
 from example_apps.invoicing.events import NO_ADDRESS, Address, OrderLine, ShippingAddressChanged
-from framework import forget
-from framework.domain.privacy import personal_fields
 
 PERSONAL_NAME = re.compile(r"(^|_)(name|first_name|last_name|address|street|email|e_mail|phone)$")
 

@@ -1,4 +1,4 @@
-"""The invoicing app's projectors and policy under ``framework.testing.ProjectorFixture``:
+"""The invoicing app's projectors and policy under ``eventlane.testing.ProjectorFixture``:
 given events → rows and issued commands, no worker process; and the fixture's own promise
 that a wrong projector fails with a readable diff."""
 
@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from eventlane import App, EventContext, Projector, handles
+from eventlane.errors import ConfigError
+from eventlane.testing import Issued, ProjectorFixture, Scheduled
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import DEADLINE_REASON, CancelUnconfirmed, Invoice, Order
 from example_apps.invoicing.events import (
@@ -24,9 +27,6 @@ from example_apps.invoicing.events import (
     PaymentRecorded,
 )
 from example_apps.invoicing.projections import CONFIRM_WITHIN_ENV, deadline_key
-from framework import App, EventContext, Projector, handles
-from framework.errors import ConfigError
-from framework.testing import Issued, ProjectorFixture, Scheduled
 
 HOME = Address("1 Main St", "Oslo", "NO")
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
+from eventlane.app import Runtime
+from eventlane.consumer.coordination import coordination_for
+from eventlane.projection import readmodel_path
 from example_apps.invoicing.domain import invoice_id_for
 from example_apps.invoicing.workload import Workload
-from framework.app import Runtime
-from framework.consumer.coordination import coordination_for
-from framework.projection import readmodel_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_invoicing_e2e import (
@@ -43,7 +43,7 @@ from test_invoicing_e2e import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = "from framework.cli import main; main(prog_name='eventlane')"
+CLI = "from eventlane.cli import main; main(prog_name='eventlane')"
 
 
 class Members:
@@ -228,7 +228,7 @@ def check_folds(rt: Runtime, names: tuple[str, ...]) -> None:
 def test_run_options_and_the_status_alias(runtime: Runtime) -> None:  # noqa: F811
     from click.testing import CliRunner  # noqa: PLC0415
 
-    from framework.cli import main  # noqa: PLC0415
+    from eventlane.cli import main  # noqa: PLC0415
 
     data = str(runtime.log.path)
     bad = CliRunner().invoke(main, ["run", APP, "--only", "nope", "--data", data])

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("nats", reason="the nats extra is not installed")
 
-from framework.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.cluster import LocalCluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

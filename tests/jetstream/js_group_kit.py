@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from framework.consumer.jetstream import JetStreamCoordination
-from framework.log.jetstream.log import JetStreamLog
+from eventlane.consumer.jetstream import JetStreamCoordination
+from eventlane.log.jetstream.log import JetStreamLog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
 import group_members

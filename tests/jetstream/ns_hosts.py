@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from framework.log.jetstream.cluster import LocalCluster, Node
+from eventlane.log.jetstream.cluster import LocalCluster, Node
 
 SUBNET = "10.211.0"
 CLIENT_ADDR = f"{SUBNET}.100"

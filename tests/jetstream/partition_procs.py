@@ -38,10 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 
 from store_domain import Counter, make_app, raw_streams
 
-from framework.errors import FrameworkError
-from framework.log.jetstream import mapping
-from framework.log.jetstream.log import Expect, JetStreamLog
-from framework.observability import configure_logging
+from eventlane.errors import FrameworkError
+from eventlane.log.jetstream import mapping
+from eventlane.log.jetstream.log import Expect, JetStreamLog
+from eventlane.observability import configure_logging
 
 _print = threading.Lock()
 

@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import orjson
 import psycopg
 
-from framework.codec import Envelope
-from framework.consumer.coordination import coordination_for
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.local import LocalDir
-from framework.log.partitioner import partition_for_key
+from eventlane.codec import Envelope
+from eventlane.consumer.coordination import coordination_for
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.local import LocalDir
+from eventlane.log.partitioner import partition_for_key
 from tests.projection import bankapp
 
 

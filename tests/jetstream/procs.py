@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 
 from store_domain import Counter, make_app
 
-from framework.app import Runtime
-from framework.errors import ConcurrencyError, FrameworkError
-from framework.log.jetstream.log import Expect, JetStreamLog
+from eventlane.app import Runtime
+from eventlane.errors import ConcurrencyError, FrameworkError
+from eventlane.log.jetstream.log import Expect, JetStreamLog
 
 
 def out(line: str) -> None:

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from framework.errors import ConcurrencyError, UnknownPartitionError, UnknownTopicError
-from framework.log.jetstream.aio import AsyncJetStreamLog
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.types import Expect
+from eventlane.errors import ConcurrencyError, UnknownPartitionError, UnknownTopicError
+from eventlane.log.jetstream.aio import AsyncJetStreamLog
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.types import Expect
 
 
 def _bridge_threads() -> list[threading.Thread]:
@@ -160,7 +160,7 @@ def test_tasks_that_find_topic_metadata_stale_share_one_registry_read(
     between them (each made its own: ~2 reads a command on a 64-client web server), and a
     topic's existence (a load's snapshot-topic check) is answered from that cache, either
     way. The answers are the registry's."""
-    from framework.log.jetstream import topics  # noqa: PLC0415
+    from eventlane.log.jetstream import topics  # noqa: PLC0415
 
     with JetStreamLog.from_url(cluster.url, namespace=namespace) as js:
         js.create_topic("orders", 3)

@@ -12,15 +12,15 @@ from pathlib import Path
 from click.testing import CliRunner
 from ns_hosts import require_namespaces
 
-from framework.cli import main
-from framework.engine import register_engine
-from framework.log.jetstream.cluster import (
+from eventlane.cli import main
+from eventlane.engine import register_engine
+from eventlane.log.jetstream.cluster import (
     LocalCluster,
     check_sync,
     free_ports,
     nats_server_binary,
 )
-from framework.log.jetstream.log import JetStreamLog, open_url
+from eventlane.log.jetstream.log import JetStreamLog, open_url
 
 
 def test_cluster_up_serves_a_log_and_down_stops_every_server(tmp_path: Path) -> None:
@@ -131,7 +131,7 @@ def test_cluster_up_binds_the_given_host(tmp_path: Path) -> None:
         )
         assert checked.returncode == 0 and checked.stdout.count(" ok: ") == 2, checked.stdout
         append = (
-            "from framework.log.jetstream.log import JetStreamLog\n"
+            "from eventlane.log.jetstream.log import JetStreamLog\n"
             f"with JetStreamLog.from_url({url!r}, namespace='host', replicas=2) as log:\n"
             "    log.create_topic('t', 1)\n"
             "    print(log.append('t', 0, [(b'k', b'v', (), None)]).base_offset)\n"

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from framework.log import Log
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.local import LocalDir
-from framework.testing.clock import FakeClock
-from framework.testing.contracts import (
+from eventlane.log import Log
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.local import LocalDir
+from eventlane.testing.clock import FakeClock
+from eventlane.testing.contracts import (
     FencedLogContract,
     KeyedLogContract,
     MaintainedLogContract,

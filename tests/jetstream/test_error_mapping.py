@@ -1,5 +1,5 @@
 """Every nats-py error class maps to an eventlane error with the right flags
-(framework/log/jetstream/errors.py): for writes, an answer that never came is "unknown";
+(eventlane/log/jetstream/errors.py): for writes, an answer that never came is "unknown";
 "nothing received it" is "unavailable"; a refusal is permanent; nothing stays a nats error."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from framework.errors import (
+from eventlane.errors import (
     ConcurrencyError,
     FrameworkError,
     LogError,
@@ -19,7 +19,7 @@ from framework.errors import (
     RecordTooLargeError,
     UnknownTopicError,
 )
-from framework.log.jetstream.errors import translate
+from eventlane.log.jetstream.errors import translate
 
 
 def _api(code: int, err_code: int, text: str) -> nats.js.errors.APIError:
@@ -103,7 +103,7 @@ def test_stream_creation_waits_out_an_offline_peer() -> None:
     on a placement no wait can satisfy."""
     import asyncio  # noqa: PLC0415
 
-    from framework.log.jetstream.connection import Connection  # noqa: PLC0415
+    from eventlane.log.jetstream.connection import Connection  # noqa: PLC0415
 
     conn = Connection("ns", replicas=3, timeout=1.0, retry_s=10.0)
     refusals = [_api(400, 10005, "no suitable peers for placement, peer offline")] * 2

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from framework.log import Record
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
+from eventlane.log import Record
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
 
 PROCS = Path(__file__).parent / "procs.py"
 

@@ -8,18 +8,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from framework.consumer.jetstream import JetStreamCoordination
-from framework.consumer.membership import (
+from eventlane.consumer.jetstream import JetStreamCoordination
+from eventlane.consumer.membership import (
     GroupState,
     needs_release,
     to_release,
     validate_commit,
 )
-from framework.consumer.offsets import OffsetAndMetadata
-from framework.errors import CommitFailedError, ConcurrencyError
-from framework.log import TopicPartition
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
+from eventlane.consumer.offsets import OffsetAndMetadata
+from eventlane.errors import CommitFailedError, ConcurrencyError
+from eventlane.log import TopicPartition
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """``headers.parse_header_lines`` against nats-py's own header parse, the model.
 
 The JetStream log's client swaps nats-py's ``Client._parse_header_lines`` for a faster one
-(``framework/log/jetstream/headers.py``); every message the log receives goes through it, so
+(``eventlane/log/jetstream/headers.py``); every message the log receives goes through it, so
 it must give nats-py's answer for every header block: generated blocks mix real header
 names, names with inner or non-ASCII whitespace, non-ASCII and invalid UTF-8 bytes, empty
 names, lines without a colon and stray CR / LF bytes.
@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from framework.log.jetstream import headers
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
+from eventlane.log.jetstream import headers
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
 
 PIECES = [
     b"Nats-Stream",

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip(
-    "framework.engine",
-    reason="the event store on JetStream needs the honest log port (framework.engine, expect=/read_key in the store)",
+    "eventlane.engine",
+    reason="the event store on JetStream needs the honest log port (eventlane.engine, expect=/read_key in the store)",
 )
 
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from store_domain import Counter, make_app, raw_streams

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from framework.cli import main
-from framework.consumer.coordination import coordination_for
-from framework.consumer.jetstream import JetStreamCoordination
-from framework.engine import register_engine
-from framework.errors import ConfigError
-from framework.log import TopicPartition
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog, open_url
+from eventlane.cli import main
+from eventlane.consumer.coordination import coordination_for
+from eventlane.consumer.jetstream import JetStreamCoordination
+from eventlane.engine import register_engine
+from eventlane.errors import ConfigError
+from eventlane.log import TopicPartition
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog, open_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
 from group_members import GROUP, TOPIC, Member, produce, start_member, wait_for

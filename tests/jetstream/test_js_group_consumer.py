@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from framework.consumer.coordination import coordination_for
-from framework.consumer.group import GroupConsumer
-from framework.consumer.jetstream import JetStreamCoordination
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.local import LocalDir
+from eventlane.consumer.coordination import coordination_for
+from eventlane.consumer.group import GroupConsumer
+from eventlane.consumer.jetstream import JetStreamCoordination
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.local import LocalDir
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
 from test_group_consumer import (  # the embedded engine's tests, collected here again

@@ -21,16 +21,16 @@ from typing import Any, cast
 
 import pytest
 
+from eventlane.app import Runtime
+from eventlane.consumer.coordination import coordination_for
+from eventlane.log import Log, TopicPartition
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.local import LocalDir
+from eventlane.projection import Runner, open_readmodel
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import Invoice, invoice_id_for
 from example_apps.invoicing.workload import Workload, pay, payment_for
-from framework.app import Runtime
-from framework.consumer.coordination import coordination_for
-from framework.log import Log, TopicPartition
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.local import LocalDir
-from framework.projection import Runner, open_readmodel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "invoicing"))
 from test_invoicing_e2e import APP, fold_balances, fold_invoices, fold_orders, raw_events

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from framework.consumer.jetstream import JetStreamCoordination
-from framework.log import TopicPartition
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
+from eventlane.consumer.jetstream import JetStreamCoordination
+from eventlane.log import TopicPartition
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
 from group_members import (

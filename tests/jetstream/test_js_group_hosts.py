@@ -24,17 +24,17 @@ from typing import Any
 import orjson
 import pytest
 
+from eventlane.app import Runtime
+from eventlane.consumer.coordination import coordination_for
+from eventlane.consumer.jetstream import JetStreamCoordination, group_key
+from eventlane.log import Log, TopicPartition
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.local import LocalDir
+from eventlane.projection import Runner, Worker
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import invoice_id_for
 from example_apps.invoicing.workload import Workload
-from framework.app import Runtime
-from framework.consumer.coordination import coordination_for
-from framework.consumer.jetstream import JetStreamCoordination, group_key
-from framework.log import Log, TopicPartition
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.local import LocalDir
-from framework.projection import Runner, Worker
 
 APP = "example_apps.invoicing:app"
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,7 +165,7 @@ def test_a_read_model_projection_refuses_a_worker_on_another_host(
         assert home is not None and str(host_a / "readmodels") in home.decode()
         worker = ["project", "worker", APP, "invoices"]
         other = subprocess.run(
-            [sys.executable, "-m", "framework.cli", "--data", str(host_b), *worker],
+            [sys.executable, "-m", "eventlane.cli", "--data", str(host_b), *worker],
             check=False,
             env=_env(url),
             capture_output=True,
@@ -414,9 +414,9 @@ _POLICY_WORKER = """
 import sys
 from pathlib import Path
 from example_apps.invoicing import app
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.local import LocalDir
-from framework.projection import Worker
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.local import LocalDir
+from eventlane.projection import Worker
 url, namespace, host = sys.argv[1:]
 local = LocalDir.at(Path(host))
 with JetStreamLog.from_url(url, namespace=namespace, local=local) as js, app.open(js) as rt:

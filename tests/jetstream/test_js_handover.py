@@ -15,12 +15,12 @@ from typing import cast
 
 import pytest
 
-from framework.app import Runtime
-from framework.consumer.coordination import coordination_for
-from framework.log import Log
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.local import LocalDir
+from eventlane.app import Runtime
+from eventlane.consumer.coordination import coordination_for
+from eventlane.log import Log
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.local import LocalDir
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "projection"))
@@ -64,7 +64,7 @@ def test_eventlane_run_with_a_nats_log_hands_over_at_once(
     producer = Producer(js_runtime)
     producer.deposits(2_000)
     url = f"{cluster.url}?namespace={namespace}"
-    cli = "from framework.cli import main; main(prog_name='eventlane')"
+    cli = "from eventlane.cli import main; main(prog_name='eventlane')"
     args = ["run", APP, "--only", "balances", "-w", "2", "--session-timeout-ms", "20000"]
     proc = subprocess.Popen(
         [sys.executable, "-c", cli, *args, "--data", str(host), "--log", url],

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
 
 ROOT = Path(__file__).resolve().parents[2]
 SINGLES = 25
@@ -26,10 +26,10 @@ BATCH = 40
 
 CHILD = r"""
 import json, sys
-from framework.errors import ConcurrencyError
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.types import Expect
-from framework.metrics import enable, serve
+from eventlane.errors import ConcurrencyError
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.types import Expect
+from eventlane.metrics import enable, serve
 url, namespace, singles, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 enable()
 endpoint = serve(0)

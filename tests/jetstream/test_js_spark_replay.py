@@ -23,17 +23,17 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 from click.testing import CliRunner
 
+from eventlane.app import Runtime
+from eventlane.cli import main
+from eventlane.engine import log_locator, open_log
+from eventlane.log import TopicPartition
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.projection import ReadModelView, Worker, open_readmodel
+from eventlane.replay.rebuild import rebuild
+from eventlane.replay.session import spark_session
+from eventlane.replay.verify import verify_rebuild
 from example_apps.invoicing.app import app as invoicing
 from example_apps.invoicing.workload import Workload
-from framework.app import Runtime
-from framework.cli import main
-from framework.engine import log_locator, open_log
-from framework.log import TopicPartition
-from framework.log.jetstream.cluster import LocalCluster
-from framework.projection import ReadModelView, Worker, open_readmodel
-from framework.replay.rebuild import rebuild
-from framework.replay.session import spark_session
-from framework.replay.verify import verify_rebuild
 
 pytestmark = pytest.mark.spark
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from framework.cli import main
-from framework.log import LogStore
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
+from eventlane.cli import main
+from eventlane.log import LogStore
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
 
 
 def _records(log: LogStore | JetStreamLog, topic: str, p: int) -> list[tuple[object, ...]]:

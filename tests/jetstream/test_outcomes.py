@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from framework.errors import FrameworkError, LogError, OutcomeUnknownError
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
+from eventlane.errors import FrameworkError, LogError, OutcomeUnknownError
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
 
 
 def _freeze(cluster: LocalCluster, names: list[str]) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from ns_hosts import Hosts, NamespaceCluster, require_namespaces
 
-from framework.testing.postgres import PostgresServer
+from eventlane.testing.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCS = Path(__file__).parent / "pg_failover_procs.py"
@@ -109,7 +109,7 @@ def start_worker(site: dict[str, Any], host: int) -> subprocess.Popen[bytes]:
         *site["hosts"].run_in_client(host),
         sys.executable,
         "-m",
-        "framework.cli",
+        "eventlane.cli",
         "--data",
         str(data),
         "project",

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import ConcurrencyError
-from framework.log import Log, LogStore, Producer, ProducerRecord
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import Expect, JetStreamLog
-from framework.log.partitioner import partition_for_key
+from eventlane.errors import ConcurrencyError
+from eventlane.log import Log, LogStore, Producer, ProducerRecord
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import Expect, JetStreamLog
+from eventlane.log.partitioner import partition_for_key
 
 PROCS = Path(__file__).parent / "procs.py"
 # dpkp/kafka-python's Java-compatibility vectors: partition among 1000 partitions. With 8

@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from framework.errors import (
+from eventlane.errors import (
     LogError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
     TopicExistsError,
     UnknownTopicError,
 )
-from framework.log.jetstream import mapping
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.types import Expect
+from eventlane.log.jetstream import mapping
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.types import Expect
 
 if TYPE_CHECKING:
-    from framework.testing.clock import FakeClock
+    from eventlane.testing.clock import FakeClock
 
 
 @pytest.fixture

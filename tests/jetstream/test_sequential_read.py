@@ -1,4 +1,4 @@
-"""Sequential reads through an ordered consumer (``framework.log.jetstream.sequential``),
+"""Sequential reads through an ordered consumer (``eventlane.log.jetstream.sequential``),
 against the records appended (the model) on a real 3-node cluster.
 
 Each open point of the design (docs/performance.md, issue 36 item 3) has its test: reads
@@ -18,14 +18,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from framework.consumer.free import Consumer
-from framework.errors import OutcomeUnknownError
-from framework.log import Record, TopicPartition
-from framework.log.jetstream import mapping, sequential
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.jetstream.sequential import Position
-from framework.log.types import SEQUENTIAL, Cursor
+from eventlane.consumer.free import Consumer
+from eventlane.errors import OutcomeUnknownError
+from eventlane.log import Record, TopicPartition
+from eventlane.log.jetstream import mapping, sequential
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.jetstream.sequential import Position
+from eventlane.log.types import SEQUENTIAL, Cursor
 
 
 @pytest.fixture
@@ -247,7 +247,7 @@ def test_compacted_gaps_are_read_through(js: JetStreamLog) -> None:
     # may be read, as from a Kafka topic whose compaction has not reached it: a batched
     # direct get answered by a replica a few milliseconds behind the leader still holds the
     # records a later one of their key replaced there (the reader re-asks for the rest,
-    # framework/log/jetstream/read.py); a loaded full suite saw 861 more than the last ones.
+    # eventlane/log/jetstream/read.py); a loaded full suite saw 861 more than the last ones.
     missing = sorted(set(want) - set(got))
     assert not missing, f"{len(missing)} last records not read, e.g. {missing[:5]}"
     written = {(i, b"k%d" % k, b"%d" % i) for i, k in enumerate(keys)}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 
 
 def free_port() -> int:
@@ -46,7 +46,7 @@ class KafkaProcess:
                 [
                     sys.executable,
                     "-c",
-                    "from framework.cli import main; main()",
+                    "from eventlane.cli import main; main()",
                     "--data",
                     str(self.data),
                     "serve",

@@ -45,9 +45,9 @@ from typing import Any
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from framework.kafka.protocol import REQUESTS
-from framework.kafka.records import parse_batches
-from framework.log import LogStore
+from eventlane.kafka.protocol import REQUESTS
+from eventlane.kafka.records import parse_batches
+from eventlane.log import LogStore
 from tests.kafka.conftest import KafkaProcess, free_port
 from tests.kafka.wire import encode, recv_frame
 

@@ -1,5 +1,5 @@
 """``python serve_limits.py DATA PORT LIMITS_JSON``: a Kafka listener with the given
-:class:`framework.kafka.Limits` (the CLI serves the defaults), until SIGTERM."""
+:class:`eventlane.kafka.Limits` (the CLI serves the defaults), until SIGTERM."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import signal
 import sys
 
-from framework.kafka import Limits, serve
-from framework.log import LogStore
+from eventlane.kafka import Limits, serve
+from eventlane.log import LogStore
 
 
 def main() -> None:

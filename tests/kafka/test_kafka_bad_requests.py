@@ -26,7 +26,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.wire import encode, recv_frame
 
 INVALID_TOPIC, CORRUPT, UNSUPPORTED_FORMAT, INVALID_GROUP_ID, UNSUPPORTED_CODEC = 17, 2, 43, 24, 76

@@ -18,8 +18,8 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-from framework.kafka import KafkaServer
-from framework.log import LogStore
+from eventlane.kafka import KafkaServer
+from eventlane.log import LogStore
 from tests.kafka.conftest import KafkaProcess, free_port
 
 API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 7, 4) + b"test"
@@ -98,7 +98,7 @@ def test_sigterm_handed_to_another_thread_still_stops_an_idle_listener(tmp_path:
         "import signal, threading, time;"
         "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start();"
         "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM]);"
-        "from framework.cli import main; main()"
+        "from eventlane.cli import main; main()"
     )
     err = tmp_path / "listener.log"
     with open(err, "wb") as out:

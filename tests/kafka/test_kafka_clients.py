@@ -18,8 +18,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KNewTopic
 
-from framework.log import LogStore
-from framework.log.partitioner import partition_for_key
+from eventlane.log import LogStore
+from eventlane.log.partitioner import partition_for_key
 
 N = 3000
 PARTITIONS = 4
@@ -178,7 +178,7 @@ def test_eventlane_consume_reads_what_kafka_clients_wrote(kafka) -> None:
         [
             sys.executable,
             "-c",
-            "from framework.cli import main; main()",
+            "from eventlane.cli import main; main()",
             "--data",
             str(kafka.data),
             "consume",

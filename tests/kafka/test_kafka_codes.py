@@ -9,8 +9,8 @@ import inspect
 import kafka.errors as kerr
 import pytest
 
-import framework.errors as fe
-from framework.kafka.codes import error_for, group_error_for
+import eventlane.errors as fe
+from eventlane.kafka.codes import error_for, group_error_for
 
 ERRORS = [
     cls

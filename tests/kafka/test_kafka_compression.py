@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer
 from confluent_kafka import Producer
 from kafka import KafkaProducer
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 
 CODECS = ["gzip", "snappy", "lz4", "zstd"]
 

@@ -14,7 +14,7 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.wire import raw_call
 
 

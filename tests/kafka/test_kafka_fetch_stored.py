@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_kafka_records import read_back  # kafka-python's reader, CRCs checked
 
-from framework.errors import CorruptRecordError
-from framework.kafka.records import FROM_STORED, encode_batch, encode_stored
-from framework.log import LogStore, Record
+from eventlane.errors import CorruptRecordError
+from eventlane.kafka.records import FROM_STORED, encode_batch, encode_stored
+from eventlane.log import LogStore, Record
 
 T0 = 1_764_000_000_000
 
@@ -55,7 +55,7 @@ def as_read(records: list[Record]) -> list[tuple[object, ...]]:
 
 def check_fetch(store: LogStore, offset: int, upto: int, max_bytes: int) -> int:
     """One fetch both ways; how many records it returned."""
-    assert FROM_STORED, "framework.kafka._wire is not built (setup.py build_ext)"
+    assert FROM_STORED, "eventlane.kafka._wire is not built (setup.py build_ext)"
     model, _ = store.read("t", 0, offset, max_bytes=max_bytes, upto=upto)
     stored = store.read_batches("t", 0, offset, max_bytes=max_bytes, upto=upto)
     assert bool(stored) == bool(model), (offset, upto, max_bytes)

@@ -15,7 +15,7 @@ import time
 import psutil
 from kafka.protocol.consumer import FetchRequest
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.wire import encode
 
 FOREVER_MS = (1 << 31) - 1

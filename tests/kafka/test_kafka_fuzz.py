@@ -14,7 +14,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.fuzz import TOPICS, Fuzzer
 from tests.kafka.wire import encode
 

@@ -13,8 +13,8 @@ import asyncio
 
 from kafka.protocol.consumer import JoinGroupRequest, SyncGroupRequest
 
-from framework.kafka.codes import Errors, errno
-from framework.kafka.groups import GroupCoordinator
+from eventlane.kafka.codes import Errors, errno
+from eventlane.kafka.groups import GroupCoordinator
 
 PROTOCOL = JoinGroupRequest.JoinGroupRequestProtocol
 

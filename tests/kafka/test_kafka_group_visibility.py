@@ -22,8 +22,8 @@ import confluent_kafka
 import kafka
 from kafka.structs import OffsetAndMetadata
 
-from framework.kafka.groups import PUBLISH_LEASE_MS
-from framework.log import LogStore
+from eventlane.kafka.groups import PUBLISH_LEASE_MS
+from eventlane.log import LogStore
 from tests.kafka.conftest import KafkaProcess, free_port
 
 TOPIC, GROUP, PARTITIONS, PER_PARTITION, COMMITTED = "visible", "visible-group", 4, 10, 3
@@ -34,7 +34,7 @@ def cli(data: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
         [
             sys.executable,
             "-c",
-            "from framework.cli import main; main()",
+            "from eventlane.cli import main; main()",
             "--data",
             str(data),
             *args,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.members import POLL_INTERVAL_MS, SESSION_MS
 
 MEMBERS = Path(__file__).with_name("members.py")
@@ -101,7 +101,7 @@ def test_a_mixed_group_shares_partitions_survives_a_kill_and_commits_into_eventl
                 [
                     sys.executable,
                     "-c",
-                    "from framework.cli import main; main()",
+                    "from eventlane.cli import main; main()",
                     "--data",
                     str(kafka.data),
                     "groups",

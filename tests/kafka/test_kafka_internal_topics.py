@@ -14,9 +14,9 @@ from confluent_kafka import TopicPartition as CTP
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 
-from framework.consumer.offsets import OFFSETS_TOPIC, OffsetStore
-from framework.log import LogStore
-from framework.log import TopicPartition as LogTP
+from eventlane.consumer.offsets import OFFSETS_TOPIC, OffsetStore
+from eventlane.log import LogStore
+from eventlane.log import TopicPartition as LogTP
 
 INVALID_TOPIC = KafkaError.TOPIC_EXCEPTION  # 17, INVALID_TOPIC_EXCEPTION
 

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.wire import encode, raw_call, recv_frame
 
 MEMBER_ID_REQUIRED, INVALID_SESSION_TIMEOUT = 79, 26

@@ -11,7 +11,7 @@ import time
 
 from confluent_kafka import Producer
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.conftest import KafkaProcess, free_port
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")

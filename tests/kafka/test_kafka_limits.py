@@ -30,7 +30,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.conftest import free_port
 from tests.kafka.wire import encode, recv_frame
 

@@ -18,7 +18,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from prometheus_client.parser import text_string_to_metric_families
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.conftest import KafkaProcess, free_port
 from tests.kafka.wire import encode, raw_call, recv_frame
 

@@ -27,11 +27,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from framework.kafka import records as records_module
-from framework.kafka.records import FRAMED, BatchFormatError, KafkaBatch, parse_batches
-from framework.log import LogStore
-from framework.log.embedded import partition as partition_module
-from framework.log.embedded.batch import encode_batch
+from eventlane.kafka import records as records_module
+from eventlane.kafka.records import FRAMED, BatchFormatError, KafkaBatch, parse_batches
+from eventlane.log import LogStore
+from eventlane.log.embedded import partition as partition_module
+from eventlane.log.embedded.batch import encode_batch
 from tests.kafka.wire import build
 
 T0 = 1_764_000_000_000
@@ -41,7 +41,7 @@ NOW = 1_765_000_000_000
 @pytest.fixture(scope="module", autouse=True)
 def _built() -> None:
     # Not a skip: `make test` builds the C extensions, so a missing one is a broken set-up.
-    assert FRAMED, "framework.kafka._wire is not built: run `make test`"
+    assert FRAMED, "eventlane.kafka._wire is not built: run `make test`"
 
 
 keys = st.one_of(st.none(), st.binary(max_size=20))
@@ -265,7 +265,7 @@ def test_the_c_functions_take_any_bytes(data: bytes, start: int, stop: int, coun
 
 FAULTS = """
 import resource, sys
-from framework.kafka.server import keep_freed_memory
+from eventlane.kafka.server import keep_freed_memory
 kept = sys.argv[1] == "keep" and keep_freed_memory()
 def request():  # a megabyte copied into fresh buffers, then freed: as a produce request's are
     frame = bytearray(1 << 20)

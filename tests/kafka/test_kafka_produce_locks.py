@@ -16,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.conftest import KafkaProcess
 
 

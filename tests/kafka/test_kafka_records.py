@@ -1,4 +1,4 @@
-"""Kafka batch framing in framework.kafka.records, against kafka-python's own reader and
+"""Kafka batch framing in eventlane.kafka.records, against kafka-python's own reader and
 builder as the oracle (the encoder's output must read back through kafka-python exactly,
 and what kafka-python's producer builds must parse to the same records)."""
 
@@ -11,10 +11,10 @@ import pytest
 from kafka.errors import CorruptRecordError
 from kafka.record.memory_records import MemoryRecords
 
-from framework.kafka import records as kafka_records
-from framework.kafka._produce import _produced_batches, _RefusedError
-from framework.kafka.records import BatchFormatError, encode_batch, parse_batches
-from framework.log import Record
+from eventlane.kafka import records as kafka_records
+from eventlane.kafka._produce import _produced_batches, _RefusedError
+from eventlane.kafka.records import BatchFormatError, encode_batch, parse_batches
+from eventlane.log import Record
 from tests.kafka.wire import build
 
 T0 = 1_764_000_000_000

@@ -15,7 +15,7 @@ from kafka.protocol.consumer import (
     OffsetFetchResponse,
 )
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 from tests.kafka.wire import raw_call
 
 

@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from framework.consumer.offsets import OffsetStore
-from framework.log import LogStore
-from framework.log import TopicPartition as LogTP
+from eventlane.consumer.offsets import OffsetStore
+from eventlane.log import LogStore
+from eventlane.log import TopicPartition as LogTP
 from tools.kafka.jars import java
 
 TOOLS = "org.apache.kafka.tools."

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 import time
 
-from framework.errors import LogError, OutcomeUnknownError
-from framework.log.kafka.log import KafkaLog
+from eventlane.errors import LogError, OutcomeUnknownError
+from eventlane.log.kafka.log import KafkaLog
 
 
 def main() -> None:

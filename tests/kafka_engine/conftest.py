@@ -24,9 +24,9 @@ import pytest
 
 pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
-from framework.errors import ConfigError
-from framework.log.kafka.cluster import LocalKafkaCluster, kafka_lib
-from framework.log.processes import alive
+from eventlane.errors import ConfigError
+from eventlane.log.kafka.cluster import LocalKafkaCluster, kafka_lib
+from eventlane.log.processes import alive
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def eventlane(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "framework.cli", *args],
+        [sys.executable, "-m", "eventlane.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

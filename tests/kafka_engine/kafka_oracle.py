@@ -1,6 +1,6 @@
 """The tests' oracle of the Kafka event store: a partition read raw with confluent-kafka
 (no eventlane reader), judged by the log-order rule written here again, independently of
-:mod:`framework.log.kafka.order` (headers ``eventlane.expect``, ``eventlane.expect.key``,
+:mod:`eventlane.log.kafka.order` (headers ``eventlane.expect``, ``eventlane.expect.key``,
 ``eventlane.follows``; docs/scale-out.md states the rule)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The app layer's ``Runtime`` needs the KeyedLog role (its event store), which the Kafka
 engine gets in part 2; a *projector* worker needs none of it: the real
-:class:`~framework.projection.Worker` runs here on a :class:`ProjectorHost`, the part of an
+:class:`~eventlane.projection.Worker` runs here on a :class:`ProjectorHost`, the part of an
 application a projector worker uses (its declaration, codec, names, partition counts), over
 a ``kafka://`` log. Its consumer group is Kafka's (``GroupConsumer`` on a Kafka log).
 
@@ -27,10 +27,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from framework.log.kafka.log import KafkaLog  # noqa: E402
-from framework.log.local import LocalDir  # noqa: E402
-from framework.observability import configure_logging  # noqa: E402
-from framework.projection import Worker  # noqa: E402
+from eventlane.log.kafka.log import KafkaLog  # noqa: E402
+from eventlane.log.local import LocalDir  # noqa: E402
+from eventlane.observability import configure_logging  # noqa: E402
+from eventlane.projection import Worker  # noqa: E402
 from tests.projection import bankapp  # noqa: E402
 
 

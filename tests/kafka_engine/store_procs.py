@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 
 from store_domain import Counter, make_app
 
-from framework.app import Runtime
-from framework.errors import ConcurrencyError, OutcomeUnknownError
-from framework.log.kafka.log import KafkaLog
+from eventlane.app import Runtime
+from eventlane.errors import ConcurrencyError, OutcomeUnknownError
+from eventlane.log.kafka.log import KafkaLog
 
 
 def out(line: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 
-from framework.log.kafka.cluster import new_cluster_id
+from eventlane.log.kafka.cluster import new_cluster_id
 
 
 def test_cluster_ids_never_start_with_a_dash_and_are_uuids() -> None:

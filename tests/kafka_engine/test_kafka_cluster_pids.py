@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from framework.log.processes import alive
+from eventlane.log.processes import alive
 
 
 def test_another_processs_zombie_child_counts_as_stopped() -> None:
@@ -22,7 +22,7 @@ def test_another_processs_zombie_child_counts_as_stopped() -> None:
             [
                 sys.executable,
                 "-c",
-                f"from framework.log.processes import alive; print(alive({child.pid}))",
+                f"from eventlane.log.processes import alive; print(alive({child.pid}))",
             ],
             capture_output=True,
             text=True,

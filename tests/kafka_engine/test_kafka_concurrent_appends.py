@@ -1,5 +1,5 @@
 """Appends of concurrent callers on one :class:`KafkaLog` are in flight together, each on a
-producer of its own (:mod:`framework.log.kafka.producers`), and still keep the append's
+producer of its own (:mod:`eventlane.log.kafka.producers`), and still keep the append's
 guarantees: every append's records are one run of contiguous offsets in its partition,
 acknowledged as such, nothing lost or doubled.
 
@@ -13,9 +13,9 @@ import random
 import threading
 from collections import Counter
 
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.types import AppendResult
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.types import AppendResult
 
 THREADS, APPENDS, PARTITIONS = 8, 12, 3
 

@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from framework.log import Log
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog, namespace_for
-from framework.log.local import LocalDir
-from framework.log.record import TimestampType
-from framework.log.types import wall_clock_ms
-from framework.testing.clock import FakeClock
-from framework.testing.contracts import KeyedLogContract
+from eventlane.log import Log
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog, namespace_for
+from eventlane.log.local import LocalDir
+from eventlane.log.record import TimestampType
+from eventlane.log.types import wall_clock_ms
+from eventlane.testing.clock import FakeClock
+from eventlane.testing.contracts import KeyedLogContract
 
 
 class TestKafkaContract(KeyedLogContract):
-    refused_appends_leave_gaps = True  # validation by log order (framework.log.kafka.order)
+    refused_appends_leave_gaps = True  # validation by log order (eventlane.log.kafka.order)
 
     @pytest.fixture(autouse=True)
     def _cluster(self, kafka_cluster: LocalKafkaCluster) -> None:

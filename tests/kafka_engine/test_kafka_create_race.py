@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
 
 CLIENTS = 6
 ROUNDS = 12

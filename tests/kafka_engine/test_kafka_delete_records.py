@@ -9,8 +9,8 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
 
 
 def _leader(bootstrap: str, topic: str) -> int:

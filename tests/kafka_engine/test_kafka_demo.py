@@ -22,9 +22,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.processes import alive
 from example_apps.invoicing.cluster_demo import run_cluster_demo
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.processes import alive
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kafka_oracle import judged_partition

@@ -14,12 +14,12 @@ import orjson
 import pytest
 from confluent_kafka import Producer as RawProducer
 
-from framework.engine import log_locator, open_log
-from framework.errors import InvalidRecordError
-from framework.log import LogStore, Producer, ProducerRecord
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import META_REFRESH_S, KafkaLog
-from framework.testing.contracts import read_all
+from eventlane.engine import log_locator, open_log
+from eventlane.errors import InvalidRecordError
+from eventlane.log import LogStore, Producer, ProducerRecord
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import META_REFRESH_S, KafkaLog
+from eventlane.testing.contracts import read_all
 
 KEYS = 3_000
 PARTITIONS = 7
@@ -82,7 +82,7 @@ def test_opened_by_url_and_by_the_cli(kafka_cluster: LocalKafkaCluster, namespac
         log.close()
     env = {**os.environ, "EVENTLANE_LOG": url}
     out = subprocess.run(
-        [sys.executable, "-m", "framework.cli", "topics", "describe", "orders", "--json"],
+        [sys.executable, "-m", "eventlane.cli", "topics", "describe", "orders", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -98,7 +98,7 @@ def test_opened_by_url_and_by_the_cli(kafka_cluster: LocalKafkaCluster, namespac
 def _in_another_process(bootstrap: str, namespace: str, action: str) -> None:
     code = (
         "import sys\n"
-        "from framework.log.kafka.log import KafkaLog\n"
+        "from eventlane.log.kafka.log import KafkaLog\n"
         f"with KafkaLog({bootstrap!r}, namespace={namespace!r}) as log:\n"
         f"    {action}\n"
     )

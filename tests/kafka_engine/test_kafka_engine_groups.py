@@ -26,14 +26,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from framework.cli import main
-from framework.console.data import ConsoleData
-from framework.consumer.group import GroupConsumer
-from framework.consumer.kafka_admin import KafkaCoordination
-from framework.errors import ConfigError
-from framework.log import TopicPartition
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
+from eventlane.cli import main
+from eventlane.console.data import ConsoleData
+from eventlane.consumer.group import GroupConsumer
+from eventlane.consumer.kafka_admin import KafkaCoordination
+from eventlane.errors import ConfigError
+from eventlane.log import TopicPartition
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
 import group_members
@@ -239,7 +239,7 @@ def test_sigstop_zombie_is_fenced_and_offsets_never_go_backwards(
 def test_the_kafka_member_overrides_every_public_method_of_group_consumer() -> None:
     """``GroupConsumer(kafka_log)`` is a KafkaGroupConsumer: none of the embedded member's
     code (its coordinator, its fetcher) may run on a Kafka log through a method it forgot."""
-    from framework.consumer.kafka import KafkaGroupConsumer  # noqa: PLC0415
+    from eventlane.consumer.kafka import KafkaGroupConsumer  # noqa: PLC0415
 
     public = {n for n in vars(GroupConsumer) if not n.startswith("_") or n == "__enter__"}
     missing = sorted(n for n in public if n not in vars(KafkaGroupConsumer) and n != "__exit__")

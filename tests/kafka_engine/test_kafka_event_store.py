@@ -1,5 +1,5 @@
 """The event store on Kafka (issue 35): optimistic concurrency across OS processes on a
-real 3-broker cluster, validated by log order (framework.log.kafka.order).
+real 3-broker cluster, validated by log order (eventlane.log.kafka.order).
 
 The oracle reads the raw partition with confluent-kafka and applies the rule itself
 (tests/kafka_engine/oracle.py): every eventlane reader (loads, the log's reads, the group
@@ -19,10 +19,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from framework.consumer import GroupConsumer
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.partitioner import partition_for_key
+from eventlane.consumer import GroupConsumer
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.partitioner import partition_for_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from kafka_oracle import judged_partition

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import pytest
 
-from framework.consumer.group import GroupConsumer
-from framework.consumer.kafka import KafkaGroupConsumer
-from framework.errors import ConfigError
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.local import LocalDir
+from eventlane.consumer.group import GroupConsumer
+from eventlane.consumer.kafka import KafkaGroupConsumer
+from eventlane.errors import ConfigError
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.local import LocalDir
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
 from test_group_consumer import (  # the embedded engine's tests, collected here again

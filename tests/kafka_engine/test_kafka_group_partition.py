@@ -1,12 +1,12 @@
 """Which partition of ``__consumer_offsets`` holds a group (so which broker coordinates it):
-``kafka up`` waits for one probe group per partition (framework/log/kafka/cluster.py)."""
+``kafka up`` waits for one probe group per partition (eventlane/log/kafka/cluster.py)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.log.kafka.cluster import group_partition, probe_groups
+from eventlane.log.kafka.cluster import group_partition, probe_groups
 
 
 def test_group_partition_is_javas_string_hash() -> None:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import random
 import threading
 
-from framework.errors import ConcurrencyError
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.types import Expect
+from eventlane.errors import ConcurrencyError
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.types import Expect
 
 KEYS, PER_KEY, APPENDS, PARTITIONS = 4, 2, 8, 2
 

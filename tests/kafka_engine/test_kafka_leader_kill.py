@@ -15,9 +15,9 @@ from confluent_kafka import ElectionType
 from confluent_kafka import TopicPartition as Kp
 from confluent_kafka.admin import AdminClient
 
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.testing.contracts import read_all
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.testing.contracts import read_all
 
 HERE = Path(__file__).parent
 RECORDS, SECONDS = 600, 60.0

@@ -1,4 +1,4 @@
-"""A Kafka group member's record step (``framework.consumer.kafka.member_records``) against
+"""A Kafka group member's record step (``eventlane.consumer.kafka.member_records``) against
 a one-message-at-a-time model of the member's rules, on real confluent-kafka ``Message``
 objects (no broker needed).
 
@@ -17,9 +17,9 @@ from confluent_kafka import KafkaError, Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.consumer.kafka import member_records
-from framework.log.kafka.records import kafka_record
-from framework.log.record import Record, TopicPartition
+from eventlane.consumer.kafka import member_records
+from eventlane.log.kafka.records import kafka_record
+from eventlane.log.record import Record, TopicPartition
 
 PREFIX = "ns."
 PARTITIONS = [TopicPartition(t, p) for t in ("a", "b") for p in range(3)]

@@ -15,15 +15,15 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from framework.cli import main
-from framework.log import LogStore
-from framework.log.jetstream.cluster import LocalCluster
-from framework.log.jetstream.log import JetStreamLog
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.kafka.migrate import SOURCE_OFFSET, migrate, source_offset, verify_partition
-from framework.log.port import Log
-from framework.log.record import Record
+from eventlane.cli import main
+from eventlane.log import LogStore
+from eventlane.log.jetstream.cluster import LocalCluster
+from eventlane.log.jetstream.log import JetStreamLog
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.kafka.migrate import SOURCE_OFFSET, migrate, source_offset, verify_partition
+from eventlane.log.port import Log
+from eventlane.log.record import Record
 
 Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
 

@@ -11,10 +11,10 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from framework.errors import LogError, OutcomeUnknownError
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.testing.contracts import read_all
+from eventlane.errors import LogError, OutcomeUnknownError
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.testing.contracts import read_all
 
 
 def test_an_unacknowledged_append_is_outcome_unknown(

@@ -25,12 +25,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from framework.codec import Envelope
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.local import LocalDir
-from framework.log.partitioner import partition_for_key
-from framework.testing.contracts import read_all
+from eventlane.codec import Envelope
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.local import LocalDir
+from eventlane.log.partitioner import partition_for_key
+from eventlane.testing.contracts import read_all
 from tests.projection import bankapp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

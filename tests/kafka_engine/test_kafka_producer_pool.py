@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from framework.log.kafka.producers import ProducerPool
+from eventlane.log.kafka.producers import ProducerPool
 
 
 def test_eight_threads_share_two_producers_without_overlap_or_lost_wakeups() -> None:

@@ -2,7 +2,7 @@
 SIGSTOPped zombie (issue 33, item 3; the embedded engine's tests/projection/
 test_projection_group.py on Kafka's group coordinator).
 
-The workers are the real :class:`~framework.projection.Worker` (tests/kafka_engine/
+The workers are the real :class:`~eventlane.projection.Worker` (tests/kafka_engine/
 kafka_worker.py) of the ``balances`` projector of tests/projection/bankapp.py, whose marker
 table has one row per applied event keyed by ``(topic, partition, offset)``: applying an
 event twice raises inside the handler (a dead letter), so a duplicate cannot hide; the
@@ -25,15 +25,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from framework.codec import Envelope
-from framework.consumer.kafka_admin import KafkaCoordination
-from framework.log import TopicPartition
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.local import LocalDir
-from framework.log.partitioner import partition_for_key
-from framework.projection import ReadModelView
-from framework.store import EVENT_TOPIC_CONFIG
+from eventlane.codec import Envelope
+from eventlane.consumer.kafka_admin import KafkaCoordination
+from eventlane.log import TopicPartition
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.local import LocalDir
+from eventlane.log.partitioner import partition_for_key
+from eventlane.projection import ReadModelView
+from eventlane.store import EVENT_TOPIC_CONFIG
 from tests.projection import bankapp
 
 ROOT = Path(__file__).resolve().parents[2]

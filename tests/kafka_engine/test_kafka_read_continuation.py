@@ -12,8 +12,8 @@ import random
 import threading
 import time
 
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
 
 
 def test_tailing_reads_skip_nothing_while_others_append(

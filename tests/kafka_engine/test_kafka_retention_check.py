@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.testing.clock import FakeClock
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.testing.clock import FakeClock
 
 
 @pytest.mark.soak  # a cluster of its own, watched for 50 s after it started: ~70 s

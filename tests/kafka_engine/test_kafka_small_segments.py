@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from framework.errors import RecordTooLargeError
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
+from eventlane.errors import RecordTooLargeError
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
 
 
 def test_appends_are_split_to_fit_small_segments(

@@ -27,16 +27,16 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 from click.testing import CliRunner
 
+from eventlane.app import Runtime
+from eventlane.cli import main
+from eventlane.log import LogStore, TopicPartition
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.kafka.migrate import migrate
+from eventlane.projection import ReadModelView, Worker, open_readmodel
+from eventlane.replay.session import spark_session
 from example_apps.invoicing.app import app as invoicing
 from example_apps.invoicing.workload import Workload
-from framework.app import Runtime
-from framework.cli import main
-from framework.log import LogStore, TopicPartition
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.kafka.migrate import migrate
-from framework.projection import ReadModelView, Worker, open_readmodel
-from framework.replay.session import spark_session
 
 pytestmark = pytest.mark.spark
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from framework.domain import Aggregate
-from framework.errors import ConcurrencyError
-from framework.log.kafka.cluster import LocalKafkaCluster
-from framework.log.kafka.log import KafkaLog
-from framework.log.partitioner import partition_for_key
+from eventlane.domain import Aggregate
+from eventlane.errors import ConcurrencyError
+from eventlane.log.kafka.cluster import LocalKafkaCluster
+from eventlane.log.kafka.log import KafkaLog
+from eventlane.log.partitioner import partition_for_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "store"))
 from kafka_oracle import judged_partition

@@ -21,10 +21,10 @@ from confluent_kafka import KafkaError, Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.log.kafka.records import _KINDS, _py_take_messages, kafka_record
-from framework.log.record import Record
+from eventlane.log.kafka.records import _KINDS, _py_take_messages, kafka_record
+from eventlane.log.record import Record
 
-native = importlib.import_module("framework.log._native")  # a missing build fails the test
+native = importlib.import_module("eventlane.log._native")  # a missing build fails the test
 
 headers = st.none() | st.lists(
     st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=3)), max_size=2

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.log.processes import free_ports
+from eventlane.log.processes import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ def test_a_worker_whose_log_does_not_answer_exits_to_be_replaced(tmp_path: Path)
         [
             sys.executable,
             "-m",
-            "framework.cli",
+            "eventlane.cli",
             "--data",
             str(tmp_path / "data"),
             "--log",

@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from framework.errors import ConcurrencyError, RecordTooLargeError
-from framework.log import Log, LogStore
-from framework.log.embedded.partition import MAX_BATCH_BYTES
-from framework.log.port import role_members
-from framework.log.types import (
+from eventlane.errors import ConcurrencyError, RecordTooLargeError
+from eventlane.log import Log, LogStore
+from eventlane.log.embedded.partition import MAX_BATCH_BYTES
+from eventlane.log.port import role_members
+from eventlane.log.types import (
     AppendResult,
     CompactionReport,
     Expect,
@@ -154,7 +154,7 @@ class SplitsAtomicBatches(_BrokenStore):
 
 class CoreOnly:
     """An honest engine with the core role only (as a plain Kafka adapter has): every
-    method of :class:`~framework.log.port.Log` forwarded to a real LogStore, and nothing
+    method of :class:`~eventlane.log.port.Log` forwarded to a real LogStore, and nothing
     else (no per-key reads, no conditional appends, no maintenance, no fencing)."""
 
     def __init__(self, path: Path, **kwargs: Any) -> None:

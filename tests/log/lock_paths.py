@@ -14,7 +14,7 @@ group-commit path, conflicts with the other processes expected), ``read_key``,
 reads the partition), segment rolls, compaction of ``c``, retention (``delete_records`` on
 ``t``), and consumer-group commits (a member's, fenced by a precondition, and an admin's
 under the group lock). ``EVENTLANE_PAUSES`` makes it sleep at random inside their critical
-sections (:mod:`framework._pauses`).
+sections (:mod:`eventlane._pauses`).
 
 stdout, one flushed line each: ``P <thread> <n>`` after each operation (progress, for the
 parent's stall detector), ``A <partition> <offset> <id>`` per acknowledged record of ``t``,
@@ -35,11 +35,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from framework.consumer.coordinator import GroupCoordinator
-from framework.consumer.offsets import OffsetAndMetadata, OffsetStore
-from framework.errors import ConcurrencyError, PreconditionFailedError
-from framework.log import Expect, LogStore, TopicPartition
-from framework.observability import configure_logging, get_logger
+from eventlane.consumer.coordinator import GroupCoordinator
+from eventlane.consumer.offsets import OffsetAndMetadata, OffsetStore
+from eventlane.errors import ConcurrencyError, PreconditionFailedError
+from eventlane.log import Expect, LogStore, TopicPartition
+from eventlane.observability import configure_logging, get_logger
 
 KEYS = [b"k%d" % i for i in range(6)]
 OPS = (

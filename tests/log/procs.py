@@ -59,13 +59,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from framework.consumer.free import Consumer
-from framework.errors import OffsetOutOfRangeError
-from framework.log import LogStore, Producer, ProducerRecord, TopicPartition
-from framework.log.embedded import state as state_module
-from framework.log.embedded.segment import list_segment_bases
-from framework.log.partitioner import partition_for_key
-from framework.observability import configure_logging
+from eventlane.consumer.free import Consumer
+from eventlane.errors import OffsetOutOfRangeError
+from eventlane.log import LogStore, Producer, ProducerRecord, TopicPartition
+from eventlane.log.embedded import state as state_module
+from eventlane.log.embedded.segment import list_segment_bases
+from eventlane.log.partitioner import partition_for_key
+from eventlane.observability import configure_logging
 
 PROCS = Path(__file__).resolve()
 FILLER = bytes(range(251)) * 1200  # >= 300 KiB of a pattern that never aligns with itself
@@ -344,12 +344,12 @@ def _child_maintenance(args: dict[str, Any], action: str) -> None:
     # journal, or retention's new log-start-offset. ``crash_after_phase`` kills at the n-th
     # storage call from there on (the renames, unlinks and state changes that follow).
     # The log's partition owns both decisions' writes: the swap journal (written by
-    # ``framework.log.embedded.recovery``'s journal helper) and the new low-water mark.
+    # ``eventlane.log.embedded.recovery``'s journal helper) and the new low-water mark.
     decision = JOURNAL_NAME if action == "compact" else "log-start-offset"
     module = importlib.import_module(
-        "framework.log.embedded.recovery"
+        "eventlane.log.embedded.recovery"
         if action == "compact"
-        else "framework.log.embedded.partition"
+        else "eventlane.log.embedded.partition"
     )
     original_write_atomic = module.write_atomic
     after_phase = args.get("crash_after_phase")

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from framework.consumer import Consumer
-from framework.errors import (
+from eventlane.consumer import Consumer
+from eventlane.errors import (
     ConfigError,
     InvalidRecordError,
     InvalidTopicError,
@@ -26,7 +26,7 @@ from framework.errors import (
     RecordTooLargeError,
     UnknownPartitionError,
 )
-from framework.log import LogStore, Producer, ProducerRecord, TopicPartition
+from eventlane.log import LogStore, Producer, ProducerRecord, TopicPartition
 
 
 def _tree(root: Path) -> set[str]:

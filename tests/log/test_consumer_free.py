@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from framework.consumer import Consumer, OffsetAndTimestamp
-from framework.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
-from framework.log import LogStore, TopicPartition
+from eventlane.consumer import Consumer, OffsetAndTimestamp
+from eventlane.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
+from eventlane.log import LogStore, TopicPartition
 
 if TYPE_CHECKING:
-    from framework.testing.clock import FakeClock
+    from eventlane.testing.clock import FakeClock
 
 T0 = 1_700_000_000_000
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)

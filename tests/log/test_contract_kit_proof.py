@@ -56,8 +56,8 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, tu
         ("LogStoreAsCore", "LogStore", "LogContract"),  # leaves roles it has untested
     ]
     module = [
-        "from framework.log import LogStore",
-        "from framework.testing.contracts import LogContract, " + ALL_KITS,
+        "from eventlane.log import LogStore",
+        "from eventlane.testing.contracts import LogContract, " + ALL_KITS,
         f"from broken_engines import CoreOnly, {', '.join(CAUGHT)}",
     ]
     for name, engine, kits in classes:

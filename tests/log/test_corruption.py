@@ -14,7 +14,7 @@ CRC, record fields, key and value bytes, the last byte), and then:
 Indexes are derived data: a deleted or garbage ``.index``/``.timeindex`` is rebuilt by
 recovery and reads and time lookups stay correct.
 
-Byte layout used to aim the flips (framework/log/embedded/batch.py): a batch header is base_offset
+Byte layout used to aim the flips (eventlane/log/embedded/batch.py): a batch header is base_offset
 (0..7), batch_length (8..11), magic (12), crc (13..16), attributes (17..18),
 last_offset_delta (19..22), base_timestamp (23..30), max_timestamp (31..38), record_count
 (39..42); records follow at 43.
@@ -29,8 +29,8 @@ from typing import NamedTuple
 
 import pytest
 
-from framework.errors import CorruptRecordError
-from framework.log import LogStore, Record
+from eventlane.errors import CorruptRecordError
+from eventlane.log import LogStore, Record
 
 TOPIC = "t"
 T0 = 1_700_000_000_000

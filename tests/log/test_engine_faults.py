@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 import pytest
 from click.testing import CliRunner, Result
 
-from framework.cli import main
-from framework.errors import CorruptRecordError, DataLossError, UnknownTopicError
-from framework.log import LogStore, Record
+from eventlane.cli import main
+from eventlane.errors import CorruptRecordError, DataLossError, UnknownTopicError
+from eventlane.log import LogStore, Record
 
 if TYPE_CHECKING:
-    from framework.testing.clock import FakeClock
+    from eventlane.testing.clock import FakeClock
 
 TOPIC = "t"
 
@@ -126,8 +126,8 @@ def test_deleted_first_segment_is_not_taken_for_retention(data_dir: Path) -> Non
 _FSYNC_CHILD = textwrap.dedent(
     """
     import errno, json, os, sys
-    from framework.errors import PartitionReadOnlyError
-    from framework.log import LogStore
+    from eventlane.errors import PartitionReadOnlyError
+    from eventlane.log import LogStore
 
     data, fail_at = sys.argv[1], int(sys.argv[2])
     store = LogStore(data)
@@ -382,8 +382,8 @@ _MANY_PARTITIONS_CHILD = textwrap.dedent(
     import json, os, resource, sys
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
     from click.testing import CliRunner
-    from framework.cli import main
-    from framework.log import LogStore
+    from eventlane.cli import main
+    from eventlane.log import LogStore
 
     data, count = sys.argv[1], int(sys.argv[2])
     with LogStore(data) as store:

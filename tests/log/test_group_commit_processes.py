@@ -2,7 +2,7 @@
 
 An appender writes its batch under the partition's append lock and lets go of it; the fsync
 happens under ``sync.lock``, where one fsync covers every batch written so far (see
-framework/log/embedded/partition.py). These tests hold ``sync.lock`` from the test process (a real
+eventlane/log/embedded/partition.py). These tests hold ``sync.lock`` from the test process (a real
 ``flock``) to freeze appenders in other processes between their write and their fsync, and
 check what the contract says about that moment, then let a crowd of processes append and
 count their fsyncs.
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.log import LogStore
-from framework.log.types import Expect
+from eventlane.log import LogStore
+from eventlane.log.types import Expect
 
 TOPIC = "gc"
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,10 +35,10 @@ ROOT = Path(__file__).resolve().parents[2]
 _CHILD = textwrap.dedent(
     """
     import errno, json, os, sys
-    from framework.errors import ConcurrencyError, PartitionReadOnlyError
-    from framework.log import LogStore
-    from framework.log.types import Expect
-    from framework.observability import configure_logging
+    from eventlane.errors import ConcurrencyError, PartitionReadOnlyError
+    from eventlane.log import LogStore
+    from eventlane.log.types import Expect
+    from eventlane.observability import configure_logging
 
     configure_logging("warning")  # logs on stderr; stdout carries only the protocol
     data, key, count, expect_none = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]

@@ -1,6 +1,6 @@
 """The JetStream adapter's sync-over-async bridge, without a cluster (no nats-server).
 
-The bridge (framework/log/jetstream/bridge.py) serves one event loop to any number of
+The bridge (eventlane/log/jetstream/bridge.py) serves one event loop to any number of
 threads: a lone caller runs the loop in its own thread, concurrent callers are served by the
 bridge's thread, single-record publishes go out in trains. These tests drive it with plain
 coroutines and a fake publisher (calls settled on the loop), against a model that is just
@@ -23,13 +23,13 @@ pytest.importorskip("nats", reason="the nats extra is not installed")
 
 import nats.errors
 
-from framework.errors import (
+from eventlane.errors import (
     ErrorKind,
     LogError,
     LogUnavailableError,
     OutcomeUnknownError,
 )
-from framework.log.jetstream.bridge import IDLE_HANDBACK_S, Bridge, Call
+from eventlane.log.jetstream.bridge import IDLE_HANDBACK_S, Bridge, Call
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 Issue 26 (a 16-minute invoicing run: the command process 145 -> 291 MiB, linearly): every
 key index of a process remembered the last entry of every key it had seen (up to 65,536
 per partition), and the key state the heads it had checked. Both are now bounded for the
-whole process (:data:`framework.log.embedded.key_index.CACHED_KEYS` shared by the open indexes,
-:data:`framework.log.embedded.keys.CHECKED_HEADS`), least recently used out. The bounds are set low
+whole process (:data:`eventlane.log.embedded.key_index.CACHED_KEYS` shared by the open indexes,
+:data:`eventlane.log.embedded.keys.CHECKED_HEADS`), least recently used out. The bounds are set low
 here so that a few thousand keys exceed them; the code path is the production one.
 """
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import ConcurrencyError
-from framework.log import Expect, LogStore
-from framework.log.embedded import key_index as key_index_module
-from framework.log.embedded import keys as keys_module
+from eventlane.errors import ConcurrencyError
+from eventlane.log import Expect, LogStore
+from eventlane.log.embedded import key_index as key_index_module
+from eventlane.log.embedded import keys as keys_module
 
 PARTITIONS = 4
 KEYS = 4000

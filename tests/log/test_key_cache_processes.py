@@ -1,6 +1,6 @@
 """Conditional appends from several processes on shared keys, against the log as the model.
 
-An appender's version check (:meth:`~framework.log.embedded.key_index.KeyIndex.head_at`)
+An appender's version check (:meth:`~eventlane.log.embedded.key_index.KeyIndex.head_at`)
 answers from a per-process cache of key heads when it can; issue 36 item 1 asks to keep that
 cache across other processes' writes (today another process's commit empties it). Whatever
 keeps it, a head the cache failed to move past another process's record accepts an append
@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from framework.log import LogStore
-from framework.log.embedded.key_index import DEFER_OFFSETS
+from eventlane.log import LogStore
+from eventlane.log.embedded.key_index import DEFER_OFFSETS
 
 STEPS = 120
 KEYS = 5
@@ -39,8 +39,8 @@ CHILD = r"""
 import json, random, sys, time
 from pathlib import Path
 from typing import Any
-from framework.errors import ConcurrencyError
-from framework.log import Expect, LogStore
+from eventlane.errors import ConcurrencyError
+from eventlane.log import Expect, LogStore
 data, seed, steps, keys = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rng = random.Random(seed)
 belief = {}  # key -> the last offset this process believes it has (stale when others wrote)

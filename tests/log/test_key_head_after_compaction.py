@@ -3,7 +3,7 @@
 kept past ``delete_retention_ms``, with the record it deleted), ``key_head`` still named
 the tombstone's offset, from the latest-mode key index that had indexed it, while
 ``read_key`` returned nothing and an append expecting that offset was refused. The port's
-answer: no record, no head (framework/log/port.py); all three agree."""
+answer: no record, no head (eventlane/log/port.py); all three agree."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import ConcurrencyError
-from framework.log import Expect, LogStore
+from eventlane.errors import ConcurrencyError
+from eventlane.log import Expect, LogStore
 
 CONFIG = {
     "cleanup_policy": "compact",

@@ -4,7 +4,7 @@ that record's offset (below the LWM; ``read_key`` returns nothing) while a condi
 append expecting it is refused ("expected last offset 0, actual None"). A writer that reads
 the head and appends expecting it is refused on every retry. The port's answer: records
 below the low-water mark do not count, so ``key_head`` is ``None`` and an append expecting
-``None`` succeeds (framework/log/port.py), in the process that moved the mark and after a
+``None`` succeeds (eventlane/log/port.py), in the process that moved the mark and after a
 reopen alike."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import ConcurrencyError
-from framework.log import Expect, LogStore
+from eventlane.errors import ConcurrencyError
+from eventlane.log import Expect, LogStore
 
 
 def test_key_head_and_expect_agree_after_delete_records_and_reopen(tmp_path: Path) -> None:

@@ -14,13 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-from framework.log import LogStore
-from framework.log.embedded.key_index import INDEX_SUFFIX, KeyIndex
+from eventlane.log import LogStore
+from eventlane.log.embedded.key_index import INDEX_SUFFIX, KeyIndex
 
 WRITER = r"""
 import sys, time
 from pathlib import Path
-from framework.log import Expect, LogStore
+from eventlane.log import Expect, LogStore
 data, seconds = sys.argv[1], float(sys.argv[2])
 with LogStore(Path(data)) as log:
     heads = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 
 
 def test_read_key_and_check_after_rebuild_and_retention(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ keyed appends, the flusher's write of held rows, an emptied index file, retentio
 by a rebuild (which numbers every key again from the low-water mark) and reads, across
 three stores. An appender reads the records the others appended since its last look from
 the log into its cache and its held rows (*Shared tail* in
-:mod:`framework.log.embedded.key_index`); a wrong count there is a lost update or a
+:mod:`eventlane.log.embedded.key_index`); a wrong count there is a lost update or a
 misnumbered version, which the model sees at once.
 
 Model: the log as a list of keys, one per offset, and its low-water mark. After every step:
@@ -36,8 +36,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from framework.errors import ConcurrencyError
-from framework.log import Expect, LogStore
+from eventlane.errors import ConcurrencyError
+from eventlane.log import Expect, LogStore
 
 STORES = 3
 KEYS = [b"k0", b"k1", b"k2", b"k3", b"k4"]

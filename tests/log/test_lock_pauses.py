@@ -3,7 +3,7 @@ processes at once, with random pauses inside the critical sections.
 
 A descheduled process is what turns a lock-order inversion into a hang (issue 26: a writer
 stopped inside the state's seqlock while a key-index catch-up read the state, two processes
-hung forever). ``EVENTLANE_PAUSES`` (:mod:`framework._pauses`) makes each child sleep at
+hung forever). ``EVENTLANE_PAUSES`` (:mod:`eventlane._pauses`) makes each child sleep at
 random after taking and before releasing every file lock, inside the seqlock write, with a
 segment layout odd, between an append's write and its publication, before the key index's
 hooks, catch-up and flusher. The children (``tests/log/lock_paths.py``) run appends,
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from framework.consumer.offsets import OffsetStore
-from framework.errors import OffsetOutOfRangeError, UnknownTopicError
-from framework.log import LogStore
+from eventlane.consumer.offsets import OffsetStore
+from eventlane.errors import OffsetOutOfRangeError, UnknownTopicError
+from eventlane.log import LogStore
 
 CHILD = Path(__file__).with_name("lock_paths.py")
 STALL_S = 10.0

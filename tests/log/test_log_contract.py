@@ -1,13 +1,13 @@
-"""The shipped log contract kits (:mod:`framework.testing.contracts`) of the four roles run against the embedded
-:class:`~framework.log.embedded.store.LogStore`."""
+"""The shipped log contract kits (:mod:`eventlane.testing.contracts`) of the four roles run against the embedded
+:class:`~eventlane.log.embedded.store.LogStore`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from framework.log import Log, LogStore
-from framework.testing.clock import FakeClock
-from framework.testing.contracts import (
+from eventlane.log import Log, LogStore
+from eventlane.testing.clock import FakeClock
+from eventlane.testing.contracts import (
     FencedLogContract,
     KeyedLogContract,
     MaintainedLogContract,

@@ -14,13 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from framework.log import LogStore
-from framework.log.embedded.segment import log_path
+from eventlane.log import LogStore
+from eventlane.log.embedded.segment import log_path
 
 CHILD = """
 import os, sys
-from framework.log import LogStore
-from framework.observability import configure_logging
+from eventlane.log import LogStore
+from eventlane.observability import configure_logging
 configure_logging()  # as an entry point does: structlog renders the lines, loaded at the first
 LOCK = os.stat(sys.argv[2]).st_ino
 seen = []

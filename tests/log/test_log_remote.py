@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from framework.errors import ConfigError
-from framework.log.processes import alive, free_ports, stop_pid
-from framework.log.remote import WakeSequence, parse_log_url
+from eventlane.errors import ConfigError
+from eventlane.log.processes import alive, free_ports, stop_pid
+from eventlane.log.remote import WakeSequence, parse_log_url
 
 
 def test_log_urls_parse_hosts_and_known_options_only() -> None:

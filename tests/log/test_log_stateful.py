@@ -6,7 +6,7 @@ tombstones, headers, explicit and out-of-order CreateTime, LogAppendTime), rolls
 moves, retention, compaction, reopen, and simulated crashes (a torn or garbage tail written
 past the end of the active segment, with or without the ``state`` file). A model of the same
 log is kept in plain lists: segments of batches of records, with byte sizes computed from the
-documented format (``framework/log/embedded/batch.py``), so the model knows where segments roll and
+documented format (``eventlane/log/embedded/batch.py``), so the model knows where segments roll and
 what size retention sees, without calling engine code.
 
 After every step: ``lwm <= hwm <= leo`` and all three equal the model's; the segments on disk
@@ -39,10 +39,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from framework.errors import ConcurrencyError, InvalidRecordError, OffsetOutOfRangeError
-from framework.log import Expect, LogStore
-from framework.log.embedded.batch import encode_batch  # only to forge a torn write's bytes
-from framework.log.record import Record
+from eventlane.errors import ConcurrencyError, InvalidRecordError, OffsetOutOfRangeError
+from eventlane.log import Expect, LogStore
+from eventlane.log.embedded.batch import encode_batch  # only to forge a torn write's bytes
+from eventlane.log.record import Record
 
 T0 = 1_700_000_000_000
 SEGMENT_BYTES = 360
@@ -84,7 +84,7 @@ class MRecord:
 
     @property
     def size(self) -> int:
-        """Bytes of this record in a batch (format in framework/log/embedded/batch.py)."""
+        """Bytes of this record in a batch (format in eventlane/log/embedded/batch.py)."""
         n = 4 + 4 + 8 + 4 + (len(self.key) if self.key is not None else 0)
         n += 4 + (len(self.value) if self.value is not None else 0) + 4
         for name, value in self.headers:

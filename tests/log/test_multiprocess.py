@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.log import LogStore
-from framework.log.partitioner import partition_for_key
+from eventlane.log import LogStore
+from eventlane.log.partitioner import partition_for_key
 
 _spec = importlib.util.spec_from_file_location(
     "eventlane_log_procs", Path(__file__).with_name("procs.py")

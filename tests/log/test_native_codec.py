@@ -1,4 +1,4 @@
-"""The C record codec (``framework.log._native``) against the pure-Python reference.
+"""The C record codec (``eventlane.log._native``) against the pure-Python reference.
 
 ``encode_records`` must produce the same bytes as ``batch._py_encode_records`` and
 ``decode_records`` the same records as ``batch._py_decode_records``, for any input; on
@@ -24,15 +24,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from framework.log.embedded import batch
-from framework.log.embedded.batch import (
+from eventlane.log.embedded import batch
+from eventlane.log.embedded.batch import (
     HEADER_SIZE,
     _py_decode_records,
     _py_encode_records,
     encode_batch,
     parse_header,
 )
-from framework.log.record import Header, ProducerRecord, Record
+from eventlane.log.record import Header, ProducerRecord, Record
 
 RecordTuple = tuple[bytes | None, bytes | None, tuple[Header, ...], int]
 
@@ -42,12 +42,12 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 @pytest.fixture(scope="module")
 def native() -> ModuleType:
     """The C extension; a missing build is a test failure, not a skip."""
-    return importlib.import_module("framework.log._native")
+    return importlib.import_module("eventlane.log._native")
 
 
 def _native() -> ModuleType:
     # For Hypothesis tests (function-scoped fixtures do not mix with @given).
-    return importlib.import_module("framework.log._native")
+    return importlib.import_module("eventlane.log._native")
 
 
 # ---------------------------------------------------------------------------- strategies

@@ -18,17 +18,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.log.embedded import batch, cleaner
-from framework.log.embedded.batch import _py_encode_records, _py_index_keys
-from framework.log.embedded.cleaner import _py_keep_flags, key_id
-from framework.log.producer import SentBatch
-from framework.log.record import RecordMetadata
+from eventlane.log.embedded import batch, cleaner
+from eventlane.log.embedded.batch import _py_encode_records, _py_index_keys
+from eventlane.log.embedded.cleaner import _py_keep_flags, key_id
+from eventlane.log.producer import SentBatch
+from eventlane.log.record import RecordMetadata
 
 
 @pytest.fixture(scope="module")
 def native() -> ModuleType:
     """The C extension; a missing build is a test failure, not a skip."""
-    return importlib.import_module("framework.log._native")
+    return importlib.import_module("eventlane.log._native")
 
 
 keys = st.none() | st.binary(max_size=24)  # some longer than 16 bytes: hashed by key_id
@@ -52,7 +52,7 @@ def _both(native: ModuleType, buf: Any, start: int, end: int, base: int) -> tupl
 
 @given(records, st.integers(0, 2**50), st.booleans())
 def test_index_keys_agrees_with_python(recs: list[Any], base: int, gaps: bool) -> None:
-    native = importlib.import_module("framework.log._native")
+    native = importlib.import_module("eventlane.log._native")
     deltas = [i * 3 + 1 for i in range(len(recs))] if gaps else None
     body = _py_encode_records(recs, 0, deltas)
     py, nat = _both(native, b"xx" + body, 2, 2 + len(body), base)
@@ -68,7 +68,7 @@ def test_index_keys_agrees_with_python(recs: list[Any], base: int, gaps: bool) -
 
 @given(st.binary(max_size=80))
 def test_index_keys_rejects_garbage_like_the_decoder(raw: bytes) -> None:
-    native = importlib.import_module("framework.log._native")
+    native = importlib.import_module("eventlane.log._native")
     py, nat = _both(native, raw, 0, len(raw), 0)
     if isinstance(py, type):
         assert nat is ValueError
@@ -116,7 +116,7 @@ def _flags_both(
 def test_keep_flags_agrees_with_python(
     recs: list[Any], base: int, gaps: bool, rng: random.Random
 ) -> None:
-    native = importlib.import_module("framework.log._native")
+    native = importlib.import_module("eventlane.log._native")
     deltas = [i * 3 + 1 for i in range(len(recs))] if gaps else None
     offsets = [base + (i if deltas is None else deltas[i]) for i in range(len(recs))]
     last: dict[bytes, int] = {}
@@ -141,7 +141,7 @@ def test_keep_flags_agrees_with_python(
 
 @given(st.binary(max_size=80))
 def test_keep_flags_rejects_garbage_like_the_decoder(raw: bytes) -> None:
-    native = importlib.import_module("framework.log._native")
+    native = importlib.import_module("eventlane.log._native")
     py, nat = _flags_both(native, raw, 0, len(raw), 0, {}, 0)
     if isinstance(py, type):
         assert nat is ValueError

@@ -1,7 +1,7 @@
 """Kafka-compatible key placement: murmur2 vectors, the partition formula, keyless spreading.
 
 Both implementations are proven: the pure-Python reference (``murmur2_py``) and the C
-extension ``framework.log._native``. The extension is part of the product: if it did not
+extension ``eventlane.log._native``. The extension is part of the product: if it did not
 build, the native tests fail (they are never skipped); the pure-Python tests still run.
 """
 
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.log import partitioner
-from framework.log.partitioner import (
+from eventlane.log import partitioner
+from eventlane.log.partitioner import (
     KeylessSpreader,
     murmur2,
     murmur2_py,
@@ -54,7 +54,7 @@ KAFKA_PYTHON_PARTITIONS_OF_1000 = [
 @pytest.fixture(scope="module")
 def native() -> ModuleType:
     """The C extension; a missing build is a test failure, not a skip."""
-    return importlib.import_module("framework.log._native")
+    return importlib.import_module("eventlane.log._native")
 
 
 def _py_partition(key: bytes, n: int) -> int:

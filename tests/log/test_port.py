@@ -1,6 +1,6 @@
 """The log port's newer surface on the embedded engine: conditional appends (``expect``),
 per-key reads, ``wake`` across processes, maintenance progress, the local directory, and the
-engine factory (``framework.engine``)."""
+engine factory (``eventlane.engine``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from broken_engines import CoreOnly
 
-from framework.consumer.coordination import FileCoordination
-from framework.engine import open_engine, open_log, register_engine
-from framework.errors import ConcurrencyError, ConfigError, MissingRoleError
-from framework.log import FencedLog, KeyedLog, Log, LogStore, MaintainedLog
-from framework.log.local import LocalDir
-from framework.log.types import Expect
+from eventlane.consumer.coordination import FileCoordination
+from eventlane.engine import open_engine, open_log, register_engine
+from eventlane.errors import ConcurrencyError, ConfigError, MissingRoleError
+from eventlane.log import FencedLog, KeyedLog, Log, LogStore, MaintainedLog
+from eventlane.log.local import LocalDir
+from eventlane.log.types import Expect
 
 
 def _rec(key: bytes, value: bytes = b"v") -> tuple[bytes, bytes, tuple[()], None]:
@@ -101,7 +101,7 @@ def test_read_key_on_a_compacted_topic_gives_the_latest_record(store: LogStore) 
 def test_wake_from_another_process_ends_a_wait(store: LogStore) -> None:
     seen = store.wait_seq()
     code = (
-        f"from framework.log.embedded.store import LogStore; LogStore({str(store.path)!r}).wake()"
+        f"from eventlane.log.embedded.store import LogStore; LogStore({str(store.path)!r}).wake()"
     )
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", code])

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from framework.errors import OffsetOutOfRangeError
-from framework.log import LogStore
-from framework.log.embedded import read as read_path
+from eventlane.errors import OffsetOutOfRangeError
+from eventlane.log import LogStore
+from eventlane.log.embedded import read as read_path
 
 
 def test_a_read_paused_while_retention_deletes_its_segments_is_out_of_range(

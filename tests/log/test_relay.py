@@ -1,4 +1,4 @@
-"""The relay (framework/log/embedded/relay.py): once three processes make conditional appends
+"""The relay (eventlane/log/embedded/relay.py): once three processes make conditional appends
 on one data directory, one relay process writes them all.
 
 Real processes on a real data directory, checked against a model of the conditional
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import ConcurrencyError, PartitionReadOnlyError
-from framework.log import LogStore
-from framework.log.embedded import relay
-from framework.log.embedded.relay_server import IDLE_S
-from framework.log.types import AppendResult
+from eventlane.errors import ConcurrencyError, PartitionReadOnlyError
+from eventlane.log import LogStore
+from eventlane.log.embedded import relay
+from eventlane.log.embedded.relay_server import IDLE_S
+from eventlane.log.types import AppendResult
 
 TOPIC = "relayed"
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,10 +36,10 @@ ROOT = Path(__file__).resolve().parents[2]
 _CHILD = textwrap.dedent(
     """
     import json, os, random, sys, time
-    from framework.errors import ConcurrencyError, OutcomeUnknownError
-    from framework.log import LogStore
-    from framework.log.types import Expect
-    from framework.observability import configure_logging
+    from eventlane.errors import ConcurrencyError, OutcomeUnknownError
+    from eventlane.log import LogStore
+    from eventlane.log.types import Expect
+    from eventlane.observability import configure_logging
 
     configure_logging("error")
     data, tag, count, seconds, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(
@@ -268,7 +268,7 @@ def test_an_append_the_relay_wrote_and_never_answered_is_unknown_not_refused(
     that record is stored (the next appender's fsync makes it durable)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EVENTLANE_PAUSES": "stop:append.hooks#4"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "framework.log.embedded.relay_server", str(data)], env=env
+        [sys.executable, "-m", "eventlane.log.embedded.relay_server", str(data)], env=env
     )
     try:
         deadline = time.monotonic() + 20
@@ -347,8 +347,8 @@ def test_the_wire_carries_errors_with_their_fields() -> None:
 _STORES = textwrap.dedent(
     """
     import os, sys
-    from framework.log import LogStore
-    from framework.log.types import Expect
+    from eventlane.log import LogStore
+    from eventlane.log.types import Expect
 
     def append(log, value):
         head = log.key_head("relayed", 0, b"k")
@@ -402,12 +402,12 @@ def test_frames_larger_than_a_read_and_several_in_one_read_are_each_answered(
     """The relay reads into one buffer of ``_READ_BYTES``: a request longer than that is
     put together over several reads, and requests that arrive in one read are each
     answered, in order (a peer speaking the wire itself, as a client does)."""
-    from framework.errors import RecordTooLargeError  # noqa: PLC0415
-    from framework.log.embedded.relay_server import _READ_BYTES  # noqa: PLC0415
-    from framework.log.types import Expect  # noqa: PLC0415
+    from eventlane.errors import RecordTooLargeError  # noqa: PLC0415
+    from eventlane.log.embedded.relay_server import _READ_BYTES  # noqa: PLC0415
+    from eventlane.log.types import Expect  # noqa: PLC0415
 
     server = subprocess.Popen(
-        [sys.executable, "-m", "framework.log.embedded.relay_server", str(data)],
+        [sys.executable, "-m", "eventlane.log.embedded.relay_server", str(data)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stderr=subprocess.DEVNULL,
     )

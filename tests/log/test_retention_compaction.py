@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from framework.consumer import Consumer
-from framework.errors import OffsetOutOfRangeError
-from framework.log import LogStore, Record, TopicPartition
+from eventlane.consumer import Consumer
+from eventlane.errors import OffsetOutOfRangeError
+from eventlane.log import LogStore, Record, TopicPartition
 
 if TYPE_CHECKING:
-    from framework.testing.clock import FakeClock
+    from eventlane.testing.clock import FakeClock
 
 DAY = 86_400_000
 

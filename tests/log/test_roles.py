@@ -11,12 +11,12 @@ import pytest
 from attrs import frozen
 from broken_engines import CoreOnly
 
-from framework.app import App
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.errors import ConfigError, MissingRoleError
-from framework.log import KeyedLog, Log, LogStore
-from framework.log.port import keyed_log, maintained_log
-from framework.store.event_store import EventStore
+from eventlane.app import App
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.errors import ConfigError, MissingRoleError
+from eventlane.log import KeyedLog, Log, LogStore
+from eventlane.log.port import keyed_log, maintained_log
+from eventlane.store.event_store import EventStore
 
 
 @event("Counted")

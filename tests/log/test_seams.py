@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import framework.log
-from framework._locks import FileLock
-from framework.cli import main
-from framework.log import LogStore
-from framework.log.embedded.cleaner import plan_groups
-from framework.log.embedded.segment import Segment, list_segments
+import eventlane.log
+from eventlane._locks import FileLock
+from eventlane.cli import main
+from eventlane.log import LogStore
+from eventlane.log.embedded.cleaner import plan_groups
+from eventlane.log.embedded.segment import Segment, list_segments
 
 
 def _segments(store: LogStore, topic: str) -> list[int]:
@@ -124,11 +124,11 @@ def test_segment_owns_its_three_files(tmp_path: Path) -> None:
 def test_log_modules_form_no_cycle() -> None:
     """partition -> recovery -> segment; cleaner and retention import partition, never the
     reverse, and nothing hides an import under TYPE_CHECKING."""
-    root = Path(framework.log.__file__).parent / "embedded"
+    root = Path(eventlane.log.__file__).parent / "embedded"
     for name in ("partition", "recovery", "segment", "state", "../files", "batch"):
         text = (root / f"{name}.py").read_text()
-        assert "framework.log.embedded.cleaner" not in text, name
-        assert "framework.log.embedded.retention" not in text, name
+        assert "eventlane.log.embedded.cleaner" not in text, name
+        assert "eventlane.log.embedded.retention" not in text, name
     for name in ("cleaner", "retention", "partition", "recovery"):
         assert "TYPE_CHECKING" not in (root / f"{name}.py").read_text(), name
 
@@ -137,7 +137,7 @@ def test_log_modules_form_no_cycle() -> None:
 _HOLD = """
 import sys, time
 from pathlib import Path
-from framework._locks import FileLock
+from eventlane._locks import FileLock
 lock = FileLock(Path(sys.argv[1]))
 lock.acquire()
 print("held", flush=True)

@@ -18,7 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from framework.log import LogStore
+from eventlane.log import LogStore
 
 ROOT = Path(__file__).resolve().parents[2]
 CALLS = 150
@@ -27,7 +27,7 @@ CALLS = 150
 _CHILD = textwrap.dedent(
     """
     import json, sys
-    from framework.log import LogStore
+    from eventlane.log import LogStore
 
     data, proc, own, calls = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     base = (proc + 1) * 1_000_000

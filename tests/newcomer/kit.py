@@ -1,7 +1,7 @@
 """The newcomer's kit: a small app package in a temporary directory, and the real
 ``eventlane`` console script run from that directory as a child process.
 
-The child's ``PYTHONPATH`` holds only this repository (so ``framework`` is the tree under
+The child's ``PYTHONPATH`` holds only this repository (so ``eventlane`` is the tree under
 test), never the app's directory: the app must be found because it is in the current
 working directory, as a user runs it.
 """
@@ -26,7 +26,7 @@ EVENTS = '''
 
 from attrs import frozen
 
-from framework.domain import DomainEvent, event
+from eventlane.domain import DomainEvent, event
 
 
 @event("MemberRegistered", version=2)
@@ -60,7 +60,7 @@ DOMAIN = '''
 
 from typing import ClassVar
 
-from framework.domain import Aggregate, applies
+from eventlane.domain import Aggregate, applies
 
 from library.events import FinePaid, LoanRequested, LoanReturned, MemberRegistered
 
@@ -115,7 +115,7 @@ class Fine(Aggregate):
 '''
 
 UPCASTERS = """
-from framework.codec import EventRegistry
+from eventlane.codec import EventRegistry
 
 registry = EventRegistry()
 
@@ -133,7 +133,7 @@ import os
 
 from sqlite_utils import Database, Migrations
 
-from framework import EventContext, Projector, handles
+from eventlane import EventContext, Projector, handles
 
 from library.events import LoanRequested, LoanReturned, MemberRegistered
 
@@ -189,7 +189,7 @@ class Members(Projector):
 '''
 
 APP = """
-from framework import App
+from eventlane import App
 
 from library.domain import Loan, Member
 from library.projections import Loans, Members

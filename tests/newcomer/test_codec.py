@@ -20,7 +20,7 @@ def test_golden_file_decodes_without_a_runtime_or_data_directory(workdir: Path) 
     out = python(
         """
         from pathlib import Path
-        from framework.testing import Scenario
+        from eventlane.testing import Scenario
         from library.app import app
         from library.domain import Member
         from library.events import MemberRegistered
@@ -40,8 +40,8 @@ def test_golden_file_decodes_without_a_runtime_or_data_directory(workdir: Path) 
 def test_an_undeclared_aggregate_says_what_to_add(workdir: Path) -> None:
     out = python(
         """
-        from framework.errors import ConfigError, UnknownEventTypeError
-        from framework.codec import EventCodec, EventRegistry, Envelope
+        from eventlane.errors import ConfigError, UnknownEventTypeError
+        from eventlane.codec import EventCodec, EventRegistry, Envelope
         from library.app import app
         from library.domain import Fine
         from library.events import FinePaid
@@ -78,7 +78,7 @@ def test_a_renamed_field_hints_at_a_version_bump(workdir: Path) -> None:
     out = python(
         """
         from pathlib import Path
-        from framework.errors import SerializationError
+        from eventlane.errors import SerializationError
         from library.app import app
 
         try:

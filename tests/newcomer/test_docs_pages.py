@@ -27,7 +27,7 @@ def test_own_project_page_covers_what_a_newcomer_needs() -> None:
     for needle in (
         "pip install -e '/path/to/eventlane[spark]'",  # from a clone
         ".whl",  # or a wheel
-        "the Python package it installs is `framework`",
+        "the Python package it installs\n(`from eventlane import App, Aggregate, ...`) and the command are all `eventlane`",
         "eventlane-example-apps",  # the sample app's commands only on purpose
         "Where migrations live",
         "eventlane project run library.app:app",
@@ -36,5 +36,5 @@ def test_own_project_page_covers_what_a_newcomer_needs() -> None:
         "current directory",
     ):
         assert needle in page, needle
-    assert "from framework import" in _python_blocks("own-project.md")
+    assert "from eventlane import" in _python_blocks("own-project.md")
     assert "docs/own-project.md" in (DOCS.parent / "README.md").read_text()

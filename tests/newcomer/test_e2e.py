@@ -28,8 +28,8 @@ from tests.newcomer.kit import (
 
 FOLD = """
 import json, sqlite3
-from framework.consumer.free import Consumer
-from framework.log import TopicPartition
+from eventlane.consumer.free import Consumer
+from eventlane.log import TopicPartition
 from library.app import app
 from library.events import LoanRequested, LoanReturned
 

@@ -11,7 +11,7 @@ from tests.newcomer.kit import error_line, eventlane, seed
 OTHER_APP = """
 from sqlite_utils import Database, Migrations
 
-from framework import App, Projector
+from eventlane import App, Projector
 
 other = Migrations("other.loans")
 
@@ -32,7 +32,7 @@ app = App("shop", projectors=[OtherLoans], partitions=2)
 
 SIX = """
 from library.app import app as library
-from framework import App
+from eventlane import App
 
 app = App("library", aggregates=library.aggregates, projectors=library.projectors.values(),
           registry=library.registry, partitions=6)

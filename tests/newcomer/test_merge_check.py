@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from sqlite_utils import Database
 
-from framework import App, EventContext, Projector, handles
+from eventlane import App, EventContext, Projector, handles
 from library.app import app as library
 from library.events import LoanRequested
 

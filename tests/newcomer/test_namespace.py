@@ -17,17 +17,17 @@ from typing import ClassVar
 import pytest
 from attrs import frozen
 
-from framework import Aggregate, App, applies
-from framework.app.namespace import Namespace
-from framework.console.data import ConsoleData
-from framework.domain import DomainEvent, event, personal
-from framework.engine import open_log
-from framework.errors import AggregateNotFoundError, ConfigError
-from framework.replay.forget import forget
+from eventlane import Aggregate, App, applies
+from eventlane.app.namespace import Namespace
+from eventlane.console.data import ConsoleData
+from eventlane.domain import DomainEvent, event, personal
+from eventlane.engine import open_log
+from eventlane.errors import AggregateNotFoundError, ConfigError
+from eventlane.replay.forget import forget
 from tests.newcomer.kit import EVENTLANE, child_env, eventlane, python, stop
 
 TENANTS = """
-from framework import App
+from eventlane import App
 from library.app import app as library
 
 

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from framework.log.embedded.state import BOOT
+from eventlane.log.embedded.state import BOOT
 from tests.powerloss import crashfs, oracle, trace
 
 REPO = Path(__file__).resolve().parents[2]

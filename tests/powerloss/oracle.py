@@ -29,9 +29,9 @@ from typing import Any
 
 import orjson
 
-from framework.consumer.offsets import OffsetStore
-from framework.log import LogStore, Record, TopicPartition
-from framework.projection import open_readmodel
+from eventlane.consumer.offsets import OffsetStore
+from eventlane.log import LogStore, Record, TopicPartition
+from eventlane.projection import open_readmodel
 from tests.powerloss import workload as w
 
 

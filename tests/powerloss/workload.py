@@ -42,11 +42,11 @@ import orjson
 from attrs import frozen
 from sqlite_utils import Database
 
-from framework.app import App
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.errors import AggregateNotFoundError
-from framework.log import LogStore, Producer, ProducerRecord
-from framework.projection import EventContext, Projector, Worker, handles
+from eventlane.app import App
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.errors import AggregateNotFoundError
+from eventlane.log import LogStore, Producer, ProducerRecord
+from eventlane.projection import EventContext, Projector, Worker, handles
 
 EVENTS = "events"
 LATEST = "latest"
@@ -206,7 +206,7 @@ def run(data: Path, acks_path: Path, size: int, seed: int) -> None:
     asyncio.run(_async_saves(log, ack, size, rng))
     ack.states()
 
-    # event-store saves through the relay (framework/log/embedded/relay.py): another process
+    # event-store saves through the relay (eventlane/log/embedded/relay.py): another process
     # writes this one's conditional appends, several threads' together under one fsync
     _relayed_saves(data, log, ack, size, rng)
     ack.states()
@@ -264,7 +264,7 @@ def _relayed_saves(data: Path, log: LogStore, ack: Acks, size: int, rng: random.
     """Saves of three threads (each its own connection) through a relay process started
     here (traced too: ``strace -f``), which is then stopped; the saves after it are direct."""
     relay = subprocess.Popen(
-        [sys.executable, "-m", "framework.log.embedded.relay_server", str(data)],
+        [sys.executable, "-m", "eventlane.log.embedded.relay_server", str(data)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
     )

@@ -44,10 +44,10 @@ from typing import ClassVar
 from attrs import frozen
 from sqlite_utils import Database, Migrations
 
-from framework.app import App
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.observability import configure_logging
-from framework.projection import EventContext, Projector, Worker, handles
+from eventlane.app import App
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.observability import configure_logging
+from eventlane.projection import EventContext, Projector, Worker, handles
 
 
 def fixed() -> bool:

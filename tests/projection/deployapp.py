@@ -27,10 +27,10 @@ from typing import ClassVar
 from attrs import frozen
 from sqlite_utils import Database, Migrations
 
-from framework.app import App
-from framework.codec import EventRegistry
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.projection import EventContext, Projector, handles
+from eventlane.app import App
+from eventlane.codec import EventRegistry
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.projection import EventContext, Projector, handles
 
 _file = os.environ.get("DEPLOYAPP_CODE_FILE")
 RELEASE = int(Path(_file).read_text().strip()) if _file and Path(_file).exists() else 1

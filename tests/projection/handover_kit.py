@@ -1,7 +1,7 @@
 """The kill -9 hand-over scenario (issue 32 item 2), shared by the embedded and JetStream tests.
 
 Two real worker processes of the bank app's ``balances`` projector under a
-:class:`~framework.projection.Runner` that holds the group's coordinator; the session timeout
+:class:`~eventlane.projection.Runner` that holds the group's coordinator; the session timeout
 is long (20 s), so only the runner's leave on the dead worker's behalf can move its
 partitions in under 2 s. The oracle is a fold of the raw log (any engine): the read model's
 balances equal it, and its ``applied`` table holds every record's coordinates exactly once
@@ -19,10 +19,10 @@ from typing import Any
 
 import orjson
 
-from framework.app import Runtime
-from framework.consumer.coordination import coordination_for
-from framework.log import Log, TopicPartition
-from framework.projection import Runner, readmodel_path
+from eventlane.app import Runtime
+from eventlane.consumer.coordination import coordination_for
+from eventlane.log import Log, TopicPartition
+from eventlane.projection import Runner, readmodel_path
 
 APP = "tests.projection.bankapp:app"
 SESSION_MS = 20_000

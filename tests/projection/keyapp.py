@@ -16,9 +16,9 @@ import os
 
 from attrs import frozen
 
-from framework.app import App
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.projection import EventContext, Projector, handles
+from eventlane.app import App
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.projection import EventContext, Projector, handles
 
 
 @event("Ticked")

@@ -1,6 +1,6 @@
 """Helpers of the projection tests (fixtures: conftest.py): produce events fast, start worker processes, fold the log.
 
-Worker processes run ``python -m framework.cli --data DATA project worker
+Worker processes run ``python -m eventlane.cli --data DATA project worker
 tests.projection.bankapp:app NAME`` (the hidden command ``project run`` starts) with the repository root on ``PYTHONPATH``; their stderr goes to a file under
 the test's ``tmp_path`` (read by the tests that look for a log line, and printed when a test
 fails). The *fold* is computed here independently of the framework: straight from the raw
@@ -28,15 +28,15 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from framework.app import Runtime  # noqa: E402
-from framework.codec import Envelope  # noqa: E402
-from framework.consumer.coordinator import GroupCoordinator  # noqa: E402
-from framework.consumer.free import Consumer  # noqa: E402
-from framework.log import LogStore, TopicPartition  # noqa: E402
-from framework.log.partitioner import partition_for_key  # noqa: E402
-from framework.projection import ReadModelView, readmodel_path  # noqa: E402
-from framework.projection.postgres import PgReadModelView, schema_name  # noqa: E402
-from framework.projection.store import ENV as READMODELS_ENV  # noqa: E402
+from eventlane.app import Runtime  # noqa: E402
+from eventlane.codec import Envelope  # noqa: E402
+from eventlane.consumer.coordinator import GroupCoordinator  # noqa: E402
+from eventlane.consumer.free import Consumer  # noqa: E402
+from eventlane.log import LogStore, TopicPartition  # noqa: E402
+from eventlane.log.partitioner import partition_for_key  # noqa: E402
+from eventlane.projection import ReadModelView, readmodel_path  # noqa: E402
+from eventlane.projection.postgres import PgReadModelView, schema_name  # noqa: E402
+from eventlane.projection.store import ENV as READMODELS_ENV  # noqa: E402
 from tests.projection import bankapp  # noqa: E402
 
 APP = "tests.projection.bankapp:app"
@@ -251,7 +251,7 @@ class Workers:
             cmd = [
                 sys.executable,
                 "-m",
-                "framework.cli",
+                "eventlane.cli",
                 "--data",
                 str(self.data),
                 "project",

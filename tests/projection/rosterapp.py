@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from framework import App, EventContext, Projector, Runtime, handles
-from framework.codec.keystore import LogKeyStore
-from framework.projection import open_store
+from eventlane import App, EventContext, Projector, Runtime, handles
+from eventlane.codec.keystore import LogKeyStore
+from eventlane.projection import open_store
 from tests.replay.erasure_app import Member, MemberJoined, PlanChanged
 
 

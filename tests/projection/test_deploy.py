@@ -24,13 +24,13 @@ import orjson
 from click.testing import CliRunner
 from projection_kit import ROOT, child_env
 
-from framework.cli import main
-from framework.log import Log
-from framework.projection import readmodel_path
+from eventlane.cli import main
+from eventlane.log import Log
+from eventlane.projection import readmodel_path
 from tests.projection import deployapp
 
 APP = "tests.projection.deployapp:app"
-CLI = "from framework.cli import main; main(prog_name='eventlane')"
+CLI = "from eventlane.cli import main; main(prog_name='eventlane')"
 
 
 def raw(log: Log, topic: str) -> list[dict[str, Any]]:

@@ -15,10 +15,10 @@ from pathlib import Path
 from handover_kit import APP, SESSION_MS, fold, kill_one_of_two, lag, owners, read_model, wait
 from projection_kit import Producer, child_env
 
-from framework.app import Runtime
-from framework.consumer.coordination import coordination_for
-from framework.log import TopicPartition
-from framework.projection import Runner
+from eventlane.app import Runtime
+from eventlane.consumer.coordination import coordination_for
+from eventlane.log import TopicPartition
+from eventlane.projection import Runner
 
 
 def test_kill9_of_one_worker_of_two_moves_its_partitions_at_once(

@@ -8,8 +8,8 @@ import sys
 
 PROBE = """
 import sys
-import framework.projection
-import framework.projection.readmodel
+import eventlane.projection
+import eventlane.projection.readmodel
 loaded = sorted(m for m in ("pandas", "numpy") if m in sys.modules)
 import pandas, numpy  # still importable, as usual
 import sqlite_utils.db
@@ -19,7 +19,7 @@ print(loaded, sys.modules["pandas"] is pandas, type(numpy.int64(1)).__name__)
 ALREADY = """
 import sys
 import pandas
-import framework.projection.readmodel
+import eventlane.projection.readmodel
 import sqlite_utils.db
 print(sqlite_utils.db.pd is pandas)
 """

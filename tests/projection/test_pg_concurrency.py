@@ -19,11 +19,11 @@ import psycopg
 import pytest
 from projection_kit import BOTH, Producer
 
-from framework.app import App, Runtime
-from framework.errors import ReadModelUnavailableError
-from framework.log import Record, TopicPartition
-from framework.projection import BatchApplier, EventContext, Projector, handles, open_readmodel
-from framework.projection.postgres import PgReadModel
+from eventlane.app import App, Runtime
+from eventlane.errors import ReadModelUnavailableError
+from eventlane.log import Record, TopicPartition
+from eventlane.projection import BatchApplier, EventContext, Projector, handles, open_readmodel
+from eventlane.projection.postgres import PgReadModel
 from tests.projection import bankapp
 from tests.projection.test_projection_apply import all_records
 

@@ -29,19 +29,19 @@ from projection_kit import (
     wait_caught_up,
 )
 
-from framework.app import Runtime
-from framework.cli import main
-from framework.console import ConsoleData
-from framework.console.web import create_app
-from framework.consumer.free import Consumer
-from framework.errors import ConfigError
-from framework.log import Record, TopicPartition
-from framework.projection import BatchApplier, open_readmodel
-from framework.projection.postgres import schema_name
-from framework.projection.store import ENV as READMODELS_ENV
-from framework.replay.handoff import rebuild_and_swap
-from framework.replay.rebuild import rebuild
-from framework.replay.verify import verify_rebuild
+from eventlane.app import Runtime
+from eventlane.cli import main
+from eventlane.console import ConsoleData
+from eventlane.console.web import create_app
+from eventlane.consumer.free import Consumer
+from eventlane.errors import ConfigError
+from eventlane.log import Record, TopicPartition
+from eventlane.projection import BatchApplier, open_readmodel
+from eventlane.projection.postgres import schema_name
+from eventlane.projection.store import ENV as READMODELS_ENV
+from eventlane.replay.handoff import rebuild_and_swap
+from eventlane.replay.rebuild import rebuild
+from eventlane.replay.verify import verify_rebuild
 
 PG = pytest.mark.parametrize("engine", ["postgresql"], indirect=True)
 

@@ -10,12 +10,12 @@ import orjson
 import pytest
 from projection_kit import BOTH, Producer, fold_accounts, read_balances, read_markers
 
-from framework.app import Runtime
-from framework.codec import Envelope
-from framework.consumer.free import Consumer
-from framework.errors import ProjectionError
-from framework.log import Record, TopicPartition
-from framework.projection import (
+from eventlane.app import Runtime
+from eventlane.codec import Envelope
+from eventlane.consumer.free import Consumer
+from eventlane.errors import ProjectionError
+from eventlane.log import Record, TopicPartition
+from eventlane.projection import (
     BatchApplier,
     FencedError,
     ReadModel,
@@ -26,7 +26,7 @@ from framework.projection import (
     readmodel_path,
     retry_dead_letters,
 )
-from framework.projection.store import AnyReadModel, open_store
+from eventlane.projection.store import AnyReadModel, open_store
 from tests.projection import bankapp
 
 TP0 = TopicPartition("accounts", 0)

@@ -14,13 +14,13 @@ import orjson
 from click.testing import CliRunner
 from projection_kit import ROOT, Producer, child_env, fold_accounts, read_balances, wait_caught_up
 
-from framework.app import Runtime
-from framework.cli import main
+from eventlane.app import Runtime
+from eventlane.cli import main
 from tests.projection import bankapp
 
 APP = "tests.projection.bankapp:app"
 APP_V2 = "tests.projection.bankapp:app_v2"
-CLI = "from framework.cli import main; main(prog_name='eventlane')"
+CLI = "from eventlane.cli import main; main(prog_name='eventlane')"
 
 
 def invoke(data: Path, *args: str, env: dict[str, str] | None = None) -> Any:
@@ -164,7 +164,7 @@ def test_migrate_and_refusal_to_run_with_pending(
     assert "pending migrations: m002_balances_owner" in err and "eventlane migrate" in err
     command = ["project", "worker", APP_V2, "balances"]
     worker = subprocess.run(
-        [sys.executable, "-m", "framework.cli", "--data", str(data), *command],
+        [sys.executable, "-m", "eventlane.cli", "--data", str(data), *command],
         env=child_env(),
         cwd=str(ROOT),
         check=False,

@@ -30,8 +30,8 @@ from projection_kit import (
     wait_caught_up,
 )
 
-from framework.consumer.coordinator import GroupCoordinator
-from framework.log import LogStore, TopicPartition
+from eventlane.consumer.coordinator import GroupCoordinator
+from eventlane.log import LogStore, TopicPartition
 
 
 class MonotonicPositions(threading.Thread):

@@ -26,14 +26,14 @@ import orjson
 import pytest
 from projection_kit import Workers, child_env, positions, wait_caught_up
 
-from framework.app import Runtime
-from framework.codec import Envelope
-from framework.errors import ConfigError, ProjectionError
-from framework.log import LogStore, TopicPartition
-from framework.log.partitioner import partition_for_key
-from framework.projection import EventContext, Projector, ReadModelView, Worker, handles
-from framework.projection.parallel import DONE_TABLE, ParallelApplier
-from framework.projection.readmodel import readmodel_path
+from eventlane.app import Runtime
+from eventlane.codec import Envelope
+from eventlane.errors import ConfigError, ProjectionError
+from eventlane.log import LogStore, TopicPartition
+from eventlane.log.partitioner import partition_for_key
+from eventlane.projection import EventContext, Projector, ReadModelView, Worker, handles
+from eventlane.projection.parallel import DONE_TABLE, ParallelApplier
+from eventlane.projection.readmodel import readmodel_path
 from tests.projection import keyapp
 
 APP = "tests.projection.keyapp:app"

@@ -28,12 +28,12 @@ from projection_kit import (
     wait_caught_up,
 )
 
-from framework.consumer.free import Consumer
-from framework.log import LogStore, TopicPartition
-from framework.projection import dlq_topic
+from eventlane.consumer.free import Consumer
+from eventlane.log import LogStore, TopicPartition
+from eventlane.projection import dlq_topic
 
 APP = "tests.projection.bankapp:app"
-CLI = "from framework.cli import main; main(prog_name='eventlane')"
+CLI = "from eventlane.cli import main; main(prog_name='eventlane')"
 
 
 class StallWatch(threading.Thread):

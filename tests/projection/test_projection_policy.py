@@ -18,15 +18,15 @@ import click
 import orjson
 from projection_kit import APP, Workers, child_env, connect, wait_caught_up
 
-from framework.app import Runtime
-from framework.cli.context import AppContext
-from framework.cli.project import open_worker, project
-from framework.codec import Envelope
-from framework.consumer.free import Consumer
-from framework.log import LogStore, TopicPartition
-from framework.log.partitioner import partition_for_key
-from framework.projection import ReadModelView, readmodel_path
-from framework.store.stream_cache import WORKER_EVENTS
+from eventlane.app import Runtime
+from eventlane.cli.context import AppContext
+from eventlane.cli.project import open_worker, project
+from eventlane.codec import Envelope
+from eventlane.consumer.free import Consumer
+from eventlane.log import LogStore, TopicPartition
+from eventlane.log.partitioner import partition_for_key
+from eventlane.projection import ReadModelView, readmodel_path
+from eventlane.store.stream_cache import WORKER_EVENTS
 from tests.projection import bankapp
 
 ORDERS = 240

@@ -36,17 +36,17 @@ import pytest
 from click.testing import CliRunner
 from projection_kit import Workers, connect, view, wait_caught_up
 
+from eventlane import App, EventContext, Projector, Runtime, forget, handles, rebuild
+from eventlane.cli import main
+from eventlane.domain.privacy import ERASED
+from eventlane.projection import Worker
+from eventlane.projection.postgres import derived_schema, schema_name, stage_schema
+from eventlane.projection.store import ENV as READMODELS_ENV
+from eventlane.replay.handoff import SCRUBBED_ERROR
+from eventlane.testing.postgres import PostgresServer
 from example_apps.invoicing.app import app as invoicing
 from example_apps.invoicing.domain import Customer, Order
 from example_apps.invoicing.events import Address, CustomerMoved, CustomerRegistered, OrderLine
-from framework import App, EventContext, Projector, Runtime, forget, handles, rebuild
-from framework.cli import main
-from framework.domain.privacy import ERASED
-from framework.projection import Worker
-from framework.projection.postgres import derived_schema, schema_name, stage_schema
-from framework.projection.store import ENV as READMODELS_ENV
-from framework.replay.handoff import SCRUBBED_ERROR
-from framework.testing.postgres import PostgresServer
 from tests.projection.rosterapp import app
 from tests.replay.erasure_app import Member, MemberJoined
 
@@ -315,7 +315,7 @@ def test_a_reader_holding_the_swapped_out_schema_is_reported_then_the_next_run_f
     """A console's open transaction on the live table keeps the swapped-out schema from
     being dropped (its lock): forget says so (exit 1, never a crash, never "done"); once the
     reader is gone, the next run (the journal's subjects) drops it and nothing is left."""
-    monkeypatch.setattr("framework.projection.postgres.BUSY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr("eventlane.projection.postgres.BUSY_TIMEOUT_S", 1.0)
     case = Case.draw(1)
     subject = case.kept_member()
     with app.open(data) as runtime:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.errors import ConfigError
-from framework.projection import Table, dialect_of
+from eventlane.errors import ConfigError
+from eventlane.projection import Table, dialect_of
 
 KEYS = st.sampled_from(["a", "b", "c", "offset", "o'q"])
 AMOUNTS = st.integers(-1000, 1000)

@@ -56,7 +56,7 @@ def _status(data: Path, name: str) -> dict[str, Any]:
         [
             sys.executable,
             "-m",
-            "framework.cli",
+            "eventlane.cli",
             "--data",
             str(data),
             "project",
@@ -88,7 +88,7 @@ def test_one_order_is_one_trace_across_processes(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "framework.cli",
+                "eventlane.cli",
                 "--data",
                 str(data),
                 "project",

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from attrs import frozen
 
-from framework.app import App, Runtime
-from framework.app.metrics import StateCollector
-from framework.codec import Envelope, EventCodec, EventRegistry
-from framework.domain import DomainEvent, event
-from framework.log import LogStore, TopicPartition
-from framework.log.partitioner import partition_for_key
-from framework.projection import (
+from eventlane.app import App, Runtime
+from eventlane.app.metrics import StateCollector
+from eventlane.codec import Envelope, EventCodec, EventRegistry
+from eventlane.domain import DomainEvent, event
+from eventlane.log import LogStore, TopicPartition
+from eventlane.log.partitioner import partition_for_key
+from eventlane.projection import (
     EventContext,
     Projector,
     Worker,
@@ -31,7 +31,7 @@ from framework.projection import (
     open_readmodel,
     readmodel_path,
 )
-from framework.projection.applier import BatchApplier
+from eventlane.projection.applier import BatchApplier
 from tests.projection import deployapp
 
 assert deployapp.RELEASE == 1
@@ -76,8 +76,8 @@ def console_page(rt: Runtime, path: str) -> str:
         warnings.simplefilter("ignore")
         from starlette.testclient import TestClient  # noqa: PLC0415
 
-    from framework.console import ConsoleData  # noqa: PLC0415
-    from framework.console.web import create_app  # noqa: PLC0415
+    from eventlane.console import ConsoleData  # noqa: PLC0415
+    from eventlane.console.web import create_app  # noqa: PLC0415
 
     log = LogStore(rt.log.path)
     data = ConsoleData(log, "tests.projection.deployapp:app")

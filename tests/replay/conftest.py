@@ -27,10 +27,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
 )
 
-from framework.app import Runtime  # noqa: E402
-from framework.log import LogStore, TopicPartition  # noqa: E402
-from framework.projection import ReadModelView, Worker, readmodel_path  # noqa: E402
-from framework.replay.session import spark_session  # noqa: E402
+from eventlane.app import Runtime  # noqa: E402
+from eventlane.log import LogStore, TopicPartition  # noqa: E402
+from eventlane.projection import ReadModelView, Worker, readmodel_path  # noqa: E402
+from eventlane.replay.session import spark_session  # noqa: E402
 from tests.replay import replay_app  # noqa: E402
 
 APP = "tests.replay.replay_app:app"
@@ -125,7 +125,7 @@ class Procs:
         cmd = [
             sys.executable,
             "-m",
-            "framework.cli",
+            "eventlane.cli",
             "--data",
             str(data),
             "project",

@@ -17,10 +17,10 @@ from typing import ClassVar
 
 from attrs import frozen
 
-from framework import App, EventContext, Projector, handles
-from framework.codec.keystore import LogKeyStore
-from framework.domain import Aggregate, DomainEvent, applies, event, personal, subject
-from framework.projection._sqlite_utils import Database
+from eventlane import App, EventContext, Projector, handles
+from eventlane.codec.keystore import LogKeyStore
+from eventlane.domain import Aggregate, DomainEvent, applies, event, personal, subject
+from eventlane.projection._sqlite_utils import Database
 
 
 @event("MemberJoined")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from framework.app import App
-from framework.projection import EventContext
+from eventlane.app import App
+from eventlane.projection import EventContext
 from tests.projection import bankapp
 
 FAULT_AFTER = 40

@@ -39,13 +39,13 @@ import orjson
 from attrs import frozen
 from sqlite_utils import Database
 
-from framework.app import App
-from framework.codec import EventCodec, EventRegistry
-from framework.codec.envelope import Envelope
-from framework.domain import DomainEvent, event
-from framework.log import Log, LogStore, TopicPartition
-from framework.log.partitioner import partition_for_key
-from framework.projection import EventContext, Projector, handles
+from eventlane.app import App
+from eventlane.codec import EventCodec, EventRegistry
+from eventlane.codec.envelope import Envelope
+from eventlane.domain import DomainEvent, event
+from eventlane.log import Log, LogStore, TopicPartition
+from eventlane.log.partitioner import partition_for_key
+from eventlane.projection import EventContext, Projector, handles
 
 
 @event("OrderPlaced", version=2)

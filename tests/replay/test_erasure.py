@@ -21,16 +21,16 @@ import orjson
 import pytest
 from attrs import frozen
 
-from framework import App, EventContext, Projector, Worker, forget, handles, rebuild
-from framework.codec import EventRegistry
-from framework.domain import Aggregate, DomainEvent, applies, event, personal
-from framework.domain.privacy import ERASED
-from framework.errors import ConfigError
-from framework.projection import readmodel_path
-from framework.projection.breaker import breaker_path
-from framework.projection.dead_letters import list_dead_letters
-from framework.projection.readmodel import ReadModelView
-from framework.replay.forget import JOURNAL
+from eventlane import App, EventContext, Projector, Worker, forget, handles, rebuild
+from eventlane.codec import EventRegistry
+from eventlane.domain import Aggregate, DomainEvent, applies, event, personal
+from eventlane.domain.privacy import ERASED
+from eventlane.errors import ConfigError
+from eventlane.projection import readmodel_path
+from eventlane.projection.breaker import breaker_path
+from eventlane.projection.dead_letters import list_dead_letters
+from eventlane.projection.readmodel import ReadModelView
+from eventlane.replay.forget import JOURNAL
 from tests.replay.erasure_app import Member, MemberJoined, app
 from tests.replay.test_erasure_model import run_part, run_to_end
 
@@ -54,7 +54,7 @@ def directory_worker(data: Path, sink: Any, **env: str) -> subprocess.Popen[byte
         [
             sys.executable,
             "-m",
-            "framework.cli",
+            "eventlane.cli",
             "--data",
             str(data),
             "project",
@@ -444,7 +444,7 @@ def test_the_cli_exits_1_while_a_place_is_not_scrubbed_and_the_next_run_finishes
         join(rt, "m0", "Eustace Commandline")
         run_to_end(rt, "directory")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    base = [sys.executable, "-m", "framework.cli", "--data", str(data), "forget"]
+    base = [sys.executable, "-m", "eventlane.cli", "--data", str(data), "forget"]
     console = sqlite3.connect(readmodel_path(data, "directory"))  # a console's connection
     console.execute("SELECT count(*) FROM members").fetchall()
     try:

@@ -41,10 +41,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from framework import Worker, forget, rebuild
-from framework.domain.privacy import ERASED
-from framework.projection import readmodel_path
-from framework.projection.breaker import load_tripped
+from eventlane import Worker, forget, rebuild
+from eventlane.domain.privacy import ERASED
+from eventlane.projection import readmodel_path
+from eventlane.projection.breaker import load_tripped
 from tests.replay.erasure_app import Member, app
 
 SCENARIOS = int(os.environ.get("ERASURE_SCENARIOS", "200"))

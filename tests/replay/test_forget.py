@@ -19,10 +19,7 @@ from pathlib import Path
 import pytest
 from sqlite_utils import Migrations
 
-from example_apps.invoicing.app import app as invoicing
-from example_apps.invoicing.domain import Customer, Order
-from example_apps.invoicing.events import Address, CustomerMoved, CustomerRegistered, OrderLine
-from framework import (
+from eventlane import (
     App,
     EventContext,
     Projector,
@@ -32,8 +29,11 @@ from framework import (
     rebuild,
     verify_rebuild,
 )
-from framework.domain.privacy import ERASED
-from framework.projection import readmodel_path
+from eventlane.domain.privacy import ERASED
+from eventlane.projection import readmodel_path
+from example_apps.invoicing.app import app as invoicing
+from example_apps.invoicing.domain import Customer, Order
+from example_apps.invoicing.events import Address, CustomerMoved, CustomerRegistered, OrderLine
 
 directory_schema = Migrations("privacy-test.directory")
 
@@ -172,7 +172,7 @@ def test_raw_tools_show_cipher_text_never_plain_text(data: Path) -> None:
         [
             sys.executable,
             "-c",
-            "from framework.cli import main; main()",
+            "from eventlane.cli import main; main()",
             "--data",
             str(data),
             "consume",

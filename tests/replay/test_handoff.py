@@ -14,11 +14,11 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from framework.cli import main
-from framework.errors import ReplayError
-from framework.projection import ReadModelView, readmodel_path
-from framework.projection.pause import PauseControl
-from framework.replay.handoff import rebuild_and_swap, shadow_path, swap_file
+from eventlane.cli import main
+from eventlane.errors import ReplayError
+from eventlane.projection import ReadModelView, readmodel_path
+from eventlane.projection.pause import PauseControl
+from eventlane.replay.handoff import rebuild_and_swap, shadow_path, swap_file
 from tests.replay import replay_app
 from tests.replay.conftest import APP, Procs, expected_markers, make_history, rows
 

@@ -15,13 +15,13 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from framework.cli import main
-from framework.errors import ConfigError
-from framework.log import LogStore, TopicPartition
-from framework.projection import readmodel_path
-from framework.replay.checksum import DEAD_LETTERS, POSITIONS, compare, file_checksums
-from framework.replay.rebuild import default_output, rebuild
-from framework.replay.verify import compare_live
+from eventlane.cli import main
+from eventlane.errors import ConfigError
+from eventlane.log import LogStore, TopicPartition
+from eventlane.projection import readmodel_path
+from eventlane.replay.checksum import DEAD_LETTERS, POSITIONS, compare, file_checksums
+from eventlane.replay.rebuild import default_output, rebuild
+from eventlane.replay.verify import compare_live
 from tests.replay import replay_app
 from tests.replay.conftest import APP, GeneratedLog, expected_markers, rows, run_live
 

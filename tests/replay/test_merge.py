@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.errors import ReplayError
-from framework.replay import build, checksum, merge, ranges, task
-from framework.replay.merge import (
+from eventlane.errors import ReplayError
+from eventlane.replay import build, checksum, merge, ranges, task
+from eventlane.replay.merge import (
     MergeConflictError,
     Partial,
     merge_partials,
@@ -32,7 +32,7 @@ from framework.replay.merge import (
     parse_rule,
     user_tables,
 )
-from framework.testing.postgres import PostgresServer
+from eventlane.testing.postgres import PostgresServer
 
 
 @pytest.mark.parametrize("module", [build, checksum, merge, ranges, task])

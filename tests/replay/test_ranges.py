@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from framework.errors import ConfigError, OffsetOutOfRangeError
-from framework.log import LogStore, TopicPartition
-from framework.replay.ranges import OffsetRange, end_vector, plan_ranges, read_range, split_range
+from eventlane.errors import ConfigError, OffsetOutOfRangeError
+from eventlane.log import LogStore, TopicPartition
+from eventlane.replay.ranges import OffsetRange, end_vector, plan_ranges, read_range, split_range
 
 
 def offsets(log: LogStore, rng: OffsetRange) -> list[int]:

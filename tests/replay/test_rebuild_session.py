@@ -1,5 +1,5 @@
-"""A rebuild's Spark session, with real JVMs: its class archive (framework.replay.class_archive),
-its worker daemon (framework.replay.worker_daemon) and its lazily registered data source.
+"""A rebuild's Spark session, with real JVMs: its class archive (eventlane.replay.class_archive),
+its worker daemon (eventlane.replay.worker_daemon) and its lazily registered data source.
 
 Each session runs in a child process, as ``eventlane rebuild`` does, so the archive is
 written at a real interpreter exit. Whether a JVM uses the archive is read from outside
@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from framework.replay.class_archive import ENV, archive_dir, plan_archive
+from eventlane.replay.class_archive import ENV, archive_dir, plan_archive
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import sys
 from pyspark import SparkContext
-from framework.replay.session import spark_session
+from eventlane.replay.session import spark_session
 
 s = spark_session("local[1]", rebuild=True)
 count = s.range(3).count()
@@ -97,8 +97,8 @@ def test_the_first_session_writes_the_archive_and_the_next_maps_it(tmp_path: Pat
 
 BROKEN = """
 import logging, sys
-from framework.replay import class_archive
-from framework.replay.session import spark_session
+from eventlane.replay import class_archive
+from eventlane.replay.session import spark_session
 
 logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 class_archive.Archive.java_options = property(lambda self: "-Xmx1k")
@@ -171,9 +171,9 @@ def test_an_archive_unused_for_a_month_goes_when_another_is_written(
 
 FRAME = """
 import sys
-from framework.log import LogStore
-from framework.replay.typed import event_frame
-from framework.replay.session import spark_session
+from eventlane.log import LogStore
+from eventlane.replay.typed import event_frame
+from eventlane.replay.session import spark_session
 from tests.replay import replay_app
 
 data = sys.argv[1]
@@ -201,7 +201,7 @@ def test_the_worker_daemon_imports_start_no_thread() -> None:
     """Spark forks its Python workers from the daemon: a thread started by an import there
     would be missing in every worker."""
     code = (
-        "import os, threading, framework.replay.worker_daemon;"
+        "import os, threading, eventlane.replay.worker_daemon;"
         " print(threading.active_count(), len(os.listdir('/proc/self/task')))"
     )
     done = subprocess.run(

@@ -1,7 +1,7 @@
 """Spark: the data source, typed frames, the Spark rebuild, retries, the hand-off, memory.
 
 One SparkSession for the run (``local[2,4]``, driver memory 512 MiB; see ``conftest``).
-Every equality here is table by table, by content checksum (``framework.replay.checksum``).
+Every equality here is table by table, by content checksum (``eventlane.replay.checksum``).
 """
 
 from __future__ import annotations
@@ -23,20 +23,20 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import functions as F
 
+from eventlane.cli import main
+from eventlane.codec import Envelope
+from eventlane.errors import ReplayError
+from eventlane.log import LogStore, Record, TopicPartition
+from eventlane.projection import ReadModelView, readmodel_path
+from eventlane.projection.pause import PauseControl
+from eventlane.replay.checksum import POSITIONS, compare, file_checksums
+from eventlane.replay.datasource import EventlaneReader, records_to_arrow
+from eventlane.replay.handoff import rebuild_and_swap
+from eventlane.replay.merge import MergeConflictError
+from eventlane.replay.rebuild import rebuild
+from eventlane.replay.typed import arrow_schema, decode_batches, event_frame, event_frames
 from example_apps.invoicing.app import app as invoicing
 from example_apps.invoicing.events import Address, OrderLine, OrderPlaced
-from framework.cli import main
-from framework.codec import Envelope
-from framework.errors import ReplayError
-from framework.log import LogStore, Record, TopicPartition
-from framework.projection import ReadModelView, readmodel_path
-from framework.projection.pause import PauseControl
-from framework.replay.checksum import POSITIONS, compare, file_checksums
-from framework.replay.datasource import EventlaneReader, records_to_arrow
-from framework.replay.handoff import rebuild_and_swap
-from framework.replay.merge import MergeConflictError
-from framework.replay.rebuild import rebuild
-from framework.replay.typed import arrow_schema, decode_batches, event_frame, event_frames
 from tests.replay import replay_app
 from tests.replay.conftest import (
     APP,
@@ -154,7 +154,7 @@ def test_data_source_offsets_and_splits(spark: Any, history: GeneratedLog) -> No
 
 
 @pytest.mark.parametrize(
-    "module", ["framework.replay.datasource", "framework.replay.typed", "framework.replay.session"]
+    "module", ["eventlane.replay.datasource", "eventlane.replay.typed", "eventlane.replay.session"]
 )
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
@@ -314,7 +314,7 @@ def test_a_crashed_python_worker_is_named_and_its_parts_removed(
 def _claim_parts_and_wait(output: Path, ready: Path) -> None:
     """A child process: claim a parts folder for ``output`` as a Spark rebuild does, say so
     in ``ready``, then wait to be killed."""
-    from framework.replay.spark import claim_parts  # noqa: PLC0415
+    from eventlane.replay.spark import claim_parts  # noqa: PLC0415
 
     work = claim_parts(output)
     ready.write_text(str(work.path))

@@ -3,8 +3,8 @@
 its executor and their Python workers) while the job's tasks run.
 
 Spark alone then logs one "Lost executor" line and waits for another worker without end:
-before :mod:`framework.replay.executors` the rebuild stood still with no word of why. Now
-the driver says so within :data:`~framework.replay.executors.WARN_AFTER_S` and gives up
+before :mod:`eventlane.replay.executors` the rebuild stood still with no word of why. Now
+the driver says so within :data:`~eventlane.replay.executors.WARN_AFTER_S` and gives up
 after ``EVENTLANE_SPARK_EXECUTOR_WAIT`` seconds (a retriable error, nothing written); a
 worker that joins in time gets the lost tasks, and the result equals the local engine's.
 """
@@ -23,11 +23,11 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from framework.errors import ConfigError
-from framework.log.processes import free_ports
-from framework.replay.checksum import compare, file_checksums
-from framework.replay.executors import DEFAULT_WAIT_S, WAIT_ENV, wait_limit
-from framework.replay.rebuild import rebuild
+from eventlane.errors import ConfigError
+from eventlane.log.processes import free_ports
+from eventlane.replay.checksum import compare, file_checksums
+from eventlane.replay.executors import DEFAULT_WAIT_S, WAIT_ENV, wait_limit
+from eventlane.replay.rebuild import rebuild
 from tests.replay import replay_app
 from tests.replay.conftest import APP, ROOT, GeneratedLog, child_env, make_history
 
@@ -120,7 +120,7 @@ class Cluster:
         log = out.with_suffix(".log")
         args = ["--data", str(history.data), "rebuild", APP, "-p", projection]
         args += ["--master", self.url, "--output", str(out)]
-        return self.spawn([sys.executable, "-m", "framework.cli", *args], log, **env), log
+        return self.spawn([sys.executable, "-m", "eventlane.cli", *args], log, **env), log
 
     def stop_workers(self) -> None:
         for proc in self.workers:

@@ -26,16 +26,16 @@ import orjson
 import psycopg
 import pytest
 
+from eventlane.app import Runtime
+from eventlane.codec import Envelope
+from eventlane.log import LogStore, Producer, ProducerRecord
+from eventlane.projection.postgres import schema_name
+from eventlane.projection.store import ENV as READMODELS_ENV
+from eventlane.replay.handoff import rebuild_and_swap
+from eventlane.replay.rebuild import rebuild
+from eventlane.replay.verify import verify_rebuild, verify_replay
 from example_apps.invoicing.app import app as invoicing
 from example_apps.invoicing.events import InvoiceIssued, InvoiceVoided, PaymentRecorded
-from framework.app import Runtime
-from framework.codec import Envelope
-from framework.log import LogStore, Producer, ProducerRecord
-from framework.projection.postgres import schema_name
-from framework.projection.store import ENV as READMODELS_ENV
-from framework.replay.handoff import rebuild_and_swap
-from framework.replay.rebuild import rebuild
-from framework.replay.verify import verify_rebuild, verify_replay
 from tests.projection.projection_kit import Producer as Deposits
 from tests.projection.projection_kit import (  # noqa: F401 (data, engine, runtime, workers: fixtures)
     Workers,

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from eventlane import AggregateNotFoundError, rebuild
+from eventlane.log import LogStore, TopicPartition
+from eventlane.replay import end_vector_at
+from eventlane.replay.checksum import compare, file_checksums
 from example_apps.invoicing.app import app
 from example_apps.invoicing.domain import Customer, Order
 from example_apps.invoicing.events import Address, OrderLine
-from framework import AggregateNotFoundError, rebuild
-from framework.log import LogStore, TopicPartition
-from framework.replay import end_vector_at
-from framework.replay.checksum import compare, file_checksums
 
 PROJECTIONS = ("orders_by_status",)
 

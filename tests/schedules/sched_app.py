@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from attrs import frozen
 
-from framework import Aggregate, App, DomainEvent, EventContext, Projector, applies, event, handles
-from framework.domain import Command, command
+from eventlane import Aggregate, App, DomainEvent, EventContext, Projector, applies, event, handles
+from eventlane.domain import Command, command
 
 
 @event("AlarmSet")

@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from framework.app.schedules import scheduler_group, schedules_topic
-from framework.consumer.coordination import coordination_for
+from eventlane.app.schedules import scheduler_group, schedules_topic
+from eventlane.consumer.coordination import coordination_for
 from tests.schedules.sched_app import app
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = "from framework.cli import main; main(prog_name='eventlane')"
+CLI = "from eventlane.cli import main; main(prog_name='eventlane')"
 
 
 def test_eventlane_run_supervises_the_scheduler(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sched_app import Ring, app
 
-from framework.testing.clock import T0_MS
+from eventlane.testing.clock import T0_MS
 
 Model = dict[str, tuple[str, str]]  # key -> (state, schedule id)
 

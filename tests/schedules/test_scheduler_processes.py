@@ -27,7 +27,7 @@ def _scheduler(data: Path, log: Path) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-m",
-            "framework.cli",
+            "eventlane.cli",
             "--data",
             str(data),
             "schedules",

@@ -11,12 +11,12 @@ import pytest
 from attrs import frozen
 from sched_app import Alarm, AlarmCleared, AlarmSet, Rang, Ring, app
 
-from framework import Aggregate
-from framework.app.schedules import Scheduler
-from framework.domain import Command, command
-from framework.errors import ConfigError, SerializationError
-from framework.testing import FakeClock, ProjectorFixture
-from framework.testing.clock import T0_MS
+from eventlane import Aggregate
+from eventlane.app.schedules import Scheduler
+from eventlane.domain import Command, command
+from eventlane.errors import ConfigError, SerializationError
+from eventlane.testing import FakeClock, ProjectorFixture
+from eventlane.testing.clock import T0_MS
 
 
 @command("Unregistered")

@@ -41,18 +41,18 @@ from typing import Any, ClassVar, NamedTuple
 import orjson
 from attrs import frozen
 
-from framework.app import App, Runtime
-from framework.codec import EventRegistry
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.errors import (
+from eventlane.app import App, Runtime
+from eventlane.codec import EventRegistry
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.errors import (
     AggregateNotFoundError,
     ConcurrencyError,
     LogUnavailableError,
     OutcomeUnknownError,
     SerializationError,
 )
-from framework.log import LogStore, Record
-from framework.log.types import AppendResult
+from eventlane.log import LogStore, Record
+from eventlane.log.types import AppendResult
 
 MODES = ("stored", "lost", "late", "racing", "unavailable")
 
@@ -324,7 +324,7 @@ def child(args: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    from framework.observability import configure_logging
+    from eventlane.observability import configure_logging
 
     configure_logging("warning")  # logs on stderr; stdout carries only the protocol
     child(json.loads(sys.argv[1]))

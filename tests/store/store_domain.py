@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 import orjson
 from attrs import frozen
 
-from framework.app import App, Runtime
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.errors import DomainError
-from framework.log import Log, LogStore, Record
+from eventlane.app import App, Runtime
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.errors import DomainError
+from eventlane.log import Log, LogStore, Record
 
 
 @event("AccountOpened")

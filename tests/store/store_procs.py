@@ -40,10 +40,10 @@ from typing import Any
 
 from store_domain import Batcher, Counter, SnapCounter, make_app
 
-from framework.errors import AggregateNotFoundError, ConcurrencyError
-from framework.log.embedded import key_index
-from framework.log.embedded.key_index import KeyIndex
-from framework.observability import configure_logging
+from eventlane.errors import AggregateNotFoundError, ConcurrencyError
+from eventlane.log.embedded import key_index
+from eventlane.log.embedded.key_index import KeyIndex
+from eventlane.observability import configure_logging
 
 
 def emit(line: str) -> None:
@@ -52,8 +52,8 @@ def emit(line: str) -> None:
 
 
 def role_execute(args: dict[str, Any]) -> None:
-    if args.get("metrics"):  # counts into PROMETHEUS_MULTIPROC_DIR (framework.metrics)
-        from framework.metrics import enable  # noqa: PLC0415
+    if args.get("metrics"):  # counts into PROMETHEUS_MULTIPROC_DIR (eventlane.metrics)
+        from eventlane.metrics import enable  # noqa: PLC0415
 
         enable()
     with make_app(args["data"], partitions=args.get("partitions", 2)) as app:

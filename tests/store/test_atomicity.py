@@ -3,7 +3,7 @@
 A child process (``store_procs.py atomic``) saves batches of 5-50 ``Tick`` events on a few
 aggregates in a loop, each event naming its save number and its place in the save; it is
 stopped inside a save (mid-append, mid-state-update, before its index update: a seam of
-:mod:`framework._pauses`, at a hit drawn from the seed) and killed there with SIGKILL. After
+:mod:`eventlane._pauses`, at a hit drawn from the seed) and killed there with SIGKILL. After
 every kill the partition's raw records are read without the store and must be whole saves
 with contiguous versions; every save the child saw acknowledged must be there; the store
 must load every aggregate, and the next child continues saving on top.
@@ -22,7 +22,7 @@ import pytest
 from store_domain import Batcher, make_app, raw_streams
 from store_helpers import close, read_line, spawn, stderr_of
 
-from framework.testing.logs import capture_logs
+from eventlane.testing.logs import capture_logs
 
 AGGREGATES = 4
 
@@ -47,7 +47,7 @@ def check_whole_saves(stream: list[dict[str, Any]]) -> int:
 
 
 SEAMS = [
-    # (the point a child stops at: see framework._pauses, which hits of it to stop at)
+    # (the point a child stops at: see eventlane._pauses, which hits of it to stop at)
     ("partition.append.written", (2, 6)),  # a save's batch written, the state not updated
     ("state.write", (6, 15)),  # inside the seqlock write of an append or of its HWM
     ("partition.append.hooks", (2, 6)),  # a save published, its key index not updated

@@ -41,8 +41,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 from model_app import MODES, FaultyLog, ledger_class, open_runtime, raw_ledgers
 
-from framework.app import Runtime
-from framework.errors import AggregateNotFoundError, ConcurrencyError, SerializationError
+from eventlane.app import Runtime
+from eventlane.errors import AggregateNotFoundError, ConcurrencyError, SerializationError
 
 IDS = ("a", "b", "s1", "s2")
 """Aggregates: two ``Ledger``s and two ``SnapLedger``s (``s``: snapshot every 5 events)."""

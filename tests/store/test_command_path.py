@@ -13,8 +13,8 @@ from model_app import MODES, Ledger, open_runtime, raw_ledgers
 from store_domain import Counter, make_app
 from store_helpers import finish, read_line, send, spawn
 
-from framework.app import Runtime
-from framework.errors import (
+from eventlane.app import Runtime
+from eventlane.errors import (
     AggregateNotFoundError,
     ConcurrencyError,
     LogUnavailableError,

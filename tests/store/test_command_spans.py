@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from store_domain import AGGREGATES, Counter
 
-from framework.app import App
+from eventlane.app import App
 
 SECRET = "writer-secret-value"
 """An event field value: it must not appear in any span."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from store_domain import Counter, SnapCounter, make_app, raw_streams
 from store_helpers import finish, read_line, send, spawn
 
-from framework.store.repository import snapshot_topic
+from eventlane.store.repository import snapshot_topic
 
 INITIAL = 7
 PER_PROCESS = 500

@@ -20,9 +20,9 @@ from store_domain import (
     raw_streams,
 )
 
-from framework.app import Runtime
-from framework.codec import Envelope
-from framework.errors import (
+from eventlane.app import Runtime
+from eventlane.codec import Envelope
+from eventlane.errors import (
     AggregateNotFoundError,
     ConcurrencyError,
     SerializationError,

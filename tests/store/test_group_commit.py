@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from store_domain import Counter, make_app, raw_streams
 
-from framework.errors import ConcurrencyError
-from framework.log import LogStore
-from framework.log.embedded.key_index import KeyIndex
+from eventlane.errors import ConcurrencyError
+from eventlane.log import LogStore
+from eventlane.log.embedded.key_index import KeyIndex
 
 THREADS, COMMANDS = 8, 30
 

@@ -14,14 +14,14 @@ import pytest
 from store_domain import Counter, Incremented, make_app
 from store_helpers import close, read_line, send, spawn, stderr_of
 
-from framework.app import Runtime
-from framework.codec import Envelope
-from framework.errors import ConcurrencyError
-from framework.log.embedded import key_index
-from framework.log.embedded.key_check import verify_index
-from framework.log.embedded.key_index import DEFER_OFFSETS, READER_CATCH_UP, KeyIndex, index_path
-from framework.log.embedded.store import LogStore
-from framework.testing.logs import capture_logs
+from eventlane.app import Runtime
+from eventlane.codec import Envelope
+from eventlane.errors import ConcurrencyError
+from eventlane.log.embedded import key_index
+from eventlane.log.embedded.key_check import verify_index
+from eventlane.log.embedded.key_index import DEFER_OFFSETS, READER_CATCH_UP, KeyIndex, index_path
+from eventlane.log.embedded.store import LogStore
+from eventlane.testing.logs import capture_logs
 
 TOPIC = Counter.topic
 AGGREGATES = 24

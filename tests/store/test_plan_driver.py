@@ -1,4 +1,4 @@
-"""The async plan driver's ``answer`` (framework/_plans.py, issue 30): a step answered from
+"""The async plan driver's ``answer`` (eventlane/_plans.py, issue 30): a step answered from
 memory is not awaited, its answer (or exception) goes into the plan exactly as an awaited
 step's would, and every other step is performed once, in order."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from framework import _plans
+from eventlane import _plans
 
 
 def plan(steps: list[str]) -> Generator[str, Any, list[Any]]:

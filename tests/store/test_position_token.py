@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.errors import InvalidPositionError
-from framework.log import RecordMetadata, TopicPartition
-from framework.log.position import Position
+from eventlane.errors import InvalidPositionError
+from eventlane.log import RecordMetadata, TopicPartition
+from eventlane.log.position import Position
 
 topics = st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True)
 records = st.lists(

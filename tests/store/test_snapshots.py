@@ -9,10 +9,10 @@ from typing import ClassVar
 import pytest
 from store_domain import Counter, CountingLog, Incremented, SnapCounter, make_app, raw_streams
 
-from framework.app import Runtime
-from framework.domain import Snapshot, applies
-from framework.store.repository import snapshot_topic
-from framework.testing.logs import capture_logs
+from eventlane.app import Runtime
+from eventlane.domain import Snapshot, applies
+from eventlane.store.repository import snapshot_topic
+from eventlane.testing.logs import capture_logs
 
 SNAPSHOTS = snapshot_topic(SnapCounter.topic)
 

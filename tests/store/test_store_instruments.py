@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from store_domain import Counter, make_app, raw_streams
 from store_helpers import finish, read_line, send, spawn
 
-from framework.metrics import serve
+from eventlane.metrics import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 PER_PROCESS = 100

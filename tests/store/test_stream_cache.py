@@ -11,12 +11,12 @@ from attrs import frozen
 from store_domain import Counter, CountingLog, Incremented, make_app, raw_streams
 from store_helpers import finish, read_line, send, spawn
 
-from framework import App, DomainEvent, event, personal, replay
-from framework.app import Runtime
-from framework.codec import Envelope
-from framework.domain import Aggregate, applies
-from framework.errors import ConcurrencyError
-from framework.store.stream_cache import StreamCache
+from eventlane import App, DomainEvent, event, personal, replay
+from eventlane.app import Runtime
+from eventlane.codec import Envelope
+from eventlane.domain import Aggregate, applies
+from eventlane.errors import ConcurrencyError
+from eventlane.store.stream_cache import StreamCache
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""framework.testing.Scenario: given events → when a command → then events / raises,
+"""eventlane.testing.Scenario: given events → when a command → then events / raises,
 with and without the codec round trip; and each assertion can fail."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from store_domain import (
     Withdrawn,
 )
 
-from framework.codec import EventCodec, EventRegistry
-from framework.domain import Aggregate, DomainEvent, applies, event
-from framework.testing import Scenario
+from eventlane.codec import EventCodec, EventRegistry
+from eventlane.domain import Aggregate, DomainEvent, applies, event
+from eventlane.testing import Scenario
 
 
 @pytest.fixture

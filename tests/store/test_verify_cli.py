@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 from store_domain import Counter, make_app
 
-from framework.cli import main
+from eventlane.cli import main
 
 EVENTLANE = Path(sys.executable).parent / "eventlane"
 

@@ -28,11 +28,11 @@ import httpx
 import orjson
 import pytest
 
+from eventlane.codec import HEADER_CORRELATION_ID
+from eventlane.log import Log
+from eventlane.projection import Runner, open_readmodel
 from example_apps.invoicing import app
 from example_apps.invoicing.domain import invoice_id_for
-from framework.codec import HEADER_CORRELATION_ID
-from framework.log import Log
-from framework.projection import Runner, open_readmodel
 
 APP = "example_apps.invoicing:app"
 ADDRESS = {"street": "1 Main St", "city": "Springfield", "country": "US"}
@@ -59,7 +59,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "framework.cli", "--data", str(self.data), "invoicing"]
+        cmd = [sys.executable, "-m", "eventlane.cli", "--data", str(self.data), "invoicing"]
         cmd += ["serve-http", "--port", str(self.port)]
         cmd += ["--projectors" if self.projectors else "--no-projectors"]
         with self.log.open("ab") as sink:

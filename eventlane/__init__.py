@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from eventlane.replay.rebuild import rebuild as rebuild
     from eventlane.testing import Scenario as Scenario
 
+    __version__: str  # the installed distribution's version (importlib.metadata)
+
 _EXPORTS: dict[str, str] = {
     "Aggregate": "eventlane.domain",
     "AggregateNotFoundError": "eventlane.errors",
@@ -122,11 +124,15 @@ __all__ = [
 if not TYPE_CHECKING:  # hidden from type checkers: a typo stays an error for them
 
     def __getattr__(name: str) -> object:
+        import importlib  # noqa: PLC0415 - only when a name is first used
+
+        if name == "__version__":
+            value: object = importlib.import_module("importlib.metadata").version("eventlane")
+            globals()[name] = value
+            return value
         module = _EXPORTS.get(name)
         if module is None:
             raise AttributeError(f"module 'eventlane' has no attribute {name!r}")
-        import importlib  # noqa: PLC0415 - only when a name is first used
-
         value = getattr(importlib.import_module(module), name)
         globals()[name] = value  # the next lookup skips this function
         return value

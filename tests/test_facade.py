@@ -3,6 +3,7 @@ side effects, and a user's mypy sees the types through ``py.typed``."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import subprocess
@@ -35,6 +36,11 @@ def test_every_name_resolves_from_the_module_the_docs_name() -> None:
     assert set(eventlane.__all__) <= set(dir(eventlane))
     with pytest.raises(AttributeError, match="no attribute 'Aggregat'"):
         _ = eventlane.Aggregat  # type: ignore[attr-defined]
+
+
+def test_version_is_the_installed_distributions() -> None:
+    assert eventlane.__version__ == importlib.metadata.version("eventlane")
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", eventlane.__version__)
 
 
 def test_import_has_no_side_effects() -> None:

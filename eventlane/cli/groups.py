@@ -200,6 +200,14 @@ def reset_offsets_(
         )
     ((how, value),) = chosen
     rows = reset_offsets(app().open_log(), group, topic, how, value, execute=execute)
+    for row in rows:
+        if "requested" in row:
+            mark = "high" if row["requested"] > row["new"] else "low"
+            click.echo(
+                f"note: offset {row['requested']} is outside {row['topic']}-{row['partition']}"
+                f" (its {mark}-water mark is {row['new']}): {row['new']} instead",
+                err=True,
+            )
     if as_json:
         _print_json({"group": group, "executed": execute, "offsets": rows})
         return

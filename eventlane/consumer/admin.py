@@ -274,15 +274,15 @@ def _plan(
             assert when is not None
             found = log_.offset_for_time(topic, p, when)
             new = marks.hwm if found is None else found
-        new = min(max(new, marks.lwm), marks.hwm)
-        rows.append(
-            {
-                "topic": topic,
-                "partition": p,
-                "current": None if entry is None else entry.offset,
-                "new": new,
-            }
-        )
+        row: dict[str, Any] = {
+            "topic": topic,
+            "partition": p,
+            "current": None if entry is None else entry.offset,
+            "new": min(max(new, marks.lwm), marks.hwm),
+        }
+        if row["new"] != new:  # outside [lwm, hwm]: said, as Kafka's tool says it
+            row["requested"] = new
+        rows.append(row)
     return rows
 
 
@@ -314,8 +314,9 @@ def reset_offsets(
     Modes: ``to-earliest`` (the low-water mark), ``to-latest`` (the high-water mark),
     ``to-offset N``, ``to-datetime ISO`` (the first offset with a timestamp at or after it,
     else the high-water mark), ``shift-by N`` (from the committed offset, or the low-water
-    mark where none). Every result is clamped to ``[lwm, hwm]``. Refused (even the dry run)
-    while the group has live members.
+    mark where none). Every result is clamped to ``[lwm, hwm]``; a row whose offset was
+    clamped also has ``"requested"``, the offset asked for. Refused (even the dry run) while
+    the group has live members.
     """
     validate_group_id(group)
     groups = _coordination(log_, coordination)

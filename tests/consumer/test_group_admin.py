@@ -99,25 +99,26 @@ def test_describe_reports_members_assignment_and_lag(log) -> None:
 
 
 @pytest.mark.parametrize(
-    ("mode", "value", "expected"),
+    ("mode", "value", "expected", "requested"),
     [
-        ("to-earliest", None, {0: 0, 1: 0}),
-        ("to-latest", None, {0: 10, 1: 10}),
-        ("to-offset", 7, {0: 7, 1: 7}),
-        ("to-offset", 99, {0: 10, 1: 10}),  # clamped to the high-water mark
-        ("to-datetime", "2023-11-14T22:13:23Z", {0: 3, 1: 3}),  # T0 + 3 s (rounded up)
-        ("to-datetime", "2030-01-01T00:00:00", {0: 10, 1: 10}),  # after every record
-        ("shift-by", -3, {0: 2, 1: 0}),  # from 5 and from "no commit" (the LWM), clamped
-        ("shift-by", 20, {0: 10, 1: 10}),
+        ("to-earliest", None, {0: 0, 1: 0}, {}),
+        ("to-latest", None, {0: 10, 1: 10}, {}),
+        ("to-offset", 7, {0: 7, 1: 7}, {}),
+        ("to-offset", 99, {0: 10, 1: 10}, {0: 99, 1: 99}),  # clamped to the high-water mark
+        ("to-datetime", "2023-11-14T22:13:23Z", {0: 3, 1: 3}, {}),  # T0 + 3 s (rounded up)
+        ("to-datetime", "2030-01-01T00:00:00", {0: 10, 1: 10}, {}),  # after every record
+        ("shift-by", -3, {0: 2, 1: 0}, {1: -3}),  # from 5 and from "no commit" (the LWM)
+        ("shift-by", 20, {0: 10, 1: 10}, {0: 25, 1: 20}),
     ],
 )
-def test_reset_offsets_modes(log, mode, value, expected) -> None:
+def test_reset_offsets_modes(log, mode, value, expected, requested) -> None:
     commit_as_admin(log, "g", {0: 5})
     plan = reset_offsets(log, "g", T, mode, value)
     assert [(r["partition"], r["current"], r["new"]) for r in plan] == [
         (0, 5, expected[0]),
         (1, None, expected[1]),
     ]
+    assert {r["partition"]: r["requested"] for r in plan if "requested" in r} == requested
     assert committed(log, "g") == {0: 5, 1: None}  # a dry run changes nothing
     reset_offsets(log, "g", T, mode, value, execute=True)
     assert committed(log, "g") == expected
@@ -181,6 +182,14 @@ def test_cli_groups_commands(log) -> None:
     assert code == 0 and committed(log, "g") == {0: 7, 1: 2}
     code, _, err = run(log.path, "groups", "reset-offsets", "g", "--topic", T)
     assert code == 2 and "exactly one" in err
+    code, out, err = run(
+        log.path, "groups", "reset-offsets", "g", "--topic", T, "--to-offset", "99", "--json"
+    )  # clamped, and said on stderr (stdout stays data)
+    assert code == 0 and [r["new"] for r in json.loads(out)["offsets"]] == [10, 10]
+    assert err.splitlines() == [
+        f"note: offset 99 is outside {T}-{p} (its high-water mark is 10): 10 instead"
+        for p in (0, 1)
+    ]
     c = member(log)
     code, _, err = run(log.path, "groups", "delete", "g")
     assert code == 1 and "live member" in err and "Traceback" not in err

@@ -18,7 +18,7 @@
 5. the key topic (and every snapshot topic that got a tombstone) is rolled and compacted;
 6. every projector that handles an event class with personal fields and has a live read
    model is rebuilt **up to the live model's positions** and swapped in
-   (:func:`~eventlane.replay.handoff.rebuild_and_swap` with ``upto_live``): events the
+   (:func:`~eventlane.replay.handoff.rebuild_and_swap` with ``carry_letters``): events the
    live model had not applied keep their side effects for its workers; its dead-letter
    history is carried over, with the error text of the subjects' letters removed;
 7. the other files: ``<group>.dlq`` records of the subjects' events get their
@@ -226,7 +226,7 @@ def forget(
                 name,
                 engine=engine,
                 progress=progress,
-                upto_live=True,
+                carry_letters=True,
                 scrub_error=carries,
                 pause_timeout=swap_timeout,
             )

@@ -5,7 +5,7 @@ Steps (``eventlane rebuild APP --projection NAME --swap``):
 1. **build** ``<data>/readmodels/<name>.shadow.sqlite`` at the pinned vector ``E``
    (:func:`~eventlane.replay.rebuild.rebuild`, either engine). Readers of the live file see
    nothing of it: it is another file until step 5.
-2. **catch up** the shadow from ``E`` towards the current high-water marks with the live
+2. **catch up** the shadow from ``E`` towards the live model's positions with the live
    code path (:class:`~eventlane.projection.BatchApplier`, positions advanced in the same
    transactions), in rounds, until a round applies fewer than ``catch_up_records`` records.
    ``replaying=True``: the live workers already performed these events' side effects.
@@ -14,7 +14,7 @@ Steps (``eventlane rebuild APP --projection NAME --swap``):
    it (each has stopped applying and closed the file), or give up after
    ``pause_timeout`` seconds — then the pause is lifted, the shadow deleted, and nothing
    live has changed.
-4. **final catch-up** to the high-water marks now, while nobody writes the live file; the
+4. **final catch-up** to the live positions now, while nobody writes the live file; the
    shadow's partitions take the live file's group generations (the fencing tokens stay
    valid), and the shadow is sealed (journal mode ``DELETE``, fsynced, no siblings).
 5. **swap**: the live file is checkpointed and switched out of WAL mode — which SQLite
@@ -34,6 +34,17 @@ is dropped after the commit. A worker's next transaction takes the lock, finds t
 schema's OID changed, refuses its batch (:class:`~eventlane.errors.FencedError`), reopens
 the read model and seeks to the positions stored in the new schema. The live lock is held
 for the final catch-up only (fewer than ``catch_up_records`` records, as the SQLite pause).
+
+**The live positions bound the replay.** ``E`` and every catch-up stop at the positions the
+live read model had applied (read again each round, and under the pause), never past them:
+an event there is replayed with its side effects suppressed (``ctx.issue``,
+``ctx.schedule``, a handler's own behind ``ctx.replaying``), which is right only for an
+event the live workers handled already. What the live workers had not reached yet (they lag,
+or are stopped) is left to them: they go on from the same positions after the swap and
+perform those side effects then, as they would have without the hand-off (a policy's
+commands are not lost). Only where there is no live read model at all (no file, no schema:
+a first build) does the hand-off build to the high-water marks; a projector with side effects
+built that way performs none for the history it was built from.
 
 No gap, no duplicate: the new file's content and positions are one consistent state (every
 event below a position applied exactly once, in the same transactions as the positions),
@@ -79,7 +90,12 @@ from eventlane.replay.build import (
     replay_ranges,
     seal,
 )
-from eventlane.replay.pg_build import PgTarget, schema_dead_letters, schema_positions
+from eventlane.replay.pg_build import (
+    PgTarget,
+    schema_dead_letters,
+    schema_positions,
+    stored_positions,
+)
 from eventlane.replay.progress import NO_PROGRESS, Progress
 from eventlane.replay.ranges import OffsetRange
 from eventlane.replay.rebuild import RebuildResult, rebuild
@@ -235,17 +251,14 @@ def rebuild_and_swap(
     catch_up_rounds: int = 20,
     progress: Progress = NO_PROGRESS,
     before_swap: Callable[[RebuildResult], None] | None = None,
-    upto_live: bool = False,
+    carry_letters: bool = False,
     scrub_error: Callable[[bytes | None], bool] | None = None,
     **rebuild_options: Any,
 ) -> HandoffResult:
-    """Rebuild ``projection`` and hand the result to its live workers (module docstring).
+    """Rebuild ``projection`` and hand the result to its live workers (module docstring:
+    the build and every catch-up stop at the live model's positions).
 
-    ``upto_live`` (forget's rebuild): replay only what the live read model had applied,
-    never up to the high-water marks: the end vector and every catch-up stop at the live
-    file's positions (read again while the workers are paused), so events the live model
-    had not applied yet keep their side effects for the workers (a stopped or lagging
-    policy does them later). The live file's dead-letter history is carried over (an
+    ``carry_letters`` (forget's rebuild): the live file's dead-letter history is carried over (an
     event dead-lettered live and applied by the rebuild is marked ``retried``), with the
     error text of letters whose value ``scrub_error`` picks replaced; an event the rebuild
     dead-letters but the live model had applied refuses the swap (ReplayError): a rebuild
@@ -267,7 +280,7 @@ def rebuild_and_swap(
             catch_up_rounds=catch_up_rounds,
             progress=progress,
             before_swap=before_swap,
-            upto_live=upto_live,
+            carry_letters=carry_letters,
             scrub_error=scrub_error,
             **rebuild_options,
         )
@@ -276,10 +289,9 @@ def rebuild_and_swap(
     shadow = local.shadow(stem)
     control = PauseControl(local, stem)
     topics = runtime.topics_of(projection)
-    if upto_live:
-        rebuild_options["end"] = _live_vector(
-            runtime.log, _live_positions(live, True) or {}, topics
-        )
+    start = _live_positions(live)
+    if start is not None:
+        rebuild_options["end"] = _live_vector(runtime.log, start, topics)
     result = rebuild(
         runtime, projection, engine=engine, output=shadow, progress=progress, **rebuild_options
     )
@@ -295,7 +307,7 @@ def rebuild_and_swap(
         applier = BatchApplier(projector, runtime.codec, readmodel, replaying=True)
         caught_up = 0
         for _ in range(catch_up_rounds):
-            n = catch_up(runtime.log, applier, topics, _live_positions(live, upto_live))
+            n = catch_up(runtime.log, applier, topics, _live_positions(live))
             caught_up += n
             if n < catch_up_records:
                 break
@@ -306,10 +318,10 @@ def rebuild_and_swap(
         members = wait_for_pause(
             runtime.log, control, runtime.names.group(projection), token, pause_timeout
         )
-        final = catch_up(runtime.log, applier, topics, _live_positions(live, upto_live))
+        final = catch_up(runtime.log, applier, topics, _live_positions(live))
         with ReadModelView(live) as view:
             generations = view.generations()
-        if upto_live:
+        if carry_letters:
             carry_dead_letters(live, readmodel.conn, scrub_error)
         with readmodel.transaction() as conn:
             conn.executemany(
@@ -360,14 +372,14 @@ def swap_schema(
     catch_up_rounds: int,
     progress: Progress,
     before_swap: Callable[[RebuildResult], None] | None,
-    upto_live: bool = False,
+    carry_letters: bool = False,
     scrub_error: Callable[[bytes | None], bool] | None = None,
     **rebuild_options: Any,
 ) -> HandoffResult:
     """The hand-off of a read model in PostgreSQL (see the module docstring's PostgreSQL
     section): build ``<schema>__shadow``, catch it up, then, holding the live schema's
-    writer lock, catch it up to the high-water marks, give it the live generations and
-    owner, and rename it to the live name in the same transaction. ``upto_live`` and
+    writer lock, catch it up to the live positions, give it the live generations and
+    owner, and rename it to the live name in the same transaction. ``carry_letters`` and
     ``scrub_error`` as in :func:`rebuild_and_swap` (the live positions of the final
     catch-up and the dead letters carried over are read under the lock)."""
     local, stem = runtime.log.local, runtime.names.local(projection)
@@ -377,13 +389,12 @@ def swap_schema(
     target = PgTarget(url, shadow, path)
 
     def upto() -> dict[TopicPartition, int] | None:
-        if not upto_live:
-            return None
         with connect_admin(url) as raw:
-            return schema_positions(raw, live)
+            return stored_positions(raw, live)
 
-    if upto_live:
-        rebuild_options["end"] = _live_vector(runtime.log, upto() or {}, topics)
+    start = upto()
+    if start is not None:
+        rebuild_options["end"] = _live_vector(runtime.log, start, topics)
     result = rebuild(
         runtime, projection, engine=engine, output=target, progress=progress, **rebuild_options
     )
@@ -408,13 +419,11 @@ def swap_schema(
         t_pause = time.monotonic()
         with holder.transaction():  # the live writer lock: no worker transaction runs now
             raw = holder.raw
-            final = catch_up(
-                runtime.log, applier, topics, schema_positions(raw, live) if upto_live else None
-            )
+            final = catch_up(runtime.log, applier, topics, stored_positions(raw, live))
             applier.close()
             building.close()
             building = None
-            if upto_live:
+            if carry_letters:
                 carry_schema_dead_letters(raw, live, shadow, scrub_error)
             raw.execute(
                 f'UPDATE "{shadow}"._eventlane_positions s SET generation = l.generation'
@@ -464,8 +473,10 @@ SCRUBBED_ERROR = (
 )
 
 
-def _live_positions(live: Path, wanted: bool) -> dict[TopicPartition, int] | None:
-    if not wanted:
+def _live_positions(live: Path) -> dict[TopicPartition, int] | None:
+    """The live file's positions; None where there is no live read model (no file: a first
+    build goes to the high-water marks)."""
+    if not live.exists():
         return None
     with ReadModelView(live) as view:
         return view.positions()
@@ -493,7 +504,7 @@ def carry_dead_letters(
     scrub_error: Callable[[bytes | None], bool] | None,
 ) -> None:
     """Replace the shadow's dead letters by the live file's history (see
-    :func:`rebuild_and_swap`, ``upto_live``); ReplayError if the rebuild dead-lettered an
+    :func:`rebuild_and_swap`, ``carry_letters``); ReplayError if the rebuild dead-lettered an
     event the live model had applied."""
     with ReadModelView(live) as view:
         conn = view.conn

@@ -128,13 +128,20 @@ def schema_dead_letters(url: str, schema: str) -> list[DeadLetterReport]:
 
 
 def schema_positions(raw: Any, schema: str) -> dict[TopicPartition, int]:
+    """The positions stored in ``schema`` ({} where it has no positions table)."""
+    return stored_positions(raw, schema) or {}
+
+
+def stored_positions(raw: Any, schema: str) -> dict[TopicPartition, int] | None:
+    """The positions stored in ``schema``; None where it has no positions table (no read
+    model there)."""
     rows = raw.execute(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE n.nspname = %s AND c.relname = '_eventlane_positions'",
         (schema,),
     ).fetchone()
     if rows is None:
-        return {}
+        return None
     found = raw.execute(
         f'SELECT topic, partition, next_offset FROM "{schema}"._eventlane_positions'
     )

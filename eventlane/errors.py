@@ -43,6 +43,8 @@ callers that do not know eventlane::
     │   └── StaleSnapshotError                  snapshot schema version != the aggregate's
     ├── ProjectionError
     │   ├── FencedError                         a newer group generation owns the partition
+    │   ├── ReadModelBusyError                * the database refused a statement for its own
+    │   │                                       reasons (lock timeout, deadlock, cancel, full)
     │   └── ReadModelUnavailableError         ! a PostgreSQL read model's server unreachable
     └── ReplayError
         ├── MergeConflictError                  rows of one key from several partitions, no rule
@@ -70,7 +72,7 @@ Kafka listener maps the three kinds to Kafka's retriable and permanent error cod
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -391,6 +393,19 @@ class ProjectionError(FrameworkError):
     """A projector or its read model failed."""
 
 
+class ReadModelBusyError(ProjectionError):
+    """The read model's database refused a handler's statement for a reason of its own, not
+    the handler's: a lock wait that timed out (another session's ``LOCK TABLE``, ``ALTER``,
+    ``CREATE INDEX``), a deadlock, a serialization failure, a statement cancelled by an
+    operator, a full disk, SQLite's busy or I/O errors. The batch's transaction was rolled
+    back (none of its effects, positions or dead letters were kept) and the event is not
+    dead-lettered: it is not poison. Retriable: the worker applies the batch again from the
+    stored positions after a pause."""
+
+    retriable = True
+    retry_advice = "nothing of the batch was kept; apply it again after a pause"
+
+
 class ReadModelUnavailableError(ProjectionError):
     """A read model's database server (PostgreSQL) could not be reached, or the connection
     broke. The transaction in hand may or may not have committed: its positions were (or
@@ -437,3 +452,14 @@ class NoExecutorsError(ReplayError):
 
     retriable = True
     retry_advice = "run the rebuild again once the cluster has a worker with free cores"
+
+
+def error_chain(exc: BaseException, depth: int = 8) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from or during, nearest first (at most ``depth``): a
+    handler that wraps a database error still shows it."""
+    seen: BaseException | None = exc
+    for _ in range(depth):
+        if seen is None:
+            return
+        yield seen
+        seen = seen.__cause__ or seen.__context__

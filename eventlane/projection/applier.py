@@ -50,7 +50,7 @@ import orjson
 from eventlane.codec import Envelope, EventCodec, event_type_from_headers
 from eventlane.codec.privacy import redact
 from eventlane.domain import event_type_of
-from eventlane.errors import NewerEventVersionError, ProjectionError
+from eventlane.errors import NewerEventVersionError, ProjectionError, ReadModelBusyError
 from eventlane.log import Record, TopicPartition
 from eventlane.observability import get_logger
 from eventlane.projection.breaker import PoisonBreaker
@@ -272,6 +272,7 @@ class BatchApplier:
             except _EventFailedError as failed:
                 if not conn.in_transaction:  # SQLite aborted the transaction: not poison
                     raise failed.error from None
+                self._refuse_transient(failed.record, failed.error)
                 conn.execute("ROLLBACK TO run")
                 conn.execute("RELEASE run")
                 if self._newer(failed.error):  # again up to it, then wait there
@@ -367,6 +368,7 @@ class BatchApplier:
             except Exception as exc:
                 if not conn.in_transaction:  # SQLite aborted the transaction: not poison
                     raise
+                self._refuse_transient(rec, exc)
                 conn.execute("ROLLBACK TO event")
                 conn.execute("RELEASE event")
                 if attempt < attempts:
@@ -381,6 +383,21 @@ class BatchApplier:
             if self.breaker is not None:
                 self.breaker.passed(1)
             return
+
+    def _refuse_transient(self, rec: Record, exc: BaseException) -> None:
+        """A handler's error that is the database's doing (a lock timeout, a deadlock, a
+        cancel, a full disk) is not poison: the whole batch is rolled back, to be applied
+        again (:class:`ReadModelBusyError`), instead of the event being dead-lettered."""
+        if self.readmodel.transient(exc):
+            raise ReadModelBusyError(
+                f"the read model's database refused projector {self.projector.name}'s"
+                f" statement ({type(exc).__name__}: {str(exc).strip()}); the batch was"
+                " rolled back and nothing dead-lettered",
+                topic=rec.topic,
+                partition=rec.partition,
+                offset=rec.offset,
+                path=self.readmodel.path,
+            ) from exc
 
     def _count_dead(self, rec: Record, error: str) -> None:
         """Tell the breaker; when it trips, the batch's transaction is rolled back."""

@@ -55,6 +55,7 @@ from eventlane.errors import (
     FencedError,
     ProjectionError,
     ReadModelUnavailableError,
+    error_chain,
 )
 from eventlane.log import TopicPartition
 from eventlane.observability import get_logger
@@ -355,6 +356,16 @@ class PgReadModel:
 
     def in_transaction(self) -> bool:
         return self.conn.in_transaction
+
+    def transient(self, exc: BaseException) -> bool:
+        """Whether a handler's ``exc`` is the server's doing, not the handler's, on a
+        connection still up: psycopg's ``OperationalError`` family (a lock wait past
+        ``lock_timeout``, a deadlock, a serialization failure, a cancelled statement, a full
+        disk, out of memory) — :class:`~eventlane.errors.ReadModelBusyError`, never a dead
+        letter; a cause or context chained to it counts. A broken connection is not this
+        (the transaction reports it: :class:`~eventlane.errors.ReadModelUnavailableError`)."""
+        operational = _psycopg().OperationalError
+        return not self._broken() and any(isinstance(e, operational) for e in error_chain(exc))
 
     # ------------------------------------------------------------------ positions
     def positions(self) -> dict[TopicPartition, int]:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlane._locks import FileLock
-from eventlane.errors import ProjectionError
+from eventlane.errors import ProjectionError, error_chain
 from eventlane.log import TopicPartition
 from eventlane.log.local import LocalDir
 from eventlane.observability import get_logger
@@ -134,6 +134,17 @@ class ReadModel:
 
     def in_transaction(self) -> bool:
         return self.conn.in_transaction
+
+    @staticmethod
+    def transient(exc: BaseException) -> bool:
+        """Whether a handler's ``exc`` is SQLite's doing, not the handler's (busy, locked, an
+        I/O error, a full disk, out of memory: :class:`~eventlane.errors.ReadModelBusyError`,
+        never a dead letter); a cause or context chained to it counts."""
+        return any(
+            isinstance(e, sqlite3.OperationalError)
+            and (getattr(e, "sqlite_errorname", "") or "").startswith(_TRANSIENT_SQLITE)
+            for e in error_chain(exc)
+        )
 
     # ------------------------------------------------------------------ transactions
     @contextmanager
@@ -346,3 +357,16 @@ def check_integrity(path: Path) -> str:
         return "\n".join(str(r[0]) for r in conn.execute("PRAGMA integrity_check"))
     finally:
         conn.close()
+
+
+_TRANSIENT_SQLITE = (
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_IOERR",
+    "SQLITE_FULL",
+    "SQLITE_NOMEM",
+    "SQLITE_INTERRUPT",
+    "SQLITE_CANTOPEN",
+    "SQLITE_PROTOCOL",
+)
+"""SQLite's error names (prefixes: extended codes included) that are the database's doing."""

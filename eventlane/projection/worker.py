@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 from eventlane.consumer.coordination import coordination_for
 from eventlane.consumer.group import GroupConsumer
-from eventlane.errors import CommitFailedError, FencedError, FrameworkError
+from eventlane.errors import CommitFailedError, FencedError, FrameworkError, ReadModelBusyError
 from eventlane.log import Record, TopicPartition
 from eventlane.metrics import M, batch_applied
 from eventlane.observability import get_logger
@@ -71,6 +71,8 @@ log = get_logger("eventlane.projection")
 
 EXIT_CANNOT_START = 2
 """A worker process's exit status when it cannot start; a supervisor does not restart it."""
+BUSY_PAUSE_MAX_S = 2.0
+"""The longest pause before a batch the read model's database refused is applied again."""
 
 
 class Polled(NamedTuple):
@@ -127,6 +129,10 @@ class Worker:
         """Records polled and applied (or skipped as already applied) by this worker."""
         self.fenced_batches = 0
         """Batches the read model refused because a newer generation owns a partition."""
+        self.busy_batches = 0
+        """Batches rolled back because the read model's database refused a statement for its
+        own reasons (:class:`~eventlane.errors.ReadModelBusyError`), then applied again."""
+        self._busy_streak = 0
         self._log = log.bind(projector=name, group=self.group, pid=os.getpid())
         self._next_group_commit = 0.0
         self._group_commits: dict[TopicPartition, int] = {}
@@ -273,6 +279,25 @@ class Worker:
             )
             self._rewind({TopicPartition(r.topic, r.partition) for r in records})
             return None
+        except ReadModelBusyError as exc:
+            # Not poison: nothing of the batch was kept; apply it again after a pause (a
+            # lock held by a migration or an index build, a deadlock, a cancel).
+            self.busy_batches += 1
+            self._busy_streak += 1
+            pause = min(BUSY_PAUSE_MAX_S, 0.1 * 2**self._busy_streak)
+            self._log.warning(
+                "batch rolled back: the read model's database refused a statement; applying"
+                " it again",
+                topic=exc.topic,
+                partition=exc.partition,
+                offset=exc.offset,
+                error=str(exc.__cause__ or exc),
+                retry_in_s=round(pause, 2),
+            )
+            self._rewind({TopicPartition(r.topic, r.partition) for r in records})
+            self.stopping.wait(pause)
+            return None
+        self._busy_streak = 0
         if self.applier.waiting:
             self._wait()
         self.applied += len(records)

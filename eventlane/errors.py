@@ -28,6 +28,7 @@ callers that do not know eventlane::
     │   ├── CommitFailedError                 * stale generation, evicted member, unowned partition
     │   ├── RebalanceInProgressError          *
     │   └── NoOffsetForPartitionError           auto_offset_reset="error" with no position
+    ├── RuntimeClosedError (RuntimeError)       a call on a runtime closed or closing: not started
     ├── ConcurrencyError                      * expected version != actual version (a write
     │                                           conflict, not a rejected command)
     ├── DomainError                             a command rejected by the domain
@@ -387,6 +388,11 @@ class UpcastError(SerializationError):
 
 class StaleSnapshotError(SerializationError):
     """A snapshot was written under another ``snapshot_version``: ignore it and rebuild."""
+
+
+class RuntimeClosedError(FrameworkError, RuntimeError):
+    """A call on a runtime that is closed, or closing: it was not started, nothing of it was
+    written. Calls already in flight when ``close()`` began run to their end first."""
 
 
 class ProjectionError(FrameworkError):

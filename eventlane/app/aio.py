@@ -27,6 +27,11 @@ encode, check versions, retry, settle unknown outcomes) and causal waits the one
   the read model without holding a thread. The command itself (sync: it decides on the
   aggregate, it does no I/O) runs on the loop with a face, in the pool without one.
 
+Closing: ``close()`` (the end of ``async with``) refuses new calls at once
+(:class:`~eventlane.errors.RuntimeClosedError`: not started, nothing written), waits for
+the calls in flight to end (each ends as it would have: a command settles, a wait reaches its
+position or its timeout), and only then closes the log's face and the runtime under them.
+
 Thread-safety and cancellation: an :class:`AsyncRuntime` belongs to one event loop. A
 command whose awaiting task is cancelled while its append is in flight may still be stored
 (an append in a thread runs to its end; one on JetStream's face may reach the server);
@@ -41,10 +46,10 @@ import contextvars
 import functools
 import importlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from eventlane import _plans
 from eventlane.app.aio_keys import KeyTail
@@ -52,6 +57,7 @@ from eventlane.app.causal import Reach, as_position, causal_plan
 from eventlane.codec import Envelope
 from eventlane.consumer import Consumer, GroupConsumer
 from eventlane.domain import Aggregate
+from eventlane.errors import RuntimeClosedError
 from eventlane.log import Log, Record, RecordMetadata, TopicPartition
 from eventlane.log.position import Position, Written
 from eventlane.projection.store import Location, open_view
@@ -61,12 +67,30 @@ from eventlane.tracing import command_span
 
 A = TypeVar("A", bound=Aggregate)
 T = TypeVar("T")
+P = ParamSpec("P")
 
 DEFAULT_THREADS = 64
 """Threads of an async runtime's pool: at most this many blocking calls (appends, reads)
 run at once; concurrent appends to one partition share an fsync."""
 
 _POLL_FIRST_S, _POLL_MAX_S = 0.002, 0.05
+
+
+def _call(
+    method: Callable[Concatenate[AsyncRuntime, P], Awaitable[T]],
+) -> Callable[Concatenate[AsyncRuntime, P], Awaitable[T]]:
+    """A public call of :class:`AsyncRuntime`: refused once ``close()`` began, counted while
+    in flight so that ``close()`` waits for it (module docstring)."""
+
+    @functools.wraps(method)
+    async def call(self: AsyncRuntime, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        self._enter(method.__name__)
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            self._leave()
+
+    return call
 
 
 class AsyncRuntime:
@@ -86,6 +110,10 @@ class AsyncRuntime:
         """How a plan's steps run (:class:`AsyncSteps`), set once open."""
         self._keys: KeyTail | None = None
         """Keeps the key store caught up from the loop (:mod:`.aio_keys`), where wanted."""
+        self._closing = False
+        self._in_flight = 0
+        self._idle: asyncio.Event | None = None
+        """Set while no call is in flight (made on the loop by :meth:`open`)."""
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> AsyncRuntime:
@@ -99,6 +127,9 @@ class AsyncRuntime:
         """Open the log and the runtime (file work, off the loop), and the log's asyncio
         face on this loop where the engine has one (its ``async_face()``)."""
         if self._runtime is None:
+            self._closing = False
+            self._idle = asyncio.Event()
+            self._idle.set()
             runtime = await self._offload(self._open_sync)
             make_face = getattr(runtime.log, "async_face", None)
             try:
@@ -113,6 +144,11 @@ class AsyncRuntime:
                 self._keys.start()
 
     async def close(self) -> None:
+        """Refuse new calls, wait for the calls in flight to end, then close the log's face
+        and the runtime (module docstring)."""
+        self._closing = True
+        if self._idle is not None:
+            await self._idle.wait()
         runtime, self._runtime = self._runtime, None
         face, self._face = self._face, None
         keys, self._keys = self._keys, None
@@ -126,11 +162,26 @@ class AsyncRuntime:
                 await self._offload(runtime.close)
             self._pool.shutdown(wait=False)
 
+    def _enter(self, what: str) -> None:
+        if self._closing or self._runtime is None:
+            raise RuntimeClosedError(
+                f"the async runtime is {'closing' if self._runtime else 'not open'}:"
+                f" {what}() was not started, nothing of it was written"
+            )
+        self._in_flight += 1
+        if self._idle is not None:
+            self._idle.clear()
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._idle is not None:
+            self._idle.set()
+
     @property
     def sync(self) -> Any:
         """The sync runtime underneath (status, read-model paths; for threads)."""
         if self._runtime is None:
-            raise RuntimeError("the async runtime is not open: use `async with`")
+            raise RuntimeClosedError("the async runtime is not open: use `async with`")
         return self._runtime
 
     @property
@@ -168,12 +219,14 @@ class AsyncRuntime:
             return await self._offload(functools.partial(_steps.drive, plan))
         return await _plans.drive_async(plan, self._perform, self._steps.answer)
 
+    @_call
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call of your own in the runtime's pool (e.g. a read-model query)."""
         return await self._offload(functools.partial(fn, *args, **kwargs))
 
     # ------------------------------------------------------------------ commands
-    async def save(self, aggregate: Aggregate, **envelope: Any) -> Written:
+    @_call
+    async def save(self, /, aggregate: Aggregate, **envelope: Any) -> Written:
         """See :meth:`Runtime.save`."""
         rt = self.sync
         cls = rt.declared(type(aggregate))
@@ -181,6 +234,7 @@ class AsyncRuntime:
             result: Written = await self._drive(rt.repository.save_plan(aggregate, **envelope))
         return result
 
+    @_call
     async def execute(
         self,
         cls: type[A],
@@ -211,6 +265,7 @@ class AsyncRuntime:
         assert aggregate is not None
         return aggregate
 
+    @_call
     async def issue(
         self,
         cls: type[A],
@@ -236,6 +291,7 @@ class AsyncRuntime:
             _, written = await self._drive(plan)
         return written
 
+    @_call
     async def load(
         self,
         cls: type[A],
@@ -249,7 +305,8 @@ class AsyncRuntime:
         aggregate: A = await self._drive(plan)
         return aggregate
 
-    async def forget(self, subjects: str | Iterable[str], **options: Any) -> Any:
+    @_call
+    async def forget(self, /, subjects: str | Iterable[str], **options: Any) -> Any:
         """See :func:`eventlane.forget` (run in the pool; returns its report)."""
         # eventlane.forget sits above this layer (replay): reached through the public
         # facade at call time, as an application would.
@@ -257,6 +314,7 @@ class AsyncRuntime:
         return await self._offload(lambda: forget(self.sync, subjects, **options))
 
     # ------------------------------------------------------------------ waits
+    @_call
     async def wait_for(
         self,
         projector: str,
@@ -271,6 +329,7 @@ class AsyncRuntime:
             rt.readmodel_location(projector), wanted, time.monotonic() + timeout
         )
 
+    @_call
     async def wait_causal(
         self,
         projector: str,

@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 from eventlane import _plans
+from eventlane.errors import LogError
 from eventlane.log.port import KeyedLog
 from eventlane.log.types import AppendResult, Expect, PartitionOffsets, RecordTuple
 
@@ -98,9 +99,16 @@ class _Lane:
 
     def _start(self) -> None:
         queued, self._queue = self._queue, []
-        self._busy = True
         face = self._face
-        done = face.loop.run_in_executor(face.pool, self._batch, [item for item, _ in queued])
+        try:
+            done = face.loop.run_in_executor(face.pool, self._batch, [item for item, _ in queued])
+        except RuntimeError as exc:  # the pool was shut down (the face closed): not started
+            refused = LogError(f"the embedded log's asyncio face is closed: {exc}")
+            for _, future in queued:
+                if not future.done():
+                    future.set_exception(refused)
+            return
+        self._busy = True
         face.in_flight.add(done)
         done.add_done_callback(functools.partial(self._settle, queued))
 

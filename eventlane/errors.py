@@ -430,7 +430,8 @@ class WaitTimeoutError(ProjectionError, TimeoutError):
 
 
 class InvalidPositionError(FrameworkError, ValueError):
-    """A position token could not be parsed (not one this version wrote, or damaged)."""
+    """A position token could not be parsed (not one this version wrote, or damaged), or
+    it names a topic, partition or offset this log never had."""
 
 
 class ReplayError(FrameworkError):

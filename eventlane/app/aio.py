@@ -53,7 +53,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from eventlane import _plans
 from eventlane.app.aio_keys import KeyTail
-from eventlane.app.causal import Reach, as_position, causal_plan
+from eventlane.app.causal import Reach, as_position, causal_plan, check_position
 from eventlane.codec import Envelope
 from eventlane.consumer import Consumer, GroupConsumer
 from eventlane.domain import Aggregate
@@ -324,7 +324,9 @@ class AsyncRuntime:
         """See :meth:`Runtime.wait_for`; waits without holding a thread."""
         rt = self.sync
         topics = set(rt.topics_of(projector))
-        wanted = {tp: o for tp, o in as_position(written).items() if tp.topic in topics}
+        position = as_position(written)
+        await self._offload(functools.partial(check_position, rt.log, position))
+        wanted = {tp: o for tp, o in position.items() if tp.topic in topics}
         return await self._reach(
             rt.readmodel_location(projector), wanted, time.monotonic() + timeout
         )

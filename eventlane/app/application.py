@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from eventlane.app.aio import DEFAULT_THREADS, AsyncRuntime
-from eventlane.app.causal import as_position, causal_plan, drive_causal
+from eventlane.app.causal import as_position, causal_plan, check_position, drive_causal
 from eventlane.app.moments import as_of_ms
 from eventlane.app.namespace import Namespace
 from eventlane.codec import Envelope, EventCodec, EventRegistry, SnapshotCodec
@@ -478,6 +478,7 @@ class Runtime:
         apply there), so one ``written`` list serves every projector."""
         topics = set(self.topics_of(projector))
         position = as_position(written)
+        check_position(self.log, position)
         wanted = {tp: off for tp, off in offsets_after(position).items() if tp.topic in topics}
         return wait_for_offsets(self.log, self.readmodel_location(projector), wanted, timeout)
 

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 from eventlane import _plans
 from eventlane.codec import HEADER_CAUSATION_ID, HEADER_EVENT_ID
-from eventlane.errors import WaitTimeoutError
+from eventlane.errors import InvalidPositionError, WaitTimeoutError
 from eventlane.log import Log, Record, RecordMetadata, TopicPartition
 from eventlane.log.position import Position
 from eventlane.projection.status import wait_for_offsets
@@ -83,11 +83,44 @@ def _header(record: Record, name: str) -> str | None:
     return None
 
 
+def check_position(log: Log, position: Mapping[TopicPartition, int]) -> None:
+    """:class:`~eventlane.errors.InvalidPositionError` when ``position`` names a topic, a
+    partition or an offset this log never had (a forged or damaged token: no wait could
+    ever reach it). A few cheap calls: the topics' metadata, the partitions' marks."""
+    counts: dict[str, int] = {}
+    for tp, end in position.items():
+        if tp.topic not in counts:
+            counts[tp.topic] = log.partition_count(tp.topic) if log.topic_exists(tp.topic) else 0
+        count = counts[tp.topic]
+        if count == 0:
+            raise InvalidPositionError(
+                f"position names topic {tp.topic!r}, which this log does not have",
+                topic=tp.topic,
+            )
+        if tp.partition >= count:
+            raise InvalidPositionError(
+                f"position names partition {tp.partition} of {tp.topic!r}, which has {count}",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        hwm = log.offsets(tp.topic, tp.partition).hwm
+        if end > hwm:
+            raise InvalidPositionError(
+                f"position names offset {end} of {tp.topic}-{tp.partition}, beyond its"
+                f" high-water mark {hwm}: not a position this log has written",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=end,
+            )
+
+
 def read_written(log: Log, written: Mapping[TopicPartition, range]) -> list[Record]:
-    """The records at the offsets ``written`` (what a position names)."""
+    """The records at the offsets ``written`` (what a position names) that the log still
+    holds (retention may have removed the first ones)."""
     out: list[Record] = []
     for tp, offsets in written.items():
-        offset, cursor = offsets.start, None
+        lwm = log.offsets(tp.topic, tp.partition).lwm
+        offset, cursor = max(offsets.start, lwm), None
         while offset < offsets.stop:
             records, cursor = log.read(tp.topic, tp.partition, offset, cursor=cursor)
             records = [r for r in records if r.offset < offsets.stop]
@@ -139,6 +172,7 @@ def causal_plan(
     ]
     topics = [runtime.names.aggregate_topic(cls) for cls in runtime.app.aggregates]
     target = Position(position)
+    yield Call(check_position, (log, position))
     frontier: list[Record] = yield Call(read_written, (log, position.written()))
     for _hop in range(MAX_HOPS):
         if not frontier:

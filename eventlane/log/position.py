@@ -39,6 +39,9 @@ __all__ = ["Position", "Written"]
 
 _PREFIX = "p1"
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+")
+_NUMBER = re.compile(r"[0-9]{1,18}")
+"""A partition or an offset in a token: ASCII digits (``str.isdigit`` takes ``²`` too), at
+most 18 of them (below 2**63, Kafka's offsets)."""
 _MAX_TOKEN = 4096
 
 
@@ -146,9 +149,8 @@ class Position(Mapping[TopicPartition, int]):
             first, _, end = offset.rpartition("-")
             if not _TOPIC.fullmatch(topic):
                 raise InvalidPositionError(f"position token {token[:80]!r}: bad topic {topic!r}")
-            if not (partition.isdigit() and end.isdigit() and (not first or first.isdigit())) or (
-                first and int(first) >= int(end)
-            ):
+            numbers = (partition, end, first) if first else (partition, end)
+            if not all(_NUMBER.fullmatch(n) for n in numbers) or (first and int(first) >= int(end)):
                 raise InvalidPositionError(
                     f"position token {token[:80]!r}: partition and offset must be numbers,"
                     f" got {partition!r} and {offset!r}"

@@ -37,6 +37,7 @@ from eventlane.errors import (
     InvalidPositionError,
     LogUnavailableError,
     OutcomeUnknownError,
+    RuntimeClosedError,
     WaitTimeoutError,
 )
 from eventlane.log.position import Position
@@ -134,6 +135,10 @@ def create_app(data: str | Path | None = None, *, threads: int = 64) -> FastAPI:
     @api.exception_handler(LogUnavailableError)
     async def unavailable(_: Request, exc: LogUnavailableError) -> JSONResponse:
         return _error(503, exc, retry=True)
+
+    @api.exception_handler(RuntimeClosedError)
+    async def closing(_: Request, exc: RuntimeClosedError) -> JSONResponse:
+        return _error(503, exc, retry=True)  # shutting down: not started, nothing written
 
     @api.exception_handler(OutcomeUnknownError)
     async def unknown(_: Request, exc: OutcomeUnknownError) -> JSONResponse:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from eventlane.app import Runtime
-from eventlane.errors import WaitTimeoutError
+from eventlane.errors import InvalidPositionError, WaitTimeoutError
 from eventlane.log.position import Position
 from eventlane.projection import Runner, open_readmodel
 from example_apps.invoicing import app
@@ -87,8 +88,9 @@ def test_the_async_runtime_waits_for_tokens_and_causally(tmp_path: Path) -> None
                         order.id,
                     )
                 )
-            with pytest.raises(WaitTimeoutError, match="has not reached"):
-                await runtime.wait_causal("invoices", "p1~invoices~0~999999", timeout=0.3)
+            assert order.stored_position is not None  # orders_by_status is not running:
+            with pytest.raises(WaitTimeoutError, match="'orders_by_status' has not reached"):
+                await runtime.wait_causal("orders_by_status", order.stored_position, timeout=0.3)
         return found
 
     try:
@@ -141,3 +143,34 @@ def test_the_causal_wait_names_a_policy_that_is_not_running(runtime: Runtime) ->
     assert order.stored_position is not None
     with pytest.raises(WaitTimeoutError, match="policy 'invoicing_policy' has not handled"):
         runtime.wait_causal("invoices", order.stored_position, timeout=0.5)
+
+
+FORGED = {  # well-formed tokens naming what this log never had: no wait could reach them
+    "p1~orders~9999~3-5": "partition 9999 of 'orders', which has",
+    "p1~nosuch~0~3-5": "topic 'nosuch', which this log does not have",
+    "p1~orders~0~1000-1001": "offset 1001 of orders-0, beyond its high-water mark",
+}
+
+
+def test_a_forged_token_is_refused_at_once_not_waited_for(runtime: Runtime) -> None:
+    """(adversarial review, 2026-11-29: these held a request for the whole timeout and then
+    blamed the read model, or failed with UnknownPartitionError/OffsetOutOfRangeError)."""
+    order = place_and_confirm(runtime, 1)
+    assert order.stored_position is not None
+    for token, why in FORGED.items():
+        for wait in (runtime.wait_for, runtime.wait_causal):
+            started = time.monotonic()
+            with pytest.raises(InvalidPositionError, match=why):
+                wait("orders_by_status", token, timeout=30)
+            assert time.monotonic() - started < 5, (token, wait)
+
+    async def main() -> None:
+        async with app.open_async(runtime.log.local.root) as rt:
+            for token, why in FORGED.items():
+                for wait in (rt.wait_for, rt.wait_causal):
+                    with pytest.raises(InvalidPositionError, match=why):
+                        await asyncio.wait_for(wait("orders_by_status", token, timeout=30), 5)
+            # a real token is not refused (the projection is not running: a plain timeout)
+            assert not await rt.wait_for("orders_by_status", order.stored_position, timeout=0.2)
+
+    asyncio.run(main())

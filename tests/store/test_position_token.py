@@ -81,6 +81,9 @@ def test_tokens_round_trip_and_join_like_the_model(
         ("p1~ord ers~3~18", "bad topic"),
         ("p1~orders~3~18~orders~3~19", "twice"),
         ("p1~" + "a" * 5000, "not a position token"),
+        ("p1~orders~\u00b2~18", "must be numbers"),  # str.isdigit() takes it; int() does not
+        ("p1~orders~0~\u00b9-\u00b3", "must be numbers"),
+        ("p1~orders~" + "9" * 20 + "~5", "must be numbers"),  # past Kafka's 64-bit offsets
     ],
 )
 def test_a_bad_token_says_what_is_wrong(token: str, why: str) -> None:

@@ -32,11 +32,13 @@ from eventlane.codec import HEADER_CORRELATION_ID
 from eventlane.log import Log
 from eventlane.projection import Runner, open_readmodel
 from example_apps.invoicing import app
-from example_apps.invoicing.domain import invoice_id_for
+from example_apps.invoicing.domain import Order, invoice_id_for
+from example_apps.invoicing.events import Address, OrderLine
 
 APP = "example_apps.invoicing:app"
 ADDRESS = {"street": "1 Main St", "city": "Springfield", "country": "US"}
 POSITION = "X-Eventlane-Position"
+HOME = Address("1 Main St", "Springfield", "US")
 
 
 def free_port() -> int:
@@ -202,8 +204,9 @@ def test_openapi_and_errors_map_to_status_codes(service: Server) -> None:
         assert again.status_code == 409 and "already placed" in again.json()["error"]
         assert http.post("/orders/o1/confirm").status_code == 200
         assert http.post("/orders/o1/confirm").status_code == 409
-        never = http.get("/orders/o1", params={"after": "p1~orders~0~999999"})
-        assert never.status_code == 504
+        forged = http.get("/orders/o1", params={"after": "p1~orders~0~999999"})
+        assert forged.status_code == 422 and "high-water mark" in forged.json()["error"]
+        # (a real position no worker reaches, 504: in the SIGTERM test, which has no workers)
 
 
 @pytest.mark.parametrize(
@@ -239,6 +242,11 @@ def test_sigterm_stops_the_server_within_its_grace_while_a_request_waits(tmp_pat
     data = tmp_path / "data"
     with app.open(data) as rt:
         open_readmodel(rt, "orders_by_status", migrate=True).close()
+        order = rt.execute(
+            Order, "o1", lambda o: o.place("c1", [OrderLine("a", 1, 5)], HOME), create=True
+        )
+        assert order.stored_position is not None  # on orders: nobody applies it here
+        unreached = order.stored_position.token
     server = Server(data, tmp_path / "server.log")
     server.start()
     assert server.proc is not None
@@ -246,9 +254,10 @@ def test_sigterm_stops_the_server_within_its_grace_while_a_request_waits(tmp_pat
 
     async def main() -> tuple[object, float]:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
-            waiting = asyncio.create_task(
-                http.get("/orders/o1", params={"after": "p1~orders~0~999999"})
-            )
+            # a real position no worker reaches: 504 after WAIT_S (a forged one: 422 at once)
+            never = await http.get("/orders/o1", params={"after": unreached})
+            assert never.status_code == 504 and "has not reached" in never.json()["error"]
+            waiting = asyncio.create_task(http.get("/orders/o1", params={"after": unreached}))
             await asyncio.sleep(1.0)  # the request is in flight, waiting
             assert not waiting.done(), waiting.result()
             sent = time.monotonic()

@@ -92,6 +92,14 @@ def _counts(
     help="Dead-letter events newer than the code (default: wait at them for newer code).",
 )
 @click.option(
+    "--stop-grace",
+    type=click.FloatRange(0.1, 3600),
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="On SIGTERM: seconds for every worker to stop before the rest are killed.",
+)
+@click.option(
     "--status",
     "show_status",
     is_flag=True,
@@ -108,6 +116,7 @@ def run(
     overrides: tuple[str, ...],
     session_timeout_ms: int,
     dead_letter_unknown: bool,
+    stop_grace: float,
     show_status: bool,
     cache_events: int,
 ) -> None:
@@ -178,7 +187,7 @@ def run(
             + ", ".join(f"{name} x{n}" for name, n in counts.items()),
             soft_wrap=True,
         )
-        supervisor = AppSupervisor(runners)
+        supervisor = AppSupervisor(runners, stop_grace=stop_grace)
         try:
             supervisor.run()
         finally:

@@ -69,6 +69,8 @@ class WorkerProcess:
     tag: str = ""
     """The client id it joins its group with (unique to this process)."""
     exit_code: int | None = None
+    terminated: bool = False
+    """SIGTERM was sent (by :meth:`Runner.terminate`)."""
 
     @property
     def pid(self) -> int:
@@ -219,17 +221,31 @@ class Runner:
         self.procs = alive
         return codes
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM every worker and wait for them (SIGKILL after ``timeout``)."""
+    def terminate(self) -> None:
+        """SIGTERM every worker not signalled yet (the first half of :meth:`stop`: a
+        supervisor of several runners signals them all before it waits for any)."""
         self._stopping = True
         for worker in self.procs:
-            if worker.proc.poll() is None:
+            if worker.proc.poll() is None and not worker.terminated:
                 worker.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
+                worker.terminated = True
+
+    def stop(self, timeout: float = 30.0, *, deadline: float | None = None) -> None:
+        """SIGTERM every worker and wait for them; one still running ``timeout`` seconds
+        later (or at ``deadline``, ``time.monotonic()``, a supervisor's one for all its
+        runners) is killed, and the log says so."""
+        self.terminate()
+        if deadline is None:
+            deadline = time.monotonic() + timeout
         for worker in self.procs:
             try:
                 worker.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                log.warning(
+                    "worker did not stop after SIGTERM: killed",
+                    projector=self.name,
+                    pid=worker.pid,
+                )
                 worker.proc.kill()
                 worker.proc.wait()
             worker.exit_code = worker.proc.returncode

@@ -30,12 +30,18 @@ __all__ = ["AppSupervisor"]
 
 log = get_logger("eventlane.projection")
 
+STOP_GRACE_S = 30.0
+"""How long a stopping supervisor waits, after SIGTERM to every worker of every projector,
+before it kills the workers still running (one grace for all, not one per projector)."""
+
 
 class AppSupervisor:
     """Supervises several runners (projector name -> runner) as one."""
 
-    def __init__(self, runners: Mapping[str, Runner]) -> None:
+    def __init__(self, runners: Mapping[str, Runner], *, stop_grace: float = STOP_GRACE_S) -> None:
         self.runners = dict(runners)
+        self.stop_grace = stop_grace
+        """Seconds between SIGTERM to every worker and killing those still running."""
         self.rolls = 0
         """Completed rolling restarts (SIGHUP)."""
         self._stopping = False
@@ -109,7 +115,10 @@ class AppSupervisor:
         finally:
             for runner in self.runners.values():
                 runner.request_stop()
+            for runner in self.runners.values():  # every worker signalled, then one grace
+                runner.terminate()
+            deadline = time.monotonic() + self.stop_grace
             for runner in self.runners.values():
-                runner.stop()
+                runner.stop(deadline=deadline)
             for s, handler in previous.items():
                 signal.signal(s, handler)

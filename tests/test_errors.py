@@ -32,6 +32,7 @@ def test_retriable_errors_are_exactly_the_retry_cases() -> None:
         LogUnavailableError,
         WaitTimeoutError,  # a read model behind a position: waiting again may succeed
         NoExecutorsError,  # a Spark cluster without a free worker: it may have one later
+        errors.ReadModelBusyError,  # a lock timeout, a deadlock: the batch is applied again
     }
     conflict = ConcurrencyError("stale", expected=1, actual=2, topic="t")
     assert conflict.retriable and not FrameworkError("x").retriable

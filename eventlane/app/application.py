@@ -69,6 +69,7 @@ from eventlane.log import KeyedLog, RecordMetadata, TopicPartition
 from eventlane.log.port import keyed_log
 from eventlane.log.position import Position, Written
 from eventlane.observability import get_logger
+from eventlane.projection.postgres import schema_name
 from eventlane.projection.projector import Projector
 from eventlane.projection.status import offsets_after, projection_status, wait_for_offsets
 from eventlane.projection.store import Location, location_of, view_of
@@ -134,6 +135,13 @@ class App:
                 raise ConfigError(f"projector {cls.__qualname__} has no name")
             if pname in self.projectors:
                 raise ConfigError(f"two projectors named {pname!r}")
+            for other in self.projectors:
+                if schema_name(other) == schema_name(pname):
+                    raise ConfigError(
+                        f"projectors {other!r} and {pname!r} differ only by case or"
+                        " punctuation: their read models would share one PostgreSQL schema"
+                        f" ({schema_name(pname)}); rename one"
+                    )
             self.projectors[pname] = cls
         self.registry = registry if registry is not None else EventRegistry()
         self.partitions = partitions

@@ -390,13 +390,12 @@ class BatchApplier:
         again (:class:`ReadModelBusyError`), instead of the event being dead-lettered."""
         if self.readmodel.transient(exc):
             raise ReadModelBusyError(
-                f"the read model's database refused projector {self.projector.name}'s"
-                f" statement ({type(exc).__name__}: {str(exc).strip()}); the batch was"
-                " rolled back and nothing dead-lettered",
+                f"the database of {self.readmodel.location} refused projector"
+                f" {self.projector.name}'s statement ({type(exc).__name__}:"
+                f" {str(exc).strip()}); the batch was rolled back and nothing dead-lettered",
                 topic=rec.topic,
                 partition=rec.partition,
                 offset=rec.offset,
-                path=self.readmodel.path,
             ) from exc
 
     def _count_dead(self, rec: Record, error: str) -> None:

@@ -294,6 +294,12 @@ class PgReadModel:
     def __repr__(self) -> str:
         return f"PgReadModel(schema={self.schema!r})"
 
+    @property
+    def location(self) -> str:
+        """Where the read model is, for messages: its schema and database (no password)."""
+        info = self.raw.info
+        return f"schema {self.schema} of postgresql://{info.host}:{info.port}/{info.dbname}"
+
     def _schema_oid(self) -> int | None:
         # a scan of pg_namespace locks it, which makes the server read the catalog
         # changes committed meanwhile (a swap's rename)
@@ -315,7 +321,7 @@ class PgReadModel:
         psycopg = _psycopg()
         with self._lock:
             if self._depth:
-                raise ProjectionError("nested read-model transaction", path=self.path)
+                raise ProjectionError(f"nested read-model transaction on {self.location}")
             self._depth += 1
             try:
                 self.raw.execute("BEGIN")
@@ -324,9 +330,9 @@ class PgReadModel:
                         self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
                     except psycopg.errors.LockNotAvailable as exc:
                         raise ProjectionError(
-                            f"the read model's writer lock was held for {BUSY_TIMEOUT_S:.0f} s"
-                            " by another session (a writer frozen inside its transaction?)",
-                            path=self.path,
+                            f"the writer lock of {self.location} was held for"
+                            f" {BUSY_TIMEOUT_S:.0f} s by another session (a writer frozen"
+                            " inside its transaction?)"
                         ) from exc
                     if self._schema_oid() != self._oid:
                         self.replaced = True
@@ -343,9 +349,8 @@ class PgReadModel:
             except psycopg.OperationalError as exc:
                 if self._broken():
                     raise ReadModelUnavailableError(
-                        f"lost the read model's database connection ({exc}); whether the"
-                        " transaction committed is unknown: its positions say",
-                        path=self.path,
+                        f"lost the connection to {self.location} ({str(exc).strip()});"
+                        " whether the transaction committed is unknown: its positions say"
                     ) from exc
                 raise
             finally:

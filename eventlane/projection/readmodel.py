@@ -128,6 +128,11 @@ class ReadModel:
             self.framework_migrations_applied = names
 
     @property
+    def location(self) -> str:
+        """Where the read model is, for messages."""
+        return f"file {self.path}"
+
+    @property
     def user_conn(self) -> sqlite3.Connection:
         """What handlers get as ``ctx.conn`` (here: the framework's connection itself)."""
         return self.conn

@@ -134,9 +134,8 @@ def open_readmodel(runtime: ProjectionHost, name: str, *, migrate: bool = False)
         assert migrations is not None
         if not (migrate or fresh):
             raise ProjectionError(
-                f"read model {name!r} has pending migrations: {', '.join(pending)};"
-                " stop its workers and run `eventlane migrate APP` first",
-                path=readmodel.path,
+                f"read model {name!r} ({readmodel.location}) has pending migrations:"
+                f" {', '.join(pending)}; stop its workers and run `eventlane migrate APP` first"
             )
         apply_migrations(migrations, readmodel)
     except BaseException:

@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from eventlane.errors import ConfigError
+from eventlane.errors import ConfigError, ProjectionError
 
 __all__ = ["Dialect", "Executor", "Table", "dialect_of"]
 
@@ -69,7 +69,18 @@ class Table:
         self._mark = "?" if dialect == "sqlite" else "%s"
 
     def _run(self, sql: str, params: Sequence[Any]) -> Any:
-        return self._conn.execute(sql, tuple(params))
+        try:
+            return self._conn.execute(sql, tuple(params))
+        except Exception as exc:
+            if self.dialect == "postgresql" and type(exc).__name__ == "InFailedSqlTransaction":
+                raise ProjectionError(
+                    f"a statement on {self.name!r} ran after an earlier one of this handler"
+                    " failed and was caught: PostgreSQL aborts the transaction at a failed"
+                    " statement (SQLite goes on), so a handler cannot catch a database error"
+                    " and continue there; write it without the failure (upsert(...) instead of"
+                    " insert then update, get(...) before insert)"
+                ) from exc
+            raise
 
     def _where(self, where: Mapping[str, Any]) -> tuple[str, list[Any]]:
         if not where:

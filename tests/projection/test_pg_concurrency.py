@@ -124,6 +124,8 @@ def test_a_lost_connection_is_an_unknown_outcome_and_positions_tell(postgres_url
     with pytest.raises(ReadModelUnavailableError) as info:
         readmodel.claim(tp, 2, 0)
     assert info.value.indeterminate and not info.value.retriable
+    assert "schema lost of postgresql://" in str(info.value)  # where, not a local file
+    assert "file=" not in str(info.value)
     readmodel.close()
     again = PgReadModel(postgres_url, "lost", path)
     assert again.positions() == {tp: 0}

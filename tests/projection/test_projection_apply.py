@@ -13,7 +13,7 @@ from projection_kit import BOTH, Producer, fold_accounts, read_balances, read_ma
 from eventlane.app import Runtime
 from eventlane.codec import Envelope
 from eventlane.consumer.free import Consumer
-from eventlane.errors import ProjectionError
+from eventlane.errors import InvalidPositionError, ProjectionError
 from eventlane.log import Record, TopicPartition
 from eventlane.projection import (
     BatchApplier,
@@ -307,8 +307,9 @@ def test_read_your_writes(runtime: Runtime, data: Path) -> None:
             written = runtime.save(account)
             assert runtime.wait_for("balances", written, timeout=10)
             assert read_balances(data)[f"ryw-{i % 3}"][0] == account.balance
-        far = {TopicPartition("accounts", 0): 10**9}
-        assert not runtime.wait_for("balances", far, timeout=0.2)
+        far = {TopicPartition("accounts", 0): 10**9}  # past the high-water mark: never
+        with pytest.raises(InvalidPositionError, match="beyond its high-water mark"):
+            runtime.wait_for("balances", far, timeout=0.2)
     finally:
         worker.stopping.set()
         thread.join()

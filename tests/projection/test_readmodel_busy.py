@@ -63,6 +63,7 @@ def test_a_lock_timeout_rolls_the_batch_back_and_dead_letters_nothing(
         assert error.retriable and not error.indeterminate
         assert error.topic == "accounts" and error.offset is not None
         assert "LockNotAvailable" in str(error) and "nothing dead-lettered" in str(error)
+        assert "schema balances of postgresql://" in str(error)  # where, not a local file
         assert list_dead_letters(readmodel) == []
         assert readmodel.positions() == before  # nothing of the batch was kept
         assert applier.apply(records[10:]).applied == 30  # the lock is gone: all of it

@@ -35,12 +35,12 @@ import functools
 import os
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from eventlane._stopflag import StopFlag
 from eventlane.consumer.coordination import coordination_for
 from eventlane.consumer.group import GroupConsumer
 from eventlane.errors import CommitFailedError, FencedError, FrameworkError, ReadModelBusyError
@@ -124,7 +124,9 @@ class Worker:
         self.poll_timeout = poll_timeout
         self.group_commit_interval_s = group_commit_interval_s
         self.on_batch = on_batch
-        self.stopping = threading.Event()
+        self.stopping = StopFlag()
+        """Set to stop after the current batch (safe from a signal handler)."""
+        self._stop_signal: int | None = None
         self.applied = 0
         """Records polled and applied (or skipped as already applied) by this worker."""
         self.fenced_batches = 0
@@ -373,11 +375,16 @@ class Worker:
             save_tripped(self.readmodel.path, exc.record)
             self._log.error(str(exc), last_error=exc.record["error"])
         finally:
+            if self._stop_signal is not None:
+                self._log.info("stopping after the current batch", signal=self._stop_signal)
             self.close()
 
     def install_signal_handlers(self) -> None:
         def stop(signum: int, _frame: Any) -> None:
-            self._log.info("stopping after the current batch", signal=signum)
+            # no lock, no logging here: a second signal may interrupt this handler (SIGTERM
+            # from the supervisor and from the kernel's parent-death signal at once), or the
+            # main thread may hold a lock this would take (eventlane._stopflag)
+            self._stop_signal = signum
             self.stopping.set()
 
         signal.signal(signal.SIGTERM, stop)

@@ -29,11 +29,11 @@ import signal
 import socket
 import struct
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from eventlane._stopflag import StopFlag
 from eventlane.log.embedded.relay import (
     LEN,
     LOCK_NAME,
@@ -76,7 +76,7 @@ class RelayServer:
         self._seen: dict[int, float] = {}  # client pid -> when it last asked
         self._uid = os.getuid()
         self._identity = _identity(root)
-        self.stopping = threading.Event()
+        self.stopping = StopFlag()  # set from a signal handler: it must take no lock
 
     def serve(self) -> None:
         sel = self._sel

@@ -127,13 +127,14 @@ if not TYPE_CHECKING:  # hidden from type checkers: a typo stays an error for th
         import importlib  # noqa: PLC0415 - only when a name is first used
 
         if name == "__version__":
-            value: object = importlib.import_module("importlib.metadata").version("eventlane")
-            globals()[name] = value
-            return value
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module 'eventlane' has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+            from importlib.metadata import version  # noqa: PLC0415
+
+            value: object = version("eventlane")
+        else:
+            module = _EXPORTS.get(name)
+            if module is None:
+                raise AttributeError(f"module 'eventlane' has no attribute {name!r}")
+            value = getattr(importlib.import_module(module), name)
         globals()[name] = value  # the next lookup skips this function
         return value
 

@@ -461,12 +461,13 @@ class NoExecutorsError(ReplayError):
     retry_advice = "run the rebuild again once the cluster has a worker with free cores"
 
 
-def error_chain(exc: BaseException, depth: int = 8) -> Iterator[BaseException]:
-    """``exc`` and what it was raised from or during, nearest first (at most ``depth``): a
-    handler that wraps a database error still shows it."""
-    seen: BaseException | None = exc
-    for _ in range(depth):
-        if seen is None:
-            return
-        yield seen
-        seen = seen.__cause__ or seen.__context__
+def error_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and the errors behind it, nearest first: its ``error`` attribute where it
+    wraps one (as the projection applier wraps a handler's or a decoder's failure), else
+    what it was raised from or during. Each error once (a cycle ends the chain)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        yield exc
+        seen.add(id(exc))
+        inner = getattr(exc, "error", None)
+        exc = inner if isinstance(inner, BaseException) else (exc.__cause__ or exc.__context__)

@@ -129,19 +129,20 @@ class App:
         self.aggregates = tuple(aggregates)
         self.events = tuple(events)
         self.projectors: dict[str, type[Projector]] = {}
+        schemas: dict[str, str] = {}  # PostgreSQL schema -> the projector named for it
         for cls in projectors:
             pname = getattr(cls, "name", None)
             if not isinstance(pname, str) or not pname:
                 raise ConfigError(f"projector {cls.__qualname__} has no name")
             if pname in self.projectors:
                 raise ConfigError(f"two projectors named {pname!r}")
-            for other in self.projectors:
-                if schema_name(other) == schema_name(pname):
-                    raise ConfigError(
-                        f"projectors {other!r} and {pname!r} differ only by case or"
-                        " punctuation: their read models would share one PostgreSQL schema"
-                        f" ({schema_name(pname)}); rename one"
-                    )
+            other = schemas.setdefault(schema_name(pname), pname)
+            if other != pname:
+                raise ConfigError(
+                    f"projectors {other!r} and {pname!r} differ only by case or"
+                    " punctuation: their read models would share one PostgreSQL schema"
+                    f" ({schema_name(pname)}); rename one"
+                )
             self.projectors[pname] = cls
         self.registry = registry if registry is not None else EventRegistry()
         self.partitions = partitions

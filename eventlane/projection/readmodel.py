@@ -56,6 +56,17 @@ log = get_logger("eventlane.projection")
 
 SAFE_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_S = 60.0
+_TRANSIENT_SQLITE = (
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_IOERR",
+    "SQLITE_FULL",
+    "SQLITE_NOMEM",
+    "SQLITE_INTERRUPT",
+    "SQLITE_CANTOPEN",
+    "SQLITE_PROTOCOL",
+)
+"""SQLite's error names (prefixes: extended codes included) that are the database's doing."""
 
 
 SQLITE_VERSION: str = sqlite3.sqlite_version
@@ -362,16 +373,3 @@ def check_integrity(path: Path) -> str:
         return "\n".join(str(r[0]) for r in conn.execute("PRAGMA integrity_check"))
     finally:
         conn.close()
-
-
-_TRANSIENT_SQLITE = (
-    "SQLITE_BUSY",
-    "SQLITE_LOCKED",
-    "SQLITE_IOERR",
-    "SQLITE_FULL",
-    "SQLITE_NOMEM",
-    "SQLITE_INTERRUPT",
-    "SQLITE_CANTOPEN",
-    "SQLITE_PROTOCOL",
-)
-"""SQLite's error names (prefixes: extended codes included) that are the database's doing."""

@@ -31,6 +31,9 @@ from eventlane.errors import ConfigError, ProjectionError
 
 __all__ = ["Dialect", "Executor", "Table", "dialect_of"]
 
+IN_FAILED_TRANSACTION = "25P02"
+"""PostgreSQL's SQLSTATE for a statement in a transaction an earlier failure aborted."""
+
 Dialect = Literal["sqlite", "postgresql"]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -72,7 +75,7 @@ class Table:
         try:
             return self._conn.execute(sql, tuple(params))
         except Exception as exc:
-            if self.dialect == "postgresql" and type(exc).__name__ == "InFailedSqlTransaction":
+            if getattr(exc, "sqlstate", None) == IN_FAILED_TRANSACTION:  # PostgreSQL's 25P02
                 raise ProjectionError(
                     f"a statement on {self.name!r} ran after an earlier one of this handler"
                     " failed and was caught: PostgreSQL aborts the transaction at a failed"

@@ -22,7 +22,7 @@ import sqlite3
 import time
 from typing import Any, NamedTuple
 
-from eventlane.errors import NewerEventVersionError
+from eventlane.errors import NewerEventVersionError, error_chain
 from eventlane.log import Record
 
 __all__ = ["Waiting", "current_waits", "describe", "newer_version_in", "record_wait"]
@@ -53,16 +53,7 @@ class Waiting(NamedTuple):
 def newer_version_in(error: BaseException | None) -> NewerEventVersionError | None:
     """The :class:`NewerEventVersionError` behind ``error`` (itself, its ``error``
     attribute as the applier wraps decoding failures, or its cause/context chain)."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, NewerEventVersionError):
-            return error
-        seen.add(id(error))
-        inner = getattr(error, "error", None)
-        if not isinstance(inner, BaseException):
-            inner = error.__cause__ or error.__context__
-        error = inner
-    return None
+    return next((e for e in error_chain(error) if isinstance(e, NewerEventVersionError)), None)
 
 
 def waiting_for(rec: Record, error: NewerEventVersionError) -> Waiting:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from eventlane.observability import get_logger
@@ -33,6 +33,17 @@ log = get_logger("eventlane.projection")
 STOP_GRACE_S = 30.0
 """How long a stopping supervisor waits, after SIGTERM to every worker of every projector,
 before it kills the workers still running (one grace for all, not one per projector)."""
+
+
+def stop_runners(runners: Iterable[Runner], grace: float = STOP_GRACE_S) -> None:
+    """Stop several runners as one: SIGTERM to every worker of every runner first, then one
+    ``grace`` for all of them (a worker still running at its end is killed and named)."""
+    runners = list(runners)
+    for runner in runners:
+        runner.terminate()
+    deadline = time.monotonic() + grace
+    for runner in runners:
+        runner.stop(deadline=deadline)
 
 
 class AppSupervisor:
@@ -115,10 +126,6 @@ class AppSupervisor:
         finally:
             for runner in self.runners.values():
                 runner.request_stop()
-            for runner in self.runners.values():  # every worker signalled, then one grace
-                runner.terminate()
-            deadline = time.monotonic() + self.stop_grace
-            for runner in self.runners.values():
-                runner.stop(deadline=deadline)
+            stop_runners(self.runners.values(), self.stop_grace)
             for s, handler in previous.items():
                 signal.signal(s, handler)

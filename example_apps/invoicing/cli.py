@@ -24,6 +24,7 @@ from rich.console import Console
 from eventlane import Runtime, rebuild
 from eventlane.cli.plugins import data_dir, data_option, open_log
 from eventlane.projection import Runner
+from eventlane.projection.supervisor import stop_runners
 from eventlane.replay import compare, file_checksums
 from example_apps.invoicing.app import app as invoicing_app
 from example_apps.invoicing.cluster_demo import run_cluster_demo
@@ -138,8 +139,7 @@ def serve_http(host: str, port: int, projectors: bool) -> None:
             )
         finally:
             stop.set()
-            for each in runners:
-                each.stop()
+            stop_runners(runners)
 
 
 def _exit_on_sigterm(_signum: int, _frame: object) -> None:
